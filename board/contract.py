@@ -1,0 +1,152 @@
+"""The board's concurrency criteria, exported so that any board (any database behind it) can be
+judged by the same code: `concurrent_claim` and `duplicate_token_submit`.
+
+They are criteria, not a test style. Each races N real threads, released together by a
+barrier, and returns the number of winners; the caller demands exactly 1. A loser must fail
+with exactly the expected error (Taken / LeaseLost). Any other error is an infrastructure fault
+or a contract violation and is raised as `CriterionError`, never counted as a loser: a
+criterion that counted "database unreachable" as losing would report "no second winner" and go
+green exactly when the store is broken.
+"""
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from django.db import connections
+
+from . import errors, selectors, transitions
+from .invariants import TaskSnapshot
+from .models import Task
+from .transitions import Claim
+
+# How long the barrier waits for every racer to be ready; a racer stuck longer is a fault.
+BARRIER_TIMEOUT_SECONDS = 60
+
+
+class Board(Protocol):
+    """The storage-neutral board the criteria judge."""
+
+    def snapshot(self) -> list[TaskSnapshot]: ...
+    def claim(self, task_id: str, agent: str, ttl_seconds: float) -> Claim: ...
+    def renew(self, task_id: str, token: str, ttl_seconds: float) -> Claim: ...
+    def release(self, task_id: str, token: str) -> Task: ...
+    def complete(self, task_id: str, token: str, result: Any) -> Task: ...
+    def prepare_thread(self) -> None: ...
+    def end_thread(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class DjangoBoard:
+    """The board stored in the Django database `using` (an alias of settings.DATABASES)."""
+
+    using: str = "default"
+
+    def snapshot(self) -> list[TaskSnapshot]:
+        return selectors.snapshot(using=self.using)
+
+    def claim(self, task_id: str, agent: str, ttl_seconds: float) -> Claim:
+        return transitions.claim(task_id, agent, ttl_seconds, using=self.using)
+
+    def renew(self, task_id: str, token: str, ttl_seconds: float) -> Claim:
+        return transitions.renew(task_id, token, ttl_seconds, using=self.using)
+
+    def release(self, task_id: str, token: str) -> Task:
+        return transitions.release(task_id, token, using=self.using)
+
+    def complete(self, task_id: str, token: str, result: Any) -> Task:
+        return transitions.complete(task_id, token, result, using=self.using)
+
+    def prepare_thread(self) -> None:
+        """Open this thread's own connection before the race starts, so that connecting is not
+        part of the race (and a database that cannot be reached shows up as a fault)."""
+        connections[self.using].ensure_connection()
+
+    def end_thread(self) -> None:
+        connections[self.using].close()
+
+
+class CriterionError(Exception):
+    """The criterion could not judge: an infrastructure fault (database error, timeout) or a
+    loser that failed with an error other than the one the contract requires."""
+
+    def __init__(self, message: str, faults: Sequence[BaseException]):
+        self.faults = list(faults)
+        detail = "; ".join(f"{type(f).__name__}: {f}" for f in self.faults[:5])
+        more = f" (+{len(self.faults) - 5} more)" if len(self.faults) > 5 else ""
+        super().__init__(f"{message}: {detail}{more}")
+
+
+def _race(board: Board, calls: Sequence[Callable[[], Any]], expected_loss: type[errors.BoardError]) -> int:
+    """Run `calls` in threads released together; count successes, check losers' errors."""
+    barrier = threading.Barrier(len(calls))
+    outcomes: list[Any] = [None] * len(calls)
+
+    def racer(i: int) -> None:
+        try:
+            try:
+                board.prepare_thread()
+            finally:
+                # Always reach the barrier, even after a failed prepare, so nobody waits forever.
+                barrier.wait(timeout=BARRIER_TIMEOUT_SECONDS)
+            outcomes[i] = ("won", calls[i]())
+        except BaseException as exc:  # classified below; nothing is swallowed
+            outcomes[i] = ("raised", exc)
+        finally:
+            try:
+                board.end_thread()
+            except Exception as exc:  # a failing close is a fault too
+                if outcomes[i] is None or outcomes[i][0] == "won":
+                    outcomes[i] = ("raised", exc)
+
+    threads = [threading.Thread(target=racer, args=(i,), name=f"racer-{i}") for i in range(len(calls))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    winners = 0
+    faults: list[BaseException] = []
+    for outcome in outcomes:
+        if outcome is None:
+            faults.append(RuntimeError("a racer ended without an outcome"))
+        elif outcome[0] == "won":
+            winners += 1
+        elif type(outcome[1]) is not expected_loss:
+            faults.append(outcome[1])
+    if faults:
+        raise CriterionError(
+            f"{len(faults)} of {len(calls)} racers failed with something other than {expected_loss.__name__}",
+            faults,
+        )
+    return winners
+
+
+def concurrent_claim(board: Board, task_id: str, agents: Sequence[str], ttl: float) -> int:
+    """Let every agent claim `task_id` at the same moment; return how many succeeded.
+
+    The contract demands exactly 1. Losers must get Taken (not Blocked or Terminal: those mean
+    the agents never reached the contention this criterion is about); anything else raises
+    CriterionError."""
+    if len(agents) < 2:
+        raise ValueError("a race needs at least two agents")
+    calls = [lambda agent=agent: board.claim(task_id, agent, ttl) for agent in agents]
+    return _race(board, calls, errors.Taken)
+
+
+def duplicate_token_submit(board: Board, task_id: str, workers: int, ttl: float) -> int:
+    """Claim `task_id` once (the store mints the token), then let `workers` submitters complete
+    it with that same token at the same moment; return how many succeeded.
+
+    The contract demands exactly 1: more means checking the token and writing the result are not
+    one atomic step; 0 means even the true holder was refused. Losers must get LeaseLost;
+    anything else raises CriterionError."""
+    if workers < 2:
+        raise ValueError("a race needs at least two workers")
+    token = board.claim(task_id, "duplicate-token-holder", ttl).lease.token
+    calls = [
+        lambda i=i: board.complete(task_id, token, {"submitted_by": i}) for i in range(workers)
+    ]
+    return _race(board, calls, errors.LeaseLost)

@@ -1,0 +1,80 @@
+"""Typed errors of the engine. Each class's docstring is its human message; `code` is the
+machine code every caller (API, admin, client) reports unchanged.
+
+An error raised by a verb means nothing was written."""
+from __future__ import annotations
+
+from typing import Any
+
+
+class BoardError(Exception):
+    """The board refused the request."""
+
+    code = "board_error"
+    http_status = 409
+
+    def __init__(self, message: str | None = None, *, task: Any = None, **details: Any):
+        self.message = message or (self.__doc__ or "").strip().splitlines()[0]
+        self.task = task  # the task's current row when one exists (never carries a token)
+        self.details = details
+        super().__init__(self.message)
+
+    @property
+    def task_id(self) -> str | None:
+        return getattr(self.task, "id", None) or self.details.get("task_id")
+
+
+class NotFound(BoardError):
+    """No task has this id."""
+
+    code = "not_found"
+    http_status = 404
+
+
+class Taken(BoardError):
+    """The task is held by another live lease."""
+
+    code = "taken"
+
+
+class Blocked(BoardError):
+    """The task is not ready: a dependency is unfinished, it is held, or it is backing off."""
+
+    code = "blocked"
+
+
+class Terminal(BoardError):
+    """The task has finished (COMPLETED or CANCELLED); nothing more can happen to it."""
+
+    code = "terminal"
+
+
+class LeaseLost(BoardError):
+    """This lease token is not the task's current lease (expired, released or taken over)."""
+
+    code = "lease_lost"
+
+
+class VersionConflict(BoardError):
+    """The task changed since the version you expected."""
+
+    code = "version_conflict"
+
+
+class InvalidTransition(BoardError):
+    """The lifecycle does not allow this move from the task's current stage."""
+
+    code = "invalid_transition"
+
+
+class DuplicateId(BoardError):
+    """A task with this id already exists."""
+
+    code = "duplicate_id"
+
+
+class InvalidRequest(BoardError):
+    """The request is not valid."""
+
+    code = "validation_error"
+    http_status = 422

@@ -1,0 +1,188 @@
+"""check(tasks, now): the board's invariants over a snapshot. Pure: no ORM, no clock, no I/O.
+
+It judges whether a snapshot contradicts itself, not whether a policy is wise, so it can run
+at any moment (the `check_board` command, the API, the live board's problems panel, and after
+every contract test). Problems come back sorted by (task, code), so two runs over the same
+snapshot print the same lines.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from .lifecycle import DEAD_ENDS, LEASED, TERMINAL, Stage
+
+# The ten codes of the taskboard contract.
+EMPTY_ID = "empty_id"
+DUPLICATE_ID = "duplicate_id"
+UNKNOWN_STATE = "unknown_state"
+UNKNOWN_DEP = "unknown_dep"
+SELF_DEP = "self_dep"
+DEP_CYCLE = "dep_cycle"
+CLAIMED_WITHOUT_LEASE = "claimed_without_lease"
+LEASE_WITHOUT_CLAIM = "lease_without_claim"
+BLOCKED_CLAIM = "blocked_claim"
+TERMINAL_CLAIMED = "terminal_claimed"
+# What the seven-stage lifecycle adds.
+LEASE_EXPIRED = "lease_expired"  # RUNNING past its expiry: the reaper is behind or not running
+QUEUED_BLOCKED = "queued_blocked"  # QUEUED although a dependency is not COMPLETED
+PAUSED_WITHOUT_CHECKPOINT = "paused_without_checkpoint"
+COMPLETED_WITHOUT_RESULT = "completed_without_result"
+DEAD_DEP = "dead_dep"  # a live task waits for a CANCELLED or FAILED task: it cannot proceed
+ATTEMPTS_EXCEEDED = "attempts_exceeded"  # more claims than 1 + max_retries
+
+ALL_CODES = (
+    EMPTY_ID, DUPLICATE_ID, UNKNOWN_STATE, UNKNOWN_DEP, SELF_DEP, DEP_CYCLE,
+    CLAIMED_WITHOUT_LEASE, LEASE_WITHOUT_CLAIM, BLOCKED_CLAIM, TERMINAL_CLAIMED,
+    LEASE_EXPIRED, QUEUED_BLOCKED, PAUSED_WITHOUT_CHECKPOINT, COMPLETED_WITHOUT_RESULT,
+    DEAD_DEP, ATTEMPTS_EXCEEDED,
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class TaskSnapshot:
+    """The fields of a task that the invariants read. `has_token` says whether a lease token
+    (its hash) is stored; the token itself never reaches this layer."""
+
+    id: str
+    stage: str
+    deps: Sequence[str] = ()
+    owner: str = ""
+    has_token: bool = False
+    lease_expires_at: datetime | None = None
+    attempts: int = 0
+    max_retries: int = 0
+    has_checkpoint: bool = False
+    has_result: bool = False
+
+
+@dataclass(frozen=True, order=True)
+class Problem:
+    task: str
+    code: str
+    text: str = field(compare=False)
+
+
+def check(tasks: Iterable[TaskSnapshot], now: datetime) -> list[Problem]:
+    """Every invariant violation in `tasks` at time `now`, sorted by (task, code)."""
+    tasks = list(tasks)
+    problems: set[Problem] = set()
+
+    def report(task_id: str, code: str, text: str) -> None:
+        problems.add(Problem(task_id, code, text))
+
+    counts = Counter(t.id for t in tasks)
+    by_id = {t.id: t for t in tasks}
+    for task_id, n in counts.items():
+        if n > 1:
+            report(task_id, DUPLICATE_ID, f"{n} tasks share the id {task_id!r}")
+
+    for t in tasks:
+        if t.id == "":
+            report(t.id, EMPTY_ID, "a task has an empty id")
+        try:
+            stage = Stage(t.stage)
+        except ValueError:
+            report(t.id, UNKNOWN_STATE, f"unknown stage {t.stage!r}")
+            stage = None
+        _check_deps(t, stage, by_id, report)
+        if stage is not None:
+            _check_lease(t, stage, now, report)
+            _check_payloads(t, stage, report)
+
+    for task_id in _tasks_on_cycles(tasks, by_id):
+        report(task_id, DEP_CYCLE, f"task {task_id} is on a dependency cycle")
+    return sorted(problems)
+
+
+def _check_deps(t: TaskSnapshot, stage: Stage | None, by_id: dict, report) -> None:
+    for dep in t.deps:
+        if dep == t.id:
+            report(t.id, SELF_DEP, f"task {t.id} depends on itself")
+            continue
+        other = by_id.get(dep)
+        if other is None:
+            report(t.id, UNKNOWN_DEP, f"task {t.id} depends on unknown task {dep!r}")
+            continue
+        if stage is None or stage in TERMINAL or other.stage == Stage.COMPLETED:
+            continue
+        if stage in (Stage.RUNNING, Stage.PAUSED):
+            report(t.id, BLOCKED_CLAIM, f"task {t.id} was claimed before {dep} completed ({other.stage})")
+        elif stage == Stage.QUEUED:
+            report(t.id, QUEUED_BLOCKED, f"task {t.id} is QUEUED but {dep} is {other.stage}")
+        if other.stage in DEAD_ENDS and stage != Stage.FAILED:
+            report(t.id, DEAD_DEP, f"task {t.id} waits for {dep}, which is {other.stage}")
+
+
+def _check_lease(t: TaskSnapshot, stage: Stage, now: datetime, report) -> None:
+    has_any = bool(t.owner) or t.has_token or t.lease_expires_at is not None
+    if stage in LEASED:
+        missing = [name for name, ok in (("owner", bool(t.owner)), ("token", t.has_token),
+                                         ("expiry", t.lease_expires_at is not None)) if not ok]
+        if missing:
+            report(t.id, CLAIMED_WITHOUT_LEASE, f"task {t.id} is {stage} without lease {', '.join(missing)}")
+        elif t.lease_expires_at <= now:
+            report(t.id, LEASE_EXPIRED,
+                   f"task {t.id}'s lease (held by {t.owner}) expired at {t.lease_expires_at.isoformat()}")
+    elif has_any:
+        code = TERMINAL_CLAIMED if stage in TERMINAL else LEASE_WITHOUT_CLAIM
+        holder = f" (owner {t.owner!r})" if t.owner else ""
+        report(t.id, code, f"task {t.id} is {stage} but still holds a lease{holder}")
+
+
+def _check_payloads(t: TaskSnapshot, stage: Stage, report) -> None:
+    if stage == Stage.PAUSED and not t.has_checkpoint:
+        report(t.id, PAUSED_WITHOUT_CHECKPOINT, f"task {t.id} is PAUSED without a checkpoint")
+    if stage == Stage.COMPLETED and not t.has_result:
+        report(t.id, COMPLETED_WITHOUT_RESULT, f"task {t.id} is COMPLETED without a result")
+    if t.attempts > t.max_retries + 1:
+        report(t.id, ATTEMPTS_EXCEEDED,
+               f"task {t.id} ran {t.attempts} times; max_retries {t.max_retries} allows {t.max_retries + 1}")
+
+
+def _tasks_on_cycles(tasks: list[TaskSnapshot], by_id: dict) -> set[str]:
+    """Ids on a dependency cycle of length >= 2 (self-dependencies are reported as self_dep),
+    by Tarjan's strongly connected components, iteratively so deep chains do not overflow."""
+    graph = {t.id: [d for d in t.deps if d in by_id and d != t.id] for t in tasks}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    on_cycle: set[str] = set()
+    counter = 0
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, 0)]
+        while work:
+            node, child_i = work.pop()
+            if child_i == 0:
+                index[node] = low[node] = counter
+                counter += 1
+                stack.append(node)
+                on_stack.add(node)
+            children = graph[node]
+            if child_i < len(children):
+                work.append((node, child_i + 1))
+                child = children[child_i]
+                if child not in index:
+                    work.append((child, 0))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    on_cycle.update(component)
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+    return on_cycle

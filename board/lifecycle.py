@@ -1,0 +1,102 @@
+"""The task lifecycle: stages, verbs and the transition table. Pure: no Django, no I/O.
+
+`transitions.py` asks this table whether a move is legal before it writes, and the invariant
+checker and the tests read it too, so the lifecycle is written down exactly once.
+"""
+from __future__ import annotations
+
+import enum
+import re
+
+
+class Stage(enum.StrEnum):
+    PENDING = "PENDING"  # accepted; dependencies unfinished or held for an operator
+    QUEUED = "QUEUED"  # ready: any agent may claim it
+    RUNNING = "RUNNING"  # owned by exactly one lease (token, fence, expiry)
+    PAUSED = "PAUSED"  # lease released, checkpoint kept for resume
+    COMPLETED = "COMPLETED"  # result committed; terminal
+    FAILED = "FAILED"  # failed with no attempt left (or not retryable); operator may requeue
+    CANCELLED = "CANCELLED"  # terminal
+
+
+class Verb(enum.StrEnum):
+    CREATE = "create"
+    ADMIT = "admit"
+    CLAIM = "claim"
+    RESUME = "resume"
+    RENEW = "renew"
+    RELEASE = "release"
+    FORCE_RELEASE = "force_release"
+    COMPLETE = "complete"
+    FAIL = "fail"
+    RETRY = "retry"  # FAILED -> QUEUED right after a retryable failure, with backoff
+    PAUSE = "pause"
+    REQUEUE = "requeue"
+    CANCEL = "cancel"
+    RECLAIM = "reclaim"  # a lost (expired) lease taken back by the store
+
+
+# Stages no transition leaves. FAILED is not here: an operator may requeue it.
+TERMINAL = frozenset({Stage.COMPLETED, Stage.CANCELLED})
+
+# Stages after which a task makes no more progress by itself: a live task that depends on one
+# of them is stuck until an operator acts.
+DEAD_ENDS = frozenset({Stage.CANCELLED, Stage.FAILED})
+
+# Stages that must hold a lease (owner, token, expiry); every other stage must hold none.
+LEASED = frozenset({Stage.RUNNING})
+
+# The whole lifecycle: (from stage, verb) -> to stage. A pair missing here is an illegal move.
+#
+# A lost lease whose attempts are spent is not a RECLAIM: the store FAILs it (RUNNING -> FAILED).
+# A retryable failure with attempts left is two moves in one transaction: FAIL, then RETRY.
+TRANSITIONS: dict[tuple[Stage, Verb], Stage] = {
+    (Stage.PENDING, Verb.ADMIT): Stage.QUEUED,
+    (Stage.PENDING, Verb.CANCEL): Stage.CANCELLED,
+    (Stage.QUEUED, Verb.CLAIM): Stage.RUNNING,
+    (Stage.QUEUED, Verb.CANCEL): Stage.CANCELLED,
+    (Stage.RUNNING, Verb.RENEW): Stage.RUNNING,
+    (Stage.RUNNING, Verb.COMPLETE): Stage.COMPLETED,
+    (Stage.RUNNING, Verb.FAIL): Stage.FAILED,
+    (Stage.RUNNING, Verb.PAUSE): Stage.PAUSED,
+    (Stage.RUNNING, Verb.RELEASE): Stage.QUEUED,
+    (Stage.RUNNING, Verb.FORCE_RELEASE): Stage.QUEUED,
+    (Stage.RUNNING, Verb.RECLAIM): Stage.QUEUED,
+    (Stage.RUNNING, Verb.CANCEL): Stage.CANCELLED,
+    (Stage.PAUSED, Verb.RESUME): Stage.RUNNING,
+    (Stage.PAUSED, Verb.REQUEUE): Stage.QUEUED,
+    (Stage.PAUSED, Verb.CANCEL): Stage.CANCELLED,
+    (Stage.FAILED, Verb.RETRY): Stage.QUEUED,
+    (Stage.FAILED, Verb.REQUEUE): Stage.QUEUED,
+    (Stage.FAILED, Verb.CANCEL): Stage.CANCELLED,
+}
+
+
+def target(stage: Stage | str, verb: Verb) -> Stage | None:
+    """The stage `verb` moves a task in `stage` to, or None when the move is illegal."""
+    try:
+        return TRANSITIONS.get((Stage(stage), verb))
+    except ValueError:  # an unknown stage allows nothing
+        return None
+
+
+def allowed_verbs(stage: Stage | str) -> list[Verb]:
+    return [verb for (s, verb) in TRANSITIONS if s == stage]
+
+
+TASK_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,99}$")
+
+
+def is_valid_task_id(task_id: object) -> bool:
+    return isinstance(task_id, str) and TASK_ID_RE.fullmatch(task_id) is not None
+
+
+def retry_backoff_seconds(attempt: int, base: float, cap: float) -> float:
+    """Exponential backoff before the next attempt after `attempt` failed: base, 2*base, ..."""
+    return min(cap, base * (2 ** max(0, attempt - 1)))
+
+
+def attempts_left(attempts: int, max_retries: int) -> bool:
+    """`attempts` counts claims made (a released claim is given back); a task may run
+    1 + max_retries times in all."""
+    return attempts < max_retries + 1

@@ -1,0 +1,47 @@
+"""Take back expired leases and admit unblocked tasks. `make run` starts it with --loop."""
+import logging
+import time
+
+from django.conf import settings
+from django.core.management.base import BaseCommand
+from django.db import DatabaseError, connections
+
+from board import transitions
+
+log = logging.getLogger("board.reaper")
+
+
+class Command(BaseCommand):
+    help = (
+        "Return expired leases to QUEUED (or FAILED when attempts are spent) and admit PENDING "
+        "tasks whose dependencies have completed. Once, or every --interval seconds with --loop."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument("--loop", action="store_true", help="keep running")
+        parser.add_argument(
+            "--interval", type=float, default=settings.TASKFLOW["REAP_INTERVAL_SECONDS"],
+            help="seconds between passes with --loop (default: %(default)s)",
+        )
+        parser.add_argument("--database", default="default")
+
+    def handle(self, *args, loop=False, interval=1.0, database="default", **options):
+        while True:
+            try:
+                self.reap_once(database)
+            except DatabaseError as exc:
+                if not loop:
+                    raise
+                # A loop outlives a database restart: report and try again next pass.
+                log.warning("reaper pass failed: %s", exc)
+                connections[database].close()
+            if not loop:
+                return
+            time.sleep(interval)
+
+    def reap_once(self, database: str) -> None:
+        for moved in transitions.reclaim_expired(using=database):
+            self.stdout.write(f"reclaimed {moved.task_id} -> {moved.to_stage}")
+        for task_id in transitions.admit_ready(using=database):
+            self.stdout.write(f"admitted {task_id}")
+        self.stdout.flush()

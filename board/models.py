@@ -1,0 +1,104 @@
+"""Tables of the board. No write logic lives here: every change of stage, version or lease is
+made by `board.transitions`, which is the only module allowed to write those columns."""
+from __future__ import annotations
+
+from django.db import models
+
+from .lifecycle import Stage
+
+STAGE_CHOICES = [(stage.value, stage.value.title()) for stage in Stage]
+
+
+class Task(models.Model):
+    id = models.CharField(primary_key=True, max_length=100)
+    title = models.CharField(max_length=300)
+    description = models.TextField(blank=True, default="")
+    payload = models.JSONField(null=True, blank=True)
+    queue = models.CharField(max_length=100, default="default")
+    priority = models.IntegerField(default=0)
+    hold = models.BooleanField(default=False, help_text="Stay PENDING until an operator admits it.")
+    max_retries = models.PositiveIntegerField(default=3)
+
+    # Guarded by the compare-and-swap in board.transitions.
+    stage = models.CharField(max_length=16, choices=STAGE_CHOICES, default=Stage.PENDING)
+    version = models.BigIntegerField(default=0)
+
+    # The lease. The token itself is never stored: only its SHA-256, so a database dump or an
+    # admin screen cannot be used to act as the holder.
+    owner = models.CharField(max_length=200, blank=True, default="")
+    lease_token_hash = models.CharField(max_length=64, null=True, blank=True)
+    fence = models.BigIntegerField(default=0, help_text="Rises by one on every new holder.")
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+
+    attempts = models.PositiveIntegerField(default=0, help_text="Claims made so far.")
+    not_before = models.DateTimeField(null=True, blank=True, help_text="Retry backoff.")
+    checkpoint = models.JSONField(null=True, blank=True)
+    progress = models.FloatField(null=True, blank=True)
+    result = models.JSONField(null=True, blank=True)
+    last_error = models.TextField(blank=True, default="")
+
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        indexes = [
+            # claim_next: the best ready task, with or without a queue filter.
+            models.Index(
+                fields=["stage", "queue", "-priority", "created_at"], name="task_ready_in_queue"
+            ),
+            models.Index(fields=["stage", "-priority", "created_at"], name="task_ready_any_queue"),
+            # the reaper: RUNNING tasks whose lease has expired.
+            models.Index(fields=["stage", "lease_expires_at"], name="task_lease_expiry"),
+            models.Index(fields=["owner"], name="task_owner"),
+        ]
+        permissions = [("intervene", "Can act on tasks as an operator (release, requeue, cancel)")]
+
+    def __str__(self) -> str:
+        return f"{self.id} [{self.stage} v{self.version}]"
+
+    @property
+    def deps(self) -> list[str]:
+        """Ids of the tasks this one waits for (prefetch `dependencies` to avoid a query)."""
+        return [d.depends_on_id for d in self.dependencies.all()]
+
+
+class Dependency(models.Model):
+    """`task` may run only once `depends_on` is COMPLETED. Written once, at creation."""
+
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="dependencies")
+    depends_on = models.ForeignKey(Task, on_delete=models.PROTECT, related_name="dependents")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["task", "depends_on"], name="dependency_unique"),
+            models.CheckConstraint(
+                condition=~models.Q(task=models.F("depends_on")), name="dependency_not_self"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.task_id} -> {self.depends_on_id}"
+
+
+class TaskEvent(models.Model):
+    """Append-only history: one row per transition, written in the transaction that made it.
+
+    It never holds a lease token. Its ids also order the change feed the live board reads."""
+
+    id = models.BigAutoField(primary_key=True)
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="events")
+    verb = models.CharField(max_length=20)
+    from_stage = models.CharField(max_length=16, blank=True, default="")
+    to_stage = models.CharField(max_length=16)
+    version = models.BigIntegerField(help_text="The task's version after this transition.")
+    fence = models.BigIntegerField(default=0)
+    actor = models.CharField(max_length=200, blank=True, default="")
+    at = models.DateTimeField()
+    detail = models.JSONField(null=True, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["task", "id"], name="event_task_history")]
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return f"{self.task_id} {self.verb} {self.from_stage}->{self.to_stage} v{self.version}"

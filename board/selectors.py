@@ -1,0 +1,74 @@
+"""Read-only queries: snapshots for `check`, task lists and histories. Nothing here writes."""
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import datetime
+
+from django.db import connections, transaction
+from django.db.models import BooleanField, ExpressionWrapper, Q
+from django.utils import timezone
+
+from .invariants import Problem, TaskSnapshot, check
+from .models import Dependency, Task, TaskEvent
+
+
+def snapshot(*, using: str = "default") -> list[TaskSnapshot]:
+    """All tasks with their dependencies, read as one consistent snapshot.
+
+    The two reads run in one transaction so that a task created between them cannot appear
+    without its dependencies (on SQLite the IMMEDIATE transaction excludes writers; on
+    PostgreSQL it is a repeatable-read snapshot)."""
+    with transaction.atomic(using=using):
+        _repeatable_read(using)
+        deps: dict[str, list[str]] = defaultdict(list)
+        for task_id, dep in Dependency.objects.using(using).values_list("task_id", "depends_on_id"):
+            deps[task_id].append(dep)
+        rows = (
+            Task.objects.using(using)
+            # Presence only: a checkpoint or result may be large, and check() needs no content.
+            .annotate(
+                has_checkpoint=ExpressionWrapper(Q(checkpoint__isnull=False), BooleanField()),
+                has_result=ExpressionWrapper(Q(result__isnull=False), BooleanField()),
+            )
+            .values_list(
+                "id", "stage", "owner", "lease_token_hash", "lease_expires_at", "attempts",
+                "max_retries", "has_checkpoint", "has_result",
+            )
+        )
+        return [
+            TaskSnapshot(
+                id=task_id, stage=stage, deps=tuple(deps.get(task_id, ())), owner=owner,
+                has_token=bool(token_hash), lease_expires_at=expires, attempts=attempts,
+                max_retries=max_retries, has_checkpoint=bool(has_checkpoint), has_result=bool(has_result),
+            )
+            for (task_id, stage, owner, token_hash, expires, attempts, max_retries, has_checkpoint, has_result) in rows
+        ]
+
+
+def _repeatable_read(using: str) -> None:
+    connection = connections[using]
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+
+
+def problems(*, now: datetime | None = None, using: str = "default") -> list[Problem]:
+    """`check()` over the current board."""
+    return check(snapshot(using=using), now or timezone.now())
+
+
+def deps_of(task_ids: list[str], *, using: str = "default") -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {task_id: [] for task_id in task_ids}
+    for task_id, dep in Dependency.objects.using(using).filter(task_id__in=task_ids).values_list(
+        "task_id", "depends_on_id"
+    ):
+        out[task_id].append(dep)
+    return out
+
+
+def history(task_id: str, *, using: str = "default") -> list[TaskEvent]:
+    return list(TaskEvent.objects.using(using).filter(task_id=task_id).order_by("id"))
+
+
+def get_task(task_id: str, *, using: str = "default") -> Task | None:
+    return Task.objects.using(using).filter(pk=task_id).first()

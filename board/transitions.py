@@ -1,0 +1,760 @@
+"""THE only module that changes a task's stage, version or lease. One function per verb.
+
+Every move is one compare-and-swap: a conditional UPDATE filtered on the task's id, the stage
+and version it was read at (and, for a holder's verb, the hash of its lease token), setting the
+new stage with version + 1 in the same statement. A match count of 0 means another writer moved
+first: the verb reloads the row and either tries again (when the move is still legal) or raises
+the precise error from `board.errors`. The TaskEvent of a move is inserted in the same
+transaction, so history and state never disagree, and an error leaves the database untouched.
+
+Tokens are minted here (`secrets`), never by the caller; only their SHA-256 is stored. Lease
+expiries come from this process's clock and a TTL the caller gives. The fence rises by one on
+every claim, resume and takeover, and never on renew.
+
+`select_for_update` is not the concurrency mechanism (it is a no-op on SQLite): the CAS is.
+`claim_next` uses SKIP LOCKED where the database has it only so that concurrent claimers pick
+different candidates instead of queueing behind the same row.
+"""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import secrets
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, connections, transaction
+from django.db.models import Exists, OuterRef, Q
+from django.utils import timezone
+
+from . import errors
+from .lifecycle import Stage, Verb, TERMINAL, attempts_left, is_valid_task_id, retry_backoff_seconds, target
+from .models import Dependency, Task, TaskEvent
+
+log = logging.getLogger("board.transitions")
+
+MIN_TTL_SECONDS = 1
+MAX_TTL_SECONDS = 24 * 3600
+MAX_DEPENDENCIES = 1000
+MAX_RETRIES_LIMIT = 100
+# How many times a verb reloads and tries again after losing a CAS while its move stays legal.
+# Each retry follows a move by another writer, so this bounds work, not correctness.
+RACE_RETRIES = 50
+
+NO_LEASE = {"owner": "", "lease_token_hash": None, "lease_expires_at": None}
+
+
+@dataclass(frozen=True)
+class Lease:
+    """What the holder of a claim gets back. The token exists only here and in the holder's
+    hands: the database keeps its hash."""
+
+    token: str
+    fence: int
+    expires_at: datetime
+
+
+@dataclass(frozen=True)
+class Claim:
+    task: Task
+    lease: Lease
+
+
+@dataclass
+class TaskSpec:
+    """What a creator says about a new task. `id` is generated when omitted."""
+
+    title: str
+    id: str | None = None
+    description: str = ""
+    payload: Any = None
+    queue: str = "default"
+    priority: int = 0
+    deps: Sequence[str] = field(default_factory=tuple)
+    hold: bool = False
+    max_retries: int = 3
+
+
+# ---------------------------------------------------------------------------------------------
+# The compare-and-swap and its helpers
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def _mint_token() -> str:
+    return secrets.token_urlsafe(32)
+
+
+def _ttl(ttl_seconds: float) -> timedelta:
+    if isinstance(ttl_seconds, bool) or not isinstance(ttl_seconds, (int, float)):
+        raise errors.InvalidRequest("ttl_seconds must be a number")
+    if not MIN_TTL_SECONDS <= ttl_seconds <= MAX_TTL_SECONDS:
+        raise errors.InvalidRequest(
+            f"ttl_seconds must be between {MIN_TTL_SECONDS} and {MAX_TTL_SECONDS}"
+        )
+    return timedelta(seconds=ttl_seconds)
+
+
+def _agent_name(agent: str) -> str:
+    if not isinstance(agent, str) or not agent.strip() or len(agent) > 200:
+        raise errors.InvalidRequest("agent must be a non-empty name of at most 200 characters")
+    return agent
+
+
+def _get(using: str, task_id: str) -> Task:
+    try:
+        return Task.objects.using(using).get(pk=task_id)
+    except Task.DoesNotExist:
+        raise errors.NotFound(f"no task with id {task_id!r}", task_id=task_id) from None
+
+
+def _swap(
+    using: str,
+    task: Task,
+    verb: Verb,
+    *,
+    now: datetime,
+    actor: str,
+    token_hash: str | None = None,
+    detail: dict | None = None,
+    guard: Q | None = None,
+    **changes: Any,
+) -> bool:
+    """Move `task` (as read at its current stage and version) by `verb`, in one conditional
+    UPDATE, and record the TaskEvent. Must run inside `transaction.atomic(using)`.
+
+    Returns False, having written nothing, when the row no longer matches; on success updates
+    `task` in memory to the row as written."""
+    to = target(task.stage, verb)
+    if to is None:  # a programming error: callers check legality first and raise precisely
+        raise errors.InvalidTransition(f"{verb} is not allowed from {task.stage}", task=task)
+    expected = {"pk": task.pk, "stage": task.stage, "version": task.version}
+    if token_hash is not None:
+        expected["lease_token_hash"] = token_hash
+    rows = Task.objects.using(using).filter(**expected)
+    if guard is not None:
+        rows = rows.filter(guard)
+    new_version = task.version + 1
+    # Plain values, not F(): the filter pins the version, so version + 1 is known here, and
+    # the query builds faster.
+    changes.update(stage=to, version=new_version, updated_at=now)
+    if rows.update(**changes) != 1:
+        return False
+    from_stage = task.stage
+    for name, value in changes.items():
+        setattr(task, name, value)
+    TaskEvent.objects.using(using).create(
+        task_id=task.pk,
+        verb=verb,
+        from_stage=from_stage,
+        to_stage=to,
+        version=new_version,
+        fence=task.fence,
+        actor=actor,
+        at=now,
+        detail=detail,
+    )
+    return True
+
+
+def _illegal(task: Task, verb: Verb, hint: str = "") -> errors.BoardError:
+    """The precise error for a verb that the task's stage does not allow."""
+    if task.stage in TERMINAL:
+        return errors.Terminal(f"task {task.pk} is {task.stage}", task=task)
+    message = f"cannot {verb} task {task.pk}: it is {task.stage}"
+    return errors.InvalidTransition(f"{message}{'; ' + hint if hint else ''}", task=task)
+
+
+def _unfinished_deps(using: str, task_id: str) -> list[str]:
+    return list(
+        Dependency.objects.using(using)
+        .filter(task_id=task_id)
+        .exclude(depends_on__stage=Stage.COMPLETED)
+        .values_list("depends_on_id", flat=True)
+    )
+
+
+def _has_unfinished_deps() -> Exists:
+    return Exists(
+        Dependency.objects.filter(task_id=OuterRef("pk")).exclude(depends_on__stage=Stage.COMPLETED)
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Creating tasks
+
+
+def create(specs: TaskSpec | Sequence[TaskSpec], *, actor: str = "", using: str = "default") -> list[Task]:
+    """Create one task or a batch forming a DAG, all or nothing.
+
+    A task starts QUEUED when it is not held and every dependency is already COMPLETED, and
+    PENDING otherwise. Refused: invalid fields, ids already taken (DuplicateId), unknown
+    dependencies, self-dependencies and cycles (InvalidRequest)."""
+    batch = [specs] if isinstance(specs, TaskSpec) else list(specs)
+    if not batch:
+        raise errors.InvalidRequest("no task to create")
+    for spec in batch:
+        _validate_spec(spec)
+        if spec.id is None:
+            spec.id = secrets.token_hex(8)
+    ids = [spec.id for spec in batch]
+    seen: set[str] = set()
+    for task_id in ids:
+        if task_id in seen:
+            raise errors.InvalidRequest(f"task id {task_id!r} appears twice in the batch", task_id=task_id)
+        seen.add(task_id)
+    _refuse_cycles(batch)
+
+    now = timezone.now()
+    external = {dep for spec in batch for dep in spec.deps if dep not in seen}
+    with transaction.atomic(using=using):
+        taken = Task.objects.using(using).filter(pk__in=ids).first()
+        if taken is not None:
+            raise errors.DuplicateId(f"a task with id {taken.pk!r} already exists", task=taken)
+        dep_stages = dict(
+            Task.objects.using(using).filter(pk__in=external).values_list("pk", "stage")
+        )
+        unknown = sorted(external - dep_stages.keys())
+        if unknown:
+            raise errors.InvalidRequest(f"unknown dependencies: {', '.join(unknown)}", unknown=unknown)
+        tasks = []
+        for spec in batch:
+            ready = not spec.hold and all(dep_stages.get(dep) == Stage.COMPLETED for dep in spec.deps)
+            tasks.append(
+                Task(
+                    id=spec.id,
+                    title=spec.title,
+                    description=spec.description,
+                    payload=spec.payload,
+                    queue=spec.queue,
+                    priority=spec.priority,
+                    hold=spec.hold,
+                    max_retries=spec.max_retries,
+                    stage=Stage.QUEUED if ready else Stage.PENDING,
+                    version=0,
+                    created_at=now,
+                    updated_at=now,
+                )
+            )
+        try:
+            with transaction.atomic(using=using):  # savepoint: a racing creator of the same id
+                Task.objects.using(using).bulk_create(tasks)
+        except IntegrityError:
+            taken = Task.objects.using(using).filter(pk__in=ids).first()
+            raise errors.DuplicateId(
+                f"a task with id {getattr(taken, 'pk', ids[0])!r} already exists", task=taken
+            ) from None
+        Dependency.objects.using(using).bulk_create(
+            [Dependency(task_id=spec.id, depends_on_id=dep) for spec in batch for dep in spec.deps]
+        )
+        TaskEvent.objects.using(using).bulk_create(
+            [
+                TaskEvent(task_id=t.pk, verb=Verb.CREATE, from_stage="", to_stage=t.stage,
+                          version=0, fence=0, actor=actor, at=now)
+                for t in tasks
+            ]
+        )
+        # A dependency may complete while this transaction is open; its own admission pass
+        # cannot see these uncommitted tasks, so look again once they are committed.
+        waiting = [t.pk for t in tasks if t.stage == Stage.PENDING and not t.hold]
+        if waiting and external:
+            transaction.on_commit(lambda: admit_ready(waiting, using=using), using=using, robust=True)
+    return tasks
+
+
+def _validate_spec(spec: TaskSpec) -> None:
+    if spec.id is not None and not is_valid_task_id(spec.id):
+        raise errors.InvalidRequest(
+            f"invalid task id {spec.id!r}: 1-100 characters of letters, digits and ._:- "
+            "starting with a letter or digit"
+        )
+    if not isinstance(spec.title, str) or not spec.title.strip() or len(spec.title) > 300:
+        raise errors.InvalidRequest("title must be non-empty text of at most 300 characters")
+    if not isinstance(spec.description, str):
+        raise errors.InvalidRequest("description must be text")
+    if not is_valid_task_id(spec.queue):
+        raise errors.InvalidRequest(f"invalid queue name {spec.queue!r}")
+    if isinstance(spec.priority, bool) or not isinstance(spec.priority, int) or abs(spec.priority) > 2**31 - 1:
+        raise errors.InvalidRequest("priority must be a 32-bit integer")
+    if (
+        isinstance(spec.max_retries, bool)
+        or not isinstance(spec.max_retries, int)
+        or not 0 <= spec.max_retries <= MAX_RETRIES_LIMIT
+    ):
+        raise errors.InvalidRequest(f"max_retries must be an integer from 0 to {MAX_RETRIES_LIMIT}")
+    if not isinstance(spec.hold, bool):
+        raise errors.InvalidRequest("hold must be true or false")
+    deps = list(spec.deps)
+    if len(deps) > MAX_DEPENDENCIES:
+        raise errors.InvalidRequest(f"at most {MAX_DEPENDENCIES} dependencies")
+    for dep in deps:
+        if not is_valid_task_id(dep):
+            raise errors.InvalidRequest(f"invalid dependency id {dep!r}")
+    if len(set(deps)) != len(deps):
+        raise errors.InvalidRequest("a dependency is listed twice")
+    if spec.id is not None and spec.id in deps:
+        raise errors.InvalidRequest(f"task {spec.id} depends on itself", task_id=spec.id)
+    spec.deps = tuple(deps)
+
+
+def _refuse_cycles(batch: list[TaskSpec]) -> None:
+    """Existing tasks cannot depend on new ones, so a cycle can only lie inside the batch."""
+    graph = {spec.id: [d for d in spec.deps] for spec in batch}
+    white, grey, black = 0, 1, 2
+    colour = {task_id: white for task_id in graph}
+    for root in graph:
+        if colour[root] != white:
+            continue
+        stack = [(root, iter(graph[root]))]
+        colour[root] = grey
+        path = [root]
+        while stack:
+            node, children = stack[-1]
+            child = next((c for c in children if c in graph), None)
+            if child is None:
+                colour[node] = black
+                stack.pop()
+                path.pop()
+            elif colour[child] == grey:
+                cycle = path[path.index(child):] + [child]
+                raise errors.InvalidRequest(
+                    f"dependency cycle: {' -> '.join(cycle)}", cycle=cycle, task_id=child
+                )
+            elif colour[child] == white:
+                colour[child] = grey
+                stack.append((child, iter(graph[child])))
+                path.append(child)
+
+
+# ---------------------------------------------------------------------------------------------
+# Admission: PENDING -> QUEUED
+
+
+def admit(task_id: str, *, actor: str, version: int | None = None, using: str = "default") -> Task:
+    """Operator: admit a PENDING task (held or not) whose dependencies are all COMPLETED."""
+
+    def move(task: Task, now: datetime) -> bool:
+        if task.stage != Stage.PENDING:
+            raise _illegal(task, Verb.ADMIT)
+        unfinished = _unfinished_deps(using, task.pk)
+        if unfinished:
+            raise errors.Blocked(f"waiting for {', '.join(sorted(unfinished))}", task=task)
+        return _swap(using, task, Verb.ADMIT, now=now, actor=actor, hold=False)
+
+    return _operator_move(using, task_id, version, move)
+
+
+def admit_ready(task_ids: Iterable[str] | None = None, *, using: str = "default") -> list[str]:
+    """Admit every PENDING task, not held, whose dependencies are all COMPLETED (only among
+    `task_ids` when given). Each admission is its own CAS; returns the ids admitted.
+
+    Called after a completion commits, after a creation commits, and by the reaper's sweep, so
+    a task can never stay blocked on a dependency that has completed."""
+    rows = Task.objects.using(using).filter(stage=Stage.PENDING, hold=False)
+    if task_ids is not None:
+        rows = rows.filter(pk__in=list(task_ids))
+    candidates = rows.exclude(_has_unfinished_deps()).values_list("pk", flat=True)
+    admitted = []
+    for task_id in list(candidates):
+        with transaction.atomic(using=using):
+            task = Task.objects.using(using).filter(pk=task_id).first()
+            if task is None or task.stage != Stage.PENDING or task.hold:
+                continue
+            if _unfinished_deps(using, task_id):
+                continue
+            if _swap(using, task, Verb.ADMIT, now=timezone.now(), actor="system", guard=Q(hold=False)):
+                admitted.append(task_id)
+    return admitted
+
+
+def _admit_dependents(task_id: str, using: str) -> list[str]:
+    dependents = Dependency.objects.using(using).filter(
+        depends_on_id=task_id, task__stage=Stage.PENDING, task__hold=False
+    ).values_list("task_id", flat=True)
+    return admit_ready(list(dependents), using=using) if dependents else []
+
+
+# ---------------------------------------------------------------------------------------------
+# Claiming: QUEUED -> RUNNING, and PAUSED -> RUNNING (resume)
+
+
+def claim(task_id: str, agent: str, ttl_seconds: float, *, using: str = "default") -> Claim:
+    """Claim this task for `agent` with a new lease of `ttl_seconds`.
+
+    A PENDING task whose dependencies have all completed is admitted on the way; a RUNNING task
+    whose lease has expired is reclaimed and taken over (a new token, a higher fence). Refused:
+    NotFound, Taken (a live lease), Blocked (dependencies, hold, backoff), Terminal,
+    InvalidTransition (PAUSED: resume it; FAILED: an operator may requeue it)."""
+    ttl = _ttl(ttl_seconds)
+    _agent_name(agent)
+    for _ in range(RACE_RETRIES):
+        with transaction.atomic(using=using):
+            now = timezone.now()
+            task = _claimable(using, _get(using, task_id), now)
+            if task is not None:
+                won = _take(using, task, Verb.CLAIM, agent, ttl, now)
+                if won is not None:
+                    return won
+    raise errors.VersionConflict(f"task {task_id} kept changing; try again", task_id=task_id)
+
+
+def _claimable(using: str, task: Task, now: datetime) -> Task | None:
+    """`task` as QUEUED and ready to claim, or None when a race was lost (reload and retry);
+    raises the precise error when it cannot be claimed."""
+    if task.stage == Stage.QUEUED:
+        if task.not_before is not None and task.not_before > now:
+            raise errors.Blocked(f"retry backoff until {task.not_before.isoformat()}", task=task)
+        return task
+    if task.stage == Stage.PENDING:
+        unfinished = _unfinished_deps(using, task.pk)
+        if unfinished:
+            raise errors.Blocked(f"waiting for {', '.join(sorted(unfinished))}", task=task)
+        if task.hold:
+            raise errors.Blocked("held until an operator admits it", task=task)
+        # Its last dependency has just completed and the admission pass has not reached it yet.
+        ok = _swap(using, task, Verb.ADMIT, now=now, actor="system", guard=Q(hold=False))
+        return task if ok else None
+    if task.stage == Stage.RUNNING:
+        if task.lease_expires_at is not None and task.lease_expires_at > now:
+            raise errors.Taken(f"task {task.pk} is held by {task.owner}", task=task)
+        if not attempts_left(task.attempts, task.max_retries):
+            raise errors.InvalidTransition(
+                f"task {task.pk}'s lease expired on its last attempt; it is being failed", task=task
+            )
+        ok = _swap(using, task, Verb.RECLAIM, now=now, actor="system",
+                   guard=Q(lease_expires_at__lte=now), detail={"reason": "lease expired"}, **NO_LEASE)
+        return task if ok else None
+    if task.stage == Stage.PAUSED:
+        raise _illegal(task, Verb.CLAIM, "resume it to continue from its checkpoint")
+    if task.stage == Stage.FAILED:
+        raise _illegal(task, Verb.CLAIM, "an operator may requeue it")
+    raise _illegal(task, Verb.CLAIM)
+
+
+def _take(using: str, task: Task, verb: Verb, agent: str, ttl: timedelta, now: datetime) -> Claim | None:
+    """Give `task` a new lease: a freshly minted token and the next fence, in one CAS."""
+    token = _mint_token()
+    fence = task.fence + 1
+    expires_at = now + ttl
+    changes = {
+        "owner": agent,
+        "lease_token_hash": hash_token(token),
+        "fence": fence,
+        "lease_expires_at": expires_at,
+        "not_before": None,
+    }
+    if verb == Verb.CLAIM:  # a resume continues the paused attempt
+        changes["attempts"] = task.attempts + 1
+    if not _swap(using, task, verb, now=now, actor=agent, **changes):
+        return None
+    return Claim(task=task, lease=Lease(token=token, fence=fence, expires_at=expires_at))
+
+
+def claim_next(
+    agent: str, ttl_seconds: float, *, queue: str | None = None, using: str = "default"
+) -> Claim | None:
+    """Claim the best ready task: highest priority, then oldest, among QUEUED tasks past their
+    backoff (in `queue` when given). None when there is no ready task."""
+    ttl = _ttl(ttl_seconds)
+    _agent_name(agent)
+    if queue is not None and not is_valid_task_id(queue):
+        raise errors.InvalidRequest(f"invalid queue name {queue!r}")
+    features = connections[using].features
+    for _ in range(RACE_RETRIES):
+        with transaction.atomic(using=using):
+            now = timezone.now()
+            ready = Task.objects.using(using).filter(stage=Stage.QUEUED).filter(
+                Q(not_before__isnull=True) | Q(not_before__lte=now)
+            )
+            if queue is not None:
+                ready = ready.filter(queue=queue)
+            ready = ready.order_by("-priority", "created_at", "pk")
+            if features.has_select_for_update_skip_locked:
+                ready = ready.select_for_update(skip_locked=True)
+            task = ready.first()
+            if task is None:
+                return None
+            won = _take(using, task, Verb.CLAIM, agent, ttl, now)
+            if won is not None:
+                return won
+    log.warning("claim_next by %s lost %d races in a row", agent, RACE_RETRIES)
+    return None
+
+
+def resume(task_id: str, agent: str, ttl_seconds: float, *, using: str = "default") -> Claim:
+    """Take a PAUSED task with a new lease (new token, higher fence); its checkpoint is on the
+    returned task."""
+    ttl = _ttl(ttl_seconds)
+    _agent_name(agent)
+    for _ in range(RACE_RETRIES):
+        with transaction.atomic(using=using):
+            now = timezone.now()
+            task = _get(using, task_id)
+            if task.stage == Stage.RUNNING and task.lease_expires_at and task.lease_expires_at > now:
+                raise errors.Taken(f"task {task.pk} is held by {task.owner}", task=task)
+            if task.stage != Stage.PAUSED:
+                raise _illegal(task, Verb.RESUME, "only a PAUSED task can be resumed")
+            won = _take(using, task, Verb.RESUME, agent, ttl, now)
+            if won is not None:
+                return won
+    raise errors.VersionConflict(f"task {task_id} kept changing; try again", task_id=task_id)
+
+
+# ---------------------------------------------------------------------------------------------
+# The holder's verbs: renew, release, complete, fail, pause. Each is refused with LeaseLost
+# unless the token is the task's current lease.
+
+
+def _holder_move(using: str, task_id: str, token: str, build, *, live_only: bool):
+    """Run a holder's verb: check the token against the row, then CAS on (stage, version, token
+    hash). `build(task, now)` performs the swap(s) and returns the result, or None on a lost CAS.
+
+    `live_only`: renew refuses an expired lease (the seed's rule: past its expiry the holder has
+    no right left to extend). complete/fail/pause/release accept a lease that has expired but
+    has not been taken over: the token still proves nobody else holds the task."""
+    if not isinstance(token, str) or not token:
+        raise errors.InvalidRequest("token is required")
+    token_hash = hash_token(token)
+    for _ in range(RACE_RETRIES):
+        with transaction.atomic(using=using):
+            now = timezone.now()
+            task = _get(using, task_id)
+            if task.stage != Stage.RUNNING or not hmac.compare_digest(
+                task.lease_token_hash or "", token_hash
+            ):
+                raise errors.LeaseLost(
+                    f"this token is not task {task.pk}'s current lease", task=task
+                )
+            if live_only and (task.lease_expires_at is None or task.lease_expires_at <= now):
+                raise errors.LeaseLost(f"the lease on task {task.pk} has expired", task=task)
+            result = build(task, now, token_hash)
+            if result is not None:
+                return result
+    raise errors.VersionConflict(f"task {task_id} kept changing; try again", task_id=task_id)
+
+
+def renew(
+    task_id: str,
+    token: str,
+    ttl_seconds: float,
+    *,
+    checkpoint: Any = None,
+    progress: float | None = None,
+    using: str = "default",
+) -> Claim:
+    """Extend a live lease to now + ttl, keeping token and fence; optionally save a checkpoint
+    and progress. Wrong token or an expired lease: LeaseLost, nothing changed."""
+    ttl = _ttl(ttl_seconds)
+    _check_progress(progress)
+
+    def build(task: Task, now: datetime, token_hash: str):
+        changes: dict[str, Any] = {"lease_expires_at": now + ttl}
+        if checkpoint is not None:
+            changes["checkpoint"] = checkpoint
+        if progress is not None:
+            changes["progress"] = progress
+        # The guard re-checks expiry in the statement itself: check and extension are one step.
+        if _swap(using, task, Verb.RENEW, now=now, actor=task.owner, token_hash=token_hash,
+                 guard=Q(lease_expires_at__gt=now), **changes):
+            return Claim(task=task, lease=Lease(token=token, fence=task.fence, expires_at=task.lease_expires_at))
+        return None
+
+    return _holder_move(using, task_id, token, build, live_only=True)
+
+
+def release(task_id: str, token: str, *, using: str = "default") -> Task:
+    """Hand the task back to the queue. The attempt is given back: releasing is not failing."""
+
+    def build(task: Task, now: datetime, token_hash: str):
+        ok = _swap(using, task, Verb.RELEASE, now=now, actor=task.owner, token_hash=token_hash,
+                   attempts=max(0, task.attempts - 1), **NO_LEASE)
+        return task if ok else None
+
+    return _holder_move(using, task_id, token, build, live_only=False)
+
+
+def complete(task_id: str, token: str, result: Any, *, using: str = "default") -> Task:
+    """Commit the result; then admit the dependents this completion unblocks (after commit, each
+    by its own CAS, so that two dependencies completing at once cannot both miss the other)."""
+    if result is None:
+        raise errors.InvalidRequest("result is required (use {} for a task with no output)")
+
+    def build(task: Task, now: datetime, token_hash: str):
+        ok = _swap(using, task, Verb.COMPLETE, now=now, actor=task.owner, token_hash=token_hash,
+                   result=result, **NO_LEASE)
+        if ok:
+            transaction.on_commit(lambda: _admit_dependents(task.pk, using), using=using, robust=True)
+        return task if ok else None
+
+    return _holder_move(using, task_id, token, build, live_only=False)
+
+
+def fail(task_id: str, token: str, error: str, *, retryable: bool = True, using: str = "default") -> Task:
+    """Record a failed attempt. With attempts left and `retryable`, the task goes straight back
+    to QUEUED behind an exponential backoff (FAIL then RETRY, one transaction); otherwise it
+    stays FAILED."""
+    if not isinstance(error, str):
+        raise errors.InvalidRequest("error must be text")
+
+    def build(task: Task, now: datetime, token_hash: str):
+        if not _swap(using, task, Verb.FAIL, now=now, actor=task.owner, token_hash=token_hash,
+                     last_error=error, **NO_LEASE):
+            return None
+        if retryable and attempts_left(task.attempts, task.max_retries):
+            _retry(using, task, now)
+        return task
+
+    return _holder_move(using, task_id, token, build, live_only=False)
+
+
+def _retry(using: str, task: Task, now: datetime) -> None:
+    conf = settings.TASKFLOW
+    delay = retry_backoff_seconds(
+        task.attempts, conf["RETRY_BACKOFF_BASE_SECONDS"], conf["RETRY_BACKOFF_MAX_SECONDS"]
+    )
+    not_before = now + timedelta(seconds=delay)
+    # Same transaction as the FAIL just written, so this CAS cannot lose.
+    if not _swap(using, task, Verb.RETRY, now=now, actor="system", not_before=not_before,
+                 detail={"backoff_seconds": delay}):
+        raise errors.VersionConflict("task changed inside its own transaction", task=task)
+
+
+def pause(task_id: str, token: str, checkpoint: Any, *, using: str = "default") -> Task:
+    """Release the lease and keep `checkpoint`, so that a later resume continues from it."""
+    if checkpoint is None:
+        raise errors.InvalidRequest("checkpoint is required to pause")
+
+    def build(task: Task, now: datetime, token_hash: str):
+        ok = _swap(using, task, Verb.PAUSE, now=now, actor=task.owner, token_hash=token_hash,
+                   checkpoint=checkpoint, **NO_LEASE)
+        return task if ok else None
+
+    return _holder_move(using, task_id, token, build, live_only=False)
+
+
+def _check_progress(progress: float | None) -> None:
+    if progress is None:
+        return
+    if isinstance(progress, bool) or not isinstance(progress, (int, float)) or not 0 <= progress <= 1:
+        raise errors.InvalidRequest("progress must be a fraction from 0 to 1")
+
+
+# ---------------------------------------------------------------------------------------------
+# Operators' verbs: requeue, cancel, force_release (and admit, above). With `version` the move
+# is refused with VersionConflict if the task changed since; without it, the move is applied
+# to the task as it is now, if still legal.
+
+
+def _operator_move(using: str, task_id: str, version: int | None, move) -> Task:
+    for _ in range(RACE_RETRIES):
+        with transaction.atomic(using=using):
+            now = timezone.now()
+            task = _get(using, task_id)
+            if version is not None and task.version != version:
+                raise errors.VersionConflict(
+                    f"task {task.pk} is at version {task.version}, not {version}", task=task
+                )
+            if move(task, now):
+                return task
+            if version is not None:
+                raise errors.VersionConflict(f"task {task.pk} changed meanwhile", task=_get(using, task_id))
+    raise errors.VersionConflict(f"task {task_id} kept changing; try again", task_id=task_id)
+
+
+def requeue(
+    task_id: str, *, actor: str, version: int | None = None, reset_attempts: bool = False,
+    reason: str = "", using: str = "default",
+) -> Task:
+    """Operator: put a FAILED or PAUSED task back in the queue (PAUSED keeps its checkpoint).
+    With no attempt left it is refused unless `reset_attempts`."""
+
+    def move(task: Task, now: datetime) -> bool:
+        if task.stage not in (Stage.FAILED, Stage.PAUSED):
+            raise _illegal(task, Verb.REQUEUE, "only FAILED or PAUSED tasks are requeued")
+        attempts = 0 if reset_attempts else task.attempts
+        if not attempts_left(attempts, task.max_retries):
+            raise errors.InvalidTransition(
+                f"task {task.pk} has no attempt left; requeue with reset_attempts", task=task
+            )
+        return _swap(using, task, Verb.REQUEUE, now=now, actor=actor, attempts=attempts,
+                     not_before=None, detail=_reason(reason, reset_attempts=reset_attempts))
+
+    return _operator_move(using, task_id, version, move)
+
+
+def cancel(task_id: str, *, actor: str, version: int | None = None, reason: str = "", using: str = "default") -> Task:
+    """Operator: cancel a task that has not finished. A live lease is ended: its holder's
+    later calls get LeaseLost."""
+
+    def move(task: Task, now: datetime) -> bool:
+        if target(task.stage, Verb.CANCEL) is None:
+            raise _illegal(task, Verb.CANCEL)
+        return _swap(using, task, Verb.CANCEL, now=now, actor=actor, detail=_reason(reason), **NO_LEASE)
+
+    return _operator_move(using, task_id, version, move)
+
+
+def force_release(task_id: str, *, actor: str, version: int | None = None, reason: str = "",
+                  using: str = "default") -> Task:
+    """Operator: take a RUNNING task from its holder, live lease or not, back to QUEUED. The
+    holder's later calls get LeaseLost and the next claim gets a higher fence."""
+
+    def move(task: Task, now: datetime) -> bool:
+        if task.stage != Stage.RUNNING:
+            raise _illegal(task, Verb.FORCE_RELEASE, "only a RUNNING task holds a lease")
+        detail = _reason(reason, previous_owner=task.owner)
+        return _swap(using, task, Verb.FORCE_RELEASE, now=now, actor=actor, detail=detail,
+                     attempts=max(0, task.attempts - 1), **NO_LEASE)
+
+    return _operator_move(using, task_id, version, move)
+
+
+def _reason(reason: str, **extra: Any) -> dict | None:
+    detail = {k: v for k, v in extra.items() if v}
+    if reason:
+        detail["reason"] = reason
+    return detail or None
+
+
+# ---------------------------------------------------------------------------------------------
+# The store's own housekeeping
+
+
+@dataclass(frozen=True)
+class Reclaimed:
+    task_id: str
+    to_stage: Stage
+
+
+def reclaim_expired(*, now: datetime | None = None, limit: int = 500, task_ids: Iterable[str] | None = None,
+                    using: str = "default") -> list[Reclaimed]:
+    """Take back every lease that expired by `now` (default: this store's clock): the task goes
+    back to QUEUED, or to FAILED when its attempts are spent. Live leases are never touched.
+    Each task is its own CAS; returns what was moved."""
+    now = now or timezone.now()
+    expired = Task.objects.using(using).filter(stage=Stage.RUNNING, lease_expires_at__lte=now)
+    if task_ids is not None:
+        expired = expired.filter(pk__in=list(task_ids))
+    moved = []
+    for task_id in list(expired.order_by("lease_expires_at").values_list("pk", flat=True)[:limit]):
+        with transaction.atomic(using=using):
+            task = Task.objects.using(using).filter(pk=task_id).first()
+            if task is None or task.stage != Stage.RUNNING or not task.lease_expires_at or task.lease_expires_at > now:
+                continue  # renewed or finished meanwhile
+            detail = {"previous_owner": task.owner, "lease_expired_at": task.lease_expires_at.isoformat()}
+            guard = Q(lease_expires_at__lte=now)
+            if attempts_left(task.attempts, task.max_retries):
+                ok = _swap(using, task, Verb.RECLAIM, now=now, actor="system:reaper", guard=guard,
+                           detail=detail, **NO_LEASE)
+            else:
+                ok = _swap(using, task, Verb.FAIL, now=now, actor="system:reaper", guard=guard,
+                           detail=detail, last_error="lease expired on the last attempt", **NO_LEASE)
+            if ok:
+                moved.append(Reclaimed(task_id, Stage(task.stage)))
+    return moved

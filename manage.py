@@ -1,0 +1,15 @@
+#!/usr/bin/env python
+"""Django's command-line utility for TaskFlow board."""
+import os
+import sys
+
+
+def main():
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "taskflow_site.settings")
+    from django.core.management import execute_from_command_line
+
+    execute_from_command_line(sys.argv)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,174 @@
+"""TaskFlow board settings, read from the environment.
+
+Variables (all optional in development):
+
+- ``DEBUG``          "1"/"true" for development. Off by default: production is the safe default.
+- ``SECRET_KEY``     required when DEBUG is off. In development, when unset, a key is generated
+                     once into ``.secret_key`` (git-ignored) so sessions survive restarts.
+- ``ALLOWED_HOSTS``  comma-separated; defaults to localhost names in development.
+- ``DATABASE_URL``   e.g. ``postgres://user@host:5432/taskflow``; default is the embedded SQLite
+                     file ``db.sqlite3`` in the project folder (WAL, BEGIN IMMEDIATE, busy timeout).
+- ``SECURE_PROXY_SSL_HEADER`` set to "1" when a TLS-terminating proxy sets X-Forwarded-Proto.
+"""
+import os
+import secrets
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def env_flag(name: str, default: bool = False) -> bool:
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return default
+    return value.strip().lower() in {"1", "true", "yes", "on"}
+
+
+def env_list(name: str, default: list[str]) -> list[str]:
+    value = os.environ.get(name, "")
+    items = [item.strip() for item in value.split(",") if item.strip()]
+    return items or default
+
+
+DEBUG = env_flag("DEBUG")
+
+
+def _secret_key() -> str:
+    key = os.environ.get("SECRET_KEY", "")
+    if key:
+        return key
+    if not DEBUG:
+        raise ImproperlyConfigured(
+            "SECRET_KEY is not set. Set it in the environment (production), "
+            "or set DEBUG=1 to use a generated development key."
+        )
+    # Development only: generate once into an ignored file, never a committed default.
+    key_file = BASE_DIR / ".secret_key"
+    if not key_file.exists():
+        key_file.write_text(secrets.token_urlsafe(50))
+        key_file.chmod(0o600)
+    return key_file.read_text().strip()
+
+
+SECRET_KEY = _secret_key()
+
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"] if DEBUG else [])
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "channels",
+    "board",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "taskflow_site.urls"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+ASGI_APPLICATION = "taskflow_site.asgi.application"
+WSGI_APPLICATION = None
+
+
+def sqlite_options() -> dict:
+    """SQLite as a concurrent store: WAL so readers never block the writer, BEGIN IMMEDIATE so
+    a transaction takes the write lock up front (no upgrade deadlock between two readers that
+    both want to write), and a busy timeout so writers queue instead of failing."""
+    return {
+        "transaction_mode": "IMMEDIATE",
+        "timeout": 30,
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;",
+    }
+
+
+def database_from_url(url: str) -> dict:
+    config = dj_database_url.parse(url, conn_max_age=0)
+    if config["ENGINE"] == "django.db.backends.sqlite3":
+        config["OPTIONS"] = {**sqlite_options(), **config.get("OPTIONS", {})}
+    return config
+
+
+DATABASES = {
+    "default": database_from_url(
+        os.environ.get("DATABASE_URL") or f"sqlite:///{BASE_DIR / 'db.sqlite3'}"
+    )
+}
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = BASE_DIR / ".staticfiles"
+
+CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+# TaskFlow engine knobs.
+TASKFLOW = {
+    # Retry backoff after a retryable failure: base * 2**(attempt-1), capped.
+    "RETRY_BACKOFF_BASE_SECONDS": float(os.environ.get("TASKFLOW_RETRY_BACKOFF_BASE", "2")),
+    "RETRY_BACKOFF_MAX_SECONDS": float(os.environ.get("TASKFLOW_RETRY_BACKOFF_MAX", "300")),
+    # How often the reaper started by `make run` looks for expired leases.
+    "REAP_INTERVAL_SECONDS": float(os.environ.get("TASKFLOW_REAP_INTERVAL", "1")),
+}
+
+# Production hardening: on whenever DEBUG is off (what `manage.py check --deploy` asks for).
+if not DEBUG:
+    SECURE_SSL_REDIRECT = env_flag("SECURE_SSL_REDIRECT", True)
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_HSTS_SECONDS = int(os.environ.get("SECURE_HSTS_SECONDS", "31536000"))
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+    SECURE_HSTS_PRELOAD = env_flag("SECURE_HSTS_PRELOAD", False)
+    SECURE_CONTENT_TYPE_NOSNIFF = True
+    X_FRAME_OPTIONS = "DENY"
+    if env_flag("SECURE_PROXY_SSL_HEADER"):
+        SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "loggers": {"board": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")}},
+}

@@ -1,0 +1,28 @@
+"""Shared test plumbing: which real services are here, and what to do when one is missing.
+
+A test that needs a missing service fails in CI (CI=true) and, on a laptop, is skipped with a
+line at the end of the run that names exactly what did not run."""
+import pytest
+from django.conf import settings
+
+from tests.services import IN_CI
+
+_not_run: dict[str, str] = {}
+
+
+def _missing_service(item: pytest.Item, what: str, why: str) -> None:
+    if IN_CI:
+        pytest.fail(f"{what} is required in CI but {why}", pytrace=False)
+    _not_run[what] = why
+    pytest.skip(f"NOT RUN: {what} ({why})")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker("postgres") and not settings.POSTGRES_AVAILABLE:
+        _missing_service(item, "PostgreSQL tests", f"no server answers at {settings.POSTGRES_URL}")
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    for what, why in sorted(_not_run.items()):
+        terminalreporter.write_line(f"NOT RUN: {what}: {why}", yellow=True, bold=True)

@@ -1,0 +1,50 @@
+"""Helpers for tests: real rows in real databases, aged by writing the row (never by sleeping)."""
+from datetime import timedelta
+
+import pytest
+from django.conf import settings
+from django.db import connections
+from django.forms.models import model_to_dict
+from django.utils import timezone
+
+from board.models import Dependency, Task, TaskEvent
+
+def postgres_db_mark():
+    """Marks for tests on the PostgreSQL alias. When the server is absent the `postgres` marker
+    makes them fail (CI) or skip loudly (laptop) before they touch the database."""
+    databases = ["default", "postgres"] if settings.POSTGRES_AVAILABLE else ["default"]
+    return [pytest.mark.postgres, pytest.mark.django_db(transaction=True, databases=databases)]
+
+
+def sqlite_db_mark():
+    return [pytest.mark.django_db(transaction=True, databases=["default"])]
+
+
+def row(task_id: str, using: str = "default") -> dict:
+    """Every column of a task, as stored."""
+    return model_to_dict(Task.objects.using(using).get(pk=task_id), fields=[f.name for f in Task._meta.fields])
+
+
+def db_state(using: str = "default") -> tuple:
+    """Everything the board stores, to compare before and after a refused call."""
+    tasks = [model_to_dict(t, fields=[f.name for f in Task._meta.fields])
+             for t in Task.objects.using(using).order_by("pk")]
+    deps = list(Dependency.objects.using(using).order_by("pk").values_list("task_id", "depends_on_id"))
+    events = list(TaskEvent.objects.using(using).order_by("pk").values())
+    return tasks, deps, events
+
+
+def expire_lease(task_id: str, using: str = "default", ago: timedelta = timedelta(seconds=5)) -> None:
+    """Age a lease by writing its expiry into the past (a test's stand-in for time passing)."""
+    updated = Task.objects.using(using).filter(pk=task_id, stage="RUNNING").update(
+        lease_expires_at=timezone.now() - ago
+    )
+    assert updated == 1, f"{task_id} holds no lease to expire"
+
+
+def end_backoff(task_id: str, using: str = "default") -> None:
+    assert Task.objects.using(using).filter(pk=task_id).update(not_before=None) == 1
+
+
+def close_connection(using: str) -> None:
+    connections[using].close()
