@@ -41,6 +41,11 @@ ALL_CODES = (
 )  # fmt: skip
 
 
+# Stages a task can only reach through a claim, hence only once its dependencies completed
+# (dependencies never leave COMPLETED, so one unfinished now means it was claimed too early).
+CLAIMED_AT_LEAST_ONCE = frozenset({Stage.RUNNING, Stage.PAUSED, Stage.COMPLETED, Stage.FAILED})
+
+
 @dataclass(frozen=True)
 class TaskSnapshot:
     """The fields of a task that the invariants read. `has_token` says whether a lease token
@@ -68,10 +73,13 @@ class Problem:
 def check(tasks: Iterable[TaskSnapshot], now: datetime) -> list[Problem]:
     """Every invariant violation in `tasks` at time `now`, sorted by (task, code)."""
     tasks = list(tasks)
-    problems: set[Problem] = set()
+    problems: dict[tuple[str, str], str] = {}
 
     def report(task_id: str, code: str, text: str) -> None:
-        problems.add(Problem(task_id, code, text))
+        # One problem per (task, code); the smallest text wins so that output never depends
+        # on the order of the snapshot (duplicate ids can word the same problem twice).
+        key = (task_id, code)
+        problems[key] = min(text, problems.get(key, text))
 
     counts = Counter(t.id for t in tasks)
     by_id = {t.id: t for t in tasks}
@@ -94,7 +102,7 @@ def check(tasks: Iterable[TaskSnapshot], now: datetime) -> list[Problem]:
 
     for task_id in _tasks_on_cycles(tasks, by_id):
         report(task_id, DEP_CYCLE, f"task {task_id} is on a dependency cycle")
-    return sorted(problems)
+    return [Problem(task_id, code, text) for (task_id, code), text in sorted(problems.items())]
 
 
 def _check_deps(t: TaskSnapshot, stage: Stage | None, by_id: dict, report) -> None:
@@ -106,13 +114,13 @@ def _check_deps(t: TaskSnapshot, stage: Stage | None, by_id: dict, report) -> No
         if other is None:
             report(t.id, UNKNOWN_DEP, f"task {t.id} depends on unknown task {dep!r}")
             continue
-        if stage is None or stage in TERMINAL or other.stage == Stage.COMPLETED:
+        if stage is None or stage == Stage.CANCELLED or other.stage == Stage.COMPLETED:
             continue
-        if stage in (Stage.RUNNING, Stage.PAUSED):
-            report(t.id, BLOCKED_CLAIM, f"task {t.id} was claimed before {dep} completed ({other.stage})")
+        if stage in CLAIMED_AT_LEAST_ONCE:
+            report(t.id, BLOCKED_CLAIM, f"task {t.id} is {stage} but {dep} is {other.stage}")
         elif stage == Stage.QUEUED:
             report(t.id, QUEUED_BLOCKED, f"task {t.id} is QUEUED but {dep} is {other.stage}")
-        if other.stage in DEAD_ENDS and stage != Stage.FAILED:
+        if other.stage in DEAD_ENDS and stage not in (Stage.FAILED, Stage.COMPLETED):
             report(t.id, DEAD_DEP, f"task {t.id} waits for {dep}, which is {other.stage}")
 
 

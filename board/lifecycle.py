@@ -93,7 +93,8 @@ def is_valid_task_id(task_id: object) -> bool:
 
 def retry_backoff_seconds(attempt: int, base: float, cap: float) -> float:
     """Exponential backoff before the next attempt after `attempt` failed: base, 2*base, ..."""
-    return min(cap, base * (2 ** max(0, attempt - 1)))
+    exponent = min(max(0, attempt - 1), 64)  # 2**64 * base exceeds any sane cap; no overflow
+    return min(cap, base * 2.0**exponent)
 
 
 def attempts_left(attempts: int, max_retries: int) -> bool:

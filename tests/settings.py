@@ -6,13 +6,15 @@ Django creates and drops its own test database there (test_taskflow)."""
 import os
 import secrets
 import socket
+import tempfile
+from pathlib import Path
 from urllib.parse import urlparse
 
 # A random key per run: tests need one, and no key is ever committed.
 os.environ.setdefault("SECRET_KEY", secrets.token_urlsafe(50))
 
 from taskflow_site.settings import *  # noqa: E402,F401,F403
-from taskflow_site.settings import BASE_DIR, database_from_url  # noqa: E402
+from taskflow_site.settings import database_from_url  # noqa: E402
 
 POSTGRES_URL = os.environ.get("TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/taskflow")
 
@@ -26,11 +28,13 @@ def _answers(url: str) -> bool:
         return False
 
 
+# A real file, so that threads with their own connections share it (WAL, IMMEDIATE); one per
+# test run, so that two runs on one machine never share (or delete) each other's database.
+SQLITE_TEST_FILE = Path(tempfile.gettempdir()) / f"taskflow-test-{os.getpid()}.sqlite3"
 DATABASES = {
     "default": {
-        **database_from_url(f"sqlite:///{BASE_DIR / '.test-default.sqlite3'}"),
-        # A real file, so that threads with their own connections share it (WAL, IMMEDIATE).
-        "TEST": {"NAME": str(BASE_DIR / ".test-default.sqlite3")},
+        **database_from_url(f"sqlite:///{SQLITE_TEST_FILE}"),
+        "TEST": {"NAME": str(SQLITE_TEST_FILE)},
     }
 }
 POSTGRES_AVAILABLE = _answers(POSTGRES_URL)
@@ -38,3 +42,8 @@ if POSTGRES_AVAILABLE:
     DATABASES["postgres"] = database_from_url(POSTGRES_URL)
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # speed; test users only
+
+# Stores that cannot be reached, for the criteria's fault tests (tests/test_contract_faults.py).
+# No test asks pytest-django to set them up; connecting to them fails for real.
+DATABASES["unreachable-sqlite"] = database_from_url("sqlite:////nonexistent-directory/taskflow.sqlite3")
+DATABASES["unreachable-postgres"] = database_from_url("postgres://postgres@127.0.0.1:1/taskflow")

@@ -1,0 +1,46 @@
+# The two commands of README.md: `make run` and `make test`. Both work on a fresh machine with
+# python3 (3.11+); they create .venv and install the pinned requirements first.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+HOST ?= 127.0.0.1
+PORT ?= 8000
+
+.PHONY: run test bench check-board contract-check
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+$(VENV)/.run-deps: requirements.txt | $(PY)
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	touch $@
+
+$(VENV)/.test-deps: requirements.txt requirements-test.txt | $(PY)
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-test.txt
+	touch $@ $(VENV)/.run-deps
+
+# The board on the embedded default (SQLite file db.sqlite3) unless DATABASE_URL says otherwise,
+# with the reaper beside it so that lost leases come back by themselves. DEBUG defaults to 1
+# here (local use); set DEBUG=0 and SECRET_KEY for anything else.
+run: $(VENV)/.run-deps
+	export DEBUG=$${DEBUG-1}; \
+	$(PY) manage.py migrate --noinput && \
+	{ $(PY) manage.py reap --loop & reaper=$$!; \
+	  trap 'kill $$reaper 2>/dev/null' EXIT INT TERM; \
+	  echo "TaskFlow board on http://$(HOST):$(PORT)/  (reaper pid $$reaper)"; \
+	  $(VENV)/bin/daphne -b $(HOST) -p $(PORT) taskflow_site.asgi:application; }
+
+# The whole suite. PostgreSQL tests run when the server at TEST_POSTGRES_URL answers; without
+# it they are skipped with a NOT RUN line (and fail when CI=true).
+test: $(VENV)/.test-deps
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+bench: $(VENV)/.test-deps
+	$(PY) bench/claims.py
+
+check-board: $(VENV)/.run-deps
+	DEBUG=$${DEBUG-1} $(PY) manage.py check_board
+
+contract-check: $(VENV)/.run-deps
+	DEBUG=$${DEBUG-1} $(PY) manage.py contract_check

@@ -1,0 +1,501 @@
+"""The board's contract, written once and run on every backend (the fsspec pattern).
+
+`BoardContract` holds the tests; each backend opts in with a three-line subclass at the bottom
+naming its database alias. All races use real threads with their own connections, released
+together by a barrier, over hundreds of rounds, and assert exact counts. Leases are aged by
+writing the row, never by sleeping. After every test, check() must find no problem.
+"""
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+
+import pytest
+from django.db import DatabaseError, connections
+from django.utils import timezone
+
+from board import contract, errors, selectors, transitions
+from board.contract import DjangoBoard
+from board.lifecycle import Stage
+from board.models import Task, TaskEvent
+from board.transitions import TaskSpec
+from tests.support import db_state, end_backoff, expire_lease, postgres_db_mark, row, sqlite_db_mark
+
+ROUNDS = 200
+RACERS = 16
+TTL = 60
+
+
+class BoardContract:
+    """Every backend must pass all of these. Subclasses set `alias`."""
+
+    alias: str
+
+    @pytest.fixture(autouse=True)
+    def _board_stays_consistent(self):
+        yield
+        assert selectors.problems(using=self.alias) == [], "check() found problems after the test"
+
+    # -- helpers ------------------------------------------------------------------------------
+
+    @property
+    def board(self) -> DjangoBoard:
+        return DjangoBoard(using=self.alias)
+
+    def new(self, task_id: str, **fields) -> Task:
+        return transitions.create(TaskSpec(id=task_id, title=task_id, **fields), using=self.alias)[0]
+
+    def claim(self, task_id: str, agent: str = "agent", ttl: float = TTL):
+        return transitions.claim(task_id, agent, ttl, using=self.alias)
+
+    def stage(self, task_id: str) -> str:
+        return Task.objects.using(self.alias).get(pk=task_id).stage
+
+    def race(self, calls):
+        """Run `calls` in threads with their own connections, released together; return each
+        call's result or exception."""
+        barrier = threading.Barrier(len(calls))
+        results = [None] * len(calls)
+
+        def run(i):
+            try:
+                connections[self.alias].ensure_connection()
+                barrier.wait(timeout=60)
+                results[i] = calls[i]()
+            except BaseException as exc:
+                results[i] = exc
+            finally:
+                connections[self.alias].close()
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return results
+
+    # -- the two criteria ---------------------------------------------------------------------
+
+    def test_exactly_one_of_16_concurrent_claimers_wins_over_200_rounds(self):
+        agents = [f"agent-{i}" for i in range(RACERS)]
+        for n in range(ROUNDS):
+            self.new(f"race-{n}")
+            winners = contract.concurrent_claim(self.board, f"race-{n}", agents, TTL)
+            assert winners == 1, f"round {n}: {winners} winners"
+            task = Task.objects.using(self.alias).get(pk=f"race-{n}")
+            assert (task.stage, task.version, task.fence, task.attempts) == (Stage.RUNNING, 1, 1, 1)
+            assert TaskEvent.objects.using(self.alias).filter(task_id=task.pk, verb="claim").count() == 1
+        transitions.reclaim_expired(now=timezone.now() + timedelta(seconds=TTL + 1), using=self.alias)
+
+    def test_exactly_one_of_16_submitters_of_one_token_succeeds_over_200_rounds(self):
+        for n in range(ROUNDS):
+            self.new(f"dup-{n}")
+            successes = contract.duplicate_token_submit(self.board, f"dup-{n}", RACERS, TTL)
+            assert successes == 1, f"round {n}: {successes} successes"
+            task = Task.objects.using(self.alias).get(pk=f"dup-{n}")
+            assert (task.stage, task.version) == (Stage.COMPLETED, 2)
+            assert TaskEvent.objects.using(self.alias).filter(task_id=task.pk, verb="complete").count() == 1
+
+    def test_criterion_on_a_database_without_its_tables_raises_instead_of_counting(self):
+        """A broken store (here: the task table gone, as after a failed migration) must make the
+        criterion raise; counting the failures as losers would report 0 winners quietly."""
+        self.new("gone")
+        with connections[self.alias].cursor() as cursor:
+            cursor.execute("ALTER TABLE board_task RENAME TO board_task_hidden")
+        try:
+            with pytest.raises(contract.CriterionError) as caught:
+                contract.concurrent_claim(self.board, "gone", [f"a{i}" for i in range(RACERS)], TTL)
+            assert len(caught.value.faults) == RACERS
+            assert all(isinstance(f, DatabaseError) for f in caught.value.faults)
+        finally:
+            with connections[self.alias].cursor() as cursor:
+                cursor.execute("ALTER TABLE board_task_hidden RENAME TO board_task")
+        assert row("gone", self.alias)["version"] == 0
+        transitions.cancel("gone", actor="test", using=self.alias)
+
+    # -- leases and fences --------------------------------------------------------------------
+
+    def test_fences_strictly_increase_across_every_new_holder(self):
+        self.new("f", max_retries=10)
+        fences = [self.claim("f", "a").lease.fence]
+        expire_lease("f", self.alias)
+        takeover = self.claim("f", "b")  # claim of an expired lease: a takeover
+        fences.append(takeover.lease.fence)
+        renewed = transitions.renew("f", takeover.lease.token, TTL, using=self.alias)
+        assert renewed.lease.fence == takeover.lease.fence  # renew is not a new holder
+        assert renewed.lease.token == takeover.lease.token
+        transitions.release("f", takeover.lease.token, using=self.alias)
+        c = self.claim("f", "c")
+        fences.append(c.lease.fence)
+        transitions.pause("f", c.lease.token, {"step": 1}, using=self.alias)
+        r = transitions.resume("f", "d", TTL, using=self.alias)
+        fences.append(r.lease.fence)
+        transitions.force_release("f", actor="operator", using=self.alias)
+        fences.append(self.claim("f", "e").lease.fence)
+        expire_lease("f", self.alias)
+        assert [m.task_id for m in transitions.reclaim_expired(using=self.alias)] == ["f"]
+        last = self.claim("f", "g")
+        fences.append(last.lease.fence)
+        assert fences == sorted(set(fences)) and fences == list(range(1, 7))
+        transitions.complete("f", last.lease.token, {"done": True}, using=self.alias)
+
+    def test_tokens_are_minted_by_the_store_and_never_stored(self):
+        self.new("t")
+        first = self.claim("t", "a")
+        assert len(first.lease.token) >= 40
+        stored = row("t", self.alias)
+        assert first.lease.token not in str(stored)
+        assert first.lease.token not in str(list(TaskEvent.objects.using(self.alias).values()))
+        assert stored["lease_token_hash"] == transitions.hash_token(first.lease.token)
+        transitions.release("t", first.lease.token, using=self.alias)
+        second = self.claim("t", "a")
+        assert second.lease.token != first.lease.token  # same agent name, a different lease
+        transitions.complete("t", second.lease.token, {}, using=self.alias)
+
+    def test_renew_extends_a_live_lease_and_saves_progress(self):
+        self.new("r")
+        c = self.claim("r", ttl=5)
+        renewed = transitions.renew("r", c.lease.token, 120, checkpoint={"at": 3}, progress=0.25,
+                                    using=self.alias)
+        stored = row("r", self.alias)
+        assert renewed.lease.expires_at > c.lease.expires_at
+        assert stored["lease_expires_at"] == renewed.lease.expires_at
+        assert (stored["checkpoint"], stored["progress"], stored["version"]) == ({"at": 3}, 0.25, 2)
+        transitions.complete("r", c.lease.token, {"ok": 1}, using=self.alias)
+
+    def test_renew_after_expiry_is_refused_and_changes_nothing(self):
+        self.new("e")
+        c = self.claim("e")
+        expire_lease("e", self.alias)
+        before = db_state(self.alias)
+        with pytest.raises(errors.LeaseLost):
+            transitions.renew("e", c.lease.token, TTL, checkpoint={"x": 1}, using=self.alias)
+        assert db_state(self.alias) == before
+        transitions.reclaim_expired(using=self.alias)
+
+    def test_late_holder_is_refused_after_takeover_and_the_new_holder_completes(self):
+        self.new("late")
+        old = self.claim("late", "slow-agent")
+        expire_lease("late", self.alias)
+        new = self.claim("late", "fresh-agent")
+        before = db_state(self.alias)
+        for late_call in (
+            lambda: transitions.complete("late", old.lease.token, {"stale": True}, using=self.alias),
+            lambda: transitions.renew("late", old.lease.token, TTL, using=self.alias),
+            lambda: transitions.fail("late", old.lease.token, "stale", using=self.alias),
+            lambda: transitions.release("late", old.lease.token, using=self.alias),
+            lambda: transitions.pause("late", old.lease.token, {"c": 1}, using=self.alias),
+        ):
+            with pytest.raises(errors.LeaseLost):
+                late_call()
+            assert db_state(self.alias) == before
+        done = transitions.complete("late", new.lease.token, {"fresh": True}, using=self.alias)
+        assert (done.stage, row("late", self.alias)["result"]) == (Stage.COMPLETED, {"fresh": True})
+
+    def test_lost_lease_is_reclaimed_and_the_late_holder_refused(self):
+        self.new("lost")
+        c = self.claim("lost")
+        live = self.new("live")
+        live_claim = self.claim(live.pk)
+        expire_lease("lost", self.alias)
+        moved = transitions.reclaim_expired(using=self.alias)
+        assert moved == [transitions.Reclaimed("lost", Stage.QUEUED)]  # the live lease untouched
+        assert row("live", self.alias)["lease_token_hash"] == transitions.hash_token(live_claim.lease.token)
+        stored = row("lost", self.alias)
+        assert (stored["stage"], stored["owner"], stored["lease_token_hash"]) == (Stage.QUEUED, "", None)
+        with pytest.raises(errors.LeaseLost):
+            transitions.complete("lost", c.lease.token, {}, using=self.alias)
+        transitions.complete("live", live_claim.lease.token, {}, using=self.alias)
+        again = self.claim("lost")
+        assert again.lease.fence == 2
+        transitions.complete("lost", again.lease.token, {}, using=self.alias)
+
+    def test_lost_lease_on_the_last_attempt_fails_the_task(self):
+        self.new("spent", max_retries=0)
+        self.claim("spent")
+        expire_lease("spent", self.alias)
+        assert transitions.reclaim_expired(using=self.alias) == [transitions.Reclaimed("spent", Stage.FAILED)]
+        stored = row("spent", self.alias)
+        assert stored["stage"] == Stage.FAILED and "expired" in stored["last_error"]
+
+    def test_reaper_takes_back_a_lease_renewed_meanwhile_only_if_still_expired(self):
+        """release-stale against a concurrent renew: exactly one side wins, over 200 rounds."""
+        outcomes = {"renew": 0, "reclaim": 0}
+        for n in range(ROUNDS):
+            task_id = f"rr-{n}"
+            self.new(task_id)
+            c = self.claim(task_id)
+            soon = timezone.now() + timedelta(seconds=30)
+            Task.objects.using(self.alias).filter(pk=task_id).update(lease_expires_at=soon)
+            reaper_now = soon + timedelta(seconds=1)  # the reaper's clock sees it expired
+            renewed, reclaimed = self.race([
+                lambda: transitions.renew(task_id, c.lease.token, 600, using=self.alias),
+                lambda: transitions.reclaim_expired(now=reaper_now, task_ids=[task_id], using=self.alias),
+            ])
+            if isinstance(renewed, transitions.Claim):
+                assert reclaimed == [], f"round {n}: both won"
+                outcomes["renew"] += 1
+                transitions.complete(task_id, c.lease.token, {}, using=self.alias)
+            else:
+                assert isinstance(renewed, errors.LeaseLost), renewed
+                assert reclaimed == [transitions.Reclaimed(task_id, Stage.QUEUED)]
+                outcomes["reclaim"] += 1
+                transitions.cancel(task_id, actor="test", using=self.alias)
+        assert sum(outcomes.values()) == ROUNDS
+
+    # -- versions and refusals ------------------------------------------------------------------
+
+    def test_version_rises_by_exactly_one_per_transition(self):
+        self.new("v", max_retries=2)
+        steps = []
+        c = self.claim("v")
+        steps.append(("claim", c.task.version))
+        steps.append(("renew", transitions.renew("v", c.lease.token, TTL, using=self.alias).task.version))
+        steps.append(("pause", transitions.pause("v", c.lease.token, {"k": 1}, using=self.alias).version))
+        r = transitions.resume("v", "b", TTL, using=self.alias)
+        steps.append(("resume", r.task.version))
+        steps.append(("fail+retry", transitions.fail("v", r.lease.token, "oops", using=self.alias).version))
+        end_backoff("v", self.alias)
+        c2 = self.claim("v")
+        steps.append(("claim", c2.task.version))
+        steps.append(("release", transitions.release("v", c2.lease.token, using=self.alias).version))
+        c3 = self.claim("v")
+        steps.append(("claim", c3.task.version))
+        steps.append(("complete", transitions.complete("v", c3.lease.token, {}, using=self.alias).version))
+        assert [v for _, v in steps] == [1, 2, 3, 4, 6, 7, 8, 9, 10]
+        history = list(TaskEvent.objects.using(self.alias).filter(task_id="v").values_list("verb", "version"))
+        assert [v for _, v in history] == list(range(0, 11))
+        assert [verb for verb, _ in history] == [
+            "create", "claim", "renew", "pause", "resume", "fail", "retry", "claim", "release",
+            "claim", "complete",
+        ]
+        assert row("v", self.alias)["version"] == 10
+
+    def test_every_refused_call_leaves_the_database_unchanged(self):
+        a = self.alias
+        self.new("done")
+        done = self.claim("done")
+        transitions.complete("done", done.lease.token, {"r": 1}, using=a)
+        self.new("running")
+        running = self.claim("running", "holder")
+        self.new("queued")
+        self.new("waiting", deps=["queued"])
+        self.new("held", hold=True)
+        self.new("paused-t")
+        p = self.claim("paused-t")
+        transitions.pause("paused-t", p.lease.token, {"step": 2}, using=a)
+        version_of_queued = row("queued", a)["version"]
+
+        refused = [
+            (errors.NotFound, lambda: self.claim("missing")),
+            (errors.Taken, lambda: self.claim("running", "intruder")),
+            (errors.Blocked, lambda: self.claim("waiting")),
+            (errors.Blocked, lambda: self.claim("held")),
+            (errors.Terminal, lambda: self.claim("done")),
+            (errors.InvalidTransition, lambda: self.claim("paused-t")),
+            (errors.InvalidRequest, lambda: self.claim("queued", ttl=0)),
+            (errors.InvalidRequest, lambda: self.claim("queued", ttl=24 * 3600 + 1)),
+            (errors.InvalidRequest, lambda: self.claim("queued", agent="")),
+            (errors.LeaseLost, lambda: transitions.renew("running", "forged", TTL, using=a)),
+            (errors.LeaseLost, lambda: transitions.complete("running", "forged", {}, using=a)),
+            (errors.LeaseLost, lambda: transitions.fail("running", "forged", "x", using=a)),
+            (errors.LeaseLost, lambda: transitions.pause("running", "forged", {}, using=a)),
+            (errors.LeaseLost, lambda: transitions.release("running", "forged", using=a)),
+            (errors.LeaseLost, lambda: transitions.complete("done", done.lease.token, {}, using=a)),
+            (errors.InvalidRequest, lambda: transitions.complete("running", running.lease.token, None, using=a)),
+            (errors.InvalidRequest, lambda: transitions.pause("running", running.lease.token, None, using=a)),
+            (errors.InvalidRequest, lambda: transitions.renew("running", running.lease.token, TTL,
+                                                              progress=2, using=a)),
+            (errors.InvalidTransition, lambda: transitions.resume("queued", "b", TTL, using=a)),
+            (errors.Taken, lambda: transitions.resume("running", "b", TTL, using=a)),
+            (errors.Terminal, lambda: transitions.resume("done", "b", TTL, using=a)),
+            (errors.Blocked, lambda: transitions.admit("waiting", actor="op", using=a)),
+            (errors.InvalidTransition, lambda: transitions.admit("queued", actor="op", using=a)),
+            (errors.InvalidTransition, lambda: transitions.requeue("queued", actor="op", using=a)),
+            (errors.InvalidTransition, lambda: transitions.force_release("queued", actor="op", using=a)),
+            (errors.Terminal, lambda: transitions.cancel("done", actor="op", using=a)),
+            (errors.VersionConflict, lambda: transitions.cancel("queued", actor="op",
+                                                                version=version_of_queued + 1, using=a)),
+            (errors.DuplicateId, lambda: self.new("queued")),
+            (errors.InvalidRequest, lambda: self.new("self", deps=["self"])),
+            (errors.InvalidRequest, lambda: self.new("orphan", deps=["nowhere"])),
+            (errors.InvalidRequest, lambda: self.new("-bad-id")),
+            (errors.InvalidRequest, lambda: transitions.create(
+                [TaskSpec(id="c1", title="c1", deps=["c2"]), TaskSpec(id="c2", title="c2", deps=["c1"])], using=a)),
+            (errors.InvalidRequest, lambda: transitions.create(
+                [TaskSpec(id="ok1", title="fine"), TaskSpec(id="ok1", title="twice")], using=a)),
+            (errors.InvalidRequest, lambda: transitions.create(
+                [TaskSpec(id="ok2", title="fine"), TaskSpec(id="ok3", title="")], using=a)),
+            (errors.DuplicateId, lambda: transitions.create(
+                [TaskSpec(id="ok4", title="fine"), TaskSpec(id="done", title="taken")], using=a)),
+        ]
+        for expected, call in refused:
+            before = db_state(a)
+            with pytest.raises(expected):
+                call()
+            assert db_state(a) == before, f"{expected.__name__} changed the database"
+        transitions.complete("running", running.lease.token, {}, using=a)
+        for task_id in ("waiting", "held", "paused-t", "queued"):
+            if self.stage(task_id) not in (Stage.COMPLETED, Stage.CANCELLED):
+                transitions.cancel(task_id, actor="cleanup", using=a)
+
+    def test_errors_carry_the_current_task_without_its_token(self):
+        self.new("e1")
+        held = self.claim("e1", "holder")
+        with pytest.raises(errors.Taken) as caught:
+            self.claim("e1", "other")
+        assert caught.value.task.owner == "holder" and caught.value.code == "taken"
+        assert held.lease.token not in str(vars(caught.value))
+        transitions.complete("e1", held.lease.token, {}, using=self.alias)
+
+    # -- dependencies -------------------------------------------------------------------------
+
+    def test_dependencies_block_and_completion_admits_dependents(self):
+        a = self.alias
+        transitions.create([
+            TaskSpec(id="base", title="base"),
+            TaskSpec(id="mid", title="mid", deps=["base"]),
+            TaskSpec(id="top", title="top", deps=["base", "mid"]),
+            TaskSpec(id="gated", title="gated", deps=["base"], hold=True),
+        ], using=a)
+        assert [self.stage(t) for t in ("base", "mid", "top", "gated")] == ["QUEUED", "PENDING", "PENDING", "PENDING"]
+        with pytest.raises(errors.Blocked, match="base"):
+            self.claim("top")
+        c = self.claim("base")
+        transitions.complete("base", c.lease.token, {}, using=a)
+        assert [self.stage(t) for t in ("mid", "top", "gated")] == ["QUEUED", "PENDING", "PENDING"]
+        with pytest.raises(errors.Blocked, match="held"):
+            self.claim("gated")
+        transitions.admit("gated", actor="operator", using=a)
+        m = self.claim("mid")
+        transitions.complete("mid", m.lease.token, {}, using=a)
+        assert [self.stage(t) for t in ("top", "gated")] == ["QUEUED", "QUEUED"]
+        admitted_by = TaskEvent.objects.using(a).filter(task_id="gated", verb="admit").values_list("actor", flat=True)
+        assert list(admitted_by) == ["operator"]
+        assert self.new("after", deps=["base"]).stage == Stage.QUEUED  # deps already complete
+        for t in ("top", "gated", "after"):
+            transitions.cancel(t, actor="cleanup", using=a)
+
+    def test_two_dependencies_completing_at_once_always_admit_the_dependent(self):
+        """Neither completion sees the other's uncommitted write; the after-commit admission
+        pass must still admit the dependent, every round."""
+        a = self.alias
+        for n in range(ROUNDS):
+            left, right, both = f"l{n}", f"r{n}", f"both{n}"
+            transitions.create([TaskSpec(id=left, title="l"), TaskSpec(id=right, title="r"),
+                                TaskSpec(id=both, title="both", deps=[left, right])], using=a)
+            cl, cr = self.claim(left), self.claim(right)
+            results = self.race([
+                lambda: transitions.complete(left, cl.lease.token, {}, using=a),
+                lambda: transitions.complete(right, cr.lease.token, {}, using=a),
+            ])
+            assert all(isinstance(r, Task) for r in results), results
+            assert self.stage(both) == Stage.QUEUED, f"round {n}: dependent left {self.stage(both)}"
+            transitions.cancel(both, actor="cleanup", using=a)
+
+    def test_a_task_created_while_its_dependency_completes_is_admitted(self):
+        a = self.alias
+        for n in range(ROUNDS):
+            dep, child = f"d{n}", f"c{n}"
+            self.new(dep)
+            c = self.claim(dep)
+            results = self.race([
+                lambda: transitions.complete(dep, c.lease.token, {}, using=a),
+                lambda: self.new(child, deps=[dep]),
+            ])
+            assert not any(isinstance(r, BaseException) for r in results), results
+            assert self.stage(child) == Stage.QUEUED, f"round {n}: child left {self.stage(child)}"
+            transitions.cancel(child, actor="cleanup", using=a)
+
+    # -- claim_next, failure, operators ----------------------------------------------------------
+
+    def test_claim_next_takes_highest_priority_then_oldest_in_the_queue(self):
+        a = self.alias
+        for task_id, priority, queue in [("old-low", 0, "q"), ("old-high", 5, "q"), ("new-high", 5, "q"),
+                                         ("other-queue", 9, "elsewhere"), ("new-low", 0, "q")]:
+            self.new(task_id, priority=priority, queue=queue)
+        order = []
+        while (c := transitions.claim_next("agent", TTL, queue="q", using=a)) is not None:
+            order.append(c.task.id)
+            transitions.complete(c.task.id, c.lease.token, {}, using=a)
+        assert order == ["old-high", "new-high", "old-low", "new-low"]
+        c = transitions.claim_next("agent", TTL, using=a)
+        assert c.task.id == "other-queue"
+        transitions.complete(c.task.id, c.lease.token, {}, using=a)
+
+    def test_concurrent_claim_next_never_hands_out_a_task_twice(self):
+        a = self.alias
+        transitions.create([TaskSpec(id=f"w{i}", title="w", priority=i % 3) for i in range(300)], using=a)
+        claimed: list[list[str]] = [[] for _ in range(8)]
+
+        def worker(i):
+            def loop():
+                while (c := transitions.claim_next(f"worker-{i}", TTL, using=a)) is not None:
+                    claimed[i].append(c.task.id)
+                    transitions.complete(c.task.id, c.lease.token, {"by": i}, using=a)
+            return loop
+
+        results = self.race([worker(i) for i in range(8)])
+        assert not any(isinstance(r, BaseException) for r in results), results
+        every = [t for ids in claimed for t in ids]
+        assert len(every) == len(set(every)) == 300
+        assert Task.objects.using(a).filter(stage=Stage.COMPLETED).count() == 300
+
+    def test_failure_retries_with_backoff_then_stays_failed(self):
+        a = self.alias
+        self.new("flaky", max_retries=1)
+        c = self.claim("flaky")
+        retried = transitions.fail("flaky", c.lease.token, "boom", using=a)
+        assert retried.stage == Stage.QUEUED and retried.not_before > timezone.now()
+        assert transitions.claim_next("agent", TTL, using=a) is None  # backing off
+        with pytest.raises(errors.Blocked, match="backoff"):
+            self.claim("flaky")
+        end_backoff("flaky", a)
+        c = self.claim("flaky")
+        final = transitions.fail("flaky", c.lease.token, "boom again", using=a)
+        assert (final.stage, final.attempts, final.last_error) == (Stage.FAILED, 2, "boom again")
+        with pytest.raises(errors.InvalidTransition, match="no attempt left"):
+            transitions.requeue("flaky", actor="op", using=a)
+        requeued = transitions.requeue("flaky", actor="op", reset_attempts=True, using=a)
+        assert (requeued.stage, requeued.attempts) == (Stage.QUEUED, 0)
+        c = self.claim("flaky")
+        assert transitions.fail("flaky", c.lease.token, "fatal", retryable=False, using=a).stage == Stage.FAILED
+        transitions.cancel("flaky", actor="op", using=a)
+
+    def test_cancel_ends_a_live_lease(self):
+        self.new("x")
+        c = self.claim("x")
+        cancelled = transitions.cancel("x", actor="op", reason="not needed", using=self.alias)
+        assert (cancelled.stage, cancelled.owner, cancelled.lease_token_hash) == (Stage.CANCELLED, "", None)
+        with pytest.raises(errors.LeaseLost):
+            transitions.complete("x", c.lease.token, {}, using=self.alias)
+        event = TaskEvent.objects.using(self.alias).filter(task_id="x").last()
+        assert (event.verb, event.actor, event.detail) == ("cancel", "op", {"reason": "not needed"})
+
+    def test_pause_and_resume_keep_the_checkpoint(self):
+        self.new("p")
+        c = self.claim("p", "first")
+        transitions.pause("p", c.lease.token, {"page": 7}, using=self.alias)
+        r = transitions.resume("p", "second", TTL, using=self.alias)
+        assert r.task.checkpoint == {"page": 7} and r.task.owner == "second" and r.task.attempts == 1
+        transitions.complete("p", r.lease.token, {"pages": 9}, using=self.alias)
+
+
+# -- the backends -------------------------------------------------------------------------------
+
+
+class TestSQLiteBoard(BoardContract):
+    pytestmark = sqlite_db_mark()
+    alias = "default"
+
+    def test_the_embedded_store_is_a_real_file_in_wal_mode(self):
+        with connections[self.alias].cursor() as cursor:
+            cursor.execute("PRAGMA journal_mode")
+            assert cursor.fetchone()[0] == "wal"
+            cursor.execute("PRAGMA database_list")
+            assert cursor.fetchone()[2].endswith(".sqlite3")
+
+
+class TestPostgresBoard(BoardContract):
+    pytestmark = postgres_db_mark()
+    alias = "postgres"

@@ -1,0 +1,41 @@
+"""Settings come from the environment, and production settings are secure by default."""
+import os
+import secrets
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def manage(*args: str, **env: str) -> subprocess.CompletedProcess:
+    clean = {k: v for k, v in os.environ.items() if k not in {"DEBUG", "SECRET_KEY", "ALLOWED_HOSTS", "DATABASE_URL"}}
+    clean["DJANGO_SETTINGS_MODULE"] = "taskflow_site.settings"
+    return subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env={**clean, **env},
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_production_settings_pass_check_deploy(tmp_path):
+    done = manage("check", "--deploy", "--fail-level", "WARNING",
+                  DEBUG="0", SECRET_KEY=secrets.token_urlsafe(50), ALLOWED_HOSTS="board.example.com",
+                  DATABASE_URL=f"sqlite:///{tmp_path / 'prod.sqlite3'}")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "no issues" in done.stdout
+
+
+def test_production_refuses_to_start_without_a_secret_key(tmp_path):
+    done = manage("check", DEBUG="0", DATABASE_URL=f"sqlite:///{tmp_path / 'prod.sqlite3'}")
+    assert done.returncode != 0
+    assert "SECRET_KEY is not set" in done.stderr
+
+
+def test_database_url_selects_postgres_and_sqlite_gets_its_concurrency_options():
+    from taskflow_site.settings import database_from_url
+
+    pg = database_from_url("postgres://u@db.internal:6543/board")
+    assert (pg["ENGINE"], pg["HOST"], pg["PORT"], pg["NAME"]) == (
+        "django.db.backends.postgresql", "db.internal", 6543, "board")
+    lite = database_from_url("sqlite:////srv/board.sqlite3")
+    assert lite["OPTIONS"]["transaction_mode"] == "IMMEDIATE"
+    assert "journal_mode=WAL" in lite["OPTIONS"]["init_command"]
+    assert lite["OPTIONS"]["timeout"] > 0
