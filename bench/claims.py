@@ -1,0 +1,634 @@
+"""Claim throughput: the engine's claim_next + complete against the plain database driver.
+
+What is measured
+----------------
+One *cycle* is: claim the best ready task, then complete it. Two loops run the cycle:
+
+- **ours**: ``board.transitions.claim_next(agent, ttl_seconds=60)`` then
+  ``board.transitions.complete(task_id, token, {"ok": True})``, i.e. the engine exactly as the
+  API calls it (Django ORM, CAS, history row, admission of dependents after commit).
+- **raw**: the same two moves written by hand with the plain driver (``sqlite3`` / ``psycopg``),
+  one connection per thread. Each move is one transaction holding the same conditional UPDATE
+  (filtered on id, stage and version, plus the token hash for complete) and one
+  ``board_taskevent`` INSERT. Claim-next first selects the best ready task (priority, age, id;
+  ``FOR UPDATE SKIP LOCKED`` on PostgreSQL; ``BEGIN IMMEDIATE`` on SQLite). Token minting and
+  hashing are done as the engine does them, so the baseline differs only in the layer.
+
+Both loops run in the same process, against the same tables, on freshly seeded QUEUED tasks,
+with T threads (default 1 and 8, each with its own connection, closed at the end) for a fixed
+time; only the cycles are timed. The tables are emptied between runs. Every claimed task id is
+recorded per thread: a task id claimed more than once is a *double claim* and makes the script
+exit with status 1 (so does a thread stopped by an error: its figures would not be valid).
+
+Seeding: "ours" is seeded by ``transitions.create`` in batches of 500; "raw" gets the same rows
+(same columns, one created_at per batch, a 'create' history row each) by plain SQL, because the
+engine creates only a few thousand tasks per second. Each task gets its own priority, as tasks
+created one by one get their own created_at, so the best ready task is the first index entry.
+``--tied`` gives them all priority 0 instead: the 500 tasks of a batch then tie on
+(priority, created_at), which the ready index does not order by id, so every claim-next (ours
+and raw alike) reads and sorts the whole tied group.
+
+The ratio ours/raw is compared with the project's goals (DESIGN.md section 5): at least 0.2 on
+SQLite and 0.5 on PostgreSQL. Missing a goal is reported, not an error.
+
+Databases
+---------
+- SQLite: a fresh file in a temporary directory, configured like the project's default
+  (``taskflow_site.settings.database_from_url("sqlite:///...")``: WAL, synchronous=NORMAL,
+  BEGIN IMMEDIATE, busy timeout). The raw loop sets the same PRAGMAs on its connections.
+- PostgreSQL: the database ``taskflow_bench`` on 127.0.0.1:5432 (user postgres), created when
+  missing and migrated; its board tables are emptied, never dropped. When the server does not
+  answer, the PostgreSQL rows are skipped with a line saying so. ``--pg-url`` names another
+  server.
+
+Run (from the project folder)
+-----------------------------
+    .venv/bin/python bench/claims.py                  # both backends, 1 and 8 threads, 3 s each
+    .venv/bin/python bench/claims.py --seconds 5 --backends sqlite --threads 1,4,8
+    .venv/bin/python bench/claims.py --queries        # also print the SQL of one engine cycle
+    .venv/bin/python bench/claims.py --dir /dev/shm   # SQLite file in RAM: no disk in the figures
+    .venv/bin/python bench/claims.py --profile        # only: cProfile of 1-thread ours on SQLite
+                                                      # (top 25 by cumulative, top 15 by own time)
+
+Figures are printed from this run's measurements only; compare ratios within one run, not
+absolute numbers across machines.
+"""
+from __future__ import annotations
+
+import argparse
+import cProfile
+import hashlib
+import io
+import json
+import os
+import pstats
+import re
+import secrets
+import sqlite3
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse, urlunparse
+
+PROJECT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(PROJECT))
+
+DEFAULT_PG_URL = "postgres://postgres@127.0.0.1:5432/taskflow_bench"
+GOALS = {"sqlite": 0.2, "postgres": 0.5}  # the project's goals for ours/raw (DESIGN.md)
+ALIASES = {"sqlite": "default", "postgres": "postgres"}
+TTL_SECONDS = 60
+RESULT = {"ok": True}
+SEED_BATCH = 500  # tasks per transitions.create call
+
+# Tasks seeded per second of run: upper bounds of the rates on this kind of machine, with
+# room. A run that exhausts its seed still reports a correct rate (over the time it ran) and
+# says so; give a larger --seed-scale then.
+SEED_PER_SECOND = {("sqlite", "ours"): 2_000, ("sqlite", "raw"): 15_000,
+                   ("postgres", "ours"): 1_500, ("postgres", "raw"): 8_000}
+
+
+# ---------------------------------------------------------------------------------------------
+# Django, configured standalone with one alias per backend
+
+
+def configure_django(sqlite_path: Path, pg_url: str | None) -> None:
+    """The project's settings, with DATABASES replaced by the bench databases. DEBUG stays off
+    so that Django does not keep a log of every query (which would slow the engine down)."""
+    os.environ.setdefault("SECRET_KEY", secrets.token_urlsafe(50))
+    import django
+    from django.conf import settings
+
+    from taskflow_site import settings as project
+
+    databases = {ALIASES["sqlite"]: project.database_from_url(f"sqlite:///{sqlite_path}")}
+    if pg_url:
+        databases[ALIASES["postgres"]] = project.database_from_url(pg_url)
+    values = {name: getattr(project, name) for name in dir(project) if name.isupper()}
+    values.update(DEBUG=False, DATABASES=databases)
+    settings.configure(**values)
+    django.setup()
+
+
+def ensure_postgres_database(url: str) -> str | None:
+    """Create the bench database when missing. Returns why PostgreSQL cannot be used, or None."""
+    import psycopg
+    from psycopg import sql
+
+    parts = urlparse(url)
+    name = parts.path.lstrip("/")
+    server = urlunparse(parts._replace(path="/postgres"))
+    try:
+        with psycopg.connect(server, autocommit=True, connect_timeout=3) as conn:
+            if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone() is None:
+                conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    except psycopg.Error as exc:
+        return f"{type(exc).__name__}: {str(exc).strip().splitlines()[0]}"
+    return None
+
+
+def migrate(alias: str) -> None:
+    from django.core.management import call_command
+
+    call_command("migrate", database=alias, verbosity=0)
+
+
+def clear(alias: str) -> None:
+    """Empty the board tables (children first) so that runs do not affect each other."""
+    from django.db import connections, transaction
+
+    with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
+        for table in ("board_taskevent", "board_dependency", "board_task"):
+            cursor.execute(f"DELETE FROM {table}")
+    tidy(alias)
+
+
+def tidy(alias: str) -> None:
+    """PostgreSQL only: reclaim dead rows and refresh the planner's statistics, so that each run
+    starts from the same state whatever ran before."""
+    from django.db import connections
+
+    connection = connections[alias]
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:  # autocommit: VACUUM cannot run in a transaction
+            cursor.execute("VACUUM ANALYZE board_task, board_taskevent, board_dependency")
+
+
+def seed_priority(i: int, tied: bool) -> int:
+    """The i-th seeded task's priority. By default every task gets its own (falling with i, so
+    they are claimed in seeding order), as tasks created one by one get their own created_at.
+    `tied`: all 0, so the tasks of one create batch tie on (priority, created_at)."""
+    return 0 if tied else -i
+
+
+def seed_with_engine(alias: str, count: int, tied: bool) -> None:
+    """`count` QUEUED tasks, created by the engine (transitions.create) in batches."""
+    from board import transitions
+    from board.transitions import TaskSpec
+
+    for start in range(0, count, SEED_BATCH):
+        specs = [TaskSpec(title=f"bench task {i}", priority=seed_priority(i, tied))
+                 for i in range(start, min(count, start + SEED_BATCH))]
+        transitions.create(specs, using=alias)
+
+
+# ---------------------------------------------------------------------------------------------
+# The two loops. A driver opens a per-thread context, runs one cycle (returning the id of the
+# task it claimed and completed, or None when no task was ready), and closes the context.
+
+
+class OursDriver:
+    """The engine: claim_next, then complete, through the Django ORM."""
+
+    def __init__(self, alias: str):
+        self.alias = alias
+
+    def seed(self, count: int, tied: bool) -> None:
+        seed_with_engine(self.alias, count, tied)
+
+    def open(self) -> Any:
+        from django.db import connections
+
+        connections[self.alias].ensure_connection()  # connecting is not part of the race
+
+    def cycle(self, _context: Any, agent: str) -> str | None:
+        from board import transitions
+
+        claim = transitions.claim_next(agent, ttl_seconds=TTL_SECONDS, using=self.alias)
+        if claim is None:
+            return None
+        transitions.complete(claim.task.id, claim.lease.token, RESULT, using=self.alias)
+        return claim.task.id
+
+    def close(self, _context: Any) -> None:
+        from django.db import connections
+
+        connections[self.alias].close()
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """What differs between the plain drivers: connecting, placeholders, how a transaction
+    starts, row locking, and how times and JSON are passed."""
+
+    connect: Callable[[], Any]
+    placeholder: str  # "?" (sqlite3) or "%s" (psycopg)
+    begin: str | None  # statement that opens a transaction; None when the driver opens it
+    skip_locked: str  # suffix of the claim-next SELECT
+    when: Callable[[datetime], Any]
+    as_json: Callable[[Any], Any]
+
+    def sql(self, text: str) -> str:
+        return text.replace("?", self.placeholder)
+
+
+# The project's init_command (taskflow_site.settings.sqlite_options), plus its busy timeout.
+SQLITE_PRAGMAS = ("journal_mode=WAL", "synchronous=NORMAL", "foreign_keys=ON", "busy_timeout=30000")
+
+
+def sqlite_dialect(path: Path) -> Dialect:
+    def connect() -> sqlite3.Connection:
+        # isolation_level=None: the driver opens no transaction of its own; we BEGIN IMMEDIATE.
+        conn = sqlite3.connect(path, isolation_level=None, timeout=30)
+        for pragma in SQLITE_PRAGMAS:
+            conn.execute(f"PRAGMA {pragma}")
+        return conn
+
+    def when(moment: datetime) -> str:  # how Django stores an aware datetime on SQLite: naive UTC
+        return moment.astimezone(timezone.utc).replace(tzinfo=None).isoformat(" ")
+
+    return Dialect(connect=connect, placeholder="?", begin="BEGIN IMMEDIATE", skip_locked="",
+                   when=when, as_json=json.dumps)
+
+
+def postgres_dialect(url: str) -> Dialect:
+    import psycopg
+    from psycopg.types.json import Jsonb
+
+    return Dialect(connect=lambda: psycopg.connect(url), placeholder="%s", begin=None,
+                   skip_locked=" FOR UPDATE SKIP LOCKED", when=lambda moment: moment, as_json=Jsonb)
+
+
+PICK_SQL = (  # the best ready task (QUEUED, past any retry backoff), as claim_next orders them
+    "SELECT id, version, fence, attempts FROM board_task"
+    " WHERE stage = 'QUEUED' AND (not_before IS NULL OR not_before <= ?)"
+    " ORDER BY priority DESC, created_at, id LIMIT 1"
+)
+CLAIM_SQL = (  # QUEUED -> RUNNING, only if nobody moved the task since it was read
+    "UPDATE board_task SET stage = 'RUNNING', version = ?, owner = ?, lease_token_hash = ?,"
+    " fence = ?, lease_expires_at = ?, not_before = NULL, attempts = ?, updated_at = ?"
+    " WHERE id = ? AND stage = 'QUEUED' AND version = ?"
+)
+COMPLETE_SQL = (  # RUNNING -> COMPLETED, only for the current holder of the lease
+    "UPDATE board_task SET stage = 'COMPLETED', version = ?, owner = '', lease_token_hash = NULL,"
+    " lease_expires_at = NULL, result = ?, updated_at = ?"
+    " WHERE id = ? AND stage = 'RUNNING' AND version = ? AND lease_token_hash = ?"
+)
+SEED_TASK_SQL = (  # a QUEUED task as transitions.create writes it
+    "INSERT INTO board_task (id, title, description, payload, queue, priority, hold, max_retries,"
+    " stage, version, owner, lease_token_hash, fence, lease_expires_at, attempts, not_before,"
+    " checkpoint, progress, result, last_error, created_at, updated_at)"
+    " VALUES (?, ?, '', NULL, 'default', ?, FALSE, 3, 'QUEUED', 0, '', NULL, 0, NULL, 0, NULL,"
+    " NULL, NULL, NULL, '', ?, ?)"
+)
+EVENT_COLUMNS = "task_id, verb, from_stage, to_stage, version, fence, actor, at, detail"
+SEED_EVENT_SQL = (
+    f"INSERT INTO board_taskevent ({EVENT_COLUMNS}) VALUES (?, 'create', '', 'QUEUED', 0, 0, '', ?, NULL)"
+)
+EVENT_SQL = f"INSERT INTO board_taskevent ({EVENT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL)"
+
+
+@dataclass(frozen=True)
+class RawLease:
+    task_id: str
+    version: int
+    fence: int
+    token_hash: str
+
+
+class RawDriver:
+    """The same cycle with the plain driver: one transaction per move, each an UPDATE + INSERT."""
+
+    def __init__(self, dialect: Dialect):
+        self.d = dialect
+        self.pick = dialect.sql(PICK_SQL) + dialect.skip_locked
+        self.claim_sql = dialect.sql(CLAIM_SQL)
+        self.complete_sql = dialect.sql(COMPLETE_SQL)
+        self.event_sql = dialect.sql(EVENT_SQL)
+
+    def seed(self, count: int, tied: bool) -> None:
+        """The same rows as seed_with_engine (one created_at per batch, same priorities and
+        history rows), inserted with plain SQL: the engine seeds ~5k tasks/s, too slow to
+        feed the raw loop."""
+        conn = self.d.connect()
+        try:
+            cursor = conn.cursor()
+            self._begin(cursor)
+            for start in range(0, count, SEED_BATCH):
+                at = self.d.when(datetime.now(timezone.utc))
+                ids = [secrets.token_hex(8) for _ in range(start, min(count, start + SEED_BATCH))]
+                cursor.executemany(self.d.sql(SEED_TASK_SQL), [
+                    (task_id, f"bench task {start + n}", seed_priority(start + n, tied), at, at)
+                    for n, task_id in enumerate(ids)
+                ])
+                cursor.executemany(self.d.sql(SEED_EVENT_SQL), [(task_id, at) for task_id in ids])
+                time.sleep(0.001)  # the next batch gets a later created_at, as with create()
+            conn.commit()
+        finally:
+            conn.close()
+
+    def open(self) -> Any:
+        return self.d.connect()
+
+    def close(self, conn: Any) -> None:
+        conn.close()
+
+    def cycle(self, conn: Any, agent: str) -> str | None:
+        lease = self._claim_next(conn, agent)
+        if lease is None:
+            return None
+        self._complete(conn, agent, lease)
+        return lease.task_id
+
+    def _begin(self, cursor: Any) -> None:
+        if self.d.begin:
+            cursor.execute(self.d.begin)
+
+    def _claim_next(self, conn: Any, agent: str) -> RawLease | None:
+        while True:
+            cursor = conn.cursor()
+            self._begin(cursor)
+            now = datetime.now(timezone.utc)
+            cursor.execute(self.pick, [self.d.when(now)])
+            row = cursor.fetchone()
+            if row is None:
+                conn.rollback()
+                return None
+            task_id, version, fence, attempts = row
+            lease = RawLease(task_id, version + 1, fence + 1,
+                             hashlib.sha256(secrets.token_urlsafe(32).encode()).hexdigest())
+            at, until = self.d.when(now), self.d.when(now + timedelta(seconds=TTL_SECONDS))
+            cursor.execute(self.claim_sql, [lease.version, agent, lease.token_hash, lease.fence, until,
+                                            attempts + 1, at, task_id, version])
+            if cursor.rowcount != 1:  # another writer moved it first: pick again
+                conn.rollback()
+                continue
+            cursor.execute(self.event_sql, [task_id, "claim", "QUEUED", "RUNNING", lease.version,
+                                            lease.fence, agent, at])
+            conn.commit()
+            return lease
+
+    def _complete(self, conn: Any, agent: str, lease: RawLease) -> None:
+        cursor = conn.cursor()
+        self._begin(cursor)
+        at = self.d.when(datetime.now(timezone.utc))
+        cursor.execute(self.complete_sql, [lease.version + 1, self.d.as_json(RESULT), at,
+                                           lease.task_id, lease.version, lease.token_hash])
+        if cursor.rowcount != 1:
+            conn.rollback()
+            raise RuntimeError(f"raw complete of {lease.task_id} matched {cursor.rowcount} rows")
+        cursor.execute(self.event_sql, [lease.task_id, "complete", "RUNNING", "COMPLETED",
+                                        lease.version + 1, lease.fence, agent, at])
+        conn.commit()
+
+
+# ---------------------------------------------------------------------------------------------
+# Running T threads for a fixed time
+
+
+@dataclass
+class Tally:
+    ids: list[str] = field(default_factory=list)
+    ran_dry: bool = False
+    error: BaseException | None = None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    cycles: int
+    seconds: float
+    double_claims: int
+    ran_dry: bool
+    errors: list[str]
+
+    @property
+    def rate(self) -> float:
+        return self.cycles / self.seconds if self.seconds > 0 else 0.0
+
+
+def _worker(driver: Any, agent: str, seconds: float, barrier: threading.Barrier, tally: Tally) -> None:
+    opened, context = False, None
+    try:
+        context = driver.open()
+        opened = True
+        barrier.wait()
+        deadline = time.perf_counter() + seconds
+        while time.perf_counter() < deadline:
+            task_id = driver.cycle(context, agent)
+            if task_id is None:
+                tally.ran_dry = True
+                break
+            tally.ids.append(task_id)
+    except BaseException as exc:  # reported, and fails the run: a fault is never a result
+        tally.error = exc
+        barrier.abort()
+    finally:
+        if opened:
+            driver.close(context)
+
+
+def run_threads(driver: Any, threads: int, seconds: float) -> Outcome:
+    """Release `threads` workers together; each loops cycles until `seconds` have passed or no
+    task is ready. The rate is over the time from the release to the last worker's end."""
+    barrier = threading.Barrier(threads + 1)
+    tallies = [Tally() for _ in range(threads)]
+    workers = [
+        threading.Thread(target=_worker, args=(driver, f"agent-{n}", seconds, barrier, tally))
+        for n, tally in enumerate(tallies)
+    ]
+    for worker in workers:
+        worker.start()
+    try:
+        barrier.wait()
+    except threading.BrokenBarrierError:
+        pass
+    started = time.perf_counter()
+    for worker in workers:
+        worker.join()
+    elapsed = time.perf_counter() - started
+    claimed = Counter(task_id for tally in tallies for task_id in tally.ids)
+    return Outcome(
+        cycles=sum(len(tally.ids) for tally in tallies),
+        seconds=elapsed,
+        double_claims=sum(1 for times in claimed.values() if times > 1),
+        ran_dry=any(tally.ran_dry for tally in tallies),
+        errors=[f"{type(t.error).__name__}: {t.error}" for t in tallies if t.error is not None],
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# The comparison
+
+
+@dataclass(frozen=True)
+class Row:
+    backend: str
+    threads: int
+    ours: Outcome
+    raw: Outcome
+
+    @property
+    def ratio(self) -> float:
+        return self.ours.rate / self.raw.rate if self.raw.rate else 0.0
+
+
+def seed_size(backend: str, mode: str, args: argparse.Namespace) -> int:
+    return max(1_000, int(SEED_PER_SECOND[backend, mode] * args.seconds * args.seed_scale))
+
+
+def measure(backend: str, alias: str, dialect: Dialect, threads: int, args: argparse.Namespace) -> Row:
+    outcomes = {}
+    for mode, driver in (("ours", OursDriver(alias)), ("raw", RawDriver(dialect))):
+        clear(alias)
+        driver.seed(seed_size(backend, mode, args), args.tied)
+        tidy(alias)
+        outcomes[mode] = run_threads(driver, threads, args.seconds)
+    clear(alias)
+    return Row(backend, threads, outcomes["ours"], outcomes["raw"])
+
+
+def print_table(rows: list[Row]) -> None:
+    line = "{:<9} {:>7} {:>11} {:>10} {:>6}  {:<25} {}".format
+    header = line("backend", "threads", "ours cyc/s", "raw cyc/s", "ratio",
+                  "double claims (ours/raw)", "goal")
+    print(header)
+    print("-" * len(header))
+    for row in rows:
+        goal = GOALS[row.backend]
+        print(line(
+            row.backend, row.threads, f"{row.ours.rate:,.0f}", f"{row.raw.rate:,.0f}",
+            f"{row.ratio:.2f}",
+            f"{row.ours.double_claims}/{row.raw.double_claims}",
+            f">= {goal}: {'met' if row.ratio >= goal else 'NOT met'}",
+        ))
+    for row in rows:
+        for mode, outcome in (("ours", row.ours), ("raw", row.raw)):
+            where = f"{row.backend} x{row.threads} {mode}"
+            if outcome.ran_dry:
+                print(f"note: {where} ran out of seeded tasks after {outcome.seconds:.2f} s "
+                      f"({outcome.cycles} cycles); its rate is over that time")
+            for error in outcome.errors:
+                print(f"ERROR: {where}: {error}")
+    print()
+    print("goals (DESIGN.md): ours/raw >= 0.2 on SQLite, >= 0.5 on PostgreSQL")
+
+
+# ---------------------------------------------------------------------------------------------
+# Looking inside: the SQL of one cycle, and a profile of the engine's loop
+
+
+def print_cycle_queries(alias: str) -> None:
+    """The statements one claim_next + complete sends (after-commit work included)."""
+    from django.db import connections
+    from django.test.utils import CaptureQueriesContext
+
+    clear(alias)
+    driver = OursDriver(alias)
+    driver.seed(1, tied=False)
+    with CaptureQueriesContext(connections[alias]) as captured:
+        driver.cycle(None, "agent-q")
+    print(f"\n{alias} ({connections[alias].vendor}): {len(captured)} statements per cycle")
+    for query in captured.captured_queries:
+        columns = lambda m: f"SELECT <{m[1].count(',') + 1} columns> FROM"  # noqa: E731
+        print(f"  {re.sub(r'^SELECT (.+?) FROM', columns, query['sql'])}")
+    clear(alias)
+
+
+def profile_ours(alias: str, args: argparse.Namespace, top: int = 25) -> None:
+    seconds = args.profile_seconds
+    clear(alias)
+    driver = OursDriver(alias)
+    driver.seed(seed_size("sqlite", "ours", args), args.tied)
+    driver.open()
+    profiler = cProfile.Profile()
+    cycles = 0
+    deadline = time.perf_counter() + seconds
+    profiler.enable()
+    while time.perf_counter() < deadline and driver.cycle(None, "agent-profile") is not None:
+        cycles += 1
+    profiler.disable()
+    driver.close(None)
+    clear(alias)
+    print(f"cProfile of the 1-thread ours loop on SQLite: {cycles} cycles in {seconds:g} s "
+          f"(profiled, so slower than unprofiled)\n")
+    out = io.StringIO()
+    stats = pstats.Stats(profiler, stream=out).strip_dirs()
+    stats.sort_stats("cumulative").print_stats(top)
+    stats.sort_stats("tottime").print_stats(15)
+    print(out.getvalue())
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seconds", type=float, default=3.0, help="duration of each run (default 3)")
+    parser.add_argument("--backends", default="sqlite,postgres", help="comma-separated: sqlite,postgres")
+    parser.add_argument("--threads", default="1,8", help="comma-separated thread counts (default 1,8)")
+    parser.add_argument("--dir", default=None,
+                        help="folder in which to make the SQLite temp dir (default: the system's "
+                             "temp folder; /dev/shm takes the disk out of the SQLite figures)")
+    parser.add_argument("--pg-url", default=DEFAULT_PG_URL, help=f"default {DEFAULT_PG_URL}")
+    parser.add_argument("--queries", action="store_true", help="also print the SQL of one engine cycle")
+    parser.add_argument("--profile", action="store_true",
+                        help="only profile the 1-thread ours loop on SQLite (top 25 by cumulative time)")
+    parser.add_argument("--profile-seconds", type=float, default=2.0)
+    parser.add_argument("--seed-scale", type=float, default=1.0,
+                        help="seed this many times more tasks per run (when a run ran out)")
+    parser.add_argument("--tied", action="store_true",
+                        help="seed every task with priority 0, so each create batch of "
+                             f"{SEED_BATCH} ties on (priority, created_at): shows the cost of ties")
+    args = parser.parse_args(argv)
+    args.backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    unknown = set(args.backends) - set(ALIASES)
+    if unknown:
+        parser.error(f"unknown backend(s): {', '.join(sorted(unknown))}")
+    args.threads = [int(t) for t in args.threads.split(",") if t.strip()]
+    if not args.threads or min(args.threads) < 1:
+        parser.error("--threads needs positive integers")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.profile:
+        args.backends = ["sqlite"]
+    with tempfile.TemporaryDirectory(prefix="taskflow-bench-", dir=args.dir) as tmp:
+        sqlite_path = Path(tmp) / "bench.sqlite3"
+        pg_url = None
+        if "postgres" in args.backends:
+            why = ensure_postgres_database(args.pg_url)
+            if why is None:
+                pg_url = args.pg_url
+            else:
+                print(f"NOT RUN: the PostgreSQL rows ({args.pg_url} unreachable: {why})")
+        configure_django(sqlite_path, pg_url)
+        dialects = {"sqlite": sqlite_dialect(sqlite_path)}
+        if pg_url:
+            dialects["postgres"] = postgres_dialect(pg_url)
+        backends = [b for b in args.backends if b in dialects]
+        for backend in backends:
+            migrate(ALIASES[backend])
+
+        if args.profile:
+            profile_ours(ALIASES["sqlite"], args)
+            return 0
+
+        rows = []
+        for backend in backends:
+            for threads in args.threads:
+                rows.append(measure(backend, ALIASES[backend], dialects[backend], threads, args))
+        print()
+        print_table(rows)
+        if args.queries:
+            for backend in backends:
+                print_cycle_queries(ALIASES[backend])
+
+    doubles = sum(row.ours.double_claims + row.raw.double_claims for row in rows)
+    faults = sum(len(row.ours.errors) + len(row.raw.errors) for row in rows)
+    if doubles:
+        print(f"\nFAIL: {doubles} double claim(s) seen")
+    if faults:
+        print(f"\nFAIL: {faults} thread(s) stopped on an error; their figures are not valid")
+    return 1 if doubles or faults else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
