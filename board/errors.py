@@ -78,3 +78,10 @@ class InvalidRequest(BoardError):
 
     code = "validation_error"
     http_status = 422
+
+
+class Forbidden(BoardError):
+    """You may not do this: the lease belongs to another agent, or the action needs operator rights."""
+
+    code = "forbidden"
+    http_status = 403

@@ -43,10 +43,11 @@ class Task(models.Model):
     class Meta:
         indexes = [
             # claim_next: the best ready task, with or without a queue filter.
+            # Ending in id, the order claim_next sorts by, so ties need no sort.
             models.Index(
-                fields=["stage", "queue", "-priority", "created_at"], name="task_ready_in_queue"
+                fields=["stage", "queue", "-priority", "created_at", "id"], name="task_ready_in_queue"
             ),
-            models.Index(fields=["stage", "-priority", "created_at"], name="task_ready_any_queue"),
+            models.Index(fields=["stage", "-priority", "created_at", "id"], name="task_ready_any_queue"),
             # the reaper: RUNNING tasks whose lease has expired.
             models.Index(fields=["stage", "lease_expires_at"], name="task_lease_expiry"),
             models.Index(fields=["owner"], name="task_owner"),
@@ -102,3 +103,24 @@ class TaskEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.task_id} {self.verb} {self.from_stage}->{self.to_stage} v{self.version}"
+
+
+class AgentKey(models.Model):
+    """An API key. The key itself is shown once, at creation; only its SHA-256 is stored (a
+    key is 32 random bytes, so a fast hash is enough: there is nothing to brute-force). The
+    agent's name comes from its key, so no caller can act under another agent's name."""
+
+    name = models.CharField(max_length=100, help_text="The agent name this key acts as.")
+    prefix = models.CharField(max_length=12, help_text="The key's first characters, to tell keys apart.")
+    key_hash = models.CharField(max_length=64, unique=True)
+    is_operator = models.BooleanField(default=False, help_text="May admit, requeue and cancel tasks.")
+    created_at = models.DateTimeField()
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["name", "created_at"]
+
+    def __str__(self) -> str:
+        state = " (revoked)" if self.revoked_at else ""
+        return f"{self.name} {self.prefix}…{state}"

@@ -4,10 +4,11 @@ from __future__ import annotations
 from collections import defaultdict
 from datetime import datetime
 
-from django.db import connections, transaction
+from django.db import connections
 from django.db.models import BooleanField, ExpressionWrapper, Q
 from django.utils import timezone
 
+from .db import write_transaction
 from .invariants import Problem, TaskSnapshot, check
 from .models import Dependency, Task, TaskEvent
 
@@ -15,10 +16,11 @@ from .models import Dependency, Task, TaskEvent
 def snapshot(*, using: str = "default") -> list[TaskSnapshot]:
     """All tasks with their dependencies, read as one consistent snapshot.
 
-    The two reads run in one transaction so that a task created between them cannot appear
+    The two reads run in one transaction (on SQLite every transaction takes the write lock,
+    hence write_transaction) so that a task created between them cannot appear
     without its dependencies (on SQLite the IMMEDIATE transaction excludes writers; on
     PostgreSQL it is a repeatable-read snapshot)."""
-    with transaction.atomic(using=using):
+    with write_transaction(using):
         _repeatable_read(using)
         deps: dict[str, list[str]] = defaultdict(list)
         for task_id, dep in Dependency.objects.using(using).values_list("task_id", "depends_on_id"):

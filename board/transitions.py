@@ -32,6 +32,7 @@ from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from . import errors
+from .db import write_transaction
 from .lifecycle import Stage, Verb, TERMINAL, attempts_left, is_valid_task_id, retry_backoff_seconds, target
 from .models import Dependency, Task, TaskEvent
 
@@ -127,7 +128,7 @@ def _swap(
     **changes: Any,
 ) -> bool:
     """Move `task` (as read at its current stage and version) by `verb`, in one conditional
-    UPDATE, and record the TaskEvent. Must run inside `transaction.atomic(using)`.
+    UPDATE, and record the TaskEvent. Must run inside `write_transaction(using)`.
 
     Returns False, having written nothing, when the row no longer matches; on success updates
     `task` in memory to the row as written."""
@@ -213,7 +214,7 @@ def create(specs: TaskSpec | Sequence[TaskSpec], *, actor: str = "", using: str 
 
     now = timezone.now()
     external = {dep for spec in batch for dep in spec.deps if dep not in seen}
-    with transaction.atomic(using=using):
+    with write_transaction(using):
         taken = Task.objects.using(using).filter(pk__in=ids).first()
         if taken is not None:
             raise errors.DuplicateId(f"a task with id {taken.pk!r} already exists", task=taken)
@@ -243,7 +244,7 @@ def create(specs: TaskSpec | Sequence[TaskSpec], *, actor: str = "", using: str 
                 )
             )
         try:
-            with transaction.atomic(using=using):  # savepoint: a racing creator of the same id
+            with transaction.atomic(using=using):  # SAVEPOINT: a racing creator of the same id
                 Task.objects.using(using).bulk_create(tasks)
         except IntegrityError:
             taken = Task.objects.using(using).filter(pk__in=ids).first()
@@ -362,7 +363,7 @@ def admit_ready(task_ids: Iterable[str] | None = None, *, using: str = "default"
     candidates = rows.exclude(_has_unfinished_deps()).values_list("pk", flat=True)
     admitted = []
     for task_id in list(candidates):
-        with transaction.atomic(using=using):
+        with write_transaction(using):
             task = Task.objects.using(using).filter(pk=task_id).first()
             if task is None or task.stage != Stage.PENDING or task.hold:
                 continue
@@ -371,13 +372,6 @@ def admit_ready(task_ids: Iterable[str] | None = None, *, using: str = "default"
             if _swap(using, task, Verb.ADMIT, now=timezone.now(), actor="system", guard=Q(hold=False)):
                 admitted.append(task_id)
     return admitted
-
-
-def _admit_dependents(task_id: str, using: str) -> list[str]:
-    dependents = Dependency.objects.using(using).filter(
-        depends_on_id=task_id, task__stage=Stage.PENDING, task__hold=False
-    ).values_list("task_id", flat=True)
-    return admit_ready(list(dependents), using=using) if dependents else []
 
 
 # ---------------------------------------------------------------------------------------------
@@ -394,7 +388,7 @@ def claim(task_id: str, agent: str, ttl_seconds: float, *, using: str = "default
     ttl = _ttl(ttl_seconds)
     _agent_name(agent)
     for _ in range(RACE_RETRIES):
-        with transaction.atomic(using=using):
+        with write_transaction(using):
             now = timezone.now()
             task = _claimable(using, _get(using, task_id), now)
             if task is not None:
@@ -467,7 +461,7 @@ def claim_next(
         raise errors.InvalidRequest(f"invalid queue name {queue!r}")
     features = connections[using].features
     for _ in range(RACE_RETRIES):
-        with transaction.atomic(using=using):
+        with write_transaction(using):
             now = timezone.now()
             ready = Task.objects.using(using).filter(stage=Stage.QUEUED).filter(
                 Q(not_before__isnull=True) | Q(not_before__lte=now)
@@ -493,7 +487,7 @@ def resume(task_id: str, agent: str, ttl_seconds: float, *, using: str = "defaul
     ttl = _ttl(ttl_seconds)
     _agent_name(agent)
     for _ in range(RACE_RETRIES):
-        with transaction.atomic(using=using):
+        with write_transaction(using):
             now = timezone.now()
             task = _get(using, task_id)
             if task.stage == Stage.RUNNING and task.lease_expires_at and task.lease_expires_at > now:
@@ -511,9 +505,12 @@ def resume(task_id: str, agent: str, ttl_seconds: float, *, using: str = "defaul
 # unless the token is the task's current lease.
 
 
-def _holder_move(using: str, task_id: str, token: str, build, *, live_only: bool):
+def _holder_move(using: str, task_id: str, token: str, build, *, live_only: bool, agent: str | None):
     """Run a holder's verb: check the token against the row, then CAS on (stage, version, token
     hash). `build(task, now)` performs the swap(s) and returns the result, or None on a lost CAS.
+
+    `agent`: when given (the API always gives it), the lease must also have been minted for
+    this agent; otherwise Forbidden.
 
     `live_only`: renew refuses an expired lease (the seed's rule: past its expiry the holder has
     no right left to extend). complete/fail/pause/release accept a lease that has expired but
@@ -522,7 +519,7 @@ def _holder_move(using: str, task_id: str, token: str, build, *, live_only: bool
         raise errors.InvalidRequest("token is required")
     token_hash = hash_token(token)
     for _ in range(RACE_RETRIES):
-        with transaction.atomic(using=using):
+        with write_transaction(using):
             now = timezone.now()
             task = _get(using, task_id)
             if task.stage != Stage.RUNNING or not hmac.compare_digest(
@@ -533,6 +530,10 @@ def _holder_move(using: str, task_id: str, token: str, build, *, live_only: bool
                 )
             if live_only and (task.lease_expires_at is None or task.lease_expires_at <= now):
                 raise errors.LeaseLost(f"the lease on task {task.pk} has expired", task=task)
+            if agent is not None and agent != task.owner:
+                # A token is a credential, but it was minted for one agent: another agent
+                # presenting it (a leak, a mix-up) acts as nobody.
+                raise errors.Forbidden(f"task {task.pk}'s lease belongs to another agent", task=task)
             result = build(task, now, token_hash)
             if result is not None:
                 return result
@@ -546,6 +547,7 @@ def renew(
     *,
     checkpoint: Any = None,
     progress: float | None = None,
+    agent: str | None = None,
     using: str = "default",
 ) -> Claim:
     """Extend a live lease to now + ttl, keeping token and fence; optionally save a checkpoint
@@ -565,10 +567,10 @@ def renew(
             return Claim(task=task, lease=Lease(token=token, fence=task.fence, expires_at=task.lease_expires_at))
         return None
 
-    return _holder_move(using, task_id, token, build, live_only=True)
+    return _holder_move(using, task_id, token, build, live_only=True, agent=agent)
 
 
-def release(task_id: str, token: str, *, using: str = "default") -> Task:
+def release(task_id: str, token: str, *, agent: str | None = None, using: str = "default") -> Task:
     """Hand the task back to the queue. The attempt is given back: releasing is not failing."""
 
     def build(task: Task, now: datetime, token_hash: str):
@@ -576,10 +578,10 @@ def release(task_id: str, token: str, *, using: str = "default") -> Task:
                    attempts=max(0, task.attempts - 1), **NO_LEASE)
         return task if ok else None
 
-    return _holder_move(using, task_id, token, build, live_only=False)
+    return _holder_move(using, task_id, token, build, live_only=False, agent=agent)
 
 
-def complete(task_id: str, token: str, result: Any, *, using: str = "default") -> Task:
+def complete(task_id: str, token: str, result: Any, *, agent: str | None = None, using: str = "default") -> Task:
     """Commit the result; then admit the dependents this completion unblocks (after commit, each
     by its own CAS, so that two dependencies completing at once cannot both miss the other)."""
     if result is None:
@@ -588,14 +590,24 @@ def complete(task_id: str, token: str, result: Any, *, using: str = "default") -
     def build(task: Task, now: datetime, token_hash: str):
         ok = _swap(using, task, Verb.COMPLETE, now=now, actor=task.owner, token_hash=token_hash,
                    result=result, **NO_LEASE)
-        if ok:
-            transaction.on_commit(lambda: _admit_dependents(task.pk, using), using=using, robust=True)
-        return task if ok else None
+        if not ok:
+            return None
+        # Dependents are fixed at their creation, so this list (read without a join, cheaply)
+        # is complete; whether each is ready is judged after commit.
+        dependents = list(
+            Dependency.objects.using(using).filter(depends_on_id=task.pk).values_list("task_id", flat=True)
+        )
+        if dependents:
+            transaction.on_commit(lambda: admit_ready(dependents, using=using), using=using, robust=True)
+        return task
 
-    return _holder_move(using, task_id, token, build, live_only=False)
+    return _holder_move(using, task_id, token, build, live_only=False, agent=agent)
 
 
-def fail(task_id: str, token: str, error: str, *, retryable: bool = True, using: str = "default") -> Task:
+def fail(
+    task_id: str, token: str, error: str, *, retryable: bool = True, agent: str | None = None,
+    using: str = "default",
+) -> Task:
     """Record a failed attempt. With attempts left and `retryable`, the task goes straight back
     to QUEUED behind an exponential backoff (FAIL then RETRY, one transaction); otherwise it
     stays FAILED."""
@@ -610,7 +622,7 @@ def fail(task_id: str, token: str, error: str, *, retryable: bool = True, using:
             _retry(using, task, now)
         return task
 
-    return _holder_move(using, task_id, token, build, live_only=False)
+    return _holder_move(using, task_id, token, build, live_only=False, agent=agent)
 
 
 def _retry(using: str, task: Task, now: datetime) -> None:
@@ -625,7 +637,7 @@ def _retry(using: str, task: Task, now: datetime) -> None:
         raise errors.VersionConflict("task changed inside its own transaction", task=task)
 
 
-def pause(task_id: str, token: str, checkpoint: Any, *, using: str = "default") -> Task:
+def pause(task_id: str, token: str, checkpoint: Any, *, agent: str | None = None, using: str = "default") -> Task:
     """Release the lease and keep `checkpoint`, so that a later resume continues from it."""
     if checkpoint is None:
         raise errors.InvalidRequest("checkpoint is required to pause")
@@ -635,7 +647,7 @@ def pause(task_id: str, token: str, checkpoint: Any, *, using: str = "default") 
                    checkpoint=checkpoint, **NO_LEASE)
         return task if ok else None
 
-    return _holder_move(using, task_id, token, build, live_only=False)
+    return _holder_move(using, task_id, token, build, live_only=False, agent=agent)
 
 
 def _check_progress(progress: float | None) -> None:
@@ -653,7 +665,7 @@ def _check_progress(progress: float | None) -> None:
 
 def _operator_move(using: str, task_id: str, version: int | None, move) -> Task:
     for _ in range(RACE_RETRIES):
-        with transaction.atomic(using=using):
+        with write_transaction(using):
             now = timezone.now()
             task = _get(using, task_id)
             if version is not None and task.version != version:
@@ -743,7 +755,7 @@ def reclaim_expired(*, now: datetime | None = None, limit: int = 500, task_ids: 
         expired = expired.filter(pk__in=list(task_ids))
     moved = []
     for task_id in list(expired.order_by("lease_expires_at").values_list("pk", flat=True)[:limit]):
-        with transaction.atomic(using=using):
+        with write_transaction(using):
             task = Task.objects.using(using).filter(pk=task_id).first()
             if task is None or task.stage != Stage.RUNNING or not task.lease_expires_at or task.lease_expires_at > now:
                 continue  # renewed or finished meanwhile

@@ -48,3 +48,11 @@ def end_backoff(task_id: str, using: str = "default") -> None:
 
 def close_connection(using: str) -> None:
     connections[using].close()
+
+
+def database_url(settings_dict: dict) -> str:
+    """A DATABASE_URL for another process to reach the same (test) database."""
+    if settings_dict["ENGINE"].endswith("sqlite3"):
+        return f"sqlite:///{settings_dict['NAME']}"
+    user, host, port = settings_dict["USER"], settings_dict["HOST"] or "127.0.0.1", settings_dict["PORT"] or 5432
+    return f"postgres://{user}@{host}:{port}/{settings_dict['NAME']}"

@@ -7,7 +7,9 @@ writing the row, never by sleeping. After every test, check() must find no probl
 """
 from __future__ import annotations
 
+import multiprocessing
 import threading
+from collections import Counter
 from datetime import timedelta
 
 import pytest
@@ -19,7 +21,8 @@ from board.contract import DjangoBoard
 from board.lifecycle import Stage
 from board.models import Task, TaskEvent
 from board.transitions import TaskSpec
-from tests.support import db_state, end_backoff, expire_lease, postgres_db_mark, row, sqlite_db_mark
+from tests import process_racer
+from tests.support import database_url, db_state, end_backoff, expire_lease, postgres_db_mark, row, sqlite_db_mark
 
 ROUNDS = 200
 RACERS = 16
@@ -95,6 +98,28 @@ class BoardContract:
             task = Task.objects.using(self.alias).get(pk=f"dup-{n}")
             assert (task.stage, task.version) == (Stage.COMPLETED, 2)
             assert TaskEvent.objects.using(self.alias).filter(task_id=task.pk, verb="complete").count() == 1
+
+    def test_exactly_one_of_8_racing_processes_wins_over_100_rounds(self):
+        """Processes, not threads: each has its own connection and nothing in common but the
+        database (on SQLite they meet in its file lock, not in any in-process lock)."""
+        processes, rounds = 8, 100
+        transitions.create([TaskSpec(id=f"proc-{n}", title="p") for n in range(rounds)], using=self.alias)
+        ctx = multiprocessing.get_context("spawn")
+        barrier, results = ctx.Barrier(processes), ctx.Queue()
+        url = database_url(connections[self.alias].settings_dict)
+        racers = [ctx.Process(target=process_racer.race, args=(i, url, rounds, barrier, results))
+                  for i in range(processes)]
+        for racer in racers:
+            racer.start()
+        outcomes = [results.get(timeout=120) for _ in range(processes * rounds)]
+        for racer in racers:
+            racer.join(timeout=60)
+        faults = [o for o in outcomes if o[2] == "fault"]
+        assert not faults, faults[:3]
+        winners = Counter(n for n, _, outcome, _ in outcomes if outcome == "won")
+        assert winners == Counter(range(rounds)), "every round must have exactly one winner"
+        assert Task.objects.using(self.alias).filter(stage=Stage.RUNNING, fence=1).count() == rounds
+        transitions.reclaim_expired(now=timezone.now() + timedelta(seconds=TTL + 1), using=self.alias)
 
     def test_criterion_on_a_database_without_its_tables_raises_instead_of_counting(self):
         """A broken store (here: the task table gone, as after a failed migration) must make the

@@ -1,0 +1,206 @@
+"""The JSON shapes of the agents' API, and the one public view of a task.
+
+`public_task` is the only way a task leaves the server (API, and later the live board): it has
+no lease token field at all, so none can leak. Input schemas refuse unknown fields and do not
+coerce types ("5" is not a number), so a client's mistake is reported rather than guessed at.
+"""
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any, Optional
+
+from ninja import Schema
+from pydantic import ConfigDict, Field
+
+from . import errors
+from .models import Task, TaskEvent
+from .transitions import MAX_DEPENDENCIES, MAX_TTL_SECONDS, MIN_TTL_SECONDS, Claim
+
+MAX_JSON_FIELD_BYTES = 256 * 1024
+
+
+class StrictIn(Schema):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+TTL = Field(..., ge=MIN_TTL_SECONDS, le=MAX_TTL_SECONDS, description="lease length in seconds")
+
+
+class TaskIn(StrictIn):
+    id: Optional[str] = Field(None, description="client-chosen id; generated when omitted",
+                              pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,99}$")
+    title: str = Field(..., min_length=1, max_length=300)
+    description: str = ""
+    payload: Any = None
+    queue: str = Field("default", pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,99}$")
+    priority: int = Field(0, ge=-(2**31) + 1, le=2**31 - 1, description="higher runs first")
+    deps: list[str] = Field(default_factory=list, max_length=MAX_DEPENDENCIES,
+                            description="ids of tasks that must be COMPLETED first")
+    hold: bool = Field(False, description="stay PENDING until an operator admits it")
+    max_retries: int = Field(3, ge=0, le=100)
+
+
+class ClaimNextIn(StrictIn):
+    ttl_seconds: float = TTL
+    queue: Optional[str] = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,99}$")
+    wait_seconds: float = Field(0, ge=0, le=30, description="wait up to this long for work")
+
+
+class ClaimIn(StrictIn):
+    ttl_seconds: float = TTL
+
+
+class RenewIn(StrictIn):
+    token: str
+    ttl_seconds: float = TTL
+    checkpoint: Any = None
+    progress: Optional[float] = Field(None, ge=0, le=1)
+
+
+class TokenIn(StrictIn):
+    token: str
+
+
+class CompleteIn(StrictIn):
+    token: str
+    result: Any = Field(..., description="any JSON value but null")
+
+
+class FailIn(StrictIn):
+    token: str
+    error: str = Field(..., max_length=10_000)
+    retryable: bool = True
+
+
+class PauseIn(StrictIn):
+    token: str
+    checkpoint: Any = Field(..., description="what a resume needs to continue; not null")
+
+
+class OperatorIn(StrictIn):
+    version: Optional[int] = Field(None, description="refuse with version_conflict if the task moved on")
+    reason: str = Field("", max_length=500)
+
+
+class RequeueIn(OperatorIn):
+    reset_attempts: bool = False
+
+
+class TaskOut(Schema):
+    id: str
+    title: str
+    description: str
+    payload: Any
+    queue: str
+    priority: int
+    deps: list[str]
+    hold: bool
+    max_retries: int
+    stage: str
+    version: int
+    owner: str
+    fence: int
+    lease_expires_at: Optional[datetime]
+    attempts: int
+    not_before: Optional[datetime]
+    checkpoint: Any
+    progress: Optional[float]
+    result: Any
+    error: str
+    created_at: datetime
+    updated_at: datetime
+
+
+class LeaseOut(Schema):
+    token: str = Field(..., description="send it back on renew/complete/fail/pause/release; shown only to the holder")
+    fence: int = Field(..., description="rises with every new holder; pass it to downstream systems to refuse stale writers")
+    expires_at: datetime
+
+
+class ClaimOut(Schema):
+    task: TaskOut
+    lease: LeaseOut
+
+
+class TaskPage(Schema):
+    items: list[TaskOut]
+    next: Optional[str] = Field(None, description="pass back as ?cursor= for the next page")
+
+
+class TaskBatchOut(Schema):
+    items: list[TaskOut]
+
+
+class EventOut(Schema):
+    id: int
+    task: str
+    verb: str
+    from_stage: str
+    to_stage: str
+    version: int
+    fence: int
+    actor: str
+    at: datetime
+    detail: Any
+
+
+class EventPage(Schema):
+    items: list[EventOut]
+    next: Optional[str] = None
+
+
+class ProblemOut(Schema):
+    task: str
+    code: str
+    text: str
+
+
+class ProblemsOut(Schema):
+    problems: list[ProblemOut]
+
+
+class ErrorBody(Schema):
+    code: str
+    message: str
+    task: Optional[TaskOut] = None
+    details: Any = None
+
+
+class ErrorOut(Schema):
+    error: ErrorBody
+
+
+def public_task(task: Task, deps: list[str]) -> dict:
+    """The public fields of a task. Never a token (not even its hash)."""
+    return {
+        "id": task.id, "title": task.title, "description": task.description,
+        "payload": task.payload, "queue": task.queue, "priority": task.priority, "deps": deps,
+        "hold": task.hold, "max_retries": task.max_retries, "stage": task.stage,
+        "version": task.version, "owner": task.owner, "fence": task.fence,
+        "lease_expires_at": task.lease_expires_at, "attempts": task.attempts,
+        "not_before": task.not_before, "checkpoint": task.checkpoint, "progress": task.progress,
+        "result": task.result, "error": task.last_error, "created_at": task.created_at,
+        "updated_at": task.updated_at,
+    }
+
+
+def public_claim(claim: Claim, deps: list[str]) -> dict:
+    lease = claim.lease
+    return {"task": public_task(claim.task, deps),
+            "lease": {"token": lease.token, "fence": lease.fence, "expires_at": lease.expires_at}}
+
+
+def public_event(event: TaskEvent) -> dict:
+    return {"id": event.id, "task": event.task_id, "verb": event.verb, "from_stage": event.from_stage,
+            "to_stage": event.to_stage, "version": event.version, "fence": event.fence,
+            "actor": event.actor, "at": event.at, "detail": event.detail}
+
+
+def limit_json_size(name: str, value: Any) -> None:
+    """payload, result and checkpoint are each capped at 256 KiB of JSON."""
+    if value is None:
+        return
+    size = len(json.dumps(value, separators=(",", ":")).encode())
+    if size > MAX_JSON_FIELD_BYTES:
+        raise errors.TooLarge(f"{name} is {size} bytes of JSON; the limit is {MAX_JSON_FIELD_BYTES}")
