@@ -398,6 +398,13 @@ def claim(task_id: str, agent: str, ttl_seconds: float, *, using: str = "default
     raise errors.VersionConflict(f"task {task_id} kept changing; try again", task_id=task_id)
 
 
+def _admit_dependents(task_id: str, using: str) -> list[str]:
+    dependents = list(
+        Dependency.objects.using(using).filter(depends_on_id=task_id).values_list("task_id", flat=True)
+    )
+    return admit_ready(dependents, using=using) if dependents else []
+
+
 def _claimable(using: str, task: Task, now: datetime) -> Task | None:
     """`task` as QUEUED and ready to claim, or None when a race was lost (reload and retry);
     raises the precise error when it cannot be claimed."""
@@ -592,13 +599,10 @@ def complete(task_id: str, token: str, result: Any, *, agent: str | None = None,
                    result=result, **NO_LEASE)
         if not ok:
             return None
-        # Dependents are fixed at their creation, so this list (read without a join, cheaply)
-        # is complete; whether each is ready is judged after commit.
-        dependents = list(
-            Dependency.objects.using(using).filter(depends_on_id=task.pk).values_list("task_id", flat=True)
-        )
-        if dependents:
-            transaction.on_commit(lambda: admit_ready(dependents, using=using), using=using, robust=True)
+        # Dependents are read after commit, not here: a dependent created concurrently commits
+        # either before that read (and is found) or after this commit (and its own after-commit
+        # check sees this task COMPLETED). Read now, both could miss each other.
+        transaction.on_commit(lambda: _admit_dependents(task.pk, using), using=using, robust=True)
         return task
 
     return _holder_move(using, task_id, token, build, live_only=False, agent=agent)
