@@ -85,3 +85,10 @@ class Forbidden(BoardError):
 
     code = "forbidden"
     http_status = 403
+
+
+class TooLarge(BoardError):
+    """The request, or one of its JSON values, is over the size limit."""
+
+    code = "too_large"
+    http_status = 413

@@ -34,6 +34,8 @@ class Verb(enum.StrEnum):
     REQUEUE = "requeue"
     CANCEL = "cancel"
     RECLAIM = "reclaim"  # a lost (expired) lease taken back by the store
+    FORCE_PAUSE = "force_pause"  # an operator pauses a running task, keeping its last checkpoint
+    EDIT = "edit"  # an operator edits title, description, priority, max_retries or payload
 
 
 # Stages no transition leaves. FAILED is not here: an operator may requeue it.
@@ -69,6 +71,14 @@ TRANSITIONS: dict[tuple[Stage, Verb], Stage] = {
     (Stage.FAILED, Verb.RETRY): Stage.QUEUED,
     (Stage.FAILED, Verb.REQUEUE): Stage.QUEUED,
     (Stage.FAILED, Verb.CANCEL): Stage.CANCELLED,
+    (Stage.RUNNING, Verb.FORCE_PAUSE): Stage.PAUSED,
+    # Editing keeps the stage (but, like every write, bumps the version). Finished tasks are
+    # history and are not edited.
+    (Stage.PENDING, Verb.EDIT): Stage.PENDING,
+    (Stage.QUEUED, Verb.EDIT): Stage.QUEUED,
+    (Stage.RUNNING, Verb.EDIT): Stage.RUNNING,
+    (Stage.PAUSED, Verb.EDIT): Stage.PAUSED,
+    (Stage.FAILED, Verb.EDIT): Stage.FAILED,
 }
 
 

@@ -51,6 +51,10 @@ class ClaimIn(StrictIn):
     ttl_seconds: float = TTL
 
 
+class ResumeIn(StrictIn):
+    ttl_seconds: float = TTL
+
+
 class RenewIn(StrictIn):
     token: str
     ttl_seconds: float = TTL

@@ -731,6 +731,51 @@ def force_release(task_id: str, *, actor: str, version: int | None = None, reaso
     return _operator_move(using, task_id, version, move)
 
 
+def force_pause(task_id: str, *, actor: str, version: int | None = None, reason: str = "",
+                using: str = "default") -> Task:
+    """Operator: stop a RUNNING task and keep its last saved checkpoint (from its renewals) for
+    a later resume. With none saved the checkpoint is {}: a resume starts over. The holder's
+    later calls get LeaseLost."""
+
+    def move(task: Task, now: datetime) -> bool:
+        if task.stage != Stage.RUNNING:
+            raise _illegal(task, Verb.FORCE_PAUSE, "only a RUNNING task can be paused")
+        checkpoint = task.checkpoint if task.checkpoint is not None else {}
+        detail = _reason(reason, previous_owner=task.owner, checkpoint_was_empty=task.checkpoint is None)
+        return _swap(using, task, Verb.FORCE_PAUSE, now=now, actor=actor, detail=detail,
+                     checkpoint=checkpoint, **NO_LEASE)
+
+    return _operator_move(using, task_id, version, move)
+
+
+EDITABLE = ("title", "description", "priority", "max_retries", "payload")
+
+
+def edit(task_id: str, *, actor: str, version: int, using: str = "default", **fields: Any) -> Task:
+    """Operator: change what a task is (title, description, priority, max_retries, payload),
+    only if it is still at `version`; otherwise VersionConflict and nothing is written."""
+    unknown = set(fields) - set(EDITABLE)
+    if unknown:
+        raise errors.InvalidRequest(f"not editable: {', '.join(sorted(unknown))}")
+
+    def move(task: Task, now: datetime) -> bool:
+        if target(task.stage, Verb.EDIT) is None:
+            raise _illegal(task, Verb.EDIT, "finished tasks are not edited")
+        merged = TaskSpec(**{name: getattr(task, name) for name in EDITABLE}, id=task.pk, queue=task.queue)
+        for name, value in fields.items():
+            setattr(merged, name, value)
+        _validate_spec(merged)
+        if merged.max_retries + 1 < task.attempts:
+            raise errors.InvalidRequest(
+                f"task {task.pk} has run {task.attempts} times; max_retries cannot go below {task.attempts - 1}"
+            )
+        changed = {name: value for name, value in fields.items() if getattr(task, name) != value}
+        detail = {"changed": sorted(changed)} if changed else None
+        return _swap(using, task, Verb.EDIT, now=now, actor=actor, detail=detail, **changed)
+
+    return _operator_move(using, task_id, version, move)
+
+
 def _reason(reason: str, **extra: Any) -> dict | None:
     detail = {k: v for k, v in extra.items() if v}
     if reason:

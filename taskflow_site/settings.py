@@ -66,6 +66,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "channels",
+    "ninja",
     "board",
 ]
 
@@ -141,6 +142,9 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = BASE_DIR / ".staticfiles"
+
+# The agents' API refuses bodies over 1 MiB (413 too_large).
+DATA_UPLOAD_MAX_MEMORY_SIZE = 1024 * 1024
 
 CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 

@@ -497,6 +497,42 @@ class BoardContract:
         event = TaskEvent.objects.using(self.alias).filter(task_id="x").last()
         assert (event.verb, event.actor, event.detail) == ("cancel", "op", {"reason": "not needed"})
 
+    def test_operator_pause_keeps_the_last_checkpoint_and_ends_the_lease(self):
+        a = self.alias
+        self.new("op-p")
+        c = self.claim("op-p", "worker")
+        transitions.renew("op-p", c.lease.token, TTL, checkpoint={"row": 40}, using=a)
+        paused = transitions.force_pause("op-p", actor="operator", reason="maintenance", using=a)
+        assert (paused.stage, paused.checkpoint, paused.owner) == (Stage.PAUSED, {"row": 40}, "")
+        with pytest.raises(errors.LeaseLost):
+            transitions.renew("op-p", c.lease.token, TTL, using=a)
+        resumed = transitions.resume("op-p", "worker-2", TTL, using=a)
+        assert resumed.lease.fence == c.lease.fence + 1 and resumed.task.checkpoint == {"row": 40}
+        transitions.complete("op-p", resumed.lease.token, {}, using=a)
+
+    def test_operator_edit_is_guarded_by_the_version(self):
+        a = self.alias
+        self.new("ed", max_retries=3)
+        opened_at = row("ed", a)["version"]
+        c = self.claim("ed")  # an agent moves the task after the operator opened the form
+        before = db_state(a)
+        with pytest.raises(errors.VersionConflict):
+            transitions.edit("ed", actor="operator", version=opened_at, title="renamed", using=a)
+        assert db_state(a) == before
+        edited = transitions.edit("ed", actor="operator", version=opened_at + 1, title="renamed",
+                                  priority=7, using=a)
+        assert (edited.title, edited.priority, edited.version, edited.stage) == ("renamed", 7, 2, Stage.RUNNING)
+        event = TaskEvent.objects.using(a).filter(task_id="ed").last()
+        assert (event.verb, event.detail) == ("edit", {"changed": ["priority", "title"]})
+        before = db_state(a)
+        for bad in ({"title": ""}, {"max_retries": -1}, {"stage": "COMPLETED"}):
+            with pytest.raises(errors.InvalidRequest):
+                transitions.edit("ed", actor="operator", version=2, using=a, **bad)
+            assert db_state(a) == before
+        transitions.complete("ed", c.lease.token, {}, using=a)
+        with pytest.raises(errors.Terminal):
+            transitions.edit("ed", actor="operator", version=3, title="late", using=a)
+
     def test_pause_and_resume_keep_the_checkpoint(self):
         self.new("p")
         c = self.claim("p", "first")

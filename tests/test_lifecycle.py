@@ -54,6 +54,13 @@ EXPECTED_MOVES: dict[tuple[Stage, Verb], Stage] = {
     (F, Verb.RETRY): Q,  # attempts remain, after backoff
     (F, Verb.REQUEUE): Q,  # operator
     (F, Verb.CANCEL): X,
+    (R, Verb.FORCE_PAUSE): Z,  # operator, keeping the last checkpoint
+    # an operator's edit keeps the stage; finished tasks are not edited
+    (P, Verb.EDIT): P,
+    (Q, Verb.EDIT): Q,
+    (R, Verb.EDIT): R,
+    (Z, Verb.EDIT): Z,
+    (F, Verb.EDIT): F,
 }
 
 
@@ -66,9 +73,12 @@ def test_stage_changes_match_the_design_table_exactly():
     assert derived == DESIGN_LEAVES_TO
 
 
-def test_the_only_move_that_stays_put_is_renew():
-    # DESIGN.md's "leaves to" lists stage changes only; renewing a lease keeps the task RUNNING.
-    assert {key for key, to in TRANSITIONS.items() if key[0] == to} == {(R, Verb.RENEW)}
+def test_the_only_moves_that_stay_put_are_renew_and_edit():
+    # DESIGN.md's "leaves to" lists stage changes only; renewing a lease keeps the task RUNNING
+    # and an operator's edit keeps any unfinished stage.
+    assert {key for key, to in TRANSITIONS.items() if key[0] == to} == {(R, Verb.RENEW)} | {
+        (s, Verb.EDIT) for s in (P, Q, R, Z, F)
+    }
 
 
 def test_transition_table_matches_the_expected_moves():
@@ -109,7 +119,7 @@ def test_terminal_is_exactly_the_stages_nothing_leaves():
 def test_failed_is_a_dead_end_but_not_terminal():
     assert F not in TERMINAL
     assert DEAD_ENDS == {X, F}
-    assert set(allowed_verbs(F)) == {Verb.RETRY, Verb.REQUEUE, Verb.CANCEL}
+    assert set(allowed_verbs(F)) == {Verb.RETRY, Verb.REQUEUE, Verb.CANCEL, Verb.EDIT}
 
 
 def test_only_running_is_leased():

@@ -170,14 +170,17 @@ def _call(verb: Verb, token: str):
         Verb.REQUEUE: lambda: t.requeue(TASK, actor="operator", reset_attempts=True),
         Verb.CANCEL: lambda: t.cancel(TASK, actor="operator"),
         Verb.FORCE_RELEASE: lambda: t.force_release(TASK, actor="operator"),
+        Verb.FORCE_PAUSE: lambda: t.force_pause(TASK, actor="operator"),
+        Verb.EDIT: lambda: t.edit(TASK, actor="operator", version=row(TASK)["version"], title="edited"),
     }
     return calls[verb]()
 
 
 TASK_VERBS = [Verb.ADMIT, Verb.CLAIM, Verb.RESUME, Verb.RENEW, Verb.RELEASE, Verb.COMPLETE, Verb.FAIL,
-              Verb.PAUSE, Verb.REQUEUE, Verb.CANCEL, Verb.FORCE_RELEASE]  # fmt: skip
+              Verb.PAUSE, Verb.REQUEUE, Verb.CANCEL, Verb.FORCE_RELEASE, Verb.FORCE_PAUSE,
+              Verb.EDIT]  # fmt: skip
 HOLDER_VERBS = {Verb.RENEW, Verb.RELEASE, Verb.COMPLETE, Verb.FAIL, Verb.PAUSE}
-OPERATOR_VERBS = {Verb.ADMIT, Verb.REQUEUE, Verb.CANCEL, Verb.FORCE_RELEASE}
+OPERATOR_VERBS = {Verb.ADMIT, Verb.REQUEUE, Verb.CANCEL, Verb.FORCE_RELEASE, Verb.FORCE_PAUSE, Verb.EDIT}
 # Verbs with no per-task function that raises: CREATE (tested below: DuplicateId), RETRY (only
 # ever taken inside fail(), in the same transaction) and RECLAIM (the reaper's sweep, below).
 NOT_PER_TASK = {Verb.CREATE, Verb.RETRY, Verb.RECLAIM}
@@ -244,7 +247,9 @@ def test_illegal_operator_verb_at_the_current_version_raises_the_same_error(name
         version = row(TASK)["version"]
         kwargs = {"actor": "operator", "version": version}
         fn = {Verb.ADMIT: transitions.admit, Verb.REQUEUE: transitions.requeue,
-              Verb.CANCEL: transitions.cancel, Verb.FORCE_RELEASE: transitions.force_release}[verb]
+              Verb.CANCEL: transitions.cancel, Verb.FORCE_RELEASE: transitions.force_release,
+              Verb.FORCE_PAUSE: transitions.force_pause,
+              Verb.EDIT: lambda task_id, **kw: transitions.edit(task_id, title="edited", **kw)}[verb]
         return fn(TASK, **kwargs)
 
     _assert_refused(name, verb, call)

@@ -1,0 +1,401 @@
+"""The agents' JSON API (django-ninja), under /api/. Handlers are thin: they authenticate, call
+one verb of `board.transitions` or a query of `board.selectors`, and render `board.schemas`.
+
+Every error has one shape, `{"error": {"code", "message", "task"?, "details"?}}`, and an error
+never changes the database (the engine raises before or instead of writing).
+
+Who may call: an agent with `Authorization: Bearer <key>` (its name comes from the key), or a
+logged-in staff user's browser session with the CSRF token. Operators' verbs (admit, requeue,
+cancel) need a key created with --operator or a user with the board.intervene permission.
+"""
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import json
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Optional, Union
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
+from django.db.models import Q
+from django.http import HttpRequest
+from ninja import Body, NinjaAPI, Query
+from ninja.errors import AuthenticationError, HttpError, ValidationError
+from ninja.security import HttpBearer, SessionAuth
+
+from . import agent_keys, errors, selectors, transitions
+from .lifecycle import Stage
+from .models import Task, TaskEvent
+from .schemas import (
+    ClaimIn, ClaimNextIn, ClaimOut, CompleteIn, ErrorOut, EventPage, FailIn, OperatorIn, PauseIn,
+    ProblemsOut, RenewIn, RequeueIn, ResumeIn, TaskBatchOut, TaskIn, TaskOut, TaskPage, TokenIn,
+    limit_json_size, public_claim, public_event, public_task,
+)
+from .transitions import TaskSpec
+
+# How often a waiting claim (wait_seconds) looks for work again. Work created in this process
+# is found at the next look; so is work from any other process (reaper, another server).
+CLAIM_POLL_SECONDS = 0.2
+MAX_PAGE = 500
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who is calling: the agent name every verb records, and whether operator verbs are allowed."""
+
+    name: str
+    operator: bool
+
+
+class AgentKeyAuth(HttpBearer):
+    def authenticate(self, request, token):
+        key = agent_keys.authenticate(token)
+        return Principal(key.name, key.is_operator) if key else None
+
+
+class StaffSessionAuth(SessionAuth):
+    """A staff user's session, CSRF-checked. Without a session cookie the CSRF check is skipped
+    so that a request with no credentials at all gets 401, not 403."""
+
+    def _get_key(self, request):
+        if settings.SESSION_COOKIE_NAME not in request.COOKIES:
+            return None
+        return super()._get_key(request)
+
+    def authenticate(self, request, key):
+        user = request.user
+        if user.is_authenticated and user.is_staff and user.is_active:
+            return Principal(user.get_username(), user.has_perm("board.intervene"))
+        return None
+
+
+api = NinjaAPI(
+    title="TaskFlow board",
+    version="1",
+    description=(
+        "Coordinate work between agents: create tasks (with dependencies), claim ready work "
+        "with a lease, renew it while working, then complete, fail, pause or release it. "
+        "Every error is `{\"error\": {\"code\", \"message\", \"task\"?}}`."
+    ),
+    auth=[AgentKeyAuth(), StaffSessionAuth()],
+    urls_namespace="api",
+)
+
+ERRORS = {401: ErrorOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut, 413: ErrorOut, 422: ErrorOut}
+
+
+# ---------------------------------------------------------------------------------------------
+# Errors
+
+
+def error_response(request, status: int, code: str, message: str, *, task: Task | None = None, details=None):
+    body: dict = {"code": code, "message": message}
+    if task is not None:
+        body["task"] = public_task(task, selectors.deps_of([task.pk])[task.pk])
+    if details is not None:
+        body["details"] = details
+    return api.create_response(request, {"error": body}, status=status)
+
+
+@api.exception_handler(errors.BoardError)
+def on_board_error(request, exc: errors.BoardError):
+    return error_response(request, exc.http_status, exc.code, exc.message, task=exc.task)
+
+
+def _field_path(loc) -> list:
+    """A field's location as the client wrote it: without ninja's 'body' wrappers and
+    pydantic's names for the branches of a union (`function-wrap[...]`, `list[...]`)."""
+    return [part for part in loc if part != "body" and not (isinstance(part, str) and "[" in part)]
+
+
+@api.exception_handler(ValidationError)
+def on_validation_error(request, exc: ValidationError):
+    details = [{"loc": _field_path(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")}
+               for e in exc.errors]
+    # A body that may be one task or a list fails both branches; report the branch it was meant
+    # for (the one whose error is not merely "wrong container type").
+    specific = [d for d in details
+                if d["type"] not in ("list_type", "model_type", "dict_type", "model_attributes_type")]
+    details = specific or details
+    first = details[0] if details else {"loc": [], "msg": "invalid request"}
+    where = ".".join(str(part) for part in first["loc"])
+    return error_response(request, 422, "validation_error", f"{where + ': ' if where else ''}{first['msg']}",
+                          details=details)
+
+
+@api.exception_handler(AuthenticationError)
+def on_unauthorized(request, exc):
+    return error_response(request, 401, "unauthorized", "send 'Authorization: Bearer <agent key>' "
+                          "(or log in as staff and send the CSRF token)")
+
+
+@api.exception_handler(RequestDataTooBig)
+def on_too_big(request, exc):
+    return error_response(request, 413, "too_large",
+                          f"request body over {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes")
+
+
+@api.exception_handler(HttpError)
+def on_http_error(request, exc: HttpError):
+    codes = {400: "validation_error", 401: "unauthorized", 403: "forbidden", 404: "not_found",
+             413: "too_large"}
+    status = 422 if exc.status_code == 400 else exc.status_code
+    return error_response(request, status, codes.get(exc.status_code, "error"), str(exc))
+
+
+def _operator(request) -> Principal:
+    principal: Principal = request.auth
+    if not principal.operator:
+        raise errors.Forbidden("this needs operator rights (a key created with --operator, "
+                               "or the board.intervene permission)")
+    return principal
+
+
+# ---------------------------------------------------------------------------------------------
+# Tasks
+
+
+def _spec(item: TaskIn) -> TaskSpec:
+    limit_json_size("payload", item.payload)
+    return TaskSpec(title=item.title, id=item.id, description=item.description, payload=item.payload,
+                    queue=item.queue, priority=item.priority, deps=tuple(item.deps), hold=item.hold,
+                    max_retries=item.max_retries)
+
+
+def _same_as_existing(specs: list[TaskSpec]) -> list[Task] | None:
+    """The existing tasks when every spec names one with the same creation fields (an
+    idempotent retry of a create); otherwise None."""
+    if any(spec.id is None for spec in specs):
+        return None
+    existing = {t.pk: t for t in Task.objects.filter(pk__in=[s.id for s in specs])}
+    deps = selectors.deps_of(list(existing))
+    for spec in specs:
+        task = existing.get(spec.id)
+        if task is None or (task.title, task.description, task.payload, task.queue, task.priority,
+                            sorted(deps[task.pk]), task.hold, task.max_retries) != (
+                spec.title, spec.description, spec.payload, spec.queue, spec.priority,
+                sorted(spec.deps), spec.hold, spec.max_retries):
+            return None
+    return [existing[spec.id] for spec in specs]
+
+
+@api.post("/tasks", response={200: Union[TaskOut, TaskBatchOut], 201: Union[TaskOut, TaskBatchOut], **ERRORS},
+          summary="Create a task, or a list of tasks forming a DAG (all or nothing)")
+def create_tasks(request, body: Union[TaskIn, list[TaskIn]] = Body(...)):
+    """An existing id with an identical body returns the existing task (200): a client may
+    retry a create safely. A different body under an existing id is `duplicate_id`."""
+    batch = isinstance(body, list)
+    specs = [_spec(item) for item in (body if batch else [body])]
+    if not specs:
+        raise errors.InvalidRequest("an empty list creates nothing")
+    status = 201
+    try:
+        tasks = transitions.create(specs, actor=request.auth.name)
+    except errors.DuplicateId:
+        tasks = _same_as_existing(specs)
+        if tasks is None:
+            raise
+        status = 200
+    deps = {spec.id: list(spec.deps) for spec in specs}
+    rendered = [public_task(t, deps[t.pk]) for t in tasks]
+    return status, ({"items": rendered} if batch else rendered[0])
+
+
+def _encode_cursor(*parts) -> str:
+    return base64.urlsafe_b64encode(json.dumps(parts).encode()).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: str, arity: int) -> list:
+    try:
+        parts = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+        if isinstance(parts, list) and len(parts) == arity:
+            return parts
+    except (ValueError, binascii.Error):
+        pass
+    raise errors.InvalidRequest("cursor is not one this API gave out")
+
+
+def _limit(limit: int) -> int:
+    if not 1 <= limit <= MAX_PAGE:
+        raise errors.InvalidRequest(f"limit must be from 1 to {MAX_PAGE}")
+    return limit
+
+
+@api.get("/tasks", response={200: TaskPage, **ERRORS}, summary="List tasks, oldest first, a page at a time")
+def list_tasks(request, stage: list[str] = Query(None), queue: Optional[str] = None,
+               owner: Optional[str] = None, text: Optional[str] = None,
+               cursor: Optional[str] = None, limit: int = 100):
+    rows = Task.objects.all()
+    if stage:
+        unknown = [s for s in stage if s not in Stage.__members__]
+        if unknown:
+            raise errors.InvalidRequest(f"unknown stage {unknown[0]!r}; one of {', '.join(Stage)}")
+        rows = rows.filter(stage__in=stage)
+    if queue:
+        rows = rows.filter(queue=queue)
+    if owner:
+        rows = rows.filter(owner=owner)
+    if text:
+        rows = rows.filter(Q(id__icontains=text) | Q(title__icontains=text))
+    if cursor:
+        created_at, last_id = _decode_cursor(cursor, 2)
+        try:
+            after = datetime.fromisoformat(created_at)
+        except (TypeError, ValueError):
+            raise errors.InvalidRequest("cursor is not one this API gave out") from None
+        rows = rows.filter(Q(created_at__gt=after) | Q(created_at=after, id__gt=last_id))
+    limit = _limit(limit)
+    page = list(rows.order_by("created_at", "id")[: limit + 1])
+    more = len(page) > limit
+    page = page[:limit]
+    deps = selectors.deps_of([t.pk for t in page])
+    next_cursor = _encode_cursor(page[-1].created_at.isoformat(), page[-1].pk) if more else None
+    return {"items": [public_task(t, deps[t.pk]) for t in page], "next": next_cursor}
+
+
+def _one(task_id: str) -> Task:
+    task = selectors.get_task(task_id)
+    if task is None:
+        raise errors.NotFound(f"no task with id {task_id!r}", task_id=task_id)
+    return task
+
+
+def _render(task: Task) -> dict:
+    return public_task(task, selectors.deps_of([task.pk])[task.pk])
+
+
+def _render_claim(claim: transitions.Claim) -> dict:
+    return public_claim(claim, selectors.deps_of([claim.task.pk])[claim.task.pk])
+
+
+@api.get("/tasks/{task_id}", response={200: TaskOut, **ERRORS}, summary="One task")
+def get_task(request, task_id: str):
+    return _render(_one(task_id))
+
+
+@api.get("/tasks/{task_id}/events", response={200: EventPage, **ERRORS},
+         summary="A task's history, one event per transition, oldest first")
+def task_events(request, task_id: str, cursor: Optional[str] = None, limit: int = 100):
+    _one(task_id)
+    rows = TaskEvent.objects.filter(task_id=task_id)
+    if cursor:
+        (after,) = _decode_cursor(cursor, 1)
+        if not isinstance(after, int):
+            raise errors.InvalidRequest("cursor is not one this API gave out")
+        rows = rows.filter(id__gt=after)
+    limit = _limit(limit)
+    page = list(rows.order_by("id")[: limit + 1])
+    more = len(page) > limit
+    page = page[:limit]
+    return {"items": [public_event(e) for e in page], "next": _encode_cursor(page[-1].id) if more else None}
+
+
+# ---------------------------------------------------------------------------------------------
+# Claiming
+
+
+@api.post("/claim", response={200: ClaimOut, 204: None, **ERRORS},
+          summary="Claim the next ready task (highest priority, then oldest); 204 when none")
+async def claim_next(request, body: ClaimNextIn):
+    """With `wait_seconds` the request waits (up to 30 s) for work to become ready instead of
+    answering 204 at once. The lease token in the answer is shown only to this caller."""
+    agent = request.auth.name
+    deadline = time.monotonic() + body.wait_seconds
+    take = sync_to_async(transitions.claim_next)
+    while True:
+        claim = await take(agent, body.ttl_seconds, queue=body.queue)
+        if claim is not None:
+            return 200, await sync_to_async(_render_claim)(claim)
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return 204, None
+        await asyncio.sleep(min(CLAIM_POLL_SECONDS, remaining))
+
+
+@api.post("/tasks/{task_id}/claim", response={200: ClaimOut, **ERRORS}, summary="Claim this task")
+def claim_task(request, task_id: str, body: ClaimIn):
+    return _render_claim(transitions.claim(task_id, request.auth.name, body.ttl_seconds))
+
+
+@api.post("/tasks/{task_id}/resume", response={200: ClaimOut, **ERRORS},
+          summary="Take a PAUSED task with a new lease; its checkpoint is on the task")
+def resume_task(request, task_id: str, body: ResumeIn):
+    return _render_claim(transitions.resume(task_id, request.auth.name, body.ttl_seconds))
+
+
+# ---------------------------------------------------------------------------------------------
+# The holder's verbs
+
+
+@api.post("/tasks/{task_id}/renew", response={200: ClaimOut, **ERRORS},
+          summary="Extend a live lease (same token and fence); optionally save checkpoint/progress")
+def renew_task(request, task_id: str, body: RenewIn):
+    limit_json_size("checkpoint", body.checkpoint)
+    claim = transitions.renew(task_id, body.token, body.ttl_seconds, checkpoint=body.checkpoint,
+                              progress=body.progress, agent=request.auth.name)
+    return _render_claim(claim)
+
+
+@api.post("/tasks/{task_id}/release", response={200: TaskOut, **ERRORS},
+          summary="Give the task back to the queue (the attempt is not counted)")
+def release_task(request, task_id: str, body: TokenIn):
+    return _render(transitions.release(task_id, body.token, agent=request.auth.name))
+
+
+@api.post("/tasks/{task_id}/complete", response={200: TaskOut, **ERRORS}, summary="Commit the result")
+def complete_task(request, task_id: str, body: CompleteIn):
+    limit_json_size("result", body.result)
+    return _render(transitions.complete(task_id, body.token, body.result, agent=request.auth.name))
+
+
+@api.post("/tasks/{task_id}/fail", response={200: TaskOut, **ERRORS},
+          summary="Record a failed attempt: back to QUEUED after a backoff while attempts remain "
+                  "(and retryable), else FAILED")
+def fail_task(request, task_id: str, body: FailIn):
+    return _render(transitions.fail(task_id, body.token, body.error, retryable=body.retryable,
+                                    agent=request.auth.name))
+
+
+@api.post("/tasks/{task_id}/pause", response={200: TaskOut, **ERRORS},
+          summary="Release the lease and keep a checkpoint for a later resume")
+def pause_task(request, task_id: str, body: PauseIn):
+    limit_json_size("checkpoint", body.checkpoint)
+    return _render(transitions.pause(task_id, body.token, body.checkpoint, agent=request.auth.name))
+
+
+# ---------------------------------------------------------------------------------------------
+# Operators' verbs
+
+
+@api.post("/tasks/{task_id}/admit", response={200: TaskOut, **ERRORS}, summary="Operator: admit a held task")
+def admit_task(request, task_id: str, body: OperatorIn):
+    actor = _operator(request).name
+    return _render(transitions.admit(task_id, actor=actor, version=body.version))
+
+
+@api.post("/tasks/{task_id}/requeue", response={200: TaskOut, **ERRORS},
+          summary="Operator: FAILED or PAUSED back to QUEUED")
+def requeue_task(request, task_id: str, body: RequeueIn):
+    actor = _operator(request).name
+    return _render(transitions.requeue(task_id, actor=actor, version=body.version,
+                                       reset_attempts=body.reset_attempts, reason=body.reason))
+
+
+@api.post("/tasks/{task_id}/cancel", response={200: TaskOut, **ERRORS}, summary="Operator: cancel a task")
+def cancel_task(request, task_id: str, body: OperatorIn):
+    actor = _operator(request).name
+    return _render(transitions.cancel(task_id, actor=actor, version=body.version, reason=body.reason))
+
+
+# ---------------------------------------------------------------------------------------------
+# The board's health
+
+
+@api.get("/check", response={200: ProblemsOut, **ERRORS}, summary="Invariant problems found by check()")
+def check(request):
+    return {"problems": [{"task": p.task, "code": p.code, "text": p.text} for p in selectors.problems()]}
