@@ -39,7 +39,8 @@ DATABASES = {
 }
 POSTGRES_AVAILABLE = _answers(POSTGRES_URL)
 if POSTGRES_AVAILABLE:
-    DATABASES["postgres"] = database_from_url(POSTGRES_URL)
+    # Its own test database per run, like the SQLite file: concurrent runs never collide.
+    DATABASES["postgres"] = {**database_from_url(POSTGRES_URL), "TEST": {"NAME": f"test_taskflow_{os.getpid()}"}}
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # speed; test users only
 
