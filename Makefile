@@ -26,6 +26,7 @@ $(VENV)/.test-deps: requirements.txt requirements-test.txt | $(PY)
 run: $(VENV)/.run-deps
 	export DEBUG=$${DEBUG-1}; \
 	$(PY) manage.py migrate --noinput && \
+	$(PY) manage.py ensure_admin && \
 	{ $(PY) manage.py reap --loop & reaper=$$!; \
 	  trap 'kill $$reaper 2>/dev/null' EXIT INT TERM; \
 	  echo "TaskFlow board on http://$(HOST):$(PORT)/  (reaper pid $$reaper)"; \

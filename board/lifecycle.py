@@ -94,6 +94,12 @@ def allowed_verbs(stage: Stage | str) -> list[Verb]:
     return [verb for (s, verb) in TRANSITIONS if s == stage]
 
 
+# Limits every caller meets (the engine enforces them; the API's schemas repeat them).
+MIN_TTL_SECONDS = 1
+MAX_TTL_SECONDS = 24 * 3600
+MAX_DEPENDENCIES = 1000
+MAX_RETRIES_LIMIT = 100
+
 TASK_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,99}$")
 
 

@@ -13,9 +13,14 @@ from typing import Any, Optional
 from ninja import Schema
 from pydantic import ConfigDict, Field
 
+from typing import TYPE_CHECKING
+
 from . import errors
+from .lifecycle import MAX_DEPENDENCIES, MAX_RETRIES_LIMIT, MAX_TTL_SECONDS, MIN_TTL_SECONDS
 from .models import Task, TaskEvent
-from .transitions import MAX_DEPENDENCIES, MAX_TTL_SECONDS, MIN_TTL_SECONDS, Claim
+
+if TYPE_CHECKING:
+    from .transitions import Claim
 
 MAX_JSON_FIELD_BYTES = 256 * 1024
 
@@ -38,7 +43,7 @@ class TaskIn(StrictIn):
     deps: list[str] = Field(default_factory=list, max_length=MAX_DEPENDENCIES,
                             description="ids of tasks that must be COMPLETED first")
     hold: bool = Field(False, description="stay PENDING until an operator admits it")
-    max_retries: int = Field(3, ge=0, le=100)
+    max_retries: int = Field(3, ge=0, le=MAX_RETRIES_LIMIT)
 
 
 class ClaimNextIn(StrictIn):

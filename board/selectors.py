@@ -74,3 +74,28 @@ def history(task_id: str, *, using: str = "default") -> list[TaskEvent]:
 
 def get_task(task_id: str, *, using: str = "default") -> Task | None:
     return Task.objects.using(using).filter(pk=task_id).first()
+
+
+def board_tasks(*, terminal_limit: int = 200, using: str = "default") -> dict:
+    """The board as one consistent read: every unfinished task, the `terminal_limit` most
+    recently finished per terminal stage (the page asks for more on demand), the count per
+    stage, dependencies, and the id of the last event the read includes."""
+    from django.db.models import Count
+
+    from .lifecycle import TERMINAL, Stage
+
+    with write_transaction(using):
+        _repeatable_read(using)
+        last_event_id = TaskEvent.objects.using(using).order_by("-id").values_list("id", flat=True).first() or 0
+        counts = {stage.value: 0 for stage in Stage}
+        for stage, n in Task.objects.using(using).values_list("stage").annotate(n=Count("id")).order_by():
+            counts[stage] = n
+        tasks = list(Task.objects.using(using).exclude(stage__in=list(TERMINAL)).order_by("-priority", "created_at", "id"))
+        for stage in sorted(TERMINAL):
+            tasks += list(Task.objects.using(using).filter(stage=stage).order_by("-updated_at", "-id")[:terminal_limit])
+        deps: dict[str, list[str]] = {t.pk: [] for t in tasks}
+        wanted = set(deps)
+        for task_id, dep in Dependency.objects.using(using).values_list("task_id", "depends_on_id"):
+            if task_id in wanted:
+                deps[task_id].append(dep)
+    return {"tasks": tasks, "deps": deps, "counts": counts, "last_event_id": last_event_id}

@@ -31,17 +31,16 @@ from django.db import IntegrityError, connections, transaction
 from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
-from . import errors
+from . import errors, events
 from .db import write_transaction
-from .lifecycle import Stage, Verb, TERMINAL, attempts_left, is_valid_task_id, retry_backoff_seconds, target
+from .lifecycle import (
+    MAX_DEPENDENCIES, MAX_RETRIES_LIMIT, MAX_TTL_SECONDS, MIN_TTL_SECONDS, TERMINAL, Stage, Verb,
+    attempts_left, is_valid_task_id, retry_backoff_seconds, target,
+)
 from .models import Dependency, Task, TaskEvent
 
 log = logging.getLogger("board.transitions")
 
-MIN_TTL_SECONDS = 1
-MAX_TTL_SECONDS = 24 * 3600
-MAX_DEPENDENCIES = 1000
-MAX_RETRIES_LIMIT = 100
 # How many times a verb reloads and tries again after losing a CAS while its move stays legal.
 # Each retry follows a move by another writer, so this bounds work, not correctness.
 RACE_RETRIES = 50
@@ -147,6 +146,7 @@ def _swap(
     changes.update(stage=to, version=new_version, updated_at=now)
     if rows.update(**changes) != 1:
         return False
+    transaction.on_commit(events.announce_commit, using=using)
     from_stage = task.stage
     for name, value in changes.items():
         setattr(task, name, value)
@@ -261,6 +261,7 @@ def create(specs: TaskSpec | Sequence[TaskSpec], *, actor: str = "", using: str 
                 for t in tasks
             ]
         )
+        transaction.on_commit(events.announce_commit, using=using)
         # A dependency may complete while this transaction is open; its own admission pass
         # cannot see these uncommitted tasks, so look again once they are committed.
         waiting = [t.pk for t in tasks if t.stage == Stage.PENDING and not t.hold]

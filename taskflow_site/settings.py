@@ -146,7 +146,17 @@ STATIC_ROOT = BASE_DIR / ".staticfiles"
 # The agents' API refuses bodies over 1 MiB (413 too_large).
 DATA_UPLOAD_MAX_MEMORY_SIZE = 1024 * 1024
 
-CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+# Channel layer: in-memory on one process; Redis when REDIS_URL is set (several processes). The
+# live board does not depend on it delivering every message (see board/events.py).
+REDIS_URL = os.environ.get("REDIS_URL", "")
+if REDIS_URL:
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer",
+                                  "CONFIG": {"hosts": [REDIS_URL], "capacity": 1000, "expiry": 30}}}
+else:
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer",
+                                  "CONFIG": {"capacity": 1000, "expiry": 30}}}
+
+LOGIN_URL = "/admin/login/"
 
 # TaskFlow engine knobs.
 TASKFLOW = {

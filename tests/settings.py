@@ -48,3 +48,7 @@ PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # speed; t
 # No test asks pytest-django to set them up; connecting to them fails for real.
 DATABASES["unreachable-sqlite"] = database_from_url("sqlite:////nonexistent-directory/taskflow.sqlite3")
 DATABASES["unreachable-postgres"] = database_from_url("postgres://postgres@127.0.0.1:1/taskflow")
+
+# The suite runs with DEBUG off (production settings) but over plain HTTP on local names.
+SECURE_SSL_REDIRECT = False
+ALLOWED_HOSTS = ["testserver", "localhost", "127.0.0.1"]

@@ -74,3 +74,24 @@ def test_contract_check_reports_one_winner_per_round(capsys):
     assert "duplicate_token_submit: 3 rounds x 8 racers, winners per round [1] -> ok" in out
     assert "check(): 0 problem(s)" in out
     assert Task.objects.exclude(stage__in=["COMPLETED", "CANCELLED"]).count() == 0
+
+
+def test_first_run_creates_an_administrator_with_a_random_password_printed_once(capsys):
+    from django.contrib.auth import authenticate, get_user_model
+
+    call_command("ensure_admin")
+    out = capsys.readouterr().out
+    password = out.split("password ", 1)[1].split()[0]
+    assert len(password) >= 12 and authenticate(username="admin", password=password) is not None
+    call_command("ensure_admin")  # a second run changes nothing and prints nothing
+    assert capsys.readouterr().out == "" and get_user_model().objects.count() == 1
+
+
+def test_first_run_takes_djangos_superuser_variables(capsys, monkeypatch):
+    from django.contrib.auth import authenticate
+
+    monkeypatch.setenv("DJANGO_SUPERUSER_USERNAME", "ops")
+    monkeypatch.setenv("DJANGO_SUPERUSER_PASSWORD", "a-long-chosen-passphrase")
+    call_command("ensure_admin")
+    assert "from DJANGO_SUPERUSER_*" in capsys.readouterr().out
+    assert authenticate(username="ops", password="a-long-chosen-passphrase").is_superuser

@@ -1,0 +1,235 @@
+"""Live updates for the board: the history table is the outbox.
+
+Every transition writes its TaskEvent in the same transaction as the change (board.transitions),
+so an event exists exactly when a change committed: a refused or rolled-back change has none.
+In each server process one `Tailer` reads new events in id order and fans them out to that
+process's sockets (the channel-layer group `PROCESS_GROUP`). A change made anywhere (another
+server process, the reaper, a management command, the admin) therefore reaches every browser,
+after its commit, without relying on a channel layer that drops messages when full.
+
+Finding new events: ids are taken at insert, and on PostgreSQL two transactions can commit out of
+id order, so "id > last seen" alone could skip an event that commits late. The tailer remembers
+the ids it has not seen below the highest one it has (holes) for a few seconds and asks for them
+again; a hole older than that belonged to a rolled-back transaction. On SQLite ids are handed out
+under the write lock, so there are no holes.
+
+Waking up: the tailer polls a few times a second. A commit in this process wakes it at once;
+with a Redis channel layer (REDIS_URL) a commit in any process wakes every tailer through the
+`WAKEUP_GROUP` group. Redis is a doorbell here, never the only carrier of an update.
+
+Nothing here ever carries a lease token: messages are built from `schemas.public_task`.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+
+from asgiref.sync import async_to_sync, sync_to_async
+from channels.layers import get_channel_layer
+from django.conf import settings
+from django.core.serializers.json import DjangoJSONEncoder
+
+from . import selectors
+from .models import Task, TaskEvent
+from .schemas import public_event, public_task
+
+log = logging.getLogger("board.events")
+
+# This process's sockets. Channels group names allow [a-zA-Z0-9_.-], under 100 characters.
+PROCESS_GROUP = "board.{}.{}".format("".join(c if c.isalnum() else "-" for c in socket.gethostname())[:40], os.getpid())
+WAKEUP_GROUP = "board.wakeup"
+POLL_SECONDS = 0.25
+HOLE_PATIENCE_SECONDS = 10.0
+EVENTS_PER_READ = 1000
+PROBLEMS_MIN_INTERVAL_SECONDS = 0.5  # the problems panel is recomputed at most twice a second
+PROBLEMS_REFRESH_SECONDS = 2.0  # and also on a timer: a lease expires without any event
+
+_encoder = DjangoJSONEncoder()
+
+
+def jsonable(value):
+    """Datetimes as ISO 8601 strings, so a message survives any channel layer's encoding."""
+    if isinstance(value, dict):
+        return {k: jsonable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [jsonable(v) for v in value]
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    return _encoder.default(value)
+
+
+# ---------------------------------------------------------------------------------------------
+# Announcing commits (called from board.transitions, in whatever thread committed)
+
+_local_tailer: Tailer | None = None
+_local_lock = threading.Lock()
+
+
+def announce_commit() -> None:
+    """A transition committed: wake this process's tailer now, and the others if Redis is set."""
+    tailer = _local_tailer
+    if tailer is not None:
+        tailer.wake_threadsafe()
+    if getattr(settings, "REDIS_URL", ""):
+        try:
+            async_to_sync(get_channel_layer().group_send)(WAKEUP_GROUP, {"type": "board.wakeup"})
+        except Exception as exc:  # a doorbell that fails only costs latency: the poll still runs
+            log.warning("could not ring the other servers' tailers: %s", exc)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading the outbox
+
+
+@dataclass
+class Cursor:
+    """Where a tailer is in the event table: the highest id seen, and the holes below it."""
+
+    last_id: int
+    holes: dict[int, float] = field(default_factory=dict)  # id -> when it was first missed
+    using: str = "default"
+
+    def read(self, now: float) -> list[TaskEvent]:
+        """New events (and late ones filling holes), in id order. Runs in a sync thread."""
+        self.holes = {i: t for i, t in self.holes.items() if now - t < HOLE_PATIENCE_SECONDS}
+        events = TaskEvent.objects.using(self.using)
+        rows = events.filter(id__gt=self.last_id)
+        if self.holes:
+            rows = rows | events.filter(id__in=list(self.holes))
+        events = list(rows.order_by("id")[:EVENTS_PER_READ])
+        for event in events:
+            self.holes.pop(event.id, None)
+            if event.id > self.last_id:
+                for missing in range(self.last_id + 1, event.id):
+                    self.holes.setdefault(missing, now)
+                self.last_id = event.id
+        return events
+
+
+def latest_event_id() -> int:
+    return TaskEvent.objects.order_by("-id").values_list("id", flat=True).first() or 0
+
+
+def messages_for(events: list[TaskEvent]) -> list[dict]:
+    """One message per event, each carrying the task as it is now (its version is at least the
+    event's): the browser applies a task only when its version is newer than what it shows."""
+    if not events:
+        return []
+    ids = list({e.task_id for e in events})
+    tasks = {t.pk: t for t in Task.objects.filter(pk__in=ids)}
+    deps = selectors.deps_of(ids)
+    return [
+        {"type": "task.changed",
+         "event": jsonable(public_event(e)),
+         "task": jsonable(public_task(tasks[e.task_id], deps[e.task_id]))}
+        for e in events if e.task_id in tasks
+    ]
+
+
+def problem_dicts() -> list[dict]:
+    return [{"task": p.task, "code": p.code, "text": p.text} for p in selectors.problems()]
+
+
+def problems_message() -> dict:
+    """The tailer's (debounced) push of the problems panel."""
+    return {"type": "problems.changed", "problems": problem_dicts()}
+
+
+def board_snapshot(terminal_limit: int = 200) -> dict:
+    """What a browser needs to draw the board, plus the event id it is current to."""
+    snap = selectors.board_tasks(terminal_limit=terminal_limit)
+    return jsonable({
+        "type": "snapshot",
+        "last_event_id": snap["last_event_id"],
+        "counts": snap["counts"],
+        "tasks": [public_task(t, snap["deps"][t.pk]) for t in snap["tasks"]],
+        "problems": problem_dicts(),
+    })
+
+
+# ---------------------------------------------------------------------------------------------
+# The tailer: one per server process, started by the first socket
+
+
+class Tailer:
+    def __init__(self) -> None:
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.wake = asyncio.Event()
+        self.task: asyncio.Task | None = None
+        self.problems_sent: list = []  # snapshots carry the problems; push only changes
+        self.problems_at = 0.0
+        self.problems_dirty = True
+
+    def wake_threadsafe(self) -> None:
+        if self.loop is not None and not self.loop.is_closed():
+            self.loop.call_soon_threadsafe(self.wake.set)
+
+    async def run(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        layer = get_channel_layer()
+        cursor = Cursor(await sync_to_async(latest_event_id)())
+        doorbell = asyncio.create_task(self._listen_for_doorbell(layer)) if getattr(settings, "REDIS_URL", "") else None
+        try:
+            while True:
+                try:
+                    await asyncio.wait_for(self.wake.wait(), timeout=POLL_SECONDS)
+                except asyncio.TimeoutError:
+                    pass
+                self.wake.clear()
+                try:
+                    await self._pass(layer, cursor)
+                except Exception:  # a database hiccup must not stop live updates for good
+                    log.exception("live update pass failed; retrying")
+                    await asyncio.sleep(POLL_SECONDS)
+        finally:
+            if doorbell is not None:
+                doorbell.cancel()
+
+    async def _pass(self, layer, cursor: Cursor) -> None:
+        def read():
+            events = cursor.read(time.monotonic())
+            return messages_for(events)
+
+        messages = await sync_to_async(read)()
+        for message in messages:
+            await layer.group_send(PROCESS_GROUP, message)
+        now = time.monotonic()
+        if messages:
+            self.problems_dirty = True
+        due = self.problems_dirty or now - self.problems_at >= PROBLEMS_REFRESH_SECONDS
+        if due and now - self.problems_at >= PROBLEMS_MIN_INTERVAL_SECONDS:
+            def compute():
+                # The start of the computation is what the interval is measured from (the sync
+                # thread may have kept us waiting since `now`).
+                self.problems_at = time.monotonic()
+                return problems_message()
+
+            self.problems_dirty = False
+            message = await sync_to_async(compute)()
+            if message["problems"] != self.problems_sent:
+                self.problems_sent = message["problems"]
+                await layer.group_send(PROCESS_GROUP, message)
+
+    async def _listen_for_doorbell(self, layer) -> None:
+        channel = await layer.new_channel()
+        await layer.group_add(WAKEUP_GROUP, channel)
+        while True:
+            await layer.receive(channel)
+            self.wake.set()
+
+
+def ensure_tailer() -> Tailer:
+    """Start this process's tailer on the running event loop, once."""
+    global _local_tailer
+    with _local_lock:
+        tailer = _local_tailer
+        if tailer is None or tailer.task is None or tailer.task.done() or tailer.loop is not asyncio.get_running_loop():
+            tailer = Tailer()
+            tailer.task = asyncio.get_running_loop().create_task(tailer.run())
+            _local_tailer = tailer
+    return tailer

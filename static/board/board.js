@@ -1,0 +1,1 @@
+// The live board's client.

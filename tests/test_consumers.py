@@ -1,0 +1,224 @@
+"""The live board's websocket, driven by Channels' WebsocketCommunicator through the real ASGI
+application (origin check, session auth, routing) against the real SQLite test database.
+
+Changes are made through the engine in worker threads, committed, exactly as the API or the
+reaper would make them; what must arrive is what the outbox tailer reads back from the
+database."""
+import asyncio
+import json
+import time
+
+import pytest
+from asgiref.sync import sync_to_async
+from channels.layers import get_channel_layer
+from channels.testing import WebsocketCommunicator
+from django.contrib.auth import get_user_model
+from django.db import transaction
+from django.test import Client
+
+from board import errors, events, transitions
+from board.models import Dependency
+from board.transitions import TaskSpec
+from taskflow_site.asgi import application
+from tests.support import sqlite_db_mark
+
+pytestmark = sqlite_db_mark()
+WAIT = 5  # seconds: an upper bound for a message to arrive, never a sleep
+
+
+def login_cookie(staff: bool = True) -> str:
+    user = get_user_model().objects.create_user(f"user-{time.monotonic_ns()}", password="x", is_staff=staff)
+    client = Client()
+    client.force_login(user)
+    return client.cookies["sessionid"].value
+
+
+def run(coro):
+    async def with_clean_layer():
+        try:
+            return await coro
+        finally:
+            await get_channel_layer().flush()
+
+    return asyncio.run(with_clean_layer())
+
+
+async def open_socket(cookie: str | None, origin: bytes = b"http://localhost"):
+    headers = [(b"origin", origin)]
+    if cookie:
+        headers.append((b"cookie", f"sessionid={cookie}".encode()))
+    socket = WebsocketCommunicator(application, "/ws/board/", headers=headers)
+    connected, code = await socket.connect(timeout=WAIT)
+    return socket, connected, code
+
+
+async def receive_until(socket, predicate, frames: list) -> dict:
+    """Collect frames until one satisfies `predicate`; every frame is kept in `frames`."""
+    deadline = time.monotonic() + WAIT
+    while True:
+        raw = await socket.receive_from(timeout=max(0.01, deadline - time.monotonic()))
+        frames.append(raw)
+        message = json.loads(raw)
+        if predicate(message):
+            return message
+
+
+async def drain(socket, seconds: float) -> list:
+    """Every frame that arrives within `seconds` (to show that no further change was sent)."""
+    frames, deadline = [], time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0:
+        if await socket.receive_nothing(timeout=left):
+            break
+        frames.append(await socket.receive_from())
+    return frames
+
+
+def task_frames(frames: list) -> list[dict]:
+    return [m for m in map(json.loads, frames) if m["type"] == "task"]
+
+
+def test_anonymous_and_non_staff_sockets_are_refused():
+    staff_less = login_cookie(staff=False)
+
+    async def scenario():
+        for cookie in (None, staff_less, "not-a-session"):
+            socket, connected, code = await open_socket(cookie)
+            assert not connected and code == 4403, (cookie, connected, code)
+            await socket.disconnect()
+
+    run(scenario())
+
+
+def test_a_foreign_origin_is_refused_even_when_logged_in():
+    cookie = login_cookie()
+
+    async def scenario():
+        for origin in (b"http://evil.example", b"https://localhost.evil.example"):
+            socket, connected, _ = await open_socket(cookie, origin)
+            assert not connected
+            await socket.disconnect()
+
+    run(scenario())
+
+
+def test_snapshot_on_connect_then_one_message_per_committed_transition_and_no_token():
+    transitions.create([TaskSpec(id="base", title="base"), TaskSpec(id="child", title="child", deps=["base"])])
+    cookie = login_cookie()
+    tokens = []
+
+    def work():
+        claim = transitions.claim("base", "agent-1", 60)
+        tokens.append(claim.lease.token)
+        transitions.renew("base", claim.lease.token, 60, progress=0.5)
+        transitions.complete("base", claim.lease.token, {"ok": True})  # also admits "child"
+
+    async def scenario():
+        socket, connected, _ = await open_socket(cookie)
+        assert connected
+        frames: list = []
+        snapshot = await receive_until(socket, lambda m: m["type"] == "snapshot", frames)
+        assert {t["id"]: t["stage"] for t in snapshot["tasks"]} == {"base": "QUEUED", "child": "PENDING"}
+        assert snapshot["counts"]["QUEUED"] == 1 and snapshot["problems"] == []
+        await sync_to_async(work)()
+        await receive_until(socket, lambda m: m["type"] == "task" and m["event"]["verb"] == "admit", frames)
+        frames += await drain(socket, 1.0)  # and then nothing more: one message per transition
+        await socket.disconnect()
+        return frames
+
+    frames = run(scenario())
+    moves = [(m["event"]["task"], m["event"]["verb"], m["event"]["version"]) for m in task_frames(frames)]
+    assert moves == [("base", "claim", 1), ("base", "renew", 2), ("base", "complete", 3), ("child", "admit", 1)]
+    last = task_frames(frames)[-2]["task"]
+    assert (last["stage"], last["result"], last["owner"]) == ("COMPLETED", {"ok": True}, "")
+    everything = "".join(frames)
+    assert tokens and tokens[0] not in everything
+    assert "token" not in everything and "lease_token_hash" not in everything
+
+
+def test_refused_and_rolled_back_changes_send_nothing():
+    transitions.create(TaskSpec(id="held", title="held"))
+    claim = transitions.claim("held", "agent-1", 60)
+    cookie = login_cookie()
+
+    def refused_and_rolled_back():
+        with pytest.raises(errors.Taken):
+            transitions.claim("held", "agent-2", 60)
+        with pytest.raises(errors.LeaseLost):
+            transitions.complete("held", "forged-token", {})
+
+        class Abort(Exception):
+            pass
+
+        with pytest.raises(Abort):
+            with transaction.atomic():
+                transitions.renew("held", claim.lease.token, 120)  # committed only if the outer block is
+                raise Abort
+
+    async def scenario():
+        socket, connected, _ = await open_socket(cookie)
+        assert connected
+        await receive_until(socket, lambda m: m["type"] == "snapshot", [])
+        await sync_to_async(refused_and_rolled_back)()
+        assert task_frames(await drain(socket, 1.5)) == []
+        await socket.disconnect()
+
+    run(scenario())
+    transitions.complete("held", claim.lease.token, {})
+
+
+def test_problems_are_pushed_when_they_appear():
+    transitions.create([TaskSpec(id="a", title="a"), TaskSpec(id="b", title="b", deps=["a"])])
+    cookie = login_cookie()
+
+    async def scenario():
+        socket, connected, _ = await open_socket(cookie)
+        assert connected
+        await receive_until(socket, lambda m: m["type"] == "snapshot", [])
+        # A cycle written behind the engine's back, then any committed change.
+        await sync_to_async(lambda: Dependency.objects.create(task_id="a", depends_on_id="b"))()
+        await sync_to_async(lambda: transitions.cancel("b", actor="op"))()
+        message = await receive_until(socket, lambda m: m["type"] == "problems" and m["problems"], [])
+        await socket.disconnect()
+        return message
+
+    message = run(scenario())
+    assert ("a", "dep_cycle") in {(p["task"], p["code"]) for p in message["problems"]}
+    Dependency.objects.filter(task_id="a", depends_on_id="b").delete()
+    transitions.cancel("a", actor="op")
+
+
+def test_problems_are_recomputed_at_most_twice_a_second(monkeypatch):
+    transitions.create([TaskSpec(id=f"t{i}", title="t") for i in range(60)])
+    cookie = login_cookie()
+    computed = []
+    real = events.problems_message
+
+    def counted():
+        computed.append(time.monotonic())
+        return real()
+
+    monkeypatch.setattr(events, "problems_message", counted)
+
+    def burst():
+        for i in range(60):
+            claim = transitions.claim(f"t{i}", "agent", 60)
+            transitions.complete(f"t{i}", claim.lease.token, {})
+
+    async def scenario():
+        socket, connected, _ = await open_socket(cookie)
+        assert connected
+        frames: list = []
+        await receive_until(socket, lambda m: m["type"] == "snapshot", frames)
+        started = time.monotonic()
+        await sync_to_async(burst)()
+        await receive_until(socket, lambda m: m["type"] == "task" and m["event"]["task"] == "t59"
+                            and m["event"]["verb"] == "complete", frames)
+        elapsed = time.monotonic() - started
+        await socket.disconnect()
+        return frames, elapsed
+
+    frames, elapsed = run(scenario())
+    assert len(task_frames(frames)) == 120  # every transition arrived
+    gaps = [b - a for a, b in zip(computed, computed[1:])]
+    assert all(gap >= events.PROBLEMS_MIN_INTERVAL_SECONDS * 0.95 for gap in gaps), gaps
+    assert len(computed) <= elapsed / events.PROBLEMS_MIN_INTERVAL_SECONDS + 2
