@@ -6,7 +6,8 @@ never changes the database (the engine raises before or instead of writing).
 
 Who may call: an agent with `Authorization: Bearer <key>` (its name comes from the key), or a
 logged-in staff user's browser session with the CSRF token. Operators' verbs (admit, requeue,
-cancel) need a key created with --operator or a user with the board.intervene permission.
+cancel, force-release, force-pause) need a key created with --operator or a user with the
+board.intervene permission.
 """
 from __future__ import annotations
 
@@ -390,6 +391,20 @@ def requeue_task(request, task_id: str, body: RequeueIn):
 def cancel_task(request, task_id: str, body: OperatorIn):
     actor = _operator(request).name
     return _render(transitions.cancel(task_id, actor=actor, version=body.version, reason=body.reason))
+
+
+@api.post("/tasks/{task_id}/force-release", response={200: TaskOut, **ERRORS},
+          summary="Operator: take a RUNNING task from its holder back to QUEUED")
+def force_release_task(request, task_id: str, body: OperatorIn):
+    actor = _operator(request).name
+    return _render(transitions.force_release(task_id, actor=actor, version=body.version, reason=body.reason))
+
+
+@api.post("/tasks/{task_id}/force-pause", response={200: TaskOut, **ERRORS},
+          summary="Operator: pause a RUNNING task, keeping its last saved checkpoint")
+def force_pause_task(request, task_id: str, body: OperatorIn):
+    actor = _operator(request).name
+    return _render(transitions.force_pause(task_id, actor=actor, version=body.version, reason=body.reason))
 
 
 # ---------------------------------------------------------------------------------------------
