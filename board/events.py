@@ -160,6 +160,7 @@ class Tailer:
     def __init__(self) -> None:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.wake = asyncio.Event()
+        self.ready = asyncio.Event()  # set once it listens (cursor placed, doorbell answered)
         self.task: asyncio.Task | None = None
         self.problems_sent: list = []  # snapshots carry the problems; push only changes
         self.problems_at = 0.0
@@ -173,7 +174,12 @@ class Tailer:
         self.loop = asyncio.get_running_loop()
         layer = get_channel_layer()
         cursor = Cursor(await sync_to_async(latest_event_id)())
-        doorbell = asyncio.create_task(self._listen_for_doorbell(layer)) if getattr(settings, "REDIS_URL", "") else None
+        doorbell = None
+        if getattr(settings, "REDIS_URL", ""):
+            channel = await layer.new_channel()
+            await layer.group_add(WAKEUP_GROUP, channel)
+            doorbell = asyncio.create_task(self._listen_for_doorbell(layer, channel))
+        self.ready.set()
         try:
             while True:
                 try:
@@ -215,9 +221,7 @@ class Tailer:
                 self.problems_sent = message["problems"]
                 await layer.group_send(PROCESS_GROUP, message)
 
-    async def _listen_for_doorbell(self, layer) -> None:
-        channel = await layer.new_channel()
-        await layer.group_add(WAKEUP_GROUP, channel)
+    async def _listen_for_doorbell(self, layer, channel: str) -> None:
         while True:
             await layer.receive(channel)
             self.wake.set()

@@ -21,6 +21,8 @@ def _missing_service(item: pytest.Item, what: str, why: str) -> None:
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if item.get_closest_marker("postgres") and not settings.POSTGRES_AVAILABLE:
         _missing_service(item, "PostgreSQL tests", f"no server answers at {settings.POSTGRES_URL}")
+    if item.get_closest_marker("redis") and not settings.REDIS_AVAILABLE:
+        _missing_service(item, "Redis channel layer tests", f"no server answers at {settings.REDIS_TEST_URL}")
 
 
 def pytest_terminal_summary(terminalreporter) -> None:

@@ -22,7 +22,8 @@ POSTGRES_URL = os.environ.get("TEST_POSTGRES_URL", "postgres://postgres@127.0.0.
 def _answers(url: str) -> bool:
     parsed = urlparse(url)
     try:
-        with socket.create_connection((parsed.hostname or "127.0.0.1", parsed.port or 5432), timeout=1):
+        port = parsed.port or {"redis": 6379}.get(parsed.scheme, 5432)
+        with socket.create_connection((parsed.hostname or "127.0.0.1", port), timeout=1):
             return True
     except OSError:
         return False
@@ -52,3 +53,8 @@ DATABASES["unreachable-postgres"] = database_from_url("postgres://postgres@127.0
 # The suite runs with DEBUG off (production settings) but over plain HTTP on local names.
 SECURE_SSL_REDIRECT = False
 ALLOWED_HOSTS = ["testserver", "localhost", "127.0.0.1"]
+
+# Redis, for the tests of the Redis channel layer (REDIS_URL itself stays unset: the suite's
+# default layer is the in-memory one).
+REDIS_TEST_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/1")
+REDIS_AVAILABLE = _answers(REDIS_TEST_URL)
