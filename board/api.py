@@ -25,7 +25,7 @@ from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.db.models import Q
 from django.http import HttpRequest
-from ninja import Body, NinjaAPI, Query
+from ninja import Body, NinjaAPI, Query, Status
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.security import HttpBearer, SessionAuth
 
@@ -105,7 +105,9 @@ def error_response(request, status: int, code: str, message: str, *, task: Task 
 
 @api.exception_handler(errors.BoardError)
 def on_board_error(request, exc: errors.BoardError):
-    return error_response(request, exc.http_status, exc.code, exc.message, task=exc.task)
+    # Machine-readable specifics the engine gives (a cycle's path, unknown dependency ids).
+    details = {k: v for k, v in exc.details.items() if k != "task_id"} or None
+    return error_response(request, exc.http_status, exc.code, exc.message, task=exc.task, details=details)
 
 
 def _field_path(loc) -> list:
@@ -175,10 +177,15 @@ def _same_as_existing(specs: list[TaskSpec]) -> list[Task] | None:
         return None
     existing = {t.pk: t for t in Task.objects.filter(pk__in=[s.id for s in specs])}
     deps = selectors.deps_of(list(existing))
+    # `hold` is compared as created (the create event records it): an admit clears it later.
+    created_held = {
+        task_id for task_id, detail in TaskEvent.objects.filter(task_id__in=list(existing), verb="create")
+        .values_list("task_id", "detail") if detail and detail.get("hold")
+    }
     for spec in specs:
         task = existing.get(spec.id)
         if task is None or (task.title, task.description, task.payload, task.queue, task.priority,
-                            sorted(deps[task.pk]), task.hold, task.max_retries) != (
+                            sorted(deps[task.pk]), task.pk in created_held, task.max_retries) != (
                 spec.title, spec.description, spec.payload, spec.queue, spec.priority,
                 sorted(spec.deps), spec.hold, spec.max_retries):
             return None
@@ -204,7 +211,7 @@ def create_tasks(request, body: Union[TaskIn, list[TaskIn]] = Body(...)):
         status = 200
     deps = {spec.id: list(spec.deps) for spec in specs}
     rendered = [public_task(t, deps[t.pk]) for t in tasks]
-    return status, ({"items": rendered} if batch else rendered[0])
+    return Status(status, {"items": rendered} if batch else rendered[0])
 
 
 def _encode_cursor(*parts) -> str:
@@ -221,6 +228,13 @@ def _decode_cursor(cursor: str, arity: int) -> list:
     raise errors.InvalidRequest("cursor is not one this API gave out")
 
 
+def _refuse_unknown_query(request, allowed: set[str]) -> None:
+    """A misspelt filter (?stages=) must not silently return everything."""
+    unknown = sorted(set(request.GET) - allowed)
+    if unknown:
+        raise errors.InvalidRequest(f"unknown query parameter {unknown[0]!r}; known: {', '.join(sorted(allowed))}")
+
+
 def _limit(limit: int) -> int:
     if not 1 <= limit <= MAX_PAGE:
         raise errors.InvalidRequest(f"limit must be from 1 to {MAX_PAGE}")
@@ -231,6 +245,7 @@ def _limit(limit: int) -> int:
 def list_tasks(request, stage: list[str] = Query(None), queue: Optional[str] = None,
                owner: Optional[str] = None, text: Optional[str] = None,
                cursor: Optional[str] = None, limit: int = 100):
+    _refuse_unknown_query(request, {"stage", "queue", "owner", "text", "cursor", "limit"})
     rows = Task.objects.all()
     if stage:
         unknown = [s for s in stage if s not in Stage.__members__]
@@ -282,6 +297,7 @@ def get_task(request, task_id: str):
 @api.get("/tasks/{task_id}/events", response={200: EventPage, **ERRORS},
          summary="A task's history, one event per transition, oldest first")
 def task_events(request, task_id: str, cursor: Optional[str] = None, limit: int = 100):
+    _refuse_unknown_query(request, {"cursor", "limit"})
     _one(task_id)
     rows = TaskEvent.objects.filter(task_id=task_id)
     if cursor:
@@ -311,10 +327,10 @@ async def claim_next(request, body: ClaimNextIn):
     while True:
         claim = await take(agent, body.ttl_seconds, queue=body.queue)
         if claim is not None:
-            return 200, await sync_to_async(_render_claim)(claim)
+            return Status(200, await sync_to_async(_render_claim)(claim))
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            return 204, None
+            return Status(204, None)
         await asyncio.sleep(min(CLAIM_POLL_SECONDS, remaining))
 
 
@@ -376,7 +392,7 @@ def pause_task(request, task_id: str, body: PauseIn):
 @api.post("/tasks/{task_id}/admit", response={200: TaskOut, **ERRORS}, summary="Operator: admit a held task")
 def admit_task(request, task_id: str, body: OperatorIn):
     actor = _operator(request).name
-    return _render(transitions.admit(task_id, actor=actor, version=body.version))
+    return _render(transitions.admit(task_id, actor=actor, version=body.version, reason=body.reason))
 
 
 @api.post("/tasks/{task_id}/requeue", response={200: TaskOut, **ERRORS},

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import logging
 import secrets
 from collections.abc import Iterable, Sequence
@@ -99,6 +100,15 @@ def _ttl(ttl_seconds: float) -> timedelta:
             f"ttl_seconds must be between {MIN_TTL_SECONDS} and {MAX_TTL_SECONDS}"
         )
     return timedelta(seconds=ttl_seconds)
+
+
+def _json_value(name: str, value: Any) -> None:
+    """Refuse what is not strict JSON (NaN, Infinity, non-JSON types) before it reaches the
+    database, which would refuse it with a less helpful error (or, on SQLite, a CHECK failure)."""
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise errors.InvalidRequest(f"{name} is not valid JSON: {exc}") from None
 
 
 def _agent_name(agent: str) -> str:
@@ -248,6 +258,8 @@ def create(specs: TaskSpec | Sequence[TaskSpec], *, actor: str = "", using: str 
                 Task.objects.using(using).bulk_create(tasks)
         except IntegrityError:
             taken = Task.objects.using(using).filter(pk__in=ids).first()
+            if taken is None:  # not an id collision: let the real error surface
+                raise
             raise errors.DuplicateId(
                 f"a task with id {getattr(taken, 'pk', ids[0])!r} already exists", task=taken
             ) from None
@@ -257,7 +269,7 @@ def create(specs: TaskSpec | Sequence[TaskSpec], *, actor: str = "", using: str 
         TaskEvent.objects.using(using).bulk_create(
             [
                 TaskEvent(task_id=t.pk, verb=Verb.CREATE, from_stage="", to_stage=t.stage,
-                          version=0, fence=0, actor=actor, at=now)
+                          version=0, fence=0, actor=actor, at=now, detail={"hold": True} if t.hold else None)
                 for t in tasks
             ]
         )
@@ -292,6 +304,7 @@ def _validate_spec(spec: TaskSpec) -> None:
         raise errors.InvalidRequest(f"max_retries must be an integer from 0 to {MAX_RETRIES_LIMIT}")
     if not isinstance(spec.hold, bool):
         raise errors.InvalidRequest("hold must be true or false")
+    _json_value("payload", spec.payload)
     deps = list(spec.deps)
     if len(deps) > MAX_DEPENDENCIES:
         raise errors.InvalidRequest(f"at most {MAX_DEPENDENCIES} dependencies")
@@ -338,7 +351,8 @@ def _refuse_cycles(batch: list[TaskSpec]) -> None:
 # Admission: PENDING -> QUEUED
 
 
-def admit(task_id: str, *, actor: str, version: int | None = None, using: str = "default") -> Task:
+def admit(task_id: str, *, actor: str, version: int | None = None, reason: str = "",
+          using: str = "default") -> Task:
     """Operator: admit a PENDING task (held or not) whose dependencies are all COMPLETED."""
 
     def move(task: Task, now: datetime) -> bool:
@@ -347,7 +361,7 @@ def admit(task_id: str, *, actor: str, version: int | None = None, using: str = 
         unfinished = _unfinished_deps(using, task.pk)
         if unfinished:
             raise errors.Blocked(f"waiting for {', '.join(sorted(unfinished))}", task=task)
-        return _swap(using, task, Verb.ADMIT, now=now, actor=actor, hold=False)
+        return _swap(using, task, Verb.ADMIT, now=now, actor=actor, detail=_reason(reason), hold=False)
 
     return _operator_move(using, task_id, version, move)
 
@@ -562,6 +576,7 @@ def renew(
     and progress. Wrong token or an expired lease: LeaseLost, nothing changed."""
     ttl = _ttl(ttl_seconds)
     _check_progress(progress)
+    _json_value("checkpoint", checkpoint)
 
     def build(task: Task, now: datetime, token_hash: str):
         changes: dict[str, Any] = {"lease_expires_at": now + ttl}
@@ -594,6 +609,7 @@ def complete(task_id: str, token: str, result: Any, *, agent: str | None = None,
     by its own CAS, so that two dependencies completing at once cannot both miss the other)."""
     if result is None:
         raise errors.InvalidRequest("result is required (use {} for a task with no output)")
+    _json_value("result", result)
 
     def build(task: Task, now: datetime, token_hash: str):
         ok = _swap(using, task, Verb.COMPLETE, now=now, actor=task.owner, token_hash=token_hash,
@@ -646,6 +662,7 @@ def pause(task_id: str, token: str, checkpoint: Any, *, agent: str | None = None
     """Release the lease and keep `checkpoint`, so that a later resume continues from it."""
     if checkpoint is None:
         raise errors.InvalidRequest("checkpoint is required to pause")
+    _json_value("checkpoint", checkpoint)
 
     def build(task: Task, now: datetime, token_hash: str):
         ok = _swap(using, task, Verb.PAUSE, now=now, actor=task.owner, token_hash=token_hash,
