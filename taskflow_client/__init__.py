@@ -1,0 +1,47 @@
+"""A small client for the TaskFlow board's JSON API, for agents and worker programs.
+
+Standard library only: copy this package next to your program, no Django needed.
+
+Quick start::
+
+    import os
+    from taskflow_client import Client
+
+    client = Client(os.environ["TASKFLOW_URL"], os.environ["TASKFLOW_KEY"])
+    client.create([{"id": "fetch", "title": "fetch"},
+                   {"id": "parse", "title": "parse", "deps": ["fetch"]}])
+
+    while True:
+        with client.hold(ttl_seconds=30, wait_seconds=5) as job:
+            if job is None:           # no work for 5 s
+                break
+            job.result = {"done": job.task_id}   # completed on leaving the block
+
+What is here:
+
+- `Client` -- one method per endpoint (`create`, `get`, `list`, `events`, `claim_next`,
+  `claim`, `resume`, `renew`, `release`, `complete`, `fail`, `pause`, `admit`, `requeue`,
+  `cancel`, `check`) and the context managers `hold` / `hold_task`.
+- `Lease` -- what a claim returns (task, token, fence, expires_at) with the holder's verbs.
+- `Job` -- a lease held by a ``with`` block: background renewal every ttl/3, ``job.lost``,
+  ``job.checkpoint()``, ``job.pause()``, complete on success, fail on an exception.
+- Errors: `TaskflowError` (the board refused; one subclass per error code: `NotFound`,
+  `Taken`, `Blocked`, `Terminal`, `LeaseLost`, `VersionConflict`, `InvalidTransition`,
+  `DuplicateId`, `ValidationFailed`, `Unauthorized`, `Forbidden`, `TooLarge`) and
+  `TransportError` (no definitive answer; never a `TaskflowError`).
+- ``python -m taskflow_client --help`` -- the same from a shell.
+"""
+from .client import Client, Lease
+from .errors import (
+    ERROR_CLASSES, Blocked, DuplicateId, Forbidden, InvalidTransition, LeaseLost, NotFound, Taken,
+    TaskflowError, Terminal, TooLarge, TransportError, Unauthorized, ValidationFailed, VersionConflict,
+)
+from .hold import Hold, Job
+
+__all__ = [
+    "Client", "Lease", "Job", "Hold",
+    "TaskflowError", "NotFound", "Taken", "Blocked", "Terminal", "LeaseLost", "VersionConflict",
+    "InvalidTransition", "DuplicateId", "ValidationFailed", "Unauthorized", "Forbidden", "TooLarge",
+    "TransportError", "ERROR_CLASSES",
+]
+__version__ = "1.0"

@@ -1,0 +1,457 @@
+"""`Client`: one method per endpoint of the TaskFlow board's JSON API, and `Lease`, what a
+claim gives you. Standard library only.
+
+Connections are kept alive, one per thread (a `Client` may be shared by threads, e.g. a worker
+and its heartbeat). A request that meets a connection the server had already closed while it
+was idle is sent again once on a fresh connection; every other network failure raises
+`TransportError` at once, with no retry, because its outcome is unknown.
+"""
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import socket
+import threading
+import time
+from datetime import datetime, timezone
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
+from urllib.parse import quote, urlencode, urlsplit
+
+from .errors import TaskflowError, TransportError, error_from_body
+from .hold import Hold, Job
+
+__all__ = ["Client", "Lease"]
+
+DEFAULT_TIMEOUT = 30.0
+USER_AGENT = "taskflow-client/1"
+_ERROR_BODY_PREVIEW = 500
+
+
+def _parse_time(value: Optional[str]) -> Optional[datetime]:
+    """An ISO 8601 time from the API as an aware datetime ('Z' accepted on every Python 3)."""
+    if not value:
+        return None
+    if value.endswith("Z"):
+        value = value[:-1] + "+00:00"
+    parsed = datetime.fromisoformat(value)
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
+
+
+class Lease:
+    """A lease on a task: what `Client.claim_next`, `claim`, `resume` and `renew` return.
+
+    Attributes:
+        task:        the task as the server returned it (dict: id, title, payload, checkpoint,
+                     stage, attempts, ...). Refreshed by `renew`.
+        task_id:     the task's id.
+        token:       the lease token; proves you hold the task. Shown only to you: keep it out
+                     of logs (``repr(lease)`` omits it).
+        fence:       rises with every new holder of the task; pass it to downstream systems so
+                     they can refuse writes from an older holder.
+        expires_at:  when the lease ends unless renewed (aware datetime, the server's clock).
+        ttl_seconds: the TTL it was claimed or last renewed with (the default for `renew`).
+
+    The holder's verbs are methods: `renew`, `complete`, `fail`, `pause`, `release`; `hold()`
+    wraps the lease in a `Job` that renews it in the background (see `taskflow_client.Job`).
+    """
+
+    def __init__(self, client: "Client", data: Dict[str, Any], ttl_seconds: float):
+        self._client = client
+        self.ttl_seconds = ttl_seconds
+        self._update(data)
+
+    def _update(self, data: Dict[str, Any]) -> None:
+        lease = data["lease"]
+        self.task: Dict[str, Any] = data["task"]
+        self.token: str = lease["token"]
+        self.fence: int = lease["fence"]
+        self.expires_at: Optional[datetime] = _parse_time(lease["expires_at"])
+        self._raw_expires_at = lease["expires_at"]
+
+    @property
+    def task_id(self) -> str:
+        return self.task["id"]
+
+    def as_dict(self) -> Dict[str, Any]:
+        """The API's claim shape: ``{"task": {...}, "lease": {"token", "fence", "expires_at"}}``."""
+        return {"task": self.task,
+                "lease": {"token": self.token, "fence": self.fence, "expires_at": self._raw_expires_at}}
+
+    def __repr__(self) -> str:  # never the token
+        return f"<Lease task={self.task_id!r} fence={self.fence} expires_at={self._raw_expires_at}>"
+
+    def renew(self, ttl_seconds: Optional[float] = None, *, checkpoint: Any = None,
+              progress: Optional[float] = None) -> "Lease":
+        """Extend this lease to now + `ttl_seconds` (default: its current TTL), optionally
+        saving `checkpoint` and/or `progress` (0..1). Updates this object and returns it.
+        Raises `LeaseLost` if the lease expired or was taken over."""
+        ttl = self.ttl_seconds if ttl_seconds is None else ttl_seconds
+        renewed = self._client.renew(self.task_id, self.token, ttl, checkpoint=checkpoint, progress=progress)
+        self.ttl_seconds = ttl
+        self._update(renewed.as_dict())
+        return self
+
+    def complete(self, result: Any = None) -> Dict[str, Any]:
+        """Commit `result` (any JSON value; None is sent as {}); returns the COMPLETED task."""
+        return self._client.complete(self.task_id, self.token, result)
+
+    def fail(self, error: str, *, retryable: bool = True) -> Dict[str, Any]:
+        """Record a failed attempt (see `Client.fail`); returns the task."""
+        return self._client.fail(self.task_id, self.token, error, retryable=retryable)
+
+    def pause(self, checkpoint: Any) -> Dict[str, Any]:
+        """Give the lease up and keep `checkpoint` for a later resume; returns the PAUSED task."""
+        return self._client.pause(self.task_id, self.token, checkpoint)
+
+    def release(self) -> Dict[str, Any]:
+        """Give the task back to the queue without counting the attempt; returns the task."""
+        return self._client.release(self.task_id, self.token)
+
+    def hold(self, *, heartbeat: Optional[float] = None):
+        """A `Job` holding this lease: ``with lease.hold() as job: ...`` renews it in the
+        background and completes/fails it on exit, like `Client.hold`."""
+        return Job(self, heartbeat=heartbeat)
+
+
+class _Http:
+    """Keep-alive HTTP/1.1 connections, one per thread (and per process after a fork)."""
+
+    def __init__(self, base_url: str, timeout: float):
+        parts = urlsplit(base_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"base_url must be http(s)://host[:port][/prefix], not {base_url!r}")
+        self.scheme = parts.scheme
+        self.host = parts.hostname
+        self.port = parts.port
+        prefix = parts.path.rstrip("/")
+        self.prefix = prefix if prefix.endswith("/api") else prefix + "/api"
+        self.timeout = timeout
+        self._local = threading.local()
+
+    def _connection(self, timeout: float):
+        conn = getattr(self._local, "conn", None)
+        if conn is not None and self._local.pid != os.getpid():
+            conn = None  # inherited through fork: the socket is shared with the parent
+        if conn is None:
+            cls = http.client.HTTPSConnection if self.scheme == "https" else http.client.HTTPConnection
+            conn = cls(self.host, self.port, timeout=timeout)
+            self._local.conn, self._local.pid, self._local.used = conn, os.getpid(), False
+        else:
+            conn.timeout = timeout
+            if conn.sock is not None:
+                conn.sock.settimeout(timeout)
+        return conn
+
+    def close(self) -> None:
+        conn = getattr(self._local, "conn", None)
+        self._local.conn = None
+        if conn is not None:
+            conn.close()
+
+    def request(self, method: str, path: str, headers: Dict[str, str], body: Optional[bytes],
+                timeout: float):
+        url = self.prefix + path
+        for attempt in range(2):
+            conn = self._connection(timeout)
+            reused = self._local.used
+            try:
+                conn.request(method, url, body=body, headers=headers)
+                response = conn.getresponse()
+                data = response.read()
+            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError) as exc:
+                self.close()
+                if reused and attempt == 0:
+                    continue  # the server closed this idle keep-alive connection: send again
+                raise TransportError(f"{method} {url}: connection lost: {exc!r}") from exc
+            except socket.timeout as exc:
+                self.close()
+                raise TransportError(f"{method} {url}: no answer within {timeout:g} s") from exc
+            except (OSError, http.client.HTTPException) as exc:
+                self.close()
+                raise TransportError(f"{method} {url}: {exc!r}") from exc
+            self._local.used = True
+            if response.will_close:
+                self.close()
+            return response.status, response.getheader("Content-Type", ""), data
+        raise AssertionError("unreachable")
+
+
+class Client:
+    """A client of the TaskFlow board's JSON API.
+
+    ``Client(base_url, key, timeout=30)``
+
+    - `base_url`: the server, e.g. ``"http://127.0.0.1:8000"`` (the ``/api`` prefix is added
+      unless the URL already ends with it).
+    - `key`: an agent API key (``manage.py create_agent_key NAME``); sent as a Bearer token.
+      The agent's name on the board comes from the key.
+    - `timeout`: seconds to wait for the network on each request (a waiting `claim_next`
+      gets `wait_seconds` on top).
+
+    Every method raises a `TaskflowError` subclass when the board refuses (``NotFound``,
+    ``Taken``, ``LeaseLost``, ...; nothing changed) and `TransportError` when no definitive
+    answer came back. Values that are not JSON (NaN, Infinity, arbitrary objects) raise
+    ValueError/TypeError before anything is sent. Methods:
+
+    - tasks: `create`, `get`, `list` / `iter_tasks`, `events` / `iter_events`
+    - claiming: `claim_next`, `claim`, `resume` -> `Lease`; `hold`, `hold_task` -> context
+      managers that renew in the background and complete or fail on exit (see `Job`)
+    - the holder's verbs: `renew`, `release`, `complete`, `fail`, `pause` (also on `Lease`)
+    - operators (a key created with --operator): `admit`, `requeue`, `cancel`
+    - health: `check`
+
+    Example::
+
+        client = Client("http://127.0.0.1:8000", os.environ["TASKFLOW_KEY"])
+        client.create({"id": "t1", "title": "say hi", "payload": {"n": 1}})
+        with client.hold(ttl_seconds=30) as job:
+            if job is not None:
+                job.result = {"n": job.task["payload"]["n"] + 1}
+    """
+
+    def __init__(self, base_url: str, key: Optional[str], timeout: float = DEFAULT_TIMEOUT):
+        self.base_url = base_url
+        self.timeout = timeout
+        self._key = key
+        self._http = _Http(base_url, timeout)
+
+    def __repr__(self) -> str:  # never the key
+        return f"<taskflow_client.Client {self.base_url}>"
+
+    def close(self) -> None:
+        """Close this thread's keep-alive connection (others close when their thread ends)."""
+        self._http.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- plumbing ---------------------------------------------------------------------------
+
+    def request(self, method: str, path: str, body: Any = None, *, query: Optional[Dict[str, Any]] = None,
+                timeout: Optional[float] = None) -> Any:
+        """Send one request to ``/api{path}`` and return the decoded JSON answer (None for 204).
+        Raises the `TaskflowError` subclass of an error answer, or `TransportError`."""
+        if query:
+            pairs = {k: v for k, v in query.items() if v is not None}
+            if pairs:
+                path = f"{path}?{urlencode(pairs, doseq=True)}"
+        headers = {"Accept": "application/json", "User-Agent": USER_AGENT}
+        if self._key:
+            headers["Authorization"] = f"Bearer {self._key}"
+        data = None
+        if body is not None or method == "POST":
+            data = json.dumps({} if body is None else body, separators=(",", ":"),
+                              allow_nan=False).encode()
+            headers["Content-Type"] = "application/json"
+        status, content_type, raw = self._http.request(method, path, headers, data, timeout or self.timeout)
+        if status == 204:
+            return None
+        try:
+            decoded = json.loads(raw) if raw else None
+        except ValueError:
+            decoded = None
+        if 200 <= status < 300 and raw and decoded is not None:
+            return decoded
+        if isinstance(decoded, dict) and isinstance(decoded.get("error"), dict):
+            raise error_from_body(status, decoded)
+        text = raw[:_ERROR_BODY_PREVIEW].decode("utf-8", "replace")
+        raise TransportError(f"{method} {path}: unexpected answer {status} ({content_type or 'no content type'})",
+                             status=status, body=text)
+
+    @staticmethod
+    def _path(*parts: str) -> str:
+        return "/" + "/".join(quote(str(p), safe="") for p in parts)
+
+    # -- tasks ------------------------------------------------------------------------------
+
+    def create(self, task: Union[Dict[str, Any], Sequence[Dict[str, Any]]]) -> Union[Dict[str, Any], List[Dict[str, Any]]]:
+        """Create one task (a dict) and return it, or a batch (a list of dicts, all or
+        nothing, may form a DAG through ``deps``) and return the list.
+
+        Fields: ``title`` (required), ``id`` (generated when omitted), ``description``,
+        ``payload`` (any JSON), ``queue`` ("default"), ``priority`` (higher first), ``deps``
+        (ids), ``hold`` (stay PENDING until an operator admits it), ``max_retries`` (3).
+        Re-sending an identical create is safe: the existing task comes back. Another task
+        under the same id raises `DuplicateId`."""
+        if isinstance(task, dict):
+            return self.request("POST", "/tasks", task)
+        answer = self.request("POST", "/tasks", list(task))
+        return answer["items"]
+
+    def get(self, task_id: str) -> Dict[str, Any]:
+        """One task as a dict; `NotFound` if there is none."""
+        return self.request("GET", self._path("tasks", task_id))
+
+    def iter_tasks(self, *, stage: Union[str, Sequence[str], None] = None, queue: Optional[str] = None,
+                   owner: Optional[str] = None, text: Optional[str] = None,
+                   page_size: int = 100) -> Iterator[Dict[str, Any]]:
+        """Every matching task, oldest first, fetching pages lazily through the ``next``
+        cursor. `stage`: one stage name or several (e.g. ``["QUEUED", "RUNNING"]``); `text`
+        matches id or title."""
+        if isinstance(stage, str):
+            stage = [stage]
+        cursor = None
+        while True:
+            page = self.request("GET", "/tasks", query={
+                "stage": list(stage) if stage else None, "queue": queue, "owner": owner, "text": text,
+                "cursor": cursor, "limit": page_size})
+            yield from page["items"]
+            cursor = page.get("next")
+            if not cursor:
+                return
+
+    def list(self, **filters: Any) -> List[Dict[str, Any]]:
+        """All matching tasks (every page) as a list; filters as in `iter_tasks`:
+        ``stage``, ``queue``, ``owner``, ``text``, ``page_size``."""
+        return [task for task in self.iter_tasks(**filters)]
+
+    def iter_events(self, task_id: str, *, page_size: int = 100) -> Iterator[Dict[str, Any]]:
+        """A task's history, oldest first, one event per transition (``verb``,
+        ``from_stage``, ``to_stage``, ``version``, ``fence``, ``actor``, ``at``, ``detail``)."""
+        cursor = None
+        while True:
+            page = self.request("GET", self._path("tasks", task_id, "events"),
+                                query={"cursor": cursor, "limit": page_size})
+            yield from page["items"]
+            cursor = page.get("next")
+            if not cursor:
+                return
+
+    def events(self, task_id: str) -> List[Dict[str, Any]]:
+        """A task's whole history as a list (see `iter_events`)."""
+        return [event for event in self.iter_events(task_id)]
+
+    # -- claiming ---------------------------------------------------------------------------
+
+    def claim_next(self, ttl_seconds: float, queue: Optional[str] = None,
+                   wait_seconds: float = 0) -> Optional[Lease]:
+        """Claim the best ready task (highest priority, then oldest; only in `queue` if given)
+        with a lease of `ttl_seconds` (1 s .. 24 h). With `wait_seconds` (up to 30) the server
+        waits for work to become ready (polling a few times a second). Returns a `Lease`, or
+        None when there was no work."""
+        body: Dict[str, Any] = {"ttl_seconds": ttl_seconds, "wait_seconds": wait_seconds}
+        if queue is not None:
+            body["queue"] = queue
+        answer = self.request("POST", "/claim", body, timeout=self.timeout + wait_seconds)
+        return None if answer is None else Lease(self, answer, ttl_seconds)
+
+    def claim(self, task_id: str, ttl_seconds: float) -> Lease:
+        """Claim this task. Refused with `Taken` (a live lease), `Blocked` (dependencies,
+        hold, backoff), `Terminal`, `InvalidTransition` (PAUSED: resume it), `NotFound`."""
+        return Lease(self, self.request("POST", self._path("tasks", task_id, "claim"),
+                                        {"ttl_seconds": ttl_seconds}), ttl_seconds)
+
+    def resume(self, task_id: str, ttl_seconds: float) -> Lease:
+        """Take a PAUSED task with a new lease; its checkpoint is in ``lease.task["checkpoint"]``."""
+        return Lease(self, self.request("POST", self._path("tasks", task_id, "resume"),
+                                        {"ttl_seconds": ttl_seconds}), ttl_seconds)
+
+    def hold(self, ttl_seconds: float = 60, *, queue: Optional[str] = None, wait_seconds: float = 0,
+             heartbeat: Optional[float] = None):
+        """Claim the next ready task and hold it for the duration of a ``with`` block.
+
+        ``with client.hold(ttl_seconds=30, wait_seconds=5) as job:`` gives a `Job`, or
+        **None when no task became ready within `wait_seconds`** (so a worker loop ends with
+        ``if job is None: break``). While the block runs, a background thread renews the
+        lease every `heartbeat` seconds (default ttl/3). On leaving the block the task is
+        completed with ``job.result``; an exception fails it (with the traceback summary) and
+        propagates; if the lease was lost, nothing is committed. See `Job` for the details."""
+        return Hold(lambda: self.claim_next(ttl_seconds, queue=queue, wait_seconds=wait_seconds),
+                    heartbeat=heartbeat)
+
+    def hold_task(self, task_id: str, ttl_seconds: float = 60, *, resume: bool = False,
+                  heartbeat: Optional[float] = None):
+        """Like `hold`, for one named task: claims it (or, with ``resume=True``, resumes it
+        from PAUSED; its checkpoint is in ``job.task["checkpoint"]``). The claim's refusal
+        (`Taken`, `Blocked`, ...) is raised by the ``with`` statement; the job is never None."""
+        take = self.resume if resume else self.claim
+        return Hold(lambda: take(task_id, ttl_seconds), heartbeat=heartbeat)
+
+    # -- the holder's verbs -----------------------------------------------------------------
+
+    def renew(self, task_id: str, token: str, ttl_seconds: float, *, checkpoint: Any = None,
+              progress: Optional[float] = None) -> Lease:
+        """Extend a live lease to now + `ttl_seconds` (same token and fence), optionally
+        saving `checkpoint` (any JSON but null) and `progress` (0..1). `LeaseLost` if the
+        lease has expired or is no longer the task's."""
+        body: Dict[str, Any] = {"token": token, "ttl_seconds": ttl_seconds}
+        if checkpoint is not None:
+            body["checkpoint"] = checkpoint
+        if progress is not None:
+            body["progress"] = progress
+        return Lease(self, self.request("POST", self._path("tasks", task_id, "renew"), body), ttl_seconds)
+
+    def release(self, task_id: str, token: str) -> Dict[str, Any]:
+        """Give the task back to the queue; the attempt is not counted. Returns the task."""
+        return self.request("POST", self._path("tasks", task_id, "release"), {"token": token})
+
+    def complete(self, task_id: str, token: str, result: Any = None) -> Dict[str, Any]:
+        """Commit `result` (any JSON value; None is sent as ``{}``). Returns the COMPLETED
+        task. `LeaseLost` if someone else holds the task now."""
+        body = {"token": token, "result": {} if result is None else result}
+        return self.request("POST", self._path("tasks", task_id, "complete"), body)
+
+    def fail(self, task_id: str, token: str, error: str, *, retryable: bool = True) -> Dict[str, Any]:
+        """Record a failed attempt with `error` (text, at most 10,000 characters). With
+        attempts left and `retryable` the task goes back to QUEUED after a backoff; otherwise
+        it stays FAILED. Returns the task."""
+        body = {"token": token, "error": error, "retryable": retryable}
+        return self.request("POST", self._path("tasks", task_id, "fail"), body)
+
+    def pause(self, task_id: str, token: str, checkpoint: Any) -> Dict[str, Any]:
+        """Give the lease up and keep `checkpoint` (any JSON but null) so that a later
+        `resume` continues from it. Returns the PAUSED task."""
+        return self.request("POST", self._path("tasks", task_id, "pause"),
+                            {"token": token, "checkpoint": checkpoint})
+
+    # -- operators --------------------------------------------------------------------------
+
+    @staticmethod
+    def _operator_body(version: Optional[int], reason: str, **extra: Any) -> Dict[str, Any]:
+        body: Dict[str, Any] = {"reason": reason, **extra}
+        if version is not None:
+            body["version"] = version
+        return body
+
+    def admit(self, task_id: str, *, version: Optional[int] = None, reason: str = "") -> Dict[str, Any]:
+        """Operator: admit a PENDING (held) task whose dependencies are complete. With
+        `version`, refused with `VersionConflict` if the task moved on."""
+        return self.request("POST", self._path("tasks", task_id, "admit"), self._operator_body(version, reason))
+
+    def requeue(self, task_id: str, *, version: Optional[int] = None, reset_attempts: bool = False,
+                reason: str = "") -> Dict[str, Any]:
+        """Operator: put a FAILED or PAUSED task back in the queue (``reset_attempts`` when
+        its attempts are spent)."""
+        return self.request("POST", self._path("tasks", task_id, "requeue"),
+                            self._operator_body(version, reason, reset_attempts=reset_attempts))
+
+    def cancel(self, task_id: str, *, version: Optional[int] = None, reason: str = "") -> Dict[str, Any]:
+        """Operator: cancel an unfinished task; a live lease on it is ended (its holder gets
+        `LeaseLost`)."""
+        return self.request("POST", self._path("tasks", task_id, "cancel"), self._operator_body(version, reason))
+
+    # -- health -----------------------------------------------------------------------------
+
+    def check(self) -> List[Dict[str, Any]]:
+        """The board's invariant problems (``[{"task", "code", "text"}, ...]``); empty when
+        the board is consistent."""
+        return self.request("GET", "/check")["problems"]
+
+    def wait_ready(self, timeout: float = 30.0, interval: float = 0.1) -> None:
+        """Wait until the server answers (any API answer, even 401), up to `timeout` seconds;
+        `TransportError` if it never does. For scripts that start the server themselves."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                self.request("GET", "/tasks", query={"limit": 1})
+                return
+            except TaskflowError:
+                return
+            except TransportError:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(interval)

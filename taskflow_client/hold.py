@@ -1,0 +1,390 @@
+"""`Job`: a lease held for the duration of a ``with`` block, renewed by a heartbeat thread.
+
+    with client.hold(ttl_seconds=30, wait_seconds=5) as job:
+        if job is None:               # no task became ready within 5 s
+            ...
+        for step in steps_from(job.task["payload"], job.task["checkpoint"]):
+            if job.lost.is_set():     # someone took the task away: stop working
+                break
+            do(step)
+            job.checkpoint({"done": step}, progress=...)   # saved at once; LeaseLost ends the block
+        job.result = {...}            # committed on exit
+
+On leaving the block:
+
+- normally: the task is completed with ``job.result`` (default ``{}``);
+- by an exception (``Exception``): the task is failed with the exception's text and a short
+  traceback (back to QUEUED after a backoff while attempts remain, else FAILED), and the
+  exception propagates; by ``KeyboardInterrupt``/``SystemExit``: the lease is released (the
+  attempt is not counted) and the exception propagates;
+- if the lease was lost (a renewal, checkpoint or the final complete got ``LeaseLost``):
+  nothing is committed -- it cannot be, the task is someone else's now. A warning is logged,
+  ``job.outcome`` is ``"lost"``, and a ``LeaseLost`` raised by the job's own calls inside the
+  block is swallowed by the ``with`` statement (so ``job.checkpoint()`` and
+  ``job.raise_if_lost()`` are natural stopping points). Any other exception still propagates.
+
+After the block, ``job.outcome`` says what happened: ``"completed"``, ``"failed"``,
+``"released"``, ``"paused"`` or ``"lost"``. The heartbeat thread is always stopped (and
+joined) before the task is completed, failed, paused or released.
+
+Network trouble: a renewal that cannot reach the server is retried within a second (the lease
+stays ours until it expires). The final complete is retried a few times while the lease lasts
+(a retry that meets its own earlier, applied completion counts as completed); if it still
+cannot get through, the `TransportError` propagates and the task, never completed, comes back
+after its lease expires -- delivery is at least once, so make the work idempotent.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+import traceback
+from typing import Any, Callable, Dict, Optional
+
+from .errors import (
+    Forbidden, InvalidTransition, LeaseLost, NotFound, TaskflowError, Terminal, TooLarge,
+    TransportError, ValidationFailed,
+)
+
+__all__ = ["Job", "Hold"]
+
+log = logging.getLogger("taskflow_client")
+
+MAX_ERROR_CHARS = 10_000
+# A renewal that could not reach the server is tried again this soon (the TTL keeps running).
+RETRY_AFTER_TRANSPORT_ERROR = 1.0
+# Answers to a renewal that mean the task is no longer ours.
+_GONE = (LeaseLost, NotFound, Terminal, InvalidTransition, Forbidden)
+_UNSET = object()
+
+
+def error_summary(exc: BaseException, frames: int = 8) -> str:
+    """``Type: message`` first, then the last `frames` frames of the traceback (what `fail`
+    records), cut to the API's 10,000 characters."""
+    head = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+    tail = "".join(traceback.format_tb(exc.__traceback__)[-frames:]) if exc.__traceback__ else ""
+    text = f"{head}\n\nTraceback (most recent call last):\n{tail}" if tail else head
+    return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 15] + "\n[... cut ...]"
+
+
+class Job:
+    """A lease held for the duration of a ``with`` block, renewed every `interval` seconds
+    (default ttl/3) by a background thread.
+
+    On leaving the block:
+
+    - normally: the task is completed with ``job.result`` (default ``{}``);
+    - by an ``Exception``: the task is failed with its text and a short traceback (QUEUED
+      again after a backoff while attempts remain, else FAILED) and the exception propagates;
+      by ``KeyboardInterrupt``/``SystemExit``: the lease is released (the attempt is not
+      counted) and the exception propagates;
+    - if the lease was lost (``LeaseLost`` from a renewal, a checkpoint or the final
+      complete): nothing is committed, a warning is logged, ``outcome`` is "lost", and a
+      ``LeaseLost`` from the job's own calls inside the block is swallowed -- so
+      ``job.checkpoint()`` and ``job.raise_if_lost()`` are natural stopping points;
+    - after an explicit ``pause``/``release``/``complete``/``fail`` in the block: nothing more.
+
+    The heartbeat thread is stopped and joined before the task is completed, failed, paused
+    or released. See the module documentation for network failures (at-least-once delivery).
+
+    Attributes and properties:
+        lease:    the `Lease` (token, fence, expires_at).
+        task:     the task dict as last returned by the server (payload, checkpoint, ...).
+        task_id, payload, fence: shortcuts.
+        lost:     a `threading.Event`, set once the lease is known to be lost. Check it between
+                  steps (``job.lost.is_set()``), or sleep on it (``job.lost.wait(5)``).
+        result:   what is committed on a normal exit (default ``{}``; set it in the block).
+        outcome:  None while held; then "completed", "failed", "released", "paused" or "lost".
+        renewals: how many renewals succeeded so far.
+        heartbeat_error: the last error a background renewal met (kept for diagnosis), or None.
+
+    Methods: `checkpoint`, `raise_if_lost`, `pause`, `release`, `complete`, `fail`.
+
+    Make one with `Client.hold`, `Client.hold_task` or `Lease.hold`; it is its own context
+    manager (``with lease.hold() as job``).
+    """
+
+    def __init__(self, lease, *, heartbeat: Optional[float] = None):
+        self.lease = lease
+        self.lost = threading.Event()
+        self.result: Any = {}
+        self.outcome: Optional[str] = None
+        self.renewals = 0
+        self.heartbeat_error: Optional[BaseException] = None
+        self.interval = heartbeat if heartbeat is not None else max(lease.ttl_seconds / 3.0, 0.05)
+        self._lock = threading.RLock()  # one request about this lease at a time, in order
+        self._stop = threading.Event()
+        self._pending: Dict[str, Any] = {}  # checkpoint/progress for the next heartbeat
+        self._thread: Optional[threading.Thread] = None
+        self._lost_reason = ""
+
+    # -- what the worker reads ---------------------------------------------------------------
+
+    @property
+    def task(self) -> Dict[str, Any]:
+        return self.lease.task
+
+    @property
+    def task_id(self) -> str:
+        return self.lease.task_id
+
+    @property
+    def payload(self) -> Any:
+        return self.lease.task.get("payload")
+
+    @property
+    def fence(self) -> int:
+        return self.lease.fence
+
+    def __repr__(self) -> str:
+        state = self.outcome or ("lost" if self.lost.is_set() else "held")
+        return f"<Job task={self.task_id!r} fence={self.fence} {state}>"
+
+    # -- heartbeat ---------------------------------------------------------------------------
+
+    def start(self) -> "Job":
+        """Start the heartbeat thread (the ``with`` statement does this)."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._beat, name=f"taskflow-heartbeat-{self.task_id}",
+                                            daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop the heartbeat thread and wait for it (the ``with`` statement does this)."""
+        self._stop.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            # At most one request is in flight; it ends within the client's timeout.
+            thread.join(self.lease._client.timeout + 5)
+            if thread.is_alive():
+                log.warning("heartbeat of task %s did not stop in time", self.task_id)
+
+    def _beat(self) -> None:
+        try:
+            self._beat_until_stopped()
+        finally:
+            self.lease._client.close()  # this thread's keep-alive connection
+
+    def _beat_until_stopped(self) -> None:
+        wait = self.interval
+        while not self._stop.wait(wait):
+            wait = self.interval
+            try:
+                self._renew(from_heartbeat=True)
+            except TransportError as exc:
+                self.heartbeat_error = exc
+                wait = min(self.interval, RETRY_AFTER_TRANSPORT_ERROR)
+                log.warning("renewing task %s failed (%s); trying again in %.1f s", self.task_id, exc, wait)
+            except _GONE:
+                return  # _renew marked the job lost
+            except (ValidationFailed, TooLarge) as exc:
+                # A checkpoint the server refuses: drop it (the worker sees heartbeat_error)
+                # and keep the lease alive.
+                self.heartbeat_error = exc
+                log.error("task %s: the server refused a checkpoint: %s", self.task_id, exc)
+                wait = 0
+            except TaskflowError as exc:
+                self.heartbeat_error = exc
+                log.error("renewing task %s refused: %s", self.task_id, exc)
+            except Exception as exc:  # never let the thread die silently
+                self.heartbeat_error = exc
+                log.exception("heartbeat of task %s", self.task_id)
+
+    def _renew(self, *, from_heartbeat: bool = False, checkpoint: Any = _UNSET,
+               progress: Optional[float] = None) -> None:
+        with self._lock:
+            if from_heartbeat and self._stop.is_set():
+                return  # the job is finishing: its own call decides now
+            if self.outcome is not None:
+                raise RuntimeError(f"task {self.task_id} is no longer held ({self.outcome})")
+            if self.lost.is_set():
+                raise LeaseLost(self._lost_reason or f"the lease on task {self.task_id} was lost")
+            pending, self._pending = self._pending, {}
+            if checkpoint is not _UNSET:
+                pending["checkpoint"] = checkpoint
+            if progress is not None:
+                pending["progress"] = progress
+            try:
+                self.lease.renew(checkpoint=pending.get("checkpoint"), progress=pending.get("progress"))
+            except _GONE as exc:
+                self._mark_lost(exc)
+                raise
+            except TransportError:
+                for name, value in pending.items():  # not saved: try again with the next beat
+                    self._pending.setdefault(name, value)
+                raise
+            self.renewals += 1
+
+    def _mark_lost(self, exc: BaseException) -> None:
+        if not self.lost.is_set():
+            self._lost_reason = str(exc)
+            self.lost.set()
+            log.warning("lost the lease on task %s: %s", self.task_id, exc)
+
+    # -- what the worker calls ---------------------------------------------------------------
+
+    def checkpoint(self, data: Any = None, progress: Optional[float] = None, *, wait: bool = True) -> None:
+        """Save `data` (any JSON; None leaves the saved checkpoint as it is) and/or `progress`
+        (0..1) on the task, so that a resume (after a pause) can continue from it.
+
+        ``wait=True`` (default): renew now and return once saved; raises `LeaseLost` when the
+        lease is gone (the ``with`` statement swallows it and ends the block).
+        ``wait=False``: just remember it; the next heartbeat saves it (the latest wins)."""
+        if wait:
+            self._renew(checkpoint=_UNSET if data is None else data, progress=progress)
+            return
+        with self._lock:
+            if data is not None:
+                self._pending["checkpoint"] = data
+            if progress is not None:
+                self._pending["progress"] = progress
+
+    def raise_if_lost(self) -> None:
+        """Raise `LeaseLost` if the lease is gone (the ``with`` statement swallows it)."""
+        if self.lost.is_set():
+            raise LeaseLost(self._lost_reason or f"the lease on task {self.task_id} was lost")
+
+    def _finish(self, outcome: str, call: Callable[[], Dict[str, Any]]) -> Dict[str, Any]:
+        self.stop()
+        with self._lock:
+            if self.outcome is not None:
+                raise RuntimeError(f"task {self.task_id} is no longer held ({self.outcome})")
+            self.raise_if_lost()
+            try:
+                task = call()
+            except _GONE as exc:
+                self._mark_lost(exc)
+                raise
+            self.outcome = outcome
+            self.lease.task = task
+            return task
+
+    def pause(self, checkpoint: Any) -> Dict[str, Any]:
+        """Pause the task now: the lease is given up and `checkpoint` kept, so that
+        ``client.hold_task(id, resume=True)`` (or ``client.resume``) continues from it.
+        Leaving the block afterwards commits nothing more. Returns the PAUSED task."""
+        return self._finish("paused", lambda: self.lease.pause(checkpoint))
+
+    def release(self) -> Dict[str, Any]:
+        """Give the task back to the queue now, without counting the attempt."""
+        return self._finish("released", self.lease.release)
+
+    def complete(self, result: Any = _UNSET) -> Dict[str, Any]:
+        """Complete now with `result` (default: ``job.result``) instead of on exit."""
+        if result is not _UNSET:
+            self.result = result
+        return self._finish("completed", lambda: self.lease.complete(self.result))
+
+    def fail(self, error: str, *, retryable: bool = True) -> Dict[str, Any]:
+        """Fail now with `error`; ``retryable=False`` makes it FAILED even with attempts left
+        (a permanent error). Leaving the block afterwards commits nothing more."""
+        return self._finish("failed", lambda: self.lease.fail(error[:MAX_ERROR_CHARS], retryable=retryable))
+
+    # -- the with statement ------------------------------------------------------------------
+
+    def __enter__(self) -> "Job":
+        return self.start()
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        self.stop()
+        ours = (isinstance(exc, LeaseLost) and self.lost.is_set()
+                and (exc.task or {}).get("id", self.task_id) == self.task_id)
+        if self.outcome is not None:  # finished inside the block
+            return ours
+        if self.lost.is_set() and (exc is None or ours):
+            self._say_lost()
+            return True
+        if exc is None:
+            self._complete_on_exit()
+            return False
+        if isinstance(exc, LeaseLost) and (exc.task or {}).get("id") == self.task_id:
+            self._mark_lost(exc)  # a LeaseLost about this task from the worker's own call
+            self._say_lost()
+            return True
+        if self.lost.is_set():
+            self._say_lost(f"; the block's {exc_type.__name__} could not be recorded")
+            return False
+        if isinstance(exc, Exception):
+            self._settle("failed", lambda: self.lease.fail(error_summary(exc)))
+        else:  # KeyboardInterrupt, SystemExit, ...: not the task's fault
+            self._settle("released", self.lease.release)
+        return False
+
+    def _say_lost(self, extra: str = "") -> None:
+        self.outcome = "lost"
+        log.warning("task %s: lease lost (%s); nothing was committed%s", self.task_id,
+                    self._lost_reason or "lease_lost", extra)
+
+    def _settle(self, outcome: str, call: Callable[[], Dict[str, Any]]) -> None:
+        """Fail or release on the way out of a block that raised; never masks its exception."""
+        try:
+            self.lease.task = call()
+            self.outcome = outcome
+        except _GONE as exc:
+            self._mark_lost(exc)
+            self._say_lost()
+        except (TaskflowError, TransportError) as exc:
+            log.error("task %s: could not record the outcome (%s); its lease will expire", self.task_id, exc)
+
+    def _complete_on_exit(self) -> None:
+        result = {} if self.result is None else self.result
+        try:
+            json.dumps(result, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            self._settle("failed", lambda: self.lease.fail(f"the result is not JSON: {exc}", retryable=False))
+            raise
+        # A complete whose answer was lost in transit may have been applied: try again while the
+        # lease lasts, and recognise our own completion in the refusal that follows.
+        delays = [0.2, 0.5, 1.0, 2.0]
+        deadline = time.monotonic() + self.lease.ttl_seconds
+        sent = False
+        while True:
+            try:
+                self.lease.task = self.lease.complete(result)
+                self.outcome = "completed"
+                return
+            except LeaseLost as exc:
+                done = exc.task or {}
+                if sent and done.get("stage") == "COMPLETED" and done.get("result") == result:
+                    self.lease.task = done
+                    self.outcome = "completed"
+                    return
+                self._mark_lost(exc)
+                self._say_lost()
+                return
+            except (ValidationFailed, TooLarge) as exc:
+                self._settle("failed", lambda: self.lease.fail(f"the result was refused: {exc}", retryable=False))
+                raise
+            except _GONE as exc:
+                self._mark_lost(exc)
+                self._say_lost()
+                return
+            except TransportError:
+                sent = True
+                if not delays or time.monotonic() + delays[0] > deadline:
+                    raise
+                time.sleep(delays.pop(0))
+
+
+class Hold:
+    """The context manager returned by `Client.hold` / `Client.hold_task`: acquires a lease on
+    entering (`Job`, or None when `Client.hold` found no work), and settles it on exit."""
+
+    def __init__(self, acquire: Callable[[], Any], *, heartbeat: Optional[float] = None):
+        self._acquire = acquire
+        self._heartbeat = heartbeat
+        self.job: Optional[Job] = None
+
+    def __enter__(self) -> Optional[Job]:
+        lease = self._acquire()
+        if lease is None:
+            return None
+        self.job = Job(lease, heartbeat=self._heartbeat)
+        return self.job.__enter__()
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        if self.job is None:
+            return False
+        return self.job.__exit__(exc_type, exc, tb)
