@@ -51,6 +51,9 @@ class Task(models.Model):
             # the reaper: RUNNING tasks whose lease has expired.
             models.Index(fields=["stage", "lease_expires_at"], name="task_lease_expiry"),
             models.Index(fields=["owner"], name="task_owner"),
+            # the admin's list: most recently updated first, and its queue filter.
+            models.Index(fields=["-updated_at"], name="task_recent"),
+            models.Index(fields=["queue"], name="task_queue"),
         ]
         permissions = [("intervene", "Can act on tasks as an operator (release, requeue, cancel)")]
 

@@ -812,7 +812,7 @@ class Reclaimed:
 
 
 def reclaim_expired(*, now: datetime | None = None, limit: int = 500, task_ids: Iterable[str] | None = None,
-                    using: str = "default") -> list[Reclaimed]:
+                    actor: str = "system:reaper", using: str = "default") -> list[Reclaimed]:
     """Take back every lease that expired by `now` (default: this store's clock): the task goes
     back to QUEUED, or to FAILED when its attempts are spent. Live leases are never touched.
     Each task is its own CAS; returns what was moved."""
@@ -829,10 +829,10 @@ def reclaim_expired(*, now: datetime | None = None, limit: int = 500, task_ids: 
             detail = {"previous_owner": task.owner, "lease_expired_at": task.lease_expires_at.isoformat()}
             guard = Q(lease_expires_at__lte=now)
             if attempts_left(task.attempts, task.max_retries):
-                ok = _swap(using, task, Verb.RECLAIM, now=now, actor="system:reaper", guard=guard,
+                ok = _swap(using, task, Verb.RECLAIM, now=now, actor=actor, guard=guard,
                            detail=detail, **NO_LEASE)
             else:
-                ok = _swap(using, task, Verb.FAIL, now=now, actor="system:reaper", guard=guard,
+                ok = _swap(using, task, Verb.FAIL, now=now, actor=actor, guard=guard,
                            detail=detail, last_error="lease expired on the last attempt", **NO_LEASE)
             if ok:
                 moved.append(Reclaimed(task_id, Stage(task.stage)))

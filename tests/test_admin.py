@@ -1,0 +1,1095 @@
+"""The operators' admin through the whole HTTP stack (test Client -> middleware -> admin -> engine)
+on the real SQLite test database.
+
+Every action is run on eligible, ineligible and mixed selections and its per-row messages are
+asserted exactly; races use real threads released by a barrier over many rounds and assert
+exact counts; check() must find nothing after every test. Leases are aged by writing the row.
+"""
+from __future__ import annotations
+
+import random
+import re
+import threading
+import time
+from collections import Counter
+from datetime import timedelta
+
+import pytest
+from django.contrib.admin.utils import quote
+from django.contrib.auth.models import Permission, User
+from django.contrib.sessions.models import Session
+from django.db import connection, connections
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
+from django.utils import timezone
+
+from board import agent_keys, errors, selectors, transitions
+from board.admin import TaskAdmin, TaskEditForm
+from board.lifecycle import Stage
+from board.models import AgentKey, Task, TaskEvent
+from board.transitions import TaskSpec, hash_token
+from tests.support import db_state, expire_lease, row, sqlite_db_mark
+
+pytestmark = sqlite_db_mark()
+
+CHANGELIST = reverse("admin:board_task_changelist")
+ADD = reverse("admin:board_task_add")
+KEYS = reverse("admin:board_agentkey_changelist")
+KEY_ADD = reverse("admin:board_agentkey_add")
+ROUNDS = 50
+OPERATOR_PERMS = [
+    "board.view_task", "board.change_task", "board.add_task", "board.intervene",
+    "board.view_agentkey", "board.add_agentkey", "board.change_agentkey",
+]
+# Whether the engine records the operator as the actor of an admin "release stale leases"
+# (reclaim_expired has no actor parameter today: its events say "system:reaper").
+RECLAIM_ACTOR = "op"  # the operator who released the stale lease
+
+
+# ---------------------------------------------------------------------------------------------
+# Helpers
+
+
+class HttpsClient(Client):
+    """Every request over https, as in production (secure cookies, HSTS)."""
+
+    def generic(self, method, path, data="", content_type="application/octet-stream", secure=False, **extra):
+        return super().generic(method, path, data, content_type, True, **extra)
+
+
+@pytest.fixture(autouse=True)
+def _board_stays_consistent():
+    yield
+    assert selectors.problems() == [], "check() found problems after the test"
+
+
+def make_user(username: str, perms: list[str], *, staff: bool = True) -> User:
+    user = User.objects.create_user(username, password="x", is_staff=staff)
+    for perm in perms:
+        app_label, codename = perm.split(".")
+        user.user_permissions.add(Permission.objects.get(content_type__app_label=app_label, codename=codename))
+    return User.objects.get(pk=user.pk)  # fresh: no cached permissions
+
+
+def client_for(user: User, **kwargs) -> HttpsClient:
+    client = HttpsClient(**kwargs)
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def op() -> HttpsClient:
+    return client_for(make_user("op", OPERATOR_PERMS))
+
+
+@pytest.fixture
+def viewer() -> HttpsClient:
+    return client_for(make_user("viewer", ["board.view_task", "board.view_agentkey"]))
+
+
+def new(task_id: str, **fields) -> Task:
+    fields.setdefault("title", f"title of {task_id}")
+    return transitions.create(TaskSpec(id=task_id, **fields), actor="test")[0]
+
+
+def running(task_id: str, agent: str = "agent-1", ttl: float = 600, **fields) -> transitions.Claim:
+    new(task_id, **fields)
+    return transitions.claim(task_id, agent, ttl)
+
+
+def failed(task_id: str, max_retries: int = 0) -> None:
+    c = running(task_id, max_retries=max_retries)
+    transitions.fail(task_id, c.lease.token, "boom", retryable=False)
+
+
+def paused(task_id: str) -> transitions.Claim:
+    c = running(task_id)
+    transitions.pause(task_id, c.lease.token, {"step": 3})
+    return c
+
+
+def completed(task_id: str) -> None:
+    c = running(task_id)
+    transitions.complete(task_id, c.lease.token, {"ok": True})
+
+
+def cancelled(task_id: str) -> None:
+    new(task_id)
+    transitions.cancel(task_id, actor="test")
+
+
+def messages_of(response) -> list[str]:
+    return [m.message for m in response.context["messages"]]
+
+
+def act(client: Client, action: str, ids, **extra) -> tuple[object, list[str]]:
+    """Run an admin action on `ids` the way the changelist's form posts it; follow the redirect
+    and return the response and the messages shown."""
+    data = {"action": action, "_selected_action": list(ids), "index": "0", **extra}
+    response = client.post(CHANGELIST, data, follow=True)
+    assert response.status_code == 200
+    return response, messages_of(response)
+
+
+def events(task_id: str) -> list[tuple[str, str, str, int, str]]:
+    return list(
+        TaskEvent.objects.filter(task_id=task_id).order_by("id")
+        .values_list("verb", "from_stage", "to_stage", "version", "actor")
+    )
+
+
+def change_url(task_id: str) -> str:
+    return reverse("admin:board_task_change", args=[quote(task_id)])
+
+
+def open_form(client: Client, task_id: str) -> dict:
+    """GET the change form; return the POST data it would send unchanged."""
+    response = client.get(change_url(task_id))
+    assert response.status_code == 200
+    form = response.context["adminform"].form
+    data = {}
+    for name in ("title", "description", "priority", "max_retries", "payload", "opened_version", "opened_state"):
+        value = form[name].value()
+        data[name] = "" if value is None else value
+    data["_save"] = "Save"
+    return data
+
+
+def race(calls, jitter=None):
+    """Run `calls` in threads, each with its own connection (closed at its end), released
+    together by a barrier; `jitter[i]` (seconds) delays call i by a random amount, only to vary
+    the interleaving from round to round. Returns each call's result or exception."""
+    barrier = threading.Barrier(len(calls))
+    results: list = [None] * len(calls)
+
+    def run(i):
+        try:
+            connections["default"].ensure_connection()
+            barrier.wait(timeout=60)
+            if jitter and jitter[i]:
+                time.sleep(random.uniform(0, jitter[i]))
+            results[i] = calls[i]()
+        except BaseException as exc:  # reported to the test, which judges it
+            results[i] = exc
+        finally:
+            connections["default"].close()
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results
+
+
+def latency(call) -> float:
+    start = time.perf_counter()
+    call()
+    return time.perf_counter() - start
+
+
+# ---------------------------------------------------------------------------------------------
+# Release stale leases
+
+
+def test_release_stale_leases_on_a_mixed_selection(op):
+    stale = running("stale", "agent-1")
+    expire_lease("stale", ago=timedelta(minutes=2, seconds=30))
+    running("last", "agent-2", max_retries=0)  # its only attempt: reclaiming it fails it
+    expire_lease("last", ago=timedelta(minutes=2, seconds=30))
+    running("live", "agent-3")
+    new("queued")
+    live_before = row("live")
+
+    _, shown = act(op, "release_stale_leases", ["stale", "last", "live", "queued"])
+
+    assert shown == [
+        "last: failed: lease expired on its last attempt (was held by agent-2, expired 2 min ago)",
+        "live: skipped: lease still live (held by agent-3, expires in 9 min)",
+        "queued: skipped: not RUNNING (is QUEUED)",
+        "stale: released (was held by agent-1, expired 2 min ago)",
+    ]
+    assert row("stale")["stage"] == Stage.QUEUED and row("stale")["owner"] == ""
+    assert row("stale")["lease_token_hash"] is None and row("stale")["lease_expires_at"] is None
+    assert row("last")["stage"] == Stage.FAILED
+    assert row("live") == live_before  # a live lease is never touched
+    assert row("queued")["version"] == 0
+    assert events("stale")[-1] == ("reclaim", "RUNNING", "QUEUED", 2, RECLAIM_ACTOR)
+    assert events("last")[-1] == ("fail", "RUNNING", "FAILED", 2, RECLAIM_ACTOR)
+    # The old holder is out; the next claim gets a higher fence.
+    with pytest.raises(errors.LeaseLost):
+        transitions.complete("stale", stale.lease.token, {})
+    assert transitions.claim("stale", "agent-9", 60).lease.fence == stale.lease.fence + 1
+
+
+def test_release_stale_leases_eligible_only(op):
+    for n in range(3):
+        running(f"s{n}", f"agent-{n}")
+        expire_lease(f"s{n}", ago=timedelta(minutes=5, seconds=1))
+    _, shown = act(op, "release_stale_leases", ["s0", "s1", "s2"])
+    assert shown == [f"s{n}: released (was held by agent-{n}, expired 5 min ago)" for n in range(3)]
+    assert {row(f"s{n}")["stage"] for n in range(3)} == {Stage.QUEUED}
+
+
+def test_release_stale_leases_ineligible_only_changes_nothing(op):
+    running("live")
+    new("queued")
+    completed("done")
+    before = db_state()
+    _, shown = act(op, "release_stale_leases", ["live", "queued", "done"])
+    assert shown == [
+        "done: skipped: not RUNNING (is COMPLETED)",
+        "live: skipped: lease still live (held by agent-1, expires in 9 min)",
+        "queued: skipped: not RUNNING (is QUEUED)",
+    ]
+    assert db_state() == before
+
+
+def test_release_stale_lease_renewed_after_the_read_is_a_lost_race(op, monkeypatch):
+    """The lease is expired by the admin's clock when the action reads it; the holder renews
+    before the reclaim: the renewal wins and the action says so."""
+    c = running("r")
+    soon = timezone.now() + timedelta(seconds=30)
+    Task.objects.filter(pk="r").update(lease_expires_at=soon)
+    monkeypatch.setattr(TaskAdmin, "clock", lambda self: soon + timedelta(seconds=1))
+    real = transitions.reclaim_expired
+
+    def renew_first(**kwargs):
+        transitions.renew("r", c.lease.token, 600)
+        return real(**kwargs)
+
+    monkeypatch.setattr(transitions, "reclaim_expired", renew_first)
+    _, shown = act(op, "release_stale_leases", ["r"])
+    assert shown == ["r: lost a race: task changed meanwhile (now RUNNING v2, held by agent-1)"]
+    assert row("r")["stage"] == Stage.RUNNING
+    transitions.complete("r", c.lease.token, {})
+
+
+def test_release_stale_races_a_renew(op, monkeypatch):
+    """Release-stale (the admin, whose clock says the lease expired) against the holder's renew
+    (whose clock says it is live), over many rounds: exactly one side wins each round."""
+    clock = {}
+    monkeypatch.setattr(TaskAdmin, "clock", lambda self: clock["now"])
+    # Calibrate the jitter to the admin request's own latency, so both orders happen.
+    running("warm-up")
+    clock["now"] = timezone.now()
+    spread = latency(lambda: op.post(CHANGELIST, {"action": "release_stale_leases", "index": "0",
+                                                  "_selected_action": ["warm-up"]}))
+    op.get(CHANGELIST)  # consume the warm-up's message
+    outcomes = Counter()
+    for n in range(ROUNDS):
+        task_id = f"rr-{n}"
+        c = running(task_id)
+        soon = timezone.now() + timedelta(seconds=30)
+        Task.objects.filter(pk=task_id).update(lease_expires_at=soon)  # live for the holder...
+        clock["now"] = soon + timedelta(seconds=1)  # ...expired for the admin's clock
+        before = row(task_id)
+        posted, renewed = race([
+            lambda: op.post(CHANGELIST, {"action": "release_stale_leases", "index": "0",
+                                         "_selected_action": [task_id]}),
+            lambda: transitions.renew(task_id, c.lease.token, 600),
+        ], jitter=[0, spread * 1.5])
+        assert not isinstance(posted, BaseException), posted
+        assert posted.status_code == 302
+        shown = messages_of(op.get(CHANGELIST))
+        reclaims = [e for e in events(task_id) if e[0] == "reclaim"]
+        if isinstance(renewed, transitions.Claim):
+            assert reclaims == [], f"round {n}: both won"
+            assert row(task_id)["stage"] == Stage.RUNNING
+            assert row(task_id)["fence"] == before["fence"]
+            assert len(shown) == 1 and (
+                re.fullmatch(rf"{task_id}: skipped: lease still live \(held by agent-1, expires in \d+ min\)", shown[0])
+                or shown[0] == f"{task_id}: lost a race: task changed meanwhile (now RUNNING v2, held by agent-1)"
+            ), shown
+            outcomes["renew"] += 1
+            transitions.complete(task_id, c.lease.token, {})
+        else:
+            assert isinstance(renewed, errors.LeaseLost), renewed
+            assert len(reclaims) == 1, f"round {n}: neither or both won"
+            assert row(task_id)["stage"] == Stage.QUEUED
+            assert shown == [f"{task_id}: released (was held by agent-1, expired 1 s ago)"]
+            outcomes["release"] += 1
+        assert selectors.problems(now=timezone.now()) == []
+    assert outcomes["renew"] + outcomes["release"] == ROUNDS
+    print(f"release-stale vs renew over {ROUNDS} rounds: {dict(outcomes)}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Force release
+
+
+def test_force_release_asks_first_listing_each_holder_and_expiry(op):
+    running("a", "agent-1")
+    running("b", "agent-2", ttl=7200)
+    new("q")
+    before = db_state()
+    response = op.post(CHANGELIST, {"action": "force_release", "index": "0", "_selected_action": ["a", "b", "q"]})
+    assert response.status_code == 200
+    assert [t.name for t in response.templates][0] == "admin/board/task/force_release_confirmation.html"
+    html = response.content.decode()
+    start = html.index('id="force-release-tasks"')
+    table = html[start:html.index("</table>", start)]
+    assert "agent-1" in table and "expires in 9 min" in table
+    assert "agent-2" in table and "expires in 1 h 59 min" in table
+    assert 'name="version_a" value="1"' in html and 'name="version_b" value="1"' in html
+    assert "q: QUEUED" in html and 'name="version_q"' not in html
+    assert db_state() == before  # asking changes nothing
+
+
+def test_force_release_confirmed_on_a_mixed_selection(op):
+    a = running("a", "agent-1")
+    new("q")
+    completed("done")
+    confirm = {"post": "yes", "version_a": "1"}  # what the confirmation page carries
+    _, shown = act(op, "force_release", ["a", "q", "done"], **confirm)
+    assert shown == [
+        "a: released (was held by agent-1, lease had 9 min left)",
+        "done: skipped: not RUNNING (is COMPLETED)",
+        "q: skipped: not RUNNING (is QUEUED)",
+    ]
+    assert row("a")["stage"] == Stage.QUEUED and row("a")["owner"] == "" and row("a")["attempts"] == 0
+    assert events("a")[-1] == ("force_release", "RUNNING", "QUEUED", 2, "op")
+    assert TaskEvent.objects.filter(task_id="a").last().detail == {"previous_owner": "agent-1"}
+    # The old holder's later calls are refused; the next claim gets a higher fence.
+    with pytest.raises(errors.LeaseLost):
+        transitions.renew("a", a.lease.token, 60)
+    with pytest.raises(errors.LeaseLost):
+        transitions.complete("a", a.lease.token, {})
+    with pytest.raises(errors.LeaseLost):
+        transitions.fail("a", a.lease.token, "late")
+    again = transitions.claim("a", "agent-2", 60)
+    assert again.lease.fence == a.lease.fence + 1
+
+
+def test_force_release_of_a_task_that_changed_since_the_confirmation_is_a_lost_race(op):
+    a = running("a")
+    page = op.post(CHANGELIST, {"action": "force_release", "index": "0", "_selected_action": ["a"]})
+    assert 'name="version_a" value="1"' in page.content.decode()
+    transitions.renew("a", a.lease.token, 600)  # the holder is alive after all (v2)
+    _, shown = act(op, "force_release", ["a"], post="yes", version_a="1")
+    assert shown == ["a: lost a race: task changed meanwhile (now RUNNING v2, held by agent-1)"]
+    assert row("a")["stage"] == Stage.RUNNING
+    transitions.complete("a", a.lease.token, {"kept": True})  # the holder was not disturbed
+
+
+def test_force_release_with_nothing_running_skips_without_asking(op):
+    new("q")
+    failed("f", max_retries=0)
+    before = db_state()
+    response, shown = act(op, "force_release", ["q", "f"])
+    assert "force_release_confirmation" not in [t.name for t in response.templates][0]
+    assert shown == ["f: skipped: not RUNNING (is FAILED)", "q: skipped: not RUNNING (is QUEUED)"]
+    assert db_state() == before
+
+
+def test_force_release_confirmed_for_a_task_that_was_not_running_is_skipped(op):
+    """A forged confirmation (a version for a QUEUED task) is refused by the engine."""
+    new("q")
+    before = db_state()
+    _, shown = act(op, "force_release", ["q"], post="yes", version_q="0")
+    assert shown == ["q: skipped: cannot force_release task q: it is QUEUED; only a RUNNING task holds a lease"]
+    assert db_state() == before
+
+
+def test_force_release_races_a_complete(op):
+    """Force release (held to the version on the confirmation page) against the holder's
+    complete, over many rounds: exactly one wins, the loser is told precisely."""
+    running("warm-up")
+    spread = latency(lambda: op.post(CHANGELIST, {"action": "force_release", "index": "0", "post": "yes",
+                                                  "_selected_action": ["warm-up"], "version_warm-up": "1"}))
+    op.get(CHANGELIST)
+    outcomes = Counter()
+    for n in range(ROUNDS):
+        task_id = f"fc-{n}"
+        c = running(task_id)
+        page = op.post(CHANGELIST, {"action": "force_release", "index": "0", "_selected_action": [task_id]})
+        shown_version = re.search(rf'name="version_{task_id}" value="(\d+)"', page.content.decode()).group(1)
+        posted, done = race([
+            lambda: op.post(CHANGELIST, {"action": "force_release", "post": "yes", "_selected_action": [task_id],
+                                         f"version_{task_id}": shown_version}),
+            lambda: transitions.complete(task_id, c.lease.token, {"n": n}),
+        ], jitter=[0, spread * 1.5])
+        assert not isinstance(posted, BaseException), posted
+        shown = messages_of(op.get(CHANGELIST))
+        stage = row(task_id)["stage"]
+        if isinstance(done, Task):
+            assert stage == Stage.COMPLETED and row(task_id)["result"] == {"n": n}
+            assert "force_release" not in [e[0] for e in events(task_id)], f"round {n}: both won"
+            assert shown == [f"{task_id}: lost a race: task changed meanwhile (now COMPLETED v2)"]
+            outcomes["complete"] += 1
+        else:
+            assert isinstance(done, errors.LeaseLost), done
+            assert stage == Stage.QUEUED
+            assert [e[0] for e in events(task_id)] == ["create", "claim", "force_release"]
+            assert re.fullmatch(rf"{task_id}: released \(was held by agent-1, lease had \d+ min left\)", shown[0])
+            outcomes["force_release"] += 1
+        assert selectors.problems() == []
+    assert outcomes["complete"] + outcomes["force_release"] == ROUNDS
+    print(f"force-release vs complete over {ROUNDS} rounds: {dict(outcomes)}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Requeue, cancel, admit, pause
+
+
+def test_requeue_on_a_mixed_selection(op):
+    failed("f-left", max_retries=2)  # 1 of 3 attempts used
+    failed("f-spent", max_retries=0)  # 1 of 1 used
+    paused("p")
+    running("r")
+    completed("done")
+    _, shown = act(op, "requeue", ["f-left", "f-spent", "p", "r", "done"])
+    assert shown == [
+        "done: skipped: task done is COMPLETED",
+        "f-left: requeued (was FAILED)",
+        "f-spent: skipped: no attempt left (1 / 1); use “Requeue and reset attempts”",
+        "p: requeued (was PAUSED)",
+        "r: skipped: cannot requeue task r: it is RUNNING; only FAILED or PAUSED tasks are requeued",
+    ]
+    assert row("f-left")["stage"] == Stage.QUEUED and row("f-left")["attempts"] == 1
+    assert row("p")["stage"] == Stage.QUEUED and row("p")["checkpoint"] == {"step": 3}
+    assert row("f-spent")["stage"] == Stage.FAILED
+    assert events("f-left")[-1] == ("requeue", "FAILED", "QUEUED", 3, "op")
+
+
+def test_requeue_and_reset_attempts(op):
+    failed("f-spent", max_retries=0)
+    paused("p")
+    new("q")
+    _, shown = act(op, "requeue_reset_attempts", ["f-spent", "p", "q"])
+    assert shown == [
+        "f-spent: requeued (was FAILED, attempts 1 → 0)",
+        "p: requeued (was PAUSED, attempts 1 → 0)",
+        "q: skipped: cannot requeue task q: it is QUEUED; only FAILED or PAUSED tasks are requeued",
+    ]
+    assert row("f-spent")["stage"] == Stage.QUEUED and row("f-spent")["attempts"] == 0
+    assert TaskEvent.objects.filter(task_id="f-spent").last().detail == {"reset_attempts": True}
+    transitions.claim("f-spent", "agent-2", 60)  # runnable again
+
+
+def test_cancel_on_a_mixed_selection(op):
+    new("q")
+    held = running("r", "agent-4")
+    paused("p")
+    completed("done")
+    cancelled("gone")
+    _, shown = act(op, "cancel", ["q", "r", "p", "done", "gone"])
+    assert shown == [
+        "done: skipped: task done is COMPLETED",
+        "gone: skipped: task gone is CANCELLED",
+        "p: cancelled (was PAUSED)",
+        "q: cancelled (was QUEUED)",
+        "r: cancelled (was RUNNING, held by agent-4)",
+    ]
+    assert {row(t)["stage"] for t in ("q", "r", "p")} == {Stage.CANCELLED}
+    assert row("r")["lease_token_hash"] is None
+    with pytest.raises(errors.LeaseLost):
+        transitions.complete("r", held.lease.token, {})
+    assert events("r")[-1] == ("cancel", "RUNNING", "CANCELLED", 2, "op")
+
+
+def test_admit_on_a_mixed_selection(op):
+    new("held", hold=True)
+    new("dep")
+    new("waiting", deps=["dep"])
+    new("q")
+    _, shown = act(op, "admit", ["held", "waiting", "q"])
+    assert shown == [
+        "held: admitted (PENDING → QUEUED)",
+        "q: skipped: cannot admit task q: it is QUEUED",
+        "waiting: skipped: waiting for dep",
+    ]
+    assert row("held")["stage"] == Stage.QUEUED and row("held")["hold"] is False
+    assert row("waiting")["stage"] == Stage.PENDING
+    assert events("held")[-1] == ("admit", "PENDING", "QUEUED", 1, "op")
+
+
+def test_pause_on_a_mixed_selection(op):
+    with_checkpoint = running("cp", "agent-1")
+    transitions.renew("cp", with_checkpoint.lease.token, 600, checkpoint={"page": 7})
+    bare = running("bare", "agent-2")
+    new("q")
+    _, shown = act(op, "pause", ["cp", "bare", "q"])
+    assert shown == [
+        "bare: paused (was held by agent-2; no checkpoint saved: a resume starts over)",
+        "cp: paused (was held by agent-1; checkpoint kept)",
+        "q: skipped: cannot force_pause task q: it is QUEUED; only a RUNNING task can be paused",
+    ]
+    assert row("cp")["stage"] == Stage.PAUSED and row("cp")["checkpoint"] == {"page": 7}
+    assert row("bare")["checkpoint"] == {}
+    with pytest.raises(errors.LeaseLost):
+        transitions.complete("cp", with_checkpoint.lease.token, {})
+    with pytest.raises(errors.LeaseLost):
+        transitions.renew("bare", bare.lease.token, 60)
+    resumed = transitions.resume("cp", "agent-3", 60)
+    assert resumed.task.checkpoint == {"page": 7} and resumed.lease.fence == with_checkpoint.lease.fence + 1
+    assert events("cp")[-2] == ("force_pause", "RUNNING", "PAUSED", 3, "op")
+
+
+@pytest.mark.parametrize("action, setup", [
+    ("requeue", lambda: (new("q"), running("r"), completed("done"))),
+    ("requeue_reset_attempts", lambda: (new("q"), running("r"), completed("done"))),
+    ("cancel", lambda: (completed("q"), cancelled("r"), completed("done"))),
+    ("admit", lambda: (new("q"), running("r"), completed("done"))),
+    ("pause", lambda: (new("q"), paused("r"), completed("done"))),
+    ("force_release", lambda: (new("q"), paused("r"), completed("done"))),
+    ("release_stale_leases", lambda: (new("q"), running("r"), completed("done"))),
+])
+def test_an_action_on_ineligible_tasks_only_changes_nothing(op, action, setup):
+    setup()
+    before = db_state()
+    _, shown = act(op, action, ["q", "r", "done"])
+    assert len(shown) == 3 and all(": skipped: " in line for line in shown), shown
+    assert db_state() == before
+
+
+def lose_a_race(client, monkeypatch, action: str, verb: str, other_writer) -> list[str]:
+    """Run `action` on task t while `other_writer` moves t between the action's read and its
+    verb (the verb is held to the version read, so it must refuse)."""
+    real = getattr(transitions, verb)
+
+    def moved_first(task_id, **kwargs):
+        other_writer()
+        return real(task_id, **kwargs)
+
+    monkeypatch.setattr(transitions, verb, moved_first)
+    before = events("t")
+    _, shown = act(client, action, ["t"])
+    assert [e[0] for e in events("t")[len(before):]] != [] and verb not in [e[0] for e in events("t")[len(before):]]
+    return shown
+
+
+def test_requeue_that_loses_a_race_to_a_resume(op, monkeypatch):
+    paused("t")
+    resumed = {}
+    shown = lose_a_race(op, monkeypatch, "requeue", "requeue",
+                        lambda: resumed.setdefault("c", transitions.resume("t", "agent-2", 60)))
+    assert shown == ["t: lost a race: task changed meanwhile (now RUNNING v3, held by agent-2)"]
+    transitions.complete("t", resumed["c"].lease.token, {})
+
+
+def test_cancel_that_loses_a_race_to_a_complete(op, monkeypatch):
+    c = running("t")
+    shown = lose_a_race(op, monkeypatch, "cancel", "cancel", lambda: transitions.complete("t", c.lease.token, {}))
+    assert shown == ["t: lost a race: task changed meanwhile (now COMPLETED v2)"]
+    assert row("t")["stage"] == Stage.COMPLETED
+
+
+def test_admit_that_loses_a_race_to_another_operator(op, monkeypatch):
+    new("t", hold=True)
+    shown = lose_a_race(op, monkeypatch, "admit", "admit", lambda: transitions.cancel("t", actor="other-op"))
+    assert shown == ["t: lost a race: task changed meanwhile (now CANCELLED v1)"]
+
+
+def test_pause_that_loses_a_race_to_a_renew(op, monkeypatch):
+    c = running("t")
+    shown = lose_a_race(op, monkeypatch, "pause", "force_pause", lambda: transitions.renew("t", c.lease.token, 600))
+    assert shown == ["t: lost a race: task changed meanwhile (now RUNNING v2, held by agent-1)"]
+    transitions.complete("t", c.lease.token, {})
+
+
+def test_the_reason_typed_in_the_action_bar_is_kept_in_the_history(op):
+    new("q")
+    a = running("a", "agent-1")
+    _, shown = act(op, "cancel", ["q"], reason="duplicate of q2")
+    assert shown == ["q: cancelled (was QUEUED)"]
+    assert TaskEvent.objects.filter(task_id="q").last().detail == {"reason": "duplicate of q2"}
+    page = op.post(CHANGELIST, {"action": "force_release", "index": "0", "_selected_action": ["a"],
+                                "reason": "agent-1 is wedged"})
+    assert 'name="reason" value="agent-1 is wedged"' in page.content.decode()
+    _, shown = act(op, "force_release", ["a"], post="yes", version_a="1", reason="agent-1 is wedged")
+    assert TaskEvent.objects.filter(task_id="a").last().detail == {
+        "previous_owner": "agent-1", "reason": "agent-1 is wedged"}
+    with pytest.raises(errors.LeaseLost):
+        transitions.complete("a", a.lease.token, {})
+
+
+def test_an_action_over_too_many_tasks_refuses_to_start(op, monkeypatch):
+    monkeypatch.setattr("board.admin.MAX_ACTION_ROWS", 2)
+    for n in range(3):
+        new(f"t{n}", hold=True)
+    before = db_state()
+    _, shown = act(op, "admit", ["t0", "t1", "t2"])
+    assert shown == ["Select at most 2 tasks per action; nothing was done."]
+    assert db_state() == before
+
+
+# ---------------------------------------------------------------------------------------------
+# The change form: edits under the version guard
+
+
+def test_the_change_form_edits_through_the_engine(op):
+    new("e", payload={"a": 1}, priority=1)
+    data = open_form(op, "e")
+    assert data["opened_version"] == 0
+    data.update(title="new title", priority="5", payload='{"a": 2}')
+    response = op.post(change_url("e"), data)
+    assert response.status_code == 302
+    saved = row("e")
+    assert (saved["title"], saved["priority"], saved["payload"], saved["version"]) == ("new title", 5, {"a": 2}, 1)
+    event = TaskEvent.objects.filter(task_id="e").last()
+    assert (event.verb, event.actor, event.version, event.detail) == ("edit", "op", 1, {"changed": ["payload", "priority", "title"]})
+
+
+def test_saving_an_unchanged_form_writes_nothing(op):
+    new("e")
+    data = open_form(op, "e")
+    before = db_state()
+    assert op.post(change_url("e"), data).status_code == 302
+    assert db_state() == before
+
+
+def test_untouched_text_round_trips_without_an_edit(op):
+    new("e", title="  spaced title ", description="line one\nline two")
+    data = open_form(op, "e")
+    data["description"] = data["description"].replace("\n", "\r\n")  # as a browser sends it
+    before = db_state()
+    assert op.post(change_url("e"), data).status_code == 302
+    assert db_state() == before
+
+
+def test_the_admin_never_saves_a_task_itself(op, monkeypatch):
+    """Edits and creations are the engine's conditional writes: Model.save() is never called."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("Task.save() called by the admin")
+
+    monkeypatch.setattr(Task, "save", refuse)
+    new("e")
+    assert op.post(change_url("e"), {**open_form(op, "e"), "title": "edited"}).status_code == 302
+    assert op.post(ADD, {"id": "made", "title": "t", "queue": "default", "priority": "0", "max_retries": "3",
+                         "payload": "", "deps": ""}).status_code == 302
+    assert row("e")["title"] == "edited" and row("made")["version"] == 0
+
+
+def test_an_edit_saved_after_an_agents_claim_is_refused_with_what_changed(op):
+    new("e")
+    data = open_form(op, "e")
+    claim = transitions.claim("e", "agent-1", 600)  # between the GET and the POST
+    data["title"] = "operator's title"
+    before = db_state()
+    response = op.post(change_url("e"), data)
+    assert response.status_code == 200
+    errors_shown = response.context["adminform"].form.non_field_errors()
+    assert errors_shown == [
+        "Not saved: task e changed after you opened it (version 0 → 1: claim by agent-1). "
+        "stage QUEUED → RUNNING; owner (none) → agent-1. "
+        "Nothing was written; reload the page to edit the current task."
+    ]
+    assert errors_shown[0] in response.content.decode().replace("&gt;", ">").replace("&#x27;", "'")
+    assert db_state() == before
+    transitions.complete("e", claim.lease.token, {})
+
+
+def test_an_edit_saved_after_another_operators_edit_shows_the_fields_that_changed(op):
+    new("e", description="old words")
+    data = open_form(op, "e")
+    transitions.edit("e", actor="other-op", version=0, description="their words", priority=3)
+    data["title"] = "mine"
+    before = db_state()
+    response = op.post(change_url("e"), data)
+    assert response.context["adminform"].form.non_field_errors() == [
+        "Not saved: task e changed after you opened it (version 0 → 1: edit by other-op). "
+        'description "old words" → "their words"; priority 0 → 3. '
+        "Nothing was written; reload the page to edit the current task."
+    ]
+    assert db_state() == before
+
+
+def test_invalid_input_shows_the_engines_message(op):
+    c = running("e", max_retries=3)
+    transitions.fail("e", c.lease.token, "x")  # attempt 1 -> retry
+    Task.objects.filter(pk="e").update(not_before=None)
+    c = transitions.claim("e", "agent-1", 600)  # attempt 2
+    data = open_form(op, "e")
+    before = db_state()
+    response = op.post(change_url("e"), {**data, "title": "   "})
+    assert response.status_code == 200
+    assert response.context["adminform"].form.errors["title"] == [
+        "title must be non-empty text of at most 300 characters"
+    ]
+    response = op.post(change_url("e"), {**data, "max_retries": "0"})
+    assert response.context["adminform"].form.errors["max_retries"] == [
+        "task e has run 2 times; max_retries cannot go below 1"
+    ]
+    response = op.post(change_url("e"), {**data, "payload": '{"x": NaN}'})
+    assert response.context["adminform"].form.errors["payload"] == [
+        "payload is not valid JSON: NaN and Infinity are not numbers in JSON"
+    ]
+    response = op.post(change_url("e"), {**data, "max_retries": "101"})
+    assert response.context["adminform"].form.errors["max_retries"] == ["max_retries must be an integer from 0 to 100"]
+    assert db_state() == before
+    transitions.complete("e", c.lease.token, {})
+
+
+def test_a_damaged_form_is_refused(op):
+    new("e")
+    data = open_form(op, "e")
+    before = db_state()
+    for damage in ({"opened_state": data["opened_state"] + "x"}, {"opened_version": "7"}):
+        response = op.post(change_url("e"), {**data, "title": "t", **damage})
+        assert response.context["adminform"].form.non_field_errors() == [
+            "This form is damaged or was not opened here; reload the page."
+        ]
+    assert db_state() == before
+
+
+def test_a_finished_task_is_shown_read_only_and_an_edit_of_it_is_refused(op):
+    new("e")
+    data = open_form(op, "e")
+    completed_claim = transitions.claim("e", "agent-1", 60)
+    transitions.complete("e", completed_claim.lease.token, {"r": 1})
+    page = op.get(change_url("e")).content.decode()
+    assert 'name="title"' not in page and 'name="_save"' not in page
+    before = db_state()
+    response = op.post(change_url("e"), {**data, "title": "late"})
+    assert response.status_code == 200
+    [message] = response.context["adminform"].form.non_field_errors()
+    assert message.startswith("Not saved: task e changed after you opened it (version 0 → 2: claim by agent-1, "
+                              "complete by agent-1). stage QUEUED → COMPLETED.")
+    assert db_state() == before
+
+
+def test_the_history_inline_is_read_only_ordered_and_names_the_operator(op):
+    c = running("h", "agent-1")
+    transitions.renew("h", c.lease.token, 600)
+    act(op, "pause", ["h"])
+    act(op, "requeue", ["h"])
+    response = op.get(change_url("h"))
+    [inline] = response.context["inline_admin_formsets"]
+    assert not inline.has_add_permission and not inline.has_change_permission and not inline.has_delete_permission
+    shown = [(f.original.verb, f.original.actor) for f in inline]
+    assert shown == [("create", "test"), ("claim", "agent-1"), ("renew", "agent-1"),
+                     ("force_pause", "op"), ("requeue", "op")]
+    html = response.content.decode()
+    assert "RUNNING → PAUSED" in html and "PAUSED → QUEUED" in html
+    assert 'name="events-0-verb"' not in html  # no editable inputs
+
+
+def test_an_edit_racing_a_claim(op):
+    """An edit (opened at version v) and an agent's claim, released together, over many rounds:
+    the claim always succeeds (agents are not version-guarded); the edit is written only when
+    it reached the task before the claim, and refused with what changed otherwise. Nothing
+    is ever written over a version the operator did not see."""
+    new("warm-up")
+    warm = {**open_form(op, "warm-up"), "title": "w"}
+    spread = latency(lambda: op.post(change_url("warm-up"), warm))
+    outcomes = Counter()
+    for n in range(ROUNDS):
+        task_id = f"ec-{n}"
+        new(task_id)
+        data = {**open_form(op, task_id), "title": f"edited {n}"}
+        posted, claimed = race([
+            lambda: op.post(change_url(task_id), data),
+            lambda: transitions.claim(task_id, "agent-1", 600),
+        ], jitter=[spread, spread])
+        assert isinstance(claimed, transitions.Claim), claimed
+        assert not isinstance(posted, BaseException), posted
+        history = events(task_id)
+        saved = row(task_id)
+        assert saved["stage"] == Stage.RUNNING and saved["owner"] == "agent-1"
+        if posted.status_code == 302:
+            assert [e[0] for e in history] == ["create", "edit", "claim"]
+            assert history[1][3] == 1  # written over version 0, the one the form showed
+            assert saved["title"] == f"edited {n}"
+            outcomes["edit then claim"] += 1
+        else:
+            assert posted.status_code == 200
+            assert "changed after you opened it (version 0 → 1: claim by agent-1)" in posted.content.decode()
+            assert [e[0] for e in history] == ["create", "claim"]
+            assert saved["title"] == f"title of {task_id}"
+            outcomes["claim, edit refused"] += 1
+        transitions.complete(task_id, claimed.lease.token, {})
+    assert sum(outcomes.values()) == ROUNDS
+    print(f"edit vs claim over {ROUNDS} rounds: {dict(outcomes)}")
+
+
+def test_two_operators_saving_the_same_version_exactly_one_wins():
+    users = [make_user(f"op{i}", OPERATOR_PERMS) for i in range(2)]
+    clients = [client_for(u) for u in users]
+    outcomes = Counter()
+    for n in range(ROUNDS):
+        task_id = f"ee-{n}"
+        new(task_id)
+        forms = [{**open_form(c, task_id), "title": f"by op{i}"} for i, c in enumerate(clients)]
+        results = race([lambda i=i: clients[i].post(change_url(task_id), forms[i]) for i in range(2)])
+        codes = sorted(r.status_code for r in results)
+        assert codes == [200, 302], f"round {n}: {codes}"
+        winner = [i for i, r in enumerate(results) if r.status_code == 302][0]
+        loser = results[1 - winner]
+        assert row(task_id)["title"] == f"by op{winner}" and row(task_id)["version"] == 1
+        assert f"edit by op{winner}" in loser.content.decode()
+        outcomes[winner] += 1
+    assert sum(outcomes.values()) == ROUNDS
+
+
+# ---------------------------------------------------------------------------------------------
+# Adding a task goes through transitions.create
+
+
+def test_adding_a_task_calls_the_engine(op):
+    new("dep")
+    response = op.post(ADD, {"id": "made", "title": "made here", "description": "", "queue": "default",
+                             "priority": "2", "max_retries": "1", "payload": '{"x": 1}', "deps": "dep"})
+    assert response.status_code == 302
+    made = row("made")
+    assert (made["stage"], made["priority"], made["payload"], made["version"]) == (Stage.PENDING, 2, {"x": 1}, 0)
+    assert events("made") == [("create", "", "PENDING", 0, "op")]
+    assert Task.objects.get(pk="made").deps == ["dep"]
+
+
+@pytest.mark.parametrize("fields, field, message", [
+    ({"id": "taken"}, "id", "a task with id 'taken' already exists"),
+    ({"id": "bad id"}, "id", None),
+    ({"deps": "nope"}, "deps", "unknown dependencies: nope"),
+    ({"title": "  "}, "title", "title must be non-empty text of at most 300 characters"),
+    ({"queue": "a b"}, "queue", "invalid queue name 'a b'"),
+])
+def test_adding_an_invalid_task_shows_the_engines_message(op, fields, field, message):
+    new("taken")
+    before = db_state()
+    data = {"id": "", "title": "t", "description": "", "queue": "default", "priority": "0",
+            "max_retries": "3", "payload": "", "deps": "", **fields}
+    response = op.post(ADD, data)
+    assert response.status_code == 200
+    shown = response.context["adminform"].form.errors[field]
+    assert shown and (message is None or shown == [message])
+    assert db_state() == before
+
+
+def test_tasks_are_never_deleted_through_the_admin(op):
+    new("t")
+    assert op.get(reverse("admin:board_task_delete", args=["t"])).status_code == 403
+    response = op.post(CHANGELIST, {"action": "delete_selected", "index": "0", "_selected_action": ["t"],
+                                    "post": "yes"}, follow=True)
+    assert messages_of(response) == ["No action selected."]
+    assert Task.objects.filter(pk="t").exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# Permissions and CSRF
+
+
+def test_staff_without_intervene_get_a_read_only_admin(viewer):
+    c = running("r")
+    expire_lease("r")
+    new("h", hold=True)
+    response = viewer.get(CHANGELIST)
+    assert response.status_code == 200
+    assert response.context["action_form"] is None
+    assert "Release stale leases" not in response.content.decode()
+    assert 'name="_selected_action"' not in response.content.decode()
+    page = viewer.get(change_url("h"))
+    assert page.status_code == 200 and page.context["title"] == "View task"
+    assert 'name="title"' not in page.content.decode()
+    [history] = page.context["inline_admin_formsets"]  # the history is visible to viewers
+    assert [f.original.verb for f in history] == ["create"]
+    assert viewer.get(ADD).status_code == 403
+    before = db_state()
+    # Forged POSTs: every action, and the change form.
+    for action in ("release_stale_leases", "force_release", "cancel", "admit", "requeue", "pause"):
+        forged = viewer.post(CHANGELIST, {"action": action, "index": "0", "_selected_action": ["r", "h"],
+                                          "post": "yes", "version_r": "1"}, follow=True)
+        assert forged.status_code == 200
+    data = {"title": "x", "description": "", "priority": "0", "max_retries": "3", "payload": "",
+            "opened_version": "0", "opened_state": TaskEditForm.seal(Task.objects.get(pk="h")), "_save": "Save"}
+    assert viewer.post(change_url("h"), data).status_code == 403
+    assert viewer.post(ADD, {"id": "new", "title": "x", "queue": "default", "priority": "0",
+                             "max_retries": "3"}).status_code == 403
+    assert db_state() == before
+    transitions.reclaim_expired()  # leave the board consistent
+    with pytest.raises(errors.LeaseLost):
+        transitions.complete("r", c.lease.token, {})
+
+
+def test_change_permission_without_intervene_is_still_read_only():
+    client = client_for(make_user("changer", ["board.view_task", "board.change_task"]))
+    new("t")
+    assert client.get(CHANGELIST).context["action_form"] is None
+    data = {"title": "x", "description": "", "priority": "0", "max_retries": "3", "payload": "",
+            "opened_version": "0", "opened_state": TaskEditForm.seal(Task.objects.get(pk="t")), "_save": "Save"}
+    before = db_state()
+    assert client.post(change_url("t"), data).status_code == 403
+    forged = client.post(CHANGELIST, {"action": "cancel", "index": "0", "_selected_action": ["t"]}, follow=True)
+    assert forged.status_code == 200
+    assert db_state() == before
+
+
+def test_intervene_lets_an_operator_act():
+    client = client_for(make_user("intervener", ["board.view_task", "board.intervene"]))
+    new("t", hold=True)
+    _, shown = act(client, "admit", ["t"])
+    assert shown == ["t: admitted (PENDING → QUEUED)"]
+
+
+def test_non_staff_and_anonymous_are_sent_to_the_login_page():
+    new("t")
+    anonymous = HttpsClient()
+    assert anonymous.get(CHANGELIST).status_code == 302
+    user = make_user("someone", ["board.view_task", "board.intervene"], staff=False)
+    client = client_for(user)
+    before = db_state()
+    response = client.post(CHANGELIST, {"action": "cancel", "index": "0", "_selected_action": ["t"]})
+    assert response.status_code == 302 and "/admin/login/" in response["Location"]
+    assert db_state() == before
+
+
+def test_csrf_is_enforced():
+    user = make_user("op", OPERATOR_PERMS)
+    client = client_for(user, enforce_csrf_checks=True)
+    new("t", hold=True)
+    before = db_state()
+    no_token = client.post(CHANGELIST, {"action": "admit", "index": "0", "_selected_action": ["t"]})
+    assert no_token.status_code == 403
+    data = open_form(client, "t")
+    assert client.post(change_url("t"), {**data, "title": "x"}).status_code == 403
+    assert db_state() == before
+    # The same POST with the token (and the Referer an https form sends) is accepted.
+    token = client.cookies["csrftoken"].value
+    ok = client.post(CHANGELIST, {"action": "admit", "index": "0", "_selected_action": ["t"],
+                                  "csrfmiddlewaretoken": token}, HTTP_REFERER="https://testserver" + CHANGELIST)
+    assert ok.status_code == 302 and row("t")["stage"] == Stage.QUEUED
+
+
+# ---------------------------------------------------------------------------------------------
+# Speed and secrecy
+
+
+def _changelist_queries(client, query: str = "") -> int:
+    with CaptureQueriesContext(connection) as ctx:
+        response = client.get(CHANGELIST + query)
+    assert response.status_code == 200
+    return len(ctx.captured_queries)
+
+
+def _fill(start: int, stop: int) -> None:
+    for n in range(start, stop):
+        if n % 3 == 0:
+            running(f"t{n:03}", f"agent-{n % 4}", queue=f"q{n % 2}")
+            if n % 2:
+                expire_lease(f"t{n:03}")
+        else:
+            new(f"t{n:03}", queue=f"q{n % 2}", hold=n % 3 == 1)
+
+
+@pytest.mark.parametrize("query", ["", "?lease=expired", "?lease=live&stage__exact=RUNNING", "?owner=agent-1",
+                                   "?queue=q1&o=5", "?q=t001"])
+def test_the_changelist_query_count_does_not_grow_with_tasks(op, query):
+    _fill(0, 5)
+    few = _changelist_queries(op, query)
+    _fill(5, 50)
+    many = _changelist_queries(op, query)
+    assert few == many, f"{few} queries for 5 tasks, {many} for 50"
+    assert many <= 12
+    transitions.reclaim_expired()
+
+
+def test_the_changelist_shows_the_columns_operators_need(op):
+    running("live", "agent-1")
+    running("stale", "agent-2", max_retries=2)
+    expire_lease("stale")
+    new("q")
+    response = op.get(CHANGELIST + "?o=1")  # by id
+    rows = [[str(cell) for cell in r] for r in response.context["cl"].result_list.values_list(
+        "id", "owner", "fence", "version")]
+    assert rows == [["live", "agent-1", "1", "1"], ["q", "", "0", "0"], ["stale", "agent-2", "1", "1"]]
+    html = response.content.decode()
+    assert "in 9 min" in html and "expired" in html and "1 / 3" in html and "1 / 4" in html
+    expired_only = op.get(CHANGELIST + "?lease=expired")
+    assert [t.pk for t in expired_only.context["cl"].result_list] == ["stale"]
+    none = op.get(CHANGELIST + "?lease=none")
+    assert [t.pk for t in none.context["cl"].result_list] == ["q"]
+    by_owner = op.get(CHANGELIST + "?owner=agent-1")
+    assert [t.pk for t in by_owner.context["cl"].result_list] == ["live"]
+    searched = op.get(CHANGELIST + "?q=agent-2")
+    assert [t.pk for t in searched.context["cl"].result_list] == ["stale"]
+    transitions.reclaim_expired()
+
+
+def test_no_admin_page_shows_a_lease_token_or_its_hash(op):
+    claims = [running("a", "agent-1"), running("b", "agent-2")]
+    expire_lease("b")
+    secrets = []
+    for c in claims:
+        secrets += [c.lease.token, hash_token(c.lease.token)]
+    key_row, key = agent_keys.create_key("agent-1")
+    pages = [
+        op.get(CHANGELIST), op.get(CHANGELIST + "?lease=live"), op.get(CHANGELIST + "?q=a"),
+        op.get(change_url("a")), op.get(change_url("b")),
+        op.get(reverse("admin:board_task_history", args=["a"])),
+        op.post(CHANGELIST, {"action": "force_release", "index": "0", "_selected_action": ["a", "b"]}),
+        op.get(KEYS), op.get(reverse("admin:board_agentkey_change", args=[key_row.pk])),
+        op.get(reverse("admin:index")), op.get(reverse("admin:app_list", args=["board"])),
+    ]
+    secrets += [key, key_row.key_hash]
+    for page in pages:
+        assert page.status_code == 200
+        body = page.content
+        for secret in secrets:
+            assert secret.encode() not in body
+        assert b"lease_token_hash" not in body and b"key_hash" not in body
+    transitions.reclaim_expired()
+
+
+# ---------------------------------------------------------------------------------------------
+# Agent keys
+
+
+def test_a_key_is_created_through_the_engine_and_shown_once(op):
+    response = op.post(KEY_ADD, {"name": "agent-7", "is_operator": "on"})
+    assert response.status_code == 200
+    key = response.context["key"]
+    assert key.startswith(agent_keys.KEY_PREFIX) and key in response.content.decode()
+    assert "no-store" in response["Cache-Control"]
+    stored = AgentKey.objects.get(name="agent-7")
+    assert stored.is_operator and stored.key_hash == agent_keys._hash(key) and key.startswith(stored.prefix)
+    assert agent_keys.authenticate(key).pk == stored.pk
+    # Never again: not in the list, not on its page, not in a message, not in the session.
+    for page in (op.get(KEYS), op.get(reverse("admin:board_agentkey_change", args=[stored.pk])),
+                 op.get(reverse("admin:index"))):
+        assert key.encode() not in page.content and stored.key_hash.encode() not in page.content
+    assert all(key not in str(s.get_decoded()) for s in Session.objects.all())
+
+
+def test_a_key_with_an_invalid_name_is_refused_with_the_engines_message(op):
+    response = op.post(KEY_ADD, {"name": "no spaces"})
+    assert response.status_code == 200
+    assert response.context["adminform"].form.errors["name"] == [
+        "agent name: 1-100 letters, digits and ._:- starting with a letter or digit"
+    ]
+    assert not AgentKey.objects.exists()
+
+
+def test_keys_list_shows_last_use_and_revoke_reports_row_by_row(op):
+    live, key = agent_keys.create_key("alpha")
+    gone, _ = agent_keys.create_key("beta")
+    agent_keys.revoke(gone.pk)
+    agent_keys.authenticate(key)
+    response = op.get(KEYS)
+    cl = response.context["cl"]
+    assert [(k.name, k.last_used_at is not None, k.revoked_at is not None) for k in cl.result_list] == [
+        ("alpha", True, False), ("beta", False, True)]
+    response = op.post(KEYS, {"action": "revoke", "index": "0", "_selected_action": [live.pk, gone.pk]}, follow=True)
+    assert messages_of(response) == [f"alpha ({live.prefix}…): revoked", f"beta ({gone.prefix}…): skipped: already revoked"]
+    assert agent_keys.authenticate(key) is None
+
+
+def test_a_key_is_never_edited_or_deleted(op):
+    stored, _ = agent_keys.create_key("alpha")
+    url = reverse("admin:board_agentkey_change", args=[stored.pk])
+    page = op.get(url)
+    assert page.status_code == 200 and 'name="name"' not in page.content.decode()
+    before = stored.key_hash
+    assert op.post(url, {"name": "renamed", "is_operator": "on"}).status_code == 403
+    assert op.get(reverse("admin:board_agentkey_delete", args=[stored.pk])).status_code == 403
+    stored.refresh_from_db()
+    assert (stored.name, stored.key_hash, stored.is_operator) == ("alpha", before, False)
+
+
+def test_viewer_cannot_create_or_revoke_keys(viewer):
+    stored, key = agent_keys.create_key("alpha")
+    assert viewer.get(KEYS).status_code == 200
+    assert viewer.post(KEY_ADD, {"name": "mine"}).status_code == 403
+    viewer.post(KEYS, {"action": "revoke", "index": "0", "_selected_action": [stored.pk]})
+    assert agent_keys.authenticate(key) is not None
+    assert AgentKey.objects.count() == 1
