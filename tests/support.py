@@ -1,4 +1,7 @@
 """Helpers for tests: real rows in real databases, aged by writing the row (never by sleeping)."""
+import random
+import threading
+import time
 from datetime import timedelta
 
 import pytest
@@ -56,3 +59,31 @@ def database_url(settings_dict: dict) -> str:
         return f"sqlite:///{settings_dict['NAME']}"
     user, host, port = settings_dict["USER"], settings_dict["HOST"] or "127.0.0.1", settings_dict["PORT"] or 5432
     return f"postgres://{user}@{host}:{port}/{settings_dict['NAME']}"
+
+
+def race(calls, alias: str = "default", jitter=None) -> list:
+    """Run `calls` in threads, each with its own connection (closed at its end), released
+    together by a barrier. `jitter[i]` (seconds), when given, delays call i after the release by
+    a random amount, only to vary who goes first from round to round: no assertion may depend
+    on it. Returns each call's result or the exception it raised."""
+    barrier = threading.Barrier(len(calls))
+    results: list = [None] * len(calls)
+
+    def run(i):
+        try:
+            connections[alias].ensure_connection()
+            barrier.wait(timeout=60)
+            if jitter and jitter[i]:
+                time.sleep(random.uniform(0, jitter[i]))
+            results[i] = calls[i]()
+        except BaseException as exc:  # reported to the test, which judges it
+            results[i] = exc
+        finally:
+            connections[alias].close()
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return results

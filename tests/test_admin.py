@@ -7,9 +7,7 @@ exact counts; check() must find nothing after every test. Leases are aged by wri
 """
 from __future__ import annotations
 
-import random
 import re
-import threading
 import time
 from collections import Counter
 from datetime import timedelta
@@ -18,7 +16,7 @@ import pytest
 from django.contrib.admin.utils import quote
 from django.contrib.auth.models import Permission, User
 from django.contrib.sessions.models import Session
-from django.db import connection, connections
+from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
@@ -29,7 +27,7 @@ from board.admin import TaskAdmin, TaskEditForm
 from board.lifecycle import Stage
 from board.models import AgentKey, Task, TaskEvent
 from board.transitions import TaskSpec, hash_token
-from tests.support import db_state, expire_lease, row, sqlite_db_mark
+from tests.support import race, db_state, expire_lease, row, sqlite_db_mark
 
 pytestmark = sqlite_db_mark()
 
@@ -154,33 +152,6 @@ def open_form(client: Client, task_id: str) -> dict:
         data[name] = "" if value is None else value
     data["_save"] = "Save"
     return data
-
-
-def race(calls, jitter=None):
-    """Run `calls` in threads, each with its own connection (closed at its end), released
-    together by a barrier; `jitter[i]` (seconds) delays call i by a random amount, only to vary
-    the interleaving from round to round. Returns each call's result or exception."""
-    barrier = threading.Barrier(len(calls))
-    results: list = [None] * len(calls)
-
-    def run(i):
-        try:
-            connections["default"].ensure_connection()
-            barrier.wait(timeout=60)
-            if jitter and jitter[i]:
-                time.sleep(random.uniform(0, jitter[i]))
-            results[i] = calls[i]()
-        except BaseException as exc:  # reported to the test, which judges it
-            results[i] = exc
-        finally:
-            connections["default"].close()
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return results
 
 
 def latency(call) -> float:

@@ -8,7 +8,6 @@ writing the row, never by sleeping. After every test, check() must find no probl
 from __future__ import annotations
 
 import multiprocessing
-import threading
 from collections import Counter
 from datetime import timedelta
 
@@ -22,7 +21,7 @@ from board.lifecycle import Stage
 from board.models import Task, TaskEvent
 from board.transitions import TaskSpec
 from tests import process_racer
-from tests.support import database_url, db_state, end_backoff, expire_lease, postgres_db_mark, row, sqlite_db_mark
+from tests.support import database_url, race, db_state, end_backoff, expire_lease, postgres_db_mark, row, sqlite_db_mark
 
 ROUNDS = 200
 RACERS = 16
@@ -53,29 +52,6 @@ class BoardContract:
 
     def stage(self, task_id: str) -> str:
         return Task.objects.using(self.alias).get(pk=task_id).stage
-
-    def race(self, calls):
-        """Run `calls` in threads with their own connections, released together; return each
-        call's result or exception."""
-        barrier = threading.Barrier(len(calls))
-        results = [None] * len(calls)
-
-        def run(i):
-            try:
-                connections[self.alias].ensure_connection()
-                barrier.wait(timeout=60)
-                results[i] = calls[i]()
-            except BaseException as exc:
-                results[i] = exc
-            finally:
-                connections[self.alias].close()
-
-        threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        return results
 
     # -- the two criteria ---------------------------------------------------------------------
 
@@ -253,7 +229,7 @@ class BoardContract:
             soon = timezone.now() + timedelta(seconds=30)
             Task.objects.using(self.alias).filter(pk=task_id).update(lease_expires_at=soon)
             reaper_now = soon + timedelta(seconds=1)  # the reaper's clock sees it expired
-            renewed, reclaimed = self.race([
+            renewed, reclaimed = race(alias=self.alias, calls=[
                 lambda: transitions.renew(task_id, c.lease.token, 600, using=self.alias),
                 lambda: transitions.reclaim_expired(now=reaper_now, task_ids=[task_id], using=self.alias),
             ])
@@ -410,7 +386,7 @@ class BoardContract:
             transitions.create([TaskSpec(id=left, title="l"), TaskSpec(id=right, title="r"),
                                 TaskSpec(id=both, title="both", deps=[left, right])], using=a)
             cl, cr = self.claim(left), self.claim(right)
-            results = self.race([
+            results = race(alias=self.alias, calls=[
                 lambda: transitions.complete(left, cl.lease.token, {}, using=a),
                 lambda: transitions.complete(right, cr.lease.token, {}, using=a),
             ])
@@ -424,7 +400,7 @@ class BoardContract:
             dep, child = f"d{n}", f"c{n}"
             self.new(dep)
             c = self.claim(dep)
-            results = self.race([
+            results = race(alias=self.alias, calls=[
                 lambda: transitions.complete(dep, c.lease.token, {}, using=a),
                 lambda: self.new(child, deps=[dep]),
             ])
@@ -460,7 +436,7 @@ class BoardContract:
                     transitions.complete(c.task.id, c.lease.token, {"by": i}, using=a)
             return loop
 
-        results = self.race([worker(i) for i in range(8)])
+        results = race(alias=self.alias, calls=[worker(i) for i in range(8)])
         assert not any(isinstance(r, BaseException) for r in results), results
         every = [t for ids in claimed for t in ids]
         assert len(every) == len(set(every)) == 300

@@ -3,7 +3,6 @@ process's tailer through Redis, so the change reaches their sockets at once inst
 next poll. Real Redis, real processes."""
 import asyncio
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
