@@ -13,7 +13,7 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from board import transitions
-from board.models import Dependency, Task
+from board.models import Dependency, Task, TaskEvent
 from board.transitions import TaskSpec
 from tests.support import sqlite_db_mark
 
@@ -95,3 +95,15 @@ def test_first_run_takes_djangos_superuser_variables(capsys, monkeypatch):
     call_command("ensure_admin")
     assert "from DJANGO_SUPERUSER_*" in capsys.readouterr().out
     assert authenticate(username="ops", password="a-long-chosen-passphrase").is_superuser
+
+
+def test_demo_runs_its_plan_to_the_end_with_a_clean_board(capsys, settings):
+    settings.TASKFLOW = {**settings.TASKFLOW, "RETRY_BACKOFF_BASE_SECONDS": 0.05, "RETRY_BACKOFF_MAX_SECONDS": 0.2}
+    call_command("demo", "--speed", "25", "--seed", "7", "--agents", "4")
+    out = capsys.readouterr().out
+    assert "finished: 27 of 27 tasks completed" in out, out
+    verbs = set(TaskEvent.objects.values_list("verb", flat=True))
+    assert {"claim", "renew", "complete", "admit"} <= verbs  # the board really moved
+    from board import selectors
+
+    assert selectors.problems() == []
