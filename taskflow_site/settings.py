@@ -113,10 +113,22 @@ def sqlite_options() -> dict:
     }
 
 
+def postgres_options() -> dict:
+    """A connection pool: under ASGI each request runs in a fresh thread, so without one every
+    request opens a new PostgreSQL connection (a new server process). DATABASE_POOL=0 turns it
+    off (e.g. behind PgBouncer)."""
+    if not env_flag("DATABASE_POOL", True):
+        return {}
+    # A request waits at most 5 s for a connection, then fails (e.g. while the database is down).
+    return {"pool": {"min_size": 1, "max_size": int(os.environ.get("DATABASE_POOL_MAX", "20")), "timeout": 5}}
+
+
 def database_from_url(url: str) -> dict:
     config = dj_database_url.parse(url, conn_max_age=0)
     if config["ENGINE"] == "django.db.backends.sqlite3":
         config["OPTIONS"] = {**sqlite_options(), **config.get("OPTIONS", {})}
+    elif config["ENGINE"] == "django.db.backends.postgresql":
+        config["OPTIONS"] = {**postgres_options(), **config.get("OPTIONS", {})}
     return config
 
 

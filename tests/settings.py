@@ -45,6 +45,11 @@ if POSTGRES_AVAILABLE:
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # speed; test users only
 
+# A store of its own for tests that run outside Django's test-case wrapper (it forbids, for
+# the threads of a wrapped test, connections to aliases the test did not declare).
+SCRATCH_FILE = Path(tempfile.gettempdir()) / f"taskflow-scratch-{os.getpid()}.sqlite3"
+DATABASES["scratch"] = database_from_url(f"sqlite:///{SCRATCH_FILE}")
+
 # Stores that cannot be reached, for the criteria's fault tests (tests/test_contract_faults.py).
 # No test asks pytest-django to set them up; connecting to them fails for real.
 DATABASES["unreachable-sqlite"] = database_from_url("sqlite:////nonexistent-directory/taskflow.sqlite3")

@@ -4,26 +4,33 @@ These run outside Django's test-case wrapper (which forbids connections to alias
 not declare) with pytest-django's blocker lifted: the connection attempts are real and fail for
 real, against a SQLite path that cannot exist and a PostgreSQL port nothing listens on."""
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
-from django.db import DatabaseError
+from django.conf import settings
+from django.core.management import call_command
+from django.db import DatabaseError, connections
 
 from board import contract, errors, transitions
 from board.contract import DjangoBoard
-from board.models import Dependency, Task, TaskEvent
+from board.models import Task
 from board.transitions import TaskSpec
 
 RACERS = 16
 
 
 @pytest.fixture
-def real_db(django_db_setup, django_db_blocker):
-    """The real test database with no wrapping transaction; rows are removed afterwards."""
+def scratch(django_db_blocker):
+    """A real SQLite store of its own (migrated here, deleted afterwards), with no wrapping
+    transaction, so that racer threads may also reach the unreachable aliases."""
     with django_db_blocker.unblock():
-        yield
-        TaskEvent.objects.all().delete()
-        Dependency.objects.all().delete()
-        Task.objects.all().delete()
+        call_command("migrate", database="scratch", verbosity=0)
+        try:
+            yield "scratch"
+        finally:
+            connections["scratch"].close()
+            for suffix in ("", "-wal", "-shm"):
+                Path(f"{settings.SCRATCH_FILE}{suffix}").unlink(missing_ok=True)
 
 
 @pytest.mark.parametrize("alias", ["unreachable-sqlite", "unreachable-postgres"])
@@ -71,19 +78,20 @@ class SplitBoard:
         self.bad.end_thread()
 
 
-def test_one_winner_does_not_hide_racers_that_hit_a_dead_database(real_db):
-    transitions.create(TaskSpec(id="half", title="half"))
-    split = SplitBoard(good=DjangoBoard("default"), bad=DjangoBoard("unreachable-sqlite"))
+def test_one_winner_does_not_hide_racers_that_hit_a_dead_database(scratch):
+    transitions.create(TaskSpec(id="half", title="half"), using=scratch)
+    split = SplitBoard(good=DjangoBoard(scratch), bad=DjangoBoard("unreachable-sqlite"))
     agents = [f"{'bad' if i % 2 else 'good'}-{i}" for i in range(RACERS)]
     with pytest.raises(contract.CriterionError) as caught:
         contract.concurrent_claim(split, "half", agents, ttl=60)
     assert len(caught.value.faults) == RACERS // 2
     assert all(isinstance(f, DatabaseError) for f in caught.value.faults)
-    assert Task.objects.get(pk="half").stage == "RUNNING"  # the good half raced: one of them won
+    assert Task.objects.using(scratch).get(pk="half").stage == "RUNNING"  # the good half raced: one won
 
 
-def test_a_loser_with_the_wrong_error_is_a_fault_not_a_loser(real_db):
-    transitions.create([TaskSpec(id="dep", title="dep"), TaskSpec(id="blocked", title="b", deps=["dep"])])
+def test_a_loser_with_the_wrong_error_is_a_fault_not_a_loser(scratch):
+    transitions.create([TaskSpec(id="dep", title="dep"), TaskSpec(id="blocked", title="b", deps=["dep"])],
+                       using=scratch)
     with pytest.raises(contract.CriterionError, match="Blocked") as caught:
-        contract.concurrent_claim(DjangoBoard("default"), "blocked", ["a", "b", "c"], ttl=60)
+        contract.concurrent_claim(DjangoBoard(scratch), "blocked", ["a", "b", "c"], ttl=60)
     assert all(isinstance(f, errors.Blocked) for f in caught.value.faults)
