@@ -3,9 +3,13 @@
 Every transition writes its TaskEvent in the same transaction as the change (board.transitions),
 so an event exists exactly when a change committed: a refused or rolled-back change has none.
 In each server process one `Tailer` reads new events in id order and fans them out to that
-process's sockets (the channel-layer group `PROCESS_GROUP`). A change made anywhere (another
-server process, the reaper, a management command, the admin) therefore reaches every browser,
-after its commit, without relying on a channel layer that drops messages when full.
+process's sockets. A change made anywhere (another server process, the reaper, a management
+command, the admin) therefore reaches every browser, after its commit.
+
+The fan-out does not go through a channel layer: the in-memory layer deep-copies every message
+for every socket (about 3 ms per event at 100 sockets) and drops messages once a socket's queue
+is full, and the Redis layer delivers at most once. The tailer encodes one frame per pass (a
+batch of changes) and hands that same text to each subscribed socket of its process.
 
 Finding new events: ids are taken at insert, and on PostgreSQL two transactions can commit out of
 id order, so "id > last seen" alone could skip an event that commits late. The tailer remembers
@@ -23,8 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import socket
+import json
 import threading
 import time
 from dataclasses import dataclass, field
@@ -40,10 +43,8 @@ from .schemas import public_event, public_task
 
 log = logging.getLogger("board.events")
 
-# This process's sockets. Channels group names allow [a-zA-Z0-9_.-], under 100 characters.
-PROCESS_GROUP = "board.{}.{}".format("".join(c if c.isalnum() else "-" for c in socket.gethostname())[:40], os.getpid())
 WAKEUP_GROUP = "board.wakeup"
-POLL_SECONDS = 0.25
+POLL_SECONDS = 0.1  # one indexed "id > last" query: cheap enough to ask ten times a second
 HOLE_PATIENCE_SECONDS = 10.0
 EVENTS_PER_READ = 1000
 PROBLEMS_MIN_INTERVAL_SECONDS = 0.5  # the problems panel is recomputed at most twice a second
@@ -115,18 +116,26 @@ def latest_event_id() -> int:
     return TaskEvent.objects.order_by("-id").values_list("id", flat=True).first() or 0
 
 
-def messages_for(events: list[TaskEvent]) -> list[dict]:
-    """One message per event, each carrying the task as it is now (its version is at least the
-    event's): the browser applies a task only when its version is newer than what it shows."""
+def card_task(task: Task, deps: list[str]) -> dict:
+    """What a card shows: the public task without its bulky fields (description, payload,
+    checkpoint, result), which the details panel fetches from the API when opened."""
+    card = public_task(task, deps)
+    for bulky in ("description", "payload", "checkpoint", "result"):
+        del card[bulky]
+    return card
+
+
+def changes_for(events: list[TaskEvent]) -> list[dict]:
+    """One item per event, in commit-read order, each carrying the task as it is now (its
+    version is at least the event's): the browser applies a task only when its version is newer
+    than what it shows."""
     if not events:
         return []
     ids = list({e.task_id for e in events})
     tasks = {t.pk: t for t in Task.objects.filter(pk__in=ids)}
     deps = selectors.deps_of(ids)
     return [
-        {"type": "task.changed",
-         "event": jsonable(public_event(e)),
-         "task": jsonable(public_task(tasks[e.task_id], deps[e.task_id]))}
+        {"event": jsonable(public_event(e)), "task": jsonable(card_task(tasks[e.task_id], deps[e.task_id]))}
         for e in events if e.task_id in tasks
     ]
 
@@ -137,27 +146,41 @@ def problem_dicts() -> list[dict]:
 
 def problems_message() -> dict:
     """The tailer's (debounced) push of the problems panel."""
-    return {"type": "problems.changed", "problems": problem_dicts()}
+    return {"type": "problems", "problems": problem_dicts()}
 
 
-def board_snapshot(terminal_limit: int = 200) -> dict:
-    """What a browser needs to draw the board, plus the event id it is current to."""
+SNAPSHOT_PART = 1000  # tasks per frame: daphne refuses websocket frames over 1 MiB
+
+
+def snapshot_frames(terminal_limit: int = 200, problems: list | None = None) -> list[str]:
+    """What a browser needs to draw the board, plus the event id it is current to, as encoded
+    frames: {"type": "snapshot", ..., "more": bool} then {"type": "snapshot_more", "tasks",
+    "more"} until "more" is false. `problems`: a recent check() result to reuse."""
     snap = selectors.board_tasks(terminal_limit=terminal_limit)
-    return jsonable({
-        "type": "snapshot",
-        "last_event_id": snap["last_event_id"],
-        "counts": snap["counts"],
-        "tasks": [public_task(t, snap["deps"][t.pk]) for t in snap["tasks"]],
-        "problems": problem_dicts(),
-    })
+    cards = [jsonable(card_task(t, snap["deps"][t.pk])) for t in snap["tasks"]]
+    parts = [cards[i:i + SNAPSHOT_PART] for i in range(0, len(cards), SNAPSHOT_PART)] or [[]]
+    head = {"type": "snapshot", "last_event_id": snap["last_event_id"], "counts": snap["counts"],
+            "tasks": parts[0], "problems": problems if problems is not None else problem_dicts(),
+            "more": len(parts) > 1}
+    frames = [json.dumps(head)]
+    for i, part in enumerate(parts[1:], start=2):
+        frames.append(json.dumps({"type": "snapshot_more", "tasks": part, "more": i < len(parts)}))
+    return frames
 
 
 # ---------------------------------------------------------------------------------------------
 # The tailer: one per server process, started by the first socket
 
 
+class Subscriber:
+    """What the tailer needs of a socket (board.consumers.BoardConsumer implements it)."""
+
+    async def deliver(self, frame: str) -> None: ...
+
+
 class Tailer:
     def __init__(self) -> None:
+        self.subscribers: set = set()
         self.loop: asyncio.AbstractEventLoop | None = None
         self.wake = asyncio.Event()
         self.ready = asyncio.Event()  # set once it listens (cursor placed, doorbell answered)
@@ -172,10 +195,10 @@ class Tailer:
 
     async def run(self) -> None:
         self.loop = asyncio.get_running_loop()
-        layer = get_channel_layer()
         cursor = Cursor(await sync_to_async(latest_event_id)())
         doorbell = None
         if getattr(settings, "REDIS_URL", ""):
+            layer = get_channel_layer()
             channel = await layer.new_channel()
             await layer.group_add(WAKEUP_GROUP, channel)
             doorbell = asyncio.create_task(self._listen_for_doorbell(layer, channel))
@@ -188,7 +211,7 @@ class Tailer:
                     pass
                 self.wake.clear()
                 try:
-                    await self._pass(layer, cursor)
+                    await self._pass(cursor)
                 except Exception:  # a database hiccup must not stop live updates for good
                     log.exception("live update pass failed; retrying")
                     await asyncio.sleep(POLL_SECONDS)
@@ -196,17 +219,17 @@ class Tailer:
             if doorbell is not None:
                 doorbell.cancel()
 
-    async def _pass(self, layer, cursor: Cursor) -> None:
+    async def _pass(self, cursor: Cursor) -> None:
         def read():
-            events = cursor.read(time.monotonic())
-            return messages_for(events)
+            return changes_for(cursor.read(time.monotonic()))
 
-        messages = await sync_to_async(read)()
-        for message in messages:
-            await layer.group_send(PROCESS_GROUP, message)
-        now = time.monotonic()
-        if messages:
+        changes = await sync_to_async(read)()
+        if changes:
+            await self._broadcast(json.dumps({"type": "tasks", "items": changes}))
             self.problems_dirty = True
+        if not self.subscribers:
+            return  # nobody to tell: check() waits for a socket
+        now = time.monotonic()
         due = self.problems_dirty or now - self.problems_at >= PROBLEMS_REFRESH_SECONDS
         if due and now - self.problems_at >= PROBLEMS_MIN_INTERVAL_SECONDS:
             def compute():
@@ -219,7 +242,21 @@ class Tailer:
             message = await sync_to_async(compute)()
             if message["problems"] != self.problems_sent:
                 self.problems_sent = message["problems"]
-                await layer.group_send(PROCESS_GROUP, message)
+                await self._broadcast(json.dumps(message))
+
+    def recent_problems(self) -> list | None:
+        """The last check() result if it is fresh enough to put in a snapshot, else None."""
+        if self.problems_at and not self.problems_dirty and time.monotonic() - self.problems_at < PROBLEMS_REFRESH_SECONDS:
+            return self.problems_sent
+        return None
+
+    async def _broadcast(self, frame: str) -> None:
+        for subscriber in list(self.subscribers):
+            try:
+                await subscriber.deliver(frame)
+            except Exception:  # one broken socket must not starve the others
+                log.exception("could not deliver to a socket; dropping it")
+                self.subscribers.discard(subscriber)
 
     async def _listen_for_doorbell(self, layer, channel: str) -> None:
         while True:

@@ -52,15 +52,23 @@ async def open_socket(cookie: str | None, origin: bytes = b"http://localhost"):
     return socket, connected, code
 
 
+def messages(raw: str) -> list[dict]:
+    """A frame as messages: a batch {"type": "tasks", "items"} becomes one {"type": "task"} each."""
+    frame = json.loads(raw)
+    if frame["type"] == "tasks":
+        return [{"type": "task", **item} for item in frame["items"]]
+    return [frame]
+
+
 async def receive_until(socket, predicate, frames: list) -> dict:
-    """Collect frames until one satisfies `predicate`; every frame is kept in `frames`."""
+    """Collect frames until a message satisfies `predicate`; every frame is kept in `frames`."""
     deadline = time.monotonic() + WAIT
     while True:
         raw = await socket.receive_from(timeout=max(0.01, deadline - time.monotonic()))
         frames.append(raw)
-        message = json.loads(raw)
-        if predicate(message):
-            return message
+        for message in messages(raw):
+            if predicate(message):
+                return message
 
 
 async def drain(socket, seconds: float) -> list:
@@ -74,7 +82,7 @@ async def drain(socket, seconds: float) -> list:
 
 
 def task_frames(frames: list) -> list[dict]:
-    return [m for m in map(json.loads, frames) if m["type"] == "task"]
+    return [m for raw in frames for m in messages(raw) if m["type"] == "task"]
 
 
 def test_anonymous_and_non_staff_sockets_are_refused():
@@ -129,7 +137,8 @@ def test_snapshot_on_connect_then_one_message_per_committed_transition_and_no_to
     moves = [(m["event"]["task"], m["event"]["verb"], m["event"]["version"]) for m in task_frames(frames)]
     assert moves == [("base", "claim", 1), ("base", "renew", 2), ("base", "complete", 3), ("child", "admit", 1)]
     last = task_frames(frames)[-2]["task"]
-    assert (last["stage"], last["result"], last["owner"]) == ("COMPLETED", {"ok": True}, "")
+    assert (last["stage"], last["version"], last["owner"]) == ("COMPLETED", 3, "")
+    assert "result" not in last and "payload" not in last  # cards only: details come from the API
     everything = "".join(frames)
     assert tokens and tokens[0] not in everything
     assert "token" not in everything and "lease_token_hash" not in everything
@@ -222,3 +231,25 @@ def test_problems_are_recomputed_at_most_twice_a_second(monkeypatch):
     gaps = [b - a for a, b in zip(computed, computed[1:])]
     assert all(gap >= events.PROBLEMS_MIN_INTERVAL_SECONDS * 0.95 for gap in gaps), gaps
     assert len(computed) <= elapsed / events.PROBLEMS_MIN_INTERVAL_SECONDS + 2
+
+
+def test_a_large_board_arrives_in_parts_each_under_daphnes_frame_limit():
+    transitions.create([TaskSpec(id=f"big-{i:04}", title="x" * 200, description="d" * 2000,
+                                 payload={"blob": "p" * 2000}) for i in range(2500)])
+    cookie = login_cookie()
+
+    async def scenario():
+        socket, connected, _ = await open_socket(cookie)
+        assert connected
+        frames: list = []
+        await receive_until(socket, lambda m: m["type"] == "snapshot_more" and not m["more"], frames)
+        await socket.disconnect()
+        return frames
+
+    frames = run(scenario())
+    parts = [json.loads(f) for f in frames if json.loads(f)["type"].startswith("snapshot")]
+    assert [p["type"] for p in parts] == ["snapshot", "snapshot_more", "snapshot_more"]
+    assert [p["more"] for p in parts] == [True, True, False]
+    assert sum(len(p["tasks"]) for p in parts) == 2500
+    assert max(len(f.encode()) for f in frames) < 1024 * 1024  # daphne's default frame limit
+    assert "payload" not in parts[0]["tasks"][0]  # cards only: the details panel asks the API
