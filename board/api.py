@@ -323,10 +323,15 @@ async def claim_next(request, body: ClaimNextIn):
     agent = request.auth.name
     deadline = time.monotonic() + body.wait_seconds
     take = sync_to_async(transitions.claim_next)
+    ready = sync_to_async(selectors.has_ready_task)
+    first = True
     while True:
-        claim = await take(agent, body.ttl_seconds, queue=body.queue)
-        if claim is not None:
-            return Status(200, await sync_to_async(_render_claim)(claim))
+        # After the first try, look (cheaply, without a transaction) before trying again.
+        if first or await ready(body.queue):
+            claim = await take(agent, body.ttl_seconds, queue=body.queue)
+            if claim is not None:
+                return Status(200, await sync_to_async(_render_claim)(claim))
+        first = False
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             return Status(204, None)

@@ -99,3 +99,19 @@ def board_tasks(*, terminal_limit: int = 200, using: str = "default") -> dict:
             if task_id in wanted:
                 deps[task_id].append(dep)
     return {"tasks": tasks, "deps": deps, "counts": counts, "last_event_id": last_event_id}
+
+
+def has_ready_task(queue: str | None = None, *, using: str = "default") -> bool:
+    """Whether some task is ready to claim (QUEUED, past its backoff), read without a
+    transaction: a waiting claim asks this first, so that idle agents do not take SQLite's
+    write lock several times a second for nothing."""
+    from django.db.models import Q
+
+    from .lifecycle import Stage
+
+    now = timezone.now()
+    rows = Task.objects.using(using).filter(stage=Stage.QUEUED).filter(
+        Q(not_before__isnull=True) | Q(not_before__lte=now))
+    if queue is not None:
+        rows = rows.filter(queue=queue)
+    return rows.exists()
