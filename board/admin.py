@@ -417,6 +417,20 @@ class _Report:
             messages.ERROR,
         )
 
+    def attempt(self, task_id: str, move, done) -> None:
+        """Run `move()` (an engine verb held to a version) and report its outcome: `done(task)`
+        on success, a lost race on VersionConflict, otherwise skipped with the engine's reason."""
+        try:
+            task = move()
+        except errors.VersionConflict as exc:
+            self.lost(task_id, _current(exc, task_id))
+        except errors.NotFound:
+            self.skipped(task_id, "no such task")
+        except errors.BoardError as exc:
+            self.skipped(task_id, exc.message)
+        else:
+            self.done(task_id, done(task))
+
 
 class TaskActionForm(admin.helpers.ActionForm):
     """The changelist's action bar, with the reason recorded in each event's detail."""
@@ -600,17 +614,9 @@ class TaskAdmin(admin.ModelAdmin):
         reason = action_reason(request)
         extra = {"reason": reason} if reason else {}
         for row in rows:
-            task_id = row["id"]
-            try:
-                task = call(task_id, actor=actor, version=row["version"], **extra)
-            except errors.VersionConflict as exc:
-                report.lost(task_id, _current(exc, task_id))
-            except errors.NotFound:
-                report.skipped(task_id, "no such task")
-            except errors.BoardError as exc:
-                report.skipped(task_id, exc.message)
-            else:
-                report.done(task_id, done(row, task))
+            report.attempt(row["id"],
+                           lambda: call(row["id"], actor=actor, version=row["version"], **extra),
+                           lambda task: done(row, task))
 
     @admin.action(permissions=["intervene"], description="Release stale leases (expired only)")
     def release_stale_leases(self, request, queryset):
@@ -698,18 +704,13 @@ class TaskAdmin(admin.ModelAdmin):
                     report.skipped(task_id, f"was not RUNNING when you confirmed (now held by {row['owner']}); "
                                             "select it again to release it")
                 continue
-            try:
-                # Held to the version shown on the confirmation page: a task that moved since
-                # (completed, renewed, released...) is reported, not released blindly.
-                transitions.force_release(task_id, actor=actor, version=int(shown), reason=reason)
-            except errors.VersionConflict as exc:
-                report.lost(task_id, _current(exc, task_id))
-            except errors.NotFound:
-                report.skipped(task_id, "no such task")
-            except errors.BoardError as exc:
-                report.skipped(task_id, exc.message)
-            else:
-                report.done(task_id, f"released (was held by {row['owner']}, {lease_was(row['lease_expires_at'], now)})")
+            # Held to the version shown on the confirmation page: a task that moved since
+            # (completed, renewed, released...) is reported, not released blindly.
+            report.attempt(
+                task_id,
+                lambda: transitions.force_release(task_id, actor=actor, version=int(shown), reason=reason),
+                lambda task: f"released (was held by {row['owner']}, {lease_was(row['lease_expires_at'], now)})",
+            )
 
     @admin.action(permissions=["intervene"], description="Requeue (FAILED or PAUSED → QUEUED)")
     def requeue(self, request, queryset):
