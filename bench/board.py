@@ -333,7 +333,7 @@ def _run_latency(args, database_url: str, server, workdir: Path, procs: list) ->
     for proc, _ in procs:
         line = proc.stdout.readline()
         if line.strip() != "ready":
-            raise RuntimeError(f"a client process did not get its snapshots: {line!r}\n{server.log()}")
+            raise RuntimeError(f"a client process did not get its snapshots: {line!r}\n{server.log_tail()}")
     print(f"{args.clients} clients connected and holding a snapshot")
 
     writer_out = workdir / "writer.json"
@@ -507,7 +507,8 @@ def main(argv=None) -> int:
         clients_main(args)
         return 0
 
-    from tests.browser_support import Daphne, browser_missing
+    from tests.browser_support import browser_missing
+    from tests.live_server import BoardServer
 
     if not args.skip_page and browser_missing():
         print(f"NOT RUN: the page load ({browser_missing()}); use --skip-page")
@@ -519,9 +520,9 @@ def main(argv=None) -> int:
         setup_django(database_url, secret_key)
         cookie = migrate_and_login()
         seed_writer_tasks()
-        server = Daphne(database_url, secret_key=secret_key,
-                        env={"REDIS_URL": args.redis} if args.redis else None,
-                        args=[]).start()  # daphne's default 1 MiB frame limit: snapshots come in parts
+        # daphne's default 1 MiB frame limit: snapshots come in parts
+        server = BoardServer(database_url, secret_key=secret_key,
+                             env={"REDIS_URL": args.redis} if args.redis else None).start()
         goals = []
         try:
             print(f"machine: {os.cpu_count()} cores, load average {' '.join(f'{x:.1f}' for x in os.getloadavg())} "
@@ -573,7 +574,7 @@ def main(argv=None) -> int:
                 goals.append((f"{shown}-task board rendered in < {GOAL_PAGE_MS / 1000:g} s", median < GOAL_PAGE_MS and all_cards,
                               f"{median:.0f} ms"))
         finally:
-            server.stop()
+            server.close()
     print()
     for name, met, figure in goals:
         print(f"goal {name}: {'MET' if met else 'NOT MET'} ({figure})")

@@ -78,10 +78,7 @@ import http.client
 import math
 import multiprocessing
 import os
-import secrets
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -89,13 +86,15 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 
 import claims  # noqa: E402  (bench/claims.py: Django setup, seeding, the in-process loop)
 import http_agent  # noqa: E402
+
+sys.path.insert(0, str(BENCH.parent))
+from tests.live_server import BoardServer  # noqa: E402  (the one daphne launcher)
 
 PROJECT = claims.PROJECT
 DEFAULT_PG_URL = "postgres://postgres@127.0.0.1:5432/taskflow_bench_http"
@@ -111,67 +110,18 @@ SERVER_START_TIMEOUT = 60.0
 # The daphne server
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+class Server(BoardServer):
+    """The project's daphne launcher (tests.live_server), run as in production: DEBUG off (no
+    query log), plain HTTP on 127.0.0.1, quiet logs."""
 
-
-def daphne_command() -> list[str]:
-    beside = Path(sys.executable).parent / "daphne"
-    if beside.exists():
-        return [str(beside)]
-    found = shutil.which("daphne")
-    return [found] if found else [sys.executable, "-m", "daphne"]
-
-
-def server_env(database_url: str) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(
-        DJANGO_SETTINGS_MODULE="taskflow_site.settings",
-        DEBUG="0",  # no query log; DEBUG off turns on HTTPS redirect (off below) and HSTS/cookies
-        SECRET_KEY=secrets.token_urlsafe(50),
-        ALLOWED_HOSTS="127.0.0.1",
-        SECURE_SSL_REDIRECT="0",
-        DATABASE_URL=database_url,
-        LOG_LEVEL="WARNING",
-    )
-    return env
-
-
-class Server:
-    """One daphne process serving taskflow_site.asgi:application on 127.0.0.1:<port>."""
-
-    def __init__(self, database_url: str, log_path: Path):
-        self.port = free_port()
-        self.log_path = log_path
-        self.log = open(log_path, "wb")
-        command = daphne_command() + ["-b", "127.0.0.1", "-p", str(self.port),
-                                      "taskflow_site.asgi:application"]
-        self.process = subprocess.Popen(command, cwd=PROJECT, env=server_env(database_url),
-                                        stdin=subprocess.DEVNULL, stdout=self.log,
-                                        stderr=subprocess.STDOUT)
-        try:
-            self._wait_ready()
-        except BaseException:
-            self.stop()
-            raise
-
-    def _wait_ready(self) -> None:
-        deadline = time.monotonic() + SERVER_START_TIMEOUT
-        while True:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"daphne exited with status {self.process.returncode}:\n{self.log_tail()}")
-            try:
-                status, _ = self.request("GET", http_agent.MISSING_TASK)
-                if status == 401:
-                    return
-                raise RuntimeError(f"daphne answered {status} to an unauthenticated GET:\n{self.log_tail()}")
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"daphne did not answer within {SERVER_START_TIMEOUT:g} s:\n"
-                                       f"{self.log_tail()}") from None
-                time.sleep(0.1)
+    def __init__(self, database_url: str):
+        super().__init__(database_url, env={
+            "DEBUG": "0",  # DEBUG off turns on HTTPS redirect (off here) and HSTS/secure cookies
+            "ALLOWED_HOSTS": "127.0.0.1",
+            "SECURE_SSL_REDIRECT": "0",
+            "LOG_LEVEL": "WARNING",
+        })
+        self.start(timeout=SERVER_START_TIMEOUT)
 
     def request(self, method: str, path: str, key: str | None = None, body: bytes | None = None
                 ) -> tuple[int, bytes]:
@@ -197,23 +147,6 @@ class Server:
                 status, data = self.request(method, path, key, body)
                 if status != expected:
                     raise RuntimeError(f"warm-up {method} {path}: {status} {data[:300]!r}")
-
-    def log_tail(self, lines: int = 30) -> str:
-        self.log.flush()
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return ""
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self.log.close()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -437,7 +370,7 @@ def run_backend(backend: str, database_url: str, tmp: Path, args: argparse.Names
     most = max(args.agents)
     made = [agent_keys.create_key(f"bench-agent-{n}", using=alias) for n in range(1, most + 1)]
     keys = [key for _row, key in made]
-    server = Server(database_url, tmp / f"daphne-{backend}.log")
+    server = Server(database_url)
     rows: list[Row] = []
     probes: list[Probe] = []
     try:
@@ -477,7 +410,7 @@ def run_backend(backend: str, database_url: str, tmp: Path, args: argparse.Names
         if server.process.poll() is not None:
             raise RuntimeError(f"daphne died during the run:\n{server.log_tail()}")
     finally:
-        server.stop()
+        server.close()
         for row, _key in made:
             agent_keys.revoke(row.pk, using=alias)
     return rows, probes

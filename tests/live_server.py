@@ -14,7 +14,6 @@ import http.client
 import os
 import queue
 import secrets
-import signal
 import socket
 import subprocess
 import sys
@@ -49,42 +48,50 @@ def wait_until(condition: Callable[[], object], timeout: float, what: str, inter
         time.sleep(interval)
 
 
-def server_env(database_url: str, secret_key: str) -> dict:
-    return {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "taskflow_site.settings",
-        "DATABASE_URL": database_url,
-        "DEBUG": "1",
-        "SECRET_KEY": secret_key,
-        "PYTHONUNBUFFERED": "1",
-    }
+def server_env(database_url: str, secret_key: str, **extra: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("DJANGO_SETTINGS_MODULE", "REDIS_URL")}
+    env.update(DJANGO_SETTINGS_MODULE="taskflow_site.settings", DATABASE_URL=database_url,
+               DEBUG="1", SECRET_KEY=secret_key, PYTHONUNBUFFERED="1")
+    env.update(extra)
+    return env
 
 
 class BoardServer:
-    """One daphne process on 127.0.0.1:<free port>. ``url`` is its base URL once started."""
+    """One daphne process serving taskflow_site.asgi:application on 127.0.0.1 (a free port unless
+    one is given), on the database at `database_url`. DEBUG is on (so that it serves the static
+    files) unless `env` says otherwise; `args` are extra daphne options. The one server launcher
+    of the tests and the benchmarks."""
 
-    def __init__(self, database_url: str):
+    def __init__(self, database_url: str, *, secret_key: str | None = None, env: dict | None = None,
+                 args: list[str] | None = None, port: int | None = None):
         self.database_url = database_url
-        self.secret_key = secrets.token_urlsafe(50)
-        self.env = server_env(database_url, self.secret_key)
+        self.secret_key = secret_key or secrets.token_urlsafe(50)
+        self.env = server_env(database_url, self.secret_key, **(env or {}))
+        self.args = list(args or [])
+        self.port = port
         self.process: Optional[subprocess.Popen] = None
-        self.port = 0
-        self.url = ""
         self._log = tempfile.NamedTemporaryFile(prefix="taskflow-daphne-", suffix=".log", delete=False)
 
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
     def start(self, timeout: float = START_TIMEOUT) -> "BoardServer":
+        """Start and wait (bounded) until it answers HTTP. A port we picked ourselves may be taken
+        by another process before daphne binds it: then another one is tried."""
         daphne = Path(sys.executable).with_name("daphne")
-        for _ in range(3):  # another process may grab the free port before daphne binds it
-            self.port = free_port()
-            self.url = f"http://127.0.0.1:{self.port}"
+        ours = self.port is None
+        for _ in range(3 if ours else 1):
+            if ours:
+                self.port = free_port()
             self.process = subprocess.Popen(
                 [str(daphne), "-b", "127.0.0.1", "-p", str(self.port), "-v", "1", "--access-log", os.devnull,
-                 "taskflow_site.asgi:application"],
-                cwd=ROOT, env=self.env, stdout=self._log, stderr=subprocess.STDOUT,
+                 *self.args, "taskflow_site.asgi:application"],
+                cwd=ROOT, env=self.env, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             )
             if self._wait_answering(timeout):
                 return self
-            if "Address already in use" not in self.log_tail():
+            if not ours or "Address already in use" not in self.log_tail():
                 break
         log = self.log_tail()
         self.stop()
@@ -111,14 +118,14 @@ class BoardServer:
         return Path(self._log.name).read_text(errors="replace")[-chars:]
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=10)
+        if self.process is not None:
+            stop_process(self.process)
         self.process = None
+
+    def restart(self) -> None:
+        """Stop and start again on the same port (a page reconnects to the same URL)."""
+        self.stop()
+        self.start()
 
     def close(self) -> None:
         self.stop()

@@ -24,7 +24,8 @@ from django.test import Client
 from board import transitions
 from board.models import Dependency, Task
 from board.transitions import TaskSpec
-from tests.browser_support import Daphne, browser_missing, launch_chromium
+from tests.browser_support import browser_missing, launch_chromium
+from tests.live_server import BoardServer
 from tests.services import IN_CI
 from tests.support import database_url, sqlite_db_mark
 
@@ -69,9 +70,9 @@ def server(browser_available, django_db_setup):
     """daphne on the test database, with the test run's SECRET_KEY so that a session made
     here (force_login) is valid there."""
     url = database_url(connections["default"].settings_dict)
-    daphne = Daphne(url, secret_key=settings.SECRET_KEY).start()
+    daphne = BoardServer(url, secret_key=settings.SECRET_KEY).start()
     yield daphne
-    daphne.stop()
+    daphne.close()
 
 
 @pytest.fixture
@@ -132,7 +133,7 @@ def open_board(server, browser, orm):
     yield open_
     for context in contexts:
         context.close()
-    assert page_errors == [], f"JavaScript errors on the page: {page_errors}\n{server.log()}"
+    assert page_errors == [], f"JavaScript errors on the page: {page_errors}\n{server.log_tail()}"
 
 
 def settled(page, task_id: str, stage: str):
