@@ -1,35 +1,30 @@
 """The run-time commands against a real database: the reaper as a separate process (as `make
 run` starts it), check_board and contract_check."""
-import os
 import subprocess
-import sys
 import time
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from django.conf import settings
+from django.db import connections
 from django.core.management import call_command
 from django.utils import timezone
 
 from board import transitions
 from board.models import Dependency, Task, TaskEvent
 from board.transitions import TaskSpec
-from tests.support import sqlite_db_mark
+from tests import live_server
+from tests.support import database_url, sqlite_db_mark
 
 pytestmark = sqlite_db_mark()
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def manage(*args: str, **popen) -> subprocess.Popen:
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "taskflow_site.settings",
-        "DATABASE_URL": f"sqlite:///{settings.DATABASES['default']['NAME']}",
-        "DEBUG": "1",
-        "SECRET_KEY": settings.SECRET_KEY,
-    }
-    return subprocess.Popen([sys.executable, "manage.py", *args], cwd=ROOT, env=env, **popen)
+    """A management command as another process on the test database."""
+    url = database_url(connections["default"].settings_dict)
+    return live_server.manage(url, settings.SECRET_KEY, *args, **popen)
 
 
 def test_reaper_process_returns_an_expired_lease_within_ttl_plus_5_seconds():
