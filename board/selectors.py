@@ -5,11 +5,12 @@ from collections import defaultdict
 from datetime import datetime
 
 from django.db import connections
-from django.db.models import BooleanField, ExpressionWrapper, Q
+from django.db.models import BooleanField, Count, ExpressionWrapper, Q
 from django.utils import timezone
 
 from .db import write_transaction
 from .invariants import Problem, TaskSnapshot, check
+from .lifecycle import TERMINAL, Stage
 from .models import Dependency, Task, TaskEvent
 
 
@@ -80,10 +81,6 @@ def board_tasks(*, terminal_limit: int = 200, using: str = "default") -> dict:
     """The board as one consistent read: every unfinished task, the `terminal_limit` most
     recently finished per terminal stage (the page asks for more on demand), the count per
     stage, dependencies, and the id of the last event the read includes."""
-    from django.db.models import Count
-
-    from .lifecycle import TERMINAL, Stage
-
     with write_transaction(using):
         _repeatable_read(using)
         last_event_id = TaskEvent.objects.using(using).order_by("-id").values_list("id", flat=True).first() or 0
@@ -101,17 +98,17 @@ def board_tasks(*, terminal_limit: int = 200, using: str = "default") -> dict:
     return {"tasks": tasks, "deps": deps, "counts": counts, "last_event_id": last_event_id}
 
 
-def has_ready_task(queue: str | None = None, *, using: str = "default") -> bool:
-    """Whether some task is ready to claim (QUEUED, past its backoff), read without a
-    transaction: a waiting claim asks this first, so that idle agents do not take SQLite's
-    write lock several times a second for nothing."""
-    from django.db.models import Q
-
-    from .lifecycle import Stage
-
-    now = timezone.now()
+def ready_tasks(now: datetime, queue: str | None = None, *, using: str = "default"):
+    """QUEUED tasks past their retry backoff (in `queue` when given), best first: highest
+    priority, then oldest. The order claim_next takes them in."""
     rows = Task.objects.using(using).filter(stage=Stage.QUEUED).filter(
         Q(not_before__isnull=True) | Q(not_before__lte=now))
     if queue is not None:
         rows = rows.filter(queue=queue)
-    return rows.exists()
+    return rows.order_by("-priority", "created_at", "pk")
+
+
+def has_ready_task(queue: str | None = None, *, using: str = "default") -> bool:
+    """Whether some task is ready to claim, read without a transaction: a waiting claim asks
+    this first, so that idle agents do not take SQLite's write lock several times a second."""
+    return ready_tasks(timezone.now(), queue, using=using).exists()

@@ -32,7 +32,7 @@ from django.db import IntegrityError, connections, transaction
 from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
-from . import errors, events
+from . import errors, events, selectors
 from .db import write_transaction
 from .lifecycle import (
     MAX_DEPENDENCIES, MAX_RETRIES_LIMIT, MAX_TTL_SECONDS, MIN_TTL_SECONDS, TERMINAL, Stage, Verb,
@@ -485,12 +485,7 @@ def claim_next(
     for _ in range(RACE_RETRIES):
         with write_transaction(using):
             now = timezone.now()
-            ready = Task.objects.using(using).filter(stage=Stage.QUEUED).filter(
-                Q(not_before__isnull=True) | Q(not_before__lte=now)
-            )
-            if queue is not None:
-                ready = ready.filter(queue=queue)
-            ready = ready.order_by("-priority", "created_at", "pk")
+            ready = selectors.ready_tasks(now, queue, using=using)
             if features.has_select_for_update_skip_locked:
                 ready = ready.select_for_update(skip_locked=True)
             task = ready.first()

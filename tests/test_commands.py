@@ -3,7 +3,6 @@ run` starts it), check_board and contract_check."""
 import subprocess
 import time
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 from django.conf import settings
@@ -18,7 +17,6 @@ from tests import live_server
 from tests.support import database_url, sqlite_db_mark
 
 pytestmark = sqlite_db_mark()
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def manage(*args: str, **popen) -> subprocess.Popen:
