@@ -24,17 +24,16 @@ from django.test import Client
 from board import transitions
 from board.models import Dependency, Task
 from board.transitions import TaskSpec
-from tests.browser_support import browser_missing, launch_chromium
+from tests.browser_support import launch_chromium
 from tests.live_server import BoardServer
-from tests.services import IN_CI
 from tests.support import database_url, sqlite_db_mark
 
 try:
     from playwright.sync_api import expect, sync_playwright
-except ImportError:  # reported by the `browser_available` fixture
+except ImportError:  # reported before each test (the `browser` marker, tests/conftest.py)
     expect = sync_playwright = None
 
-pytestmark = sqlite_db_mark()
+pytestmark = [pytest.mark.browser, *sqlite_db_mark()]
 
 ARRIVAL = 2000  # ms: a committed change is on the page within this
 SLOW = 10_000  # ms: bound for slower things (page load, reconnect with backoff: 20 s)
@@ -44,29 +43,8 @@ SLOW = 10_000  # ms: bound for slower things (page load, reconnect with backoff:
 # Fixtures: the browser and the server (per module), a worker thread for the ORM, pages
 
 
-def _not_run(why: str) -> None:
-    """As tests/conftest.py does for PostgreSQL: fail in CI, otherwise skip loudly (and name
-    what did not run in the summary)."""
-    try:
-        from tests.conftest import _missing_service
-    except ImportError:  # conftest imported under another name: do the same here
-        _missing_service = None
-    if _missing_service is not None:
-        _missing_service(None, "browser tests", why)
-    if IN_CI:
-        pytest.fail(f"browser tests are required in CI but {why}", pytrace=False)
-    pytest.skip(f"NOT RUN: browser tests ({why})")
-
-
 @pytest.fixture(scope="module")
-def browser_available():
-    why = browser_missing()
-    if why:
-        _not_run(why)
-
-
-@pytest.fixture(scope="module")
-def server(browser_available, django_db_setup):
+def server(django_db_setup):
     """daphne on the test database, with the test run's SECRET_KEY so that a session made
     here (force_login) is valid there."""
     url = database_url(connections["default"].settings_dict)
@@ -76,7 +54,7 @@ def server(browser_available, django_db_setup):
 
 
 @pytest.fixture
-def browser(browser_available, transactional_db):
+def browser(transactional_db):
     """Per test: while Playwright's sync API is running, its event loop sits in this thread,
     and pytest-django's flush after a transactional test (in this thread) would be refused."""
     with sync_playwright() as playwright:
