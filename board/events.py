@@ -31,6 +31,7 @@ import json
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from asgiref.sync import async_to_sync, sync_to_async
 from channels.layers import get_channel_layer
@@ -172,7 +173,7 @@ def snapshot_frames(terminal_limit: int = 200, problems: list | None = None) -> 
 # The tailer: one per server process, started by the first socket
 
 
-class Subscriber:
+class Subscriber(Protocol):
     """What the tailer needs of a socket (board.consumers.BoardConsumer implements it)."""
 
     async def deliver(self, frame: str) -> None: ...
@@ -180,7 +181,7 @@ class Subscriber:
 
 class Tailer:
     def __init__(self) -> None:
-        self.subscribers: set = set()
+        self.subscribers: set[Subscriber] = set()
         self.loop: asyncio.AbstractEventLoop | None = None
         self.wake = asyncio.Event()
         self.ready = asyncio.Event()  # set once it listens (cursor placed, doorbell answered)

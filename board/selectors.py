@@ -69,10 +69,6 @@ def deps_of(task_ids: list[str], *, using: str = "default") -> dict[str, list[st
     return out
 
 
-def history(task_id: str, *, using: str = "default") -> list[TaskEvent]:
-    return list(TaskEvent.objects.using(using).filter(task_id=task_id).order_by("id"))
-
-
 def get_task(task_id: str, *, using: str = "default") -> Task | None:
     return Task.objects.using(using).filter(pk=task_id).first()
 
