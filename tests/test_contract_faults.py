@@ -37,12 +37,17 @@ def scratch(django_db_blocker):
 def test_criteria_on_an_unreachable_database_raise(alias, django_db_blocker):
     broken = DjangoBoard(using=alias)
     with django_db_blocker.unblock():
-        with pytest.raises(contract.CriterionError) as caught:
-            contract.concurrent_claim(broken, "any", [f"a{i}" for i in range(RACERS)], ttl=60)
-        assert len(caught.value.faults) == RACERS
-        assert all(isinstance(f, DatabaseError) for f in caught.value.faults)
-        with pytest.raises(DatabaseError):  # its own claim, before the race, cannot connect
-            contract.duplicate_token_submit(broken, "any", RACERS, ttl=60)
+        try:
+            with pytest.raises(contract.CriterionError) as caught:
+                contract.concurrent_claim(broken, "any", [f"a{i}" for i in range(RACERS)], ttl=60)
+            assert len(caught.value.faults) == RACERS
+            assert all(isinstance(f, DatabaseError) for f in caught.value.faults)
+            with pytest.raises(DatabaseError):  # its own claim, before the race, cannot connect
+                contract.duplicate_token_submit(broken, "any", RACERS, ttl=60)
+        finally:
+            # A PostgreSQL pool keeps retrying in the background (and logging) until closed.
+            if hasattr(connections[alias], "close_pool"):
+                connections[alias].close_pool()
 
 
 @dataclass(frozen=True)
