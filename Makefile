@@ -20,17 +20,15 @@ $(VENV)/.test-deps: requirements.txt requirements-test.txt | $(PY)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-test.txt
 	touch $@ $(VENV)/.run-deps
 
-# The board on the embedded default (SQLite file db.sqlite3) unless DATABASE_URL says otherwise,
-# with the reaper beside it so that lost leases come back by themselves. DEBUG defaults to 1
+# The board on the embedded default (SQLite file db.sqlite3) unless DATABASE_URL says otherwise:
+# one uvicorn worker process per core on one address (API, admin, board page and websocket),
+# with the reaper beside them so that lost leases come back by themselves. DEBUG defaults to 1
 # here (local use); set DEBUG=0 and SECRET_KEY for anything else.
 run: $(VENV)/.run-deps
 	export DEBUG=$${DEBUG-1}; \
 	$(PY) manage.py migrate --noinput && \
 	$(PY) manage.py ensure_admin && \
-	{ $(PY) manage.py reap --loop & reaper=$$!; \
-	  trap 'kill $$reaper 2>/dev/null' EXIT INT TERM; \
-	  echo "TaskFlow board on http://$(HOST):$(PORT)/  (reaper pid $$reaper)"; \
-	  $(VENV)/bin/daphne -b $(HOST) -p $(PORT) taskflow_site.asgi:application; }
+	exec $(PY) manage.py serve --host $(HOST) --port $(PORT)
 
 # The whole suite. PostgreSQL tests run when the server at TEST_POSTGRES_URL answers; without
 # it they are skipped with a NOT RUN line (and fail when CI=true).

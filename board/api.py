@@ -11,7 +11,6 @@ board.intervene permission.
 """
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
 import json
@@ -20,15 +19,15 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Optional, Union
 
-from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.db.models import Q
+from django.http import HttpResponse
 from ninja import Body, NinjaAPI, Query, Status
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.security import HttpBearer, SessionAuth
 
-from . import agent_keys, errors, selectors, transitions
+from . import agent_keys, errors, selectors, transitions, waiting
 from .lifecycle import Stage
 from .models import Task, TaskEvent
 from .schemas import (
@@ -38,8 +37,8 @@ from .schemas import (
 )
 from .transitions import TaskSpec
 
-# How often a waiting claim (wait_seconds) looks for work again. Work created in this process
-# is found at the next look; so is work from any other process (reaper, another server).
+# How often a waiting claim looks for work again when it is not served by the board's server
+# (which parks it instead: taskflow_site/serving.py).
 CLAIM_POLL_SECONDS = 0.2
 MAX_PAGE = 500
 
@@ -317,25 +316,38 @@ def task_events(request, task_id: str, cursor: Optional[str] = None, limit: int 
 
 @api.post("/claim", response={200: ClaimOut, 204: None, **ERRORS},
           summary="Claim the next ready task (highest priority, then oldest); 204 when none")
-async def claim_next(request, body: ClaimNextIn):
+def claim_next(request, body: ClaimNextIn):
     """With `wait_seconds` the request waits (up to 30 s) for work to become ready instead of
-    answering 204 at once. The lease token in the answer is shown only to this caller."""
-    agent = request.auth.name
+    answering 204 at once. The lease token in the answer is shown only to this caller.
+
+    Served by the board's own server (taskflow_site/serving.py), a claim that finds nothing
+    hands the wait back to the server, which parks the request without a thread or a database
+    connection and replays it when a task becomes ready. Under another WSGI server (or Django's
+    test client) the view polls by itself, holding its worker for the wait."""
+    claim = transitions.claim_next(request.auth.name, body.ttl_seconds, queue=body.queue)
+    if claim is not None:
+        return Status(200, _render_claim(claim))
+    if body.wait_seconds <= 0:
+        return Status(204, None)
+    if request.META.get(waiting.CAN_WAIT):
+        response = HttpResponse(status=204)
+        response[waiting.WAIT_HEADER] = str(body.wait_seconds)
+        response[waiting.WAIT_QUEUE_HEADER] = body.queue or ""
+        return response
+    return _poll_for_work(request.auth.name, body)
+
+
+def _poll_for_work(agent: str, body: ClaimNextIn):
+    """A waiting claim outside the board's server: look (without a transaction) a few times a
+    second, claim when something is ready."""
     deadline = time.monotonic() + body.wait_seconds
-    take = sync_to_async(transitions.claim_next)
-    ready = sync_to_async(selectors.has_ready_task)
-    first = True
-    while True:
-        # After the first try, look (cheaply, without a transaction) before trying again.
-        if first or await ready(body.queue):
-            claim = await take(agent, body.ttl_seconds, queue=body.queue)
+    while (remaining := deadline - time.monotonic()) > 0:
+        time.sleep(min(CLAIM_POLL_SECONDS, remaining))
+        if selectors.has_ready_task(body.queue):
+            claim = transitions.claim_next(agent, body.ttl_seconds, queue=body.queue)
             if claim is not None:
-                return Status(200, await sync_to_async(_render_claim)(claim))
-        first = False
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return Status(204, None)
-        await asyncio.sleep(min(CLAIM_POLL_SECONDS, remaining))
+                return Status(200, _render_claim(claim))
+    return Status(204, None)
 
 
 @api.post("/tasks/{task_id}/claim", response={200: ClaimOut, **ERRORS}, summary="Claim this task")

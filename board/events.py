@@ -38,7 +38,8 @@ from channels.layers import get_channel_layer
 from django.conf import settings
 from django.core.serializers.json import DjangoJSONEncoder
 
-from . import selectors
+from . import selectors, waiting
+from .lifecycle import Stage
 from .models import Task, TaskEvent
 from .schemas import public_event, public_task
 
@@ -226,6 +227,7 @@ class Tailer:
 
         changes = await sync_to_async(read)()
         if changes:
+            self._wake_waiting_claims(changes)
             await self._broadcast(json.dumps({"type": "tasks", "items": changes}))
             self.problems_dirty = True
         if not self.subscribers:
@@ -244,6 +246,17 @@ class Tailer:
             if message["problems"] != self.problems_sent:
                 self.problems_sent = message["problems"]
                 await self._broadcast(json.dumps(message))
+
+    @staticmethod
+    def _wake_waiting_claims(changes: list[dict]) -> None:
+        """Tasks that have just become QUEUED wake as many parked claims (board.waiting)."""
+        ready: dict[str, int] = {}
+        for item in changes:
+            task = item["task"]
+            if item["event"]["to_stage"] == Stage.QUEUED and task["stage"] == Stage.QUEUED:
+                ready[task["queue"]] = ready.get(task["queue"], 0) + 1
+        if ready:
+            waiting.waiters().notify_ready(ready)
 
     def recent_problems(self) -> list | None:
         """The last check() result if it is fresh enough to put in a snapshot, else None."""

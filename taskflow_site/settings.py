@@ -99,7 +99,11 @@ TEMPLATES = [
 ]
 
 ASGI_APPLICATION = "taskflow_site.asgi.application"
-WSGI_APPLICATION = None
+WSGI_APPLICATION = "taskflow_site.wsgi.application"
+
+# Threads per server process that run Django requests (taskflow_site/serving.py). More than
+# a few buys nothing on CPU-bound requests (the GIL) and costs database connections.
+HTTP_THREADS = int(os.environ.get("TASKFLOW_HTTP_THREADS", "4"))
 
 
 def sqlite_options() -> dict:
@@ -114,19 +118,25 @@ def sqlite_options() -> dict:
 
 
 def postgres_options() -> dict:
-    """A connection pool: under ASGI each request runs in a fresh thread, so without one every
-    request opens a new PostgreSQL connection (a new server process). DATABASE_POOL=0 turns it
-    off (e.g. behind PgBouncer)."""
+    """A connection pool per server process. Its default size covers every thread that can hold
+    a connection at once: the HTTP threads, plus the one thread of the live board's tailer, the
+    waiting claims' poll and the websockets' session lookups, plus room for the admin's own. A
+    waiting claim holds none while it waits, so no request ever waits for a connection.
+    DATABASE_POOL=0 turns the pool off (e.g. behind PgBouncer)."""
     if not env_flag("DATABASE_POOL", True):
         return {}
+    size = int(os.environ.get("DATABASE_POOL_MAX", str(HTTP_THREADS + 4)))
     # A request waits at most 5 s for a connection, then fails (e.g. while the database is down).
-    return {"pool": {"min_size": 1, "max_size": int(os.environ.get("DATABASE_POOL_MAX", "20")), "timeout": 5}}
+    return {"pool": {"min_size": 1, "max_size": size, "timeout": 5}}
 
 
 def database_from_url(url: str) -> dict:
     config = dj_database_url.parse(url, conn_max_age=0)
     if config["ENGINE"] == "django.db.backends.sqlite3":
         config["OPTIONS"] = {**sqlite_options(), **config.get("OPTIONS", {})}
+        # The server's threads live as long as the process: each keeps its SQLite connection
+        # (opening one, with its PRAGMAs, costs more than a claim).
+        config["CONN_MAX_AGE"] = None
     elif config["ENGINE"] == "django.db.backends.postgresql":
         config["OPTIONS"] = {**postgres_options(), **config.get("OPTIONS", {})}
     return config
@@ -178,6 +188,10 @@ TASKFLOW = {
     "RETRY_BACKOFF_MAX_SECONDS": float(os.environ.get("TASKFLOW_RETRY_BACKOFF_MAX", "300")),
     # How often the reaper started by `make run` looks for expired leases.
     "REAP_INTERVAL_SECONDS": float(os.environ.get("TASKFLOW_REAP_INTERVAL", "1")),
+    "HTTP_THREADS": HTTP_THREADS,
+    # Waiting claims (wait_seconds) parked at once per server process; past it a new wait is
+    # refused with 503 + Retry-After. A parked claim costs a few KB and no connection.
+    "MAX_WAITERS": int(os.environ.get("TASKFLOW_MAX_WAITERS", "1000")),
 }
 
 # Production hardening: on whenever DEBUG is off (what `manage.py check --deploy` asks for).

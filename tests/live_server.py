@@ -1,7 +1,9 @@
-"""A real daphne process serving the board on the test database, for tests that speak HTTP.
+"""The board's real server on the test database, for tests that speak HTTP and websockets.
 
-`BoardServer` starts ``daphne -b 127.0.0.1 -p <free port> taskflow_site.asgi:application`` with
-DATABASE_URL pointing at the test database, waits (bounded) until it answers HTTP, and stops it.
+`BoardServer` starts ``manage.py serve --host 127.0.0.1 --port <free port> --no-reaper`` — the
+command `make run` runs: uvicorn worker processes (two here, as many as this machine's cores)
+serving HTTP through Django's WSGI handler and /ws/ through Channels — with DATABASE_URL
+pointing at the test database, waits (bounded) until it answers HTTP, and stops it.
 The `board_server` fixture gives one per test module; tests that use it must commit their rows
 (``sqlite_db_mark()``: transaction=True) so that the server process sees them.
 
@@ -14,6 +16,7 @@ import http.client
 import os
 import queue
 import secrets
+import signal
 import socket
 import subprocess
 import sys
@@ -57,10 +60,10 @@ def server_env(database_url: str, secret_key: str, **extra: str) -> dict:
 
 
 class BoardServer:
-    """One daphne process serving taskflow_site.asgi:application on 127.0.0.1 (a free port unless
-    one is given), on the database at `database_url`. DEBUG is on (so that it serves the static
-    files) unless `env` says otherwise; `args` are extra daphne options. The one server launcher
-    of the tests and the benchmarks."""
+    """The board's server (`manage.py serve`, as `make run` starts it, without the reaper) on
+    127.0.0.1 (a free port unless one is given), on the database at `database_url`. DEBUG is on
+    (so that it serves the static files) unless `env` says otherwise; `args` are extra `serve`
+    options (e.g. ["--workers", "1"]). The one server launcher of the tests and the benchmarks."""
 
     def __init__(self, database_url: str, *, secret_key: str | None = None, env: dict | None = None,
                  args: list[str] | None = None, port: int | None = None):
@@ -70,7 +73,7 @@ class BoardServer:
         self.args = list(args or [])
         self.port = port
         self.process: Optional[subprocess.Popen] = None
-        self._log = tempfile.NamedTemporaryFile(prefix="taskflow-daphne-", suffix=".log", delete=False)
+        self._log = tempfile.NamedTemporaryFile(prefix="taskflow-serve-", suffix=".log", delete=False)
 
     @property
     def url(self) -> str:
@@ -78,16 +81,16 @@ class BoardServer:
 
     def start(self, timeout: float = START_TIMEOUT) -> "BoardServer":
         """Start and wait (bounded) until it answers HTTP. A port we picked ourselves may be taken
-        by another process before daphne binds it: then another one is tried."""
-        daphne = Path(sys.executable).with_name("daphne")
+        by another process before the server binds it: then another one is tried."""
         ours = self.port is None
         for _ in range(3 if ours else 1):
             if ours:
                 self.port = free_port()
             self.process = subprocess.Popen(
-                [str(daphne), "-b", "127.0.0.1", "-p", str(self.port), "-v", "1", "--access-log", os.devnull,
-                 *self.args, "taskflow_site.asgi:application"],
+                [sys.executable, "manage.py", "serve", "--host", "127.0.0.1", "--port", str(self.port),
+                 "--no-reaper", *self.args],
                 cwd=ROOT, env=self.env, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True,
             )
             if self._wait_answering(timeout):
                 return self
@@ -95,10 +98,10 @@ class BoardServer:
                 break
         log = self.log_tail()
         self.stop()
-        raise RuntimeError(f"daphne did not start within {timeout:g} s:\n{log}")
+        raise RuntimeError(f"the server did not start within {timeout:g} s:\n{log}")
 
     def _wait_answering(self, timeout: float) -> bool:
-        """Poll the port until daphne answers an HTTP request (any status), bounded."""
+        """Poll the port until the server answers an HTTP request (any status), bounded."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -118,8 +121,19 @@ class BoardServer:
         return Path(self._log.name).read_text(errors="replace")[-chars:]
 
     def stop(self) -> None:
+        """Stop the server and its worker processes (its own process group)."""
         if self.process is not None:
-            stop_process(self.process)
+            if self.process.poll() is None:
+                os.killpg(self.process.pid, signal.SIGTERM)
+                try:
+                    self.process.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    pass
+            try:  # workers that outlived their supervisor, or a supervisor that did not stop
+                os.killpg(self.process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.process.wait(timeout=10)
         self.process = None
 
     def restart(self) -> None:
@@ -173,7 +187,7 @@ class LineReader:
 
 @pytest.fixture(scope="module")
 def board_server(django_db_setup, django_db_blocker):
-    """A daphne process serving the test database for this module's tests."""
+    """The board's server on the test database for this module's tests."""
     from django.db import connections
 
     from tests.support import database_url

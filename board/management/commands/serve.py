@@ -1,0 +1,63 @@
+"""Serve the board: uvicorn worker processes on one port (HTTP through Django's WSGI handler,
+websockets through Channels: taskflow_site/asgi.py), and the reaper beside them. `make run`
+runs this; so do the tests' and benchmarks' live servers (tests/live_server.py)."""
+import os
+import signal
+import subprocess
+import sys
+
+import uvicorn
+from django.conf import settings
+from django.core.management.base import BaseCommand
+
+APP = "taskflow_site.asgi:application"
+
+
+def default_workers() -> int:
+    """One worker process per core: a request is CPU-bound Python, and each process has its GIL."""
+    return int(os.environ.get("TASKFLOW_WORKERS") or os.cpu_count() or 1)
+
+
+class Command(BaseCommand):
+    help = ("Serve the board (API, admin, board page and its websocket) on one address, with "
+            "one worker process per core and the reaper.")
+
+    def add_arguments(self, parser):
+        parser.add_argument("--host", default=os.environ.get("HOST") or "127.0.0.1")
+        parser.add_argument("--port", type=int, default=int(os.environ.get("PORT") or 8000))
+        parser.add_argument("--workers", type=int, default=default_workers(),
+                            help="server processes sharing the port (default: TASKFLOW_WORKERS or "
+                                 "the number of cores, %(default)s here)")
+        parser.add_argument("--no-reaper", action="store_true",
+                            help="do not start the reaper (run `manage.py reap --loop` elsewhere)")
+        parser.add_argument("--access-log", action="store_true",
+                            default=os.environ.get("TASKFLOW_ACCESS_LOG", "") in ("1", "true"),
+                            help="log every request (TASKFLOW_ACCESS_LOG=1)")
+
+    def handle(self, *args, host, port, workers, no_reaper, access_log, **options):
+        reaper = None
+        if not no_reaper:
+            reaper = subprocess.Popen([sys.executable, "manage.py", "reap", "--loop"],
+                                      cwd=settings.BASE_DIR, stdin=subprocess.DEVNULL)
+        shown = f"[{host}]" if ":" in host else host
+        self.stdout.write(
+            f"TaskFlow board on http://{shown}:{port}/  ({workers} server process"
+            f"{'es' if workers != 1 else ''}, {settings.TASKFLOW['HTTP_THREADS']} threads each"
+            + (f", reaper pid {reaper.pid})" if reaper else ", no reaper)"))
+        self.stdout.flush()
+        try:
+            uvicorn.run(
+                APP, host=host, port=port, workers=workers,
+                loop="uvloop", http="httptools", ws="websockets-sansio", lifespan="off",
+                access_log=access_log, log_level="info" if access_log else "warning",
+                # The board's socket sends big snapshots in 1 MiB frames; the page sends little.
+                ws_max_size=4 * 1024 * 1024, ws_per_message_deflate=False,
+                server_header=False, timeout_graceful_shutdown=5,
+            )
+        finally:
+            if reaper is not None and reaper.poll() is None:
+                reaper.send_signal(signal.SIGTERM)
+                try:
+                    reaper.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    reaper.kill()

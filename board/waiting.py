@@ -1,0 +1,116 @@
+"""The process's waiting claims: agents parked until a task becomes ready in their queue.
+
+A waiting claim (`POST /api/claim` with `wait_seconds`) that found nothing is parked here by the
+server (taskflow_site/serving.py) as an asyncio future: it holds no thread and no database
+connection while it waits. It is woken:
+
+- by the board's own commit signal: this process's outbox tailer (board/events.py) reads every
+  committed event, from any process, and calls `notify_ready` with the queues of tasks that have
+  just become QUEUED; one waiter per such task is woken (oldest first), not all of them;
+- by a short poll (`POLL_SECONDS`) that asks the database, once for every queue waited on, how
+  many tasks are ready — what no event announces: a retry backoff ending.
+
+A woken waiter replays its claim, which may lose to another agent; it then waits again. Nothing
+here touches the database but the poll, which runs one bounded query per queue waited on.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import OrderedDict, defaultdict
+
+from asgiref.sync import sync_to_async
+from django.utils import timezone
+
+log = logging.getLogger("board.waiting")
+
+POLL_SECONDS = 1.0
+
+# How the claim view hands a wait to the server: the server marks the requests it can park
+# (environ[CAN_WAIT]); the view then answers "nothing ready yet; wait up to N seconds for this
+# queue" with these headers, which the server strips before the answer leaves.
+CAN_WAIT = "taskflow.can_wait"
+WAIT_HEADER = "X-Taskflow-Wait"
+WAIT_QUEUE_HEADER = "X-Taskflow-Wait-Queue"
+ANY_QUEUE = None  # the key of waiters that take work from every queue
+
+
+class Waiters:
+    def __init__(self) -> None:
+        # queue (or ANY_QUEUE) -> futures in arrival order (an OrderedDict as an ordered set)
+        self.by_queue: dict[str | None, OrderedDict[asyncio.Future, None]] = defaultdict(OrderedDict)
+        self.count = 0
+        self.poller: asyncio.Task | None = None
+
+    async def wait(self, queue: str | None, timeout: float) -> bool:
+        """Park until woken (True) or `timeout` seconds pass (False)."""
+        from . import events
+
+        events.ensure_tailer()  # the commit signal that wakes us
+        if self.poller is None or self.poller.done():
+            self.poller = asyncio.get_running_loop().create_task(self._poll())
+        future = asyncio.get_running_loop().create_future()
+        parked = self.by_queue[queue]
+        parked[future] = None
+        self.count += 1
+        try:
+            await asyncio.wait_for(future, timeout)
+            return True
+        except asyncio.TimeoutError:
+            return False
+        finally:
+            parked.pop(future, None)
+            self.count -= 1
+            if not parked:
+                self.by_queue.pop(queue, None)
+
+    def notify_ready(self, ready: dict[str | None, int]) -> None:
+        """`ready[queue]` tasks have just become ready in `queue`: wake as many waiters of that
+        queue, and the rest of the tasks' worth of waiters that take any queue."""
+        for queue, n in ready.items():
+            n = self._wake(queue, n)
+            self._wake(ANY_QUEUE, n)
+
+    def _wake(self, queue: str | None, n: int) -> int:
+        """Wake up to `n` waiters of `queue`; returns how many of `n` were not used."""
+        parked = self.by_queue.get(queue)
+        while parked and n > 0:
+            future, _ = parked.popitem(last=False)
+            if not future.done():
+                future.set_result(True)
+                n -= 1
+        return n
+
+    async def _poll(self) -> None:
+        while self.count:
+            await asyncio.sleep(POLL_SECONDS)
+            wanted = {queue: len(parked) for queue, parked in self.by_queue.items() if parked}
+            if not wanted:
+                continue
+            try:
+                ready = await sync_to_async(_ready_counts)(wanted)
+            except Exception:  # the database is away: the next poll tries again
+                log.exception("waiting claims: could not look for ready work")
+                continue
+            for queue, n in ready.items():
+                self._wake(queue, n)
+        self.poller = None
+
+
+def _ready_counts(wanted: dict[str | None, int]) -> dict[str | None, int]:
+    """How many ready tasks each queue has, counting no further than its waiters."""
+    from .selectors import ready_tasks
+
+    now = timezone.now()
+    return {queue: len(ready_tasks(now, queue).values_list("pk", flat=True)[:n]) for queue, n in wanted.items()}
+
+
+_waiters: Waiters | None = None
+
+
+def waiters() -> Waiters:
+    """This process's waiting list (one event loop per server process)."""
+    global _waiters
+    if _waiters is None:
+        _waiters = Waiters()
+    return _waiters

@@ -1,0 +1,205 @@
+"""How HTTP is served: Django's WSGI handler, called from the ASGI server's event loop.
+
+Why not Django's ASGI handler: it hands every sync middleware and the sync view to a thread
+(`sync_to_async`) one after the other, which cost ~20 ms of CPU per API request here; the same
+view through the WSGI handler is 5-6 times cheaper (README, "Serving"). Websockets still need
+ASGI, so one ASGI server (uvicorn, one worker process per core, sharing the port) serves
+both: `/ws/` goes to Channels (taskflow_site/asgi.py) and every HTTP request comes here, where
+it is handed ONCE to a small pool of threads that run the whole Django request as WSGI.
+
+Three things happen here, before Django sees the request:
+
+- **Oversize bodies are refused unread.** A Content-Length over `DATA_UPLOAD_MAX_MEMORY_SIZE`
+  is answered 413 at once, before authentication and without reading a byte of the body; a
+  chunked body is counted as it arrives and refused as soon as it passes the limit. Memory does
+  not grow with the size of a refused body.
+- **Waiting claims wait here, holding nothing.** `POST /api/claim` with `wait_seconds` tries
+  once in Django. When there is no work the view answers with a private marker header
+  (`WAIT_HEADER`) instead of blocking; this module then parks the request on the process's
+  waiting list (board.waiting) — no thread, no database connection — and replays it when a
+  commit makes a task ready in its queue (or at the list's short poll), until the wait is over.
+  Past `TASKFLOW_MAX_WAITERS` waiting requests per process, a new wait is refused with 503 and
+  `Retry-After`, so idle agents can never starve the others.
+- **Threads are bounded** (`TASKFLOW_HTTP_THREADS` per process): the database pool per process
+  is sized from it, so no request ever waits for a connection.
+"""
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from django.conf import settings
+
+from board.waiting import CAN_WAIT, WAIT_HEADER, WAIT_QUEUE_HEADER
+_PRIVATE = {WAIT_HEADER.lower().encode(), WAIT_QUEUE_HEADER.lower().encode()}
+
+
+def _json_error(status: int, code: str, message: str, extra_headers=()) -> tuple[int, list, bytes]:
+    body = json.dumps({"error": {"code": code, "message": message}}).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+               *extra_headers]
+    return status, headers, body
+
+
+class BodyTooLarge(Exception):
+    pass
+
+
+class HttpApp:
+    """ASGI app for the `http` scope: Django's WSGI handler run in a bounded thread pool."""
+
+    def __init__(self, wsgi_app, *, threads: int, max_body: int, max_waiters: int):
+        self.wsgi_app = wsgi_app
+        self.max_body = max_body
+        self.max_waiters = max_waiters
+        self.executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="http")
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            raise ValueError(f"HttpApp serves http, not {scope['type']}")
+        try:
+            body = await self._read_body(scope, receive)
+        except BodyTooLarge:
+            limit = self.max_body
+            status, headers, data = _json_error(413, "too_large", f"request body over {limit} bytes")
+            # The rest of the body is never read: the server closes the connection after this.
+            headers.append((b"connection", b"close"))
+            await self._send(send, status, headers, data)
+            return
+        environ = self._environ(scope, body)
+        loop = asyncio.get_running_loop()
+        status, headers, data = await loop.run_in_executor(self.executor, self._call_wsgi, environ)
+        wait = _header(headers, WAIT_HEADER)
+        if wait is not None:
+            status, headers, data = await self._wait_and_replay(
+                environ, body, float(wait), _header(headers, WAIT_QUEUE_HEADER) or None, headers)
+        await self._send(send, status, [h for h in headers if h[0].lower() not in _PRIVATE], data)
+
+    async def _read_body(self, scope, receive) -> bytes:
+        length = _header(scope["headers"], "content-length")
+        if length is not None:
+            try:
+                if int(length) > self.max_body:
+                    raise BodyTooLarge
+            except ValueError:
+                pass  # Django answers a malformed length itself
+        chunks, size = [], 0
+        more = True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                break
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body:  # chunked (or lying) body: stop at the limit
+                raise BodyTooLarge
+            chunks.append(chunk)
+            more = message.get("more_body", False)
+        return b"".join(chunks)
+
+    def _environ(self, scope, body: bytes) -> dict:
+        """The WSGI environ of an ASGI http scope (as asgiref.wsgi builds it)."""
+        script_name = scope.get("root_path", "").encode("utf8").decode("latin1")
+        path_info = scope["path"].encode("utf8").decode("latin1")
+        if script_name and path_info.startswith(script_name):
+            path_info = path_info[len(script_name):]
+        server = scope.get("server") or ("localhost", 80)
+        environ = {
+            "REQUEST_METHOD": scope["method"],
+            "SCRIPT_NAME": script_name,
+            "PATH_INFO": path_info,
+            "QUERY_STRING": scope.get("query_string", b"").decode("ascii"),
+            "SERVER_PROTOCOL": f"HTTP/{scope.get('http_version', '1.1')}",
+            "SERVER_NAME": server[0],
+            "SERVER_PORT": str(server[1] if server[1] is not None else 0),
+            "wsgi.version": (1, 0),
+            "wsgi.url_scheme": scope.get("scheme", "http"),
+            "wsgi.input": io.BytesIO(body),
+            "wsgi.errors": sys.stderr,
+            "wsgi.multithread": True,
+            "wsgi.multiprocess": True,
+            "wsgi.run_once": False,
+            CAN_WAIT: True,
+        }
+        if scope.get("client"):
+            environ["REMOTE_ADDR"] = scope["client"][0]
+        for name, value in scope.get("headers", ()):
+            key = name.decode("latin1").upper().replace("-", "_")
+            if key not in ("CONTENT_LENGTH", "CONTENT_TYPE"):
+                key = "HTTP_" + key
+            value = value.decode("latin1")
+            environ[key] = f"{environ[key]},{value}" if key in environ else value
+        return environ
+
+    def _call_wsgi(self, environ: dict) -> tuple[int, list, bytes]:
+        """One whole Django request, in a pool thread (its database connection is this
+        thread's; Django closes or returns it to the pool when the response is closed)."""
+        started: dict = {}
+
+        def start_response(status, headers, exc_info=None):
+            started["status"] = int(status.split(" ", 1)[0])
+            started["headers"] = [(k.lower().encode("latin1"), v.encode("latin1")) for k, v in headers]
+
+        result = self.wsgi_app(environ, start_response)
+        try:
+            data = b"".join(result)
+        finally:
+            close = getattr(result, "close", None)
+            if close is not None:
+                close()
+        return started["status"], started["headers"], data
+
+    async def _wait_and_replay(self, environ, body, wait_seconds, queue, headers):
+        """The claim found no work: wait on the process's waiting list (no thread, no
+        connection), replay the claim when woken, answer 204 when the wait is over."""
+        from board import waiting
+
+        waiters = waiting.waiters()
+        if waiters.count >= self.max_waiters:
+            return _json_error(503, "too_many_waiters",
+                               f"this server already holds {self.max_waiters} waiting claims; retry "
+                               "shortly or claim without wait_seconds", [(b"retry-after", b"1")])
+        deadline = time.monotonic() + wait_seconds
+        loop = asyncio.get_running_loop()
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return 204, [h for h in headers if h[0] != b"content-length"], b""
+            await waiters.wait(queue, remaining)
+            if deadline - time.monotonic() <= 0:
+                continue
+            replay = dict(environ, **{"wsgi.input": io.BytesIO(body)})
+            status, headers, data = await loop.run_in_executor(self.executor, self._call_wsgi, replay)
+            if _header(headers, WAIT_HEADER) is None:
+                return status, headers, data
+
+    @staticmethod
+    async def _send(send, status: int, headers: list, data: bytes) -> None:
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": data})
+
+
+def _header(headers, name: str) -> str | None:
+    wanted = name.lower().encode()
+    for key, value in headers:
+        if key.lower() == wanted:
+            return value.decode("latin1")
+    return None
+
+
+def http_app() -> HttpApp:
+    """The HTTP side of taskflow_site.asgi.application, from the settings."""
+    from django.core.wsgi import get_wsgi_application
+
+    wsgi = get_wsgi_application()
+    if settings.DEBUG:  # production puts static files behind the proxy (collectstatic)
+        from django.contrib.staticfiles.handlers import StaticFilesHandler
+
+        wsgi = StaticFilesHandler(wsgi)
+    conf = settings.TASKFLOW
+    return HttpApp(wsgi, threads=conf["HTTP_THREADS"], max_body=settings.DATA_UPLOAD_MAX_MEMORY_SIZE,
+                   max_waiters=conf["MAX_WAITERS"])
