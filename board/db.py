@@ -1,14 +1,22 @@
 """Transactions for the board's writes.
 
 On SQLite only one connection writes at a time (BEGIN IMMEDIATE takes the write lock up front).
-Threads that wait for it in SQLite's busy handler sleep 1, 2, 5, 10, ... ms between tries, so
-under contention they hand the lock over slowly. Threads of one process therefore queue on a
-process-local lock per database first and get the write slot the moment it frees; other
-processes (the reaper, a second server) still meet SQLite's busy timeout, which stays correct.
-On other databases this is plain `transaction.atomic`.
+A writer that finds the lock taken waits in SQLite's busy handler, which sleeps 1, 2, 5, 10, ...
+ms between tries: under contention the lock is handed over slowly, and a writer can keep losing
+to newcomers. So SQLite writers queue first on locks that wake the next one the moment the
+current one ends:
+
+- threads of one process on a process-local lock per database;
+- processes (several server workers, the reaper, a command) on an exclusive `flock` of a file
+  beside the database (`<name>-writers`), which the kernel hands to the next waiter at once.
+
+A writer that takes neither (another program, a migration) still meets SQLite's busy timeout,
+which stays correct. On other databases this is plain `transaction.atomic`.
 """
 from __future__ import annotations
 
+import fcntl
+import os
 import threading
 from collections import defaultdict
 from collections.abc import Iterator
@@ -17,6 +25,7 @@ from contextlib import contextmanager
 from django.db import connections, transaction
 
 _sqlite_writers: defaultdict[str, threading.RLock] = defaultdict(threading.RLock)
+_lock_files: dict[tuple[int, str], int | None] = {}
 _registry_lock = threading.Lock()
 
 
@@ -25,14 +34,41 @@ def _writer_lock(using: str) -> threading.RLock:
         return _sqlite_writers[using]
 
 
+def _lock_file(using: str) -> int | None:
+    """This process's descriptor of the database's writers' lock file (None: an in-memory or
+    unwritable database, where only the process lock and SQLite's own apply). Opened once per
+    process (a forked child opens its own: a shared descriptor would share the lock); the
+    process lock serialises its use among threads."""
+    key = (os.getpid(), using)
+    with _registry_lock:
+        if key not in _lock_files:
+            name = str(connections[using].settings_dict["NAME"])
+            fd = None
+            if name and ":memory:" not in name and not name.startswith("file:"):
+                try:
+                    fd = os.open(f"{name}-writers", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+                except OSError:
+                    fd = None
+            _lock_files[key] = fd
+        return _lock_files[key]
+
+
 @contextmanager
 def write_transaction(using: str) -> Iterator[None]:
     connection = connections[using]
     # Inside a caller's own transaction the write lock is already held (IMMEDIATE): taking the
-    # process lock now could wait on a thread that waits on us.
+    # locks now could wait on a thread that waits on us.
     if connection.vendor != "sqlite" or connection.in_atomic_block:
         with transaction.atomic(using=using):
             yield
         return
-    with _writer_lock(using), transaction.atomic(using=using):
-        yield
+    with _writer_lock(using):
+        fd = _lock_file(using)
+        if fd is not None:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            with transaction.atomic(using=using):
+                yield
+        finally:
+            if fd is not None:
+                fcntl.flock(fd, fcntl.LOCK_UN)

@@ -27,21 +27,21 @@ What is here:
   ``job.checkpoint()``, ``job.pause()``, complete on success, fail on an exception.
 - Errors: `TaskflowError` (the board refused; one subclass per error code: `NotFound`,
   `Taken`, `Blocked`, `Terminal`, `LeaseLost`, `VersionConflict`, `InvalidTransition`,
-  `DuplicateId`, `ValidationFailed`, `Unauthorized`, `Forbidden`, `TooLarge`) and
+  `DuplicateId`, `ValidationFailed`, `Unauthorized`, `Forbidden`, `TooLarge`, `TooManyWaiters`) and
   `TransportError` (no definitive answer; never a `TaskflowError`).
 - ``python -m taskflow_client --help`` -- the same from a shell.
 """
 from .client import Client, Lease
 from .errors import (
     ERROR_CLASSES, Blocked, DuplicateId, Forbidden, InvalidTransition, LeaseLost, NotFound, Taken,
-    TaskflowError, Terminal, TooLarge, TransportError, Unauthorized, ValidationFailed, VersionConflict,
+    TaskflowError, Terminal, TooLarge, TooManyWaiters, TransportError, Unauthorized, ValidationFailed, VersionConflict,
 )
 from .hold import Hold, Job
 
 __all__ = [
     "Client", "Lease", "Job", "Hold",
     "TaskflowError", "NotFound", "Taken", "Blocked", "Terminal", "LeaseLost", "VersionConflict",
-    "InvalidTransition", "DuplicateId", "ValidationFailed", "Unauthorized", "Forbidden", "TooLarge",
+    "InvalidTransition", "DuplicateId", "ValidationFailed", "Unauthorized", "Forbidden", "TooLarge", "TooManyWaiters",
     "TransportError", "ERROR_CLASSES",
 ]
 __version__ = "1.0"

@@ -18,13 +18,14 @@ from datetime import datetime, timezone
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
 from urllib.parse import quote, urlencode, urlsplit
 
-from .errors import TaskflowError, TransportError, error_from_body
+from .errors import TaskflowError, TooManyWaiters, TransportError, error_from_body
 from .hold import Hold, Job
 
 __all__ = ["Client", "Lease"]
 
 DEFAULT_TIMEOUT = 30.0
 USER_AGENT = "taskflow-client/1"
+BUSY_RETRY_SECONDS = 1.0  # the server's Retry-After for a refused wait
 _ERROR_BODY_PREVIEW = 500
 
 
@@ -331,13 +332,23 @@ class Client:
                    wait_seconds: float = 0) -> Optional[Lease]:
         """Claim the best ready task (highest priority, then oldest; only in `queue` if given)
         with a lease of `ttl_seconds` (1 s .. 24 h). With `wait_seconds` (up to 30) the server
-        waits for work to become ready (polling a few times a second). Returns a `Lease`, or
-        None when there was no work."""
-        body: Dict[str, Any] = {"ttl_seconds": ttl_seconds, "wait_seconds": wait_seconds}
-        if queue is not None:
-            body["queue"] = queue
-        answer = self.request("POST", "/claim", body, timeout=self.timeout + wait_seconds)
-        return None if answer is None else Lease(self, answer, ttl_seconds)
+        waits for work to become ready (woken by the board's commits). Returns a `Lease`, or
+        None when there was no work. A server that already parks all the waiting claims it
+        allows answers 503; this method then tries again every second until its wait is over."""
+        deadline = time.monotonic() + wait_seconds
+        while True:
+            body: Dict[str, Any] = {"ttl_seconds": ttl_seconds, "wait_seconds": wait_seconds}
+            if queue is not None:
+                body["queue"] = queue
+            try:
+                answer = self.request("POST", "/claim", body, timeout=self.timeout + wait_seconds)
+            except TooManyWaiters:
+                wait_seconds = deadline - time.monotonic() - BUSY_RETRY_SECONDS
+                if wait_seconds <= 0:
+                    return None
+                time.sleep(BUSY_RETRY_SECONDS)
+                continue
+            return None if answer is None else Lease(self, answer, ttl_seconds)
 
     def claim(self, task_id: str, ttl_seconds: float) -> Lease:
         """Claim this task. Refused with `Taken` (a live lease), `Blocked` (dependencies,

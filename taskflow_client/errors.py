@@ -18,7 +18,7 @@ from typing import Any, Dict, Optional, Type
 __all__ = [
     "TaskflowError", "NotFound", "Taken", "Blocked", "Terminal", "LeaseLost", "VersionConflict",
     "InvalidTransition", "DuplicateId", "ValidationFailed", "Unauthorized", "Forbidden", "TooLarge",
-    "TransportError", "ERROR_CLASSES", "error_from_body",
+    "TooManyWaiters", "TransportError", "ERROR_CLASSES", "error_from_body",
 ]
 
 
@@ -124,6 +124,13 @@ class TooLarge(TaskflowError):
     code = "too_large"
 
 
+class TooManyWaiters(TaskflowError):
+    """The server already parks as many waiting claims as it allows; try again shortly
+    (503 too_many_waiters). `claim_next` does so by itself until its wait is over."""
+
+    code = "too_many_waiters"
+
+
 class TransportError(Exception):
     """No definitive answer from the board: connection refused or broken, timeout, or a
     response that is not the API's (e.g. a 5xx page). The request may or may not have taken
@@ -140,7 +147,7 @@ class TransportError(Exception):
 ERROR_CLASSES: Dict[str, Type[TaskflowError]] = {
     cls.code: cls
     for cls in (NotFound, Taken, Blocked, Terminal, LeaseLost, VersionConflict, InvalidTransition,
-                DuplicateId, ValidationFailed, Unauthorized, Forbidden, TooLarge)
+                DuplicateId, ValidationFailed, Unauthorized, Forbidden, TooLarge, TooManyWaiters)
 }
 
 

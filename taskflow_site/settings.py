@@ -118,14 +118,16 @@ def sqlite_options() -> dict:
 
 
 def postgres_options() -> dict:
-    """A connection pool per server process. Its default size covers every thread that can hold
-    a connection at once: the HTTP threads, plus the one thread of the live board's tailer, the
-    waiting claims' poll and the websockets' session lookups, plus room for the admin's own. A
-    waiting claim holds none while it waits, so no request ever waits for a connection.
-    DATABASE_POOL=0 turns the pool off (e.g. behind PgBouncer)."""
+    """A connection pool per process. A server process holds at most TASKFLOW_HTTP_THREADS + 2
+    connections at once (its request threads, plus the one thread of the live board's tailer,
+    the waiting claims' poll and the websockets' session lookups); a waiting claim holds none
+    while it waits, so no request ever waits for a connection (`manage.py serve` refuses a pool
+    smaller than that). The default also covers `contract_check`'s 16 racing threads; the pool
+    opens connections only as they are needed. DATABASE_POOL=0 turns it off (e.g. behind
+    PgBouncer)."""
     if not env_flag("DATABASE_POOL", True):
         return {}
-    size = int(os.environ.get("DATABASE_POOL_MAX", str(HTTP_THREADS + 4)))
+    size = int(os.environ.get("DATABASE_POOL_MAX", "20"))
     # A request waits at most 5 s for a connection, then fails (e.g. while the database is down).
     return {"pool": {"min_size": 1, "max_size": size, "timeout": 5}}
 

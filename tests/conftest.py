@@ -5,7 +5,7 @@ line at the end of the run that names exactly what did not run."""
 import pytest
 from django.conf import settings
 
-from tests.browser_support import browser_missing
+from tests.browser_support import browser_missing, proxy_missing
 from tests.services import IN_CI
 
 _not_run: dict[str, str] = {}
@@ -26,6 +26,8 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         _missing_service(item, "Redis channel layer tests", f"no server answers at {settings.REDIS_TEST_URL}")
     if item.get_closest_marker("browser") and (why := browser_missing()):
         _missing_service(item, "browser tests", why)
+    if item.get_closest_marker("proxy") and (why := proxy_missing()):
+        _missing_service(item, "proxy tests", why)
 
 
 def pytest_terminal_summary(terminalreporter) -> None:

@@ -8,7 +8,7 @@ import sys
 
 import uvicorn
 from django.conf import settings
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
 APP = "taskflow_site.asgi:application"
 
@@ -35,6 +35,7 @@ class Command(BaseCommand):
                             help="log every request (TASKFLOW_ACCESS_LOG=1)")
 
     def handle(self, *args, host, port, workers, no_reaper, access_log, **options):
+        self.check_pool()
         reaper = None
         if not no_reaper:
             reaper = subprocess.Popen([sys.executable, "manage.py", "reap", "--loop"],
@@ -61,3 +62,14 @@ class Command(BaseCommand):
                     reaper.wait(timeout=10)
                 except subprocess.TimeoutExpired:
                     reaper.kill()
+
+    @staticmethod
+    def check_pool() -> None:
+        """Every request thread, and the one thread of the tailer, the waiting claims' poll and
+        the websockets' session lookups, must find a connection without waiting."""
+        pool = settings.DATABASES["default"].get("OPTIONS", {}).get("pool")
+        needed = settings.TASKFLOW["HTTP_THREADS"] + 2
+        if isinstance(pool, dict) and pool.get("max_size", needed) < needed:
+            raise CommandError(
+                f"DATABASE_POOL_MAX={pool['max_size']} is below what a server process can hold at "
+                f"once ({needed}: TASKFLOW_HTTP_THREADS + 2); raise it or lower the threads")

@@ -1,0 +1,295 @@
+"""The board's server (`manage.py serve`, as `make run` starts it) under what agents do at scale:
+oversize bodies, more waiting claims than it parks, revoked keys on every worker process, and
+waiting claims that hold no database connection. Each against a real server on a real database.
+"""
+import http.client
+import json
+import socket
+import threading
+import time
+
+import pytest
+from django.db import connections
+
+from board import agent_keys, transitions
+from board.models import Task, TaskEvent
+from tests.live_server import BoardServer, wait_until
+from tests.support import database_url, postgres_db_mark, sqlite_db_mark
+
+LIMIT = 1024 * 1024
+
+pytestmark = sqlite_db_mark()
+
+
+def on_postgres(test):
+    """The test runs on the PostgreSQL alias too (its marks on top of the module's)."""
+    for mark in postgres_db_mark():
+        test = mark(test)
+    return test
+
+
+def request(server: BoardServer, method: str, path: str, key: str | None = None, body=None,
+            timeout: float = 30) -> tuple[int, dict, bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=timeout)
+    try:
+        headers = {"Content-Type": "application/json"}
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+        conn.request(method, path, body=None if body is None else json.dumps(body), headers=headers)
+        response = conn.getresponse()
+        return response.status, dict(response.getheaders()), response.read()
+    finally:
+        conn.close()
+
+
+def board_rows() -> tuple[int, int]:
+    return Task.objects.count(), TaskEvent.objects.count()
+
+
+def start_server(alias: str = "default", **env) -> BoardServer:
+    url = database_url(connections[alias].settings_dict)
+    workers = env.pop("workers", None)
+    return BoardServer(url, env=env, args=["--workers", str(workers)] if workers else []).start()
+
+
+@pytest.fixture(scope="module")
+def server(django_db_setup, django_db_blocker):
+    with django_db_blocker.unblock():
+        server = start_server()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def key(server):
+    return agent_keys.create_key("agent-a")[1]
+
+
+# ---------------------------------------------------------------------------------------------
+# Bodies over the limit are refused before they are read
+
+
+def read_answer(sock: socket.socket, timeout: float) -> bytes:
+    """Everything the server sends until it closes the connection (bounded)."""
+    sock.settimeout(timeout)
+    data = b""
+    try:
+        while chunk := sock.recv(65536):
+            data += chunk
+    except (socket.timeout, ConnectionResetError):
+        pass
+    return data
+
+
+def assert_413(answer: bytes) -> None:
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 413"), answer[:300]
+    error = json.loads(body)["error"]
+    assert error["code"] == "too_large" and str(LIMIT) in error["message"]
+
+
+@pytest.mark.parametrize("path", ["/api/tasks", "/api/tasks/x/complete", "/admin/login/"])
+def test_a_content_length_over_the_limit_is_413_before_a_byte_of_body_is_read(server, path):
+    before = board_rows()
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        # 400 MB announced, not one byte sent: an answer can only come from the header.
+        sock.sendall(f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                     f"Content-Length: {400 * LIMIT}\r\n\r\n".encode())
+        assert_413(read_answer(sock, timeout=10))
+    assert board_rows() == before
+
+
+def test_a_chunked_body_is_413_as_soon_as_it_passes_the_limit(server, key):
+    before = board_rows()
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(b"POST /api/tasks HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                     b"Authorization: Bearer " + key.encode() + b"\r\nTransfer-Encoding: chunked\r\n\r\n")
+        chunk = b"x" * 65536
+        # Just past the limit, and then the body never ends: only a server that stops reading
+        # at the limit can answer.
+        for _ in range(LIMIT // len(chunk) + 2):
+            sock.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+        assert_413(read_answer(sock, timeout=10))
+    assert board_rows() == before
+
+
+def test_a_body_at_the_limit_still_reaches_the_api(server, key):
+    # Exactly 1 MiB of JSON: read in full and judged by the API (a payload over 256 KiB: 413 from
+    # the API's own field limit, with its own message), not by the server's body limit.
+    payload = "x" * (LIMIT - 100)
+    body = json.dumps({"title": "big", "payload": payload})
+    body = body[:-2] + " " * (LIMIT - len(body)) + body[-2:]
+    assert len(body) == LIMIT
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+    conn.request("POST", "/api/tasks", body=body,
+                 headers={"Content-Type": "application/json", "Authorization": f"Bearer {key}"})
+    response = conn.getresponse()
+    error = json.loads(response.read())["error"]
+    conn.close()
+    assert response.status == 413 and "payload" in error["message"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Waiting claims
+
+
+def waiting_claim(server, key, queue, wait, outcome: list) -> threading.Thread:
+    def run():
+        try:
+            for _ in range(200):  # as a client would: a 503 (the cap) means try again shortly
+                started = time.monotonic()
+                status, headers, data = request(server, "POST", "/api/claim", key,
+                                                {"ttl_seconds": 60, "queue": queue, "wait_seconds": wait},
+                                                timeout=wait + 30)
+                if status != 503:
+                    break
+                time.sleep(0.05)
+            outcome.append((status, headers, data, time.monotonic() - started))
+        except Exception as exc:  # reported by the test
+            outcome.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
+def test_a_wait_that_finds_nothing_is_a_plain_204_after_its_time(server, key):
+    outcome: list = []
+    waiting_claim(server, key, "never", 1, outcome).join(30)
+    (status, headers, data, elapsed), = outcome
+    assert status == 204 and data == b""
+    assert not any(name.lower().startswith("x-taskflow") for name in headers)
+    assert 1 <= elapsed < 10
+
+
+def park(server, key, queue: str, n: int, wait: float) -> tuple[list, list[threading.Thread]]:
+    """Start `n` waiting claims on `queue` and return once all are parked: on a server whose cap
+    is `n`, that is when one more wait is refused (503) — known, not guessed. (A probe that
+    parks briefly may push a starting claim past the cap; that claim tries again.)"""
+    outcome: list = []
+    threads = [waiting_claim(server, key, queue, wait, outcome) for _ in range(n)]
+
+    def one_more_refused():
+        status, headers, data = request(server, "POST", "/api/claim", key,
+                                        {"ttl_seconds": 60, "queue": queue, "wait_seconds": 0.2})
+        return (status, headers, data) if status == 503 else None
+
+    status, headers, data = wait_until(one_more_refused, 15, f"{n} claims parked")
+    assert headers.get("retry-after") == "1"
+    assert json.loads(data)["error"]["code"] == "too_many_waiters"
+    assert not outcome, outcome  # nobody has answered yet: all are parked
+    return outcome, threads
+
+
+@pytest.fixture
+def capped_server(django_db_setup, django_db_blocker):
+    """One worker process that parks at most 3 waiting claims."""
+    with django_db_blocker.unblock():
+        server = start_server(TASKFLOW_MAX_WAITERS="3", workers=1)
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def test_past_the_cap_a_wait_is_503_with_retry_after_and_other_requests_are_unaffected(capped_server, key):
+    server = capped_server
+    outcome, threads = park(server, key, "idle", 3, 20)
+    # Everything else still works at once: create, claim without waiting, complete.
+    before = time.monotonic()
+    assert request(server, "POST", "/api/tasks", key, {"id": "busy", "title": "work", "queue": "busy"})[0] == 201
+    status, _, data = request(server, "POST", "/api/claim", key, {"ttl_seconds": 60, "queue": "busy"})
+    assert status == 200
+    token = json.loads(data)["lease"]["token"]
+    assert request(server, "POST", "/api/tasks/busy/complete", key, {"token": token, "result": {}})[0] == 200
+    assert time.monotonic() - before < 5
+    # One task in the waited queue wakes exactly one of the three.
+    assert request(server, "POST", "/api/tasks", key, {"id": "for-a-waiter", "title": "w", "queue": "idle"})[0] == 201
+    wait_until(lambda: len(outcome) >= 1, 15, "a parked claim got the new task")
+    first = outcome[0]
+    assert not isinstance(first, Exception), first
+    assert first[0] == 200 and json.loads(first[2])["task"]["id"] == "for-a-waiter"
+    for thread in threads:
+        thread.join(40)
+    assert [o[0] for o in outcome[1:]] == [204, 204]
+
+
+def test_the_python_client_waits_out_a_full_server_instead_of_failing(capped_server, key):
+    from taskflow_client import Client
+
+    outcome, threads = park(capped_server, key, "idle", 3, 20)
+    started = time.monotonic()
+    with Client(capped_server.url, key, timeout=10) as client:
+        assert client.claim_next(60, queue="idle", wait_seconds=2) is None  # 503s, retried, then no work
+    assert 1 <= time.monotonic() - started < 10
+    assert not outcome  # the three parked claims were not disturbed
+    transitions.create([transitions.TaskSpec(title="t", id=f"t{i}", queue="idle") for i in range(3)], actor="test")
+    for thread in threads:
+        thread.join(40)
+    assert sorted(o[0] for o in outcome) == [200, 200, 200]
+
+
+def test_a_parked_claim_is_woken_by_a_commit_made_in_another_process(capped_server, key):
+    server = capped_server
+    outcome, threads = park(server, key, "late-work", 3, 20)
+    started = time.monotonic()
+    # Created by this process, not the server's: only the outbox (its tailer) can tell it.
+    transitions.create(transitions.TaskSpec(title="arrives", id="late", queue="late-work"), actor="test")
+    wait_until(lambda: len(outcome) >= 1, 15, "a parked claim got the task")
+    assert time.monotonic() - started < 5  # the commit woke it; the wait had 20 s to go
+    status, headers, data, _ = outcome[0]
+    assert status == 200, data
+    assert json.loads(data)["task"]["id"] == "late"
+    assert not any(name.lower().startswith("x-taskflow") for name in headers)
+    for thread in threads:
+        thread.join(40)
+    assert [o[0] for o in outcome[1:]] == [204, 204]
+
+
+def test_a_revoked_key_is_refused_on_its_next_request_by_every_worker(server):
+    row, key = agent_keys.create_key("soon-revoked")
+    # New connections land on either worker process: enough of them reach both.
+    for _ in range(20):
+        assert request(server, "GET", "/api/tasks/nothing", key)[0] == 404
+    assert agent_keys.revoke(row.pk)
+    answers = [request(server, "GET", "/api/tasks/nothing", key)[0] for _ in range(20)]
+    assert answers == [401] * 20
+
+
+# ---------------------------------------------------------------------------------------------
+# PostgreSQL: parked claims hold no connection, so they cannot starve the pool
+
+
+@pytest.fixture
+def small_pool_server(django_db_setup, django_db_blocker):
+    """One worker process, 2 request threads, a pool of 4 connections, parking up to 25 claims."""
+    with django_db_blocker.unblock():
+        server = start_server("postgres", workers=1, TASKFLOW_HTTP_THREADS="2", DATABASE_POOL_MAX="4",
+                              TASKFLOW_MAX_WAITERS="25")
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@on_postgres
+def test_more_waiting_claims_than_pool_connections_starve_nobody(small_pool_server):
+    server = small_pool_server
+    _, key = agent_keys.create_key("pg-agent", using="postgres")
+    outcome, threads = park(server, key, "idle", 25, 10)
+    started = time.monotonic()
+    for i in range(10):  # ordinary work beside 25 parked claims and a pool of 4
+        status, _, data = request(server, "POST", "/api/tasks", key, {"id": f"w{i}", "title": "w", "queue": "work"})
+        assert status == 201, data
+        status, _, data = request(server, "POST", "/api/claim", key, {"ttl_seconds": 60, "queue": "work"})
+        assert status == 200, data
+        token = json.loads(data)["lease"]["token"]
+        status, _, data = request(server, "POST", f"/api/tasks/w{i}/complete", key, {"token": token, "result": {}})
+        assert status == 200, data
+    assert time.monotonic() - started < 5  # no request waited for a connection (the pool waits 5 s)
+    for thread in threads:
+        thread.join(40)
+    assert [o if isinstance(o, Exception) else o[0] for o in outcome] == [204] * 25
+    assert Task.objects.using("postgres").filter(stage="COMPLETED").count() == 10
