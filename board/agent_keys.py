@@ -1,10 +1,16 @@
-"""Agent API keys: minting, lookup by hash, revocation. The only module that writes AgentKey."""
+"""Agent API keys: minting, lookup by hash, revocation. The only module that writes AgentKey.
+
+`authenticate` runs on every API request, so it is one indexed SELECT (the unique key_hash
+index) written by hand and sent through the connection's cursor, instead of an ORM query built
+anew each time. It reads the row on every call, never a cache: a key revoked by any process is
+refused on its very next request."""
 from __future__ import annotations
 
 import hashlib
 import secrets
 from datetime import timedelta
 
+from django.db import connections
 from django.utils import timezone
 
 from . import errors
@@ -34,11 +40,35 @@ def create_key(name: str, *, is_operator: bool = False, using: str = "default") 
     return row, key
 
 
+_TABLE = AgentKey._meta.db_table
+# What a request needs of its key; the other columns stay deferred on the returned row.
+_LOOKUP_FIELDS = ("id", "name", "is_operator", "last_used_at")
+# The live key with this hash: an index lookup on key_hash (unique). Params: key_hash.
+_LOOKUP = (f"SELECT {', '.join(AgentKey._meta.get_field(f).column for f in _LOOKUP_FIELDS)} "
+           f"FROM {_TABLE} WHERE key_hash = %s AND revoked_at IS NULL")
+_LAST_USED = AgentKey._meta.get_field("last_used_at").get_col(_TABLE)
+_SQL_VENDORS = ("sqlite", "postgresql")
+
+
 def authenticate(key: str, *, using: str = "default") -> AgentKey | None:
-    """The live key row for `key`, or None (unknown or revoked). Records the use."""
+    """The live key row for `key`, or None (unknown or revoked). Records the use (at most once
+    a minute). The row has id, name, is_operator and last_used_at loaded; the rest is deferred."""
     if not key or not key.startswith(KEY_PREFIX) or len(key) > 200:
         return None
-    row = AgentKey.objects.using(using).filter(key_hash=_hash(key), revoked_at__isnull=True).first()
+    connection = connections[using]
+    if connection.vendor not in _SQL_VENDORS:  # a store without SQL: the ORM's query
+        row = AgentKey.objects.using(using).filter(key_hash=_hash(key), revoked_at__isnull=True).first()
+    else:
+        with connection.cursor() as cursor:
+            cursor.execute(_LOOKUP, (_hash(key),))
+            found = cursor.fetchone()
+        if found is None:
+            return None
+        key_id, name, is_operator, last_used_at = found
+        # Stored values as the ORM would read them (SQLite: text and 0/1).
+        for convert in connection.ops.get_db_converters(_LAST_USED):
+            last_used_at = convert(last_used_at, _LAST_USED, connection)
+        row = AgentKey.from_db(using, _LOOKUP_FIELDS, (key_id, name, bool(is_operator), last_used_at))
     if row is None:
         return None
     now = timezone.now()

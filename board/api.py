@@ -280,11 +280,11 @@ def _one(task_id: str) -> Task:
 
 
 def _render(task: Task) -> dict:
-    return public_task(task, selectors.deps_of([task.pk])[task.pk])
+    return public_task(task, selectors.deps_of_task(task))
 
 
 def _render_claim(claim: transitions.Claim) -> dict:
-    return public_claim(claim, selectors.deps_of([claim.task.pk])[claim.task.pk])
+    return public_claim(claim, selectors.deps_of_task(claim.task))
 
 
 @api.get("/tasks/{task_id}", response={200: TaskOut, **ERRORS}, summary="One task")

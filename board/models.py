@@ -40,6 +40,15 @@ class Task(models.Model):
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
 
+    # Flags that let the hot verbs skip a query (dependencies are fixed at creation). Written
+    # only by transitions.create; db_default too, so that a row inserted by plain SQL is valid.
+    has_deps = models.BooleanField(
+        default=False, db_default=False, editable=False,
+        help_text="Depends on at least one task: rendering it needs the dependency table.")
+    has_dependents = models.BooleanField(
+        default=False, db_default=False, editable=False,
+        help_text="Some task depends on this one: completing it must admit them.")
+
     class Meta:
         indexes = [
             # claim_next: the best ready task, with or without a queue filter.

@@ -69,6 +69,14 @@ def deps_of(task_ids: list[str], *, using: str = "default") -> dict[str, list[st
     return out
 
 
+def deps_of_task(task: Task, *, using: str = "default") -> list[str]:
+    """Ids of the tasks `task` depends on; no query for a task without any (Task.has_deps,
+    set at creation with the dependency rows, which never change)."""
+    if not task.has_deps:
+        return []
+    return list(Dependency.objects.using(using).filter(task_id=task.pk).values_list("depends_on_id", flat=True))
+
+
 def get_task(task_id: str, *, using: str = "default") -> Task | None:
     return Task.objects.using(using).filter(pk=task_id).first()
 

@@ -14,6 +14,13 @@ every claim, resume and takeover, and never on renew.
 `select_for_update` is not the concurrency mechanism (it is a no-op on SQLite): the CAS is.
 `claim_next` uses SKIP LOCKED where the database has it only so that concurrent claimers pick
 different candidates instead of queueing behind the same row.
+
+The hot verbs (claim_next, renew, complete) have two implementations of the same move: the
+hand-written statements of `board.hot_sql` on SQLite and PostgreSQL (one conditional UPDATE
+with RETURNING each, no read before it), and the ORM path below for any other backend or when
+settings.TASKFLOW["HOT_PATH"] is "orm". `hot_sql.store(using)` chooses. Both raise the same
+errors: on a statement that matched nothing the hot path reloads the row and judges it with the
+same checks as the ORM path (`_refuse_holder`).
 """
 from __future__ import annotations
 
@@ -32,7 +39,7 @@ from django.db import IntegrityError, connections, transaction
 from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
-from . import errors, events, selectors
+from . import errors, events, hot_sql, selectors
 from .db import write_transaction
 from .lifecycle import (
     MAX_DEPENDENCIES, MAX_RETRIES_LIMIT, MAX_TTL_SECONDS, MIN_TTL_SECONDS, TERMINAL, Stage, Verb,
@@ -224,10 +231,28 @@ def create(specs: TaskSpec | Sequence[TaskSpec], *, actor: str = "", using: str 
 
     now = timezone.now()
     external = {dep for spec in batch for dep in spec.deps if dep not in seen}
+    depended_on = {dep for spec in batch for dep in spec.deps}
     with write_transaction(using):
         taken = Task.objects.using(using).filter(pk__in=ids).first()
         if taken is not None:
             raise errors.DuplicateId(f"a task with id {taken.pk!r} already exists", task=taken)
+        if external:
+            # Mark the existing tasks these depend on, in this transaction, before reading their
+            # stages: completing a task looks for dependents only when its row says it has
+            # some. The race with a concurrent complete of such a task D:
+            # - SQLite: transactions are serialised (BEGIN IMMEDIATE); either this commits
+            #   first and the completion reads has_dependents = true, or the completion
+            #   commits first and this reads D as COMPLETED.
+            # - PostgreSQL: this UPDATE and the completion's CAS both write D's row, so one
+            #   waits for the other. If this goes first, the completion's CAS re-reads the row
+            #   after this commits, sees the flag and admits after its own commit, when these
+            #   tasks are visible. If the completion goes first, it did not look (the flag was
+            #   false), but then the stage read below runs after it committed and sees D
+            #   COMPLETED (or, at the latest, the after-commit admit_ready of this creation
+            #   does). The ORM path's CAS pins has_dependents for the same reason (complete).
+            # A flag already true needs no write: the completion looks anyway, and the
+            # after-commit pass of this creation covers a look that came too early.
+            Task.objects.using(using).filter(pk__in=external, has_dependents=False).update(has_dependents=True)
         dep_stages = dict(
             Task.objects.using(using).filter(pk__in=external).values_list("pk", "stage")
         )
@@ -247,6 +272,8 @@ def create(specs: TaskSpec | Sequence[TaskSpec], *, actor: str = "", using: str 
                     priority=spec.priority,
                     hold=spec.hold,
                     max_retries=spec.max_retries,
+                    has_deps=bool(spec.deps),
+                    has_dependents=spec.id in depended_on,
                     stage=Stage.QUEUED if ready else Stage.PENDING,
                     version=0,
                     created_at=now,
@@ -481,6 +508,9 @@ def claim_next(
     _agent_name(agent)
     if queue is not None and not is_valid_task_id(queue):
         raise errors.InvalidRequest(f"invalid queue name {queue!r}")
+    hot = hot_sql.store(using)
+    if hot is not None:
+        return _hot_claim_next(hot, using, agent, ttl, queue)
     features = connections[using].features
     for _ in range(RACE_RETRIES):
         with write_transaction(using):
@@ -496,6 +526,25 @@ def claim_next(
                 return won
     log.warning("claim_next by %s lost %d races in a row", agent, RACE_RETRIES)
     return None
+
+
+def _hot_claim_next(hot: hot_sql.HotStore, using: str, agent: str, ttl: timedelta,
+                    queue: str | None) -> Claim | None:
+    """claim_next as one statement: pick, CAS and history together, nothing read before. On
+    SQLite the pick runs under the write lock; on PostgreSQL it skips rows other claimers have
+    locked. So a match count of 0 means no ready task (what the ORM path says after losing
+    every race, too), never a lost race to retry."""
+    token = _mint_token()
+    token_hash = hash_token(token)
+    with hot.transaction():
+        now = timezone.now()
+        expires_at = now + ttl
+        row = hot.claim_next(agent, token_hash, now, expires_at, queue)
+        if row is None:
+            return None
+        transaction.on_commit(events.announce_commit, using=using)
+    task = hot.task(row)  # out of the transaction: see HotStore
+    return Claim(task=task, lease=Lease(token=token, fence=task.fence, expires_at=expires_at))
 
 
 def resume(task_id: str, agent: str, ttl_seconds: float, *, using: str = "default") -> Claim:
@@ -532,28 +581,51 @@ def _holder_move(using: str, task_id: str, token: str, build, *, live_only: bool
     `live_only`: renew refuses an expired lease (the seed's rule: past its expiry the holder has
     no right left to extend). complete/fail/pause/release accept a lease that has expired but
     has not been taken over: the token still proves nobody else holds the task."""
-    if not isinstance(token, str) or not token:
-        raise errors.InvalidRequest("token is required")
-    token_hash = hash_token(token)
+    token_hash = _token_hash(token)
     for _ in range(RACE_RETRIES):
         with write_transaction(using):
             now = timezone.now()
             task = _get(using, task_id)
-            if task.stage != Stage.RUNNING or not hmac.compare_digest(
-                task.lease_token_hash or "", token_hash
-            ):
-                raise errors.LeaseLost(
-                    f"this token is not task {task.pk}'s current lease", task=task
-                )
-            if live_only and (task.lease_expires_at is None or task.lease_expires_at <= now):
-                raise errors.LeaseLost(f"the lease on task {task.pk} has expired", task=task)
-            if agent is not None and agent != task.owner:
-                # A token is a credential, but it was minted for one agent: another agent
-                # presenting it (a leak, a mix-up) acts as nobody.
-                raise errors.Forbidden(f"task {task.pk}'s lease belongs to another agent", task=task)
+            _refuse_holder(task, token_hash, now, live_only=live_only, agent=agent)
             result = build(task, now, token_hash)
             if result is not None:
                 return result
+    raise errors.VersionConflict(f"task {task_id} kept changing; try again", task_id=task_id)
+
+
+def _token_hash(token: str) -> str:
+    if not isinstance(token, str) or not token:
+        raise errors.InvalidRequest("token is required")
+    return hash_token(token)
+
+
+def _refuse_holder(task: Task, token_hash: str, now: datetime, *, live_only: bool, agent: str | None) -> None:
+    """Raise the precise error when the presenter of `token_hash` may not act on `task` as
+    read at `now`; return when it may."""
+    if task.stage != Stage.RUNNING or not hmac.compare_digest(task.lease_token_hash or "", token_hash):
+        raise errors.LeaseLost(f"this token is not task {task.pk}'s current lease", task=task)
+    if live_only and (task.lease_expires_at is None or task.lease_expires_at <= now):
+        raise errors.LeaseLost(f"the lease on task {task.pk} has expired", task=task)
+    if agent is not None and agent != task.owner:
+        # A token is a credential, but it was minted for one agent: another agent presenting
+        # it (a leak, a mix-up) acts as nobody.
+        raise errors.Forbidden(f"task {task.pk}'s lease belongs to another agent", task=task)
+
+
+def _hot_holder_move(hot: hot_sql.HotStore, using: str, task_id: str, token_hash: str, move, *,
+                     live_only: bool, agent: str | None) -> Task:
+    """A holder's verb through hot_sql: `move(now)` runs the verb's one statement and returns
+    the row as written, or None when it matched no row. Only then is the row read: it raises
+    the error the ORM path would, or, when the move has become legal again (the row changed
+    between the statement and the read), the statement runs again."""
+    for _ in range(RACE_RETRIES):
+        with hot.transaction():
+            row = move(timezone.now())
+            if row is not None:
+                transaction.on_commit(events.announce_commit, using=using)
+        if row is not None:
+            return hot.task(row)  # out of the transaction: see HotStore
+        _refuse_holder(_get(using, task_id), token_hash, timezone.now(), live_only=live_only, agent=agent)
     raise errors.VersionConflict(f"task {task_id} kept changing; try again", task_id=task_id)
 
 
@@ -572,6 +644,14 @@ def renew(
     ttl = _ttl(ttl_seconds)
     _check_progress(progress)
     _json_value("checkpoint", checkpoint)
+    hot = hot_sql.store(using)
+    if hot is not None:
+        token_hash = _token_hash(token)
+        task = _hot_holder_move(
+            hot, using, task_id, token_hash,
+            lambda now: hot.renew(task_id, token_hash, agent, now, now + ttl, checkpoint, progress),
+            live_only=True, agent=agent)
+        return Claim(task=task, lease=Lease(token=token, fence=task.fence, expires_at=task.lease_expires_at))
 
     def build(task: Task, now: datetime, token_hash: str):
         changes: dict[str, Any] = {"lease_expires_at": now + ttl}
@@ -605,19 +685,41 @@ def complete(task_id: str, token: str, result: Any, *, agent: str | None = None,
     if result is None:
         raise errors.InvalidRequest("result is required (use {} for a task with no output)")
     _json_value("result", result)
+    hot = hot_sql.store(using)
+    if hot is not None:
+        token_hash = _token_hash(token)
+        task = _hot_holder_move(
+            hot, using, task_id, token_hash,
+            lambda now: hot.complete(task_id, token_hash, agent, now, result),
+            live_only=False, agent=agent)
+        # has_dependents as written, read under the row's lock. Registered after the move's
+        # transaction: outside a caller's transaction it runs now (the move has committed),
+        # inside one at its commit.
+        if task.has_dependents:
+            _admit_dependents_after_commit(task.pk, using)
+        return task
 
     def build(task: Task, now: datetime, token_hash: str):
+        # Without dependents when read, the CAS also pins has_dependents = false: a dependent
+        # created meanwhile (transitions.create sets the flag in its transaction) makes this
+        # CAS fail and the retry read the flag, so its admission cannot be skipped.
+        guard = None if task.has_dependents else Q(has_dependents=False)
         ok = _swap(using, task, Verb.COMPLETE, now=now, actor=task.owner, token_hash=token_hash,
-                   result=result, **NO_LEASE)
+                   guard=guard, result=result, **NO_LEASE)
         if not ok:
             return None
-        # Dependents are read after commit, not here: a dependent created concurrently commits
-        # either before that read (and is found) or after this commit (and its own after-commit
-        # check sees this task COMPLETED). Read now, both could miss each other.
-        transaction.on_commit(lambda: _admit_dependents(task.pk, using), using=using, robust=True)
+        if task.has_dependents:
+            _admit_dependents_after_commit(task.pk, using)
         return task
 
     return _holder_move(using, task_id, token, build, live_only=False, agent=agent)
+
+
+def _admit_dependents_after_commit(task_id: str, using: str) -> None:
+    # Dependents are read after commit, not here: a dependent created concurrently commits
+    # either before that read (and is found) or after this commit (and its own after-commit
+    # check sees this task COMPLETED). Read now, both could miss each other.
+    transaction.on_commit(lambda: _admit_dependents(task_id, using), using=using, robust=True)
 
 
 def fail(

@@ -191,6 +191,10 @@ TASKFLOW = {
     # How often the reaper started by `make run` looks for expired leases.
     "REAP_INTERVAL_SECONDS": float(os.environ.get("TASKFLOW_REAP_INTERVAL", "1")),
     "HTTP_THREADS": HTTP_THREADS,
+    # claim_next, renew and complete as hand-written statements on SQLite and PostgreSQL
+    # (board/hot_sql.py): "auto"; "orm" forces the ORM path everywhere (the contract suite runs
+    # both).
+    "HOT_PATH": os.environ.get("TASKFLOW_HOT_PATH", "auto"),
     # Waiting claims (wait_seconds) parked at once per server process; past it a new wait is
     # refused with 503 + Retry-After. A parked claim costs a few KB and no connection.
     "MAX_WAITERS": int(os.environ.get("TASKFLOW_MAX_WAITERS", "1000")),

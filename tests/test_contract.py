@@ -1,7 +1,9 @@
 """The board's contract, written once and run on every backend (the fsspec pattern).
 
 `BoardContract` holds the tests; each backend opts in with a three-line subclass at the bottom
-naming its database alias. All races use real threads with their own connections, released
+naming its database alias, once per engine path: the hand-written statements of board.hot_sql
+(HOT_PATH "auto", what SQLite and PostgreSQL run) and the ORM path (HOT_PATH "orm", what any
+other backend runs). All races use real threads with their own connections, released
 together by a barrier, over hundreds of rounds, and assert exact counts. Leases are aged by
 writing the row, never by sleeping. After every test, check() must find no problem.
 """
@@ -15,7 +17,9 @@ import pytest
 from django.db import DatabaseError, connections
 from django.utils import timezone
 
-from board import contract, errors, selectors, transitions
+from django.forms.models import model_to_dict
+
+from board import contract, errors, hot_sql, selectors, transitions
 from board.contract import DjangoBoard
 from board.lifecycle import Stage
 from board.models import Task, TaskEvent
@@ -29,12 +33,20 @@ TTL = 60
 
 
 class BoardContract:
-    """Every backend must pass all of these. Subclasses set `alias`."""
+    """Every backend must pass all of these. Subclasses set `alias`, and `hot_path` ("auto":
+    board.hot_sql's statements; "orm": the ORM path)."""
 
     alias: str
+    hot_path: str = "auto"
 
     @pytest.fixture(autouse=True)
-    def _board_stays_consistent(self):
+    def _engine_path(self, settings):
+        settings.TASKFLOW = {**settings.TASKFLOW, "HOT_PATH": self.hot_path}
+        store = hot_sql.store(self.alias)
+        assert (store is None) == (self.hot_path == "orm"), f"{self.alias}: not on the {self.hot_path} path"
+
+    @pytest.fixture(autouse=True)
+    def _board_stays_consistent(self, _engine_path):
         yield
         assert selectors.problems(using=self.alias) == [], "check() found problems after the test"
 
@@ -349,6 +361,58 @@ class BoardContract:
         assert held.lease.token not in str(vars(caught.value))
         transitions.complete("e1", held.lease.token, {}, using=self.alias)
 
+    def test_a_holders_verbs_under_another_agents_name_are_forbidden_and_change_nothing(self):
+        a = self.alias
+        self.new("own")
+        c = self.claim("own", "holder")
+        before = db_state(a)
+        with pytest.raises(errors.Forbidden):
+            transitions.renew("own", c.lease.token, TTL, agent="intruder", using=a)
+        with pytest.raises(errors.Forbidden):
+            transitions.complete("own", c.lease.token, {}, agent="intruder", using=a)
+        with pytest.raises(errors.LeaseLost):  # a wrong token is LeaseLost whoever presents it
+            transitions.complete("own", "forged", {}, agent="holder", using=a)
+        assert db_state(a) == before
+        expire_lease("own", a)
+        before = db_state(a)
+        with pytest.raises(errors.LeaseLost, match="expired"):  # expiry is judged before the agent
+            transitions.renew("own", c.lease.token, TTL, agent="intruder", using=a)
+        assert db_state(a) == before
+        done = transitions.complete("own", c.lease.token, {"late": "but mine"}, agent="holder", using=a)
+        assert (done.stage, done.result) == (Stage.COMPLETED, {"late": "but mine"})
+
+    def test_what_a_hot_verb_returns_is_the_row_as_stored_and_its_history(self):
+        """claim_next, renew and complete return the task as written (no re-read on either
+        path must make it differ from a fresh read) and record who did what, with which
+        version and fence."""
+        a = self.alias
+        self.new("hv", queue="hot", payload={"in": [1, 2.5, "ü"]})
+        fields = [f.name for f in Task._meta.fields]
+        claim = transitions.claim_next("hv-agent", TTL, queue="hot", using=a)
+        assert model_to_dict(claim.task, fields=fields) == row("hv", a)
+        assert (claim.lease.fence, claim.lease.expires_at) == (1, row("hv", a)["lease_expires_at"])
+        renewed = transitions.renew("hv", claim.lease.token, 2 * TTL, checkpoint={"page": [3, None]},
+                                    progress=0.5, agent="hv-agent", using=a)
+        assert model_to_dict(renewed.task, fields=fields) == row("hv", a)
+        assert renewed.lease.expires_at == row("hv", a)["lease_expires_at"] > claim.lease.expires_at
+        kept = transitions.renew("hv", claim.lease.token, TTL, using=a)  # no checkpoint: kept
+        assert (kept.task.checkpoint, kept.task.progress) == ({"page": [3, None]}, 0.5)
+        done = transitions.complete("hv", claim.lease.token, {"out": {"nested": [True, 1e-3]}}, using=a)
+        assert model_to_dict(done, fields=fields) == row("hv", a)
+        assert (done.stage, done.owner, done.lease_token_hash, done.lease_expires_at, done.fence, done.version) == (
+            Stage.COMPLETED, "", None, None, 1, 4)
+        history = list(TaskEvent.objects.using(a).filter(task_id="hv").values_list(
+            "verb", "from_stage", "to_stage", "version", "fence", "actor", "detail"))
+        assert history == [
+            ("create", "", "QUEUED", 0, 0, "", None),
+            ("claim", "QUEUED", "RUNNING", 1, 1, "hv-agent", None),
+            ("renew", "RUNNING", "RUNNING", 2, 1, "hv-agent", None),
+            ("renew", "RUNNING", "RUNNING", 3, 1, "hv-agent", None),
+            ("complete", "RUNNING", "COMPLETED", 4, 1, "hv-agent", None),
+        ]
+        stamps = TaskEvent.objects.using(a).filter(task_id="hv").values_list("at", flat=True)
+        assert list(stamps)[-1] == done.updated_at
+
     # -- dependencies -------------------------------------------------------------------------
 
     def test_dependencies_block_and_completion_admits_dependents(self):
@@ -522,6 +586,8 @@ class BoardContract:
 
 
 class TestSQLiteBoard(BoardContract):
+    """SQLite on board.hot_sql's statements."""
+
     pytestmark = sqlite_db_mark()
     alias = "default"
 
@@ -533,6 +599,24 @@ class TestSQLiteBoard(BoardContract):
             assert cursor.fetchone()[2].endswith(".sqlite3")
 
 
+class TestSQLiteOrmBoard(BoardContract):
+    """SQLite on the ORM path."""
+
+    pytestmark = sqlite_db_mark()
+    alias = "default"
+    hot_path = "orm"
+
+
 class TestPostgresBoard(BoardContract):
+    """PostgreSQL on board.hot_sql's statements."""
+
     pytestmark = postgres_db_mark()
     alias = "postgres"
+
+
+class TestPostgresOrmBoard(BoardContract):
+    """PostgreSQL on the ORM path."""
+
+    pytestmark = postgres_db_mark()
+    alias = "postgres"
+    hot_path = "orm"

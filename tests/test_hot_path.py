@@ -1,0 +1,308 @@
+"""board.hot_sql against the ORM path, on SQLite and PostgreSQL.
+
+The contract suite (tests/test_contract.py) runs every behaviour on both paths. This file checks
+what only a comparison can show: rows written by the hand-written statements read back through
+the ORM (and are stored, byte for byte) exactly as rows written by the ORM path; the hot verbs
+send the statements they are meant to and re-read nothing; the dependency flags are set by
+creation and backfilled by the migration; the ORM path's CAS keeps a dependent created during
+a completion from being forgotten; and API keys are checked with one indexed SELECT that a
+revocation from any connection defeats at once.
+"""
+from __future__ import annotations
+
+import threading
+from datetime import datetime, timedelta, timezone as dt_timezone
+
+import pytest
+from django.db import connections
+from django.db.migrations.executor import MigrationExecutor
+from django.forms.models import model_to_dict
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from board import agent_keys, errors, hot_sql, selectors, transitions
+from board.lifecycle import Stage
+from board.models import AgentKey, Task, TaskEvent
+from board.transitions import TaskSpec
+from tests.support import postgres_db_mark, sqlite_db_mark
+
+TTL = 60
+FIELDS = [f.name for f in Task._meta.fields]
+
+BACKENDS = [
+    pytest.param("default", marks=sqlite_db_mark(), id="sqlite"),
+    pytest.param("postgres", marks=postgres_db_mark(), id="postgres"),
+]
+
+
+@pytest.fixture(params=BACKENDS)
+def alias(request):
+    return request.param
+
+
+def use_path(settings, mode: str) -> None:
+    settings.TASKFLOW = {**settings.TASKFLOW, "HOT_PATH": mode}
+
+
+class Clock:
+    """The store's clock, set by the test (transitions read django.utils.timezone.now)."""
+
+    def __init__(self, monkeypatch):
+        self.now = datetime(2030, 1, 2, 3, 4, 5, tzinfo=dt_timezone.utc)
+        monkeypatch.setattr(timezone, "now", lambda: self.now)
+
+    def set(self, **delta) -> None:
+        self.now = datetime(2030, 1, 2, 3, 4, 5, tzinfo=dt_timezone.utc) + timedelta(**delta)
+
+
+def stored(alias: str, task_id: str) -> dict:
+    """The task's columns as the database holds them (no ORM conversion), without its id."""
+    table = Task._meta.db_table
+    columns = [f.column for f in Task._meta.concrete_fields if f.column != "id"]
+    with connections[alias].cursor() as cursor:
+        cursor.execute(f"SELECT {', '.join(columns)} FROM {table} WHERE id = %s", [task_id])
+        return dict(zip(columns, cursor.fetchone()))
+
+
+def stored_events(alias: str, task_id: str) -> list[tuple]:
+    table = TaskEvent._meta.db_table
+    with connections[alias].cursor() as cursor:
+        cursor.execute(f"SELECT verb, from_stage, to_stage, version, fence, actor, at, detail FROM {table}"
+                       " WHERE task_id = %s ORDER BY id", [task_id])
+        return cursor.fetchall()
+
+
+def orm_row(alias: str, task_id: str) -> dict:
+    values = model_to_dict(Task.objects.using(alias).get(pk=task_id), fields=FIELDS)
+    del values["id"]
+    return values
+
+
+# ---------------------------------------------------------------------------------------------
+# Same rows, both paths
+
+
+def test_rows_written_by_the_hot_path_read_back_equal_to_the_orm_paths(alias, settings, monkeypatch):
+    """Drive one task through claim_next, renew (checkpoint, progress) and complete on each path
+    with the same clock and the same token; after every step the two rows (and their history)
+    are equal as the ORM reads them AND as the database stores them. The clock includes a
+    whole second (no microseconds: Django's SQLite text then has no fraction) and odd ones."""
+    clock = Clock(monkeypatch)
+    monkeypatch.setattr(transitions, "_mint_token", lambda: "the-same-token-for-both-paths-0123456789")
+    payload = {"z": 1, "a": [1.5, "é", None, True, {"k": "€"}]}
+    steps: dict[str, list] = {}
+    for mode in ("orm", "auto"):
+        use_path(settings, mode)
+        assert (hot_sql.store(alias) is None) == (mode == "orm")
+        task_id = f"same-{mode}"
+        clock.set()
+        transitions.create(TaskSpec(id=task_id, title="same", payload=payload, queue="same"), using=alias)
+        seen = []
+        clock.set(seconds=1, microseconds=500_000)
+        claim = transitions.claim_next("agent-same", TTL, queue="same", using=alias)
+        assert claim.task.pk == task_id
+        seen.append((orm_row(alias, task_id), stored(alias, task_id)))
+        clock.set(seconds=7)
+        transitions.renew(task_id, claim.lease.token, 90, checkpoint={"page": 3, "ü": [0.1]}, progress=0.25,
+                          agent="agent-same", using=alias)
+        seen.append((orm_row(alias, task_id), stored(alias, task_id)))
+        clock.set(seconds=9, microseconds=123_456)
+        transitions.complete(task_id, claim.lease.token, {"out": payload, "n": 10**12}, using=alias)
+        seen.append((orm_row(alias, task_id), stored(alias, task_id)))
+        seen.append(stored_events(alias, task_id))
+        steps[mode] = seen
+    for step, (orm_path, hot_path) in enumerate(zip(steps["orm"], steps["auto"])):
+        assert hot_path == orm_path, f"step {step} differs"
+    assert steps["auto"][-2][0]["result"] == {"out": payload, "n": 10**12}
+
+
+# ---------------------------------------------------------------------------------------------
+# What the hot verbs send
+
+
+def _statements(alias: str, call) -> tuple[object, list[str]]:
+    with CaptureQueriesContext(connections[alias]) as captured:
+        result = call()
+    return result, [" ".join(q["sql"].split()) for q in captured.captured_queries]
+
+
+def test_the_hot_verbs_send_one_statement_each_and_read_nothing_first(alias):
+    assert hot_sql.store(alias) is not None
+    transitions.create(TaskSpec(id="lean", title="lean"), using=alias)
+    claim, claim_sql = _statements(alias, lambda: transitions.claim_next("a", TTL, using=alias))
+    renewed, renew_sql = _statements(alias, lambda: transitions.renew("lean", claim.lease.token, TTL, using=alias))
+    done, complete_sql = _statements(alias, lambda: transitions.complete("lean", claim.lease.token, {}, using=alias))
+    assert (claim.task.pk, renewed.task.version, done.stage) == ("lean", 2, Stage.COMPLETED)
+    if connections[alias].vendor == "sqlite":
+        # write_transaction's BEGIN IMMEDIATE and COMMIT around the move and its history row
+        assert [s.split()[0] for s in claim_sql] == ["BEGIN", "UPDATE", "INSERT", "COMMIT"]
+        assert [s.split()[0] for s in renew_sql] == ["BEGIN", "UPDATE", "INSERT", "COMMIT"]
+        assert [s.split()[0] for s in complete_sql] == ["BEGIN", "INSERT", "UPDATE", "COMMIT"]
+    else:
+        # one statement, committed by itself: no BEGIN, no COMMIT
+        for sql in (claim_sql, renew_sql, complete_sql):
+            assert len(sql) == 1 and sql[0].startswith("WITH"), sql
+    for sql in claim_sql + renew_sql + complete_sql:
+        assert "RETURNING" in sql or sql.startswith(("BEGIN", "COMMIT", "INSERT"))
+        assert "board_dependency" not in sql  # no dependents: nobody looks for them
+
+
+def test_completing_a_task_with_dependents_admits_them_after_commit(alias):
+    transitions.create([TaskSpec(id="parent", title="p"), TaskSpec(id="child", title="c", deps=["parent"])],
+                       using=alias)
+    claim = transitions.claim("parent", "a", TTL, using=alias)
+    _, sql = _statements(alias, lambda: transitions.complete("parent", claim.lease.token, {}, using=alias))
+    assert any("board_dependency" in s for s in sql)
+    assert Task.objects.using(alias).get(pk="child").stage == "QUEUED"
+
+
+def test_a_refused_hot_verb_reads_the_row_to_say_why(alias):
+    transitions.create(TaskSpec(id="why", title="why"), using=alias)
+    claim = transitions.claim("why", "holder", TTL, using=alias)
+    for call, error in (
+        (lambda: transitions.complete("why", "forged", {}, using=alias), errors.LeaseLost),
+        (lambda: transitions.complete("missing", claim.lease.token, {}, using=alias), errors.NotFound),
+        (lambda: transitions.renew("why", claim.lease.token, TTL, agent="other", using=alias), errors.Forbidden),
+    ):
+        with pytest.raises(error) as caught:
+            call()
+        assert caught.value.task is None or caught.value.task.pk == "why"
+    assert Task.objects.using(alias).get(pk="why").version == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# The dependency flags
+
+
+def _flags(alias: str) -> dict[str, tuple[bool, bool]]:
+    return {t: (d, n) for t, d, n in Task.objects.using(alias).values_list("id", "has_deps", "has_dependents")}
+
+
+def test_creation_sets_has_deps_and_has_dependents(alias):
+    transitions.create([TaskSpec(id="base", title="b"), TaskSpec(id="lone", title="l")], using=alias)
+    transitions.create([TaskSpec(id="mid", title="m", deps=["base"]),
+                        TaskSpec(id="top", title="t", deps=["mid"])], using=alias)
+    with pytest.raises(errors.InvalidRequest):  # refused: nothing of it stays, flags included
+        transitions.create(TaskSpec(id="nope", title="n", deps=["lone", "nowhere"]), using=alias)
+    assert _flags(alias) == {
+        "base": (False, True), "lone": (False, False), "mid": (True, True), "top": (True, False),
+    }
+
+
+def test_rendering_reads_dependencies_only_for_a_task_that_has_some(alias):
+    transitions.create([TaskSpec(id="solo", title="s"), TaskSpec(id="after", title="a", deps=["solo"])],
+                       using=alias)
+    solo, after = (Task.objects.using(alias).get(pk=t) for t in ("solo", "after"))
+    deps, sql = _statements(alias, lambda: selectors.deps_of_task(solo, using=alias))
+    assert (deps, sql) == ([], [])
+    assert selectors.deps_of_task(after, using=alias) == ["solo"]
+
+
+def test_the_migration_backfills_both_flags(alias):
+    connection = connections[alias]
+    executor = MigrationExecutor(connection)
+    latest = executor.loader.graph.leaf_nodes("board")
+    try:
+        executor.migrate([("board", "0001_initial")])
+        old = executor.loader.project_state([("board", "0001_initial")]).apps
+        OldTask, OldDep = old.get_model("board", "Task"), old.get_model("board", "Dependency")
+        now = timezone.now()
+        for task_id in ("a", "b", "c", "d"):
+            OldTask.objects.using(alias).create(id=task_id, title=task_id, created_at=now, updated_at=now)
+        for task_id, dep in (("b", "a"), ("d", "a"), ("d", "b")):
+            OldDep.objects.using(alias).create(task_id=task_id, depends_on_id=dep)
+    finally:
+        executor = MigrationExecutor(connection)
+        executor.migrate(latest)
+    assert _flags(alias) == {"a": (False, True), "b": (True, True), "c": (False, False), "d": (True, False)}
+
+
+# ---------------------------------------------------------------------------------------------
+# The race the ORM path's CAS closes (PostgreSQL: SQLite serialises whole transactions)
+
+
+@pytest.mark.parametrize("alias", [pytest.param("postgres", marks=postgres_db_mark(), id="postgres")])
+def test_orm_complete_cannot_miss_a_dependent_created_between_its_read_and_its_cas(alias, settings):
+    """The ORM path reads the task, then writes it. A dependent created (and committed) in
+    between has set has_dependents after the read; the CAS pins the flag, so it fails, the verb
+    reads again and admits the dependent after its commit. Without the pin, the dependent would
+    stay PENDING: its creation's own after-commit look saw the task still RUNNING."""
+    use_path(settings, "orm")
+    transitions.create(TaskSpec(id="dep", title="d"), using=alias)
+    claim = transitions.claim("dep", "a", TTL, using=alias)
+    created = []
+
+    def create_child_first(execute, sql, params, many, context):
+        if not created and sql.startswith('UPDATE "board_task"'):
+            def other_process():
+                try:
+                    created.extend(transitions.create(TaskSpec(id="kid", title="k", deps=["dep"]), using=alias))
+                finally:
+                    connections[alias].close()
+            thread = threading.Thread(target=other_process)
+            thread.start()
+            thread.join()
+        return execute(sql, params, many, context)
+
+    with connections[alias].execute_wrapper(create_child_first):
+        transitions.complete("dep", claim.lease.token, {}, using=alias)
+    assert [t.pk for t in created] == ["kid"]
+    assert created[0].stage == "PENDING"  # dep was RUNNING when the child was created
+    assert Task.objects.using(alias).get(pk="kid").stage == "QUEUED"
+
+
+# ---------------------------------------------------------------------------------------------
+# Choosing the path
+
+
+def test_the_path_follows_the_setting_then_the_environment(alias, settings, monkeypatch):
+    use_path(settings, "orm")
+    assert hot_sql.store(alias) is None
+    use_path(settings, "auto")
+    assert isinstance(hot_sql.store(alias), hot_sql.HotStore)
+    settings.TASKFLOW = {k: v for k, v in settings.TASKFLOW.items() if k != "HOT_PATH"}
+    monkeypatch.setenv("TASKFLOW_HOT_PATH", "orm")
+    hot_sql._stores.clear()
+    assert hot_sql.store(alias) is None
+    monkeypatch.setenv("TASKFLOW_HOT_PATH", "fast")
+    hot_sql._stores.clear()
+    with pytest.raises(ValueError, match="HOT_PATH"):
+        hot_sql.store(alias)
+    hot_sql._stores.clear()
+
+
+# ---------------------------------------------------------------------------------------------
+# API keys
+
+
+def test_a_key_check_is_one_select_and_records_use_once_a_minute(alias, monkeypatch):
+    stored_key, key = agent_keys.create_key("agent-k", is_operator=True, using=alias)
+    first, sql = _statements(alias, lambda: agent_keys.authenticate(key, using=alias))
+    assert [s.split()[0] for s in sql] == ["SELECT", "UPDATE"]  # the first use is recorded
+    assert first.last_used_at is not None
+    again, sql = _statements(alias, lambda: agent_keys.authenticate(key, using=alias))
+    assert len(sql) == 1 and sql[0].startswith("SELECT id, name, is_operator, last_used_at FROM board_agentkey")
+    assert (again.pk, again.name, again.is_operator) == (stored_key.pk, "agent-k", True)
+    assert again.last_used_at == AgentKey.objects.using(alias).get(pk=stored_key.pk).last_used_at
+    later = timezone.now() + agent_keys.LAST_USED_PRECISION
+    monkeypatch.setattr(timezone, "now", lambda: later)
+    _, sql = _statements(alias, lambda: agent_keys.authenticate(key, using=alias))
+    assert [s.split()[0] for s in sql] == ["SELECT", "UPDATE"]
+    assert AgentKey.objects.using(alias).get(pk=stored_key.pk).last_used_at == later
+    assert agent_keys.authenticate("tfk_unknown", using=alias) is None
+
+
+def test_a_key_revoked_elsewhere_is_refused_on_its_next_check(alias):
+    stored_key, key = agent_keys.create_key("agent-r", using=alias)
+    assert agent_keys.authenticate(key, using=alias).pk == stored_key.pk
+
+    def revoke_from_another_connection():
+        try:
+            assert agent_keys.revoke(stored_key.pk, using=alias)
+        finally:
+            connections[alias].close()
+
+    thread = threading.Thread(target=revoke_from_another_connection)
+    thread.start()
+    thread.join()
+    assert agent_keys.authenticate(key, using=alias) is None
