@@ -1,5 +1,5 @@
-"""One HTTP agent process of bench/http_claims.py (standard library only, so that a spawned
-process starts fast and measures nothing but the client side of HTTP).
+"""One HTTP agent process of bench/http_claims.py and bench/idle_agents.py (standard library
+only, so that a spawned process starts fast and measures nothing but the client side of HTTP).
 
 An agent opens ONE keep-alive ``http.client.HTTPConnection`` to the server, waits at the
 barrier with its siblings, then loops for a fixed time:
@@ -9,32 +9,42 @@ barrier with its siblings, then loops for a fixed time:
 - ``probe-401``: ``GET /api/tasks/does-not-exist`` without a key (the API answers 401 before
   any database work);
 - ``probe-404``: the same with the agent's key (401-free: one AgentKey lookup by its hash,
-  one task lookup by primary key, then 404).
+  one task lookup by primary key, then 404);
+- ``probe-bare``: ``GET /bare`` (``BARE_PATH``) without a key, expecting 200: the bare Django
+  JSON view of bench/bare_urls.py (no database), served by a server running
+  ``bench.bare_settings`` (the baseline of the serving stack).
 
 It times every request (send to last byte of the body read) and puts one dict on the result
 queue: the claimed task ids, the latencies per kind of request, its start and end times
 (``time.perf_counter``, CLOCK_MONOTONIC on Linux, so comparable across processes), whether it
 ran out of work, the CPU time it used in the loop, and the error that stopped it, if any.
+
+``run_idle_process`` is something else: one process of bench/idle_agents.py's idle agents, a
+number of threads that each loop a *waiting* claim (``wait_seconds``) on a queue that never gets
+work, each on its own keep-alive connection, until told to stop (see its docstring).
 """
 from __future__ import annotations
 
 import http.client
 import json
 import socket
+import threading
 import time
+from collections import Counter
 from typing import Any
 
 TTL_SECONDS = 60
 RESULT = {"ok": True}
 MISSING_TASK = "/api/tasks/does-not-exist"
+BARE_PATH = "/bare"  # bench/bare_urls.py routes it to the bare view
 
 
 class UnexpectedAnswer(Exception):
     pass
 
 
-def _connect(port: int) -> http.client.HTTPConnection:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+def _connect(port: int, timeout: float = 30) -> http.client.HTTPConnection:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     conn.connect()
     # Request line, headers and body go out in one send (http.client joins them for a bytes
     # body); no Nagle delay on the small writes either way.
@@ -69,8 +79,11 @@ def run_agent(index: int, port: int, key: str, mode: str, seconds: float, barrie
     try:
         conn = _connect(port)
         json_headers = {"Content-Type": "application/json", "Authorization": f"Bearer {key}"}
-        probe_headers = {} if mode == "probe-401" else {"Authorization": f"Bearer {key}"}
-        expected_probe = 401 if mode == "probe-401" else 404
+        probe_headers = {} if mode in ("probe-401", "probe-bare") else {"Authorization": f"Bearer {key}"}
+        expected_probe = {"probe-401": 401, "probe-404": 404, "probe-bare": 200}.get(mode)
+        if mode != "cycle" and expected_probe is None:
+            raise ValueError(f"unknown agent mode {mode!r}")
+        probe_path = BARE_PATH if mode == "probe-bare" else MISSING_TASK
         claim_body = {"ttl_seconds": TTL_SECONDS}
         barrier.wait(timeout=120)
         cpu_start = time.process_time()
@@ -97,9 +110,9 @@ def run_agent(index: int, port: int, key: str, mode: str, seconds: float, barrie
                     raise UnexpectedAnswer(_describe("POST", path, status, data))
                 complete_times.append(took)
             else:
-                status, data, took = _request(conn, "GET", MISSING_TASK, probe_headers)
+                status, data, took = _request(conn, "GET", probe_path, probe_headers)
                 if status != expected_probe:
-                    raise UnexpectedAnswer(_describe("GET", MISSING_TASK, status, data))
+                    raise UnexpectedAnswer(_describe("GET", probe_path, status, data))
                 probe_times.append(took)
         report["cpu"] = time.process_time() - cpu_start
     except BaseException as exc:  # reported, and fails the run: a fault is never a result
@@ -113,3 +126,84 @@ def run_agent(index: int, port: int, key: str, mode: str, seconds: float, barrie
         if conn is not None:
             conn.close()
         results.put(report)
+
+
+# ---------------------------------------------------------------------------------------------
+# Idle agents (bench/idle_agents.py)
+
+
+def _idle_thread(port: int, headers: dict, payload: bytes, wait_seconds: float, stop: Any,
+                 in_flight: Any, tally: dict) -> None:
+    """One idle agent: its own keep-alive connection, waiting claims in a loop until `stop`."""
+    conn = None
+    try:
+        conn = _connect(port, timeout=wait_seconds + 30)
+        while not stop.is_set():
+            started = time.perf_counter()
+            conn.request("POST", "/api/claim", body=payload, headers=headers)
+            with in_flight.get_lock():
+                in_flight.value += 1
+            try:
+                response = conn.getresponse()
+                data = response.read()
+            finally:
+                with in_flight.get_lock():
+                    in_flight.value -= 1
+            took = time.perf_counter() - started
+            status = response.status
+            tally["statuses"][status] += 1
+            low, high = tally["seconds"].get(status, (took, took))
+            tally["seconds"][status] = (min(low, took), max(high, took))
+            if status == 200:  # work from a queue that has none: reported as a failure
+                tally["ids"].append(json.loads(data)["task"]["id"])
+            elif status != 204 and len(tally["answers"]) < 5:
+                tally["answers"].append(_describe("POST", "/api/claim", status, data))
+            if response.will_close:
+                raise UnexpectedAnswer(f"the server closed the keep-alive connection after a {status}")
+            if status == 503:  # the server's cap on waiting claims: back off as it asks
+                stop.wait(float(response.getheader("Retry-After") or 1))
+    except BaseException as exc:  # a connection error is a failure of the run, never a result
+        tally["errors"].append(f"{type(exc).__name__}: {exc}")
+    finally:
+        if conn is not None:
+            conn.close()
+
+
+def run_idle_process(index: int, port: int, key: str, threads: int, queue: str, wait_seconds: float,
+                     stop: Any, in_flight: Any, results: Any) -> None:
+    """One process of idle agents (bench/idle_agents.py): `threads` threads, each with its own
+    keep-alive connection, looping ``POST /api/claim {"ttl_seconds": 60, "queue": queue,
+    "wait_seconds": wait_seconds}`` until `stop` (a multiprocessing Event) is set; the request
+    then in flight runs to its end (up to `wait_seconds`). `in_flight` (a multiprocessing Value
+    shared by all the idle processes) counts the requests sent and not yet answered. After a 503
+    a thread waits the Retry-After it was given before asking again.
+
+    Puts one report on `results`: ``statuses`` (status -> answers), ``seconds`` (status ->
+    (fastest, slowest) answer), ``ids`` (tasks claimed: there must be none), ``answers`` (the
+    first few unexpected answers), ``errors`` (connection errors and the like; each fails the
+    run) and ``stuck`` (threads still running when the report was made)."""
+    payload = json.dumps({"ttl_seconds": TTL_SECONDS, "queue": queue, "wait_seconds": wait_seconds},
+                         separators=(",", ":")).encode()
+    headers = {"Content-Type": "application/json", "Authorization": f"Bearer {key}"}
+    tallies = [{"statuses": Counter(), "seconds": {}, "ids": [], "answers": [], "errors": []}
+               for _ in range(threads)]
+    workers = [threading.Thread(target=_idle_thread, daemon=True,
+                                args=(port, headers, payload, wait_seconds, stop, in_flight, tally))
+               for tally in tallies]
+    for worker in workers:
+        worker.start()
+    stop.wait()
+    deadline = time.monotonic() + wait_seconds + 60
+    for worker in workers:
+        worker.join(timeout=max(0.0, deadline - time.monotonic()))
+    report: dict[str, Any] = {"index": index, "statuses": Counter(), "seconds": {}, "ids": [],
+                              "answers": [], "errors": [],
+                              "stuck": sum(1 for worker in workers if worker.is_alive())}
+    for tally in tallies:
+        report["statuses"].update(tally["statuses"])
+        for status, (low, high) in tally["seconds"].items():
+            old_low, old_high = report["seconds"].get(status, (low, high))
+            report["seconds"][status] = (min(low, old_low), max(high, old_high))
+        for name in ("ids", "answers", "errors"):
+            report[name] += tally[name]
+    results.put(report)
