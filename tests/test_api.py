@@ -1490,3 +1490,30 @@ def test_a_wrong_method_answers_in_the_error_shape(http, agent):
 def test_an_unknown_query_parameter_is_refused(http, agent, query):
     create(http, agent, id="t")
     assert_error(get(http, f"/tasks?{query}", agent), 422, "validation_error")
+
+
+def test_the_hot_endpoints_answer_exactly_the_documented_shapes(http, agent):
+    """claim, renew and complete render their answers without django-ninja's output validation
+    (board.api._answer): what they send must still be exactly ClaimOut / TaskOut, and the same
+    as the validated endpoints send for the same task."""
+    from board.schemas import ClaimOut, LeaseOut, TaskOut
+
+    def same_shape(body, schema):
+        schema.model_validate(body)
+        assert set(body) == set(schema.model_fields)
+
+    create(http, agent, id="shape", payload={"n": 1})
+    claimed = post(http, "/claim", {"ttl_seconds": 60}, agent)
+    assert claimed.status_code == 200 and claimed["Content-Type"].startswith("application/json")
+    body = claimed.json()
+    same_shape(body, ClaimOut)
+    same_shape(body["task"], TaskOut)
+    same_shape(body["lease"], LeaseOut)
+    token = body["lease"]["token"]
+    renewed = post(http, "/tasks/shape/renew", {"token": token, "ttl_seconds": 60, "progress": 0.5}, agent).json()
+    same_shape(renewed, ClaimOut)
+    assert renewed["task"] == current(http, agent, "shape")  # as GET /tasks/{id} (validated) renders it
+    done = post(http, "/tasks/shape/complete", {"token": token, "result": {"ok": True}}, agent)
+    assert done.status_code == 200
+    same_shape(done.json(), TaskOut)
+    assert done.json() == current(http, agent, "shape")
