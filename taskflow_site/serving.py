@@ -18,6 +18,7 @@ Three things happen here, before Django sees the request:
   (`WAIT_HEADER`) instead of blocking; this module then parks the request on the process's
   waiting list (board.waiting) — no thread, no database connection — and replays it when a
   commit makes a task ready in its queue (or at the list's short poll), until the wait is over.
+  A client that disconnects while parked is forgotten: its claim is never replayed.
   Past `TASKFLOW_MAX_WAITERS` waiting requests per process, a new wait is refused with 503 and
   `Retry-After`, so idle agents can never starve the others.
 - **Threads are bounded** (`TASKFLOW_HTTP_THREADS` per process): the database pool per process
@@ -75,8 +76,11 @@ class HttpApp:
         status, headers, data = await loop.run_in_executor(self.executor, self._call_wsgi, environ)
         wait = _header(headers, WAIT_HEADER)
         if wait is not None:
-            status, headers, data = await self._wait_and_replay(
-                environ, body, float(wait), _header(headers, WAIT_QUEUE_HEADER) or None, headers)
+            answer = await self._wait_and_replay(
+                environ, body, float(wait), _header(headers, WAIT_QUEUE_HEADER) or None, headers, receive)
+            if answer is None:
+                return  # the client left while its claim waited
+            status, headers, data = answer
         await self._send(send, status, [h for h in headers if h[0].lower() not in _PRIVATE], data)
 
     async def _read_body(self, scope, receive) -> bytes:
@@ -153,9 +157,11 @@ class HttpApp:
                 close()
         return started["status"], started["headers"], data
 
-    async def _wait_and_replay(self, environ, body, wait_seconds, queue, headers):
+    async def _wait_and_replay(self, environ, body, wait_seconds, queue, headers, receive):
         """The claim found no work: wait on the process's waiting list (no thread, no
-        connection), replay the claim when woken, answer 204 when the wait is over."""
+        connection), replay the claim when woken, answer 204 when the wait is over. Returns
+        None when the client went away meanwhile: nothing is replayed then, so a task is never
+        claimed for an agent that is no longer there to take it."""
         from board import waiting
 
         waiters = waiting.waiters()
@@ -165,17 +171,26 @@ class HttpApp:
                                "shortly or claim without wait_seconds", [(b"retry-after", b"1")])
         deadline = time.monotonic() + wait_seconds
         loop = asyncio.get_running_loop()
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return 204, [h for h in headers if h[0] != b"content-length"], b""
-            await waiters.wait(queue, remaining)
-            if deadline - time.monotonic() <= 0:
-                continue
-            replay = dict(environ, **{"wsgi.input": io.BytesIO(body)})
-            status, headers, data = await loop.run_in_executor(self.executor, self._call_wsgi, replay)
-            if _header(headers, WAIT_HEADER) is None:
-                return status, headers, data
+        # The body has been read: the next message can only be the client's disconnect.
+        gone = asyncio.ensure_future(receive())
+        try:
+            while True:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return 204, [h for h in headers if h[0] != b"content-length"], b""
+                parked = asyncio.ensure_future(waiters.wait(queue, remaining))
+                await asyncio.wait({parked, gone}, return_when=asyncio.FIRST_COMPLETED)
+                if gone.done():
+                    parked.cancel()
+                    return None
+                if deadline - time.monotonic() <= 0:
+                    continue
+                replay = dict(environ, **{"wsgi.input": io.BytesIO(body)})
+                status, headers, data = await loop.run_in_executor(self.executor, self._call_wsgi, replay)
+                if _header(headers, WAIT_HEADER) is None:
+                    return status, headers, data
+        finally:
+            gone.cancel()
 
     @staticmethod
     async def _send(send, status: int, headers: list, data: bytes) -> None:

@@ -231,6 +231,31 @@ def test_the_python_client_waits_out_a_full_server_instead_of_failing(capped_ser
     assert sorted(o[0] for o in outcome) == [200, 200, 200]
 
 
+def test_a_client_that_leaves_while_parked_is_forgotten_and_never_claims(capped_server, key):
+    server = capped_server
+    socks = []
+    body = json.dumps({"ttl_seconds": 60, "queue": "ghosts", "wait_seconds": 20}).encode()
+    for _ in range(3):
+        sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+        sock.sendall(b"POST /api/claim HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                     b"Authorization: Bearer " + key.encode() + b"\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+        socks.append(sock)
+
+    def probe() -> int:
+        return request(server, "POST", "/api/claim", key,
+                       {"ttl_seconds": 60, "queue": "ghosts", "wait_seconds": 0.2})[0]
+
+    wait_until(lambda: probe() == 503, 15, "the three claims parked")
+    for sock in socks:
+        sock.close()
+    # Their places free up as the server sees them go (a probe parks, then answers 204).
+    wait_until(lambda: probe() == 204, 15, "the departed claims were forgotten")
+    transitions.create(transitions.TaskSpec(title="for a live agent", id="real", queue="ghosts"), actor="test")
+    status, _, data = request(server, "POST", "/api/claim", key, {"ttl_seconds": 60, "queue": "ghosts"})
+    assert status == 200 and json.loads(data)["task"]["id"] == "real"
+    assert TaskEvent.objects.filter(task_id="real", verb="claim").count() == 1
+
+
 def test_a_parked_claim_is_woken_by_a_commit_made_in_another_process(capped_server, key):
     server = capped_server
     outcome, threads = park(server, key, "late-work", 3, 20)
