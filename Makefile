@@ -23,9 +23,11 @@ $(VENV)/.test-deps: requirements.txt requirements-test.txt | $(PY)
 # The board on the embedded default (SQLite file db.sqlite3) unless DATABASE_URL says otherwise:
 # one uvicorn worker process per core on one address (API, admin, board page and websocket),
 # with the reaper beside them so that lost leases come back by themselves. DEBUG defaults to 1
-# here (local use); set DEBUG=0 and SECRET_KEY for anything else.
+# here (local use), and the checkout is marked (.taskflow-dev) so that `.venv/bin/python
+# manage.py ...` gets the same settings; set DEBUG=0 and SECRET_KEY for anything else.
 run: $(VENV)/.run-deps
 	export DEBUG=$${DEBUG-1}; \
+	case "$$DEBUG" in 1|true|yes|on) touch .taskflow-dev;; *) rm -f .taskflow-dev;; esac; \
 	$(PY) manage.py migrate --noinput && \
 	$(PY) manage.py ensure_admin && \
 	exec $(PY) manage.py serve --host $(HOST) --port $(PORT)

@@ -3,6 +3,7 @@
 Variables (all optional in development):
 
 - ``DEBUG``          "1"/"true" for development. Off by default: production is the safe default.
+                     In a checkout `make run` has marked (``.taskflow-dev``) it defaults to on.
 - ``SECRET_KEY``     required when DEBUG is off. In development, when unset, a key is generated
                      once into ``.secret_key`` (git-ignored) so sessions survive restarts.
 - ``ALLOWED_HOSTS``  comma-separated; defaults to localhost names in development.
@@ -33,7 +34,12 @@ def env_list(name: str, default: list[str]) -> list[str]:
     return items or default
 
 
-DEBUG = env_flag("DEBUG")
+# `make run` marks its checkout as a development one (this git-ignored file): there DEBUG
+# defaults to on, so that the README's `.venv/bin/python manage.py ...` commands work as
+# written, on the same settings as the server `make run` started. Anywhere else (a production
+# host never runs `make run`) DEBUG defaults to off; DEBUG=0 always wins.
+DEV_MARKER = BASE_DIR / ".taskflow-dev"
+DEBUG = env_flag("DEBUG", DEV_MARKER.exists())
 
 
 def _secret_key() -> str:

@@ -12,6 +12,8 @@ from urllib.parse import urlparse
 
 # A random key per run: tests need one, and no key is ever committed.
 os.environ.setdefault("SECRET_KEY", secrets.token_urlsafe(50))
+# Production settings, even in a checkout `make run` marked as a development one.
+os.environ.setdefault("DEBUG", "0")
 
 from taskflow_site.settings import *  # noqa: E402,F401,F403
 from taskflow_site.settings import database_from_url  # noqa: E402

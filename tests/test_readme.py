@@ -1,0 +1,72 @@
+"""The README's `manage.py` commands work exactly as written, in a shell with nothing exported,
+in a checkout `make run` has prepared (a copy of this one, so that the test touches neither
+this checkout's database nor its files)."""
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SKIP = {".git", ".venv", "__pycache__", ".pytest_cache", ".secret_key", ".taskflow-dev", ".staticfiles"}
+
+
+def readme_manage_lines() -> list[str]:
+    """Every command line of the README's shell blocks that runs `manage.py`, comment removed."""
+    text = (ROOT / "README.md").read_text()
+    lines = []
+    for block in re.findall(r"```sh\n(.*?)```", text, flags=re.S):
+        for line in block.splitlines():
+            command = line.split("  #", 1)[0].strip()
+            if command.startswith(".venv/bin/python manage.py"):
+                lines.append(command)
+    return lines
+
+
+@pytest.fixture(scope="module")
+def checkout(tmp_path_factory) -> Path:
+    """A copy of the project, prepared as `make run` prepares it (venv, development mark,
+    migrated database), without starting the server."""
+    where = tmp_path_factory.mktemp("readme") / "p"
+    shutil.copytree(ROOT, where, ignore=lambda _, names: [n for n in names if n in SKIP or n.startswith("db.sqlite3")])
+    (where / ".venv").symlink_to(ROOT / ".venv")
+    make_run = subprocess.run(["make", "-n", "run"], cwd=where, capture_output=True, text=True, timeout=60)
+    assert "touch .taskflow-dev" in make_run.stdout  # what `make run` does, done here by hand:
+    (where / ".taskflow-dev").touch()
+    migrated = run(where, ".venv/bin/python manage.py migrate --noinput")
+    assert migrated.returncode == 0, migrated.stderr
+    return where
+
+
+def run(where: Path, command: str) -> subprocess.CompletedProcess:
+    nothing_exported = {"HOME": os.environ.get("HOME", "/root"), "PATH": os.environ["PATH"]}
+    return subprocess.run(["bash", "-c", command], cwd=where, env=nothing_exported,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_the_readme_shows_its_manage_commands():
+    assert {line.split()[2] for line in readme_manage_lines()} >= {
+        "create_agent_key", "check_board", "contract_check", "reap"}
+
+
+@pytest.mark.parametrize("command", readme_manage_lines())
+def test_each_readme_manage_command_runs_as_written(checkout, command):
+    done = run(checkout, command)
+    assert done.returncode == 0, f"{command}\n{done.stdout}\n{done.stderr}"
+
+
+def test_the_readme_key_line_gives_the_key_itself(checkout):
+    done = run(checkout, "TASKFLOW_KEY=$(.venv/bin/python manage.py create_agent_key worker-2); echo \"[$TASKFLOW_KEY]\"")
+    assert done.returncode == 0, done.stderr
+    assert re.fullmatch(r"\[tfk_[A-Za-z0-9_-]{20,}\]\n", done.stdout), done.stdout
+
+
+def test_outside_a_marked_checkout_debug_stays_off(checkout):
+    (checkout / ".taskflow-dev").rename(checkout / "unmarked")
+    try:
+        done = run(checkout, ".venv/bin/python manage.py check_board")
+        assert done.returncode != 0 and "SECRET_KEY is not set" in done.stderr
+    finally:
+        (checkout / "unmarked").rename(checkout / ".taskflow-dev")
