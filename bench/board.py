@@ -2,7 +2,7 @@
 
 What is measured
 ----------------
-1. **Latency and divergence.** One daphne server (``taskflow_site.asgi``, as ``make run`` starts
+1. **Latency and divergence.** The board's server (``taskflow_site.asgi``, as ``make run`` starts
    it) on a fresh, migrated SQLite file (the embedded default: WAL, BEGIN IMMEDIATE). ``--clients``
    websocket clients (default 100, spread over ``--client-procs`` processes) log in with a staff
    session and keep an id -> (stage, version) map exactly as the page does: the snapshot, then
@@ -520,14 +520,14 @@ def main(argv=None) -> int:
         setup_django(database_url, secret_key)
         cookie = migrate_and_login()
         seed_writer_tasks()
-        # daphne's default 1 MiB frame limit: snapshots come in parts
+        # snapshots come in parts of under 1 MiB each (board/events.py SNAPSHOT_PART)
         server = BoardServer(database_url, secret_key=secret_key,
                              env={"REDIS_URL": args.redis} if args.redis else None).start()
         goals = []
         try:
             print(f"machine: {os.cpu_count()} cores, load average {' '.join(f'{x:.1f}' for x in os.getloadavg())} "
                   "(other processes share these cores: compare figures within one run)")
-            print(f"daphne on {server.url}, SQLite {workdir / 'board.sqlite3'}"
+            print(f"manage.py serve on {server.url}, SQLite {workdir / 'board.sqlite3'}"
                   f"{', Redis doorbell ' + args.redis if args.redis else ' (no Redis: the tailer polls)'}")
             if not args.skip_latency:
                 r = latency_phase(args, database_url, cookie, server, workdir)

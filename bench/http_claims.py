@@ -99,9 +99,7 @@ import http.client
 import math
 import multiprocessing
 import os
-import secrets
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -117,7 +115,7 @@ import claims  # noqa: E402  (bench/claims.py: Django setup, seeding, the in-pro
 import http_agent  # noqa: E402
 
 sys.path.insert(0, str(BENCH.parent))
-from tests.live_server import BoardServer, free_port, server_env  # noqa: E402  (the one server launcher)
+from tests.live_server import BoardServer  # noqa: E402  (the one server launcher)
 
 PROJECT = claims.PROJECT
 DEFAULT_PG_URL = "postgres://postgres@127.0.0.1:5432/taskflow_bench_http"
@@ -201,50 +199,19 @@ class Server(BoardServer):
             raise RuntimeError(f"the server died during {what}:\n{self.log_tail()}")
 
 
-class DaphneServer:
+class DaphneServer(BoardServer):
     """daphne (one process) serving the bare view through Django's ASGI handler
     (bench/bare_asgi.py), no access log, on a free port of 127.0.0.1."""
 
     def __init__(self, database_url: str):
-        self.log = tempfile.NamedTemporaryFile(prefix="taskflow-daphne-", suffix=".log", delete=False)
-        env = server_env(database_url, secrets.token_urlsafe(50), **SERVER_ENV,
-                         DJANGO_SETTINGS_MODULE=BARE_SETTINGS)
-        self.port = free_port()
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "daphne", "-v", "0", "-b", "127.0.0.1", "-p", str(self.port), BARE_ASGI],
-            cwd=PROJECT, env=env, stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True)
-        deadline = time.monotonic() + SERVER_START_TIMEOUT
-        while True:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"daphne exited at start:\n{self.log_tail()}")
-            try:
-                _request(self.port, "GET", http_agent.BARE_PATH)
-                break
-            except (OSError, http.client.HTTPException):
-                if time.monotonic() > deadline:
-                    self.close()
-                    raise RuntimeError(f"daphne did not answer within {SERVER_START_TIMEOUT:g} s") from None
-                time.sleep(0.05)
-
-    def log_tail(self, chars: int = 4000) -> str:
-        self.log.flush()
-        return Path(self.log.name).read_text(errors="replace")[-chars:]
+        super().__init__(database_url, env={**SERVER_ENV, "DJANGO_SETTINGS_MODULE": BARE_SETTINGS},
+                         command=[sys.executable, "-m", "daphne", "-v", "0", "-b", "127.0.0.1",
+                                  "-p", "{port}", BARE_ASGI])
+        self.start(timeout=SERVER_START_TIMEOUT)
 
     def check_alive(self, what: str) -> None:
         if self.process.poll() is not None:
             raise RuntimeError(f"daphne died during {what}:\n{self.log_tail()}")
-
-    def close(self) -> None:
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait(timeout=10)
-        self.log.close()
-        Path(self.log.name).unlink(missing_ok=True)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -29,7 +29,7 @@ from typing import Callable, Optional
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-START_TIMEOUT = 30.0  # seconds for daphne to answer its first request
+START_TIMEOUT = 30.0  # seconds for the server to answer its first request
 
 
 def free_port() -> int:
@@ -63,15 +63,19 @@ class BoardServer:
     """The board's server (`manage.py serve`, as `make run` starts it, without the reaper) on
     127.0.0.1 (a free port unless one is given), on the database at `database_url`. DEBUG is on
     (so that it serves the static files) unless `env` says otherwise; `args` are extra `serve`
-    options (e.g. ["--workers", "1"]). The one server launcher of the tests and the benchmarks."""
+    options (e.g. ["--workers", "1"]). The one server launcher of the tests and the benchmarks:
+    `command` replaces `manage.py serve` for a benchmark's reference server (its "{port}" is
+    filled in)."""
 
     def __init__(self, database_url: str, *, secret_key: str | None = None, env: dict | None = None,
-                 args: list[str] | None = None, port: int | None = None):
+                 args: list[str] | None = None, port: int | None = None, command: list[str] | None = None):
         self.database_url = database_url
         self.secret_key = secret_key or secrets.token_urlsafe(50)
         self.env = server_env(database_url, self.secret_key, **(env or {}))
         self.args = list(args or [])
         self.port = port
+        self.command = command or [sys.executable, "manage.py", "serve", "--host", "127.0.0.1",
+                                   "--port", "{port}", "--no-reaper", *self.args]
         self.process: Optional[subprocess.Popen] = None
         self._log = tempfile.NamedTemporaryFile(prefix="taskflow-serve-", suffix=".log", delete=False)
 
@@ -87,8 +91,7 @@ class BoardServer:
             if ours:
                 self.port = free_port()
             self.process = subprocess.Popen(
-                [sys.executable, "manage.py", "serve", "--host", "127.0.0.1", "--port", str(self.port),
-                 "--no-reaper", *self.args],
+                [part.replace("{port}", str(self.port)) for part in self.command],
                 cwd=ROOT, env=self.env, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 start_new_session=True,
             )
