@@ -153,7 +153,7 @@ def problems_message() -> dict:
     return {"type": "problems", "problems": problem_dicts()}
 
 
-SNAPSHOT_PART = 1000  # tasks per frame: daphne refuses websocket frames over 1 MiB
+SNAPSHOT_PART = 1000  # tasks per frame: frames stay under 1 MiB (daphne's limit, and a common proxy limit)
 
 
 def snapshot_frames(terminal_limit: int = 200, problems: list | None = None) -> list[str]:
@@ -172,19 +172,9 @@ def snapshot_frames(terminal_limit: int = 200, problems: list | None = None) -> 
     return frames
 
 
-def ready_in_changes(changes: list[dict]) -> dict[str, int]:
-    """How many tasks each queue has gained among `changes` (moved to QUEUED and still there):
-    as many parked claims of that queue are woken (board.waiting)."""
-    ready: dict[str, int] = {}
-    for item in changes:
-        task = item["task"]
-        if item["event"]["to_stage"] == Stage.QUEUED and task["stage"] == Stage.QUEUED:
-            ready[task["queue"]] = ready.get(task["queue"], 0) + 1
-    return ready
-
-
 def newly_ready(events: list[TaskEvent]) -> dict[str, int]:
-    """The same as `ready_in_changes`, straight from the events: one query, and only when some
+    """How many tasks each queue has gained among `events` (moved to QUEUED and still there): as
+    many parked claims of that queue are woken (board.waiting). One query, and only when some
     task has moved to QUEUED."""
     moved = [e.task_id for e in events if e.to_stage == Stage.QUEUED]
     if not moved:
@@ -255,11 +245,8 @@ class Tailer:
 
         def read():
             events = cursor.read(time.monotonic())
-            if to_sockets:
-                changes = changes_for(events)
-                return changes, ready_in_changes(changes)
-            # No socket to feed: only parked claims listen, and they need no card.
-            return [], newly_ready(events)
+            # With no socket to feed, only parked claims listen, and they need no card.
+            return changes_for(events) if to_sockets else [], newly_ready(events)
 
         changes, ready = await sync_to_async(read)()
         if ready:

@@ -39,8 +39,12 @@ class Waiters:
     def __init__(self) -> None:
         # queue (or ANY_QUEUE) -> futures in arrival order (an OrderedDict as an ordered set)
         self.by_queue: dict[str | None, OrderedDict[asyncio.Future, None]] = defaultdict(OrderedDict)
-        self.count = 0
         self.poller: asyncio.Task | None = None
+
+    @property
+    def count(self) -> int:
+        """Claims parked now (a woken one leaves its queue's list at once)."""
+        return sum(len(parked) for parked in self.by_queue.values())
 
     async def wait(self, queue: str | None, timeout: float) -> bool:
         """Park until woken (True) or `timeout` seconds pass (False)."""
@@ -52,7 +56,6 @@ class Waiters:
         future = asyncio.get_running_loop().create_future()
         parked = self.by_queue[queue]
         parked[future] = None
-        self.count += 1
         try:
             await asyncio.wait_for(future, timeout)
             return True
@@ -60,7 +63,6 @@ class Waiters:
             return False
         finally:
             parked.pop(future, None)
-            self.count -= 1
             if not parked:
                 self.by_queue.pop(queue, None)
 

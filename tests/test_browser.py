@@ -1,5 +1,5 @@
 """The live board in a real browser: Debian's Chromium, driven by Playwright, against a real
-daphne server process on the test database.
+board server (manage.py serve) on the test database.
 
 Changes are made through the engine (board.transitions) in a worker thread, committed, as an
 agent or the reaper would make them; what the page shows must come from the server. Waits are
@@ -45,7 +45,7 @@ SLOW = 10_000  # ms: bound for slower things (page load, reconnect with backoff:
 
 @pytest.fixture(scope="module")
 def server(django_db_setup):
-    """daphne on the test database, with the test run's SECRET_KEY so that a session made
+    """The board's server on the test database, with the test run's SECRET_KEY so that a session made
     here (force_login) is valid there."""
     url = database_url(connections["default"].settings_dict)
     daphne = BoardServer(url, secret_key=settings.SECRET_KEY).start()

@@ -1,4 +1,4 @@
-"""The Python client (`taskflow_client`) against a REAL daphne process on the test database.
+"""The Python client (`taskflow_client`) against the REAL server (manage.py serve) on the test database.
 
 Every client method, the error classes, the `hold()` context manager (complete, fail, renew in
 the background, lost lease, pause/resume) and the command line. Conditions in the server are

@@ -1,4 +1,4 @@
-"""End to end, through a REAL daphne process: agent PROCESSES using the Python client race for
+"""End to end, through the REAL server (manage.py serve): agent PROCESSES using the Python client race for
 1,000 tasks; a killed agent's task comes back through the real reaper process and is finished by
 another agent, while the dead agent's late complete is refused; the example worker runs.
 
