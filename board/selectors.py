@@ -72,9 +72,7 @@ def deps_of(task_ids: list[str], *, using: str = "default") -> dict[str, list[st
 def deps_of_task(task: Task, *, using: str = "default") -> list[str]:
     """Ids of the tasks `task` depends on; no query for a task without any (Task.has_deps,
     set at creation with the dependency rows, which never change)."""
-    if not task.has_deps:
-        return []
-    return list(Dependency.objects.using(using).filter(task_id=task.pk).values_list("depends_on_id", flat=True))
+    return deps_of([task.pk], using=using)[task.pk] if task.has_deps else []
 
 
 def get_task(task_id: str, *, using: str = "default") -> Task | None:
