@@ -136,3 +136,20 @@ class AgentKey(models.Model):
     def __str__(self) -> str:
         state = " (revoked)" if self.revoked_at else ""
         return f"{self.name} {self.prefix}…{state}"
+
+
+class ReaperPass(models.Model):
+    """The last pass of the reaper on each host (`manage.py reap --loop`, which `manage.py serve`
+    starts and restarts): what /healthz reads to tell whether lost leases still come back.
+    `finished_at` is the database's clock, so its age needs no synchronized hosts."""
+
+    host = models.CharField(max_length=255, unique=True)
+    pid = models.IntegerField()
+    started_at = models.DateTimeField(help_text="When this reaper process started.")
+    finished_at = models.DateTimeField(help_text="When its last pass finished (database clock).")
+    passes = models.BigIntegerField(default=0, help_text="Passes by this process.")
+    reclaimed = models.IntegerField(default=0, help_text="Leases taken back by the last pass.")
+    admitted = models.IntegerField(default=0, help_text="Tasks admitted by the last pass.")
+
+    def __str__(self) -> str:
+        return f"reaper on {self.host} (pid {self.pid})"

@@ -196,6 +196,8 @@ TASKFLOW = {
     "RETRY_BACKOFF_MAX_SECONDS": float(os.environ.get("TASKFLOW_RETRY_BACKOFF_MAX", "300")),
     # How often the reaper started by `make run` looks for expired leases.
     "REAP_INTERVAL_SECONDS": float(os.environ.get("TASKFLOW_REAP_INTERVAL", "1")),
+    # /healthz fails when no reaper has finished a pass for this long (board/health.py).
+    "REAPER_STALE_SECONDS": float(os.environ.get("TASKFLOW_REAPER_STALE_SECONDS", "30")),
     "HTTP_THREADS": HTTP_THREADS,
     # claim_next, renew and complete as hand-written statements on SQLite and PostgreSQL
     # (board/hot_sql.py): "auto"; "orm" forces the ORM path everywhere (the contract suite runs
@@ -209,6 +211,7 @@ TASKFLOW = {
 # Production hardening: on whenever DEBUG is off (what `manage.py check --deploy` asks for).
 if not DEBUG:
     SECURE_SSL_REDIRECT = env_flag("SECURE_SSL_REDIRECT", True)
+    SECURE_REDIRECT_EXEMPT = [r"^healthz$"]  # a load balancer probes the backends over plain HTTP
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True
     SECURE_HSTS_SECONDS = int(os.environ.get("SECURE_HSTS_SECONDS", "31536000"))

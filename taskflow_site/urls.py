@@ -3,6 +3,7 @@ from django.urls import path
 from django.views.generic import RedirectView
 
 from board.api import api
+from board.health import healthz
 from board.views import board_page
 
 urlpatterns = [
@@ -10,4 +11,5 @@ urlpatterns = [
     path("board/", board_page, name="board"),
     path("admin/", admin.site.urls),
     path("api/", api.urls),
+    path("healthz", healthz, name="healthz"),
 ]

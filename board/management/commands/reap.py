@@ -1,12 +1,14 @@
-"""Take back expired leases and admit unblocked tasks. `make run` starts it with --loop."""
+"""Take back expired leases and admit unblocked tasks. `manage.py serve` (so `make run`) starts
+it with --loop and restarts it if it dies; each pass is recorded for /healthz (board/health.py)."""
 import logging
 import time
 
 from django.conf import settings
 from django.core.management.base import BaseCommand
 from django.db import DatabaseError, connections
+from django.utils import timezone
 
-from board import transitions
+from board import health, transitions
 
 log = logging.getLogger("board.reaper")
 
@@ -26,6 +28,8 @@ class Command(BaseCommand):
         parser.add_argument("--database", default="default")
 
     def handle(self, *args, loop=False, interval=1.0, database="default", **options):
+        self.started_at = timezone.now()
+        self.passes = 0
         while True:
             try:
                 self.reap_once(database)
@@ -40,8 +44,13 @@ class Command(BaseCommand):
             time.sleep(interval)
 
     def reap_once(self, database: str) -> None:
-        for moved in transitions.reclaim_expired(using=database):
+        reclaimed = transitions.reclaim_expired(using=database)
+        for moved in reclaimed:
             self.stdout.write(f"reclaimed {moved.task_id} -> {moved.to_stage}")
-        for task_id in transitions.admit_ready(using=database):
+        admitted = transitions.admit_ready(using=database)
+        for task_id in admitted:
             self.stdout.write(f"admitted {task_id}")
         self.stdout.flush()
+        self.passes += 1
+        health.record_reaper_pass(started_at=self.started_at, passes=self.passes, reclaimed=len(reclaimed),
+                                  admitted=len(admitted), using=database)

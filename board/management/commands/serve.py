@@ -1,16 +1,67 @@
 """Serve the board: uvicorn worker processes on one port (HTTP through Django's WSGI handler,
-websockets through Channels: taskflow_site/asgi.py), and the reaper beside them. `make run`
-runs this; so do the tests' and benchmarks' live servers (tests/live_server.py)."""
+websockets through Channels: taskflow_site/asgi.py), and the reaper beside them, restarted if it
+dies. `make run` runs this; so do the tests' and benchmarks' live servers (tests/live_server.py)."""
+import logging
 import os
 import signal
 import subprocess
 import sys
+import threading
+import time
 
 import uvicorn
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 APP = "taskflow_site.asgi:application"
+
+log = logging.getLogger("board.reaper")
+
+
+class ReaperSupervisor:
+    """Runs `manage.py reap --loop` and starts it again whenever it exits: without it lost leases
+    never come back. A reaper that keeps dying is restarted after a growing pause (1 s doubling
+    to 30 s; back to 1 s once one has run for a minute), so a broken setup does not spin."""
+
+    FIRST_PAUSE, MAX_PAUSE, HEALTHY_RUN = 1.0, 30.0, 60.0
+
+    def __init__(self):
+        self.process: subprocess.Popen | None = None
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._supervise, name="reaper-supervisor", daemon=True)
+
+    def start(self) -> "ReaperSupervisor":
+        self._spawn()
+        self.thread.start()
+        return self
+
+    def _spawn(self) -> None:
+        self.process = subprocess.Popen([sys.executable, "manage.py", "reap", "--loop"],
+                                        cwd=settings.BASE_DIR, stdin=subprocess.DEVNULL)
+
+    def _supervise(self) -> None:
+        pause = self.FIRST_PAUSE
+        while True:
+            started = time.monotonic()
+            code = self.process.wait()
+            if self.stopping.is_set():
+                return
+            pause = self.FIRST_PAUSE if time.monotonic() - started >= self.HEALTHY_RUN else pause
+            log.error("reaper exited (code %s); restarting it in %g s", code, pause)
+            if self.stopping.wait(pause):
+                return
+            self._spawn()
+            pause = min(pause * 2, self.MAX_PAUSE)
+
+    def stop(self) -> None:
+        self.stopping.set()
+        process = self.process
+        if process is not None and process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
 
 
 def default_workers() -> int:
@@ -36,15 +87,12 @@ class Command(BaseCommand):
 
     def handle(self, *args, host, port, workers, no_reaper, access_log, **options):
         self.check_pool()
-        reaper = None
-        if not no_reaper:
-            reaper = subprocess.Popen([sys.executable, "manage.py", "reap", "--loop"],
-                                      cwd=settings.BASE_DIR, stdin=subprocess.DEVNULL)
+        reaper = None if no_reaper else ReaperSupervisor().start()
         shown = f"[{host}]" if ":" in host else host
         self.stdout.write(
             f"TaskFlow board on http://{shown}:{port}/  ({workers} server process"
             f"{'es' if workers != 1 else ''}, {settings.TASKFLOW['HTTP_THREADS']} threads each"
-            + (f", reaper pid {reaper.pid})" if reaper else ", no reaper)"))
+            + (f", reaper pid {reaper.process.pid}, restarted if it dies)" if reaper else ", no reaper)"))
         self.stdout.flush()
         try:
             uvicorn.run(
@@ -56,12 +104,8 @@ class Command(BaseCommand):
                 server_header=False, timeout_graceful_shutdown=5,
             )
         finally:
-            if reaper is not None and reaper.poll() is None:
-                reaper.send_signal(signal.SIGTERM)
-                try:
-                    reaper.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    reaper.kill()
+            if reaper is not None:
+                reaper.stop()
 
     @staticmethod
     def check_pool() -> None:
