@@ -52,6 +52,14 @@ class Principal:
 
 
 class AgentKeyAuth(HttpBearer):
+    def __call__(self, request):
+        # django-ninja's own parsing logs a header without "Bearer" (the whole key) when DEBUG
+        # is on; this one never logs it.
+        scheme, _, credential = request.headers.get(self.header, "").partition(" ")
+        if scheme.lower() != self.openapi_scheme or not credential:
+            return None
+        return self.authenticate(request, credential.strip())
+
     def authenticate(self, request, token):
         key = agent_keys.authenticate(token)
         return Principal(key.name, key.is_operator) if key else None
