@@ -13,6 +13,7 @@ stage, version or lease, or an agent key's hash.
 - The lease token is never stored, and its hash is never displayed.
 - Agent keys are minted by `agent_keys.create_key`, shown once in the response to the add form,
   and revoked by `agent_keys.revoke`; their hashes are never displayed.
+- No list can be filtered on a hash column (`NoHashLookups`): a ?key_hash__startswith= is 400.
 """
 from __future__ import annotations
 
@@ -113,6 +114,24 @@ def _current(exc: errors.BoardError, task_id: str) -> Task | None:
     if isinstance(exc.task, Task):
         return exc.task
     return Task.objects.filter(pk=task_id).first()
+
+
+# ---------------------------------------------------------------------------------------------
+# No lookup on a stored hash
+
+# Columns holding a secret's hash. A query-string filter on one (?key_hash__startswith=) would
+# let whoever sees a list recover the hash a few digits at a time by watching it narrow.
+HASH_FIELDS = frozenset({"key_hash", "lease_token_hash"})
+
+
+class NoHashLookups:
+    """A ModelAdmin mixin: any changelist lookup that names a hash column, on this model or
+    through a relation, is refused (Django answers 400); other lookups follow Django's rules."""
+
+    def lookup_allowed(self, lookup, value, request=None):
+        if any(part in HASH_FIELDS for part in lookup.split("__")):
+            return False
+        return super().lookup_allowed(lookup, value, request)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -459,7 +478,7 @@ ACTION_ROW_FIELDS = (
 
 
 @admin.register(Task)
-class TaskAdmin(admin.ModelAdmin):
+class TaskAdmin(NoHashLookups, admin.ModelAdmin):
     list_display = (
         "id", "title", "stage", "owner", "lease", "fence", "attempts_of_max", "version", "updated_at",
     )
@@ -797,7 +816,7 @@ class KeyStateFilter(admin.SimpleListFilter):
 
 
 @admin.register(AgentKey)
-class AgentKeyAdmin(admin.ModelAdmin):
+class AgentKeyAdmin(NoHashLookups, admin.ModelAdmin):
     list_display = ("name", "prefix", "is_operator", "created_at", "last_used_at", "revoked_at")
     list_filter = ("is_operator", KeyStateFilter)
     search_fields = ("name", "prefix")
