@@ -12,7 +12,8 @@ stage, version or lease, or an agent key's hash.
 - Acting needs `board.intervene`; staff without it get a read-only admin.
 - The lease token is never stored, and its hash is never displayed.
 - Agent keys are minted by `agent_keys.create_key`, shown once in the response to the add form,
-  and revoked by `agent_keys.revoke`; their hashes are never displayed.
+  and revoked by `agent_keys.revoke`; their hashes are never displayed. Minting an operator key
+  needs `board.intervene` besides `board.add_agentkey`.
 - No list can be filtered on a hash column (`NoHashLookups`): a ?key_hash__startswith= is 400.
 """
 from __future__ import annotations
@@ -786,13 +787,27 @@ class TaskAdmin(NoHashLookups, admin.ModelAdmin):
 
 
 class AgentKeyCreateForm(_EngineForm):
+    """Mints a key. An operator key acts as an operator through the API, so making one is itself
+    an intervention: without board.intervene the field is not offered, and a request that sends
+    it anyway is refused (never silently turned into a plain key)."""
+
+    may_mint_operator = False  # set per request by the admin's get_form
+
     class Meta:
         model = AgentKey
         fields = ("name", "is_operator")
 
+    def clean(self):
+        cleaned = super().clean()
+        if not self.may_mint_operator and self.data.get("is_operator") not in (None, "", "off", "false", "0"):
+            raise forms.ValidationError(
+                "Only a user with the board.intervene permission may create an operator key.")
+        return cleaned
+
     def apply(self) -> None:
         try:
-            row, key = agent_keys.create_key(self.cleaned_data["name"], is_operator=self.cleaned_data["is_operator"])
+            row, key = agent_keys.create_key(self.cleaned_data["name"],
+                                             is_operator=bool(self.cleaned_data.get("is_operator")))
         except errors.BoardError as exc:
             self.add_error("name", exc.message)
             return
@@ -828,10 +843,18 @@ class AgentKeyAdmin(NoHashLookups, admin.ModelAdmin):
     def get_form(self, request, obj=None, change=False, **kwargs):
         if obj is None:
             kwargs["form"] = AgentKeyCreateForm
+            form = super().get_form(request, obj, change=change, **kwargs)
+            return type(form.__name__, (form,), {"may_mint_operator": self.may_mint_operator(request)})
         return super().get_form(request, obj, change=change, **kwargs)
 
+    @staticmethod
+    def may_mint_operator(request) -> bool:
+        return request.user.has_perm("board.intervene")
+
     def get_fields(self, request, obj=None):
-        return ("name", "is_operator") if obj is None else self.readonly_fields
+        if obj is None:
+            return ("name", "is_operator") if self.may_mint_operator(request) else ("name",)
+        return self.readonly_fields
 
     def get_readonly_fields(self, request, obj=None):
         return () if obj is None else self.readonly_fields

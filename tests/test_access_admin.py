@@ -89,3 +89,51 @@ def test_the_unfiltered_lists_still_work(root):
     transitions.create([TaskSpec(id="t", title="t")], actor="x")
     assert root.get(TASKS, {"stage__exact": "QUEUED"}).status_code == 200
     assert AgentKey.objects.count() == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Issue 7: operator keys need board.intervene; reserved agent names
+
+KEY_CLERK = ["board.view_agentkey", "board.add_agentkey"]
+
+
+def test_add_agentkey_alone_cannot_mint_an_operator_key():
+    clerk = client_for(make_user("clerk", KEY_CLERK))
+    form = clerk.get(KEY_ADD)
+    assert form.status_code == 200
+    assert 'name="is_operator"' not in form.content.decode()
+    refused = clerk.post(KEY_ADD, {"name": "sneaky", "is_operator": "on"})
+    assert refused.status_code == 200
+    assert refused.context["adminform"].form.errors == {
+        "__all__": ["Only a user with the board.intervene permission may create an operator key."]}
+    assert not AgentKey.objects.exists()
+    plain = clerk.post(KEY_ADD, {"name": "worker-1"})
+    assert plain.status_code == 200 and plain.context["key"].startswith(agent_keys.KEY_PREFIX)
+    assert list(AgentKey.objects.values_list("name", "is_operator")) == [("worker-1", False)]
+
+
+def test_intervene_mints_an_operator_key():
+    boss = client_for(make_user("boss", [*KEY_CLERK, "board.intervene"]))
+    assert 'name="is_operator"' in boss.get(KEY_ADD).content.decode()
+    made = boss.post(KEY_ADD, {"name": "op-agent", "is_operator": "on"})
+    assert made.status_code == 200 and "key" in made.context
+    assert list(AgentKey.objects.values_list("name", "is_operator")) == [("op-agent", True)]
+
+
+@pytest.mark.parametrize("name", ["system", "System", "admin", "ADMIN", "system:reaper", "root", "Root"])
+def test_reserved_and_user_names_are_refused_by_the_admin(root, name):
+    response = root.post(KEY_ADD, {"name": name})
+    assert response.status_code == 200
+    [message] = response.context["adminform"].form.errors["name"]
+    assert message.startswith(f"agent name {name!r} is reserved"), message
+    assert not AgentKey.objects.exists()
+
+
+@pytest.mark.parametrize("name", ["system", "admin", "system:retry", "alice", "ALICE"])
+def test_reserved_and_user_names_are_refused_by_create_agent_key(name):
+    from django.core.management import CommandError, call_command
+
+    User.objects.create_user("alice", password="x")
+    with pytest.raises(CommandError, match=f"agent name {name!r} is reserved"):
+        call_command("create_agent_key", name)
+    assert not AgentKey.objects.exists()
