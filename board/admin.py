@@ -12,7 +12,9 @@ stage, version or lease, or an agent key's hash.
 - Acting needs `board.intervene`; staff without it get a read-only admin.
 - The lease token is never stored, and its hash is never displayed.
 - Agent keys are minted by `agent_keys.create_key`, shown once in the response to the add form,
-  and revoked by `agent_keys.revoke`; their hashes are never displayed.
+  and revoked by `agent_keys.revoke`; their hashes are never displayed. Minting an operator key
+  needs `board.intervene` besides `board.add_agentkey`.
+- No list can be filtered on a hash column (`NoHashLookups`): a ?key_hash__startswith= is 400.
 """
 from __future__ import annotations
 
@@ -113,6 +115,24 @@ def _current(exc: errors.BoardError, task_id: str) -> Task | None:
     if isinstance(exc.task, Task):
         return exc.task
     return Task.objects.filter(pk=task_id).first()
+
+
+# ---------------------------------------------------------------------------------------------
+# No lookup on a stored hash
+
+# Columns holding a secret's hash. A query-string filter on one (?key_hash__startswith=) would
+# let whoever sees a list recover the hash a few digits at a time by watching it narrow.
+HASH_FIELDS = frozenset({"key_hash", "lease_token_hash"})
+
+
+class NoHashLookups:
+    """A ModelAdmin mixin: any changelist lookup that names a hash column, on this model or
+    through a relation, is refused (Django answers 400); other lookups follow Django's rules."""
+
+    def lookup_allowed(self, lookup, value, request=None):
+        if any(part in HASH_FIELDS for part in lookup.split("__")):
+            return False
+        return super().lookup_allowed(lookup, value, request)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -459,7 +479,7 @@ ACTION_ROW_FIELDS = (
 
 
 @admin.register(Task)
-class TaskAdmin(admin.ModelAdmin):
+class TaskAdmin(NoHashLookups, admin.ModelAdmin):
     list_display = (
         "id", "title", "stage", "owner", "lease", "fence", "attempts_of_max", "version", "updated_at",
     )
@@ -767,13 +787,27 @@ class TaskAdmin(admin.ModelAdmin):
 
 
 class AgentKeyCreateForm(_EngineForm):
+    """Mints a key. An operator key acts as an operator through the API, so making one is itself
+    an intervention: without board.intervene the field is not offered, and a request that sends
+    it anyway is refused (never silently turned into a plain key)."""
+
+    may_mint_operator = False  # set per request by the admin's get_form
+
     class Meta:
         model = AgentKey
         fields = ("name", "is_operator")
 
+    def clean(self):
+        cleaned = super().clean()
+        if not self.may_mint_operator and self.data.get("is_operator") not in (None, "", "off", "false", "0"):
+            raise forms.ValidationError(
+                "Only a user with the board.intervene permission may create an operator key.")
+        return cleaned
+
     def apply(self) -> None:
         try:
-            row, key = agent_keys.create_key(self.cleaned_data["name"], is_operator=self.cleaned_data["is_operator"])
+            row, key = agent_keys.create_key(self.cleaned_data["name"],
+                                             is_operator=bool(self.cleaned_data.get("is_operator")))
         except errors.BoardError as exc:
             self.add_error("name", exc.message)
             return
@@ -797,7 +831,7 @@ class KeyStateFilter(admin.SimpleListFilter):
 
 
 @admin.register(AgentKey)
-class AgentKeyAdmin(admin.ModelAdmin):
+class AgentKeyAdmin(NoHashLookups, admin.ModelAdmin):
     list_display = ("name", "prefix", "is_operator", "created_at", "last_used_at", "revoked_at")
     list_filter = ("is_operator", KeyStateFilter)
     search_fields = ("name", "prefix")
@@ -809,10 +843,18 @@ class AgentKeyAdmin(admin.ModelAdmin):
     def get_form(self, request, obj=None, change=False, **kwargs):
         if obj is None:
             kwargs["form"] = AgentKeyCreateForm
+            form = super().get_form(request, obj, change=change, **kwargs)
+            return type(form.__name__, (form,), {"may_mint_operator": self.may_mint_operator(request)})
         return super().get_form(request, obj, change=change, **kwargs)
 
+    @staticmethod
+    def may_mint_operator(request) -> bool:
+        return request.user.has_perm("board.intervene")
+
     def get_fields(self, request, obj=None):
-        return ("name", "is_operator") if obj is None else self.readonly_fields
+        if obj is None:
+            return ("name", "is_operator") if self.may_mint_operator(request) else ("name",)
+        return self.readonly_fields
 
     def get_readonly_fields(self, request, obj=None):
         return () if obj is None else self.readonly_fields

@@ -1,5 +1,8 @@
 """Agent API keys: minting, lookup by hash, revocation. The only module that writes AgentKey.
 
+Names that the history could confuse with the board itself (`system`, `system:…`, `admin`) or
+with a user of the admin (any existing username) are refused at minting.
+
 `authenticate` runs on every API request, so it is one indexed SELECT (the unique key_hash
 index) written by hand and sent through the connection's cursor, instead of an ORM query built
 anew each time. It reads the row on every call, never a cache: a key revoked by any process is
@@ -10,6 +13,7 @@ import hashlib
 import secrets
 from datetime import timedelta
 
+from django.contrib.auth import get_user_model
 from django.db import connections
 from django.utils import timezone
 
@@ -26,12 +30,35 @@ def _hash(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
 
 
+# The history records who acted by name: agents by their key's name, operators by their
+# username, the board itself as "system" or "system:<job>". An agent must not be able to pass
+# for either, so these names (compared without case) and every existing username are refused.
+RESERVED_NAMES = frozenset({"system", "admin"})
+RESERVED_PREFIXES = ("system:",)
+
+
+def reserved_because(name: str, *, using: str = "default") -> str | None:
+    """Why `name` may not be an agent's name, or None when it may."""
+    folded = name.casefold()
+    if folded in RESERVED_NAMES or folded.startswith(RESERVED_PREFIXES):
+        return "the board's own actions are recorded under it"
+    users = get_user_model()
+    if users._default_manager.db_manager(using).filter(**{f"{users.USERNAME_FIELD}__iexact": name}).exists():
+        return "a user of the admin has this name, and the history must tell them apart"
+    return None
+
+
 def create_key(name: str, *, is_operator: bool = False, using: str = "default") -> tuple[AgentKey, str]:
-    """Mint a key for agent `name`; returns the row and the key, which is never shown again."""
+    """Mint a key for agent `name`; returns the row and the key, which is never shown again.
+    Whether the caller may mint an operator key is the caller's check (the admin asks for
+    board.intervene; the command is run by whoever runs the server)."""
     if not is_valid_task_id(name):
         raise errors.InvalidRequest(
             "agent name: 1-100 letters, digits and ._:- starting with a letter or digit"
         )
+    why = reserved_because(name, using=using)
+    if why:
+        raise errors.InvalidRequest(f"agent name {name!r} is reserved: {why}")
     key = KEY_PREFIX + secrets.token_urlsafe(32)
     row = AgentKey.objects.using(using).create(
         name=name, prefix=key[: len(KEY_PREFIX) + 6], key_hash=_hash(key), is_operator=is_operator,

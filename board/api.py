@@ -5,8 +5,10 @@ Every error has one shape, `{"error": {"code", "message", "task"?, "details"?}}`
 never changes the database (the engine raises before or instead of writing).
 
 Who may call: an agent with `Authorization: Bearer <key>` (its name comes from the key), or a
-logged-in staff user's browser session with the CSRF token. Operators' verbs (admit, requeue,
-cancel, force-release, force-pause) need a key created with --operator or a user with the
+logged-in staff user's browser session with the CSRF token. Each endpoint's first line checks
+what the caller may do (board/access.py): a session reads with board.view_task and creates
+with board.add_task; claiming and the holder's verbs take an agent key only; operators' verbs
+(admit, requeue, cancel, force-release, force-pause) need a key created with --operator or the
 board.intervene permission.
 """
 from __future__ import annotations
@@ -27,7 +29,7 @@ from ninja import Body, NinjaAPI, Query, Status
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.security import HttpBearer, SessionAuth
 
-from . import agent_keys, errors, selectors, transitions, waiting
+from . import access, agent_keys, errors, selectors, transitions, waiting
 from .lifecycle import Stage
 from .models import Task, TaskEvent
 from .schemas import (
@@ -45,13 +47,24 @@ MAX_PAGE = 500
 
 @dataclass(frozen=True)
 class Principal:
-    """Who is calling: the agent name every verb records, and whether operator verbs are allowed."""
+    """Who is calling: the name every verb records, and what it may do (board/access.py)."""
 
     name: str
     operator: bool
+    agent: bool = True  # an agent key; False for a person's session
+    can_read: bool = True
+    can_create: bool = True
 
 
 class AgentKeyAuth(HttpBearer):
+    def __call__(self, request):
+        # django-ninja's own parsing logs a header without "Bearer" (the whole key) when DEBUG
+        # is on; this one never logs it.
+        scheme, _, credential = request.headers.get(self.header, "").partition(" ")
+        if scheme.lower() != self.openapi_scheme or not credential:
+            return None
+        return self.authenticate(request, credential.strip())
+
     def authenticate(self, request, token):
         key = agent_keys.authenticate(token)
         return Principal(key.name, key.is_operator) if key else None
@@ -68,8 +81,9 @@ class StaffSessionAuth(SessionAuth):
 
     def authenticate(self, request, key):
         user = request.user
-        if user.is_authenticated and user.is_staff and user.is_active:
-            return Principal(user.get_username(), user.has_perm("board.intervene"))
+        if access.is_board_user(user):
+            return Principal(user.get_username(), access.may_intervene(user), agent=False,
+                             can_read=access.may_read(user), can_create=access.may_create(user))
         return None
 
 
@@ -149,11 +163,37 @@ def on_http_error(request, exc: HttpError):
     return error_response(request, status, codes.get(exc.status_code, "error"), str(exc))
 
 
+# Permission checks, one per endpoint, first thing in its body (before anything is read or
+# written). Agent keys pass all but the operator check; sessions get what board/access.py says.
+
+
 def _operator(request) -> Principal:
     principal: Principal = request.auth
     if not principal.operator:
         raise errors.Forbidden("this needs operator rights (a key created with --operator, "
                                "or the board.intervene permission)")
+    return principal
+
+
+def _reader(request) -> Principal:
+    principal: Principal = request.auth
+    if not principal.can_read:
+        raise errors.Forbidden("reading tasks needs the board.view_task permission")
+    return principal
+
+
+def _creator(request) -> Principal:
+    principal: Principal = request.auth
+    if not principal.can_create:
+        raise errors.Forbidden("creating tasks needs the board.add_task permission")
+    return principal
+
+
+def _agent(request) -> Principal:
+    principal: Principal = request.auth
+    if not principal.agent:
+        raise errors.Forbidden("claiming and holding tasks is for agents: send an agent key "
+                               "('Authorization: Bearer <key>'), not a browser session")
     return principal
 
 
@@ -195,6 +235,7 @@ def _same_as_existing(specs: list[TaskSpec]) -> list[Task] | None:
 def create_tasks(request, body: Union[TaskIn, list[TaskIn]] = Body(...)):
     """An existing id with an identical body returns the existing task (200): a client may
     retry a create safely. A different body under an existing id is `duplicate_id`."""
+    _creator(request)
     batch = isinstance(body, list)
     specs = [_spec(item) for item in (body if batch else [body])]
     if not specs:
@@ -243,6 +284,7 @@ def _limit(limit: int) -> int:
 def list_tasks(request, stage: list[str] = Query(None), queue: Optional[str] = None,
                owner: Optional[str] = None, text: Optional[str] = None,
                cursor: Optional[str] = None, limit: int = 100):
+    _reader(request)
     _refuse_unknown_query(request, {"stage", "queue", "owner", "text", "cursor", "limit"})
     rows = Task.objects.all()
     if stage:
@@ -297,12 +339,14 @@ def _answer(request, data: dict):
 
 @api.get("/tasks/{task_id}", response={200: TaskOut, **ERRORS}, summary="One task")
 def get_task(request, task_id: str):
+    _reader(request)
     return _render(_one(task_id))
 
 
 @api.get("/tasks/{task_id}/events", response={200: EventPage, **ERRORS},
          summary="A task's history, one event per transition, oldest first")
 def task_events(request, task_id: str, cursor: Optional[str] = None, limit: int = 100):
+    _reader(request)
     _refuse_unknown_query(request, {"cursor", "limit"})
     _one(task_id)
     rows = TaskEvent.objects.filter(task_id=task_id)
@@ -332,6 +376,7 @@ def claim_next(request, body: ClaimNextIn):
     hands the wait back to the server, which parks the request without a thread or a database
     connection and replays it when a task becomes ready. Under another WSGI server (or Django's
     test client) the view polls by itself, holding its worker for the wait."""
+    _agent(request)
     claim = transitions.claim_next(request.auth.name, body.ttl_seconds, queue=body.queue)
     if claim is not None:
         return _answer(request, _render_claim(claim))
@@ -360,12 +405,14 @@ def _poll_for_work(agent: str, body: ClaimNextIn):
 
 @api.post("/tasks/{task_id}/claim", response={200: ClaimOut, **ERRORS}, summary="Claim this task")
 def claim_task(request, task_id: str, body: ClaimIn):
+    _agent(request)
     return _render_claim(transitions.claim(task_id, request.auth.name, body.ttl_seconds))
 
 
 @api.post("/tasks/{task_id}/resume", response={200: ClaimOut, **ERRORS},
           summary="Take a PAUSED task with a new lease; its checkpoint is on the task")
 def resume_task(request, task_id: str, body: ResumeIn):
+    _agent(request)
     return _render_claim(transitions.resume(task_id, request.auth.name, body.ttl_seconds))
 
 
@@ -376,6 +423,7 @@ def resume_task(request, task_id: str, body: ResumeIn):
 @api.post("/tasks/{task_id}/renew", response={200: ClaimOut, **ERRORS},
           summary="Extend a live lease (same token and fence); optionally save checkpoint/progress")
 def renew_task(request, task_id: str, body: RenewIn):
+    _agent(request)
     limit_json_size("checkpoint", body.checkpoint)
     claim = transitions.renew(task_id, body.token, body.ttl_seconds, checkpoint=body.checkpoint,
                               progress=body.progress, agent=request.auth.name)
@@ -385,11 +433,13 @@ def renew_task(request, task_id: str, body: RenewIn):
 @api.post("/tasks/{task_id}/release", response={200: TaskOut, **ERRORS},
           summary="Give the task back to the queue (the attempt is not counted)")
 def release_task(request, task_id: str, body: TokenIn):
+    _agent(request)
     return _render(transitions.release(task_id, body.token, agent=request.auth.name))
 
 
 @api.post("/tasks/{task_id}/complete", response={200: TaskOut, **ERRORS}, summary="Commit the result")
 def complete_task(request, task_id: str, body: CompleteIn):
+    _agent(request)
     limit_json_size("result", body.result)
     return _answer(request, _render(transitions.complete(task_id, body.token, body.result, agent=request.auth.name)))
 
@@ -398,6 +448,7 @@ def complete_task(request, task_id: str, body: CompleteIn):
           summary="Record a failed attempt: back to QUEUED after a backoff while attempts remain "
                   "(and retryable), else FAILED")
 def fail_task(request, task_id: str, body: FailIn):
+    _agent(request)
     return _render(transitions.fail(task_id, body.token, body.error, retryable=body.retryable,
                                     agent=request.auth.name))
 
@@ -405,6 +456,7 @@ def fail_task(request, task_id: str, body: FailIn):
 @api.post("/tasks/{task_id}/pause", response={200: TaskOut, **ERRORS},
           summary="Release the lease and keep a checkpoint for a later resume")
 def pause_task(request, task_id: str, body: PauseIn):
+    _agent(request)
     limit_json_size("checkpoint", body.checkpoint)
     return _render(transitions.pause(task_id, body.token, body.checkpoint, agent=request.auth.name))
 
@@ -453,4 +505,5 @@ def force_pause_task(request, task_id: str, body: OperatorIn):
 
 @api.get("/check", response={200: ProblemsOut, **ERRORS}, summary="Invariant problems found by check()")
 def check(request):
+    _reader(request)
     return {"problems": [{"task": p.task, "code": p.code, "text": p.text} for p in selectors.problems()]}

@@ -1,17 +1,25 @@
-"""The kanban page. Data comes over the websocket (board/consumers.py) and the API."""
+"""The kanban page. Data comes over the websocket (board/consumers.py) and the API.
+
+Who may open it: an active staff user allowed to read tasks (board/access.py); the page offers
+the operators' actions only to a user with board.intervene, and those actions are the only
+writes it makes (through the API, with the session and its CSRF token)."""
 from django.contrib.admin.views.decorators import staff_member_required
+from django.core.exceptions import PermissionDenied
 from django.shortcuts import render
 from django.views.decorators.csrf import ensure_csrf_cookie
 
+from . import access
 from .lifecycle import TRANSITIONS, Stage
 
 
 @staff_member_required
 @ensure_csrf_cookie  # the page's actions call the API with the session and this token
 def board_page(request):
+    if not access.may_read(request.user):
+        raise PermissionDenied("viewing the board needs the board.view_task permission")
     moves = sorted({(s.value, verb.value, to.value) for (s, verb), to in TRANSITIONS.items()})
     return render(request, "board/board.html", {
         "stages": [s.value for s in Stage],
         "moves": moves,
-        "can_intervene": request.user.has_perm("board.intervene"),
+        "can_intervene": access.may_intervene(request.user),
     })

@@ -222,6 +222,13 @@ if not DEBUG:
     if env_flag("SECURE_PROXY_SSL_HEADER"):
         SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 
+# No log line and no error page ever holds an agent key, a lease token or a password
+# (taskflow_site/redaction.py): every log record is scrubbed when it is made, whichever logger
+# and handler (uvicorn's access log too), and Django's DEBUG page and error reports hide them.
+LOGGING_CONFIG = "taskflow_site.redaction.configure_logging"
+DEFAULT_EXCEPTION_REPORTER_FILTER = "taskflow_site.redaction.SecretsReporterFilter"
+DEFAULT_EXCEPTION_REPORTER = "taskflow_site.redaction.SecretsReporter"
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

@@ -182,10 +182,11 @@ def running(w) -> SimpleNamespace:
     return SimpleNamespace(id="run", token=token, task=task)
 
 
-def staff_user(username="staff", *, operator=False, is_staff=True) -> User:
+def staff_user(username="staff", *, operator=False, is_staff=True, perms=()) -> User:
+    """A user; `perms` are codenames of board permissions (board/access.py says what each allows)."""
     user = User.objects.create_user(username, password="unused-in-tests", is_staff=is_staff)
-    if operator:
-        user.user_permissions.add(Permission.objects.get(codename="intervene", content_type__app_label="board"))
+    for codename in (*perms, *(["intervene"] if operator else [])):
+        user.user_permissions.add(Permission.objects.get(codename=codename, content_type__app_label="board"))
     return user
 
 
@@ -1263,21 +1264,20 @@ def test_a_staff_session_post_without_the_csrf_token_is_forbidden(db):
 
 
 def test_a_staff_session_with_the_csrf_token_works(agent):
-    client, csrf = session_client(staff_user())
+    client, csrf = session_client(staff_user(perms=["view_task", "add_task"]))
     task = post(client, "/tasks", {"id": "by-staff", "title": "x"}, **csrf)
     assert task.status_code == 201
-    claimed = post(client, "/claim", {"ttl_seconds": 60}, **csrf)  # the async view, too
-    assert claimed.status_code == 200
-    assert claimed.json()["task"]["owner"] == "staff"
-    token = claimed.json()["lease"]["token"]
-    done = post(client, "/tasks/by-staff/complete", {"token": token, "result": "ok"}, **csrf)
-    assert done.status_code == 200 and done.json()["stage"] == "COMPLETED"
+    assert TaskEvent.objects.get(task_id="by-staff").actor == "staff"
+    # Claiming is for agents' keys, never a session (tests/test_access_api.py has the rest).
+    before = db_state()
+    assert_error(post(client, "/claim", {"ttl_seconds": 60}, **csrf), 403, "forbidden")
+    assert db_state() == before
 
 
 def test_a_staff_session_reads_without_a_csrf_token(http, agent):
     create(http, agent, id="t")
     client = HttpsClient(enforce_csrf_checks=True)
-    client.force_login(staff_user())
+    client.force_login(staff_user(perms=["view_task"]))
     assert [t["id"] for t in get(client, "/tasks").json()["items"]] == ["t"]
     assert get(client, "/tasks/t").status_code == 200
     assert get(client, "/check").json() == {"problems": []}

@@ -1,0 +1,37 @@
+"""Who may do what on the board: the one place that says which Django permission each kind of
+access needs. The API (board/api.py), the board page (board/views.py) and the board's socket ask
+here; the admin applies the same permissions to its screens (board/admin.py).
+
+Agents authenticate with a key (board/agent_keys.py) and may read, create, claim and hold
+tasks; an operator key may also intervene. People authenticate with an active staff account's
+session and get what their permissions say (a superuser has them all):
+
+| to ...                                                    | a staff user needs                |
+|-----------------------------------------------------------|-----------------------------------|
+| read tasks, their history and problems (API GETs, board)  | board.view_task or board.change_task (Django's admin: change implies view) |
+| create tasks through the API                              | board.add_task                    |
+| act as an operator (admit, requeue, cancel, force-*)      | board.intervene                   |
+| claim, resume, renew, complete, fail, pause, release      | nobody: these are agents' verbs (a lease belongs to an agent process, which renews it); a person uses an agent key |
+"""
+from __future__ import annotations
+
+READ = ("board.view_task", "board.change_task")
+CREATE = "board.add_task"
+INTERVENE = "board.intervene"
+
+
+def is_board_user(user) -> bool:
+    """An account the board serves at all: authenticated, active and staff."""
+    return bool(user and user.is_authenticated and user.is_active and user.is_staff)
+
+
+def may_read(user) -> bool:
+    return is_board_user(user) and any(user.has_perm(perm) for perm in READ)
+
+
+def may_create(user) -> bool:
+    return is_board_user(user) and user.has_perm(CREATE)
+
+
+def may_intervene(user) -> bool:
+    return is_board_user(user) and user.has_perm(INTERVENE)
