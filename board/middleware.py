@@ -4,8 +4,8 @@ same way, whatever made it:
 - a URL whose path or query holds a NUL character, or whose query is not UTF-8, is refused
   (422 `validation_error`) before any view sees it: PostgreSQL refuses NUL in text, and Django
   would quietly turn bytes that are not UTF-8 into U+FFFD;
-- answers Django makes by itself (404 for an unknown path, 405 for a wrong method) and a crash
-  (500, which Django renders as HTML) come as JSON instead.
+- answers Django makes by itself (400 for a Host not allowed, 404 for an unknown path, 405 for
+  a wrong method) and a crash (500, which Django renders as HTML) come as JSON instead.
 """
 from urllib.parse import unquote_to_bytes
 
@@ -15,6 +15,8 @@ from django.utils.decorators import sync_and_async_middleware
 
 API_PREFIX = "/api/"
 CODES = {
+    # Django's own refusals (a Host not in ALLOWED_HOSTS, a malformed request) before the API.
+    400: ("bad_request", "the request is malformed"),
     # Not "not_found": a client with a wrong base URL must not read every answer as "no such task".
     404: ("no_such_endpoint", "no such API endpoint"),
     405: ("method_not_allowed", "this endpoint does not take that method"),

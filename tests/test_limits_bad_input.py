@@ -54,13 +54,13 @@ def postgres_server(django_db_setup, django_db_blocker):
 
 
 def send(server: BoardServer, method: str, path: str, key: str | None, body: bytes | None = None,
-         content_type: str = "application/json") -> tuple[int, str, bytes]:
+         content_type: str = "application/json", host: str = "127.0.0.1") -> tuple[int, str, bytes]:
     conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
     try:
-        headers = {"Content-Type": content_type}
+        headers = {"Host": host, "Content-Type": content_type}
         if key:
             headers["Authorization"] = f"Bearer {key}"
-        conn.putrequest(method, path, skip_accept_encoding=True)
+        conn.putrequest(method, path, skip_host=True, skip_accept_encoding=True)
         for name, value in headers.items():
             conn.putheader(name, value)
         conn.putheader("Content-Length", str(len(body or b"")))
@@ -227,6 +227,8 @@ def fuzz_requests(board: Board) -> list[tuple[str, str, str, str, bytes | None]]
         ("body empty", agent, "POST", "/api/tasks", b""),
         ("body a number", agent, "POST", "/api/tasks", b"1e999999"),
         ("id in path 10,000 long", agent, "GET", "/api/tasks/" + "a" * 10_000, None),
+        ("2,000 query parameters", agent, "GET", "/api/tasks?" + "&".join(f"p{i}=1" for i in range(2000)), None),
+        ("2,000 repeats of limit", agent, "GET", "/api/tasks?" + "&".join("limit=1" for _ in range(2000)), None),
         ("path not UTF-8", agent, "GET", "/api/tasks/%FF%FE/events", None),
     ]
     return cases
@@ -241,6 +243,11 @@ def test_fuzzed_input_is_a_json_4xx_and_changes_nothing(alias, request):
     for what, key, method, path, body in fuzz_requests(board):
         try:
             assert_json_4xx(send(server, method, path, key, body), what)
+        except AssertionError as exc:
+            failures.append(str(exc).splitlines()[0])
+    for host in ("evil.example", "bad host", "\u00e9.example"):
+        try:
+            assert_json_4xx(send(server, "POST", "/api/tasks", board.agent, b'{"title": "t"}', host=host), f"Host {host}")
         except AssertionError as exc:
             failures.append(str(exc).splitlines()[0])
     assert not failures, "\n".join(failures)
