@@ -1,6 +1,7 @@
 """Every text the API takes is capped (title, description, error, reason, queue, token, the list
 filters), on every input path, with the limit in the refusal and nothing written; and a list
-page is bounded in bytes as well as in tasks. Against the real server on SQLite.
+page is bounded in bytes as well as in tasks. Against the real server on SQLite; the engine's
+own checks (every caller's) on SQLite and PostgreSQL.
 """
 import http.client
 import json
@@ -9,15 +10,15 @@ from urllib.parse import quote
 import pytest
 from django.db import connections
 
-from board import agent_keys, transitions
+from board import agent_keys, errors, transitions
 from board.api import MAX_PAGE, MAX_PAGE_BYTES
 from board.lifecycle import (
-    MAX_DESCRIPTION_CHARS, MAX_ERROR_CHARS, MAX_OWNER_CHARS, MAX_REASON_CHARS, MAX_TITLE_CHARS,
+    MAX_BATCH_TASKS, MAX_DESCRIPTION_CHARS, MAX_ERROR_CHARS, MAX_OWNER_CHARS, MAX_REASON_CHARS, MAX_TITLE_CHARS,
     MAX_TOKEN_CHARS,
 )
 from board.schemas import MAX_JSON_FIELD_BYTES
 from tests.live_server import BoardServer
-from tests.support import database_url, db_state, sqlite_db_mark
+from tests.support import database_url, db_state, postgres_db_mark, sqlite_db_mark
 
 pytestmark = sqlite_db_mark()
 
@@ -134,3 +135,24 @@ def test_a_page_of_small_tasks_is_still_limit_tasks(server, board):
     assert status == 200 and len(page["items"]) == MAX_PAGE and page["next"] is not None
     status, data = send(server, "GET", f"/api/tasks?limit={MAX_PAGE}&cursor={page['next']}", agent)
     assert status == 200 and [t["id"] for t in json.loads(data)["items"]] == ["small-498", "small-499"]
+
+
+@pytest.mark.parametrize("alias", ["default", pytest.param("postgres", marks=postgres_db_mark())])
+def test_the_engine_holds_every_caller_to_the_task_caps_on_create_and_edit(alias):
+    # The admin's change form edits through transitions.edit, and commands create through
+    # transitions.create: neither goes through the API's schemas.
+    transitions.create(transitions.TaskSpec(title="t", id="e1"), actor="test", using=alias)
+    before = db_state(alias)
+    refused = [
+        lambda: transitions.create(transitions.TaskSpec(title="t", description=over(MAX_DESCRIPTION_CHARS)),
+                                   using=alias),
+        lambda: transitions.create(transitions.TaskSpec(title="t\x00"), using=alias),
+        lambda: transitions.create(transitions.TaskSpec(title="t", payload={"k": "\ud800"}), using=alias),
+        lambda: transitions.edit("e1", actor="op", version=0, description=over(MAX_DESCRIPTION_CHARS), using=alias),
+        lambda: transitions.edit("e1", actor="op", version=0, description="\x00", using=alias),
+        lambda: transitions.create([transitions.TaskSpec(title="t") for _ in range(MAX_BATCH_TASKS + 1)], using=alias),
+    ]
+    for call in refused:
+        with pytest.raises((errors.InvalidRequest, errors.TooLarge)):
+            call()
+    assert db_state(alias) == before
