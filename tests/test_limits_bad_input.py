@@ -230,6 +230,11 @@ def fuzz_requests(board: Board) -> list[tuple[str, str, str, str, bytes | None]]
         ("2,000 query parameters", agent, "GET", "/api/tasks?" + "&".join(f"p{i}=1" for i in range(2000)), None),
         ("2,000 repeats of limit", agent, "GET", "/api/tasks?" + "&".join("limit=1" for _ in range(2000)), None),
         ("path not UTF-8", agent, "GET", "/api/tasks/%FF%FE/events", None),
+        ("PUT", agent, "PUT", "/api/tasks/q1", b'{"title": "t"}'),
+        ("DELETE", agent, "DELETE", "/api/tasks/q1", None),
+        ("PATCH on claim", agent, "PATCH", "/api/claim", b"{}"),
+        ("a key of 8 KB", "k" * 8192, "GET", "/api/tasks", None),
+        ("path with a dot segment", agent, "GET", "/api/tasks/../check", None),
     ]
     return cases
 
