@@ -22,7 +22,8 @@ from datetime import datetime
 from typing import Optional, Union
 
 from django.conf import settings
-from django.core.exceptions import RequestDataTooBig
+from django.core.exceptions import RequestDataTooBig, SuspiciousOperation, TooManyFieldsSent
+from django.core.serializers.json import DjangoJSONEncoder
 from django.db.models import Q
 from django.http import HttpResponse
 from ninja import Body, NinjaAPI, Query, Status
@@ -30,11 +31,11 @@ from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.security import HttpBearer, SessionAuth
 
 from . import access, agent_keys, errors, selectors, transitions, waiting
-from .lifecycle import Stage
+from .lifecycle import MAX_BATCH_TASKS, MAX_OWNER_CHARS, MAX_TITLE_CHARS, Stage, is_valid_task_id
 from .models import Task, TaskEvent
 from .schemas import (
     ClaimIn, ClaimNextIn, ClaimOut, CompleteIn, ErrorOut, EventPage, FailIn, OperatorIn, PauseIn,
-    ProblemsOut, RenewIn, RequeueIn, ResumeIn, TaskBatchOut, TaskIn, TaskOut, TaskPage, TokenIn,
+    ProblemsOut, RenewIn, RequeueIn, ResumeIn, TaskBatchIn, TaskBatchOut, TaskIn, TaskOut, TaskPage, TokenIn,
     limit_json_size, public_claim, public_event, public_task,
 )
 from .transitions import TaskSpec
@@ -42,7 +43,9 @@ from .transitions import TaskSpec
 # How often a waiting claim looks for work again when it is not served by the board's server
 # (which parks it instead: taskflow_site/serving.py).
 CLAIM_POLL_SECONDS = 0.2
-MAX_PAGE = 500
+MAX_PAGE = 500  # tasks or events per page
+MAX_PAGE_BYTES = 4 * 1024 * 1024  # of a task page's JSON; the largest task renders to under 3 MB
+PAGE_READ_ROWS = 20
 
 
 @dataclass(frozen=True)
@@ -137,6 +140,12 @@ def on_validation_error(request, exc: ValidationError):
     specific = [d for d in details
                 if d["type"] not in ("list_type", "model_type", "dict_type", "model_attributes_type")]
     details = specific or details
+    batch_too_long = next((e for e in exc.errors
+                           if e.get("type") == "too_long" and not _field_path(e.get("loc", ()))), None)
+    if batch_too_long is not None:  # the create body's list, judged by its length alone
+        count = batch_too_long.get("ctx", {}).get("actual_length")
+        return error_response(request, 413, "too_large",
+                              f"a batch creates at most {MAX_BATCH_TASKS} tasks; this one has {count}")
     first = details[0] if details else {"loc": [], "msg": "invalid request"}
     where = ".".join(str(part) for part in first["loc"])
     return error_response(request, 422, "validation_error", f"{where + ': ' if where else ''}{first['msg']}",
@@ -153,6 +162,16 @@ def on_unauthorized(request, exc):
 def on_too_big(request, exc):
     return error_response(request, 413, "too_large",
                           f"request body over {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes")
+
+
+@api.exception_handler(SuspiciousOperation)
+def on_suspicious(request, exc: SuspiciousOperation):
+    """What Django refuses while reading a request (it would answer an HTML 400 or, raised
+    inside a view, a 500)."""
+    if isinstance(exc, TooManyFieldsSent):
+        return error_response(request, 413, "too_large", f"more than {settings.DATA_UPLOAD_MAX_NUMBER_FIELDS} "
+                              "query parameters or form fields")
+    return error_response(request, 400, "bad_request", str(exc) or "malformed request")
 
 
 @api.exception_handler(HttpError)
@@ -232,7 +251,7 @@ def _same_as_existing(specs: list[TaskSpec]) -> list[Task] | None:
 
 @api.post("/tasks", response={200: Union[TaskOut, TaskBatchOut], 201: Union[TaskOut, TaskBatchOut], **ERRORS},
           summary="Create a task, or a list of tasks forming a DAG (all or nothing)")
-def create_tasks(request, body: Union[TaskIn, list[TaskIn]] = Body(...)):
+def create_tasks(request, body: Union[TaskIn, TaskBatchIn] = Body(...)):
     """An existing id with an identical body returns the existing task (200): a client may
     retry a create safely. A different body under an existing id is `duplicate_id`."""
     _creator(request)
@@ -257,21 +276,44 @@ def _encode_cursor(*parts) -> str:
     return base64.urlsafe_b64encode(json.dumps(parts).encode()).decode().rstrip("=")
 
 
-def _decode_cursor(cursor: str, arity: int) -> list:
-    try:
-        parts = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
-        if isinstance(parts, list) and len(parts) == arity:
-            return parts
-    except (ValueError, binascii.Error):
-        pass
+MAX_CURSOR_CHARS = 1000  # the API's own cursors are under 200
+
+
+def _decode_cursor(cursor: str, *checks) -> list:
+    """The parts of a cursor this API gave out, each passing its check, or InvalidRequest: a
+    cursor is client input like any other."""
+    parts = None
+    if len(cursor) <= MAX_CURSOR_CHARS:
+        try:
+            parts = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+        except (ValueError, binascii.Error, RecursionError):  # RecursionError: nested [[[[...]]]]
+            parts = None
+    if isinstance(parts, list) and len(parts) == len(checks) and all(
+            check(part) for check, part in zip(checks, parts, strict=True)):
+        return parts
     raise errors.InvalidRequest("cursor is not one this API gave out")
 
 
-def _refuse_unknown_query(request, allowed: set[str]) -> None:
-    """A misspelt filter (?stages=) must not silently return everything."""
+def _is_event_id(value) -> bool:
+    return type(value) is int and 0 <= value < 2**63
+
+
+def _is_timestamp(value) -> bool:
+    try:
+        return isinstance(value, str) and datetime.fromisoformat(value).tzinfo is not None
+    except ValueError:
+        return False
+
+
+def _query(request, allowed: set[str], repeatable: frozenset[str] = frozenset()) -> None:
+    """A misspelt filter (?stages=) must not silently return everything, nor a repeated one
+    (?limit=1&limit=500) silently pick one of its values."""
     unknown = sorted(set(request.GET) - allowed)
     if unknown:
         raise errors.InvalidRequest(f"unknown query parameter {unknown[0]!r}; known: {', '.join(sorted(allowed))}")
+    repeated = sorted(name for name, values in request.GET.lists() if len(values) > 1 and name not in repeatable)
+    if repeated:
+        raise errors.InvalidRequest(f"query parameter {repeated[0]!r} is given more than once")
 
 
 def _limit(limit: int) -> int:
@@ -280,12 +322,21 @@ def _limit(limit: int) -> int:
     return limit
 
 
+def _filter_text(name: str, value: str, max_chars: int) -> str:
+    if len(value) > max_chars:
+        raise errors.InvalidRequest(f"{name} is at most {max_chars} characters")
+    return value
+
+
 @api.get("/tasks", response={200: TaskPage, **ERRORS}, summary="List tasks, oldest first, a page at a time")
 def list_tasks(request, stage: list[str] = Query(None), queue: Optional[str] = None,
                owner: Optional[str] = None, text: Optional[str] = None,
                cursor: Optional[str] = None, limit: int = 100):
+    """A page holds at most `limit` tasks, and ends early (with `next`) before the task that
+    would take it past MAX_PAGE_BYTES of JSON: a task carries up to three 256 KiB JSON values
+    and a 64 KiB description, so 500 of them could be hundreds of megabytes."""
     _reader(request)
-    _refuse_unknown_query(request, {"stage", "queue", "owner", "text", "cursor", "limit"})
+    _query(request, {"stage", "queue", "owner", "text", "cursor", "limit"}, repeatable=frozenset({"stage"}))
     rows = Task.objects.all()
     if stage:
         unknown = [s for s in stage if s not in Stage.__members__]
@@ -293,25 +344,44 @@ def list_tasks(request, stage: list[str] = Query(None), queue: Optional[str] = N
             raise errors.InvalidRequest(f"unknown stage {unknown[0]!r}; one of {', '.join(Stage)}")
         rows = rows.filter(stage__in=stage)
     if queue:
+        if not is_valid_task_id(queue):
+            raise errors.InvalidRequest(f"invalid queue name {queue!r}")
         rows = rows.filter(queue=queue)
     if owner:
-        rows = rows.filter(owner=owner)
+        rows = rows.filter(owner=_filter_text("owner", owner, MAX_OWNER_CHARS))
     if text:
+        text = _filter_text("text", text, MAX_TITLE_CHARS)
         rows = rows.filter(Q(id__icontains=text) | Q(title__icontains=text))
+    after = None
     if cursor:
-        created_at, last_id = _decode_cursor(cursor, 2)
-        try:
-            after = datetime.fromisoformat(created_at)
-        except (TypeError, ValueError):
-            raise errors.InvalidRequest("cursor is not one this API gave out") from None
-        rows = rows.filter(Q(created_at__gt=after) | Q(created_at=after, id__gt=last_id))
-    limit = _limit(limit)
-    page = list(rows.order_by("created_at", "id")[: limit + 1])
-    more = len(page) > limit
-    page = page[:limit]
-    deps = selectors.deps_of([t.pk for t in page])
-    next_cursor = _encode_cursor(page[-1].created_at.isoformat(), page[-1].pk) if more else None
-    return {"items": [public_task(t, deps[t.pk]) for t in page], "next": next_cursor}
+        created_at, last_id = _decode_cursor(cursor, _is_timestamp, is_valid_task_id)
+        after = (datetime.fromisoformat(created_at), last_id)
+    items, more = _task_page(rows, after, _limit(limit))
+    next_cursor = _encode_cursor(items[-1]["created_at"].isoformat(), items[-1]["id"]) if more else None
+    return {"items": items, "next": next_cursor}
+
+
+def _task_page(rows, after: tuple[datetime, str] | None, limit: int) -> tuple[list[dict], bool]:
+    """The rendered tasks of one page (oldest first, after `after`), and whether more follow.
+    Rows are read PAGE_READ_ROWS at a time, so that a page ending early reads little more."""
+    items: list[dict] = []
+    size = 0
+    while True:
+        chunk_rows = rows if after is None else rows.filter(
+            Q(created_at__gt=after[0]) | Q(created_at=after[0], id__gt=after[1]))
+        chunk = list(chunk_rows.order_by("created_at", "id")[: min(PAGE_READ_ROWS, limit + 1 - len(items))])
+        deps = selectors.deps_of([task.pk for task in chunk])
+        for task in chunk:
+            if len(items) == limit:
+                return items, True
+            rendered = public_task(task, deps[task.pk])
+            size += len(json.dumps(rendered, cls=DjangoJSONEncoder))
+            if items and size > MAX_PAGE_BYTES:
+                return items, True
+            items.append(rendered)
+        if len(chunk) < PAGE_READ_ROWS:
+            return items, False
+        after = (chunk[-1].created_at, chunk[-1].pk)
 
 
 def _one(task_id: str) -> Task:
@@ -347,13 +417,11 @@ def get_task(request, task_id: str):
          summary="A task's history, one event per transition, oldest first")
 def task_events(request, task_id: str, cursor: Optional[str] = None, limit: int = 100):
     _reader(request)
-    _refuse_unknown_query(request, {"cursor", "limit"})
+    _query(request, {"cursor", "limit"})
     _one(task_id)
     rows = TaskEvent.objects.filter(task_id=task_id)
     if cursor:
-        (after,) = _decode_cursor(cursor, 1)
-        if not isinstance(after, int):
-            raise errors.InvalidRequest("cursor is not one this API gave out")
+        (after,) = _decode_cursor(cursor, _is_event_id)
         rows = rows.filter(id__gt=after)
     limit = _limit(limit)
     page = list(rows.order_by("id")[: limit + 1])

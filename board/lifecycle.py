@@ -1,4 +1,5 @@
-"""The task lifecycle: stages, verbs and the transition table. Pure: no Django, no I/O.
+"""The task lifecycle: stages, verbs, the transition table, and the limits every caller meets
+(sizes of texts and batches, leases, retries). Pure: no Django, no I/O.
 
 `transitions.py` asks this table whether a move is legal before it writes, and the invariant
 checker and the tests read it too, so the lifecycle is written down exactly once.
@@ -94,17 +95,52 @@ def allowed_verbs(stage: Stage | str) -> list[Verb]:
     return [verb for (s, verb) in TRANSITIONS if s == stage]
 
 
-# Limits every caller meets (the engine enforces them; the API's schemas repeat them).
+# Limits every caller meets (the engine enforces them; the API's schemas repeat them). The
+# README's "Limits" table lists each with the error that refuses it.
 MIN_TTL_SECONDS = 1
 MAX_TTL_SECONDS = 24 * 3600
-MAX_DEPENDENCIES = 1000
+MAX_DEPENDENCIES = 1000  # of one task
 MAX_RETRIES_LIMIT = 100
+# One create request is one write transaction, and every other writer (a renew too) waits for
+# it: these keep the largest one well under the shortest lease (tests/test_limits_batch.py).
+MAX_BATCH_TASKS = 1000
+MAX_BATCH_DEPENDENCIES = 10_000  # summed over the batch's tasks
+# Text, in characters. Ids, queue and agent names are at most 100 (TASK_ID_RE); an owner may
+# also be a staff user's name.
+MAX_TITLE_CHARS = 300
+MAX_DESCRIPTION_CHARS = 64 * 1024
+MAX_ERROR_CHARS = 10_000
+MAX_REASON_CHARS = 500
+MAX_OWNER_CHARS = 200
+MAX_TOKEN_CHARS = 100  # a lease token is 43; a longer one cannot match
 
 TASK_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,99}$")
 
 
 def is_valid_task_id(task_id: object) -> bool:
     return isinstance(task_id, str) and TASK_ID_RE.fullmatch(task_id) is not None
+
+
+def unstorable_text(value: object) -> str | None:
+    """Why `value` (a string, or any JSON value: its strings and keys) cannot be stored, or None.
+    PostgreSQL refuses NUL in text and jsonb, and no database takes a lone UTF-16 surrogate
+    (which JSON's \\uD800 escapes can produce): refusing them here keeps both stores alike."""
+    pending = [value]
+    while pending:  # not recursive: JSON nested as deep as the parser allows is walked too
+        item = pending.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                return "holds a NUL character (\\u0000)"
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return "holds a lone UTF-16 surrogate (not Unicode text)"
+        elif isinstance(item, dict):
+            pending.extend(item.keys())
+            pending.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            pending.extend(item)
+    return None
 
 
 def retry_backoff_seconds(attempt: int, base: float, cap: float) -> float:

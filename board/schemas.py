@@ -3,20 +3,25 @@
 `public_task` is the only way a task leaves the server (API, and later the live board): it has
 no lease token field at all, so none can leak. Input schemas refuse unknown fields and do not
 coerce types ("5" is not a number), so a client's mistake is reported rather than guessed at.
+They cap every text (the limits are in `board.lifecycle`) and refuse, in any string or JSON
+value, what a database would refuse to store (NUL, lone surrogates), so that such input is a
+422 rather than a database error.
 """
 from __future__ import annotations
 
 import json
 from datetime import datetime
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 from ninja import Schema
-from pydantic import ConfigDict, Field
-
-from typing import TYPE_CHECKING
+from pydantic import ConfigDict, Field, field_validator
 
 from . import errors
-from .lifecycle import MAX_DEPENDENCIES, MAX_RETRIES_LIMIT, MAX_TTL_SECONDS, MIN_TTL_SECONDS
+from .lifecycle import (
+    MAX_BATCH_TASKS, MAX_DEPENDENCIES, MAX_DESCRIPTION_CHARS, MAX_ERROR_CHARS, MAX_REASON_CHARS,
+    MAX_RETRIES_LIMIT, MAX_TITLE_CHARS, MAX_TOKEN_CHARS, MAX_TTL_SECONDS, MIN_TTL_SECONDS,
+    unstorable_text,
+)
 from .models import Task, TaskEvent
 
 if TYPE_CHECKING:
@@ -28,15 +33,24 @@ MAX_JSON_FIELD_BYTES = 256 * 1024
 class StrictIn(Schema):
     model_config = ConfigDict(extra="forbid", strict=True)
 
+    @field_validator("*")
+    @classmethod
+    def storable(cls, value):
+        """Every string of every input (JSON values too) is one both databases can store."""
+        if problem := unstorable_text(value):
+            raise ValueError(problem)
+        return value
+
 
 TTL = Field(..., ge=MIN_TTL_SECONDS, le=MAX_TTL_SECONDS, description="lease length in seconds")
+TOKEN = Field(..., max_length=MAX_TOKEN_CHARS, description="the lease token the claim returned")
 
 
 class TaskIn(StrictIn):
     id: Optional[str] = Field(None, description="client-chosen id; generated when omitted",
                               pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,99}$")
-    title: str = Field(..., min_length=1, max_length=300)
-    description: str = ""
+    title: str = Field(..., min_length=1, max_length=MAX_TITLE_CHARS)
+    description: str = Field("", max_length=MAX_DESCRIPTION_CHARS)
     payload: Any = None
     queue: str = Field("default", pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,99}$")
     priority: int = Field(0, ge=-(2**31) + 1, le=2**31 - 1, description="higher runs first")
@@ -44,6 +58,10 @@ class TaskIn(StrictIn):
                             description="ids of tasks that must be COMPLETED first")
     hold: bool = Field(False, description="stay PENDING until an operator admits it")
     max_retries: int = Field(3, ge=0, le=MAX_RETRIES_LIMIT)
+
+
+# Checked before any item is: a body of 70,000 tasks is refused at once (413, see api.py).
+TaskBatchIn = Annotated[list[TaskIn], Field(max_length=MAX_BATCH_TASKS)]
 
 
 class ClaimNextIn(StrictIn):
@@ -61,35 +79,35 @@ class ResumeIn(StrictIn):
 
 
 class RenewIn(StrictIn):
-    token: str
+    token: str = TOKEN
     ttl_seconds: float = TTL
     checkpoint: Any = None
     progress: Optional[float] = Field(None, ge=0, le=1)
 
 
 class TokenIn(StrictIn):
-    token: str
+    token: str = TOKEN
 
 
 class CompleteIn(StrictIn):
-    token: str
+    token: str = TOKEN
     result: Any = Field(..., description="any JSON value but null")
 
 
 class FailIn(StrictIn):
-    token: str
-    error: str = Field(..., max_length=10_000)
+    token: str = TOKEN
+    error: str = Field(..., max_length=MAX_ERROR_CHARS)
     retryable: bool = True
 
 
 class PauseIn(StrictIn):
-    token: str
+    token: str = TOKEN
     checkpoint: Any = Field(..., description="what a resume needs to continue; not null")
 
 
 class OperatorIn(StrictIn):
     version: Optional[int] = Field(None, description="refuse with version_conflict if the task moved on")
-    reason: str = Field("", max_length=500)
+    reason: str = Field("", max_length=MAX_REASON_CHARS)
 
 
 class RequeueIn(OperatorIn):
