@@ -110,7 +110,10 @@ def request_secrets(request) -> tuple[str, ...]:
     if authorization:
         found.add(authorization)
         found.update(part for part in authorization.split() if len(part) >= 8)
-    for params in (request.GET, getattr(request, "_post", {})):
+    # `_post` only when the form was already parsed (never parse it here); a QueryDict either way.
+    for params in (request.GET, getattr(request, "_post", None)):
+        if not hasattr(params, "lists"):
+            continue
         for name, values in params.lists():
             if SECRET_NAME.search(name):
                 found.update(v for v in values if v)
