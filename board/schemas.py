@@ -15,7 +15,7 @@ from pydantic import ConfigDict, Field
 
 from typing import TYPE_CHECKING
 
-from . import errors
+from . import claim_requests, errors
 from .lifecycle import MAX_DEPENDENCIES, MAX_RETRIES_LIMIT, MAX_TTL_SECONDS, MIN_TTL_SECONDS
 from .models import Task, TaskEvent
 
@@ -30,6 +30,12 @@ class StrictIn(Schema):
 
 
 TTL = Field(..., ge=MIN_TTL_SECONDS, le=MAX_TTL_SECONDS, description="lease length in seconds")
+REQUEST_ID = Field(
+    None, min_length=1, max_length=claim_requests.MAX_LENGTH, pattern=claim_requests.PATTERN,
+    description="your id for this claim (1-64 printable ASCII characters, unguessable: e.g. a uuid4). "
+                "Sent again with the same id while the lease it made is live, the claim returns that "
+                "lease (same task, token and fence) instead of claiming again: retry a claim whose "
+                "answer was lost.")
 
 
 class TaskIn(StrictIn):
@@ -50,10 +56,12 @@ class ClaimNextIn(StrictIn):
     ttl_seconds: float = TTL
     queue: Optional[str] = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,99}$")
     wait_seconds: float = Field(0, ge=0, le=30, description="wait up to this long for work")
+    request_id: Optional[str] = REQUEST_ID
 
 
 class ClaimIn(StrictIn):
     ttl_seconds: float = TTL
+    request_id: Optional[str] = REQUEST_ID
 
 
 class ResumeIn(StrictIn):
