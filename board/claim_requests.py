@@ -40,7 +40,7 @@ from datetime import datetime
 
 from django.db import connections
 
-from . import errors
+from . import clock, errors
 from .lifecycle import Stage
 from .models import Task
 
@@ -77,27 +77,34 @@ def of(agent: str, request_id: str | None) -> ClaimRequest | None:
 
 
 def token_if_made_by(task: Task, request: ClaimRequest, agent: str, now: datetime) -> str | None:
-    """The token of `task`'s lease when that lease is live and was made by this request of this
-    agent; otherwise None."""
+    """The token of `task`'s lease when that lease is live at `now` and was made by this
+    request of this agent; otherwise None."""
+    if task.lease_expires_at is None or task.lease_expires_at <= now:
+        return None
+    return _token_of(task, request, agent)
+
+
+def made_by(using: str, request: ClaimRequest, agent: str) -> tuple[Task, str] | None:
+    """The live lease (by the store's clock) this request of this agent made, as (task,
+    token), or None. An agent holds few tasks at a time: the owner index finds them."""
+    live = Task.objects.using(using).filter(owner=agent, claim_request_hash=request.digest, stage=Stage.RUNNING,
+                                            lease_expires_at__gt=clock.in_query(using))
+    for task in live:
+        token = _token_of(task, request, agent)
+        if token is not None:
+            return task, token
+    return None
+
+
+def _token_of(task: Task, request: ClaimRequest, agent: str) -> str | None:
     if (task.stage != Stage.RUNNING or task.owner != agent or task.claim_request_hash != request.digest
-            or not task.claim_token_seed or task.lease_expires_at is None or task.lease_expires_at <= now):
+            or not task.claim_token_seed):
         return None
     token = request.token(task.claim_token_seed)
     # The stored hash is the proof: never hand out a token that does not hold the lease.
     if not hmac.compare_digest(hashlib.sha256(token.encode()).hexdigest(), task.lease_token_hash or ""):
         return None
     return token
-
-
-def made_by(using: str, request: ClaimRequest, agent: str, now: datetime) -> tuple[Task, str] | None:
-    """The live lease this request of this agent made, as (task, token), or None. An agent
-    holds few tasks at a time: the owner index finds them."""
-    for task in Task.objects.using(using).filter(owner=agent, claim_request_hash=request.digest,
-                                                 stage=Stage.RUNNING):
-        token = token_if_made_by(task, request, agent, now)
-        if token is not None:
-            return task, token
-    return None
 
 
 def serialise(using: str, request: ClaimRequest) -> None:

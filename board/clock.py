@@ -20,6 +20,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from django.db import connections
+from django.db.models.functions import Now
 from django.utils import timezone
 
 POSTGRES_NOW = "statement_timestamp()"
@@ -27,6 +28,12 @@ POSTGRES_NOW = "statement_timestamp()"
 
 def reads_database_clock(using: str) -> bool:
     return connections[using].vendor == "postgresql"
+
+
+def in_query(using: str = "default") -> datetime | Now:
+    """"Now" for an ORM filter, read by the query itself where the clock is the database's:
+    Django's Now() is statement_timestamp() on PostgreSQL (no round trip of its own)."""
+    return Now() if reads_database_clock(using) else timezone.now()
 
 
 def now(using: str = "default") -> datetime:

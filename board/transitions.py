@@ -543,12 +543,11 @@ def claim_next(
     for _ in range(RACE_RETRIES):
         with write_transaction(using):
             if request is not None:
-                claim_requests.serialise(using, request)  # before the clock and the lookup
-            now = clock.now(using)
-            if request is not None:
-                made = claim_requests.made_by(using, request, agent, now)
+                claim_requests.serialise(using, request)
+                made = claim_requests.made_by(using, request, agent)
                 if made is not None:
                     return _claim_of(*made)
+            now = clock.now(using)
             ready = selectors.ready_tasks(now, queue, using=using)
             if features.has_select_for_update_skip_locked:
                 ready = ready.select_for_update(skip_locked=True)
@@ -580,7 +579,7 @@ def _hot_claim_next(hot: hot_sql.HotStore, using: str, agent: str, ttl: timedelt
     with context:
         if request is not None:
             claim_requests.serialise(using, request)
-            made = claim_requests.made_by(using, request, agent, clock.now(using))
+            made = claim_requests.made_by(using, request, agent)
             if made is not None:
                 return _claim_of(*made)
         row = hot.claim_next(agent, hash_token(token), ttl, queue,
