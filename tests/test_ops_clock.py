@@ -6,7 +6,8 @@ Real server processes on the PostgreSQL test database: one with a true clock, an
 whose clock has drifted). A lease claimed for 60 s through the true server is neither taken
 over, reaped, reported expired nor refused its renew by the process an hour ahead; a lease that
 has expired by the database's clock is refused its renew and taken over by the process an hour
-behind; and the expiry every process writes is the database's clock + the TTL.
+behind; and the expiry every process writes is the database's clock + the TTL. The last test
+does the same in-process on both engine paths (hot statements and ORM), reaper and check().
 """
 from __future__ import annotations
 
@@ -179,3 +180,38 @@ def test_claim_next_through_a_skewed_process_writes_the_database_clock_too(serve
         assert status == 200 and answer["task"]["id"] == f"next-{name}", answer
         assert_database_clock_plus_ttl(lease_of(f"next-{name}")[3], before, after, TTL, f"{name}: claim-next")
         assert same_instant(answer["lease"]["expires_at"], lease_of(f"next-{name}")[3])
+
+
+@pytest.mark.parametrize("hot_path", ["auto", "orm"])
+def test_in_a_process_an_hour_ahead_every_verb_judges_leases_by_the_database_clock(settings, monkeypatch, hot_path):
+    """The same in-process, on both engine paths (board.hot_sql's statements and the ORM path):
+    with this process's clock an hour ahead, a 60 s lease is live to claim, claim-next, renew,
+    the reaper's pass and check(); once expired by the database's clock, renew refuses it and
+    the reaper takes it back."""
+    from django.utils import timezone
+
+    from board import errors, hot_sql, selectors, transitions
+    from board.transitions import TaskSpec
+
+    settings.TASKFLOW = {**settings.TASKFLOW, "HOT_PATH": hot_path}
+    assert (hot_sql.store(PG) is None) == (hot_path == "orm")
+    true_now = timezone.now
+    monkeypatch.setattr(timezone, "now", lambda: true_now() + timedelta(seconds=HOUR))
+    transitions.create([TaskSpec(id="held", title="t"), TaskSpec(id="spare", title="t")], using=PG)
+    before = database_clock()
+    lease = transitions.claim_next("alice", TTL, using=PG).lease
+    assert_database_clock_plus_ttl(lease.expires_at, before, database_clock(), TTL, f"{hot_path}: claim-next")
+    with pytest.raises(errors.Taken):
+        transitions.claim("held", "bob", TTL, using=PG)
+    assert transitions.reclaim_expired(using=PG) == []
+    assert selectors.problems(using=PG) == []
+    renewed = transitions.renew("held", lease.token, TTL, agent="alice", using=PG)
+    assert renewed.lease.fence == 1
+
+    monkeypatch.setattr(timezone, "now", true_now)
+    expire_lease("held", using=PG)  # 5 s ago by the true clock, the database's too
+    monkeypatch.setattr(timezone, "now", lambda: true_now() + timedelta(seconds=HOUR))
+    with pytest.raises(errors.LeaseLost):
+        transitions.renew("held", lease.token, TTL, agent="alice", using=PG)
+    assert [p.code for p in selectors.problems(using=PG)] == ["lease_expired"]
+    assert [(m.task_id, m.to_stage) for m in transitions.reclaim_expired(using=PG)] == [("held", "QUEUED")]
