@@ -61,8 +61,16 @@ class ClaimRequest:
         return self.token(seed), seed
 
     def token(self, seed: str) -> str:
-        mac = hmac.new(self.request_id.encode(), seed.encode(), hashlib.sha256).digest()
-        return base64.urlsafe_b64encode(mac).rstrip(b"=").decode()
+        return token_text(hmac.new(self.request_id.encode(), seed.encode(), hashlib.sha256).digest())
+
+
+def token_text(secret: bytes) -> str:
+    """A lease token as the API gives it: `secret` in URL-safe base64 without padding, except
+    that it never starts with "-": a token is a command-line argument (`python -m
+    taskflow_client complete ID TOKEN`), and one starting with "-" would be read as an option
+    (1 token in 64). A leading "-" becomes "_" (the alphabet's other symbol)."""
+    text = base64.urlsafe_b64encode(secret).rstrip(b"=").decode()
+    return "_" + text[1:] if text.startswith("-") else text
 
 
 def of(agent: str, request_id: str | None) -> ClaimRequest | None:
@@ -70,7 +78,7 @@ def of(agent: str, request_id: str | None) -> ClaimRequest | None:
     an id that is not 1-64 printable ASCII characters."""
     if request_id is None:
         return None
-    if not isinstance(request_id, str) or not _VALID.match(request_id):
+    if not isinstance(request_id, str) or not _VALID.fullmatch(request_id):
         raise errors.InvalidRequest(f"request_id must be 1-{MAX_LENGTH} printable ASCII characters (no spaces)")
     digest = hashlib.sha256(f"{agent}\0{request_id}".encode()).hexdigest()
     return ClaimRequest(request_id, digest)

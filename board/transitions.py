@@ -98,7 +98,7 @@ def hash_token(token: str) -> str:
 
 
 def _mint_token() -> str:
-    return secrets.token_urlsafe(32)
+    return claim_requests.token_text(secrets.token_bytes(32))
 
 
 def _ttl(ttl_seconds: float) -> timedelta:

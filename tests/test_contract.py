@@ -228,7 +228,7 @@ class BoardContract:
         a = self.alias
         self.new("bad")
         before = db_state(a)
-        for bad in ("", "x" * 65, "with space", "é", 12):
+        for bad in ("", "x" * 65, "with space", "é", "line\n", 12):
             with pytest.raises(errors.InvalidRequest):
                 transitions.claim("bad", "agent", TTL, request_id=bad, using=a)
             with pytest.raises(errors.InvalidRequest):

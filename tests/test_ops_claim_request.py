@@ -9,13 +9,18 @@ through a proxy that drops the answer, in tests/test_client.py.)
 """
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 import http.client
+import itertools
 import json
 
 import pytest
 
-from board import agent_keys
+from board import agent_keys, claim_requests, transitions
 from board.models import Task, TaskEvent
+from board.transitions import TaskSpec
 from tests.live_server import board_server  # noqa: F401  (fixture)
 from tests.support import db_state, race, sqlite_db_mark
 
@@ -102,7 +107,7 @@ def test_concurrent_retries_with_one_request_id_make_one_lease_that_all_get(boar
     assert TaskEvent.objects.filter(verb="claim").count() == 1
 
 
-@pytest.mark.parametrize("request_id", ["", "x" * 65, "has space", "tab\there", "é-accent", 7])
+@pytest.mark.parametrize("request_id", ["", "x" * 65, "has space", "tab\there", "line\n", "é-accent", 7])
 def test_a_bad_request_id_is_refused_and_changes_nothing(board_server, keys, request_id):
     create(board_server, keys["alice"], "v")
     before = db_state()
@@ -119,3 +124,28 @@ def test_the_longest_printable_request_id_is_accepted(board_server, keys):
     status, body = post(board_server, "/api/tasks/long/claim", keys["alice"],
                         {"ttl_seconds": TTL, "request_id": request_id})
     assert status == 200, body
+
+
+def test_no_token_starts_with_a_dash_so_that_the_command_line_takes_each_one(monkeypatch):
+    """`python -m taskflow_client complete ID TOKEN` reads a token starting with "-" as an
+    option: 1 token in 64 did. Neither a minted nor a derived token starts with one."""
+    dash = bytes([0xF8]) + bytes(31)  # its base64 starts with "-"
+    assert base64.urlsafe_b64encode(dash).decode()[0] == "-"
+    transitions.create([TaskSpec(id="plain", title="p"), TaskSpec(id="derived", title="d")])
+    with monkeypatch.context() as patched:
+        patched.setattr(transitions.secrets, "token_bytes", lambda n: dash)
+        plain = transitions.claim("plain", "alice", TTL)
+    assert plain.lease.token[0] == "_" and plain.lease.token[1:] == base64.urlsafe_b64encode(dash).decode()[1:43]
+    assert Task.objects.get(pk="plain").lease_token_hash == transitions.hash_token(plain.lease.token)
+
+    def derived_text(seed: str) -> str:
+        return base64.urlsafe_b64encode(hmac.new(b"req", seed.encode(), hashlib.sha256).digest()).decode()
+
+    seed = next(s for s in (f"seed-{i}" for i in itertools.count()) if derived_text(s)[0] == "-")
+    with monkeypatch.context() as patched:
+        patched.setattr(claim_requests.secrets, "token_urlsafe", lambda n: seed)
+        derived = transitions.claim("derived", "alice", TTL, request_id="req")
+    assert derived.lease.token[0] == "_"
+    assert transitions.claim("derived", "alice", TTL, request_id="req").lease == derived.lease
+    for task_id, lease in (("plain", plain.lease), ("derived", derived.lease)):
+        assert transitions.complete(task_id, lease.token, {}, agent="alice").stage == "COMPLETED"
