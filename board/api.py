@@ -445,7 +445,8 @@ def claim_next(request, body: ClaimNextIn):
     connection and replays it when a task becomes ready. Under another WSGI server (or Django's
     test client) the view polls by itself, holding its worker for the wait."""
     _agent(request)
-    claim = transitions.claim_next(request.auth.name, body.ttl_seconds, queue=body.queue)
+    claim = transitions.claim_next(request.auth.name, body.ttl_seconds, queue=body.queue,
+                                   request_id=body.request_id)
     if claim is not None:
         return _answer(request, _render_claim(claim))
     if body.wait_seconds <= 0:
@@ -465,7 +466,7 @@ def _poll_for_work(agent: str, body: ClaimNextIn):
     while (remaining := deadline - time.monotonic()) > 0:
         time.sleep(min(CLAIM_POLL_SECONDS, remaining))
         if selectors.has_ready_task(body.queue):
-            claim = transitions.claim_next(agent, body.ttl_seconds, queue=body.queue)
+            claim = transitions.claim_next(agent, body.ttl_seconds, queue=body.queue, request_id=body.request_id)
             if claim is not None:
                 return Status(200, _render_claim(claim))
     return Status(204, None)
@@ -473,8 +474,11 @@ def _poll_for_work(agent: str, body: ClaimNextIn):
 
 @api.post("/tasks/{task_id}/claim", response={200: ClaimOut, **ERRORS}, summary="Claim this task")
 def claim_task(request, task_id: str, body: ClaimIn):
+    """With `request_id`, a retry of this claim (same agent, same id) while its lease is live
+    gets that lease back instead of `taken`."""
     _agent(request)
-    return _render_claim(transitions.claim(task_id, request.auth.name, body.ttl_seconds))
+    return _render_claim(transitions.claim(task_id, request.auth.name, body.ttl_seconds,
+                                           request_id=body.request_id))
 
 
 @api.post("/tasks/{task_id}/resume", response={200: ClaimOut, **ERRORS},

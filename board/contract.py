@@ -1,12 +1,13 @@
 """The board's concurrency criteria, exported so that any board (any database behind it) can be
-judged by the same code: `concurrent_claim` and `duplicate_token_submit`.
+judged by the same code: `concurrent_claim`, `duplicate_token_submit` and `retried_claim`.
 
 They are criteria, not a test style. Each races N real threads, released together by a
-barrier, and returns the number of winners; the caller demands exactly 1. A loser must fail
-with exactly the expected error (Taken / LeaseLost). Any other error is an infrastructure fault
-or a contract violation and is raised as `CriterionError`, never counted as a loser: a
-criterion that counted "database unreachable" as losing would report "no second winner" and go
-green exactly when the store is broken.
+barrier, and returns the number of winners (for `retried_claim`, of distinct leases); the
+caller demands exactly 1. A loser must fail with exactly the expected error (Taken /
+LeaseLost; `retried_claim` has no losers). Any other error is an infrastructure fault or a
+contract violation and is raised as `CriterionError`, never counted as a loser: a criterion
+that counted "database unreachable" as losing would report "no second winner" and go green
+exactly when the store is broken.
 """
 from __future__ import annotations
 
@@ -30,7 +31,8 @@ class Board(Protocol):
     """The storage-neutral board the criteria judge."""
 
     def snapshot(self) -> list[TaskSnapshot]: ...
-    def claim(self, task_id: str, agent: str, ttl_seconds: float) -> Claim: ...
+    def claim(self, task_id: str, agent: str, ttl_seconds: float, request_id: str | None = None) -> Claim: ...
+    def claim_next(self, agent: str, ttl_seconds: float, request_id: str | None = None) -> Claim | None: ...
     def renew(self, task_id: str, token: str, ttl_seconds: float) -> Claim: ...
     def release(self, task_id: str, token: str) -> Task: ...
     def complete(self, task_id: str, token: str, result: Any) -> Task: ...
@@ -47,8 +49,11 @@ class DjangoBoard:
     def snapshot(self) -> list[TaskSnapshot]:
         return selectors.snapshot(using=self.using)
 
-    def claim(self, task_id: str, agent: str, ttl_seconds: float) -> Claim:
-        return transitions.claim(task_id, agent, ttl_seconds, using=self.using)
+    def claim(self, task_id: str, agent: str, ttl_seconds: float, request_id: str | None = None) -> Claim:
+        return transitions.claim(task_id, agent, ttl_seconds, request_id=request_id, using=self.using)
+
+    def claim_next(self, agent: str, ttl_seconds: float, request_id: str | None = None) -> Claim | None:
+        return transitions.claim_next(agent, ttl_seconds, request_id=request_id, using=self.using)
 
     def renew(self, task_id: str, token: str, ttl_seconds: float) -> Claim:
         return transitions.renew(task_id, token, ttl_seconds, using=self.using)
@@ -79,8 +84,9 @@ class CriterionError(Exception):
         super().__init__(f"{message}: {detail}{more}")
 
 
-def _race(board: Board, calls: Sequence[Callable[[], Any]], expected_loss: type[errors.BoardError]) -> int:
-    """Run `calls` in threads released together; count successes, check losers' errors."""
+def _run_together(board: Board, calls: Sequence[Callable[[], Any]]) -> list[tuple[str, Any] | None]:
+    """Run `calls` in threads released together by a barrier; each one's ("won", result) or
+    ("raised", exception)."""
     barrier = threading.Barrier(len(calls))
     outcomes: list[Any] = [None] * len(calls)
 
@@ -106,7 +112,12 @@ def _race(board: Board, calls: Sequence[Callable[[], Any]], expected_loss: type[
         thread.start()
     for thread in threads:
         thread.join()
+    return outcomes
 
+
+def _race(board: Board, calls: Sequence[Callable[[], Any]], expected_loss: type[errors.BoardError]) -> int:
+    """Run `calls` together; count successes, check losers' errors."""
+    outcomes = _run_together(board, calls)
     winners = 0
     faults: list[BaseException] = []
     for outcome in outcomes:
@@ -150,3 +161,32 @@ def duplicate_token_submit(board: Board, task_id: str, workers: int, ttl: float)
         lambda i=i: board.complete(task_id, token, {"submitted_by": i}) for i in range(workers)
     ]
     return _race(board, calls, errors.LeaseLost)
+
+
+def retried_claim(board: Board, agent: str, request_id: str, copies: int, ttl: float,
+                  task_id: str | None = None) -> int:
+    """Send `copies` copies of one claim (the same agent and request id; of `task_id`, or a
+    claim-next when None) at the same moment, as a client retrying a claim whose answer it
+    lost; return how many distinct leases they got.
+
+    The contract demands exactly 1: every copy gets the same task, token and fence. More means
+    a retried claim can take a second task (or a second lease); a copy that fails, or that
+    finds no work while another copy claimed some, raises CriterionError."""
+    if copies < 2:
+        raise ValueError("a race needs at least two copies")
+    if task_id is None:
+        calls = [lambda: board.claim_next(agent, ttl, request_id) for _ in range(copies)]
+    else:
+        calls = [lambda: board.claim(task_id, agent, ttl, request_id) for _ in range(copies)]
+    outcomes = _run_together(board, calls)
+    faults: list[BaseException] = []
+    for outcome in outcomes:
+        if outcome is None:
+            faults.append(RuntimeError("a copy ended without an outcome"))
+        elif outcome[0] != "won":
+            faults.append(outcome[1])
+        elif outcome[1] is None:
+            faults.append(RuntimeError("a copy found no work"))
+    if faults:
+        raise CriterionError(f"{len(faults)} of {copies} copies of one claim got no lease", faults)
+    return len({(o[1].task.pk, o[1].lease.token, o[1].lease.fence) for o in outcomes})

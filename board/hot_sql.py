@@ -17,6 +17,11 @@ Nothing is re-read on success. When the statement matches no row, `board.transit
 the row and raises the same precise error as its ORM path (or tries again when the move has
 become legal): only the failure path reads.
 
+"Now" is the store's clock (board.clock): on SQLite this process's, read by the store under the
+write lock; on PostgreSQL the database's, which the statements read themselves
+(`statement_timestamp()`: one reading per statement, when it starts), so that a lease's expiry
+is the database's time + the TTL whatever the server process's clock says.
+
 Values are stored exactly as Django's fields store them: datetimes as the backend's
 `adapt_datetimefield_value` writes them (SQLite: naive UTC text, produced directly for the UTC
 datetimes of timezone.now(); PostgreSQL: aware timestamptz), JSON through the JSONField's own
@@ -39,12 +44,13 @@ import os
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
-from datetime import datetime, timezone as dt_timezone
+from datetime import datetime, timedelta, timezone as dt_timezone
 from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.core.signals import setting_changed
 from django.db import connections
+from django.utils import timezone
 
 from .db import write_transaction
 from .models import Task, TaskEvent
@@ -71,13 +77,15 @@ MODES = ("auto", "orm")
 # claim_next: QUEUED -> RUNNING. The inner SELECT picks the best ready task (QUEUED, past any
 # retry backoff; highest priority, then oldest, then id, as selectors.ready_tasks orders them)
 # and the outer WHERE is the CAS on that task's (id, version) and stage. Sets a new lease (owner,
-# token hash, expiry), raises fence and attempts by one, clears the backoff, version + 1.
-# Params: agent, token_hash, lease_expires_at, updated_at, now (the backoff bound) [, queue].
+# token hash, expiry, and the claim request when there is one, else NULL), raises fence and
+# attempts by one, clears the backoff, version + 1.
+# Params: agent, token_hash, lease_expires_at, claim_request_hash, claim_token_seed, updated_at,
+# now (the backoff bound) [, queue].
 _SQLITE_CLAIM_NEXT = f"""
 UPDATE {TASK}
 SET stage = 'RUNNING', version = version + 1, owner = %s, lease_token_hash = %s,
-    fence = fence + 1, lease_expires_at = %s, not_before = NULL, attempts = attempts + 1,
-    updated_at = %s
+    fence = fence + 1, lease_expires_at = %s, claim_request_hash = %s, claim_token_seed = %s,
+    not_before = NULL, attempts = attempts + 1, updated_at = %s
 WHERE (id, version) = (
         SELECT id, version FROM {TASK}
         WHERE stage = 'QUEUED' AND (not_before IS NULL OR not_before <= %s){{queue}}
@@ -119,13 +127,14 @@ WHERE id = %s AND stage = 'RUNNING' AND lease_token_hash = %s AND owner = COALES
 
 # complete, step 2 of 2: RUNNING -> COMPLETED. The CAS: still RUNNING with this lease's token
 # hash (a lease that expired but was not taken over still completes: the token proves nobody
-# else holds the task). Stores the result, ends the lease (owner, hash, expiry cleared; fence
-# kept), version + 1.
+# else holds the task). Stores the result, ends the lease (owner, hash, expiry, claim request
+# cleared; fence kept), version + 1.
 # Params: result, updated_at, id, token_hash.
 SQLITE_COMPLETE = f"""
 UPDATE {TASK}
 SET stage = 'COMPLETED', version = version + 1, owner = '', lease_token_hash = NULL,
-    lease_expires_at = NULL, result = %s, updated_at = %s
+    lease_expires_at = NULL, claim_request_hash = NULL, claim_token_seed = NULL, result = %s,
+    updated_at = %s
 WHERE id = %s AND stage = 'RUNNING' AND lease_token_hash = %s
 RETURNING {_COLUMNS}
 """
@@ -146,31 +155,35 @@ _QMARK = {
 # PostgreSQL. Parameters are named. Each verb is one statement: the UPDATE (the CAS) and the
 # history INSERT fed by its RETURNING, in one WITH. Under READ COMMITTED a row another
 # transaction has just changed is re-checked against the WHERE after that transaction ends, so
-# the guards hold on the row as it is when written.
+# the guards hold on the row as it is when written. "Now" is the database's
+# statement_timestamp() (board.clock): one value for the whole statement, so the expiry is
+# exactly the write's time + the TTL and the history row's time is the task's updated_at.
 
 # claim_next: QUEUED -> RUNNING. `picked` locks the best ready task (QUEUED, past any backoff;
 # priority, age, id) with FOR UPDATE SKIP LOCKED, so concurrent claimers take different tasks
 # instead of queueing on one row; the UPDATE is the CAS on that task's id, stage and version.
-# Sets a new lease (owner, token hash, expiry), fence + 1, attempts + 1, clears the backoff,
-# version + 1; `history` records it.
+# Sets a new lease (owner, token hash, expiry = the database's clock + ttl, the claim request
+# or NULL), fence + 1, attempts + 1, clears the backoff, version + 1; `history` records it.
 _PG_CLAIM_NEXT = f"""
 WITH picked AS MATERIALIZED (
     SELECT id, version FROM {TASK}
-    WHERE stage = 'QUEUED' AND (not_before IS NULL OR not_before <= %(now)s){{queue}}
+    WHERE stage = 'QUEUED' AND (not_before IS NULL OR not_before <= statement_timestamp()){{queue}}
     ORDER BY priority DESC, created_at, id
     LIMIT 1
     FOR UPDATE SKIP LOCKED
 ), moved AS (
     UPDATE {TASK} AS t
     SET stage = 'RUNNING', version = t.version + 1, owner = %(agent)s,
-        lease_token_hash = %(token_hash)s, fence = t.fence + 1, lease_expires_at = %(until)s,
-        not_before = NULL, attempts = t.attempts + 1, updated_at = %(now)s
+        lease_token_hash = %(token_hash)s, fence = t.fence + 1,
+        lease_expires_at = statement_timestamp() + %(ttl)s, claim_request_hash = %(request_hash)s,
+        claim_token_seed = %(seed)s, not_before = NULL, attempts = t.attempts + 1,
+        updated_at = statement_timestamp()
     FROM picked
     WHERE t.id = picked.id AND t.stage = 'QUEUED' AND t.version = picked.version
     RETURNING {_T_COLUMNS}
 ), history AS (
     INSERT INTO {EVENT} ({_EVENT_COLUMNS})
-    SELECT id, 'claim', 'QUEUED', 'RUNNING', version, fence, owner, %(now)s, NULL FROM moved
+    SELECT id, 'claim', 'QUEUED', 'RUNNING', version, fence, owner, updated_at, NULL FROM moved
 )
 SELECT {_COLUMNS} FROM moved
 """
@@ -178,21 +191,22 @@ PG_CLAIM_NEXT = _PG_CLAIM_NEXT.format(queue="")
 PG_CLAIM_NEXT_IN_QUEUE = _PG_CLAIM_NEXT.format(queue=" AND queue = %(queue)s")
 
 # renew: RUNNING -> RUNNING. The CAS: still RUNNING, the same lease (token hash), that lease
-# still live (expiry after now), and minted for the agent when one is named. Extends the
-# expiry, keeps token and fence, saves checkpoint/progress when given (NULL keeps them),
-# version + 1; `history` records it (the holder, unchanged, is the actor).
+# still live (expiry after the database's clock as the statement starts), and minted for the
+# agent when one is named. Extends the expiry to the database's clock + ttl, keeps token,
+# fence and claim request, saves checkpoint/progress when given (NULL keeps them), version + 1;
+# `history` records it (the holder, unchanged, is the actor).
 PG_RENEW = f"""
 WITH moved AS (
     UPDATE {TASK}
-    SET version = version + 1, lease_expires_at = %(until)s,
+    SET version = version + 1, lease_expires_at = statement_timestamp() + %(ttl)s,
         checkpoint = COALESCE(%(checkpoint)s::jsonb, checkpoint),
-        progress = COALESCE(%(progress)s::double precision, progress), updated_at = %(now)s
+        progress = COALESCE(%(progress)s::double precision, progress), updated_at = statement_timestamp()
     WHERE id = %(id)s AND stage = 'RUNNING' AND lease_token_hash = %(token_hash)s
-      AND lease_expires_at > %(now)s AND owner = COALESCE(%(agent)s, owner)
+      AND lease_expires_at > statement_timestamp() AND owner = COALESCE(%(agent)s, owner)
     RETURNING {_COLUMNS}
 ), history AS (
     INSERT INTO {EVENT} ({_EVENT_COLUMNS})
-    SELECT id, 'renew', 'RUNNING', 'RUNNING', version, fence, owner, %(now)s, NULL FROM moved
+    SELECT id, 'renew', 'RUNNING', 'RUNNING', version, fence, owner, updated_at, NULL FROM moved
 )
 SELECT {_COLUMNS} FROM moved
 """
@@ -200,8 +214,8 @@ SELECT {_COLUMNS} FROM moved
 # complete: RUNNING -> COMPLETED. `held` locks the task only while it is RUNNING under this
 # lease (token hash; the agent when named) and keeps the holder's name for the history, since
 # the UPDATE clears it. The UPDATE is the CAS on the same guard: stores the result, ends the
-# lease (owner, hash, expiry cleared; fence kept), version + 1. A lease that expired but was not
-# taken over still completes: the token proves nobody else holds the task.
+# lease (owner, hash, expiry, claim request cleared; fence kept), version + 1. A lease that
+# expired but was not taken over still completes: the token proves nobody else holds the task.
 PG_COMPLETE = f"""
 WITH held AS MATERIALIZED (
     SELECT id, owner FROM {TASK}
@@ -211,13 +225,14 @@ WITH held AS MATERIALIZED (
 ), moved AS (
     UPDATE {TASK} AS t
     SET stage = 'COMPLETED', version = t.version + 1, owner = '', lease_token_hash = NULL,
-        lease_expires_at = NULL, result = %(result)s::jsonb, updated_at = %(now)s
+        lease_expires_at = NULL, claim_request_hash = NULL, claim_token_seed = NULL,
+        result = %(result)s::jsonb, updated_at = statement_timestamp()
     FROM held
     WHERE t.id = held.id AND t.stage = 'RUNNING' AND t.lease_token_hash = %(token_hash)s
     RETURNING {_T_COLUMNS}, held.owner AS held_by
 ), history AS (
     INSERT INTO {EVENT} ({_EVENT_COLUMNS})
-    SELECT id, 'complete', 'RUNNING', 'COMPLETED', version, fence, held_by, %(now)s, NULL FROM moved
+    SELECT id, 'complete', 'RUNNING', 'COMPLETED', version, fence, held_by, updated_at, NULL FROM moved
 )
 SELECT {_COLUMNS} FROM moved
 """
@@ -228,13 +243,6 @@ SELECT {_COLUMNS} FROM moved
 
 _LEASE_EXPIRES_AT, _NOT_BEFORE, _UPDATED_AT = (
     _ATTNAMES.index(name) for name in ("lease_expires_at", "not_before", "updated_at"))
-# The columns each verb writes from a Python value the caller holds: read back, they are equal
-# to it, so the task is built from the value instead of converting the stored form again.
-_KNOWN = {
-    "claim": (_LEASE_EXPIRES_AT, _NOT_BEFORE, _UPDATED_AT),
-    "renew": (_LEASE_EXPIRES_AT, _UPDATED_AT),
-    "complete": (_LEASE_EXPIRES_AT, _UPDATED_AT),
-}
 
 
 class Written(NamedTuple):
@@ -255,6 +263,9 @@ class HotStore:
     queued behind it."""
 
     vendor = ""
+    # The columns each verb writes from a Python value the store holds: read back, they are
+    # equal to it, so the task is built from the value instead of converting the stored form.
+    known_columns: dict[str, tuple[int, ...]] = {}
 
     def __init__(self, using: str):
         self.using = using
@@ -273,7 +284,7 @@ class HotStore:
             funcs = ops.get_db_converters(column) + field.get_db_converters(connection)
             converters += [(index, func, column) for func in funcs]
         self._converters = {
-            verb: tuple(c for c in converters if c[0] not in known) for verb, known in _KNOWN.items()
+            verb: tuple(c for c in converters if c[0] not in known) for verb, known in self.known_columns.items()
         }
 
     def transaction(self) -> Any:
@@ -295,6 +306,11 @@ class HotStore:
 
 class SQLiteStore(HotStore):
     vendor = "sqlite"
+    known_columns = {
+        "claim": (_LEASE_EXPIRES_AT, _NOT_BEFORE, _UPDATED_AT),
+        "renew": (_LEASE_EXPIRES_AT, _UPDATED_AT),
+        "complete": (_LEASE_EXPIRES_AT, _UPDATED_AT),
+    }
 
     def __init__(self, using: str):
         super().__init__(using)
@@ -334,14 +350,19 @@ class SQLiteStore(HotStore):
         run = connection.connection.execute
         return (lambda statement, params: run(_QMARK[statement], params)), connection.wrap_database_errors
 
-    def claim_next(self, agent: str, token_hash: str, now: datetime, until: datetime,
-                   queue: str | None) -> Written | None:
+    # SQLite's clock is this process's (one machine: see board.clock), read under the write lock.
+
+    def claim_next(self, agent: str, token_hash: str, ttl: timedelta, queue: str | None,
+                   request_hash: str | None, seed: str | None) -> Written | None:
         connection = connections[self.using]
+        now = timezone.now()
+        until = now + ttl
         at = self._dt(now)
+        params = (agent, token_hash, self._dt(until), request_hash, seed, at, at)
         if queue is None:
-            statement, params = SQLITE_CLAIM_NEXT, (agent, token_hash, self._dt(until), at, at)
+            statement = SQLITE_CLAIM_NEXT
         else:
-            statement, params = SQLITE_CLAIM_NEXT_IN_QUEUE, (agent, token_hash, self._dt(until), at, at, queue)
+            statement, params = SQLITE_CLAIM_NEXT_IN_QUEUE, (*params, queue)
         execute, translated = self._executor(connection)
         with translated:
             rows = execute(statement, params).fetchall()  # to the end: the statement is done
@@ -352,9 +373,11 @@ class SQLiteStore(HotStore):
         return Written(row, ((_LEASE_EXPIRES_AT, until), (_NOT_BEFORE, None), (_UPDATED_AT, now)),
                        self._converters["claim"])
 
-    def renew(self, task_id: str, token_hash: str, agent: str | None, now: datetime, until: datetime,
+    def renew(self, task_id: str, token_hash: str, agent: str | None, ttl: timedelta,
               checkpoint: Any, progress: float | None) -> Written | None:
         connection = connections[self.using]
+        now = timezone.now()
+        until = now + ttl
         at = self._dt(now)
         params = (self._dt(until), self._json(self._checkpoint_field, checkpoint, connection), progress, at,
                   task_id, token_hash, at, agent)
@@ -368,9 +391,9 @@ class SQLiteStore(HotStore):
                                      row[_OWNER], at))
         return Written(row, ((_LEASE_EXPIRES_AT, until), (_UPDATED_AT, now)), self._converters["renew"])
 
-    def complete(self, task_id: str, token_hash: str, agent: str | None, now: datetime,
-                 result: Any) -> Written | None:
+    def complete(self, task_id: str, token_hash: str, agent: str | None, result: Any) -> Written | None:
         connection = connections[self.using]
+        now = timezone.now()
         at = self._dt(now)
         result = self._json(self._result_field, result, connection)
         execute, translated = self._executor(connection)
@@ -385,6 +408,12 @@ class SQLiteStore(HotStore):
 
 class PostgresStore(HotStore):
     vendor = "postgresql"
+    # Times come from the database's clock: only what the statements write as constants.
+    known_columns = {
+        "claim": (_NOT_BEFORE,),
+        "renew": (),
+        "complete": (_LEASE_EXPIRES_AT,),
+    }
 
     def __init__(self, using: str):
         super().__init__(using)
@@ -432,9 +461,10 @@ class PostgresStore(HotStore):
             register_tzloader(connection.timezone, cursor)
         return cursor
 
-    def claim_next(self, agent: str, token_hash: str, now: datetime, until: datetime,
-                   queue: str | None) -> Written | None:
-        params = {"agent": agent, "token_hash": token_hash, "now": now, "until": until}
+    def claim_next(self, agent: str, token_hash: str, ttl: timedelta, queue: str | None,
+                   request_hash: str | None, seed: str | None) -> Written | None:
+        params = {"agent": agent, "token_hash": token_hash, "ttl": ttl, "request_hash": request_hash,
+                  "seed": seed}
         if queue is None:
             row = self._one(PG_CLAIM_NEXT, params)
         else:
@@ -442,31 +472,29 @@ class PostgresStore(HotStore):
             row = self._one(PG_CLAIM_NEXT_IN_QUEUE, params)
         if row is None:
             return None
-        return Written(row, ((_LEASE_EXPIRES_AT, until), (_NOT_BEFORE, None), (_UPDATED_AT, now)),
-                       self._converters["claim"])
+        return Written(row, ((_NOT_BEFORE, None),), self._converters["claim"])
 
-    def renew(self, task_id: str, token_hash: str, agent: str | None, now: datetime, until: datetime,
+    def renew(self, task_id: str, token_hash: str, agent: str | None, ttl: timedelta,
               checkpoint: Any, progress: float | None) -> Written | None:
         connection = connections[self.using]
         row = self._one(PG_RENEW, {
-            "id": task_id, "token_hash": token_hash, "agent": agent, "now": now, "until": until,
+            "id": task_id, "token_hash": token_hash, "agent": agent, "ttl": ttl,
             "checkpoint": self._json(self._checkpoint_field, checkpoint, connection),
             "progress": progress,
         })
         if row is None:
             return None
-        return Written(row, ((_LEASE_EXPIRES_AT, until), (_UPDATED_AT, now)), self._converters["renew"])
+        return Written(row, (), self._converters["renew"])
 
-    def complete(self, task_id: str, token_hash: str, agent: str | None, now: datetime,
-                 result: Any) -> Written | None:
+    def complete(self, task_id: str, token_hash: str, agent: str | None, result: Any) -> Written | None:
         connection = connections[self.using]
         row = self._one(PG_COMPLETE, {
-            "id": task_id, "token_hash": token_hash, "agent": agent, "now": now,
+            "id": task_id, "token_hash": token_hash, "agent": agent,
             "result": self._json(self._result_field, result, connection),
         })
         if row is None:
             return None
-        return Written(row, ((_LEASE_EXPIRES_AT, None), (_UPDATED_AT, now)), self._converters["complete"])
+        return Written(row, ((_LEASE_EXPIRES_AT, None),), self._converters["complete"])
 
 
 # =============================================================================================

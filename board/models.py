@@ -29,6 +29,11 @@ class Task(models.Model):
     lease_token_hash = models.CharField(max_length=64, null=True, blank=True)
     fence = models.BigIntegerField(default=0, help_text="Rises by one on every new holder.")
     lease_expires_at = models.DateTimeField(null=True, blank=True)
+    # A lease claimed with a request id (board.claim_requests): SHA-256 of (agent, request id)
+    # and the seed its token was derived from, so that a retried claim gets the same lease.
+    # Cleared with the lease.
+    claim_request_hash = models.CharField(max_length=64, null=True, blank=True, editable=False)
+    claim_token_seed = models.CharField(max_length=64, null=True, blank=True, editable=False)
 
     attempts = models.PositiveIntegerField(default=0, help_text="Claims made so far.")
     not_before = models.DateTimeField(null=True, blank=True, help_text="Retry backoff.")

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 from ninja import Schema
 from pydantic import ConfigDict, Field, field_validator
 
-from . import errors
+from . import claim_requests, errors
 from .lifecycle import (
     MAX_BATCH_TASKS, MAX_DEPENDENCIES, MAX_DESCRIPTION_CHARS, MAX_ERROR_CHARS, MAX_REASON_CHARS,
     MAX_RETRIES_LIMIT, MAX_TITLE_CHARS, MAX_TOKEN_CHARS, MAX_TTL_SECONDS, MIN_TTL_SECONDS,
@@ -44,6 +44,12 @@ class StrictIn(Schema):
 
 TTL = Field(..., ge=MIN_TTL_SECONDS, le=MAX_TTL_SECONDS, description="lease length in seconds")
 TOKEN = Field(..., max_length=MAX_TOKEN_CHARS, description="the lease token the claim returned")
+REQUEST_ID = Field(
+    None, min_length=1, max_length=claim_requests.MAX_LENGTH, pattern=claim_requests.PATTERN,
+    description="your id for this claim (1-64 printable ASCII characters, unguessable: e.g. a uuid4). "
+                "Sent again with the same id while the lease it made is live, the claim returns that "
+                "lease (same task, token and fence) instead of claiming again: retry a claim whose "
+                "answer was lost.")
 
 
 class TaskIn(StrictIn):
@@ -68,10 +74,12 @@ class ClaimNextIn(StrictIn):
     ttl_seconds: float = TTL
     queue: Optional[str] = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,99}$")
     wait_seconds: float = Field(0, ge=0, le=30, description="wait up to this long for work")
+    request_id: Optional[str] = REQUEST_ID
 
 
 class ClaimIn(StrictIn):
     ttl_seconds: float = TTL
+    request_id: Optional[str] = REQUEST_ID
 
 
 class ResumeIn(StrictIn):

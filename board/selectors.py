@@ -8,6 +8,7 @@ from django.db import connections
 from django.db.models import BooleanField, Count, ExpressionWrapper, Q
 from django.utils import timezone
 
+from . import clock
 from .db import write_transaction
 from .invariants import Problem, TaskSnapshot, check
 from .lifecycle import TERMINAL, Stage
@@ -56,8 +57,8 @@ def _repeatable_read(using: str) -> None:
 
 
 def problems(*, now: datetime | None = None, using: str = "default") -> list[Problem]:
-    """`check()` over the current board."""
-    return check(snapshot(using=using), now or timezone.now())
+    """`check()` over the current board, at the store's clock (board.clock) unless `now` is given."""
+    return check(snapshot(using=using), now or clock.now(using))
 
 
 def deps_of(task_ids: list[str], *, using: str = "default") -> dict[str, list[str]]:

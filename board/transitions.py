@@ -7,9 +7,10 @@ first: the verb reloads the row and either tries again (when the move is still l
 the precise error from `board.errors`. The TaskEvent of a move is inserted in the same
 transaction, so history and state never disagree, and an error leaves the database untouched.
 
-Tokens are minted here (`secrets`), never by the caller; only their SHA-256 is stored. Lease
-expiries come from this process's clock and a TTL the caller gives. The fence rises by one on
-every claim, resume and takeover, and never on renew.
+Tokens are minted here (`secrets`; for a claim sent with a request id, derived from a minted
+seed: `board.claim_requests`), never by the caller; only their SHA-256 is stored. Lease expiries
+come from the store's clock (`board.clock`: PostgreSQL's, or this process's on SQLite) and a TTL
+the caller gives. The fence rises by one on every claim, resume and takeover, and never on renew.
 
 `select_for_update` is not the concurrency mechanism (it is a no-op on SQLite): the CAS is.
 `claim_next` uses SKIP LOCKED where the database has it only so that concurrent claimers pick
@@ -37,9 +38,9 @@ from typing import Any
 from django.conf import settings
 from django.db import IntegrityError, connections, transaction
 from django.db.models import Exists, OuterRef, Q
-from django.utils import timezone
 
-from . import errors, events, hot_sql, selectors
+from . import claim_requests, clock, errors, events, hot_sql, selectors
+from .claim_requests import ClaimRequest
 from .db import write_transaction
 from .lifecycle import (
     MAX_BATCH_DEPENDENCIES, MAX_BATCH_TASKS, MAX_DEPENDENCIES, MAX_DESCRIPTION_CHARS, MAX_RETRIES_LIMIT,
@@ -54,7 +55,8 @@ log = logging.getLogger("board.transitions")
 # Each retry follows a move by another writer, so this bounds work, not correctness.
 RACE_RETRIES = 50
 
-NO_LEASE = {"owner": "", "lease_token_hash": None, "lease_expires_at": None}
+NO_LEASE = {"owner": "", "lease_token_hash": None, "lease_expires_at": None,
+            "claim_request_hash": None, "claim_token_seed": None}
 
 
 @dataclass(frozen=True)
@@ -97,7 +99,7 @@ def hash_token(token: str) -> str:
 
 
 def _mint_token() -> str:
-    return secrets.token_urlsafe(32)
+    return claim_requests.token_text(secrets.token_bytes(32))
 
 
 def _ttl(ttl_seconds: float) -> timedelta:
@@ -238,7 +240,7 @@ def create(specs: TaskSpec | Sequence[TaskSpec], *, actor: str = "", using: str 
         seen.add(task_id)
     _refuse_cycles(batch)
 
-    now = timezone.now()
+    now = clock.now(using)
     external = {dep for spec in batch for dep in spec.deps if dep not in seen}
     depended_on = {dep for spec in batch for dep in spec.deps}
     with write_transaction(using):
@@ -434,7 +436,7 @@ def admit_ready(task_ids: Iterable[str] | None = None, *, using: str = "default"
                 continue
             if _unfinished_deps(using, task_id):
                 continue
-            if _swap(using, task, Verb.ADMIT, now=timezone.now(), actor="system", guard=Q(hold=False)):
+            if _swap(using, task, Verb.ADMIT, now=clock.now(using), actor="system", guard=Q(hold=False)):
                 admitted.append(task_id)
     return admitted
 
@@ -443,21 +445,32 @@ def admit_ready(task_ids: Iterable[str] | None = None, *, using: str = "default"
 # Claiming: QUEUED -> RUNNING, and PAUSED -> RUNNING (resume)
 
 
-def claim(task_id: str, agent: str, ttl_seconds: float, *, using: str = "default") -> Claim:
+def claim(task_id: str, agent: str, ttl_seconds: float, *, request_id: str | None = None,
+          using: str = "default") -> Claim:
     """Claim this task for `agent` with a new lease of `ttl_seconds`.
 
     A PENDING task whose dependencies have all completed is admitted on the way; a RUNNING task
     whose lease has expired is reclaimed and taken over (a new token, a higher fence). Refused:
     NotFound, Taken (a live lease), Blocked (dependencies, hold, backoff), Terminal,
-    InvalidTransition (PAUSED: resume it; FAILED: an operator may requeue it)."""
+    InvalidTransition (PAUSED: resume it; FAILED: an operator may requeue it).
+
+    With `request_id` (board.claim_requests): when the task's live lease was made by this
+    agent's claim with the same id, that lease is returned (same token and fence) and nothing
+    is written. Two copies racing: the CAS lets one claim, the other re-reads and returns it."""
     ttl = _ttl(ttl_seconds)
     _agent_name(agent)
+    request = claim_requests.of(agent, request_id)
     for _ in range(RACE_RETRIES):
         with write_transaction(using):
-            now = timezone.now()
-            task = _claimable(using, _get(using, task_id), now)
+            now = clock.now(using)
+            task = _get(using, task_id)
+            if request is not None:
+                token = claim_requests.token_if_made_by(task, request, agent, now)
+                if token is not None:
+                    return _claim_of(task, token)
+            task = _claimable(using, task, now)
             if task is not None:
-                won = _take(using, task, Verb.CLAIM, agent, ttl, now)
+                won = _take(using, task, Verb.CLAIM, agent, ttl, now, request)
                 if won is not None:
                     return won
     raise errors.VersionConflict(f"task {task_id} kept changing; try again", task_id=task_id)
@@ -503,9 +516,16 @@ def _claimable(using: str, task: Task, now: datetime) -> Task | None:
     raise _illegal(task, Verb.CLAIM)
 
 
-def _take(using: str, task: Task, verb: Verb, agent: str, ttl: timedelta, now: datetime) -> Claim | None:
-    """Give `task` a new lease: a freshly minted token and the next fence, in one CAS."""
-    token = _mint_token()
+def _claim_of(task: Task, token: str) -> Claim:
+    """The answer a claim gave: the task as it is and its lease, now."""
+    return Claim(task=task, lease=Lease(token=token, fence=task.fence, expires_at=task.lease_expires_at))
+
+
+def _take(using: str, task: Task, verb: Verb, agent: str, ttl: timedelta, now: datetime,
+          request: ClaimRequest | None = None) -> Claim | None:
+    """Give `task` a new lease: a freshly minted token and the next fence, in one CAS. With a
+    claim request, the token is derived from a minted seed and the request is recorded."""
+    token, seed = request.mint() if request is not None else (_mint_token(), None)
     fence = task.fence + 1
     expires_at = now + ttl
     changes = {
@@ -514,6 +534,8 @@ def _take(using: str, task: Task, verb: Verb, agent: str, ttl: timedelta, now: d
         "fence": fence,
         "lease_expires_at": expires_at,
         "not_before": None,
+        "claim_request_hash": request.digest if request is not None else None,
+        "claim_token_seed": seed,
     }
     if verb == Verb.CLAIM:  # a resume continues the paused attempt
         changes["attempts"] = task.attempts + 1
@@ -523,28 +545,39 @@ def _take(using: str, task: Task, verb: Verb, agent: str, ttl: timedelta, now: d
 
 
 def claim_next(
-    agent: str, ttl_seconds: float, *, queue: str | None = None, using: str = "default"
+    agent: str, ttl_seconds: float, *, queue: str | None = None, request_id: str | None = None,
+    using: str = "default",
 ) -> Claim | None:
     """Claim the best ready task: highest priority, then oldest, among QUEUED tasks past their
-    backoff (in `queue` when given). None when there is no ready task."""
+    backoff (in `queue` when given). None when there is no ready task.
+
+    With `request_id` (board.claim_requests): when this agent's claim with the same id made a
+    lease that is still live, that lease is returned (same task, token and fence) instead of
+    claiming another task. Copies of one request are serialised, so they make one lease."""
     ttl = _ttl(ttl_seconds)
     _agent_name(agent)
     if queue is not None and not is_valid_task_id(queue):
         raise errors.InvalidRequest(f"invalid queue name {queue!r}")
+    request = claim_requests.of(agent, request_id)
     hot = hot_sql.store(using)
     if hot is not None:
-        return _hot_claim_next(hot, using, agent, ttl, queue)
+        return _hot_claim_next(hot, using, agent, ttl, queue, request)
     features = connections[using].features
     for _ in range(RACE_RETRIES):
         with write_transaction(using):
-            now = timezone.now()
+            if request is not None:
+                claim_requests.serialise(using, request)
+                made = claim_requests.made_by(using, request, agent)
+                if made is not None:
+                    return _claim_of(*made)
+            now = clock.now(using)
             ready = selectors.ready_tasks(now, queue, using=using)
             if features.has_select_for_update_skip_locked:
                 ready = ready.select_for_update(skip_locked=True)
             task = ready.first()
             if task is None:
                 return None
-            won = _take(using, task, Verb.CLAIM, agent, ttl, now)
+            won = _take(using, task, Verb.CLAIM, agent, ttl, now, request)
             if won is not None:
                 return won
     log.warning("claim_next by %s lost %d races in a row", agent, RACE_RETRIES)
@@ -552,22 +585,32 @@ def claim_next(
 
 
 def _hot_claim_next(hot: hot_sql.HotStore, using: str, agent: str, ttl: timedelta,
-                    queue: str | None) -> Claim | None:
+                    queue: str | None, request: ClaimRequest | None) -> Claim | None:
     """claim_next as one statement: pick, CAS and history together, nothing read before. On
     SQLite the pick runs under the write lock; on PostgreSQL it skips rows other claimers have
     locked. So a match count of 0 means no ready task (what the ORM path says after losing
-    every race, too), never a lost race to retry."""
-    token = _mint_token()
-    token_hash = hash_token(token)
-    with hot.transaction():
-        now = timezone.now()
-        expires_at = now + ttl
-        row = hot.claim_next(agent, token_hash, now, expires_at, queue)
+    every race, too), never a lost race to retry.
+
+    With a claim request (only then), the statement runs in a write transaction after the
+    request is serialised and looked up: a live lease it made is returned instead."""
+    if request is None:
+        token, seed = _mint_token(), None
+        context = hot.transaction()
+    else:
+        token, seed = request.mint()
+        context = write_transaction(using)
+    with context:
+        if request is not None:
+            claim_requests.serialise(using, request)
+            made = claim_requests.made_by(using, request, agent)
+            if made is not None:
+                return _claim_of(*made)
+        row = hot.claim_next(agent, hash_token(token), ttl, queue,
+                             request.digest if request is not None else None, seed)
         if row is None:
             return None
         transaction.on_commit(events.announce_commit, using=using)
-    task = hot.task(row)  # out of the transaction: see HotStore
-    return Claim(task=task, lease=Lease(token=token, fence=task.fence, expires_at=expires_at))
+    return _claim_of(hot.task(row), token)  # the task built out of the transaction: see HotStore
 
 
 def resume(task_id: str, agent: str, ttl_seconds: float, *, using: str = "default") -> Claim:
@@ -577,7 +620,7 @@ def resume(task_id: str, agent: str, ttl_seconds: float, *, using: str = "defaul
     _agent_name(agent)
     for _ in range(RACE_RETRIES):
         with write_transaction(using):
-            now = timezone.now()
+            now = clock.now(using)
             task = _get(using, task_id)
             if task.stage == Stage.RUNNING and task.lease_expires_at and task.lease_expires_at > now:
                 raise errors.Taken(f"task {task.pk} is held by {task.owner}", task=task)
@@ -607,7 +650,7 @@ def _holder_move(using: str, task_id: str, token: str, build, *, live_only: bool
     token_hash = _token_hash(token)
     for _ in range(RACE_RETRIES):
         with write_transaction(using):
-            now = timezone.now()
+            now = clock.now(using)
             task = _get(using, task_id)
             _refuse_holder(task, token_hash, now, live_only=live_only, agent=agent)
             result = build(task, now, token_hash)
@@ -637,18 +680,18 @@ def _refuse_holder(task: Task, token_hash: str, now: datetime, *, live_only: boo
 
 def _hot_holder_move(hot: hot_sql.HotStore, using: str, task_id: str, token_hash: str, move, *,
                      live_only: bool, agent: str | None) -> Task:
-    """A holder's verb through hot_sql: `move(now)` runs the verb's one statement and returns
+    """A holder's verb through hot_sql: `move()` runs the verb's one statement and returns
     the row as written, or None when it matched no row. Only then is the row read: it raises
     the error the ORM path would, or, when the move has become legal again (the row changed
     between the statement and the read), the statement runs again."""
     for _ in range(RACE_RETRIES):
         with hot.transaction():
-            row = move(timezone.now())
+            row = move()
             if row is not None:
                 transaction.on_commit(events.announce_commit, using=using)
         if row is not None:
             return hot.task(row)  # out of the transaction: see HotStore
-        _refuse_holder(_get(using, task_id), token_hash, timezone.now(), live_only=live_only, agent=agent)
+        _refuse_holder(_get(using, task_id), token_hash, clock.now(using), live_only=live_only, agent=agent)
     raise errors.VersionConflict(f"task {task_id} kept changing; try again", task_id=task_id)
 
 
@@ -672,7 +715,7 @@ def renew(
         token_hash = _token_hash(token)
         task = _hot_holder_move(
             hot, using, task_id, token_hash,
-            lambda now: hot.renew(task_id, token_hash, agent, now, now + ttl, checkpoint, progress),
+            lambda: hot.renew(task_id, token_hash, agent, ttl, checkpoint, progress),
             live_only=True, agent=agent)
         return Claim(task=task, lease=Lease(token=token, fence=task.fence, expires_at=task.lease_expires_at))
 
@@ -713,7 +756,7 @@ def complete(task_id: str, token: str, result: Any, *, agent: str | None = None,
         token_hash = _token_hash(token)
         task = _hot_holder_move(
             hot, using, task_id, token_hash,
-            lambda now: hot.complete(task_id, token_hash, agent, now, result),
+            lambda: hot.complete(task_id, token_hash, agent, result),
             live_only=False, agent=agent)
         # has_dependents as written, read under the row's lock. Registered after the move's
         # transaction: outside a caller's transaction it runs now (the move has committed),
@@ -808,7 +851,7 @@ def _check_progress(progress: float | None) -> None:
 def _operator_move(using: str, task_id: str, version: int | None, move) -> Task:
     for _ in range(RACE_RETRIES):
         with write_transaction(using):
-            now = timezone.now()
+            now = clock.now(using)
             task = _get(using, task_id)
             if version is not None and task.version != version:
                 raise errors.VersionConflict(
@@ -936,7 +979,7 @@ def reclaim_expired(*, now: datetime | None = None, limit: int = 500, task_ids: 
     """Take back every lease that expired by `now` (default: this store's clock): the task goes
     back to QUEUED, or to FAILED when its attempts are spent. Live leases are never touched.
     Each task is its own CAS; returns what was moved."""
-    now = now or timezone.now()
+    now = now or clock.now(using)
     expired = Task.objects.using(using).filter(stage=Stage.RUNNING, lease_expires_at__lte=now)
     if task_ids is not None:
         expired = expired.filter(pk__in=list(task_ids))

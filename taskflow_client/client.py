@@ -4,7 +4,11 @@ claim gives you. Standard library only.
 Connections are kept alive, one per thread (a `Client` may be shared by threads, e.g. a worker
 and its heartbeat). A request that meets a connection the server had already closed while it
 was idle is sent again once on a fresh connection; every other network failure raises
-`TransportError` at once, with no retry, because its outcome is unknown.
+`TransportError` at once, with no retry, because its outcome is unknown -- except a claim
+(`claim_next`, `claim`): each call sends a fresh `request_id` (a uuid4) and, after a transport
+error, sends the same request once more. The server answers a copy of a claim that already
+took effect with the lease it made (same task, token and fence), so a claim whose answer was
+lost does not leave its task held by nobody until the lease expires.
 """
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ import os
 import socket
 import threading
 import time
+import uuid
 from datetime import datetime, timezone
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
 from urllib.parse import quote, urlencode, urlsplit
@@ -27,6 +32,12 @@ DEFAULT_TIMEOUT = 30.0
 USER_AGENT = "taskflow-client/1"
 BUSY_RETRY_SECONDS = 1.0  # the server's Retry-After for a refused wait
 _ERROR_BODY_PREVIEW = 500
+
+
+def _new_request_id() -> str:
+    """A claim's id, sent again with its retry (unguessable: while its lease lives it gets the
+    lease's token back)."""
+    return uuid.uuid4().hex
 
 
 def _parse_time(value: Optional[str]) -> Optional[datetime]:
@@ -334,10 +345,15 @@ class Client:
         with a lease of `ttl_seconds` (1 s .. 24 h). With `wait_seconds` (up to 30) the server
         waits for work to become ready (woken by the board's commits). Returns a `Lease`, or
         None when there was no work. A server that already parks all the waiting claims it
-        allows answers 503; this method then tries again every second until its wait is over."""
+        allows answers 503; this method then tries again every second until its wait is over.
+        After a transport error the claim is sent once more, with the same request id and
+        what is left of the wait: if the first one took effect, this gets its lease."""
         deadline = time.monotonic() + wait_seconds
+        request_id = _new_request_id()
+        sent_again = False
         while True:
-            body: Dict[str, Any] = {"ttl_seconds": ttl_seconds, "wait_seconds": wait_seconds}
+            body: Dict[str, Any] = {"ttl_seconds": ttl_seconds, "wait_seconds": wait_seconds,
+                                    "request_id": request_id}
             if queue is not None:
                 body["queue"] = queue
             try:
@@ -348,13 +364,26 @@ class Client:
                     return None
                 time.sleep(BUSY_RETRY_SECONDS)
                 continue
+            except TransportError:
+                if sent_again:
+                    raise
+                sent_again = True
+                wait_seconds = max(0.0, round(deadline - time.monotonic(), 3))
+                continue
             return None if answer is None else Lease(self, answer, ttl_seconds)
 
     def claim(self, task_id: str, ttl_seconds: float) -> Lease:
         """Claim this task. Refused with `Taken` (a live lease), `Blocked` (dependencies,
-        hold, backoff), `Terminal`, `InvalidTransition` (PAUSED: resume it), `NotFound`."""
-        return Lease(self, self.request("POST", self._path("tasks", task_id, "claim"),
-                                        {"ttl_seconds": ttl_seconds}), ttl_seconds)
+        hold, backoff), `Terminal`, `InvalidTransition` (PAUSED: resume it), `NotFound`.
+        After a transport error the claim is sent once more with the same request id: if the
+        first one took effect, this gets its lease (not `Taken`)."""
+        path = self._path("tasks", task_id, "claim")
+        body = {"ttl_seconds": ttl_seconds, "request_id": _new_request_id()}
+        try:
+            answer = self.request("POST", path, body)
+        except TransportError:
+            answer = self.request("POST", path, body)
+        return Lease(self, answer, ttl_seconds)
 
     def resume(self, task_id: str, ttl_seconds: float) -> Lease:
         """Take a PAUSED task with a new lease; its checkpoint is in ``lease.task["checkpoint"]``."""

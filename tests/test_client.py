@@ -5,6 +5,7 @@ the background, lost lease, pause/resume) and the command line. Conditions in th
 awaited by polling with deadlines, never by sleeping a fixed time.
 """
 import contextlib
+import http.client
 import http.server
 import json
 import logging
@@ -337,6 +338,104 @@ def test_base_url_may_name_the_api_prefix_and_connections_are_reused(board_serve
     assert client._http._local.conn is conn  # one keep-alive connection for the three requests
     conn.sock.shutdown(socket.SHUT_RDWR)  # as if the server had dropped the idle connection
     assert client.get("x")["id"] == "x"  # sent again on a fresh connection
+
+
+# ---------------------------------------------------------------------------------------------
+# A claim whose answer is lost after the server committed it
+
+
+class ReplyDropper:
+    """A proxy in front of the server. It forwards each request whole and reads the server's
+    whole answer, then, for the first `drop` requests whose path ends with one of `paths`,
+    closes the client's connection instead of passing the answer on: the request took effect,
+    the client never learns it. Everything else it passes on unchanged."""
+
+    def __init__(self, upstream_port: int, paths: tuple[str, ...], drop: int = 1):
+        self.upstream_port = upstream_port
+        self.paths = paths
+        self.drop = drop
+        self.dropped: list[str] = []
+        self.forwarded: list[str] = []
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._connection, args=(client,), daemon=True).start()
+
+    def _connection(self, client: socket.socket) -> None:
+        reader = client.makefile("rb")
+        try:
+            while True:
+                request_line = reader.readline()
+                if not request_line:
+                    return
+                method, path, _ = request_line.decode("latin-1").split(" ", 2)
+                headers = {}
+                while (line := reader.readline()) not in (b"\r\n", b"\n", b""):
+                    name, value = line.decode("latin-1").split(":", 1)
+                    headers[name.strip()] = value.strip()
+                body = reader.read(int(headers.get("Content-Length", 0)))
+                upstream = http.client.HTTPConnection("127.0.0.1", self.upstream_port, timeout=30)
+                upstream.request(method, path, body=body, headers=headers)
+                answer = upstream.getresponse()
+                data = answer.read()
+                upstream.close()
+                with self._lock:
+                    drop = len(self.dropped) < self.drop and path.endswith(self.paths)
+                    (self.dropped if drop else self.forwarded).append(path)
+                if drop:
+                    return  # the server answered; the client gets a closed connection
+                head = [f"HTTP/1.1 {answer.status} {answer.reason}"]
+                head += [f"{k}: {v}" for k, v in answer.getheaders()
+                         if k.lower() not in ("content-length", "transfer-encoding", "connection")]
+                head += [f"Content-Length: {len(data)}", "Connection: keep-alive"]
+                client.sendall(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + data)
+        finally:
+            reader.close()
+            client.close()
+
+    def __enter__(self) -> "ReplyDropper":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._listener.close()
+        self._thread.join(10)
+
+
+@pytest.mark.parametrize("how", ["claim_next", "claim"])
+def test_a_claim_whose_answer_was_lost_is_sent_again_and_gets_its_lease(board_server, keys, alice, bob, how):
+    alice.create({"id": "cut", "title": "cut"})
+    with ReplyDropper(board_server.port, ("/api/claim", "/api/tasks/cut/claim")) as proxy:
+        with Client(proxy.url, keys["alice"], timeout=10) as client:
+            lease = client.claim_next(30) if how == "claim_next" else client.claim("cut", 30)
+        assert len(proxy.dropped) == 1 and len(proxy.forwarded) == 1  # the first answer was lost
+    assert lease is not None and lease.task_id == "cut" and lease.fence == 1
+    assert verbs("cut") == ["create", "claim"]
+    task = Task.objects.get(pk="cut")
+    assert (task.stage, task.owner, task.fence) == ("RUNNING", "alice", 1)
+    with pytest.raises(Taken):
+        bob.claim("cut", 30)
+    assert alice.complete("cut", lease.token, {"done": True})["stage"] == "COMPLETED"
+
+
+def test_each_claim_of_the_client_is_a_new_request(alice):
+    """The request id is per call, not per client: two claims are two leases."""
+    alice.create([{"id": "a1", "title": "a1"}, {"id": "a2", "title": "a2"}])
+    first, second = alice.claim_next(30), alice.claim_next(30)
+    assert {first.task_id, second.task_id} == {"a1", "a2"} and first.token != second.token
+    assert verbs("a1") == verbs("a2") == ["create", "claim"]
 
 
 # ---------------------------------------------------------------------------------------------

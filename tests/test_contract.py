@@ -165,6 +165,90 @@ class BoardContract:
         assert second.lease.token != first.lease.token  # same agent name, a different lease
         transitions.complete("t", second.lease.token, {}, using=self.alias)
 
+    # -- claim request ids: a claim retried after its answer was lost -------------------------
+
+    def claim_request(self, task_id: str) -> tuple:
+        return Task.objects.using(self.alias).filter(pk=task_id).values_list(
+            "claim_request_hash", "claim_token_seed").get()
+
+    def test_a_claim_retried_with_its_request_id_returns_the_same_lease(self):
+        a = self.alias
+        self.new("rq", max_retries=5)
+        first = transitions.claim("rq", "agent", TTL, request_id="r-1", using=a)
+        state = db_state(a)
+        again = transitions.claim("rq", "agent", TTL, request_id="r-1", using=a)
+        assert (again.task.pk, again.lease) == ("rq", first.lease)
+        assert db_state(a) == state and TaskEvent.objects.using(a).filter(verb="claim").count() == 1
+        # Neither the request id nor the token is stored: a hash and the seed.
+        stored = str(list(Task.objects.using(a).filter(pk="rq").values()))
+        assert "r-1" not in stored and first.lease.token not in stored
+        assert row("rq", a)["lease_token_hash"] == transitions.hash_token(first.lease.token)
+        # Another agent's request with that id, or another id of the same agent: a new claim.
+        for agent, request_id in (("other", "r-1"), ("agent", "r-2"), ("agent", None)):
+            with pytest.raises(errors.Taken):
+                transitions.claim("rq", agent, TTL, request_id=request_id, using=a)
+        assert db_state(a) == state
+        # Renewed, the lease is still the request's: a retry returns it with its new expiry.
+        renewed = transitions.renew("rq", first.lease.token, 2 * TTL, agent="agent", using=a)
+        again = transitions.claim("rq", "agent", TTL, request_id="r-1", using=a)
+        assert again.lease == renewed.lease and again.lease.expires_at > first.lease.expires_at
+        # Expired, it is not returned: the retry is an ordinary claim, a takeover.
+        expire_lease("rq", a)
+        taken = transitions.claim("rq", "agent", TTL, request_id="r-1", using=a)
+        assert taken.lease.fence == 2 and taken.lease.token != first.lease.token
+        with pytest.raises(errors.LeaseLost):
+            transitions.renew("rq", first.lease.token, TTL, using=a)
+        # Ended, its request is forgotten with the rest of the lease.
+        transitions.release("rq", taken.lease.token, using=a)
+        assert self.claim_request("rq") == (None, None)
+        plain = self.claim("rq", "agent")
+        assert self.claim_request("rq") == (None, None)
+        transitions.complete("rq", plain.lease.token, {}, using=a)
+
+    def test_claim_next_retried_with_its_request_id_returns_the_same_task(self):
+        a = self.alias
+        self.new("q1")
+        self.new("q2")
+        first = transitions.claim_next("agent", TTL, request_id="n-1", using=a)
+        state = db_state(a)
+        again = transitions.claim_next("agent", TTL, request_id="n-1", using=a)
+        assert (again.task.pk, again.lease) == (first.task.pk, first.lease)
+        assert db_state(a) == state
+        assert self.claim_request(first.task.pk)[0] is not None
+        other = transitions.claim_next("other", TTL, request_id="n-1", using=a)  # another agent's
+        assert other.task.pk != first.task.pk
+        assert transitions.claim_next("agent", TTL, request_id="n-1", using=a).lease == first.lease
+        # Completed (the hot statement too), the request is forgotten: the id claims anew.
+        done = transitions.complete(first.task.pk, first.lease.token, {}, using=a)
+        assert (done.claim_request_hash, done.claim_token_seed) == (None, None) == self.claim_request(done.pk)
+        assert transitions.claim_next("agent", TTL, request_id="n-1", using=a) is None
+        transitions.complete(other.task.pk, other.lease.token, {}, using=a)
+
+    def test_a_bad_request_id_is_refused_and_changes_nothing(self):
+        a = self.alias
+        self.new("bad")
+        before = db_state(a)
+        for bad in ("", "x" * 65, "with space", "é", "line\n", 12):
+            with pytest.raises(errors.InvalidRequest):
+                transitions.claim("bad", "agent", TTL, request_id=bad, using=a)
+            with pytest.raises(errors.InvalidRequest):
+                transitions.claim_next("agent", TTL, request_id=bad, using=a)
+        assert db_state(a) == before
+
+    def test_16_copies_of_one_claim_make_one_lease_over_100_rounds(self):
+        """The criterion: copies of one claim (a client's retries) released together get one
+        lease between them, whether it names its task or takes the next one, while other ready
+        tasks would let a second claim succeed."""
+        a = self.alias
+        for n in range(ROUNDS // 2):
+            transitions.create([TaskSpec(id=f"copy-{n}-{i}", title="c") for i in range(2)], using=a)
+            assert contract.retried_claim(self.board, "agent", f"next-{n}", RACERS, TTL) == 1, n
+            assert contract.retried_claim(self.board, "agent", f"this-{n}", RACERS, TTL,
+                                          task_id=f"copy-{n}-1") == 1, n
+        claims = Counter(TaskEvent.objects.using(a).filter(verb="claim").values_list("task_id", flat=True))
+        assert sum(claims.values()) == Task.objects.using(a).filter(stage=Stage.RUNNING).count()
+        assert set(claims.values()) == {1}
+
     def test_renew_extends_a_live_lease_and_saves_progress(self):
         self.new("r")
         c = self.claim("r", ttl=5)
