@@ -30,10 +30,10 @@ from django.contrib.admin.views.main import ChangeList
 from django.core import signing
 from django.db.models import BooleanField, ExpressionWrapper, Q, Subquery
 from django.template.response import TemplateResponse
-from django.utils import timezone
 from django.utils.cache import add_never_cache_headers
 
 from . import agent_keys, errors, transitions
+from . import clock as store_clock
 from .lifecycle import TERMINAL, Stage
 from .models import AgentKey, Task, TaskEvent
 
@@ -147,7 +147,7 @@ class LeaseStateFilter(admin.SimpleListFilter):
         return [("live", "live"), ("expired", "expired"), ("none", "none")]
 
     def queryset(self, request, queryset):
-        now = timezone.now()
+        now = store_clock.in_query()  # the store's clock, as the reaper judges leases
         value = self.value()
         if value == "live":
             return queryset.filter(stage=Stage.RUNNING, lease_expires_at__gt=now)
@@ -510,7 +510,7 @@ class TaskAdmin(NoHashLookups, admin.ModelAdmin):
     # -- time: a parameter (tests move it; the reaper's rule is "expired by this clock") ------
 
     def clock(self) -> datetime:
-        return timezone.now()
+        return store_clock.now()  # the store's clock, as the reaper's: not this host's
 
     # -- permissions ---------------------------------------------------------------------------
 
