@@ -68,7 +68,7 @@ def problems(*, now: datetime | None = None, using: str = "default") -> list[Pro
         rows = []
         for start in range(0, len(wanted), _CHUNK):
             rows += _check_rows(Task.objects.using(using).filter(pk__in=wanted[start:start + _CHUNK]))
-        on_cycles = tasks_on_cycles(_cycle_candidate_edges(using))
+        on_cycles = _tasks_on_cycles(using)
     found = [p for p in check(_task_snapshots(rows, deps), now) if p.task in suspects and p.code != DEP_CYCLE]
     return sorted(found + [cycle_problem(task_id) for task_id in on_cycles])
 
@@ -130,23 +130,29 @@ def _placeholders(values: list) -> str:
     return ", ".join(["%s"] * len(values))
 
 
-def _cycle_candidate_edges(using: str) -> Iterator[tuple[str, str]]:
-    """The dependencies between known tasks that could lie on a cycle: an edge t -> d does only
-    if something depends on t and d depends on something (most of a real board's edges start at
-    a task nobody waits for, or end at one that waits for nothing). Self-dependencies are not
-    cycles (they are self_dep)."""
+def _tasks_on_cycles(using: str) -> set[str]:
+    """Ids of the tasks on a dependency cycle, as check() finds them. The search reads only the
+    dependencies that could lie on one (`_CYCLE_CANDIDATE_EDGES`); that both ends are tasks is
+    checked only for what it finds (normally nothing): an edge to or from an unknown task is on
+    no cycle in check()."""
     with connections[using].cursor() as cursor:
         cursor.execute(_CYCLE_CANDIDATE_EDGES)
-        while rows := cursor.fetchmany(_CHUNK):
-            yield from rows
+        edges = cursor.fetchall()
+    on_cycles = tasks_on_cycles(edges)
+    if on_cycles:
+        known = set(Task.objects.using(using).filter(pk__in=sorted(on_cycles)).values_list("id", flat=True))
+        if known != on_cycles:
+            on_cycles = tasks_on_cycles((a, b) for a, b in edges if a in known and b in known)
+    return on_cycles
 
 
-# Inner joins: an edge to or from an unknown task is on no cycle, as in check().
+# An edge t -> d can lie on a cycle only if something depends on t and d depends on something:
+# most of a real board's edges start at a task nobody waits for or end at one that waits for
+# nothing. Self-dependencies are not cycles (they are self_dep). Index lookups on the
+# dependency table only.
 _CYCLE_CANDIDATE_EDGES = (
-    f"SELECT d.task_id, d.depends_on_id FROM {Dependency._meta.db_table} d "
-    f"JOIN {Task._meta.db_table} t ON t.id = d.task_id "
-    f"JOIN {Task._meta.db_table} o ON o.id = d.depends_on_id "
-    "WHERE d.task_id <> d.depends_on_id"
+    f"SELECT d.task_id, d.depends_on_id FROM {Dependency._meta.db_table} d"
+    " WHERE d.task_id <> d.depends_on_id"
     f" AND EXISTS (SELECT 1 FROM {Dependency._meta.db_table} i WHERE i.depends_on_id = d.task_id)"
     f" AND EXISTS (SELECT 1 FROM {Dependency._meta.db_table} x WHERE x.task_id = d.depends_on_id)"
 )
@@ -219,7 +225,7 @@ _CARD_TIMES = ("lease_expires_at", "not_before", "created_at", "updated_at")
 
 
 def _card_row(values: tuple) -> dict:
-    row = dict(zip(_ROW_COLUMNS, values))
+    row = dict(zip(_ROW_COLUMNS, values, strict=True))
     row["hold"] = bool(row["hold"])  # SQLite: 0/1
     for name in _CARD_TIMES:
         row[name] = json_time(row[name])

@@ -299,13 +299,15 @@ def plant_every_problem(using: str, now) -> None:
         task("orphan", "PENDING"), task("stuck", "QUEUED"), task("dropped-too", "CANCELLED"),
         task("retried", "FAILED", attempts=9, max_retries=1),
         task("c1", "PENDING"), task("c2", "PENDING"), task("c3", "QUEUED"), task("after-cycle", "PENDING"),
-        task("two-causes", "QUEUED"),
+        task("two-causes", "QUEUED"), task("via-ghost", "PENDING"),
     ])
     edges = [("ok-queued", "ok-done"), ("ok-pending", "ok-queued"), ("lost", "ok-pending"),
              ("ghost-dep", "nowhere"), ("early", "ok-pending"), ("waiting", "ok-pending"),
              ("orphan", "dropped"), ("stuck", "broke"), ("dropped-too", "dropped"),
              ("c1", "c2"), ("c2", "c3"), ("c3", "c1"), ("after-cycle", "c1"),
-             ("two-causes", "ok-pending"), ("two-causes", "c1")]
+             ("two-causes", "ok-pending"), ("two-causes", "c1"),
+             # a cycle through a task that does not exist is none (only via-ghost's unknown_dep)
+             ("via-ghost", "ghost"), ("ghost", "via-ghost")]
     if using == "default":
         edges.append(("selfish", "selfish"))
     table = Dependency._meta.db_table
