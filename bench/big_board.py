@@ -10,7 +10,9 @@ A board of N tasks (default 100,000) in a realistic mix of stages is written onc
   and its tracemalloc peak (measured in a separate run, since tracing slows Python down).
 - **snapshot**: `board.events.snapshot_frames()`, everything the server does to answer a
   websocket's snapshot (the read, the cards, the encoded frames), with the problems it carries
-  computed by the same call: seconds and tracemalloc peak, plus the frames' total size.
+  computed by the same call, and again without them ("cards": the server reuses a check() under
+  half a second old, `Tailer.recent_problems`): seconds and tracemalloc peak, plus the frames'
+  total size.
 - **baseline**: a plain `SELECT` with the database driver of the same rows each one reads (every
   task's check columns and every dependency for check(); the card columns of the tasks the
   snapshot shows, and every dependency, for the snapshot), fetched into Python tuples. The
@@ -260,6 +262,7 @@ def measure(backend: str, database_url: str, args: argparse.Namespace) -> None:
     check_times, _ = timed(selectors.problems, args.repeat)
     check_base, _ = timed(lambda: raw_read(database_url, CHECK_BASELINE), args.repeat)
     snap_times, frames = timed(events.snapshot_frames, args.repeat)
+    cards_times, _ = timed(lambda: events.snapshot_frames(problems=[]), args.repeat)
     snap_base, _ = timed(lambda: raw_read(database_url, SNAPSHOT_BASELINE), args.repeat)
     check_peak = traced_peak(selectors.problems)
     snap_peak = traced_peak(events.snapshot_frames)
@@ -275,6 +278,9 @@ def measure(backend: str, database_url: str, args: argparse.Namespace) -> None:
     print(f"  {'':<10} {'best s':>8} {'median s':>8} {'raw SELECT':>10} {'ratio':>7} {'peak MB':>9}")
     row("check()", check_times, check_base, check_peak, BOUNDS["check_seconds"])
     row("snapshot", snap_times, snap_base, snap_peak, BOUNDS["snapshot_seconds"])
+    row("  cards", cards_times, snap_base, snap_peak, BOUNDS["snapshot_seconds"])
+    print("  (snapshot: with its check(), as for a first socket; cards: reusing the tailer's recent"
+          " problems, as the server does for the sockets after it)")
     print(f"  the snapshot: {len(frames)} frames, {cards:,} cards, {size:.1f} MB of JSON (the peak includes it)")
     print(f"  (median of {args.repeat} runs; ratio = median / the best plain-driver SELECT of the same rows;"
           " peak = tracemalloc, one more run)")
