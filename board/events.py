@@ -32,6 +32,7 @@ import json
 import threading
 import time
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Protocol
 
 from asgiref.sync import async_to_sync, sync_to_async
@@ -122,7 +123,8 @@ def latest_event_id() -> int:
 
 def card_task(task: Task, deps: list[str]) -> dict:
     """What a card shows: the public task without its bulky fields (description, payload,
-    checkpoint, result), which the details panel fetches from the API when opened."""
+    checkpoint, result), which the details panel fetches from the API when opened. `task` is a
+    Task or, for the snapshot, any object with its public fields (a row of CARD_COLUMNS)."""
     card = public_task(task, deps)
     for bulky in ("description", "payload", "checkpoint", "result"):
         del card[bulky]
@@ -159,17 +161,29 @@ SNAPSHOT_PART = 1000  # tasks per frame: frames stay under 1 MiB (daphne's limit
 def snapshot_frames(terminal_limit: int = 200, problems: list | None = None) -> list[str]:
     """What a browser needs to draw the board, plus the event id it is current to, as encoded
     frames: {"type": "snapshot", ..., "more": bool} then {"type": "snapshot_more", "tasks",
-    "more"} until "more" is false. `problems`: a recent check() result to reuse."""
-    snap = selectors.board_tasks(terminal_limit=terminal_limit)
-    cards = [jsonable(card_task(t, snap["deps"][t.pk])) for t in snap["tasks"]]
-    parts = [cards[i:i + SNAPSHOT_PART] for i in range(0, len(cards), SNAPSHOT_PART)] or [[]]
-    head = {"type": "snapshot", "last_event_id": snap["last_event_id"], "counts": snap["counts"],
-            "tasks": parts[0], "problems": problems if problems is not None else problem_dicts(),
-            "more": len(parts) > 1}
-    frames = [json.dumps(head)]
-    for i, part in enumerate(parts[1:], start=2):
-        frames.append(json.dumps({"type": "snapshot_more", "tasks": part, "more": i < len(parts)}))
+    "more"} until "more" is false. `problems`: a recent check() result to reuse.
+
+    Built a part at a time from selectors.board_parts (one read that takes no write lock): only
+    the encoded frames and the part being built are held, never a model instance per task.
+    A frame is encoded once the next part is read (its "more" depends on it)."""
+    parts = selectors.board_parts(terminal_limit=terminal_limit, part_size=SNAPSHOT_PART)
+    head = next(parts)
+    if problems is None:
+        problems = problem_dicts()  # inside the board's read: the problems of the same board
+    frames: list[str] = []
+    frame = {"type": "snapshot", "last_event_id": head["last_event_id"], "counts": head["counts"],
+             "tasks": [], "problems": problems}
+    for part in parts:
+        if frame["tasks"]:
+            frames.append(json.dumps({**frame, "more": True}))
+            frame = {"type": "snapshot_more", "tasks": []}
+        frame["tasks"] = [card_task(SimpleNamespace(**row, **_NOT_ON_CARDS), deps) for row, deps in part]
+    frames.append(json.dumps({**frame, "more": False}))
     return frames
+
+
+# card_task drops these; rows read for cards (selectors.CARD_COLUMNS) do not carry them.
+_NOT_ON_CARDS = {"description": "", "payload": None, "checkpoint": None, "result": None}
 
 
 def newly_ready(events: list[TaskEvent]) -> dict[str, int]:

@@ -7,7 +7,7 @@ snapshot print the same lines.
 """
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -100,8 +100,11 @@ def check(tasks: Iterable[TaskSnapshot], now: datetime) -> list[Problem]:
             _check_lease(t, stage, now, report)
             _check_payloads(t, stage, report)
 
-    for task_id in _tasks_on_cycles(tasks, by_id):
-        report(task_id, DEP_CYCLE, f"task {task_id} is on a dependency cycle")
+    # One dependency list per id (the last copy's, when ids are duplicated).
+    graph = {t.id: [d for d in t.deps if d in by_id and d != t.id] for t in tasks}
+    for task_id in tasks_on_cycles((task_id, dep) for task_id, deps in graph.items() for dep in deps):
+        cycle = cycle_problem(task_id)
+        report(cycle.task, cycle.code, cycle.text)
     return [Problem(task_id, code, text) for (task_id, code), text in sorted(problems.items())]
 
 
@@ -150,10 +153,18 @@ def _check_payloads(t: TaskSnapshot, stage: Stage, report) -> None:
                f"task {t.id} ran {t.attempts} times; max_retries {t.max_retries} allows {t.max_retries + 1}")
 
 
-def _tasks_on_cycles(tasks: list[TaskSnapshot], by_id: dict) -> set[str]:
-    """Ids on a dependency cycle of length >= 2 (self-dependencies are reported as self_dep),
-    by Tarjan's strongly connected components, iteratively so deep chains do not overflow."""
-    graph = {t.id: [d for d in t.deps if d in by_id and d != t.id] for t in tasks}
+def cycle_problem(task_id: str) -> Problem:
+    return Problem(task_id, DEP_CYCLE, f"task {task_id} is on a dependency cycle")
+
+
+def tasks_on_cycles(edges: Iterable[tuple[str, str]]) -> set[str]:
+    """Ids on a dependency cycle of length >= 2, given the graph as (task, dependency) pairs
+    between known tasks, without self-dependencies (those are reported as self_dep). Tarjan's
+    strongly connected components, iteratively so deep chains do not overflow. Only ids are
+    held, so board.selectors can search the store's dependencies without reading its tasks."""
+    graph: dict[str, list[str]] = defaultdict(list)
+    for task_id, dep in edges:
+        graph[task_id].append(dep)
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     on_stack: set[str] = set()
@@ -171,7 +182,7 @@ def _tasks_on_cycles(tasks: list[TaskSnapshot], by_id: dict) -> set[str]:
                 counter += 1
                 stack.append(node)
                 on_stack.add(node)
-            children = graph[node]
+            children = graph.get(node, ())
             if child_i < len(children):
                 work.append((node, child_i + 1))
                 child = children[child_i]
