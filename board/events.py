@@ -12,10 +12,22 @@ is full, and the Redis layer delivers at most once. The tailer encodes one frame
 batch of changes) and hands that same text to each subscribed socket of its process.
 
 Finding new events: ids are taken at insert, and on PostgreSQL two transactions can commit out of
-id order, so "id > last seen" alone could skip an event that commits late. The tailer remembers
-the ids it has not seen below the highest one it has (holes) for a few seconds and asks for them
-again; a hole older than that belonged to a rolled-back transaction. On SQLite ids are handed out
-under the write lock, so there are no holes.
+id order, so "id > last seen" alone could skip an event that commits late. The cursor remembers
+the ids it has not seen below the highest one it has (holes) and asks for them again on every
+read, however long that takes. A hole is given up only when it is proven never to commit: with
+each new hole the cursor notes the server's next transaction id (`pg_current_snapshot()`'s xmax,
+read after the events: the transaction that took the missing id already had its xid, since every
+event is written after its task row), and it drops the hole only after a read that looked for it
+began when the oldest running transaction (the snapshot's xmin) was past that mark: the writer
+had ended by then, so the id is absent because it was rolled back. Transaction ids are the whole
+server's: a long transaction anywhere on it keeps holes (a few bytes each) until it ends. On
+SQLite ids are handed out under the write lock and committed before the next writer starts, so
+there are no holes.
+
+Reading is paged (EVENTS_PER_READ events, holes first as they have the lowest ids), page after
+page until caught up, one frame per page. The cursor moves only after a page's frame was built
+and handed to the sockets: a pass that fails (a database error) reads the same events again
+next time, so nothing is skipped.
 
 Waking up: the tailer polls a few times a second. A commit in this process wakes it at once
 (passes are at least MIN_PASS_SECONDS apart, so a burst of commits is read in one pass);
@@ -27,17 +39,20 @@ Nothing here ever carries a lease token: messages are built from `schemas.public
 from __future__ import annotations
 
 import asyncio
-import logging
 import json
+import logging
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from asgiref.sync import async_to_sync, sync_to_async
+from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
 from django.core.serializers.json import DjangoJSONEncoder
+from django.db import connections
+from django.db.models import Q
 
 from . import selectors, waiting
 from .lifecycle import Stage
@@ -49,7 +64,6 @@ log = logging.getLogger("board.events")
 WAKEUP_GROUP = "board.wakeup"
 POLL_SECONDS = 0.1  # one indexed "id > last" query: cheap enough to ask ten times a second
 MIN_PASS_SECONDS = 0.02  # at most 50 passes a second, however often commits ring
-HOLE_PATIENCE_SECONDS = 10.0
 EVENTS_PER_READ = 1000
 PROBLEMS_MIN_INTERVAL_SECONDS = 0.5  # the problems panel is recomputed at most twice a second
 PROBLEMS_REFRESH_SECONDS = 2.0  # and also on a timer: a lease expires without any event
@@ -92,28 +106,93 @@ def announce_commit() -> None:
 
 
 @dataclass
+class Page:
+    """One read of the outbox: its events (id order) and where the cursor would be after them.
+    Nothing moves until `Cursor.advance(page)`, called once the page's frame was handed out."""
+
+    events: list[TaskEvent]
+    last_id: int
+    holes: dict[int, int | None]
+    full: bool  # a whole page came back: more may be waiting, read again at once
+
+
+@dataclass
 class Cursor:
-    """Where a tailer is in the event table: the highest id seen, and the holes below it."""
+    """Where a tailer is in the event table: the highest id seen, and the holes below it (ids
+    not seen yet, each with the transaction horizon that proves when it can be given up)."""
 
     last_id: int
-    holes: dict[int, float] = field(default_factory=dict)  # id -> when it was first missed
+    holes: dict[int, int | None] = field(default_factory=dict)
     using: str = "default"
 
-    def read(self, now: float) -> list[TaskEvent]:
-        """New events (and late ones filling holes), in id order. Runs in a sync thread."""
-        self.holes = {i: t for i, t in self.holes.items() if now - t < HOLE_PATIENCE_SECONDS}
-        events = TaskEvent.objects.using(self.using)
-        rows = events.filter(id__gt=self.last_id)
-        if self.holes:
-            rows = rows | events.filter(id__in=list(self.holes))
-        events = list(rows.order_by("id")[:EVENTS_PER_READ])
-        for event in events:
-            self.holes.pop(event.id, None)
-            if event.id > self.last_id:
-                for missing in range(self.last_id + 1, event.id):
-                    self.holes.setdefault(missing, now)
-                self.last_id = event.id
-        return events
+    def read(self) -> Page:
+        """The next page of new events and of late ones filling holes, in id order. Runs in a
+        sync thread; changes nothing (see `advance`)."""
+        on_postgres = connections[self.using].vendor == "postgresql"
+        # Read BEFORE the events: every transaction older than this has ended by the time the
+        # events are read, so a hole it left that is still missing then never commits.
+        settled = _oldest_running_xid(self.using) if on_postgres and self.holes else None
+        runs = _runs(sorted(self.holes))[:MAX_HOLE_RUNS]
+        wanted = Q(id__gt=self.last_id)
+        for first, last in runs:
+            wanted |= Q(id__range=(first, last))
+        rows = list(TaskEvent.objects.using(self.using).filter(wanted).order_by("id")[:EVENTS_PER_READ])
+        full = len(rows) == EVENTS_PER_READ
+        holes, last_id, new_holes = dict(self.holes), self.last_id, []
+        for event in rows:
+            holes.pop(event.id, None)
+            if event.id > last_id:
+                new_holes.extend(range(last_id + 1, event.id))
+                last_id = event.id
+        if on_postgres:
+            if new_holes:
+                # Read AFTER the events: the transaction that took a missing id had its xid when
+                # a later id committed, so its xid is below this.
+                horizon = _next_xid(self.using)
+                holes.update(dict.fromkeys(new_holes, horizon))
+            if settled is not None:
+                # Only holes this read looked at may be given up (a full page stops early).
+                looked_up_to = rows[-1].id if full else last_id
+                covered = {i for first, last in runs for i in range(first, min(last, looked_up_to) + 1)}
+                holes = {i: h for i, h in holes.items() if not (i in covered and h is not None and h <= settled)}
+        else:
+            # SQLite hands out ids under the write lock and commits before the next writer
+            # starts: an id below one already read that is not there was rolled back.
+            holes = {}
+        return Page(rows, last_id, holes, full)
+
+    def advance(self, page: Page) -> None:
+        self.last_id, self.holes = page.last_id, page.holes
+
+
+MAX_HOLE_RUNS = 200  # runs of consecutive missing ids asked for per read (the rest: next pages)
+
+
+def _runs(ids: list[int]) -> list[tuple[int, int]]:
+    """Sorted ids as runs of consecutive ids: a big transaction's missing ids are one range."""
+    runs: list[tuple[int, int]] = []
+    for i in ids:
+        if runs and runs[-1][1] == i - 1:
+            runs[-1] = (runs[-1][0], i)
+        else:
+            runs.append((i, i))
+    return runs
+
+
+def _snapshot_bound(using: str, which: str) -> int:
+    with connections[using].cursor() as cursor:
+        cursor.execute(f"SELECT pg_snapshot_{which}(pg_current_snapshot())::text::bigint")
+        return cursor.fetchone()[0]
+
+
+def _oldest_running_xid(using: str) -> int:
+    """The oldest transaction still running on the server (every older one has ended)."""
+    return _snapshot_bound(using, "xmin")
+
+
+def _next_xid(using: str) -> int:
+    """The first transaction id not yet handed out (every running transaction is below it)."""
+    return _snapshot_bound(using, "xmax")
 
 
 def latest_event_id() -> int:
@@ -241,19 +320,25 @@ class Tailer:
                 doorbell.cancel()
 
     async def _pass(self, cursor: Cursor) -> None:
-        to_sockets = bool(self.subscribers)
+        while True:  # page after page until caught up: a big commit is never left half read
+            to_sockets = bool(self.subscribers)
 
-        def read():
-            events = cursor.read(time.monotonic())
-            # With no socket to feed, only parked claims listen, and they need no card.
-            return changes_for(events) if to_sockets else [], newly_ready(events)
+            def read(to_sockets=to_sockets):
+                page = cursor.read()
+                # With no socket to feed, only parked claims listen, and they need no card.
+                return page, changes_for(page.events) if to_sockets else [], newly_ready(page.events)
 
-        changes, ready = await sync_to_async(read)()
-        if ready:
-            waiting.waiters().notify_ready(ready)
-        if changes:
-            await self._broadcast(json.dumps({"type": "tasks", "items": changes}))
-            self.problems_dirty = True
+            # database_sync_to_async: a connection the database dropped is replaced, not reused.
+            page, changes, ready = await database_sync_to_async(read)()
+            if ready:
+                waiting.waiters().notify_ready(ready)
+            if changes:
+                await self._broadcast(json.dumps({"type": "tasks", "items": changes}))
+                self.problems_dirty = True
+            # Only now: a pass that failed before this point reads the same events again.
+            cursor.advance(page)
+            if not page.full:
+                break
         if not self.subscribers:
             return  # nobody to tell: check() waits for a socket
         now = time.monotonic()
