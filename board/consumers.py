@@ -15,6 +15,10 @@ NOT_ALLOWED = 4403
 
 
 class BoardConsumer(AsyncWebsocketConsumer):
+    # No channel layer: every frame comes from the tailer, so a Redis that hangs or refuses
+    # (REDIS_URL) cannot close or stall a socket.
+    channel_layer_alias = None
+
     async def connect(self):
         user = self.scope.get("user")
         if user is None or not user.is_authenticated or not user.is_staff:

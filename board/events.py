@@ -39,6 +39,7 @@ Nothing here ever carries a lease token: messages are built from `schemas.public
 from __future__ import annotations
 
 import asyncio
+import atexit
 import json
 import logging
 import threading
@@ -46,7 +47,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from asgiref.sync import async_to_sync, sync_to_async
+from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
@@ -90,15 +91,71 @@ _local_lock = threading.Lock()
 
 
 def announce_commit() -> None:
-    """A transition committed: wake this process's tailer now, and the others if Redis is set."""
+    """A transition committed: wake this process's tailer now, and ring the other processes'
+    (Redis) from the doorbell's own thread. Never waits on Redis: it runs in the writer's thread,
+    right after its commit, and a Redis that hangs or refuses must cost a write nothing."""
     tailer = _local_tailer
     if tailer is not None:
         tailer.wake_threadsafe()
     if getattr(settings, "REDIS_URL", ""):
-        try:
-            async_to_sync(get_channel_layer().group_send)(WAKEUP_GROUP, {"type": "board.wakeup"})
-        except Exception as exc:  # a doorbell that fails only costs latency: the poll still runs
-            log.warning("could not ring the other servers' tailers: %s", exc)
+        doorbell.ring()
+
+
+DOORBELL_TIMEOUT_SECONDS = 2.0  # one ring (or subscription) to Redis; past it, it is given up
+
+
+class Doorbell:
+    """Rings `WAKEUP_GROUP` through the channel layer from a daemon thread of its own. Rings are
+    merged: while one is on its way, any number of commits make exactly one more. A ring that
+    fails or times out only costs the other processes latency (their poll still runs); the
+    failure is logged once per run of failures. At exit, rings still pending are sent (bounded
+    by the timeout), so that a short-lived command's commit still wakes the servers."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._asked = 0  # rings asked for
+        self._done = 0  # of them, the ones sent (or given up)
+        self._thread: threading.Thread | None = None
+        self._failing = False
+
+    def ring(self) -> None:
+        with self._changed:
+            self._asked += 1
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="doorbell", daemon=True)
+                self._thread.start()
+                atexit.register(self.flush)
+            self._changed.notify_all()
+
+    def flush(self, timeout: float = DOORBELL_TIMEOUT_SECONDS) -> bool:
+        """Wait (bounded) until every ring asked for so far was sent or given up."""
+        with self._changed:
+            target = self._asked
+            return self._changed.wait_for(lambda: self._done >= target, timeout=timeout)
+
+    def _run(self) -> None:
+        loop = asyncio.new_event_loop()
+        while True:
+            with self._changed:
+                self._changed.wait_for(lambda: self._asked > self._done)
+                target = self._asked
+            try:
+                loop.run_until_complete(asyncio.wait_for(
+                    get_channel_layer().group_send(WAKEUP_GROUP, {"type": "board.wakeup"}),
+                    timeout=DOORBELL_TIMEOUT_SECONDS))
+                if self._failing:
+                    log.info("the doorbell (REDIS_URL) works again")
+                self._failing = False
+            except Exception as exc:  # noqa: BLE001  (whatever Redis does, the poll still runs)
+                if not self._failing:
+                    log.warning("could not ring the other servers' tailers (they still poll): %r", exc)
+                self._failing = True
+            with self._changed:
+                self._done = target
+                self._changed.notify_all()
+
+
+doorbell = Doorbell()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -281,7 +338,7 @@ class Tailer:
         self.subscribers: set[Subscriber] = set()
         self.loop: asyncio.AbstractEventLoop | None = None
         self.wake = asyncio.Event()
-        self.ready = asyncio.Event()  # set once it listens (cursor placed, doorbell answered)
+        self.ready = asyncio.Event()  # set once it listens (cursor placed, a working doorbell answered)
         self.task: asyncio.Task | None = None
         self.problems_sent: list = []  # snapshots carry the problems; push only changes
         self.problems_at = 0.0
@@ -294,18 +351,22 @@ class Tailer:
     async def run(self) -> None:
         self.loop = asyncio.get_running_loop()
         cursor = Cursor(await sync_to_async(latest_event_id)())
-        doorbell = None
+        doorbell_task = None
         if getattr(settings, "REDIS_URL", ""):
-            layer = get_channel_layer()
-            channel = await layer.new_channel()
-            await layer.group_add(WAKEUP_GROUP, channel)
-            doorbell = asyncio.create_task(self._listen_for_doorbell(layer, channel))
+            listening = asyncio.Event()
+            doorbell_task = asyncio.create_task(self._listen_for_doorbell(listening))
+            # A working Redis is listening before `ready`; a broken one only delays the start
+            # this long (the poll does not need it).
+            try:
+                await asyncio.wait_for(listening.wait(), timeout=DOORBELL_TIMEOUT_SECONDS)
+            except TimeoutError:
+                pass
         self.ready.set()
         try:
             while True:
                 try:
                     await asyncio.wait_for(self.wake.wait(), timeout=POLL_SECONDS)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     pass
                 # Under load every commit rings: gather what committed meanwhile into one pass.
                 await asyncio.sleep(MIN_PASS_SECONDS)
@@ -316,8 +377,8 @@ class Tailer:
                     log.exception("live update pass failed; retrying")
                     await asyncio.sleep(POLL_SECONDS)
         finally:
-            if doorbell is not None:
-                doorbell.cancel()
+            if doorbell_task is not None:
+                doorbell_task.cancel()
 
     async def _pass(self, cursor: Cursor) -> None:
         while True:  # page after page until caught up: a big commit is never left half read
@@ -370,10 +431,23 @@ class Tailer:
                 log.exception("could not deliver to a socket; dropping it")
                 self.subscribers.discard(subscriber)
 
-    async def _listen_for_doorbell(self, layer, channel: str) -> None:
+    async def _listen_for_doorbell(self, listening: asyncio.Event) -> None:
+        """Answer the other processes' rings; when Redis fails, try again later (backing off)."""
+        layer = get_channel_layer()
+        retry = 1.0
         while True:
-            await layer.receive(channel)
-            self.wake.set()
+            try:
+                channel = await asyncio.wait_for(layer.new_channel(), timeout=DOORBELL_TIMEOUT_SECONDS)
+                await asyncio.wait_for(layer.group_add(WAKEUP_GROUP, channel), timeout=DOORBELL_TIMEOUT_SECONDS)
+                listening.set()
+                retry = 1.0
+                while True:
+                    await layer.receive(channel)
+                    self.wake.set()
+            except Exception as exc:  # noqa: BLE001  (the poll carries the updates meanwhile)
+                log.warning("cannot hear the doorbell (REDIS_URL), retrying in %g s: %r", retry, exc)
+                await asyncio.sleep(retry)
+                retry = min(retry * 2, 30.0)
 
 
 def ensure_tailer() -> Tailer:
