@@ -147,6 +147,10 @@ def database_from_url(url: str) -> dict:
         config["CONN_MAX_AGE"] = None
     elif config["ENGINE"] == "django.db.backends.postgresql":
         config["OPTIONS"] = {**postgres_options(), **config.get("OPTIONS", {})}
+        # A pooled connection the server dropped (restart, pg_terminate_backend, idle timeout)
+        # is noticed when it is handed out and replaced, instead of failing the next requests
+        # (with a pool this is psycopg_pool's check; it costs one empty round trip).
+        config["CONN_HEALTH_CHECKS"] = True
     return config
 
 

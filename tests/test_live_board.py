@@ -8,6 +8,7 @@ Sessions are written straight into the server's database, signed with this proce
 SECRET_KEY, which the server is given: a socket logs in with a real session cookie."""
 from __future__ import annotations
 
+import http.client
 import json
 import threading
 import time
@@ -30,7 +31,7 @@ from django.utils.crypto import get_random_string
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect as ws_connect
 
-from board import transitions
+from board import agent_keys, transitions
 from board.db import write_transaction
 from board.models import Task, TaskEvent
 from board.transitions import TaskSpec
@@ -207,4 +208,58 @@ def test_large_batches_committed_out_of_order_and_eight_agents_all_reach_the_soc
     assert Task.objects.using(alias).count() == 2 * BATCH
     assert Task.objects.using(alias).filter(stage="COMPLETED").count() == AGENTS * CLAIMS_PER_AGENT
     wait_for_versions(socket, alias)
+    socket.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# Item: after PostgreSQL drops the server's connections, live updates and the API recover
+
+
+def api_get(server: BoardServer, path: str, key: str) -> int:
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=WAIT)
+    try:
+        conn.request("GET", path, headers={"Authorization": f"Bearer {key}"})
+        response = conn.getresponse()
+        response.read()
+        return response.status
+    finally:
+        conn.close()
+
+
+def terminate_other_backends(alias: str) -> int:
+    """pg_terminate_backend on every connection to this test database but ours (the server's)."""
+    with connections[alias].cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                       "WHERE datname = current_database() AND pid <> pg_backend_pid()) AS t")
+        return cursor.fetchone()[0]
+
+
+@pytest.mark.parametrize("alias", [pytest.param("postgres", marks=postgres_db_mark())])
+def test_after_postgres_drops_the_servers_connections_live_updates_and_the_api_recover(alias, pg_server):
+    _, key = agent_keys.create_key("reader", using=alias)
+    _, session = staff_session(alias)
+    socket = BoardSocket(pg_server, session)
+    wait_until(lambda: socket.snapshots, WAIT, "the snapshot")
+    # Fill the servers' connection pools: many requests at once, each holding a connection.
+    barrier = threading.Barrier(16)
+    statuses: list = []
+
+    def warm():
+        barrier.wait(timeout=WAIT)
+        statuses.append(api_get(pg_server, "/api/tasks", key))
+
+    threads = [threading.Thread(target=warm) for _ in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert statuses == [200] * 16
+    transitions.create(TaskSpec(id="before", title="before"), using=alias)
+    wait_for_versions(socket, alias)
+
+    assert terminate_other_backends(alias) > 0
+    transitions.create(TaskSpec(id="after", title="after"), using=alias)
+    wait_for_versions(socket, alias)  # the tailer came back by itself: no new socket connected
+    assert [api_get(pg_server, "/api/tasks", key) for _ in range(30)] == [200] * 30
+    assert socket.close_code is None
     socket.close()
