@@ -208,6 +208,11 @@ TASKFLOW = {
     # Waiting claims (wait_seconds) parked at once per server process; past it a new wait is
     # refused with 503 + Retry-After. A parked claim costs a few KB and no connection.
     "MAX_WAITERS": int(os.environ.get("TASKFLOW_MAX_WAITERS", "1000")),
+    # The live board's socket (board/consumers.py): how often an open socket checks that its
+    # session and user may still watch, and how far (characters of frames not yet sent) a client
+    # may fall behind before its socket is dropped (it reconnects and resyncs from a snapshot).
+    "SOCKET_RECHECK_SECONDS": float(os.environ.get("TASKFLOW_SOCKET_RECHECK", "30")),
+    "SOCKET_MAX_UNSENT_BYTES": int(os.environ.get("TASKFLOW_SOCKET_MAX_UNSENT", str(8 * 1024 * 1024))),
 }
 
 # Production hardening: on whenever DEBUG is off (what `manage.py check --deploy` asks for).
