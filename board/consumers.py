@@ -169,7 +169,7 @@ class BoardConsumer(AsyncWebsocketConsumer):
                     await self.work.wait()
         except asyncio.CancelledError:
             raise
-        except Exception:  # noqa: BLE001  (this socket only: the page reconnects)
+        except Exception:  # this socket only: the page reconnects
             log.exception("board socket failed; closing it")
             self.drop(INTERNAL_ERROR)
 
@@ -185,7 +185,7 @@ class BoardConsumer(AsyncWebsocketConsumer):
             await asyncio.sleep(period)
             try:
                 allowed = await database_sync_to_async(session_may_watch)(self.session_key)
-            except Exception:  # noqa: BLE001  (the database is away: check again next period)
+            except Exception:  # the database is away: check again next period
                 log.exception("could not re-check a board socket's session")
                 continue
             if not allowed:
