@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
 from django.db import connections
 from django.test import Client
 
@@ -81,7 +82,10 @@ def _user(superuser: bool = True, staff: bool = True):
     name = f"user-{time.monotonic_ns()}"
     if superuser:
         return get_user_model().objects.create_superuser(name, f"{name}@example.com", "x")
-    return get_user_model().objects.create_user(name, password="x", is_staff=staff)
+    user = get_user_model().objects.create_user(name, password="x", is_staff=staff)
+    # Staff may watch the board (its socket needs board.view_task), and nothing more.
+    user.user_permissions.add(Permission.objects.get(codename="view_task", content_type__app_label="board"))
+    return user
 
 
 def _session_cookie(user) -> str:

@@ -320,14 +320,16 @@ def test_an_agent_creates_claims_and_completes_a_task_over_verified_https(proxy,
 @proxy_test
 def test_a_staff_user_logs_in_and_the_board_socket_streams_through_the_proxy(proxy):
     from django.contrib.auth import get_user_model
+    from django.contrib.auth.models import Permission
     from django.contrib.auth.hashers import PBKDF2PasswordHasher
     from websockets.exceptions import InvalidStatus
     from websockets.sync.client import connect
 
     # A password hash the servers' (production) hashers verify.
     hasher = PBKDF2PasswordHasher()
-    get_user_model().objects.create(username="watcher", is_staff=True,
-                                    password=hasher.encode("correct horse", hasher.salt()))
+    watcher = get_user_model().objects.create(username="watcher", is_staff=True,
+                                              password=hasher.encode("correct horse", hasher.salt()))
+    watcher.user_permissions.add(Permission.objects.get(codename="view_task", content_type__app_label="board"))
     jar = SimpleCookie()
 
     def remember(headers):
