@@ -101,7 +101,7 @@ class BoardConsumer(AsyncWebsocketConsumer):
         self.session_key = self.scope["session"].session_key
         self.max_unsent = conf["SOCKET_MAX_UNSENT_BYTES"]
         self.outbox: deque[str] = deque()
-        self.unsent = 0  # characters of the frames in the outbox
+        self.unsent = 0  # characters of the frames in the outbox (= bytes: json.dumps writes ASCII)
         self.dropped = False
         self.snapshot_wanted = True
         self.work = asyncio.Event()

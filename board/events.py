@@ -8,18 +8,19 @@ command, the admin) therefore reaches every browser, after its commit.
 
 The fan-out does not go through a channel layer: the in-memory layer deep-copies every message
 for every socket (about 3 ms per event at 100 sockets) and drops messages once a socket's queue
-is full, and the Redis layer delivers at most once. The tailer encodes one frame per pass (a
-batch of changes) and hands that same text to each subscribed socket of its process.
+is full, and the Redis layer delivers at most once. The tailer encodes one frame per page of
+events (a batch of changes) and hands that same text to each subscribed socket of its process,
+without waiting for any of them (each socket queues it: board.consumers).
 
 Finding new events: ids are taken at insert, and on PostgreSQL two transactions can commit out of
 id order, so "id > last seen" alone could skip an event that commits late. The cursor remembers
 the ids it has not seen below the highest one it has (holes) and asks for them again on every
 read, however long that takes. A hole is given up only when it is proven never to commit: with
-each new hole the cursor notes the server's next transaction id (`pg_current_snapshot()`'s xmax,
-read after the events: the transaction that took the missing id already had its xid, since every
-event is written after its task row), and it drops the hole only after a read that looked for it
-began when the oldest running transaction (the snapshot's xmin) was past that mark: the writer
-had ended by then, so the id is absent because it was rolled back. Transaction ids are the whole
+each new hole the cursor takes a fresh transaction id (`pg_current_xact_id()`, after the events
+were read: the transaction that took the missing id already had its xid, which is therefore
+lower, since every event is written after its task row), and it drops the hole only after a read
+that looked for it began when the oldest running transaction (`pg_current_snapshot()`'s xmin)
+was past that mark: the writer had ended by then, so the id is absent because it rolled back. Transaction ids are the whole
 server's: a long transaction anywhere on it keeps holes (a few bytes each) until it ends. On
 SQLite ids are handed out under the write lock and committed before the next writer starts, so
 there are no holes.
@@ -32,7 +33,9 @@ next time, so nothing is skipped.
 Waking up: the tailer polls a few times a second. A commit in this process wakes it at once
 (passes are at least MIN_PASS_SECONDS apart, so a burst of commits is read in one pass);
 with a Redis channel layer (REDIS_URL) a commit in any process wakes every tailer through the
-`WAKEUP_GROUP` group. Redis is a doorbell here, never the only carrier of an update.
+`WAKEUP_GROUP` group. Redis is a doorbell here, never the only carrier of an update, and never
+in a writer's way: the ring goes from a thread of its own (`Doorbell`), and the tailer listens
+for it in a task that retries; a Redis that hangs or refuses only leaves the poll to do it.
 
 Nothing here ever carries a lease token: messages are built from `schemas.public_task`.
 """
@@ -203,9 +206,9 @@ class Cursor:
                 last_id = event.id
         if on_postgres:
             if new_holes:
-                # Read AFTER the events: the transaction that took a missing id had its xid when
-                # a later id committed, so its xid is below this.
-                horizon = _next_xid(self.using)
+                # Taken AFTER the events were read: the transaction that took a missing id had
+                # its xid before a later id committed, so its xid is below this one.
+                horizon = _new_xid(self.using)
                 holes.update(dict.fromkeys(new_holes, horizon))
             if settled is not None:
                 # Only holes this read looked at may be given up (a full page stops early).
@@ -236,20 +239,20 @@ def _runs(ids: list[int]) -> list[tuple[int, int]]:
     return runs
 
 
-def _snapshot_bound(using: str, which: str) -> int:
+def _oldest_running_xid(using: str) -> int:
+    """The oldest transaction still running on the server (every older one has ended)."""
     with connections[using].cursor() as cursor:
-        cursor.execute(f"SELECT pg_snapshot_{which}(pg_current_snapshot())::text::bigint")
+        cursor.execute("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint")
         return cursor.fetchone()[0]
 
 
-def _oldest_running_xid(using: str) -> int:
-    """The oldest transaction still running on the server (every older one has ended)."""
-    return _snapshot_bound(using, "xmin")
-
-
-def _next_xid(using: str) -> int:
-    """The first transaction id not yet handed out (every running transaction is below it)."""
-    return _snapshot_bound(using, "xmax")
+def _new_xid(using: str) -> int:
+    """A transaction id handed out now, so above that of every transaction running already.
+    (Not the snapshot's xmax: that is one past the highest *completed* xid, and a running
+    transaction may have a higher one.) Costs one xid, only on a read that found new holes."""
+    with connections[using].cursor() as cursor:
+        cursor.execute("SELECT pg_current_xact_id()::text::bigint")
+        return cursor.fetchone()[0]
 
 
 def latest_event_id() -> int:
