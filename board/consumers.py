@@ -12,7 +12,8 @@ NOT_ALLOWED.
 Backpressure: the tailer never waits for a socket. It puts a frame in the socket's own queue
 and a sender task writes it out (waiting when the client reads slowly). When the frames waiting
 there pass `TASKFLOW["SOCKET_MAX_UNSENT_BYTES"]`, the socket is dropped (closed with TOO_SLOW,
-queue emptied): a client that stops reading costs at most that much memory. The page
+queue emptied): a client that stops reading costs at most that much memory (plus the server's
+transport buffer, which holds the close frame until the client reads or goes). The page
 reconnects and starts again from a snapshot.
 
 Failures stay with one socket: a snapshot that fails closes the socket (1011; the page

@@ -152,7 +152,6 @@ CLAIMS_PER_AGENT = 60
 OLD_HOLE_PATIENCE = 10.0  # seconds the tailer used to wait for a missing id before forgetting it
 
 
-@pytest.mark.usefixtures("pg_server")
 @pytest.mark.parametrize("alias", [pytest.param("postgres", marks=postgres_db_mark())])
 def test_large_batches_committed_out_of_order_and_eight_agents_all_reach_the_socket(alias, pg_server):
     _, session = staff_session(alias)
