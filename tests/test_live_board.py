@@ -226,9 +226,11 @@ def api_get(server: BoardServer, path: str, key: str) -> int:
 
 
 def terminate_other_backends(alias: str) -> int:
-    """pg_terminate_backend on every connection to this test database but ours (the server's)."""
+    """pg_terminate_backend on every connection to this test database but ours (the server's),
+    waiting (up to 10 s each) until each backend has gone: a terminated backend exits a moment
+    after the signal, and a request in that moment would fail whatever the server did."""
     with connections[alias].cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+        cursor.execute("SELECT count(*) FROM (SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity "
                        "WHERE datname = current_database() AND pid <> pg_backend_pid()) AS t")
         return cursor.fetchone()[0]
 
@@ -259,6 +261,7 @@ def test_after_postgres_drops_the_servers_connections_live_updates_and_the_api_r
     assert terminate_other_backends(alias) > 0
     transitions.create(TaskSpec(id="after", title="after"), using=alias)
     wait_for_versions(socket, alias)  # the tailer came back by itself: no new socket connected
-    assert [api_get(pg_server, "/api/tasks", key) for _ in range(30)] == [200] * 30
+    statuses = [api_get(pg_server, "/api/tasks", key) for _ in range(30)]
+    assert statuses == [200] * 30, pg_server.log_tail()
     assert socket.close_code is None
     socket.close()
