@@ -1,60 +1,212 @@
 """The live board's websocket: a logged-in staff user subscribes, gets a snapshot, then every
 change as it commits (batches from this process's tailer, board/events.py). It never writes:
-human actions go through the API (board/api.py)."""
+human actions go through the API (board/api.py).
+
+Who may watch: whoever may read the board (board/access.py: an active staff user with
+`board.view_task`; a superuser has every permission); anyone else is closed with NOT_ALLOWED. An open socket does not outlive that
+right: it checks its session and user again every `TASKFLOW["SOCKET_RECHECK_SECONDS"]` (a
+deactivated user, a deleted or expired session, a changed password, a removed permission), and
+at once when its session logs out in this process (`user_logged_out`); then it is closed with
+NOT_ALLOWED.
+
+Backpressure: the tailer never waits for a socket. It puts a frame in the socket's own queue
+and a sender task writes it out (waiting when the client reads slowly). When the frames waiting
+there pass `TASKFLOW["SOCKET_MAX_UNSENT_BYTES"]`, the socket is dropped (closed with TOO_SLOW,
+queue emptied): a client that stops reading costs at most that much memory (plus the server's
+transport buffer, which holds the close frame until the client reads or goes). The page
+reconnects and starts again from a snapshot.
+
+Failures stay with one socket: a snapshot that fails closes the socket (1011; the page
+reconnects), a message the page would never send (too large, not JSON, nested too deep) is
+ignored, and however a socket ends it leaves the tailer. It uses no channel layer: a broken
+Redis cannot close it."""
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
+import threading
+from collections import deque
+from importlib import import_module
+from types import SimpleNamespace
 
+from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
+from django.conf import settings
+from django.contrib import auth
+from django.contrib.auth.signals import user_logged_out
+from django.dispatch import receiver
 
-from . import events
+from . import access, events
+
+log = logging.getLogger("board.consumers")
 
 # Close codes (4000-4999 are the application's): the page shows the reason.
 NOT_ALLOWED = 4403
+TOO_SLOW = 4408  # the client fell too far behind: reconnect for a fresh snapshot
+INTERNAL_ERROR = 1011
+
+# The page sends only {"type": "snapshot"}: anything much larger is not the page.
+MAX_CLIENT_MESSAGE_CHARS = 4096
+
+
+def may_watch(user) -> bool:
+    """The same rule as the API's GETs and the board page (board/access.py). Runs in a sync
+    thread (has_perm reads the database)."""
+    return access.may_read(user)
+
+
+def session_may_watch(session_key: str | None) -> bool:
+    """The session still exists and logs in a user who may watch, re-read from the database
+    (django.contrib.auth.get_user: a deactivated user or a changed password logs it out)."""
+    if not session_key:
+        return False
+    session = import_module(settings.SESSION_ENGINE).SessionStore(session_key)
+    return may_watch(auth.get_user(SimpleNamespace(session=session)))
+
+
+# The open sockets of this process by session key, for the logout signal (sent from a request
+# thread, hence the lock).
+_by_session: dict[str, set[BoardConsumer]] = {}
+_by_session_lock = threading.Lock()
+
+
+@receiver(user_logged_out, dispatch_uid="board.consumers.close_logged_out_sockets")
+def close_logged_out_sockets(sender, request=None, **kwargs) -> None:
+    key = getattr(getattr(request, "session", None), "session_key", None)
+    with _by_session_lock:
+        sockets = list(_by_session.get(key, ())) if key else []
+    for socket in sockets:
+        socket.loop.call_soon_threadsafe(socket.drop, NOT_ALLOWED)
 
 
 class BoardConsumer(AsyncWebsocketConsumer):
+    # No channel layer: every frame comes from the tailer, so a Redis that hangs or refuses
+    # (REDIS_URL) cannot close or stall a socket.
+    channel_layer_alias = None
+
+    async def __call__(self, scope, receive, send):
+        try:
+            await super().__call__(scope, receive, send)
+        finally:  # however the socket ended (closed, dropped, crashed), it leaves the tailer
+            self._leave()
+
     async def connect(self):
         user = self.scope.get("user")
-        if user is None or not user.is_authenticated or not user.is_staff:
+        if not await database_sync_to_async(may_watch)(user):
             await self.close(code=NOT_ALLOWED)
             return
+        conf = settings.TASKFLOW
+        self.loop = asyncio.get_running_loop()
+        self.session_key = self.scope["session"].session_key
+        self.max_unsent = conf["SOCKET_MAX_UNSENT_BYTES"]
+        self.outbox: deque[str] = deque()
+        self.unsent = 0  # characters of the frames in the outbox (= bytes: json.dumps writes ASCII)
+        self.dropped = False
+        self.snapshot_wanted = True
+        self.work = asyncio.Event()
+        # Subscribe before the snapshot is read: a change committed in between is queued behind
+        # the snapshot and applied (or ignored, by version), never lost, never overtaken by it.
         self.tailer = events.ensure_tailer()
-        # Subscribe before reading the snapshot, holding what the tailer delivers meanwhile:
-        # a change committed in between arrives after the snapshot and is applied (or ignored,
-        # by version), never lost, and never overtaken by the snapshot.
-        self.held: list[str] | None = []
         self.tailer.subscribers.add(self)
+        with _by_session_lock:
+            _by_session.setdefault(self.session_key, set()).add(self)
         await self.accept()
-        await self.send_snapshot()
+        self.tasks = [asyncio.create_task(self._send_frames()),
+                      asyncio.create_task(self._recheck_access(conf["SOCKET_RECHECK_SECONDS"]))]
 
     async def disconnect(self, code):
-        tailer = getattr(self, "tailer", None)
-        if tailer is not None:
-            tailer.subscribers.discard(self)
+        self._leave()
 
     async def receive(self, text_data=None, bytes_data=None):
         # The page asks for a fresh snapshot when it sees a gap in a task's versions.
+        if text_data is None or len(text_data) > MAX_CLIENT_MESSAGE_CHARS:
+            return
         try:
-            content = json.loads(text_data or "null")
-        except ValueError:
+            content = json.loads(text_data)
+        except (ValueError, RecursionError):
             return
         if isinstance(content, dict) and content.get("type") == "snapshot":
-            self.held = []
-            await self.send_snapshot()
-
-    async def send_snapshot(self) -> None:
-        frames = await database_sync_to_async(events.snapshot_frames)(problems=self.tailer.recent_problems())
-        for frame in frames:
-            await self.send(text_data=frame)
-        while self.held:  # what arrived while the snapshot was read and sent, in order
-            await self.send(text_data=self.held.pop(0))
-        self.held = None
+            self.snapshot_wanted = True
+            self.work.set()
 
     async def deliver(self, frame: str) -> None:
-        """Called by the tailer with an encoded frame (the same text for every socket)."""
-        if self.held is not None:
-            self.held.append(frame)
-        else:
+        """Called by the tailer with an encoded frame (the same text for every socket). Never
+        waits for the client."""
+        if self.dropped:
+            return
+        self.outbox.append(frame)
+        self.unsent += len(frame)
+        if self.unsent > self.max_unsent:
+            log.warning("dropping a board socket %d characters behind (limit %d)", self.unsent, self.max_unsent)
+            self.drop(TOO_SLOW)
+            return
+        self.work.set()
+
+    def drop(self, code: int) -> None:
+        """Close this socket now (from its event loop): it leaves the tailer at once; the close
+        frame goes out behind what the client has not read yet."""
+        if self.dropped:
+            return
+        self._leave()
+        asyncio.ensure_future(self.close(code=code))
+
+    async def _send_frames(self) -> None:
+        try:
+            while not self.dropped:
+                if self.snapshot_wanted:
+                    self.snapshot_wanted = False
+                    # What is queued is older than the snapshot about to be read: it covers it.
+                    self.outbox.clear()
+                    self.unsent = 0
+                    await self._send_snapshot()
+                elif self.outbox:
+                    frame = self.outbox.popleft()
+                    self.unsent -= len(frame)
+                    await self.send(text_data=frame)
+                else:
+                    self.work.clear()
+                    await self.work.wait()
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # this socket only: the page reconnects
+            log.exception("board socket failed; closing it")
+            self.drop(INTERNAL_ERROR)
+
+    async def _send_snapshot(self) -> None:
+        frames = iter(await database_sync_to_async(events.snapshot_frames)(problems=self.tailer.recent_problems()))
+        # One frame at a time, each built in a sync thread (snapshot_frames may be a generator
+        # that reads as it goes) and sent before the next is built.
+        while (frame := await sync_to_async(next)(frames, None)) is not None:
             await self.send(text_data=frame)
+
+    async def _recheck_access(self, period: float) -> None:
+        while not self.dropped:
+            await asyncio.sleep(period)
+            try:
+                allowed = await database_sync_to_async(session_may_watch)(self.session_key)
+            except Exception:  # the database is away: check again next period
+                log.exception("could not re-check a board socket's session")
+                continue
+            if not allowed:
+                self.drop(NOT_ALLOWED)
+
+    def _leave(self) -> None:
+        """Stop receiving frames and doing work for this socket (idempotent)."""
+        if getattr(self, "dropped", True):
+            return
+        self.dropped = True
+        self.tailer.subscribers.discard(self)
+        with _by_session_lock:
+            sockets = _by_session.get(self.session_key)
+            if sockets is not None:
+                sockets.discard(self)
+                if not sockets:
+                    del _by_session[self.session_key]
+        self.outbox.clear()
+        self.unsent = 0
+        current = asyncio.current_task()
+        for task in getattr(self, "tasks", ()):
+            if task is not current:
+                task.cancel()

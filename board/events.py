@@ -8,37 +8,56 @@ command, the admin) therefore reaches every browser, after its commit.
 
 The fan-out does not go through a channel layer: the in-memory layer deep-copies every message
 for every socket (about 3 ms per event at 100 sockets) and drops messages once a socket's queue
-is full, and the Redis layer delivers at most once. The tailer encodes one frame per pass (a
-batch of changes) and hands that same text to each subscribed socket of its process.
+is full, and the Redis layer delivers at most once. The tailer encodes one frame per page of
+events (a batch of changes) and hands that same text to each subscribed socket of its process,
+without waiting for any of them (each socket queues it: board.consumers).
 
 Finding new events: ids are taken at insert, and on PostgreSQL two transactions can commit out of
-id order, so "id > last seen" alone could skip an event that commits late. The tailer remembers
-the ids it has not seen below the highest one it has (holes) for a few seconds and asks for them
-again; a hole older than that belonged to a rolled-back transaction. On SQLite ids are handed out
-under the write lock, so there are no holes.
+id order, so "id > last seen" alone could skip an event that commits late. The cursor remembers
+the ids it has not seen below the highest one it has (holes) and asks for them again on every
+read, however long that takes. A hole is given up only when it is proven never to commit: with
+each new hole the cursor takes a fresh transaction id (`pg_current_xact_id()`, after the events
+were read: the transaction that took the missing id already had its xid, which is therefore
+lower, since every event is written after its task row), and it drops the hole only after a read
+that looked for it began when the oldest running transaction (`pg_current_snapshot()`'s xmin)
+was past that mark: the writer had ended by then, so the id is absent because it rolled back. Transaction ids are the whole
+server's: a long transaction anywhere on it keeps holes (a few bytes each) until it ends. On
+SQLite ids are handed out under the write lock and committed before the next writer starts, so
+there are no holes.
+
+Reading is paged (EVENTS_PER_READ events, holes first as they have the lowest ids), page after
+page until caught up, one frame per page. The cursor moves only after a page's frame was built
+and handed to the sockets: a pass that fails (a database error) reads the same events again
+next time, so nothing is skipped.
 
 Waking up: the tailer polls a few times a second. A commit in this process wakes it at once
 (passes are at least MIN_PASS_SECONDS apart, so a burst of commits is read in one pass);
 with a Redis channel layer (REDIS_URL) a commit in any process wakes every tailer through the
-`WAKEUP_GROUP` group. Redis is a doorbell here, never the only carrier of an update.
+`WAKEUP_GROUP` group. Redis is a doorbell here, never the only carrier of an update, and never
+in a writer's way: the ring goes from a thread of its own (`Doorbell`), and the tailer listens
+for it in a task that retries; a Redis that hangs or refuses only leaves the poll to do it.
 
 Nothing here ever carries a lease token: messages are built from `schemas.public_task`.
 """
 from __future__ import annotations
 
 import asyncio
-import logging
+import atexit
 import json
+import logging
 import threading
 import time
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Protocol
 
-from asgiref.sync import async_to_sync, sync_to_async
+from asgiref.sync import sync_to_async
+from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
 from django.core.serializers.json import DjangoJSONEncoder
+from django.db import connections
+from django.db.models import Q
 
 from . import selectors, waiting
 from .lifecycle import Stage
@@ -50,7 +69,6 @@ log = logging.getLogger("board.events")
 WAKEUP_GROUP = "board.wakeup"
 POLL_SECONDS = 0.1  # one indexed "id > last" query: cheap enough to ask ten times a second
 MIN_PASS_SECONDS = 0.02  # at most 50 passes a second, however often commits ring
-HOLE_PATIENCE_SECONDS = 10.0
 EVENTS_PER_READ = 1000
 PROBLEMS_MIN_INTERVAL_SECONDS = 0.5  # the problems panel is recomputed at most twice a second
 PROBLEMS_REFRESH_SECONDS = 2.0  # and also on a timer: a lease expires without any event
@@ -77,15 +95,71 @@ _local_lock = threading.Lock()
 
 
 def announce_commit() -> None:
-    """A transition committed: wake this process's tailer now, and the others if Redis is set."""
+    """A transition committed: wake this process's tailer now, and ring the other processes'
+    (Redis) from the doorbell's own thread. Never waits on Redis: it runs in the writer's thread,
+    right after its commit, and a Redis that hangs or refuses must cost a write nothing."""
     tailer = _local_tailer
     if tailer is not None:
         tailer.wake_threadsafe()
     if getattr(settings, "REDIS_URL", ""):
-        try:
-            async_to_sync(get_channel_layer().group_send)(WAKEUP_GROUP, {"type": "board.wakeup"})
-        except Exception as exc:  # a doorbell that fails only costs latency: the poll still runs
-            log.warning("could not ring the other servers' tailers: %s", exc)
+        doorbell.ring()
+
+
+DOORBELL_TIMEOUT_SECONDS = 2.0  # one ring (or subscription) to Redis; past it, it is given up
+
+
+class Doorbell:
+    """Rings `WAKEUP_GROUP` through the channel layer from a daemon thread of its own. Rings are
+    merged: while one is on its way, any number of commits make exactly one more. A ring that
+    fails or times out only costs the other processes latency (their poll still runs); the
+    failure is logged once per run of failures. At exit, rings still pending are sent (bounded
+    by the timeout), so that a short-lived command's commit still wakes the servers."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._asked = 0  # rings asked for
+        self._done = 0  # of them, the ones sent (or given up)
+        self._thread: threading.Thread | None = None
+        self._failing = False
+
+    def ring(self) -> None:
+        with self._changed:
+            self._asked += 1
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="doorbell", daemon=True)
+                self._thread.start()
+                atexit.register(self.flush)
+            self._changed.notify_all()
+
+    def flush(self, timeout: float = DOORBELL_TIMEOUT_SECONDS) -> bool:
+        """Wait (bounded) until every ring asked for so far was sent or given up."""
+        with self._changed:
+            target = self._asked
+            return self._changed.wait_for(lambda: self._done >= target, timeout=timeout)
+
+    def _run(self) -> None:
+        loop = asyncio.new_event_loop()
+        while True:
+            with self._changed:
+                self._changed.wait_for(lambda: self._asked > self._done)
+                target = self._asked
+            try:
+                loop.run_until_complete(asyncio.wait_for(
+                    get_channel_layer().group_send(WAKEUP_GROUP, {"type": "board.wakeup"}),
+                    timeout=DOORBELL_TIMEOUT_SECONDS))
+                if self._failing:
+                    log.info("the doorbell (REDIS_URL) works again")
+                self._failing = False
+            except Exception as exc:  # noqa: BLE001  (whatever Redis does, the poll still runs)
+                if not self._failing:
+                    log.warning("could not ring the other servers' tailers (they still poll): %r", exc)
+                self._failing = True
+            with self._changed:
+                self._done = target
+                self._changed.notify_all()
+
+
+doorbell = Doorbell()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -93,28 +167,93 @@ def announce_commit() -> None:
 
 
 @dataclass
+class Page:
+    """One read of the outbox: its events (id order) and where the cursor would be after them.
+    Nothing moves until `Cursor.advance(page)`, called once the page's frame was handed out."""
+
+    events: list[TaskEvent]
+    last_id: int
+    holes: dict[int, int | None]
+    full: bool  # a whole page came back: more may be waiting, read again at once
+
+
+@dataclass
 class Cursor:
-    """Where a tailer is in the event table: the highest id seen, and the holes below it."""
+    """Where a tailer is in the event table: the highest id seen, and the holes below it (ids
+    not seen yet, each with the transaction horizon that proves when it can be given up)."""
 
     last_id: int
-    holes: dict[int, float] = field(default_factory=dict)  # id -> when it was first missed
+    holes: dict[int, int | None] = field(default_factory=dict)
     using: str = "default"
 
-    def read(self, now: float) -> list[TaskEvent]:
-        """New events (and late ones filling holes), in id order. Runs in a sync thread."""
-        self.holes = {i: t for i, t in self.holes.items() if now - t < HOLE_PATIENCE_SECONDS}
-        events = TaskEvent.objects.using(self.using)
-        rows = events.filter(id__gt=self.last_id)
-        if self.holes:
-            rows = rows | events.filter(id__in=list(self.holes))
-        events = list(rows.order_by("id")[:EVENTS_PER_READ])
-        for event in events:
-            self.holes.pop(event.id, None)
-            if event.id > self.last_id:
-                for missing in range(self.last_id + 1, event.id):
-                    self.holes.setdefault(missing, now)
-                self.last_id = event.id
-        return events
+    def read(self) -> Page:
+        """The next page of new events and of late ones filling holes, in id order. Runs in a
+        sync thread; changes nothing (see `advance`)."""
+        on_postgres = connections[self.using].vendor == "postgresql"
+        # Read BEFORE the events: every transaction older than this has ended by the time the
+        # events are read, so a hole it left that is still missing then never commits.
+        settled = _oldest_running_xid(self.using) if on_postgres and self.holes else None
+        runs = _runs(sorted(self.holes))[:MAX_HOLE_RUNS]
+        wanted = Q(id__gt=self.last_id)
+        for first, last in runs:
+            wanted |= Q(id__range=(first, last))
+        rows = list(TaskEvent.objects.using(self.using).filter(wanted).order_by("id")[:EVENTS_PER_READ])
+        full = len(rows) == EVENTS_PER_READ
+        holes, last_id, new_holes = dict(self.holes), self.last_id, []
+        for event in rows:
+            holes.pop(event.id, None)
+            if event.id > last_id:
+                new_holes.extend(range(last_id + 1, event.id))
+                last_id = event.id
+        if on_postgres:
+            if new_holes:
+                # Taken AFTER the events were read: the transaction that took a missing id had
+                # its xid before a later id committed, so its xid is below this one.
+                horizon = _new_xid(self.using)
+                holes.update(dict.fromkeys(new_holes, horizon))
+            if settled is not None:
+                # Only holes this read looked at may be given up (a full page stops early).
+                looked_up_to = rows[-1].id if full else last_id
+                covered = {i for first, last in runs for i in range(first, min(last, looked_up_to) + 1)}
+                holes = {i: h for i, h in holes.items() if not (i in covered and h is not None and h <= settled)}
+        else:
+            # SQLite hands out ids under the write lock and commits before the next writer
+            # starts: an id below one already read that is not there was rolled back.
+            holes = {}
+        return Page(rows, last_id, holes, full)
+
+    def advance(self, page: Page) -> None:
+        self.last_id, self.holes = page.last_id, page.holes
+
+
+MAX_HOLE_RUNS = 200  # runs of consecutive missing ids asked for per read (the rest: next pages)
+
+
+def _runs(ids: list[int]) -> list[tuple[int, int]]:
+    """Sorted ids as runs of consecutive ids: a big transaction's missing ids are one range."""
+    runs: list[tuple[int, int]] = []
+    for i in ids:
+        if runs and runs[-1][1] == i - 1:
+            runs[-1] = (runs[-1][0], i)
+        else:
+            runs.append((i, i))
+    return runs
+
+
+def _oldest_running_xid(using: str) -> int:
+    """The oldest transaction still running on the server (every older one has ended)."""
+    with connections[using].cursor() as cursor:
+        cursor.execute("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint")
+        return cursor.fetchone()[0]
+
+
+def _new_xid(using: str) -> int:
+    """A transaction id handed out now, so above that of every transaction running already.
+    (Not the snapshot's xmax: that is one past the highest *completed* xid, and a running
+    transaction may have a higher one.) Costs one xid, only on a read that found new holes."""
+    with connections[using].cursor() as cursor:
+        cursor.execute("SELECT pg_current_xact_id()::text::bigint")
+        return cursor.fetchone()[0]
 
 
 def latest_event_id() -> int:
@@ -216,7 +355,7 @@ class Tailer:
         self.subscribers: set[Subscriber] = set()
         self.loop: asyncio.AbstractEventLoop | None = None
         self.wake = asyncio.Event()
-        self.ready = asyncio.Event()  # set once it listens (cursor placed, doorbell answered)
+        self.ready = asyncio.Event()  # set once it listens (cursor placed, a working doorbell answered)
         self.task: asyncio.Task | None = None
         self.problems_sent: list = []  # snapshots carry the problems; push only changes
         self.problems_at = 0.0
@@ -229,18 +368,22 @@ class Tailer:
     async def run(self) -> None:
         self.loop = asyncio.get_running_loop()
         cursor = Cursor(await sync_to_async(latest_event_id)())
-        doorbell = None
+        doorbell_task = None
         if getattr(settings, "REDIS_URL", ""):
-            layer = get_channel_layer()
-            channel = await layer.new_channel()
-            await layer.group_add(WAKEUP_GROUP, channel)
-            doorbell = asyncio.create_task(self._listen_for_doorbell(layer, channel))
+            listening = asyncio.Event()
+            doorbell_task = asyncio.create_task(self._listen_for_doorbell(listening))
+            # A working Redis is listening before `ready`; a broken one only delays the start
+            # this long (the poll does not need it).
+            try:
+                await asyncio.wait_for(listening.wait(), timeout=DOORBELL_TIMEOUT_SECONDS)
+            except TimeoutError:
+                pass
         self.ready.set()
         try:
             while True:
                 try:
                     await asyncio.wait_for(self.wake.wait(), timeout=POLL_SECONDS)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     pass
                 # Under load every commit rings: gather what committed meanwhile into one pass.
                 await asyncio.sleep(MIN_PASS_SECONDS)
@@ -251,23 +394,29 @@ class Tailer:
                     log.exception("live update pass failed; retrying")
                     await asyncio.sleep(POLL_SECONDS)
         finally:
-            if doorbell is not None:
-                doorbell.cancel()
+            if doorbell_task is not None:
+                doorbell_task.cancel()
 
     async def _pass(self, cursor: Cursor) -> None:
-        to_sockets = bool(self.subscribers)
+        while True:  # page after page until caught up: a big commit is never left half read
+            to_sockets = bool(self.subscribers)
 
-        def read():
-            events = cursor.read(time.monotonic())
-            # With no socket to feed, only parked claims listen, and they need no card.
-            return changes_for(events) if to_sockets else [], newly_ready(events)
+            def read(to_sockets=to_sockets):
+                page = cursor.read()
+                # With no socket to feed, only parked claims listen, and they need no card.
+                return page, changes_for(page.events) if to_sockets else [], newly_ready(page.events)
 
-        changes, ready = await sync_to_async(read)()
-        if ready:
-            waiting.waiters().notify_ready(ready)
-        if changes:
-            await self._broadcast(json.dumps({"type": "tasks", "items": changes}))
-            self.problems_dirty = True
+            # database_sync_to_async: a connection the database dropped is replaced, not reused.
+            page, changes, ready = await database_sync_to_async(read)()
+            if ready:
+                waiting.waiters().notify_ready(ready)
+            if changes:
+                await self._broadcast(json.dumps({"type": "tasks", "items": changes}))
+                self.problems_dirty = True
+            # Only now: a pass that failed before this point reads the same events again.
+            cursor.advance(page)
+            if not page.full:
+                break
         if not self.subscribers:
             return  # nobody to tell: check() waits for a socket
         now = time.monotonic()
@@ -299,10 +448,23 @@ class Tailer:
                 log.exception("could not deliver to a socket; dropping it")
                 self.subscribers.discard(subscriber)
 
-    async def _listen_for_doorbell(self, layer, channel: str) -> None:
+    async def _listen_for_doorbell(self, listening: asyncio.Event) -> None:
+        """Answer the other processes' rings; when Redis fails, try again later (backing off)."""
+        layer = get_channel_layer()
+        retry = 1.0
         while True:
-            await layer.receive(channel)
-            self.wake.set()
+            try:
+                channel = await asyncio.wait_for(layer.new_channel(), timeout=DOORBELL_TIMEOUT_SECONDS)
+                await asyncio.wait_for(layer.group_add(WAKEUP_GROUP, channel), timeout=DOORBELL_TIMEOUT_SECONDS)
+                listening.set()
+                retry = 1.0
+                while True:
+                    await layer.receive(channel)
+                    self.wake.set()
+            except Exception as exc:  # noqa: BLE001  (the poll carries the updates meanwhile)
+                log.warning("cannot hear the doorbell (REDIS_URL), retrying in %g s: %r", retry, exc)
+                await asyncio.sleep(retry)
+                retry = min(retry * 2, 30.0)
 
 
 def ensure_tailer() -> Tailer:

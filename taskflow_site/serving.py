@@ -23,17 +23,26 @@ Three things happen here, before Django sees the request:
   `Retry-After`, so idle agents can never starve the others.
 - **Threads are bounded** (`TASKFLOW_HTTP_THREADS` per process): the database pool per process
   is sized from it, so no request ever waits for a connection.
+- **Dropped database connections are replaced together.** When PostgreSQL drops the server's
+  connections (a restart, `pg_terminate_backend`), the pool's check (CONN_HEALTH_CHECKS) finds
+  them dead one at a time as they are handed out, pausing longer after each (psycopg_pool's
+  backoff: 0, 1, 2, 4 s), so a request that met four of them would fail. A watcher per process
+  sees the pool's count of lost connections rise and checks every idle connection at once
+  (`ConnectionPool.check()`): the next request gets a fresh one.
 """
 from __future__ import annotations
 
 import asyncio
 import io
 import json
+import logging
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 from django.conf import settings
+from django.db import connections
 
 from board.waiting import CAN_WAIT, WAIT_HEADER, WAIT_QUEUE_HEADER
 _PRIVATE = {WAIT_HEADER.lower().encode(), WAIT_QUEUE_HEADER.lower().encode()}
@@ -206,6 +215,36 @@ def _header(headers, name: str) -> str | None:
     return None
 
 
+log = logging.getLogger("board.serving")
+POOL_WATCH_SECONDS = 0.2  # reading the pool's counters is a dict copy: cheap at this rate
+
+
+def watch_connection_pool(alias: str = "default") -> threading.Thread | None:
+    """Start this process's watcher of the PostgreSQL connection pool (none without a pool)."""
+    pool = getattr(connections[alias], "pool", None)
+    if pool is None:
+        return None
+
+    def lost() -> int:
+        stats = pool.get_stats()
+        return stats.get("connections_lost", 0) + stats.get("returns_bad", 0)
+
+    def watch() -> None:
+        seen = 0
+        while True:
+            time.sleep(POOL_WATCH_SECONDS)
+            if lost() > seen:
+                try:
+                    pool.check()  # every idle connection: the dead ones are replaced
+                except Exception:  # the database is away: the next rise tries again
+                    log.exception("could not check the database connection pool")
+                seen = lost()
+
+    thread = threading.Thread(target=watch, name="pool-watch", daemon=True)
+    thread.start()
+    return thread
+
+
 def http_app() -> HttpApp:
     """The HTTP side of taskflow_site.asgi.application, from the settings."""
     from django.core.wsgi import get_wsgi_application
@@ -216,5 +255,6 @@ def http_app() -> HttpApp:
 
         wsgi = StaticFilesHandler(wsgi)
     conf = settings.TASKFLOW
+    watch_connection_pool()
     return HttpApp(wsgi, threads=conf["HTTP_THREADS"], max_body=settings.DATA_UPLOAD_MAX_MEMORY_SIZE,
                    max_waiters=conf["MAX_WAITERS"])

@@ -148,6 +148,11 @@ def database_from_url(url: str) -> dict:
         config["CONN_MAX_AGE"] = None
     elif config["ENGINE"] == "django.db.backends.postgresql":
         config["OPTIONS"] = {**postgres_options(), **config.get("OPTIONS", {})}
+        # A pooled connection the server dropped (restart, pg_terminate_backend, idle timeout)
+        # is noticed when it is handed out and replaced, instead of failing the next requests
+        # (with a pool this is psycopg_pool's check; it costs one empty round trip). The server
+        # then checks all the idle ones at once (taskflow_site/serving.py).
+        config["CONN_HEALTH_CHECKS"] = True
     return config
 
 
@@ -207,6 +212,11 @@ TASKFLOW = {
     # Waiting claims (wait_seconds) parked at once per server process; past it a new wait is
     # refused with 503 + Retry-After. A parked claim costs a few KB and no connection.
     "MAX_WAITERS": int(os.environ.get("TASKFLOW_MAX_WAITERS", "1000")),
+    # The live board's socket (board/consumers.py): how often an open socket checks that its
+    # session and user may still watch, and how far (characters of frames not yet sent) a client
+    # may fall behind before its socket is dropped (it reconnects and resyncs from a snapshot).
+    "SOCKET_RECHECK_SECONDS": float(os.environ.get("TASKFLOW_SOCKET_RECHECK", "30")),
+    "SOCKET_MAX_UNSENT_BYTES": int(os.environ.get("TASKFLOW_SOCKET_MAX_UNSENT", str(8 * 1024 * 1024))),
 }
 
 # Production hardening: on whenever DEBUG is off (what `manage.py check --deploy` asks for).

@@ -13,10 +13,12 @@ from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
 from django.contrib.auth import get_user_model
-from django.db import transaction
+from django.contrib.auth.models import Permission
+from django.db import DatabaseError, transaction
 from django.test import Client
 
 from board import errors, events, transitions
+from board.lifecycle import MAX_BATCH_TASKS
 from board.models import Dependency
 from board.transitions import TaskSpec
 from taskflow_site.asgi import application
@@ -26,8 +28,11 @@ pytestmark = sqlite_db_mark()
 WAIT = 5  # seconds: an upper bound for a message to arrive, never a sleep
 
 
-def login_cookie(staff: bool = True) -> str:
+def login_cookie(staff: bool = True, permission: bool = True) -> str:
+    """A session cookie of a new user: staff with `board.view_task` unless told otherwise."""
     user = get_user_model().objects.create_user(f"user-{time.monotonic_ns()}", password="x", is_staff=staff)
+    if permission:
+        user.user_permissions.add(Permission.objects.get(codename="view_task", content_type__app_label="board"))
     client = Client()
     client.force_login(user)
     return client.cookies["sessionid"].value
@@ -85,11 +90,12 @@ def task_frames(frames: list) -> list[dict]:
     return [m for raw in frames for m in messages(raw) if m["type"] == "task"]
 
 
-def test_anonymous_and_non_staff_sockets_are_refused():
+def test_anonymous_non_staff_and_staff_without_view_permission_sockets_are_refused():
     staff_less = login_cookie(staff=False)
+    staff_without_permission = login_cookie(permission=False)
 
     async def scenario():
-        for cookie in (None, staff_less, "not-a-session"):
+        for cookie in (None, staff_less, staff_without_permission, "not-a-session"):
             socket, connected, code = await open_socket(cookie)
             assert not connected and code == 4403, (cookie, connected, code)
             await socket.disconnect()
@@ -234,8 +240,9 @@ def test_problems_are_recomputed_at_most_twice_a_second(monkeypatch):
 
 
 def test_a_large_board_arrives_in_parts_each_under_daphnes_frame_limit():
-    transitions.create([TaskSpec(id=f"big-{i:04}", title="x" * 200, description="d" * 2000,
-                                 payload={"blob": "p" * 2000}) for i in range(2500)])
+    for start in range(0, 2500, MAX_BATCH_TASKS):
+        transitions.create([TaskSpec(id=f"big-{i:04}", title="x" * 200, description="d" * 2000,
+                                     payload={"blob": "p" * 2000}) for i in range(start, min(start + MAX_BATCH_TASKS, 2500))])
     cookie = login_cookie()
 
     async def scenario():
@@ -253,3 +260,48 @@ def test_a_large_board_arrives_in_parts_each_under_daphnes_frame_limit():
     assert sum(len(p["tasks"]) for p in parts) == 2500
     assert max(len(f.encode()) for f in frames) < 1024 * 1024  # daphne's default frame limit
     assert "payload" not in parts[0]["tasks"][0]  # cards only: the details panel asks the API
+
+
+def test_a_socket_whose_snapshot_fails_is_closed_and_leaves_the_tailer(monkeypatch):
+    cookie = login_cookie()
+    real = events.snapshot_frames
+
+    def fails(**kwargs):
+        raise DatabaseError("the snapshot's query failed")
+
+    async def scenario():
+        monkeypatch.setattr(events, "snapshot_frames", fails)
+        socket, connected, _ = await open_socket(cookie)
+        assert connected
+        closed = await socket.receive_output(timeout=WAIT)
+        assert closed == {"type": "websocket.close", "code": 1011}  # the page reconnects
+        assert events._local_tailer.subscribers == set()  # no frame piles up for it
+        await socket.disconnect()
+        monkeypatch.setattr(events, "snapshot_frames", real)
+        again, connected, _ = await open_socket(cookie)  # and the next socket works
+        assert connected
+        await receive_until(again, lambda m: m["type"] == "snapshot", [])
+        await again.disconnect()
+
+    run(scenario())
+
+
+def test_a_hostile_message_is_ignored_and_the_socket_keeps_working():
+    cookie = login_cookie()
+
+    async def scenario():
+        socket, connected, _ = await open_socket(cookie)
+        assert connected
+        await receive_until(socket, lambda m: m["type"] == "snapshot", [])
+        await socket.send_to(text_data="[" * 100_000 + "]" * 100_000)  # json.loads: RecursionError
+        await socket.send_to(text_data="x" * 1_000_000)
+        await socket.send_to(text_data=json.dumps({"type": "snapshot"}))
+        frames: list = []
+        await receive_until(socket, lambda m: m["type"] == "snapshot", frames)
+        await sync_to_async(transitions.create)(TaskSpec(id="still-live", title="x"))
+        await receive_until(socket, lambda m: m["type"] == "task" and m["event"]["task"] == "still-live", frames)
+        assert len(events._local_tailer.subscribers) == 1
+        await socket.disconnect()
+        assert events._local_tailer.subscribers == set()
+
+    run(scenario())
