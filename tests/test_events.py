@@ -11,6 +11,7 @@ from django.db import DatabaseError, connections
 from board import events, transitions
 from board.db import write_transaction
 from board.events import Cursor
+from board.lifecycle import MAX_BATCH_TASKS
 from board.models import TaskEvent
 from board.transitions import TaskSpec
 from tests.live_server import wait_until
@@ -221,7 +222,11 @@ def test_a_pass_that_fails_while_building_its_frame_is_read_again_not_lost(alias
 def test_one_commit_larger_than_a_page_is_read_in_pages_each_event_once(alias):
     cursor = cursor_at_the_end(alias)
     first_id = cursor.last_id
-    transitions.create([TaskSpec(id=f"p{i}", title="p") for i in range(2 * events.EVENTS_PER_READ + 5)], using=alias)
+    total = 2 * events.EVENTS_PER_READ + 5
+    with write_transaction(alias):  # one commit, made of requests of at most MAX_BATCH_TASKS
+        for start in range(0, total, MAX_BATCH_TASKS):
+            transitions.create([TaskSpec(id=f"p{i}", title="p") for i in range(start, min(start + MAX_BATCH_TASKS, total))],
+                               using=alias)
     pages = []
     while True:
         page = cursor.read()

@@ -33,6 +33,7 @@ from websockets.sync.client import connect as ws_connect
 
 from board import agent_keys, transitions
 from board.db import write_transaction
+from board.lifecycle import MAX_BATCH_TASKS
 from board.models import Task, TaskEvent
 from board.transitions import TaskSpec
 from tests.live_server import BoardServer, wait_until
@@ -152,6 +153,14 @@ CLAIMS_PER_AGENT = 60
 OLD_HOLE_PATIENCE = 10.0  # seconds the tailer used to wait for a missing id before forgetting it
 
 
+def create_in_one_transaction(prefix: str, alias: str) -> None:
+    """BATCH tasks committed together: requests of at most MAX_BATCH_TASKS in one transaction."""
+    with write_transaction(alias):
+        for start in range(0, BATCH, MAX_BATCH_TASKS):
+            transitions.create([TaskSpec(id=f"{prefix}-{i}", title=prefix)
+                                for i in range(start, min(start + MAX_BATCH_TASKS, BATCH))], using=alias)
+
+
 @pytest.mark.parametrize("alias", [pytest.param("postgres", marks=postgres_db_mark())])
 def test_large_batches_committed_out_of_order_and_eight_agents_all_reach_the_socket(alias, pg_server):
     _, session = staff_session(alias)
@@ -177,7 +186,7 @@ def test_large_batches_committed_out_of_order_and_eight_agents_all_reach_the_soc
         # It stays open until the socket has seen later events, and then longer than the old
         # tailer's patience for a hole (a transaction can stay open that long on a loaded server).
         with write_transaction(alias):
-            transitions.create([TaskSpec(id=f"held-{i}", title="held") for i in range(BATCH)], using=alias)
+            create_in_one_transaction("held", alias)
             own_last = TaskEvent.objects.using(alias).order_by("-id").values_list("id", flat=True).first()
             held_inserted.set()
             wait_until(lambda: socket.max_event_id > own_last, WAIT, "a later commit reached the socket")
@@ -185,7 +194,7 @@ def test_large_batches_committed_out_of_order_and_eight_agents_all_reach_the_soc
 
     def open_batch():
         assert held_inserted.wait(timeout=WAIT)
-        transitions.create([TaskSpec(id=f"open-{i}", title="open") for i in range(BATCH)], using=alias)
+        create_in_one_transaction("open", alias)
         open_committed.set()
 
     def agent(n):
@@ -232,7 +241,12 @@ def terminate_other_backends(alias: str) -> int:
     with connections[alias].cursor() as cursor:
         cursor.execute("SELECT count(*) FROM (SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity "
                        "WHERE datname = current_database() AND pid <> pg_backend_pid()) AS t")
-        return cursor.fetchone()[0]
+        terminated = cursor.fetchone()[0]
+    # That also killed the idle connections of this test process's own pool (its other threads'):
+    # start it afresh, so that the tests after this one do not meet them.
+    connections[alias].close()
+    connections[alias].close_pool()
+    return terminated
 
 
 @pytest.mark.parametrize("alias", [pytest.param("postgres", marks=postgres_db_mark())])

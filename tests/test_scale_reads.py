@@ -22,6 +22,7 @@ from types import SimpleNamespace
 import pytest
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
 from django.db import connections
 from django.test import Client
 from django.utils import timezone
@@ -102,6 +103,8 @@ def api(server: BoardServer, method: str, path: str, key: str, body=None, timeou
 
 def session_cookie() -> str:
     user = get_user_model().objects.create_user(f"watcher-{time.monotonic_ns()}", password="x", is_staff=True)
+    # Watching the board needs board.view_task (board/access.py).
+    user.user_permissions.add(Permission.objects.get(content_type__app_label="board", codename="view_task"))
     client = Client()
     client.force_login(user)
     return client.cookies["sessionid"].value
