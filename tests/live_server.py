@@ -13,6 +13,7 @@ reaper), `LineReader` (read a child's stdout lines with a deadline) and `wait_un
 from __future__ import annotations
 
 import http.client
+import json
 import os
 import queue
 import secrets
@@ -49,6 +50,20 @@ def wait_until(condition: Callable[[], object], timeout: float, what: str, inter
         if time.monotonic() >= deadline:
             raise AssertionError(f"{what}: not within {timeout:g} s")
         time.sleep(interval)
+
+
+def api_call(server: "BoardServer", method: str, path: str, key: str, body: dict | None = None,
+             timeout: float = 30) -> tuple[int, dict | None]:
+    """One JSON request with an agent key: (status, parsed answer or None when empty)."""
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=timeout)
+    try:
+        conn.request(method, path, body=None if body is None else json.dumps(body),
+                     headers={"Content-Type": "application/json", "Authorization": f"Bearer {key}"})
+        response = conn.getresponse()
+        raw = response.read()
+        return response.status, json.loads(raw) if raw else None
+    finally:
+        conn.close()
 
 
 def server_env(database_url: str, secret_key: str, **extra: str) -> dict:
@@ -198,6 +213,21 @@ def board_server(django_db_setup, django_db_blocker):
     with django_db_blocker.unblock():
         url = database_url(connections["default"].settings_dict)
     server = BoardServer(url).start()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture(scope="module")
+def one_process_server(django_db_setup, django_db_blocker):
+    """`board_server` with one worker process: every request meets the same process's locks."""
+    from django.db import connections
+
+    from tests.support import database_url
+
+    with django_db_blocker.unblock():
+        server = BoardServer(database_url(connections["default"].settings_dict), args=["--workers", "1"]).start()
     try:
         yield server
     finally:

@@ -8,13 +8,16 @@ import threading
 import time
 
 import pytest
-from django.db import connections
 
 from board import agent_keys, transitions
-from board.lifecycle import MAX_BATCH_DEPENDENCIES, MAX_BATCH_TASKS, MAX_DESCRIPTION_CHARS
+from board.lifecycle import (
+    MAX_BATCH_DEPENDENCIES,
+    MAX_BATCH_TASKS,
+    MAX_DESCRIPTION_CHARS,
+)
 from board.models import Dependency, Task
-from tests.live_server import BoardServer
-from tests.support import database_url, db_state, sqlite_db_mark
+from tests.live_server import BoardServer, one_process_server  # noqa: F401  (fixture)
+from tests.support import db_state, sqlite_db_mark
 
 pytestmark = sqlite_db_mark()
 
@@ -22,14 +25,9 @@ BODY_LIMIT = 1024 * 1024  # the server's body limit (taskflow_site/serving.py)
 
 
 @pytest.fixture(scope="module")
-def server(django_db_setup, django_db_blocker):
+def server(one_process_server):
     # One process: the batch and the renews meet on its writer lock as well as SQLite's.
-    with django_db_blocker.unblock():
-        server = BoardServer(database_url(connections["default"].settings_dict), args=["--workers", "1"]).start()
-    try:
-        yield server
-    finally:
-        server.close()
+    return one_process_server
 
 
 @pytest.fixture

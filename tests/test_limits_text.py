@@ -8,29 +8,28 @@ import json
 from urllib.parse import quote
 
 import pytest
-from django.db import connections
 
 from board import agent_keys, errors, transitions
 from board.api import MAX_PAGE, MAX_PAGE_BYTES
 from board.lifecycle import (
-    MAX_BATCH_TASKS, MAX_DESCRIPTION_CHARS, MAX_ERROR_CHARS, MAX_OWNER_CHARS, MAX_REASON_CHARS, MAX_TITLE_CHARS,
+    MAX_BATCH_TASKS,
+    MAX_DESCRIPTION_CHARS,
+    MAX_ERROR_CHARS,
+    MAX_OWNER_CHARS,
+    MAX_REASON_CHARS,
+    MAX_TITLE_CHARS,
     MAX_TOKEN_CHARS,
 )
 from board.schemas import MAX_JSON_FIELD_BYTES
-from tests.live_server import BoardServer
-from tests.support import database_url, db_state, postgres_db_mark, sqlite_db_mark
+from tests.live_server import BoardServer, one_process_server  # noqa: F401  (fixture)
+from tests.support import db_state, postgres_db_mark, sqlite_db_mark
 
 pytestmark = sqlite_db_mark()
 
 
 @pytest.fixture(scope="module")
-def server(django_db_setup, django_db_blocker):
-    with django_db_blocker.unblock():
-        server = BoardServer(database_url(connections["default"].settings_dict), args=["--workers", "1"]).start()
-    try:
-        yield server
-    finally:
-        server.close()
+def server(one_process_server):
+    return one_process_server
 
 
 def send(server, method: str, path: str, key: str, body=None) -> tuple[int, bytes]:

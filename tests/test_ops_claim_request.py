@@ -12,16 +12,14 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-import http.client
 import itertools
-import json
 
 import pytest
 
 from board import agent_keys, claim_requests, transitions
 from board.models import Task, TaskEvent
 from board.transitions import TaskSpec
-from tests.live_server import board_server  # noqa: F401  (fixture)
+from tests.live_server import api_call, board_server  # noqa: F401  (fixture)
 from tests.support import db_state, race, sqlite_db_mark
 
 pytestmark = sqlite_db_mark()
@@ -35,15 +33,7 @@ def keys(board_server):
 
 
 def post(server, path: str, key: str, body: dict) -> tuple[int, dict | None]:
-    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
-    try:
-        conn.request("POST", path, body=json.dumps(body),
-                     headers={"Content-Type": "application/json", "Authorization": f"Bearer {key}"})
-        response = conn.getresponse()
-        raw = response.read()
-        return response.status, json.loads(raw) if raw else None
-    finally:
-        conn.close()
+    return api_call(server, "POST", path, key, body)
 
 
 def claims_of(task_id: str) -> int:

@@ -11,8 +11,6 @@ does the same in-process on both engine paths (hot statements and ORM), reaper a
 """
 from __future__ import annotations
 
-import http.client
-import json
 import subprocess
 import sys
 from datetime import datetime, timedelta
@@ -22,7 +20,7 @@ from django.db import connections
 
 from board import agent_keys
 from board.models import Task, TaskEvent
-from tests.live_server import ROOT, BoardServer, server_env
+from tests.live_server import ROOT, BoardServer, api_call, server_env
 from tests.support import database_url, expire_lease, postgres_db_mark
 
 pytestmark = postgres_db_mark()
@@ -58,16 +56,7 @@ def keys(servers):
     return {name: agent_keys.create_key(name, using=PG)[1] for name in ("alice", "bob")}
 
 
-def call(server: BoardServer, method: str, path: str, key: str, body: dict | None = None):
-    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
-    try:
-        conn.request(method, path, body=None if body is None else json.dumps(body),
-                     headers={"Content-Type": "application/json", "Authorization": f"Bearer {key}"})
-        response = conn.getresponse()
-        raw = response.read()
-        return response.status, json.loads(raw) if raw else None
-    finally:
-        conn.close()
+call = api_call
 
 
 def database_clock():
