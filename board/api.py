@@ -22,7 +22,11 @@ from datetime import datetime
 from typing import Optional, Union
 
 from django.conf import settings
-from django.core.exceptions import RequestDataTooBig, SuspiciousOperation, TooManyFieldsSent
+from django.core.exceptions import (
+    RequestDataTooBig,
+    SuspiciousOperation,
+    TooManyFieldsSent,
+)
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db.models import Q
 from django.http import HttpResponse
@@ -31,12 +35,38 @@ from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.security import HttpBearer, SessionAuth
 
 from . import access, agent_keys, errors, selectors, transitions, waiting
-from .lifecycle import MAX_BATCH_TASKS, MAX_OWNER_CHARS, MAX_TITLE_CHARS, Stage, is_valid_task_id
+from .lifecycle import (
+    MAX_BATCH_TASKS,
+    MAX_OWNER_CHARS,
+    MAX_TITLE_CHARS,
+    Stage,
+    is_valid_task_id,
+)
 from .models import Task, TaskEvent
 from .schemas import (
-    ClaimIn, ClaimNextIn, ClaimOut, CompleteIn, ErrorOut, EventPage, FailIn, OperatorIn, PauseIn,
-    ProblemsOut, RenewIn, RequeueIn, ResumeIn, TaskBatchIn, TaskBatchOut, TaskIn, TaskOut, TaskPage, TokenIn,
-    limit_json_size, public_claim, public_event, public_task,
+    ClaimIn,
+    ClaimNextIn,
+    ClaimOut,
+    CompleteIn,
+    ErrorOut,
+    EventPage,
+    FailIn,
+    OperatorIn,
+    PauseIn,
+    ProblemsOut,
+    RenewIn,
+    RequeueIn,
+    ResumeIn,
+    TaskBatchIn,
+    TaskBatchOut,
+    TaskIn,
+    TaskOut,
+    TaskPage,
+    TokenIn,
+    limit_json_size,
+    public_claim,
+    public_event,
+    public_task,
 )
 from .transitions import TaskSpec
 
@@ -186,34 +216,30 @@ def on_http_error(request, exc: HttpError):
 # written). Agent keys pass all but the operator check; sessions get what board/access.py says.
 
 
-def _operator(request) -> Principal:
+def _require(request, right: str, refusal: str) -> Principal:
+    """The caller, if its Principal has `right`; otherwise 403 `forbidden` with `refusal`."""
     principal: Principal = request.auth
-    if not principal.operator:
-        raise errors.Forbidden("this needs operator rights (a key created with --operator, "
-                               "or the board.intervene permission)")
+    if not getattr(principal, right):
+        raise errors.Forbidden(refusal)
     return principal
+
+
+def _operator(request) -> Principal:
+    return _require(request, "operator", "this needs operator rights (a key created with --operator, "
+                                         "or the board.intervene permission)")
 
 
 def _reader(request) -> Principal:
-    principal: Principal = request.auth
-    if not principal.can_read:
-        raise errors.Forbidden("reading tasks needs the board.view_task permission")
-    return principal
+    return _require(request, "can_read", "reading tasks needs the board.view_task permission")
 
 
 def _creator(request) -> Principal:
-    principal: Principal = request.auth
-    if not principal.can_create:
-        raise errors.Forbidden("creating tasks needs the board.add_task permission")
-    return principal
+    return _require(request, "can_create", "creating tasks needs the board.add_task permission")
 
 
 def _agent(request) -> Principal:
-    principal: Principal = request.auth
-    if not principal.agent:
-        raise errors.Forbidden("claiming and holding tasks is for agents: send an agent key "
-                               "('Authorization: Bearer <key>'), not a browser session")
-    return principal
+    return _require(request, "agent", "claiming and holding tasks is for agents: send an agent key "
+                                      "('Authorization: Bearer <key>'), not a browser session")
 
 
 # ---------------------------------------------------------------------------------------------

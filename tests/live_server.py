@@ -219,6 +219,18 @@ def board_server(django_db_setup, django_db_blocker):
         server.close()
 
 
+def server_for_sessions(alias: str = "default", **options) -> BoardServer:
+    """A started server on this test run's database `alias` that signs sessions with the run's
+    SECRET_KEY, so that a session made in the test process logs a browser or socket in."""
+    from django.conf import settings
+    from django.db import connections
+
+    from tests.support import database_url
+
+    return BoardServer(database_url(connections[alias].settings_dict), secret_key=settings.SECRET_KEY,
+                       **options).start()
+
+
 @pytest.fixture(scope="module")
 def one_process_server(django_db_setup, django_db_blocker):
     """`board_server` with one worker process: every request meets the same process's locks."""

@@ -36,8 +36,8 @@ from board.db import write_transaction
 from board.lifecycle import MAX_BATCH_TASKS
 from board.models import Task, TaskEvent
 from board.transitions import TaskSpec
-from tests.live_server import BoardServer, wait_until
-from tests.support import database_url, postgres_db_mark
+from tests.live_server import BoardServer, server_for_sessions, wait_until
+from tests.support import postgres_db_mark
 
 WAIT = 60  # seconds: a generous bound for something to arrive on a loaded 2-core machine
 
@@ -136,8 +136,7 @@ def pg_server(django_db_setup, django_db_blocker):
     if not settings.POSTGRES_AVAILABLE:
         pytest.skip("NOT RUN: PostgreSQL tests (no server)")
     with django_db_blocker.unblock():
-        url = database_url(connections["postgres"].settings_dict)
-    server = BoardServer(url, secret_key=settings.SECRET_KEY).start()
+        server = server_for_sessions("postgres")
     try:
         yield server
     finally:

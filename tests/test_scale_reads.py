@@ -20,7 +20,6 @@ from datetime import timedelta
 from types import SimpleNamespace
 
 import pytest
-from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
 from django.db import connections
@@ -33,8 +32,8 @@ from board.db import read_transaction
 from board.invariants import check
 from board.models import Dependency, Task
 from board.transitions import TaskSpec
-from tests.live_server import BoardServer, wait_until
-from tests.support import database_url, db_state, postgres_db_mark, sqlite_db_mark
+from tests.live_server import BoardServer, server_for_sessions, wait_until
+from tests.support import db_state, postgres_db_mark, sqlite_db_mark
 
 pytestmark = sqlite_db_mark()
 
@@ -46,8 +45,7 @@ BIG_BOARD = 40_000  # tasks: big enough that a check() holding the write lock to
 def server(django_db_setup, django_db_blocker):
     """The board's server, with the test run's SECRET_KEY so that a session made here is valid."""
     with django_db_blocker.unblock():
-        url = database_url(connections["default"].settings_dict)
-    server = BoardServer(url, secret_key=settings.SECRET_KEY).start()
+        server = server_for_sessions("default")
     try:
         yield server
     finally:
