@@ -17,7 +17,7 @@ from django.contrib.auth import get_user_model
 from django.db import connections
 from django.utils import timezone
 
-from . import errors
+from . import db, errors
 from .lifecycle import is_valid_task_id
 from .models import AgentKey
 
@@ -74,7 +74,6 @@ _LOOKUP_FIELDS = ("id", "name", "is_operator", "last_used_at")
 _LOOKUP = (f"SELECT {', '.join(AgentKey._meta.get_field(f).column for f in _LOOKUP_FIELDS)} "
            f"FROM {_TABLE} WHERE key_hash = %s AND revoked_at IS NULL")
 _LAST_USED = AgentKey._meta.get_field("last_used_at").get_col(_TABLE)
-_SQL_VENDORS = ("sqlite", "postgresql")
 
 
 def authenticate(key: str, *, using: str = "default") -> AgentKey | None:
@@ -83,7 +82,7 @@ def authenticate(key: str, *, using: str = "default") -> AgentKey | None:
     if not key or not key.startswith(KEY_PREFIX) or len(key) > 200:
         return None
     connection = connections[using]
-    if connection.vendor not in _SQL_VENDORS:  # a store without SQL: the ORM's query
+    if not db.speaks_sql(using):  # a store without SQL: the ORM's query
         row = AgentKey.objects.using(using).filter(key_hash=_hash(key), revoked_at__isnull=True).first()
     else:
         with connection.cursor() as cursor:

@@ -4,4 +4,4 @@ from django.apps import AppConfig
 class BoardConfig(AppConfig):
     name = "board"
     verbose_name = "TaskFlow board"
-    default_auto_field = "django.db.models.BigAutoField"
+    # settings.DEFAULT_AUTO_FIELD: BigAutoField on SQL stores, ObjectIdAutoField on MongoDB.

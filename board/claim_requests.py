@@ -38,9 +38,7 @@ import secrets
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.db import connections
-
-from . import clock, errors
+from . import clock, db, errors
 from .lifecycle import Stage
 from .models import Task
 
@@ -116,13 +114,7 @@ def _token_of(task: Task, request: ClaimRequest, agent: str) -> str | None:
 
 
 def serialise(using: str, request: ClaimRequest) -> None:
-    """Inside a write transaction: wait until no other transaction is handling this request.
-    PostgreSQL: a transaction-level advisory lock on the request hash (released at commit or
-    rollback). SQLite: nothing to do, the write transaction is the database's only writer. (Any
-    other backend, on the ORM path: nothing; copies of one claim-next are not serialised there.)"""
-    connection = connections[using]
-    if connection.vendor != "postgresql":
-        return
-    lock = int.from_bytes(bytes.fromhex(request.digest[:16]), "big", signed=True)
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [lock])
+    """Inside a write transaction: wait until no other transaction is handling this request
+    (board.db.serialise_on: an advisory lock on PostgreSQL, a write to one document that makes
+    a copy conflict and retry on MongoDB, nothing on SQLite, whose writer is alone)."""
+    db.serialise_on(using, request.digest)

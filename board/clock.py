@@ -12,12 +12,15 @@ thing to every process that reads them.
   board.hot_sql's statements read it themselves; the ORM path reads it once at the start of
   each write transaction (`now`), and its compare-and-swap pins the version, so a row that
   changed after that reading is not written with it.
+- MongoDB: the primary's clock, read with the `hello` command (`localTime`, to the millisecond,
+  which is what MongoDB stores), also for query filters (`in_query`). Like PostgreSQL's, one
+  clock for every server process, on any host.
 - SQLite (and any other store): this process's clock. An embedded SQLite store lives on one
   machine: every process that opens its file reads the same clock.
 """
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 
 from django.db import connections
 from django.db.models.functions import Now
@@ -27,19 +30,29 @@ POSTGRES_NOW = "statement_timestamp()"
 
 
 def reads_database_clock(using: str) -> bool:
-    return connections[using].vendor == "postgresql"
+    return connections[using].vendor in ("postgresql", "mongodb")
 
 
 def in_query(using: str = "default") -> datetime | Now:
     """"Now" for an ORM filter, read by the query itself where the clock is the database's:
-    Django's Now() is statement_timestamp() on PostgreSQL (no round trip of its own)."""
-    return Now() if reads_database_clock(using) else timezone.now()
+    Django's Now() is statement_timestamp() on PostgreSQL (no round trip of its own). On
+    MongoDB, the primary's clock read first (`now`): Now() would be `$$NOW`, which the test
+    server (SecantusDB 0.7.0b3) compares wrongly in `$expr` ($gt of a later date and $$NOW is
+    false), so the board does not depend on it."""
+    if connections[using].vendor == "postgresql":
+        return Now()
+    return now(using) if reads_database_clock(using) else timezone.now()
 
 
 def now(using: str = "default") -> datetime:
     """The store's current time (aware, UTC on SQLite; the connection's time zone on PostgreSQL)."""
     if not reads_database_clock(using):
         return timezone.now()
-    with connections[using].cursor() as cursor:
+    connection = connections[using]
+    if connection.vendor == "mongodb":
+        connection.ensure_connection()
+        # Not part of any transaction (no session): `hello` is not allowed in one.
+        return connection.connection.admin.command("hello")["localTime"].replace(tzinfo=UTC)
+    with connection.cursor() as cursor:
         cursor.execute(f"SELECT {POSTGRES_NOW}")
         return cursor.fetchone()[0]

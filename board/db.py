@@ -11,7 +11,20 @@ current one ends:
   beside the database (`<name>-writers`), which the kernel hands to the next waiter at once.
 
 A writer that takes neither (another program, a migration) still meets SQLite's busy timeout,
-which stays correct. On other databases this is plain `transaction.atomic`.
+which stays correct. On PostgreSQL this is plain `transaction.atomic`.
+
+On MongoDB (a replica set) a transaction is a session's multi-document transaction
+(django-mongodb-backend's; Django's own `transaction.atomic` does nothing there), reading one
+snapshot and committing with write concern "majority" (board/mongodb/base.py). Two
+transactions that write the same document do not queue: the second fails at once with a
+WriteConflict, a TransientTransactionError. `write_transaction` raises it as
+`TransactionConflict`, and the engine's verbs (decorated with `retry_conflicts`) run again from
+the start, as after a lost compare-and-swap; nothing the failed attempt wrote was kept.
+
+Everything that differs between the stores is asked here, by what it is, not by vendor:
+`speaks_sql` (hand-written statements are possible), `ids_follow_commit_order` (the history's ids
+are handed out in commit order: SQLite's single writer, MongoDB's counter below),
+`number_rows` (MongoDB has no auto-increment: ids from a counter document).
 
 Reads never go through any of this (`read_transaction`): on SQLite in WAL mode a reader works on
 the snapshot it started with while one writer commits beside it, so a read, however long, neither
@@ -22,13 +35,76 @@ snapshot; a single query needs none.
 from __future__ import annotations
 
 import fcntl
+import functools
 import os
+import random
 import threading
+import time
 from collections import defaultdict
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager, nullcontext, suppress
+from typing import TypeVar
 
-from django.db import connections, transaction
+from django.db import DatabaseError, connections, transaction
+
+SQL_VENDORS = ("sqlite", "postgresql")
+
+
+def speaks_sql(using: str) -> bool:
+    """The store runs SQL (hand-written statements, cursors): SQLite and PostgreSQL."""
+    return connections[using].vendor in SQL_VENDORS
+
+
+def ids_follow_commit_order(using: str) -> bool:
+    """A history id below one already read is either committed or never will be. True where
+    one writer commits before the next takes an id (SQLite), and on MongoDB, where every
+    writer increments one counter document (`number_rows`), so a second writer conflicts
+    until the first has committed. False on PostgreSQL: a sequence hands ids out at insert
+    time, and transactions commit in any order (board/events.py keeps holes for that)."""
+    return connections[using].vendor != "postgresql"
+
+
+def ping(using: str) -> None:
+    """One round trip to the store; raises when it does not answer."""
+    connection = connections[using]
+    if speaks_sql(using):
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+    else:
+        connection.ensure_connection()
+        connection.connection.admin.command("ping")
+
+
+def serialise_on(using: str, key: str) -> None:
+    """Inside a write transaction: make any other transaction that calls this with the same
+    `key` (hex digits) run after this one has ended. PostgreSQL: a transaction-level advisory
+    lock on the key (released at commit or rollback). MongoDB: a write to the key's document,
+    so that a second transaction conflicts (TransactionConflict: its verb runs again once this
+    one has committed). SQLite: nothing to do, the write transaction is the only writer."""
+    connection = connections[using]
+    if connection.vendor == "postgresql":
+        lock = int.from_bytes(bytes.fromhex(key[:16]), "big", signed=True)
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [lock])
+    elif connection.vendor == "mongodb":
+        from datetime import UTC, datetime
+
+        connection.get_collection(SERIALISED).update_one(
+            {"_id": key}, {"$set": {"at": datetime.now(UTC)}}, upsert=True, session=connection.session)
+
+
+def savepoint(using: str):
+    """A block that can fail (an insert that may hit a unique key) without ending the
+    transaction around it: a SAVEPOINT on SQL stores. MongoDB has none: there the error aborts
+    the whole transaction, and its verb runs again (retry_conflicts) and sees what it hit."""
+    if connections[using].vendor == "mongodb":
+        return nullcontext()
+    return transaction.atomic(using=using)
+
+
+def in_transaction(using: str) -> bool:
+    connection = connections[using]
+    return connection.in_atomic_block or getattr(connection, "in_atomic_block_mongo", False)
 
 _sqlite_writers: defaultdict[str, threading.RLock] = defaultdict(threading.RLock)
 _lock_files: dict[tuple[int, str], int | None] = {}
@@ -73,11 +149,13 @@ def read_transaction(using: str) -> Iterator[None]:
     Inside a write transaction the caller already reads a consistent state: nothing is opened.
     Nothing may write inside it (write_transaction refuses)."""
     connection = connections[using]
-    if connection.in_atomic_block:
+    if in_transaction(using):
         yield
         return
     with ExitStack() as stack:
-        if connection.vendor == "sqlite":
+        if connection.vendor == "mongodb":
+            stack.enter_context(_mongodb_transaction(using, read_only=True))
+        elif connection.vendor == "sqlite":
             connection.ensure_connection()  # connecting resets transaction_mode from the settings
             mode = connection.transaction_mode
             connection.transaction_mode = "DEFERRED"
@@ -105,6 +183,10 @@ def write_transaction(using: str) -> Iterator[None]:
     connection = connections[using]
     if getattr(connection, _READ_ONLY_FLAG, False):
         raise RuntimeError("a write inside read_transaction: it would need the write lock it does not hold")
+    if connection.vendor == "mongodb":
+        with _mongodb_transaction(using):
+            yield
+        return
     # Inside a caller's own transaction the write lock is already held (IMMEDIATE): taking the
     # locks now could wait on a thread that waits on us.
     if connection.vendor != "sqlite" or connection.in_atomic_block:
@@ -121,3 +203,144 @@ def write_transaction(using: str) -> Iterator[None]:
         finally:
             if fd is not None:
                 fcntl.flock(fd, fcntl.LOCK_UN)
+
+
+# ---------------------------------------------------------------------------------------------
+# MongoDB
+
+
+class TransactionConflict(DatabaseError):
+    """The store aborted the transaction because another one wrote the same document first
+    (MongoDB's WriteConflict, or any error labelled TransientTransactionError). Nothing the
+    transaction wrote was kept: running it again from the start is safe."""
+
+
+# Attempts of a verb whose transaction keeps conflicting (each conflict means another writer
+# committed, so this bounds work, not correctness), and the pause between them: random, so
+# that writers which collided do not collide again in step.
+CONFLICT_RETRIES = 100
+CONFLICT_PAUSE_SECONDS = (0.0005, 0.02)
+
+F = TypeVar("F", bound=Callable)
+
+
+def retry_conflicts(verb: F) -> F:
+    """Run `verb` (which takes `using=`) again when its transaction lost a TransactionConflict,
+    up to CONFLICT_RETRIES times. Inside a caller's transaction the conflict goes up to the
+    caller: that transaction is aborted as a whole, so only its outermost verb can run again.
+    After the last attempt the conflict is raised (the API answers 409 version_conflict)."""
+
+    @functools.wraps(verb)
+    def run(*args, **kwargs):
+        using = kwargs.get("using", "default")
+        for attempt in range(CONFLICT_RETRIES):
+            try:
+                return verb(*args, **kwargs)
+            except TransactionConflict:
+                if in_transaction(using) or attempt == CONFLICT_RETRIES - 1:
+                    raise
+            low, high = CONFLICT_PAUSE_SECONDS
+            time.sleep(random.uniform(low, min(high, low * 2 ** attempt)))
+        raise AssertionError("unreachable")
+
+    return run  # type: ignore[return-value]
+
+
+def _transient(exc: BaseException) -> bool:
+    """Whether `exc` (or what it wraps: the backend raises Django's DatabaseError from
+    pymongo's) is one MongoDB labels TransientTransactionError."""
+    seen = 0
+    while exc is not None and seen < 5:
+        has_label = getattr(exc, "has_error_label", None)
+        if has_label is not None and has_label("TransientTransactionError"):
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
+
+
+# How often a commit whose outcome is unknown (a network error, a failover during the commit)
+# is sent again. Committing again is what MongoDB prescribes: it commits once at most.
+COMMIT_RETRIES = 5
+
+
+@contextmanager
+def _mongodb_transaction(using: str, *, read_only: bool = False) -> Iterator[None]:
+    """One multi-document transaction on the connection's session (the backend passes
+    `connection.session` to every query). Inside a caller's transaction it is that one. A
+    read-only transaction is aborted at the end (it wrote nothing). Errors MongoDB labels
+    transient come out as TransactionConflict."""
+    connection = connections[using]
+    if connection.in_atomic_block_mongo:
+        yield
+        return
+    connection.start_transaction_mongo()
+    connection.in_atomic_block_mongo = True
+    try:
+        yield
+    except BaseException as exc:
+        connection.in_atomic_block_mongo = False
+        _end_session(connection, abort=True)
+        if _transient(exc):
+            raise TransactionConflict(f"transaction aborted by a conflict: {exc}") from exc
+        raise
+    connection.in_atomic_block_mongo = False
+    if read_only:
+        _end_session(connection, abort=True)
+        return
+    try:
+        for attempt in range(COMMIT_RETRIES):
+            try:
+                connection.session.commit_transaction()
+                break
+            except Exception as exc:
+                unknown = getattr(exc, "has_error_label", lambda label: False)("UnknownTransactionCommitResult")
+                if not unknown or attempt == COMMIT_RETRIES - 1:
+                    raise
+    except Exception as exc:
+        _end_session(connection, abort=False)
+        if _transient(exc):
+            raise TransactionConflict(f"commit aborted by a conflict: {exc}") from exc
+        raise DatabaseError(f"commit failed: {exc}") from exc
+    _end_session(connection, abort=False)
+    connection.run_and_clear_commit_hooks()
+
+
+def _end_session(connection, *, abort: bool) -> None:
+    session, connection.session = connection.session, None
+    if abort:
+        connection.run_on_commit = []
+    if session is None:
+        return
+    with suppress(Exception):  # a transaction the server aborted already: nothing left to abort
+        if abort and session.in_transaction:
+            session.abort_transaction()
+    with suppress(Exception):
+        session.end_session()
+
+
+COUNTERS = "board_counter"
+# MongoDB: one document per key given to serialise_on (expired by a TTL index after a day).
+SERIALISED = "board_serialised"
+
+
+def number_rows(using: str, rows: Sequence) -> None:
+    """Give new rows of the board's history their ids where the store has no auto-increment
+    (MongoDB), from the counter document of their table, incremented in the row's own
+    transaction. Two transactions that both increment it conflict, so one commits before the
+    other takes its ids: ids follow commit order (`ids_follow_commit_order`), which is what the
+    live board's tailer needs to never skip an event. On SQL stores: nothing to do."""
+    missing = [row for row in rows if row.pk is None]
+    connection = connections[using]
+    if not missing or connection.vendor != "mongodb":
+        return
+    if not connection.in_atomic_block_mongo:
+        raise RuntimeError("history rows numbered outside a transaction: their ids would not follow commit order")
+    from pymongo import ReturnDocument
+
+    counter = connection.get_collection(COUNTERS).find_one_and_update(
+        {"_id": type(missing[0])._meta.db_table}, {"$inc": {"last": len(missing)}},
+        upsert=True, return_document=ReturnDocument.AFTER, session=connection.session,
+    )
+    first = counter["last"] - len(missing) + 1
+    for offset, row in enumerate(missing):
+        row.pk = first + offset

@@ -16,11 +16,11 @@ from datetime import datetime
 
 from django.conf import settings
 from django.db import DatabaseError, connections
-from django.db.models.functions import Now
 from django.http import JsonResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
+from . import clock, db
 from .models import ReaperPass
 
 log = logging.getLogger("board.health")
@@ -38,7 +38,7 @@ def record_reaper_pass(*, started_at: datetime, passes: int, reclaimed: int, adm
     """After each pass: one row per host, its finish time taken from the database's clock."""
     ReaperPass.objects.using(using).update_or_create(
         host=HOST,
-        defaults={"pid": os.getpid(), "started_at": started_at, "finished_at": Now(),
+        defaults={"pid": os.getpid(), "started_at": started_at, "finished_at": clock.in_query(using),
                   "passes": passes, "reclaimed": reclaimed, "admitted": admitted},
     )
 
@@ -49,8 +49,7 @@ def record_reaper_pass(*, started_at: datetime, passes: int, reclaimed: int, adm
 
 def check_database(using: str = "default") -> dict:
     try:
-        with connections[using].cursor() as cursor:
-            cursor.execute("SELECT 1")
+        db.ping(using)
         return {"ok": True}
     except Exception as exc:  # any failure to answer is the finding, whatever the driver raises
         log.warning("health: the database did not answer: %s", exc)
@@ -61,14 +60,15 @@ def check_database(using: str = "default") -> dict:
 def check_reaper(using: str = "default") -> dict:
     """The most recent pass of any host's reaper, and its age on the database's clock."""
     try:
-        last = (ReaperPass.objects.using(using).annotate(now=Now()).order_by("-finished_at")
-                .values("host", "pid", "finished_at", "now", "passes", "reclaimed", "admitted").first())
+        now = clock.now(using)
+        last = (ReaperPass.objects.using(using).order_by("-finished_at")
+                .values("host", "pid", "finished_at", "passes", "reclaimed", "admitted").first())
     except DatabaseError as exc:
         log.warning("health: could not read the reaper's last pass: %s", exc)
         return {"ok": False, "error": "unknown: its last pass could not be read"}
     if last is None:
         return {"ok": False, "error": "no reaper has ever finished a pass on this database"}
-    age = max(0.0, (last.pop("now") - last.pop("finished_at")).total_seconds())
+    age = max(0.0, (now - last.pop("finished_at")).total_seconds())
     stale_after = settings.TASKFLOW["REAPER_STALE_SECONDS"]
     report = {"ok": age < stale_after, "last_pass_age_seconds": round(age, 3), **last}
     if not report["ok"]:

@@ -2,8 +2,10 @@
 made by `board.transitions`, which is the only module allowed to write those columns."""
 from __future__ import annotations
 
+from django.conf import settings
 from django.db import models
 
+from . import db
 from .lifecycle import Stage
 
 STAGE_CHOICES = [(stage.value, stage.value.title()) for stage in Stage]
@@ -98,12 +100,33 @@ class Dependency(models.Model):
         return f"{self.task_id} -> {self.depends_on_id}"
 
 
+class TaskEventQuerySet(models.QuerySet):
+    """Where the store has no auto-increment (MongoDB), new rows get their ids from the store's
+    counter (board.db.number_rows) before they are inserted."""
+
+    def create(self, **kwargs):
+        event = self.model(**kwargs)
+        db.number_rows(self.db, [event])
+        event.save(force_insert=True, using=self.db)
+        return event
+
+    def bulk_create(self, objs, *args, **kwargs):
+        objs = list(objs)
+        db.number_rows(self.db, objs)
+        return super().bulk_create(objs, *args, **kwargs)
+
+
+# MongoDB refuses AutoFields: there the ids come from a counter, in commit order (board.db).
+_ON_MONGODB = settings.DATABASES["default"]["ENGINE"] == "board.mongodb"
+
+
 class TaskEvent(models.Model):
     """Append-only history: one row per transition, written in the transaction that made it.
 
     It never holds a lease token. Its ids also order the change feed the live board reads."""
 
-    id = models.BigAutoField(primary_key=True)
+    id = models.BigIntegerField(primary_key=True) if _ON_MONGODB else models.BigAutoField(primary_key=True)
+    objects = TaskEventQuerySet.as_manager()
     task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="events")
     verb = models.CharField(max_length=20)
     from_stage = models.CharField(max_length=16, blank=True, default="")

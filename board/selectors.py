@@ -10,7 +10,7 @@ from django.db.models import BooleanField, Count, ExpressionWrapper, F, Q
 from django.utils import timezone
 
 from . import clock
-from .db import read_transaction
+from .db import read_transaction, speaks_sql
 from .invariants import (
     CLAIMED_AT_LEAST_ONCE, DEP_CYCLE, Problem, TaskSnapshot, check, cycle_problem, tasks_on_cycles,
 )
@@ -63,6 +63,10 @@ def problems(*, now: datetime | None = None, using: str = "default") -> list[Pro
     tests/test_scale_reads.py holds it to for every problem. At the store's clock (board.clock)
     unless `now` is given."""
     now = now or clock.now(using)
+    if not speaks_sql(using):
+        # A store without SQL (MongoDB): check() of the whole snapshot, which this is defined
+        # as. Slower on a big board (every task is read), exact on any.
+        return sorted(check(snapshot(using=using), now))
     with read_transaction(using):
         suspects = _suspects(now, using)
         deps = deps_of(sorted(suspects), using=using)
@@ -206,6 +210,16 @@ def board_parts(*, terminal_limit: int = 200, part_size: int = 1000, using: str 
         queries = [tasks.exclude(stage__in=list(TERMINAL)).order_by("-priority", "created_at", "id")]
         queries += [tasks.filter(stage=stage).order_by("-updated_at", "-id")[:terminal_limit] for stage in sorted(TERMINAL)]
         part: list[dict] = []
+        if not speaks_sql(using):  # MongoDB: the ORM's values, streamed in batches
+            for query in queries:
+                for values in query.values_list(*_ROW_COLUMNS).iterator(part_size):
+                    part.append(_card_row(values))
+                    if len(part) == part_size:
+                        yield _with_deps(part, using)
+                        part = []
+            if part:
+                yield _with_deps(part, using)
+            return
         # A server-side cursor on PostgreSQL (psycopg's default one fetches every row at once).
         with connections[using].chunked_cursor() as cursor:
             for query in queries:
@@ -250,7 +264,11 @@ def _with_deps(rows: list[dict], using: str) -> list[tuple[dict, list[str]]]:
     """Rows paired with their dependencies: one query, for the rows that have some (has_deps)."""
     wanted = [row["id"] for row in rows if row.pop("has_deps")]
     deps: dict[str, list[str]] = defaultdict(list)
-    if wanted:
+    if wanted and not speaks_sql(using):
+        for task_id, dep in (Dependency.objects.using(using).filter(task_id__in=wanted)
+                             .order_by("pk").values_list("task_id", "depends_on_id")):
+            deps[task_id].append(dep)
+    elif wanted:
         with connections[using].cursor() as cursor:
             cursor.execute(f"{_DEPS_OF} ({_placeholders(wanted)}) ORDER BY id", wanted)
             for task_id, dep in cursor.fetchall():

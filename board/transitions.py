@@ -12,6 +12,11 @@ seed: `board.claim_requests`), never by the caller; only their SHA-256 is stored
 come from the store's clock (`board.clock`: PostgreSQL's, or this process's on SQLite) and a TTL
 the caller gives. The fence rises by one on every claim, resume and takeover, and never on renew.
 
+On MongoDB a compare-and-swap that races another transaction's write to the same task does not
+match 0 rows: the store aborts the transaction (a WriteConflict). Every public verb is wrapped
+by `board.db.retry_conflicts`, which runs it again from the start, where it reads the winner's
+row and either moves again or raises the same precise error as after a lost CAS.
+
 `select_for_update` is not the concurrency mechanism (it is a no-op on SQLite): the CAS is.
 `claim_next` uses SKIP LOCKED where the database has it only so that concurrent claimers pick
 different candidates instead of queueing behind the same row.
@@ -41,7 +46,7 @@ from django.db.models import Exists, OuterRef, Q
 
 from . import claim_requests, clock, errors, events, hot_sql, selectors
 from .claim_requests import ClaimRequest
-from .db import write_transaction
+from .db import retry_conflicts, savepoint, speaks_sql, write_transaction
 from .lifecycle import (
     MAX_BATCH_DEPENDENCIES, MAX_BATCH_TASKS, MAX_DEPENDENCIES, MAX_DESCRIPTION_CHARS, MAX_RETRIES_LIMIT,
     MAX_TITLE_CHARS, MAX_TTL_SECONDS, MIN_TTL_SECONDS, TERMINAL, Stage, Verb, attempts_left,
@@ -211,6 +216,7 @@ def _has_unfinished_deps() -> Exists:
 # Creating tasks
 
 
+@retry_conflicts
 def create(specs: TaskSpec | Sequence[TaskSpec], *, actor: str = "", using: str = "default") -> list[Task]:
     """Create one task or a batch forming a DAG, all or nothing.
 
@@ -292,7 +298,7 @@ def create(specs: TaskSpec | Sequence[TaskSpec], *, actor: str = "", using: str 
                 )
             )
         try:
-            with transaction.atomic(using=using):  # SAVEPOINT: a racing creator of the same id
+            with savepoint(using):  # a racing creator of the same id
                 Task.objects.using(using).bulk_create(tasks)
         except IntegrityError:
             taken = Task.objects.using(using).filter(pk__in=ids).first()
@@ -323,6 +329,10 @@ def _insert_dependencies(using: str, pairs: list[tuple[str, str]]) -> None:
     is written: bulk_create spent ~50 us of Python per row building and compiling models, so
     MAX_BATCH_DEPENDENCIES rows held the writers for ~0.5 s; this takes a few ms."""
     if not pairs:
+        return
+    if not speaks_sql(using):
+        Dependency.objects.using(using).bulk_create(
+            [Dependency(task_id=task_id, depends_on_id=dep) for task_id, dep in pairs])
         return
     table = connections[using].ops.quote_name(Dependency._meta.db_table)
     task_col, dep_col = (connections[using].ops.quote_name(Dependency._meta.get_field(name).column)
@@ -403,6 +413,7 @@ def _refuse_cycles(batch: list[TaskSpec]) -> None:
 # Admission: PENDING -> QUEUED
 
 
+@retry_conflicts
 def admit(task_id: str, *, actor: str, version: int | None = None, reason: str = "",
           using: str = "default") -> Task:
     """Operator: admit a PENDING task (held or not) whose dependencies are all COMPLETED."""
@@ -418,6 +429,7 @@ def admit(task_id: str, *, actor: str, version: int | None = None, reason: str =
     return _operator_move(using, task_id, version, move)
 
 
+@retry_conflicts
 def admit_ready(task_ids: Iterable[str] | None = None, *, using: str = "default") -> list[str]:
     """Admit every PENDING task, not held, whose dependencies are all COMPLETED (only among
     `task_ids` when given). Each admission is its own CAS; returns the ids admitted.
@@ -445,6 +457,7 @@ def admit_ready(task_ids: Iterable[str] | None = None, *, using: str = "default"
 # Claiming: QUEUED -> RUNNING, and PAUSED -> RUNNING (resume)
 
 
+@retry_conflicts
 def claim(task_id: str, agent: str, ttl_seconds: float, *, request_id: str | None = None,
           using: str = "default") -> Claim:
     """Claim this task for `agent` with a new lease of `ttl_seconds`.
@@ -544,6 +557,7 @@ def _take(using: str, task: Task, verb: Verb, agent: str, ttl: timedelta, now: d
     return Claim(task=task, lease=Lease(token=token, fence=fence, expires_at=expires_at))
 
 
+@retry_conflicts
 def claim_next(
     agent: str, ttl_seconds: float, *, queue: str | None = None, request_id: str | None = None,
     using: str = "default",
@@ -613,6 +627,7 @@ def _hot_claim_next(hot: hot_sql.HotStore, using: str, agent: str, ttl: timedelt
     return _claim_of(hot.task(row), token)  # the task built out of the transaction: see HotStore
 
 
+@retry_conflicts
 def resume(task_id: str, agent: str, ttl_seconds: float, *, using: str = "default") -> Claim:
     """Take a PAUSED task with a new lease (new token, higher fence); its checkpoint is on the
     returned task."""
@@ -695,6 +710,7 @@ def _hot_holder_move(hot: hot_sql.HotStore, using: str, task_id: str, token_hash
     raise errors.VersionConflict(f"task {task_id} kept changing; try again", task_id=task_id)
 
 
+@retry_conflicts
 def renew(
     task_id: str,
     token: str,
@@ -734,6 +750,7 @@ def renew(
     return _holder_move(using, task_id, token, build, live_only=True, agent=agent)
 
 
+@retry_conflicts
 def release(task_id: str, token: str, *, agent: str | None = None, using: str = "default") -> Task:
     """Hand the task back to the queue. The attempt is given back: releasing is not failing."""
 
@@ -745,6 +762,7 @@ def release(task_id: str, token: str, *, agent: str | None = None, using: str = 
     return _holder_move(using, task_id, token, build, live_only=False, agent=agent)
 
 
+@retry_conflicts
 def complete(task_id: str, token: str, result: Any, *, agent: str | None = None, using: str = "default") -> Task:
     """Commit the result; then admit the dependents this completion unblocks (after commit, each
     by its own CAS, so that two dependencies completing at once cannot both miss the other)."""
@@ -788,6 +806,7 @@ def _admit_dependents_after_commit(task_id: str, using: str) -> None:
     transaction.on_commit(lambda: _admit_dependents(task_id, using), using=using, robust=True)
 
 
+@retry_conflicts
 def fail(
     task_id: str, token: str, error: str, *, retryable: bool = True, agent: str | None = None,
     using: str = "default",
@@ -821,6 +840,7 @@ def _retry(using: str, task: Task, now: datetime) -> None:
         raise errors.VersionConflict("task changed inside its own transaction", task=task)
 
 
+@retry_conflicts
 def pause(task_id: str, token: str, checkpoint: Any, *, agent: str | None = None, using: str = "default") -> Task:
     """Release the lease and keep `checkpoint`, so that a later resume continues from it."""
     if checkpoint is None:
@@ -864,6 +884,7 @@ def _operator_move(using: str, task_id: str, version: int | None, move) -> Task:
     raise errors.VersionConflict(f"task {task_id} kept changing; try again", task_id=task_id)
 
 
+@retry_conflicts
 def requeue(
     task_id: str, *, actor: str, version: int | None = None, reset_attempts: bool = False,
     reason: str = "", using: str = "default",
@@ -885,6 +906,7 @@ def requeue(
     return _operator_move(using, task_id, version, move)
 
 
+@retry_conflicts
 def cancel(task_id: str, *, actor: str, version: int | None = None, reason: str = "", using: str = "default") -> Task:
     """Operator: cancel a task that has not finished. A live lease is ended: its holder's
     later calls get LeaseLost."""
@@ -897,6 +919,7 @@ def cancel(task_id: str, *, actor: str, version: int | None = None, reason: str 
     return _operator_move(using, task_id, version, move)
 
 
+@retry_conflicts
 def force_release(task_id: str, *, actor: str, version: int | None = None, reason: str = "",
                   using: str = "default") -> Task:
     """Operator: take a RUNNING task from its holder, live lease or not, back to QUEUED. The
@@ -912,6 +935,7 @@ def force_release(task_id: str, *, actor: str, version: int | None = None, reaso
     return _operator_move(using, task_id, version, move)
 
 
+@retry_conflicts
 def force_pause(task_id: str, *, actor: str, version: int | None = None, reason: str = "",
                 using: str = "default") -> Task:
     """Operator: stop a RUNNING task and keep its last saved checkpoint (from its renewals) for
@@ -932,6 +956,7 @@ def force_pause(task_id: str, *, actor: str, version: int | None = None, reason:
 EDITABLE = ("title", "description", "priority", "max_retries", "payload")
 
 
+@retry_conflicts
 def edit(task_id: str, *, actor: str, version: int, using: str = "default", **fields: Any) -> Task:
     """Operator: change what a task is (title, description, priority, max_retries, payload),
     only if it is still at `version`; otherwise VersionConflict and nothing is written."""
@@ -974,6 +999,7 @@ class Reclaimed:
     to_stage: Stage
 
 
+@retry_conflicts
 def reclaim_expired(*, now: datetime | None = None, limit: int = 500, task_ids: Iterable[str] | None = None,
                     actor: str = "system:reaper", using: str = "default") -> list[Reclaimed]:
     """Take back every lease that expired by `now` (default: this store's clock): the task goes

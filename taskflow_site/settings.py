@@ -7,8 +7,10 @@ Variables (all optional in development):
 - ``SECRET_KEY``     required when DEBUG is off. In development, when unset, a key is generated
                      once into ``.secret_key`` (git-ignored) so sessions survive restarts.
 - ``ALLOWED_HOSTS``  comma-separated; defaults to localhost names in development.
-- ``DATABASE_URL``   e.g. ``postgres://user@host:5432/taskflow``; default is the embedded SQLite
-                     file ``db.sqlite3`` in the project folder (WAL, BEGIN IMMEDIATE, busy timeout).
+- ``DATABASE_URL``   e.g. ``postgres://user@host:5432/taskflow``, or
+                     ``mongodb://host:27017/taskflow?replicaSet=rs0`` (a replica set:
+                     taskflow_site/mongodb.py); default is the embedded SQLite file ``db.sqlite3``
+                     in the project folder (WAL, BEGIN IMMEDIATE, busy timeout).
 - ``SECURE_PROXY_SSL_HEADER`` set to "1" when a TLS-terminating proxy sets X-Forwarded-Proto.
 """
 import os
@@ -140,6 +142,10 @@ def postgres_options() -> dict:
 
 
 def database_from_url(url: str) -> dict:
+    if url.startswith(("mongodb://", "mongodb+srv://")):  # dj-database-url does not parse these
+        from taskflow_site.mongodb import database_from_mongodb_url
+
+        return database_from_mongodb_url(url)
     config = dj_database_url.parse(url, conn_max_age=0)
     if config["ENGINE"] == "django.db.backends.sqlite3":
         config["OPTIONS"] = {**sqlite_options(), **config.get("OPTIONS", {})}
@@ -163,6 +169,18 @@ DATABASES = {
 }
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# On MongoDB, rows are keyed by ObjectIds, and the contrib apps and the board have migrations of
+# their own (taskflow_site/mongodb.py); the SQL migrations stay as they are.
+if DATABASES["default"]["ENGINE"] == "board.mongodb":
+    from taskflow_site import mongodb
+
+    INSTALLED_APPS = mongodb.installed_apps(INSTALLED_APPS)
+    DEFAULT_AUTO_FIELD = mongodb.DEFAULT_AUTO_FIELD
+    MIGRATION_MODULES = mongodb.MIGRATION_MODULES
+    # The dependency table's CHECK (no self-dependency) is not enforced by MongoDB; the engine
+    # refuses self-dependencies before writing, and check() reports one found in the store.
+    SILENCED_SYSTEM_CHECKS = ["models.W027"]
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},

@@ -10,6 +10,11 @@ from tests.services import IN_CI
 
 _not_run: dict[str, str] = {}
 
+# tests/mongodb runs in a session of its own, on MongoDB settings (make test: the second pytest
+# run); the main session, on SQL stores, does not collect it.
+ON_MONGODB = getattr(settings, "MONGODB_AVAILABLE", None) is not None
+collect_ignore = [] if ON_MONGODB else ["mongodb"]
+
 
 def _missing_service(item: pytest.Item, what: str, why: str) -> None:
     if IN_CI:
@@ -22,6 +27,8 @@ def _missing_service(item: pytest.Item, what: str, why: str) -> None:
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if item.get_closest_marker("postgres") and not settings.POSTGRES_AVAILABLE:
         _missing_service(item, "PostgreSQL tests", f"no server answers at {settings.POSTGRES_URL}")
+    if item.get_closest_marker("mongodb") and not getattr(settings, "MONGODB_AVAILABLE", False):
+        _missing_service(item, "MongoDB tests", getattr(settings, "MONGODB_MISSING", "not the MongoDB session"))
     if item.get_closest_marker("redis") and not settings.REDIS_AVAILABLE:
         _missing_service(item, "Redis channel layer tests", f"no server answers at {settings.REDIS_TEST_URL}")
     if item.get_closest_marker("browser") and (why := browser_missing()):

@@ -49,6 +49,17 @@ def end_backoff(task_id: str, using: str = "default") -> None:
     assert Task.objects.using(using).filter(pk=task_id).update(not_before=None) == 1
 
 
+def rename_table(using: str, old: str, new: str) -> None:
+    """Rename a table (a collection on MongoDB), as a broken migration would leave it."""
+    connection = connections[using]
+    if connection.vendor == "mongodb":
+        connection.ensure_connection()
+        connection.database[old].rename(new)
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(f"ALTER TABLE {old} RENAME TO {new}")
+
+
 def close_connection(using: str) -> None:
     connections[using].close()
 
@@ -57,6 +68,11 @@ def database_url(settings_dict: dict) -> str:
     """A DATABASE_URL for another process to reach the same (test) database."""
     if settings_dict["ENGINE"].endswith("sqlite3"):
         return f"sqlite:///{settings_dict['NAME']}"
+    if settings_dict["ENGINE"] == "board.mongodb":  # the server's URL, on this database
+        from urllib.parse import urlsplit, urlunsplit
+
+        parts = urlsplit(settings_dict["HOST"])
+        return urlunsplit((parts.scheme, parts.netloc, f"/{settings_dict['NAME']}", parts.query, ""))
     user, host, port = settings_dict["USER"], settings_dict["HOST"] or "127.0.0.1", settings_dict["PORT"] or 5432
     return f"postgres://{user}@{host}:{port}/{settings_dict['NAME']}"
 

@@ -1,0 +1,99 @@
+"""The MongoDB server of the MongoDB test session: a real replica set named by TEST_MONGO_URL,
+or else a SecantusDB server started for this run (requirements-test.txt; a MongoDB-wire-
+compatible replica set with transactions, run here only as a test-time process: it is a beta
+under the GPL, never imported by the product). A pass on SecantusDB is evidence, not proof:
+TEST_MONGO_URL runs the same tests against a real `mongod` replica set.
+
+No Django imports: tests/mongodb_settings.py starts it before Django is configured."""
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+START_TIMEOUT = 30
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _answers(url: str) -> bool:
+    from pymongo import MongoClient
+
+    client = MongoClient(url, serverSelectionTimeoutMS=500)
+    try:
+        client.admin.command("ping")
+        return True
+    except Exception:
+        return False
+    finally:
+        client.close()
+
+
+def _secantusd() -> str | None:
+    beside = Path(sys.executable).with_name("secantusd-py")  # the venv's, in a shell with nothing exported
+    return str(beside) if beside.exists() else shutil.which("secantusd-py")
+
+
+def start() -> tuple[str | None, str, str]:
+    """(server URL without a database, what it is, why not) — the URL is None when no server
+    could be reached or started."""
+    given = os.environ.get("TEST_MONGO_URL", "")
+    if given:
+        parts = urlsplit(given)
+        url = urlunsplit((parts.scheme, parts.netloc, "/", parts.query, ""))
+        if _answers(url):
+            return url, f"the replica set at {parts.hostname}", ""
+        return None, "", f"no server answers at TEST_MONGO_URL ({parts.hostname}:{parts.port})"
+    try:
+        import pymongo  # noqa: F401
+    except ImportError:
+        return None, "", "pymongo is not installed (make test installs requirements-test.txt)"
+    executable = _secantusd()
+    if executable is None:
+        return None, "", "secantusd-py (SecantusDB, requirements-test.txt) is not installed"
+    port = _free_port()
+    log = open(os.devnull, "wb")
+    process = subprocess.Popen(
+        [executable, "--host", "127.0.0.1", "--port", str(port), "--storage-path", ":memory:",
+         "--log-level", "WARNING"],
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    atexit.register(_stop, process)
+    url = f"mongodb://127.0.0.1:{port}/?directConnection=true"
+    deadline = time.monotonic() + START_TIMEOUT
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            return None, "", f"SecantusDB exited with {process.returncode} on start"
+        if _answers(url):
+            return url, f"SecantusDB {_version()} on port {port}", ""
+        time.sleep(0.1)
+    _stop(process)
+    return None, "", f"SecantusDB did not answer within {START_TIMEOUT} s"
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("secantusdb")
+    except PackageNotFoundError:
+        return "?"
+
+
+def _stop(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
