@@ -32,10 +32,14 @@ run: $(VENV)/.run-deps
 	$(PY) manage.py ensure_admin && \
 	exec $(PY) manage.py serve --host $(HOST) --port $(PORT)
 
-# The whole suite. PostgreSQL tests run when the server at TEST_POSTGRES_URL answers; without
-# it they are skipped with a NOT RUN line (and fail when CI=true).
+# The whole suite, in two pytest sessions: the SQL stores (SQLite, and PostgreSQL when the server
+# at TEST_POSTGRES_URL answers), then MongoDB (tests/mongodb: a SecantusDB server started for the
+# run, or the replica set at TEST_MONGO_URL). A missing server's tests are skipped with a NOT RUN
+# line (and fail when CI=true). PYTEST_ARGS go to the first session, MONGODB_PYTEST_ARGS to the
+# second.
 test: $(VENV)/.test-deps
 	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest --ds=tests.mongodb_settings tests/mongodb $(MONGODB_PYTEST_ARGS)
 
 bench: $(VENV)/.test-deps
 	$(PY) bench/claims.py

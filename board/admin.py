@@ -28,7 +28,7 @@ from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
 from django.contrib.admin.views.main import ChangeList
 from django.core import signing
-from django.db.models import BooleanField, ExpressionWrapper, Q, Subquery
+from django.db.models import BooleanField, ExpressionWrapper, Q
 from django.template.response import TemplateResponse
 from django.utils.cache import add_never_cache_headers
 
@@ -591,8 +591,9 @@ class TaskAdmin(NoHashLookups, admin.ModelAdmin):
     def get_formset_kwargs(self, request, obj, inline, prefix):
         kwargs = super().get_formset_kwargs(request, obj, inline, prefix)
         if isinstance(inline, TaskEventInline):
-            latest = TaskEvent.objects.filter(task=obj).order_by("-id").values("id")[:HISTORY_LIMIT]
-            kwargs["queryset"] = TaskEvent.objects.filter(id__in=Subquery(latest)).order_by("id")
+            # The ids first, not a sliced Subquery: MongoDB's backend drops a subquery's slice.
+            latest = list(TaskEvent.objects.filter(task=obj).order_by("-id").values_list("id", flat=True)[:HISTORY_LIMIT])
+            kwargs["queryset"] = TaskEvent.objects.filter(id__in=latest).order_by("id")
         return kwargs
 
     def change_view(self, request, object_id, form_url="", extra_context=None):

@@ -59,7 +59,7 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connections
 from django.db.models import Q
 
-from . import selectors, waiting
+from . import db, selectors, waiting
 from .lifecycle import Stage
 from .models import Task, TaskEvent
 from .schemas import public_event, public_task
@@ -189,10 +189,10 @@ class Cursor:
     def read(self) -> Page:
         """The next page of new events and of late ones filling holes, in id order. Runs in a
         sync thread; changes nothing (see `advance`)."""
-        on_postgres = connections[self.using].vendor == "postgresql"
+        late_commits = not db.ids_follow_commit_order(self.using)
         # Read BEFORE the events: every transaction older than this has ended by the time the
         # events are read, so a hole it left that is still missing then never commits.
-        settled = _oldest_running_xid(self.using) if on_postgres and self.holes else None
+        settled = _oldest_running_xid(self.using) if late_commits and self.holes else None
         runs = _runs(sorted(self.holes))[:MAX_HOLE_RUNS]
         wanted = Q(id__gt=self.last_id)
         for first, last in runs:
@@ -205,7 +205,7 @@ class Cursor:
             if event.id > last_id:
                 new_holes.extend(range(last_id + 1, event.id))
                 last_id = event.id
-        if on_postgres:
+        if late_commits:
             if new_holes:
                 # Taken AFTER the events were read: the transaction that took a missing id had
                 # its xid before a later id committed, so its xid is below this one.
@@ -218,7 +218,9 @@ class Cursor:
                 holes = {i: h for i, h in holes.items() if not (i in covered and h is not None and h <= settled)}
         else:
             # SQLite hands out ids under the write lock and commits before the next writer
-            # starts: an id below one already read that is not there was rolled back.
+            # starts, and MongoDB's writers take theirs from one counter document in their
+            # transaction (board.db.number_rows): an id below one already read that is not
+            # there was rolled back.
             holes = {}
         return Page(rows, last_id, holes, full)
 

@@ -10,9 +10,16 @@ from .lifecycle import Stage
 
 STAGE_CHOICES = [(stage.value, stage.value.title()) for stage in Stage]
 
+# On MongoDB (whose migrations are separate: taskflow_site/mongodb.py) the primary keys are the
+# documents' `_id`, the one field every MongoDB server finds by index whatever the query (the
+# test server, SecantusDB, scans the collection for any other field), and AutoFields are
+# refused: the history's ids come from a counter, in commit order (board.db.number_rows).
+_ON_MONGODB = settings.DATABASES["default"]["ENGINE"] == "board.mongodb"
+_PK_COLUMN = "_id" if _ON_MONGODB else None
+
 
 class Task(models.Model):
-    id = models.CharField(primary_key=True, max_length=100)
+    id = models.CharField(primary_key=True, max_length=100, db_column=_PK_COLUMN)
     title = models.CharField(max_length=300)
     description = models.TextField(blank=True, default="")
     payload = models.JSONField(null=True, blank=True)
@@ -116,16 +123,12 @@ class TaskEventQuerySet(models.QuerySet):
         return super().bulk_create(objs, *args, **kwargs)
 
 
-# MongoDB refuses AutoFields: there the ids come from a counter, in commit order (board.db).
-_ON_MONGODB = settings.DATABASES["default"]["ENGINE"] == "board.mongodb"
-
-
 class TaskEvent(models.Model):
     """Append-only history: one row per transition, written in the transaction that made it.
 
     It never holds a lease token. Its ids also order the change feed the live board reads."""
 
-    id = models.BigIntegerField(primary_key=True) if _ON_MONGODB else models.BigAutoField(primary_key=True)
+    id = models.BigIntegerField(primary_key=True, db_column="_id") if _ON_MONGODB else models.BigAutoField(primary_key=True)
     objects = TaskEventQuerySet.as_manager()
     task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="events")
     verb = models.CharField(max_length=20)

@@ -37,6 +37,13 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         _missing_service(item, "proxy tests", why)
 
 
+def pytest_collection_modifyitems(items) -> None:
+    # In the MongoDB session every test needs the MongoDB server (it is the default database).
+    if ON_MONGODB:
+        for item in items:
+            item.add_marker(pytest.mark.mongodb)
+
+
 def pytest_terminal_summary(terminalreporter) -> None:
     for what, why in sorted(_not_run.items()):
         terminalreporter.write_line(f"NOT RUN: {what}: {why}", yellow=True, bold=True)

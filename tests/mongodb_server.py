@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import atexit
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -39,9 +38,7 @@ def _answers(url: str) -> bool:
         client.close()
 
 
-def _secantusd() -> str | None:
-    beside = Path(sys.executable).with_name("secantusd-py")  # the venv's, in a shell with nothing exported
-    return str(beside) if beside.exists() else shutil.which("secantusd-py")
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def start() -> tuple[str | None, str, str]:
@@ -58,15 +55,17 @@ def start() -> tuple[str | None, str, str]:
         import pymongo  # noqa: F401
     except ImportError:
         return None, "", "pymongo is not installed (make test installs requirements-test.txt)"
-    executable = _secantusd()
-    if executable is None:
-        return None, "", "secantusd-py (SecantusDB, requirements-test.txt) is not installed"
+    try:
+        import secantus  # noqa: F401  (only to know it is there: it runs in its own process)
+    except ImportError:
+        return None, "", "SecantusDB (requirements-test.txt) is not installed"
     port = _free_port()
     log = open(os.devnull, "wb")
+    # tests/secantus_server.py: secantusd-py with the fixes the tests need.
     process = subprocess.Popen(
-        [executable, "--host", "127.0.0.1", "--port", str(port), "--storage-path", ":memory:",
-         "--log-level", "WARNING"],
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        [sys.executable, "-m", "tests.secantus_server", "--host", "127.0.0.1", "--port", str(port),
+         "--storage-path", ":memory:", "--log-level", "WARNING"],
+        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     atexit.register(_stop, process)
     url = f"mongodb://127.0.0.1:{port}/?directConnection=true"
     deadline = time.monotonic() + START_TIMEOUT

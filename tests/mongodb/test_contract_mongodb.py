@@ -14,7 +14,7 @@ class TestMongoDBBoard(BoardContract):
     hot_path = "orm"
     # A collection that is gone reads as empty on MongoDB: every racer finds no task.
     missing_table_fault = errors.NotFound
-    # SecantusDB runs each transaction through one Python server process: 50 rounds of each race
+    # SecantusDB runs each transaction through one Python server process: 100 rounds of each race
     # (instead of 200) keep this class under a few minutes. TEST_MONGO_URL runs them against a
     # real replica set, where the full 200 are cheap.
-    rounds = ROUNDS if os.environ.get("TEST_MONGO_URL") else 50
+    rounds = ROUNDS if os.environ.get("TEST_MONGO_URL") else 100
