@@ -24,3 +24,14 @@ from taskflow_site.settings import DATABASES as _SITE_DATABASES  # noqa: E402
 # keys are ObjectIds here.
 DATABASES = {"default": {**_SITE_DATABASES["default"], "TEST": {"NAME": f"test_taskflow_{os.getpid()}"}}}
 POSTGRES_AVAILABLE = False
+
+# tests/mongodb/test_wire.py: a scripted MongoDB wire server (mockupdb) that a real pymongo client
+# talks to, so the tests can read the exact commands the engine sends. Its port is chosen now,
+# while the settings load (the alias's URL needs it); the tests start the server on it. Not the
+# default alias and not given to any test's `databases`: no test database is created on it.
+# A socket timeout bounds any wait for an answer the script never sends (pymongo has none by default).
+from taskflow_site.mongodb import database_from_mongodb_url  # noqa: E402
+
+WIRE_PORT = mongodb_server._free_port()
+DATABASES["wire"] = database_from_mongodb_url(
+    f"mongodb://127.0.0.1:{WIRE_PORT}/wire?directConnection=true&socketTimeoutMS=30000")
