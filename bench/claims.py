@@ -8,18 +8,32 @@ One *cycle* is: claim the best ready task, then complete it. Two loops run the c
   ``board.transitions.complete(task_id, token, {"ok": True})``, i.e. the engine exactly as the
   API calls it (CAS, history row, admission of dependents after commit). On SQLite and
   PostgreSQL that is the hand-written statements of ``board.hot_sql``; ``--hot-path orm``
-  measures the engine's ORM path instead (what other backends run).
+  measures the engine's ORM path instead (what other backends run). On MongoDB it is always
+  the ORM path, through django-mongodb-backend (board.mongodb): session transactions,
+  conflicts retried, history ids from the counter document (board/db.py).
 - **raw**: the same two moves written by hand with the plain driver (``sqlite3`` / ``psycopg``),
   one connection per thread. Each move is one transaction holding the same conditional UPDATE
   (filtered on id, stage and version, plus the token hash for complete) and one
   ``board_taskevent`` INSERT. Claim-next first selects the best ready task (priority, age, id;
   ``FOR UPDATE SKIP LOCKED`` on PostgreSQL; ``BEGIN IMMEDIATE`` on SQLite). Token minting and
   hashing are done as the engine does them, so the baseline differs only in the layer.
+- **raw on MongoDB**: plain ``pymongo``, one client shared by the threads, one session per
+  thread. Each move is one session transaction with the engine's options (read concern
+  snapshot, write concern majority): claim-next is a ``find_one_and_update`` of the best ready
+  QUEUED task (not_before null or past; sorted priority desc, created_at, id) setting the lease
+  fields, version/fence/attempts + 1; complete is an ``update_one`` filtered on id, stage
+  RUNNING, version and token hash; each then ``$inc``-s the counter document
+  ``board_counter`` {_id: "board_taskevent"} (how the engine numbers history rows,
+  board.db.number_rows) and inserts the history row, and commits. A transaction aborted as
+  TransientTransactionError (a WriteConflict: another one wrote the task or the counter first)
+  runs again after a random pause, with board.db's limits (retry_conflicts). "Now" is the
+  process's clock (the engine asks the primary's: one ``hello`` per move more).
 
-Both loops run in the same process, against the same tables, on freshly seeded QUEUED tasks,
-with T threads (default 1 and 8, each with its own connection, closed at the end) for a fixed
-time, in rounds that alternate ours and raw (default 3 rounds of 1 s each), so that the
-machine's changing load weighs on both alike; only the cycles are timed. The tables are emptied
+Both loops run in the same process (for MongoDB, a child process: see Databases), against the
+same tables, on freshly seeded QUEUED tasks, with T threads (default 1 and 8, each with its own
+connection, closed at the end) for a fixed time, in rounds that alternate ours and raw (default
+3 rounds of 1 s each), so that the machine's changing load weighs on both alike; only the
+cycles are timed. The tables are emptied
 and seeded afresh before every slice. Every claimed task id is recorded per thread: a task id
 claimed more than once is a *double claim* and makes the script exit with status 1 (so does a
 thread stopped by an error: its figures would not be valid).
@@ -33,8 +47,8 @@ created one by one get their own created_at, so the best ready task is the first
 and raw alike) reads and sorts the whole tied group.
 
 The ratio ours/raw is compared with the project's goal (issue 8, raising DESIGN.md section 5's
-0.2 for SQLite): at least 0.5 on SQLite and on PostgreSQL. Missing a goal is reported, not an
-error.
+0.2 for SQLite): at least 0.5 on SQLite and on PostgreSQL; none is set for MongoDB. Missing a
+goal is reported, not an error.
 
 Databases
 ---------
@@ -45,6 +59,23 @@ Databases
   missing and migrated; its board tables are emptied, never dropped. When the server does not
   answer, the PostgreSQL rows are skipped with a line saying so. ``--pg-url`` names another
   server.
+- MongoDB (only with ``--backends ...,mongodb``; not in the default set, see below): the
+  database ``taskflow_bench`` on the replica set named by ``--mongo-url``, else by
+  TEST_MONGO_URL, else on a SecantusDB server started for the run (tests/mongodb_server.py,
+  stopped at exit); without any, the MongoDB rows are skipped with a line saying why. It is
+  migrated, and its board collections are emptied and seeded like the tables above (the
+  engine's seed by transitions.create, raw's by insert_many, the same documents), both loops
+  with the same count, sized by the server (MONGODB_SEED_PER_SECOND): on SecantusDB a claim
+  costs more as the collection grows, so a larger seed would lower both rates.
+  The project's settings decide at import, from the default database's ENGINE, the contrib
+  apps, the key type and TaskEvent's id field (board/models.py), so MongoDB cannot share a
+  process with the SQL aliases: its rows are measured by a child process (this script again,
+  with DATABASE_URL set to the bench's mongodb:// URL) and printed in the same table, labelled
+  with the server that ran them. SecantusDB is a Python server, one process: its figures say
+  little about MongoDB itself (the script says so under the table); give ``--mongo-url`` a
+  real replica set for figures about MongoDB. MongoDB is not in the default ``--backends``:
+  with the default time, it adds more than 20 s to a run (server start, a second Django,
+  migration, seeding) for figures that, on SecantusDB, say little.
 
 Run (from the project folder)
 -----------------------------
@@ -56,7 +87,14 @@ Run (from the project folder)
     .venv/bin/python bench/claims.py --profile        # only: cProfile of 1-thread ours on SQLite
                                                       # (top 25 by cumulative, top 15 by own time)
     .venv/bin/python bench/claims.py --profile --backends postgres   # the same on PostgreSQL
+                                                      # (or mongodb)
     .venv/bin/python bench/claims.py --hot-path orm   # ours = the engine's ORM path
+    .venv/bin/python bench/claims.py --backends mongodb --seconds 2 --rounds 2
+                                                      # MongoDB: SecantusDB, or TEST_MONGO_URL
+    .venv/bin/python bench/claims.py --backends sqlite,postgres,mongodb \
+        --mongo-url 'mongodb://127.0.0.1:27017/?replicaSet=rs0'   # a real replica set
+    .venv/bin/python bench/claims.py --backends mongodb --queries  # the commands of one cycle
+                                                      # (ours and raw, pymongo's monitoring)
 
 Figures are printed from this run's measurements only; compare ratios within one run, not
 absolute numbers across machines.
@@ -64,33 +102,39 @@ absolute numbers across machines.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import hashlib
 import io
 import json
 import os
 import pstats
+import random
 import re
 import secrets
 import sqlite3
+import subprocess
 import sys
 import tempfile
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse, urlunparse
+from urllib.parse import urlparse, urlsplit, urlunparse, urlunsplit
 
 PROJECT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(PROJECT))
 
 DEFAULT_PG_URL = "postgres://postgres@127.0.0.1:5432/taskflow_bench"
-GOALS = {"sqlite": 0.5, "postgres": 0.5}  # the project's goals for ours/raw (issue 8)
-ALIASES = {"sqlite": "default", "postgres": "postgres"}
+MONGODB_NAME = "taskflow_bench"
+GOALS = {"sqlite": 0.5, "postgres": 0.5}  # the project's goals for ours/raw (issue 8); none for MongoDB
+# MongoDB is "default" too, but in the child process only (run_mongodb), never beside SQLite's.
+ALIASES = {"sqlite": "default", "postgres": "postgres", "mongodb": "default"}
+SQL_BACKENDS = ("sqlite", "postgres")
 TTL_SECONDS = 60
 RESULT = {"ok": True}
 SEED_BATCH = 500  # tasks per transitions.create call
@@ -100,6 +144,13 @@ SEED_BATCH = 500  # tasks per transitions.create call
 # says so; give a larger --seed-scale then.
 SEED_PER_SECOND = {("sqlite", "ours"): 2_000, ("sqlite", "raw"): 15_000,
                    ("postgres", "ours"): 1_500, ("postgres", "raw"): 8_000}
+SEED_MINIMUM = 1_000
+# MongoDB: both loops get the same count, chosen by the server (mongodb_child). On SecantusDB
+# every claim costs more as the collection grows (its claim query reads the whole collection,
+# it seems: the rates fall as the seed grows), so there it is kept small, and equal, so that
+# it weighs on both loops alike; a real server is seeded for its higher rates.
+MONGODB_SEED_PER_SECOND = {"SecantusDB": 150, "MongoDB": 3_000}
+MONGODB_SEED_MINIMUM = 100
 
 
 # ---------------------------------------------------------------------------------------------
@@ -111,11 +162,10 @@ def configure_django(sqlite_path: Path, pg_url: str | None, threads: int = 1) ->
     so that Django does not keep a log of every query (which would slow the engine down). The
     PostgreSQL pool gets room for every bench thread plus the main one (its default size is
     made for a server's threads)."""
-    os.environ.setdefault("SECRET_KEY", secrets.token_urlsafe(50))
-    import django
-    from django.conf import settings
-
-    from taskflow_site import settings as project
+    # The bench names its own databases. A mongodb:// DATABASE_URL in the caller's environment
+    # would put the project's settings in MongoDB mode (apps, key type), unfit for SQL aliases.
+    os.environ.pop("DATABASE_URL", None)
+    project = project_settings()
 
     databases = {ALIASES["sqlite"]: project.database_from_url(f"sqlite:///{sqlite_path}")}
     if pg_url:
@@ -123,6 +173,33 @@ def configure_django(sqlite_path: Path, pg_url: str | None, threads: int = 1) ->
         pool = pg.get("OPTIONS", {}).get("pool")
         if isinstance(pool, dict):
             pg["OPTIONS"]["pool"] = {**pool, "max_size": max(pool.get("max_size", 0), threads + 2)}
+    _configure(project, databases)
+
+
+def configure_django_mongodb() -> None:
+    """The child process's settings (run_mongodb): the project's, in MongoDB mode because the
+    parent set DATABASE_URL to the bench's mongodb:// URL before they were imported (contrib
+    apps with ObjectId keys, MongoDB's migrations, TaskEvent's integer ids from the counter),
+    with that database as the only alias."""
+    project = project_settings()
+
+    database = project.DATABASES["default"]
+    if database["ENGINE"] != "board.mongodb":
+        raise SystemExit(f"the MongoDB child needs DATABASE_URL=mongodb://...; got {database['ENGINE']}")
+    _configure(project, {"default": database})
+
+
+def project_settings() -> Any:
+    os.environ.setdefault("SECRET_KEY", secrets.token_urlsafe(50))
+    from taskflow_site import settings as project
+
+    return project
+
+
+def _configure(project: Any, databases: dict) -> None:
+    import django
+    from django.conf import settings
+
     values = {name: getattr(project, name) for name in dir(project) if name.isupper()}
     values.update(DEBUG=False, DATABASES=databases)
     if os.environ.get("TASKFLOW_HOT_PATH"):  # --hot-path (or the environment) wins
@@ -154,12 +231,23 @@ def migrate(alias: str) -> None:
     call_command("migrate", database=alias, verbosity=0)
 
 
+BOARD_TABLES = ("board_taskevent", "board_dependency", "board_task")
+
+
 def clear(alias: str) -> None:
-    """Empty the board tables (children first) so that runs do not affect each other."""
+    """Empty the board tables (children first) so that runs do not affect each other. On
+    MongoDB the collections' documents are deleted; the history's counter (board_counter) is
+    kept: ids only need to keep rising."""
     from django.db import connections, transaction
 
+    connection = connections[alias]
+    if connection.vendor == "mongodb":
+        connection.ensure_connection()
+        for table in BOARD_TABLES:
+            connection.database[table].delete_many({})
+        return
     with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
-        for table in ("board_taskevent", "board_dependency", "board_task"):
+        for table in BOARD_TABLES:
             cursor.execute(f"DELETE FROM {table}")
     tidy(alias)
 
@@ -256,7 +344,7 @@ def sqlite_dialect(path: Path) -> Dialect:
         return conn
 
     def when(moment: datetime) -> str:  # how Django stores an aware datetime on SQLite: naive UTC
-        return moment.astimezone(timezone.utc).replace(tzinfo=None).isoformat(" ")
+        return moment.astimezone(UTC).replace(tzinfo=None).isoformat(" ")
 
     return Dialect(connect=connect, placeholder="?", begin="BEGIN IMMEDIATE", skip_locked="",
                    when=when, as_json=json.dumps)
@@ -307,6 +395,12 @@ class RawLease:
     token_hash: str
 
 
+def mint_token_hash() -> str:
+    """The SHA-256 (hex) of a fresh lease token: 32 random bytes in URL-safe base64, as the
+    engine mints them (transitions._mint_token, hash_token)."""
+    return hashlib.sha256(secrets.token_urlsafe(32).encode()).hexdigest()
+
+
 class RawDriver:
     """The same cycle with the plain driver: one transaction per move, each an UPDATE + INSERT."""
 
@@ -326,7 +420,7 @@ class RawDriver:
             cursor = conn.cursor()
             self._begin(cursor)
             for start in range(0, count, SEED_BATCH):
-                at = self.d.when(datetime.now(timezone.utc))
+                at = self.d.when(datetime.now(UTC))
                 ids = [secrets.token_hex(8) for _ in range(start, min(count, start + SEED_BATCH))]
                 cursor.executemany(self.d.sql(SEED_TASK_SQL), [
                     (task_id, f"bench task {start + n}", seed_priority(start + n, tied), at, at)
@@ -359,15 +453,14 @@ class RawDriver:
         while True:
             cursor = conn.cursor()
             self._begin(cursor)
-            now = datetime.now(timezone.utc)
+            now = datetime.now(UTC)
             cursor.execute(self.pick, [self.d.when(now)])
             row = cursor.fetchone()
             if row is None:
                 conn.rollback()
                 return None
             task_id, version, fence, attempts = row
-            lease = RawLease(task_id, version + 1, fence + 1,
-                             hashlib.sha256(secrets.token_urlsafe(32).encode()).hexdigest())
+            lease = RawLease(task_id, version + 1, fence + 1, mint_token_hash())
             at, until = self.d.when(now), self.d.when(now + timedelta(seconds=TTL_SECONDS))
             cursor.execute(self.claim_sql, [lease.version, agent, lease.token_hash, lease.fence, until,
                                             attempts + 1, at, task_id, version])
@@ -382,7 +475,7 @@ class RawDriver:
     def _complete(self, conn: Any, agent: str, lease: RawLease) -> None:
         cursor = conn.cursor()
         self._begin(cursor)
-        at = self.d.when(datetime.now(timezone.utc))
+        at = self.d.when(datetime.now(UTC))
         cursor.execute(self.complete_sql, [lease.version + 1, self.d.as_json(RESULT), at,
                                            lease.task_id, lease.version, lease.token_hash])
         if cursor.rowcount != 1:
@@ -391,6 +484,181 @@ class RawDriver:
         cursor.execute(self.event_sql, [lease.task_id, "complete", "RUNNING", "COMPLETED",
                                         lease.version + 1, lease.fence, agent, at])
         conn.commit()
+
+
+class MongoRawDriver:
+    """The same cycle with plain pymongo: one MongoClient shared by the threads (a pool, as the
+    engine's backend shares one), one session per thread. Each move is one session transaction
+    with the engine's options (board/mongodb/base.py: read concern "snapshot", write concern
+    "majority") holding a conditional find_one_and_update / update_one of the task, the $inc of
+    the history's counter document (board.db.number_rows: ids in commit order) and the insert
+    of the history row. A transaction that MongoDB aborts as TransientTransactionError (a
+    WriteConflict: another transaction wrote the same task or the counter first) is run again
+    from the start after a random pause, with board.db's limits, as retry_conflicts does.
+
+    Documents are written as django-mongodb-backend writes the models (seen in the collections):
+    an ObjectId `_id`, the model's primary key in `id`, a ForeignKey in `task_id`, datetimes as
+    UTC. "Now" is this process's clock (the engine asks the primary's, one round trip more; the
+    SQL baselines use the process's clock too)."""
+
+    COUNTER_ID = "board_taskevent"  # number_rows' counter document: the history table's name
+
+    def __init__(self, url: str, name: str):
+        from pymongo import MongoClient
+
+        from board.db import (
+            COMMIT_RETRIES,
+            CONFLICT_PAUSE_SECONDS,
+            CONFLICT_RETRIES,
+            COUNTERS,
+        )
+        from board.mongodb.base import TRANSACTION_OPTIONS
+
+        self.client = MongoClient(url, serverSelectionTimeoutMS=5000)
+        database = self.client[name]
+        self.tasks = database["board_task"]
+        self.events = database["board_taskevent"]
+        self.counters = database[COUNTERS]
+        self.options = TRANSACTION_OPTIONS
+        self.conflict_retries, self.pause, self.commit_retries = (
+            CONFLICT_RETRIES, CONFLICT_PAUSE_SECONDS, COMMIT_RETRIES)
+
+    def shutdown(self) -> None:
+        self.client.close()
+
+    def seed(self, count: int, tied: bool) -> None:
+        """The same documents as seed_with_engine (one created_at per batch, same priorities, a
+        'create' history row each, numbered from the counter), inserted in bulk: the engine
+        creates too slowly to feed a loop."""
+        from pymongo import ReturnDocument
+
+        for start in range(0, count, SEED_BATCH):
+            at = datetime.now(UTC)
+            ids = [secrets.token_hex(8) for _ in range(start, min(count, start + SEED_BATCH))]
+            self.tasks.insert_many([
+                {"id": task_id, "title": f"bench task {start + n}", "description": "", "payload": None,
+                 "queue": "default", "priority": seed_priority(start + n, tied), "hold": False,
+                 "max_retries": 3, "stage": "QUEUED", "version": 0, "owner": "",
+                 "lease_token_hash": None, "fence": 0, "lease_expires_at": None,
+                 "claim_request_hash": None, "claim_token_seed": None, "attempts": 0,
+                 "not_before": None, "checkpoint": None, "progress": None, "result": None,
+                 "last_error": "", "created_at": at, "updated_at": at, "has_deps": False,
+                 "has_dependents": False}
+                for n, task_id in enumerate(ids)
+            ])
+            last = self.counters.find_one_and_update(
+                {"_id": self.COUNTER_ID}, {"$inc": {"last": len(ids)}}, upsert=True,
+                return_document=ReturnDocument.AFTER)["last"]
+            first = last - len(ids) + 1
+            self.events.insert_many([
+                {"id": first + n, "task_id": task_id, "verb": "create", "from_stage": "",
+                 "to_stage": "QUEUED", "version": 0, "fence": 0, "actor": "", "at": at, "detail": None}
+                for n, task_id in enumerate(ids)
+            ])
+            time.sleep(0.001)  # the next batch gets a later created_at, as with create()
+
+    def open(self) -> Any:
+        return self.client.start_session(default_transaction_options=self.options)
+
+    def close(self, session: Any) -> None:
+        session.end_session()
+
+    def cycle(self, session: Any, agent: str) -> str | None:
+        lease = self._transaction(session, lambda: self._claim_next(session, agent))
+        if lease is None:
+            return None
+        self._transaction(session, lambda: self._complete(session, agent, lease))
+        return lease.task_id
+
+    def _transaction(self, session: Any, body: Callable[[], Any]) -> Any:
+        """Run `body` in a transaction of `session` and commit it; a body that returns None
+        wrote nothing, and its transaction is aborted. Transient aborts: run it all again."""
+        from pymongo.errors import PyMongoError
+
+        for attempt in range(self.conflict_retries):
+            session.start_transaction()
+            try:
+                result = body()
+                if result is None:
+                    session.abort_transaction()
+                    return None
+                self._commit(session)
+                return result
+            except BaseException as exc:
+                if session.in_transaction:
+                    with contextlib.suppress(PyMongoError):  # the server may have aborted it
+                        session.abort_transaction()
+                transient = isinstance(exc, PyMongoError) and exc.has_error_label("TransientTransactionError")
+                if not transient or attempt == self.conflict_retries - 1:
+                    raise
+            low, high = self.pause
+            time.sleep(random.uniform(low, min(high, low * 2 ** attempt)))
+        raise AssertionError("unreachable")
+
+    def _commit(self, session: Any) -> None:
+        """Commit, again when its outcome is unknown (MongoDB commits a transaction once at
+        most), as board.db does."""
+        from pymongo.errors import PyMongoError
+
+        for attempt in range(self.commit_retries):
+            try:
+                session.commit_transaction()
+                return
+            except PyMongoError as exc:
+                if not exc.has_error_label("UnknownTransactionCommitResult") or attempt == self.commit_retries - 1:
+                    raise
+
+    def _history(self, session: Any, task_id: str, verb: str, from_stage: str, to_stage: str,
+                 version: int, fence: int, agent: str, at: datetime) -> None:
+        from pymongo import ReturnDocument
+
+        number = self.counters.find_one_and_update(
+            {"_id": self.COUNTER_ID}, {"$inc": {"last": 1}}, upsert=True,
+            return_document=ReturnDocument.AFTER, session=session)["last"]
+        self.events.insert_one(
+            {"id": number, "task_id": task_id, "verb": verb, "from_stage": from_stage,
+             "to_stage": to_stage, "version": version, "fence": fence, "actor": agent, "at": at,
+             "detail": None},
+            session=session)
+
+    def _claim_next(self, session: Any, agent: str) -> RawLease | None:
+        """The best ready task (claim_next's order: priority, age, id), moved QUEUED -> RUNNING
+        by the same statement that finds it: in a snapshot transaction, a concurrent claimer of
+        the same task fails with a WriteConflict and runs again."""
+        from pymongo import ReturnDocument
+
+        now = datetime.now(UTC)
+        token_hash = mint_token_hash()
+        task = self.tasks.find_one_and_update(
+            {"stage": "QUEUED", "$or": [{"not_before": None}, {"not_before": {"$lte": now}}]},
+            {"$set": {"stage": "RUNNING", "owner": agent, "lease_token_hash": token_hash,
+                      "lease_expires_at": now + timedelta(seconds=TTL_SECONDS), "not_before": None,
+                      "claim_request_hash": None, "claim_token_seed": None, "updated_at": now},
+             "$inc": {"version": 1, "fence": 1, "attempts": 1}},
+            sort=[("priority", -1), ("created_at", 1), ("id", 1)],
+            projection={"_id": False, "id": True, "version": True, "fence": True},
+            return_document=ReturnDocument.AFTER, session=session)
+        if task is None:
+            return None
+        lease = RawLease(task["id"], task["version"], task["fence"], token_hash)
+        self._history(session, lease.task_id, "claim", "QUEUED", "RUNNING", lease.version,
+                      lease.fence, agent, now)
+        return lease
+
+    def _complete(self, session: Any, agent: str, lease: RawLease) -> bool:
+        now = datetime.now(UTC)
+        done = self.tasks.update_one(
+            {"id": lease.task_id, "stage": "RUNNING", "version": lease.version,
+             "lease_token_hash": lease.token_hash},
+            {"$set": {"stage": "COMPLETED", "version": lease.version + 1, "owner": "",
+                      "lease_token_hash": None, "lease_expires_at": None, "claim_request_hash": None,
+                      "claim_token_seed": None, "result": RESULT, "updated_at": now}},
+            session=session)
+        if done.matched_count != 1:
+            raise RuntimeError(f"raw complete of {lease.task_id} matched {done.matched_count} documents")
+        self._history(session, lease.task_id, "complete", "RUNNING", "COMPLETED", lease.version + 1,
+                      lease.fence, agent, now)
+        return True
 
 
 # ---------------------------------------------------------------------------------------------
@@ -486,22 +754,30 @@ class Row:
     threads: int
     ours: Outcome
     raw: Outcome
+    label: str = ""  # what the backend column shows, when more than its name (the server)
 
     @property
     def ratio(self) -> float:
         return self.ours.rate / self.raw.rate if self.raw.rate else 0.0
 
+    @staticmethod
+    def from_dict(data: dict, label: str = "") -> Row:
+        """A row as the MongoDB child sent it (asdict, through JSON)."""
+        return Row(data["backend"], data["threads"], Outcome(**data["ours"]), Outcome(**data["raw"]), label)
+
 
 def seed_size(backend: str, mode: str, args: argparse.Namespace) -> int:
-    return max(1_000, int(SEED_PER_SECOND[backend, mode] * args.seconds * args.seed_scale))
+    if backend == "mongodb":
+        return max(MONGODB_SEED_MINIMUM, int(args.mongo_seed_per_second * args.seconds * args.seed_scale))
+    return max(SEED_MINIMUM, int(SEED_PER_SECOND[backend, mode] * args.seconds * args.seed_scale))
 
 
-def measure(backend: str, alias: str, dialect: Dialect, threads: int, args: argparse.Namespace) -> Row:
+def measure(backend: str, alias: str, raw: Any, threads: int, args: argparse.Namespace) -> Row:
     """`args.rounds` rounds, each running ours then raw for seconds / rounds on fresh tables:
     the machine's load drifts (on a shared machine, by 2-3x within seconds), and alternating
     spreads the drift over both instead of charging it all to whichever ran second."""
     outcomes: dict[str, list[Outcome]] = {"ours": [], "raw": []}
-    drivers = (("ours", OursDriver(alias)), ("raw", RawDriver(dialect)))
+    drivers = (("ours", OursDriver(alias)), ("raw", raw))
     slice_seconds = args.seconds / args.rounds
     for _ in range(args.rounds):
         for mode, driver in drivers:
@@ -513,19 +789,25 @@ def measure(backend: str, alias: str, dialect: Dialect, threads: int, args: argp
     return Row(backend, threads, Outcome.total(outcomes["ours"]), Outcome.total(outcomes["raw"]))
 
 
+def rate_text(rate: float) -> str:
+    """Cycles per second: whole ones, or tenths below 100 (SecantusDB's rates are that low)."""
+    return f"{rate:,.1f}" if rate < 100 else f"{rate:,.0f}"
+
+
 def print_table(rows: list[Row]) -> None:
-    line = "{:<9} {:>7} {:>11} {:>10} {:>6}  {:<25} {}".format
+    width = max([9] + [len(row.label or row.backend) for row in rows])
+    line = f"{{:<{width}}} {{:>7}} {{:>11}} {{:>10}} {{:>6}}  {{:<25}} {{}}".format
     header = line("backend", "threads", "ours cyc/s", "raw cyc/s", "ratio",
                   "double claims (ours/raw)", "goal")
     print(header)
     print("-" * len(header))
     for row in rows:
-        goal = GOALS[row.backend]
+        goal = GOALS.get(row.backend)
         print(line(
-            row.backend, row.threads, f"{row.ours.rate:,.0f}", f"{row.raw.rate:,.0f}",
+            row.label or row.backend, row.threads, rate_text(row.ours.rate), rate_text(row.raw.rate),
             f"{row.ratio:.2f}",
             f"{row.ours.double_claims}/{row.raw.double_claims}",
-            f">= {goal}: {'met' if row.ratio >= goal else 'NOT met'}",
+            "none set" if goal is None else f">= {goal}: {'met' if row.ratio >= goal else 'NOT met'}",
         ))
     for row in rows:
         for mode, outcome in (("ours", row.ours), ("raw", row.raw)):
@@ -536,7 +818,7 @@ def print_table(rows: list[Row]) -> None:
             for error in outcome.errors:
                 print(f"ERROR: {where}: {error}")
     print()
-    print("goals (issue 8): ours/raw >= 0.5 on SQLite and on PostgreSQL")
+    print("goals (issue 8): ours/raw >= 0.5 on SQLite and on PostgreSQL; none for MongoDB")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -556,6 +838,61 @@ def print_cycle_queries(alias: str) -> None:
     print(f"\n{alias} ({connections[alias].vendor}): {len(captured)} statements per cycle")
     for query in captured.captured_queries:
         print(f"  {shorten_sql(query['sql'])}")
+    clear(alias)
+
+
+class CommandLog:
+    """The commands this process's MongoDB clients send from one thread while recording
+    (pymongo's command monitoring, installed before any client is made). Django's query log
+    would miss some: the history counter's $inc, the clock's `hello`, the commit."""
+
+    def __init__(self) -> None:
+        self.thread: int | None = None
+        self.commands: list[str] = []
+
+    @classmethod
+    def install(cls) -> CommandLog:
+        from pymongo import monitoring
+
+        log = cls()
+
+        class Listener(monitoring.CommandListener):
+            def started(self, event: Any) -> None:
+                if log.thread == threading.get_ident():
+                    target = event.command.get(event.command_name)
+                    log.commands.append(f"{event.command_name} {target}" if isinstance(target, str)
+                                        else event.command_name)
+
+            def succeeded(self, event: Any) -> None:
+                pass
+
+            def failed(self, event: Any) -> None:
+                pass
+
+        monitoring.register(Listener())
+        return log
+
+    @contextlib.contextmanager
+    def recording(self) -> Any:
+        self.commands, self.thread = [], threading.get_ident()
+        try:
+            yield self.commands
+        finally:
+            self.thread = None
+
+
+def print_cycle_commands(alias: str, raw: MongoRawDriver, log: CommandLog) -> None:
+    """MongoDB's --queries: the commands one cycle of each loop sends."""
+    for mode, driver in (("ours", OursDriver(alias)), ("raw", raw)):
+        clear(alias)
+        driver.seed(1, tied=False)
+        context = driver.open()
+        with log.recording() as commands:
+            driver.cycle(context, "agent-q")
+        driver.close(context)
+        print(f"\nmongodb {mode}: {len(commands)} commands per cycle")
+        for command in commands:
+            print(f"  {command}")
     clear(alias)
 
 
@@ -596,6 +933,131 @@ def profile_ours(backend: str, alias: str, args: argparse.Namespace, top: int = 
 
 
 # ---------------------------------------------------------------------------------------------
+# MongoDB: its rows come from a child process. The project's settings decide at import, from
+# DATABASES["default"]["ENGINE"], the contrib apps, the key type and TaskEvent's id field
+# (board/models.py), so MongoDB cannot share a process with the SQL aliases. The child is this
+# script again (--mongo-child FILE) with DATABASE_URL set to the bench's mongodb:// URL; it
+# writes its rows to FILE as JSON, and the parent prints them in the one table.
+
+
+@dataclass
+class MongoRun:
+    rows: list[Row] = field(default_factory=list)
+    server: str = ""  # what ran them
+    secantus: bool = False
+    queries: str = ""  # --queries: the child's printout
+    failure: str = ""  # the child did not deliver its rows
+    seconds: float = 0.0  # the child's whole run: migration and seeding included
+
+
+def bench_mongodb_url(server_url: str) -> str:
+    """The server's URL with the bench database as its path (its options kept)."""
+    parts = urlsplit(server_url)
+    return urlunsplit((parts.scheme, parts.netloc, f"/{MONGODB_NAME}", parts.query, ""))
+
+
+def describe_mongodb(url: str) -> tuple[str, bool, str]:
+    """(what the server is, whether it is SecantusDB, why it cannot run the bench or "").
+    The engine needs multi-document transactions: a replica set (or a mongos)."""
+    from pymongo import MongoClient
+    from pymongo.errors import PyMongoError
+
+    client = MongoClient(url, serverSelectionTimeoutMS=3000)
+    try:
+        hello = client.admin.command("hello")
+        build = client.admin.command("buildInfo")
+    except PyMongoError as exc:
+        return "", False, f"no server answers at {urlsplit(url).hostname}:{urlsplit(url).port}: {type(exc).__name__}"
+    finally:
+        client.close()
+    where = urlsplit(url).netloc.rpartition("@")[2]
+    if "secantusVersion" in build:
+        return f"SecantusDB {build['secantusVersion']} at {where}", True, ""
+    if "setName" not in hello and hello.get("msg") != "isdbgrid":
+        return "", False, f"MongoDB {build.get('version')} at {where} is not a replica set (transactions need one)"
+    kind = f"replica set {hello['setName']}" if "setName" in hello else "mongos"
+    return f"MongoDB {build.get('version')}, {kind}, at {where}", False, ""
+
+
+def find_mongodb(args: argparse.Namespace) -> tuple[str | None, str, bool]:
+    """(server URL, why none, whether started here): --mongo-url, else TEST_MONGO_URL, else a
+    SecantusDB server started for this run (tests/mongodb_server.py; it stops it at exit)."""
+    if args.mongo_url:
+        return args.mongo_url, "", False
+    from tests import mongodb_server
+
+    url, _what, why = mongodb_server.start()
+    return url, why, not os.environ.get("TEST_MONGO_URL")
+
+
+def run_mongodb(args: argparse.Namespace) -> MongoRun | None:
+    """The MongoDB rows, from a child process. None (and a NOT RUN line) without a server."""
+    url, why, started_here = find_mongodb(args)
+    server, secantus = "", False
+    if url is not None:
+        server, secantus, why = describe_mongodb(url)
+        server += ", started for this run" if started_here else ""
+    if url is None or why:
+        print(f"NOT RUN: the MongoDB rows were skipped ({why})")
+        return None
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="taskflow-bench-mongodb-") as tmp:
+        out = Path(tmp) / "rows.json"
+        command = [sys.executable, str(Path(__file__).resolve()), "--mongo-child", str(out),
+                   "--seconds", repr(args.seconds), "--rounds", str(args.rounds),
+                   "--threads", ",".join(map(str, args.threads)), "--seed-scale", repr(args.seed_scale),
+                   "--profile-seconds", repr(args.profile_seconds)]
+        command += [flag for flag, on in (("--tied", args.tied), ("--queries", args.queries),
+                                          ("--profile", args.profile)) if on]
+        env = {**os.environ, "DATABASE_URL": bench_mongodb_url(url)}
+        env.pop("TASKFLOW_HOT_PATH", None)  # MongoDB has no hot path: ours is the ORM path
+        code = subprocess.run(command, env=env, cwd=PROJECT, check=False).returncode
+        data = json.loads(out.read_text()) if out.exists() else None
+    run = MongoRun(server=server, secantus=secantus)
+    if args.profile:
+        run.failure = "" if code == 0 else f"the MongoDB child exited with status {code}"
+        return run
+    if code != 0 or data is None:
+        run.failure = f"the MongoDB child exited with status {code} without its rows"
+        return run
+    label = f"mongodb ({server.split(' at ')[0].split(',')[0]})"
+    run.rows = [Row.from_dict(row, label) for row in data["rows"]]
+    run.queries = data.get("queries", "")
+    run.seconds = time.perf_counter() - started
+    return run
+
+
+def mongodb_child(args: argparse.Namespace) -> int:
+    """The child's side of run_mongodb: migrate the bench database, measure, write the rows."""
+    commands = CommandLog.install() if args.queries else None  # before any client exists
+    configure_django_mongodb()
+    from django.conf import settings
+
+    alias = ALIASES["mongodb"]
+    database = settings.DATABASES[alias]
+    _server, secantus, why = describe_mongodb(database["HOST"])
+    if why:
+        raise SystemExit(why)
+    args.mongo_seed_per_second = MONGODB_SEED_PER_SECOND["SecantusDB" if secantus else "MongoDB"]
+    migrate(alias)
+    if args.profile:
+        profile_ours("mongodb", alias, args)
+        return 0
+    raw = MongoRawDriver(database["HOST"], database["NAME"])
+    try:
+        rows = [measure("mongodb", alias, raw, threads, args) for threads in args.threads]
+        queries = io.StringIO()
+        if commands is not None:
+            with contextlib.redirect_stdout(queries):
+                print_cycle_commands(alias, raw, commands)
+    finally:
+        raw.shutdown()
+    Path(args.mongo_child).write_text(json.dumps(
+        {"rows": [asdict(row) for row in rows], "queries": queries.getvalue()}))
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -604,18 +1066,24 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="time each loop runs per row (default 3), in --rounds slices")
     parser.add_argument("--rounds", type=int, default=3,
                         help="alternate ours and raw this many times per row (default 3)")
-    parser.add_argument("--backends", default="sqlite,postgres", help="comma-separated: sqlite,postgres")
+    parser.add_argument("--backends", default="sqlite,postgres",
+                        help="comma-separated: sqlite,postgres,mongodb (default sqlite,postgres)")
     parser.add_argument("--threads", default="1,8", help="comma-separated thread counts (default 1,8)")
     parser.add_argument("--dir", default=None,
                         help="folder in which to make the SQLite temp dir (default: the system's "
                              "temp folder; /dev/shm takes the disk out of the SQLite figures)")
     parser.add_argument("--pg-url", default=DEFAULT_PG_URL, help=f"default {DEFAULT_PG_URL}")
+    parser.add_argument("--mongo-url", default=None,
+                        help="a MongoDB replica set (mongodb://host:port/?replicaSet=...); default: "
+                             "TEST_MONGO_URL, else a SecantusDB server started for the run")
+    parser.add_argument("--mongo-child", default=None, metavar="FILE", help=argparse.SUPPRESS)
     parser.add_argument("--queries", action="store_true", help="also print the SQL of one engine cycle")
     parser.add_argument("--hot-path", choices=("auto", "orm"), default=None,
                         help="the engine's path for ours (settings.TASKFLOW HOT_PATH / env "
                              "TASKFLOW_HOT_PATH; default: as configured, i.e. auto)")
     parser.add_argument("--profile", action="store_true",
-                        help="only profile the 1-thread ours loop on SQLite (top 25 by cumulative time)")
+                        help="only profile the 1-thread ours loop on the first backend (top 25 by "
+                             "cumulative time)")
     parser.add_argument("--profile-seconds", type=float, default=2.0)
     parser.add_argument("--seed-scale", type=float, default=1.0,
                         help="seed this many times more tasks per run (when a run ran out)")
@@ -637,10 +1105,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.mongo_child:
+        return mongodb_child(args)
     if args.hot_path:
         os.environ["TASKFLOW_HOT_PATH"] = args.hot_path
     if args.profile:
         args.backends = args.backends[:1]
+        if args.backends == ["mongodb"]:
+            run = run_mongodb(args)
+            if run is not None and run.failure:
+                print(f"FAIL: {run.failure}")
+            return 0 if run is not None and not run.failure else 1
     with tempfile.TemporaryDirectory(prefix="taskflow-bench-", dir=args.dir) as tmp:
         sqlite_path = Path(tmp) / "bench.sqlite3"
         pg_url = None
@@ -667,16 +1142,32 @@ def main(argv: list[str] | None = None) -> int:
         rows = []
         for backend in backends:
             for threads in args.threads:
-                rows.append(measure(backend, ALIASES[backend], dialects[backend], threads, args))
+                rows.append(measure(backend, ALIASES[backend], RawDriver(dialects[backend]), threads, args))
+        # After the SQL rows, so that the server it may start is not running beside them.
+        mongo = run_mongodb(args) if "mongodb" in args.backends else None
+        if mongo is not None:
+            rows += mongo.rows
         print()
         print_table(rows)
         from board import hot_sql
 
-        print("ours ran on: " + ", ".join(
-            f"{b}: {'board.hot_sql' if hot_sql.store(ALIASES[b]) else 'the ORM path'}" for b in backends))
+        ran_on = [f"{b}: {'board.hot_sql' if hot_sql.store(ALIASES[b]) else 'the ORM path'}" for b in backends]
+        if mongo is not None and mongo.rows:
+            ran_on.append("mongodb: the ORM path (django-mongodb-backend; no hot path there)")
+        if ran_on:
+            print("ours ran on: " + ", ".join(ran_on))
+        if mongo is not None and mongo.rows:
+            print(f"mongodb rows ran on: {mongo.server} (a child process; {mongo.seconds:.1f} s in all, "
+                  f"migration and seeding included)")
+            if mongo.secantus:
+                print("note: SecantusDB is a MongoDB-compatible server written in Python, one process: "
+                      "its figures (ours and raw alike) say little about MongoDB itself; "
+                      "--mongo-url names a real replica set")
         if args.queries:
             for backend in backends:
                 print_cycle_queries(ALIASES[backend])
+            if mongo is not None and mongo.queries:
+                print(mongo.queries, end="")
 
     doubles = sum(row.ours.double_claims + row.raw.double_claims for row in rows)
     faults = sum(len(row.ours.errors) + len(row.raw.errors) for row in rows)
@@ -684,7 +1175,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nFAIL: {doubles} double claim(s) seen")
     if faults:
         print(f"\nFAIL: {faults} thread(s) stopped on an error; their figures are not valid")
-    return 1 if doubles or faults else 0
+    if mongo is not None and mongo.failure:
+        print(f"\nFAIL: {mongo.failure}")
+    return 1 if doubles or faults or (mongo is not None and mongo.failure) else 0
 
 
 if __name__ == "__main__":
