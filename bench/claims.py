@@ -497,7 +497,7 @@ class MongoRawDriver:
     from the start after a random pause, with board.db's limits, as retry_conflicts does.
 
     Documents are written as django-mongodb-backend writes the models (seen in the collections):
-    an ObjectId `_id`, the model's primary key in `id`, a ForeignKey in `task_id`, datetimes as
+    the model's primary key in `_id` (board/models.py), a ForeignKey in `task_id`, datetimes as
     UTC. "Now" is this process's clock (the engine asks the primary's, one round trip more; the
     SQL baselines use the process's clock too)."""
 
@@ -536,7 +536,7 @@ class MongoRawDriver:
             at = datetime.now(UTC)
             ids = [secrets.token_hex(8) for _ in range(start, min(count, start + SEED_BATCH))]
             self.tasks.insert_many([
-                {"id": task_id, "title": f"bench task {start + n}", "description": "", "payload": None,
+                {"_id": task_id, "title": f"bench task {start + n}", "description": "", "payload": None,
                  "queue": "default", "priority": seed_priority(start + n, tied), "hold": False,
                  "max_retries": 3, "stage": "QUEUED", "version": 0, "owner": "",
                  "lease_token_hash": None, "fence": 0, "lease_expires_at": None,
@@ -551,7 +551,7 @@ class MongoRawDriver:
                 return_document=ReturnDocument.AFTER)["last"]
             first = last - len(ids) + 1
             self.events.insert_many([
-                {"id": first + n, "task_id": task_id, "verb": "create", "from_stage": "",
+                {"_id": first + n, "task_id": task_id, "verb": "create", "from_stage": "",
                  "to_stage": "QUEUED", "version": 0, "fence": 0, "actor": "", "at": at, "detail": None}
                 for n, task_id in enumerate(ids)
             ])
@@ -616,7 +616,7 @@ class MongoRawDriver:
             {"_id": self.COUNTER_ID}, {"$inc": {"last": 1}}, upsert=True,
             return_document=ReturnDocument.AFTER, session=session)["last"]
         self.events.insert_one(
-            {"id": number, "task_id": task_id, "verb": verb, "from_stage": from_stage,
+            {"_id": number, "task_id": task_id, "verb": verb, "from_stage": from_stage,
              "to_stage": to_stage, "version": version, "fence": fence, "actor": agent, "at": at,
              "detail": None},
             session=session)
@@ -635,12 +635,12 @@ class MongoRawDriver:
                       "lease_expires_at": now + timedelta(seconds=TTL_SECONDS), "not_before": None,
                       "claim_request_hash": None, "claim_token_seed": None, "updated_at": now},
              "$inc": {"version": 1, "fence": 1, "attempts": 1}},
-            sort=[("priority", -1), ("created_at", 1), ("id", 1)],
-            projection={"_id": False, "id": True, "version": True, "fence": True},
+            sort=[("priority", -1), ("created_at", 1), ("_id", 1)],
+            projection={"_id": True, "version": True, "fence": True},
             return_document=ReturnDocument.AFTER, session=session)
         if task is None:
             return None
-        lease = RawLease(task["id"], task["version"], task["fence"], token_hash)
+        lease = RawLease(task["_id"], task["version"], task["fence"], token_hash)
         self._history(session, lease.task_id, "claim", "QUEUED", "RUNNING", lease.version,
                       lease.fence, agent, now)
         return lease
@@ -648,7 +648,7 @@ class MongoRawDriver:
     def _complete(self, session: Any, agent: str, lease: RawLease) -> bool:
         now = datetime.now(UTC)
         done = self.tasks.update_one(
-            {"id": lease.task_id, "stage": "RUNNING", "version": lease.version,
+            {"_id": lease.task_id, "stage": "RUNNING", "version": lease.version,
              "lease_token_hash": lease.token_hash},
             {"$set": {"stage": "COMPLETED", "version": lease.version + 1, "owner": "",
                       "lease_token_hash": None, "lease_expires_at": None, "claim_request_hash": None,

@@ -25,7 +25,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from bson import ObjectId
 from django.conf import settings
 from django.db import DatabaseError
 
@@ -182,7 +181,7 @@ class Wire:
     def read_task(self, stored: dict) -> Transaction:
         """The verb's read of the task: the transaction's first command."""
         read = self.next("aggregate", "board_task")
-        assert read["pipeline"] == [{"$match": {"id": stored["id"]}}, {"$limit": 21}]
+        assert read["pipeline"] == [{"$match": {"_id": stored["_id"]}}, {"$limit": 21}]
         transaction = Transaction(read["lsid"], read["txnNumber"])
         assert read["startTransaction"] is True
         assert read["autocommit"] is False
@@ -245,9 +244,9 @@ def sha256(text: str) -> str:
 
 def stored_task(**fields: Any) -> dict:
     """A task's document as the board.mongodb engine stores it: the model's columns by name
-    (the primary key is the `id` field; `_id` is MongoDB's own ObjectId)."""
+    (the primary key is the document's `_id`: board/models.py)."""
     document = {
-        "_id": ObjectId(), "id": TASK_ID, "title": "wire", "description": "", "payload": None,
+        "_id": TASK_ID, "title": "wire", "description": "", "payload": None,
         "queue": "default", "priority": 0, "hold": False, "max_retries": 3,
         "stage": "QUEUED", "version": 0, "owner": "", "lease_token_hash": None, "fence": 0,
         "lease_expires_at": None, "claim_request_hash": None, "claim_token_seed": None,
@@ -290,7 +289,7 @@ def test_renew_is_one_conditional_update_in_a_snapshot_transaction_committed_by_
     update = wire.cas(transaction)
     statement, = update["updates"]
     assert conjuncts(statement["q"]) == conjuncts({"$and": [
-        {"id": TASK_ID},
+        {"_id": TASK_ID},
         {"stage": "RUNNING"},
         {"version": 4},
         {"lease_token_hash": sha256(token)},
@@ -308,8 +307,8 @@ def test_renew_is_one_conditional_update_in_a_snapshot_transaction_committed_by_
     claim = verb.result()
     assert (claim.task.version, claim.lease.fence, claim.lease.token) == (5, 3, token)
     assert claim.lease.expires_at == aware(NOW + timedelta(seconds=60))
-    assert {key: value for key, value in row.items() if key != "_id"} == {
-        "id": 42, "task_id": TASK_ID, "verb": "renew", "from_stage": "RUNNING", "to_stage": "RUNNING",
+    assert row == {
+        "_id": 42, "task_id": TASK_ID, "verb": "renew", "from_stage": "RUNNING", "to_stage": "RUNNING",
         "version": 5, "fence": 3, "actor": "agent-1", "at": NOW, "detail": None,
     }
     assert not any(token in repr(request) for request in wire.received), "the lease token went on the wire"
@@ -324,7 +323,7 @@ def test_complete_pins_the_token_and_the_absence_of_dependents(wire):
     update = wire.cas(transaction)
     statement, = update["updates"]
     assert conjuncts(statement["q"]) == conjuncts({"$and": [
-        {"id": TASK_ID},
+        {"_id": TASK_ID},
         {"stage": "RUNNING"},
         {"version": 7},
         {"lease_token_hash": sha256(token)},
@@ -342,7 +341,7 @@ def test_complete_pins_the_token_and_the_absence_of_dependents(wire):
 
     task = verb.result()
     assert (task.stage, task.version, task.result, task.lease_token_hash) == ("COMPLETED", 8, {"rows": 3}, None)
-    assert (row["id"], row["verb"], row["from_stage"], row["to_stage"], row["version"]) == (
+    assert (row["_id"], row["verb"], row["from_stage"], row["to_stage"], row["version"]) == (
         8, "complete", "RUNNING", "COMPLETED", 8)
 
 
@@ -353,7 +352,7 @@ def test_claim_sets_a_new_lease_whose_token_only_travels_as_its_hash(wire):
     transaction = wire.read_task(stored_task(stage="QUEUED", version=2, fence=3, attempts=0))
     update = wire.cas(transaction)
     statement, = update["updates"]
-    assert conjuncts(statement["q"]) == conjuncts({"$and": [{"id": TASK_ID}, {"stage": "QUEUED"}, {"version": 2}]})
+    assert conjuncts(statement["q"]) == conjuncts({"$and": [{"_id": TASK_ID}, {"stage": "QUEUED"}, {"version": 2}]})
     assert statement["multi"] is True
     assert statement["upsert"] is False
     update.replies(n=1, nModified=1)
@@ -367,7 +366,7 @@ def test_claim_sets_a_new_lease_whose_token_only_travels_as_its_hash(wire):
         claim_token_seed=None, attempts=1, stage="RUNNING", version=3, updated_at=NOW)
     assert (claim.lease.fence, claim.lease.expires_at, claim.task.version) == (
         4, aware(NOW + timedelta(seconds=45)), 3)
-    assert (row["id"], row["verb"], row["actor"], row["fence"]) == (1, "claim", "agent-2", 4)
+    assert (row["_id"], row["verb"], row["actor"], row["fence"]) == (1, "claim", "agent-2", 4)
     assert not any(claim.lease.token in repr(request) for request in wire.received), \
         "the minted token went on the wire"
 
