@@ -116,8 +116,12 @@ def savepoint(using: str):
 
 
 def in_transaction(using: str) -> bool:
+    """Inside a transaction of the store. On MongoDB only a session transaction counts: Django's
+    own `transaction.atomic` (which the admin's views open) does nothing there."""
     connection = connections[using]
-    return connection.in_atomic_block or getattr(connection, "in_atomic_block_mongo", False)
+    if connection.vendor == "mongodb":
+        return connection.in_atomic_block_mongo
+    return connection.in_atomic_block
 
 _sqlite_writers: defaultdict[str, threading.RLock] = defaultdict(threading.RLock)
 _lock_files: dict[tuple[int, str], int | None] = {}
@@ -338,7 +342,21 @@ def _mongodb_transaction(using: str, *, read_only: bool = False) -> Iterator[Non
             raise TransactionConflict(f"commit aborted by a conflict: {_error_name(exc)}") from exc
         raise DatabaseError(f"commit failed: {exc}") from exc
     _end_session(connection, abort=False)
-    connection.run_and_clear_commit_hooks()
+    _run_commit_hooks(connection)
+
+
+def _run_commit_hooks(connection) -> None:
+    """What Django's run_and_clear_commit_hooks does, without its refusal to run inside
+    Django's own `atomic` (a no-op on MongoDB, around which this transaction did commit)."""
+    while connection.run_on_commit:
+        _, hook, robust = connection.run_on_commit.pop(0)
+        if not robust:
+            hook()
+            continue
+        try:
+            hook()
+        except Exception:  # a robust hook's failure is logged, as Django does
+            log.exception("Error calling %s in on_commit()", getattr(hook, "__qualname__", hook))
 
 
 def _end_session(connection, *, abort: bool) -> None:

@@ -14,10 +14,10 @@ from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
-from django.db import DatabaseError, transaction
+from django.db import DatabaseError
 from django.test import Client
 
-from board import errors, events, transitions
+from board import db, errors, events, transitions
 from board.lifecycle import MAX_BATCH_TASKS
 from board.models import Dependency
 from board.transitions import TaskSpec
@@ -165,7 +165,7 @@ def test_refused_and_rolled_back_changes_send_nothing():
             pass
 
         with pytest.raises(Abort):
-            with transaction.atomic():
+            with db.write_transaction("default"):  # the store's transaction (on MongoDB too)
                 transitions.renew("held", claim.lease.token, 120)  # committed only if the outer block is
                 raise Abort
 
