@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterator
+from contextlib import closing
 from datetime import UTC, datetime
 
 from django.db import connections
@@ -210,30 +211,31 @@ def board_parts(*, terminal_limit: int = 200, part_size: int = 1000, using: str 
         queries = [tasks.exclude(stage__in=list(TERMINAL)).order_by("-priority", "created_at", "id")]
         queries += [tasks.filter(stage=stage).order_by("-updated_at", "-id")[:terminal_limit] for stage in sorted(TERMINAL)]
         part: list[dict] = []
-        if not speaks_sql(using):  # MongoDB: the ORM's values, streamed in batches
-            for query in queries:
-                for values in query.values_list(*_ROW_COLUMNS).iterator(part_size):
-                    part.append(_card_row(values))
-                    if len(part) == part_size:
-                        yield _with_deps(part, using)
-                        part = []
-            if part:
-                yield _with_deps(part, using)
-            return
-        # A server-side cursor on PostgreSQL (psycopg's default one fetches every row at once).
-        with connections[using].chunked_cursor() as cursor:
-            for query in queries:
-                # The ORM's SQL, fetched by the driver: no ORM converter per value (with them a
-                # 100,000-task snapshot took 2.8 s on SQLite, most of it converting values).
-                cursor.execute(*query.values_list(*_ROW_COLUMNS).query.sql_with_params())
-                while rows := cursor.fetchmany(part_size):
-                    for values in rows:
-                        part.append(_card_row(values))
-                        if len(part) == part_size:
-                            yield _with_deps(part, using)
-                            part = []
+        # closing(): the cursor is closed inside the read even when the caller stops early.
+        with closing(_values_of(queries, part_size, using)) as rows:
+            for values in rows:
+                part.append(_card_row(values))
+                if len(part) == part_size:
+                    yield _with_deps(part, using)
+                    part = []
         if part:
             yield _with_deps(part, using)
+
+
+def _values_of(queries: list, batch: int, using: str) -> Iterator[tuple]:
+    """The _ROW_COLUMNS of every row of `queries`, in order, fetched `batch` rows at a time."""
+    if not speaks_sql(using):  # MongoDB: the ORM's values, streamed in batches
+        for query in queries:
+            yield from query.values_list(*_ROW_COLUMNS).iterator(batch)
+        return
+    # A server-side cursor on PostgreSQL (psycopg's default one fetches every row at once).
+    with connections[using].chunked_cursor() as cursor:
+        for query in queries:
+            # The ORM's SQL, fetched by the driver: no ORM converter per value (with them a
+            # 100,000-task snapshot took 2.8 s on SQLite, most of it converting values).
+            cursor.execute(*query.values_list(*_ROW_COLUMNS).query.sql_with_params())
+            while rows := cursor.fetchmany(batch):
+                yield from rows
 
 
 _ROW_COLUMNS = (*CARD_COLUMNS, "has_deps")  # has_deps: whether to look up its dependencies

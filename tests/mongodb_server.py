@@ -79,6 +79,18 @@ def start() -> tuple[str | None, str, str]:
     return None, "", f"SecantusDB did not answer within {START_TIMEOUT} s"
 
 
+def is_secantus(url: str) -> bool:
+    """Whether the server at `url` is SecantusDB (its buildInfo says so): a one-process server
+    in Python, on which the MongoDB session runs fewer rounds of its races."""
+    from pymongo import MongoClient
+
+    client = MongoClient(url, serverSelectionTimeoutMS=2000)
+    try:
+        return "secantusVersion" in client.admin.command("buildInfo")
+    finally:
+        client.close()
+
+
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 

@@ -13,6 +13,8 @@ os.environ.setdefault("DEBUG", "0")
 
 MONGODB_URL, MONGODB_SERVER, MONGODB_MISSING = mongodb_server.start()
 MONGODB_AVAILABLE = MONGODB_URL is not None
+# The test server (SecantusDB) is slow: the session's races run fewer rounds there.
+MONGODB_ON_TEST_SERVER = MONGODB_AVAILABLE and mongodb_server.is_secantus(MONGODB_URL)
 _server = MONGODB_URL or "mongodb://127.0.0.1:1/?directConnection=true"
 # taskflow_site.settings reads DATABASE_URL to pick the MongoDB apps, migrations and key type.
 os.environ["DATABASE_URL"] = _server.replace("/?", "/taskflow?", 1)

@@ -39,3 +39,28 @@ def test_database_url_selects_postgres_and_sqlite_gets_its_concurrency_options()
     assert lite["OPTIONS"]["transaction_mode"] == "IMMEDIATE"
     assert "journal_mode=WAL" in lite["OPTIONS"]["init_command"]
     assert lite["OPTIONS"]["timeout"] > 0
+
+
+def test_a_mongodb_url_selects_the_mongodb_engine_with_majority_defaults_the_url_may_override():
+    import pytest
+    from django.core.exceptions import ImproperlyConfigured
+
+    from taskflow_site.settings import database_from_url
+
+    rs = database_from_url("mongodb://a.internal:27017,b.internal:27017/board?replicaSet=rs0")
+    assert (rs["ENGINE"], rs["NAME"]) == ("board.mongodb", "board")
+    assert rs["HOST"] == "mongodb://a.internal:27017,b.internal:27017/board?replicaSet=rs0"
+    assert rs["OPTIONS"] == {"w": "majority", "readConcernLevel": "majority", "serverSelectionTimeoutMS": 5000}
+    # An option the URL gives wins (names are case-insensitive in MongoDB URLs).
+    given = database_from_url("mongodb+srv://cluster.example.net/board?W=1&readconcernlevel=local")
+    assert given["OPTIONS"] == {"serverSelectionTimeoutMS": 5000}
+    with pytest.raises(ImproperlyConfigured, match="names no database"):
+        database_from_url("mongodb://a.internal:27017/?replicaSet=rs0")
+
+
+def test_production_settings_on_mongodb_pass_check_deploy():
+    done = manage("check", "--deploy", "--fail-level", "WARNING",
+                  DEBUG="0", SECRET_KEY=secrets.token_urlsafe(50), ALLOWED_HOSTS="board.example.com",
+                  DATABASE_URL="mongodb://127.0.0.1:1/taskflow?replicaSet=rs0")  # no server needed
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "no issues" in done.stdout

@@ -1,8 +1,7 @@
 """The board's contract (tests/test_contract.py) on MongoDB, through django-mongodb-backend on
 the ORM path (MongoDB runs no SQL)."""
-import os
-
 import pytest
+from django.conf import settings
 
 from board import errors
 from tests.test_contract import ROUNDS, BoardContract
@@ -15,6 +14,6 @@ class TestMongoDBBoard(BoardContract):
     # A collection that is gone reads as empty on MongoDB: every racer finds no task.
     missing_table_fault = errors.NotFound
     # SecantusDB runs each transaction through one Python server process: 100 rounds of each race
-    # (instead of 200) keep this class under a few minutes. TEST_MONGO_URL runs them against a
-    # real replica set, where the full 200 are cheap.
-    rounds = ROUNDS if os.environ.get("TEST_MONGO_URL") else 100
+    # (instead of 200) keep this class under a few minutes. Any other server (TEST_MONGO_URL: a
+    # real replica set) runs the full 200.
+    rounds = 100 if settings.MONGODB_ON_TEST_SERVER else ROUNDS
