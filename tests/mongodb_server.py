@@ -65,7 +65,7 @@ def start() -> tuple[str | None, str, str]:
     process = subprocess.Popen(
         [sys.executable, "-m", "tests.secantus_server", "--host", "127.0.0.1", "--port", str(port),
          "--storage-path", ":memory:", "--log-level", "WARNING"],
-        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with_parent)
     atexit.register(_stop, process)
     url = f"mongodb://127.0.0.1:{port}/?directConnection=true"
     deadline = time.monotonic() + START_TIMEOUT
@@ -98,6 +98,19 @@ def _version() -> str:
         return version("secantusdb")
     except PackageNotFoundError:
         return "?"
+
+
+def _die_with_parent() -> None:
+    """In the server's process before it starts (Linux): SIGTERM when the test run ends in any
+    way, even killed (atexit does not run then), so that no server outlives its run."""
+    import ctypes
+    import signal
+
+    PR_SET_PDEATHSIG = 1
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):  # not Linux: atexit still stops it on a normal exit
+        pass
 
 
 def _stop(process: subprocess.Popen) -> None:
