@@ -24,9 +24,10 @@ every move writes one counter document (`number_rows`), writers are serialised a
 of one process queue on the process lock (as on SQLite), so only other processes conflict.
 
 Everything that differs between the stores is asked here, by what it is, not by vendor:
-`speaks_sql` (hand-written statements are possible), `joins_cheaply`, `ids_follow_commit_order` (the history's ids
-are handed out in commit order: SQLite's single writer, MongoDB's counter below),
-`number_rows` (MongoDB has no auto-increment: ids from a counter document).
+`speaks_sql` (hand-written statements are possible), `joins_cheaply`, `ids_follow_commit_order`
+(the history's ids are handed out in commit order: SQLite's single writer, MongoDB's counter),
+`number_rows` (MongoDB has no auto-increment: ids from a counter document), `serialise_on`,
+`savepoint`, `in_transaction`, `ping`.
 
 Reads never go through any of this (`read_transaction`): on SQLite in WAL mode a reader works on
 the snapshot it started with while one writer commits beside it, so a read, however long, neither

@@ -1,9 +1,10 @@
-"""A racer process for the cross-process claim test: it sets Django up on the database named by
-DATABASE_URL, then claims one task per round, all racers released together by a barrier."""
+"""A racer process for the cross-process races: it sets Django up on the database named by
+DATABASE_URL, then, all racers released together by a barrier each round, claims the round's
+task (`verb` "claim") or creates a task with the round's id ("create")."""
 import os
 
 
-def race(index: int, database_url: str, rounds: int, barrier, results) -> None:
+def race(index: int, database_url: str, rounds: int, barrier, results, verb: str = "claim") -> None:
     os.environ.update(DJANGO_SETTINGS_MODULE="taskflow_site.settings", DATABASE_URL=database_url, DEBUG="1")
     import django
 
@@ -11,14 +12,18 @@ def race(index: int, database_url: str, rounds: int, barrier, results) -> None:
     from django.db import connection
 
     from board import errors, transitions
+    from board.transitions import TaskSpec
 
     connection.ensure_connection()
     for n in range(rounds):
         barrier.wait(timeout=60)
         try:
-            transitions.claim(f"proc-{n}", f"process-{index}", 60)
+            if verb == "create":
+                transitions.create(TaskSpec(id=f"new-{n}", title=f"by process {index}"))
+            else:
+                transitions.claim(f"proc-{n}", f"process-{index}", 60)
             results.put((n, index, "won", ""))
-        except errors.Taken:
+        except (errors.Taken, errors.DuplicateId):
             results.put((n, index, "taken", ""))
         except BaseException as exc:  # reported as a fault, never as a loser
             results.put((n, index, "fault", repr(exc)))

@@ -6,15 +6,18 @@ The other writer is a real transaction on its own pymongo session, held open (un
 while the engine's move runs, then committed or aborted by the test: no timing is involved."""
 import json
 import logging
+import multiprocessing
+from collections import Counter
 
 import pytest
 from django.db import connections
 from django.test import Client
 
 from board import agent_keys, db, errors, transitions
-from board.models import TaskEvent
+from board.models import Task, TaskEvent
 from board.transitions import TaskSpec
-from tests.support import row
+from tests import process_racer
+from tests.support import database_url, row
 
 pytestmark = [pytest.mark.mongodb, pytest.mark.django_db(transaction=True)]
 
@@ -132,3 +135,28 @@ def test_a_conflict_inside_a_callers_transaction_goes_up_to_that_transaction():
         other.abort_transaction()
         other.end_session()
     assert not connections["default"].in_atomic_block_mongo and connections["default"].session is None
+
+
+def test_processes_creating_the_same_id_at_once_make_one_task_and_get_duplicate_id():
+    """Processes, not threads (threads of one process queue on its writer lock): their
+    transactions meet in MongoDB (a WriteConflict on the new task or the history's counter: 115
+    conflicts over 30 rounds in one run with LOG_LEVEL=DEBUG), and the losing creator runs again
+    and finds the task taken. Exactly one creator per round; no other outcome."""
+    processes, rounds = 4, 30
+    ctx = multiprocessing.get_context("spawn")
+    barrier, results = ctx.Barrier(processes), ctx.Queue()
+    url = database_url(connections["default"].settings_dict)
+    racers = [ctx.Process(target=process_racer.race, args=(i, url, rounds, barrier, results, "create"))
+              for i in range(processes)]
+    for racer in racers:
+        racer.start()
+    outcomes = [results.get(timeout=120) for _ in range(processes * rounds)]
+    for racer in racers:
+        racer.join(timeout=60)
+    faults = [o for o in outcomes if o[2] == "fault"]
+    assert not faults, faults[:3]
+    winners = Counter(n for n, _, outcome, _ in outcomes if outcome == "won")
+    assert winners == Counter(range(rounds)), "every round must have exactly one creator"
+    ids = [f"new-{n}" for n in range(rounds)]
+    assert Task.objects.filter(pk__in=ids).count() == rounds
+    assert TaskEvent.objects.filter(verb="create", task_id__in=ids).count() == rounds
