@@ -9,12 +9,16 @@ PORT ?= 8000
 
 .PHONY: run test bench check-board contract-check
 
+# `make run`'s recipes are silent (@): its output is the server's start-up banner (URL, login,
+# docs), which must not scroll away among echoed commands and migration lines.
 $(PY):
-	$(PYTHON) -m venv $(VENV)
+	@echo "Creating $(VENV) ..."
+	@$(PYTHON) -m venv $(VENV)
 
 $(VENV)/.run-deps: requirements.txt | $(PY)
-	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
-	touch $@
+	@echo "Installing the pinned requirements into $(VENV) ..."
+	@$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	@touch $@
 
 $(VENV)/.test-deps: requirements.txt requirements-test.txt | $(PY)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-test.txt
@@ -25,12 +29,13 @@ $(VENV)/.test-deps: requirements.txt requirements-test.txt | $(PY)
 # with the reaper beside them so that lost leases come back by themselves. DEBUG defaults to 1
 # here (local use), and the checkout is marked (.taskflow-dev) so that `.venv/bin/python
 # manage.py ...` gets the same settings; set DEBUG=0 and SECRET_KEY for anything else.
+# Migrations run quietly; `serve --ensure-admin` creates the first administrator when there is
+# no user and shows its password once, in the banner it prints when the server answers.
 run: $(VENV)/.run-deps
-	export DEBUG=$${DEBUG-1}; \
+	@export DEBUG=$${DEBUG-1}; \
 	case "$$DEBUG" in 1|true|yes|on) touch .taskflow-dev;; *) rm -f .taskflow-dev;; esac; \
-	$(PY) manage.py migrate --noinput && \
-	$(PY) manage.py ensure_admin && \
-	exec $(PY) manage.py serve --host $(HOST) --port $(PORT)
+	$(PY) manage.py migrate --noinput -v 0 && \
+	exec $(PY) manage.py serve --host $(HOST) --port $(PORT) --ensure-admin
 
 # The whole suite, in two pytest sessions: the SQL stores (SQLite, and PostgreSQL when the server
 # at TEST_POSTGRES_URL answers), then MongoDB (tests/mongodb: a SecantusDB server started for the

@@ -6,6 +6,13 @@ from board.api import api
 from board.health import healthz
 from board.views import board_page
 
+# The admin is the operators' side of the board: it says so on every page (not "Django
+# administration"), and its "View site" link leads to the live board.
+admin.site.site_header = "TaskFlow board"
+admin.site.site_title = "TaskFlow board"
+admin.site.index_title = "TaskFlow board"
+admin.site.site_url = "/board/"
+
 urlpatterns = [
     path("", RedirectView.as_view(url="/board/", permanent=False)),
     path("board/", board_page, name="board"),

@@ -17,7 +17,7 @@ def readme_manage_lines() -> list[str]:
     """Every command line of the README's shell blocks that runs `manage.py`, comment removed."""
     text = (ROOT / "README.md").read_text()
     lines = []
-    for block in re.findall(r"```sh\n(.*?)```", text, flags=re.S):
+    for block in re.findall(r"```sh\n(.*?)```", text, flags=re.DOTALL):
         for line in block.splitlines():
             command = line.split("  #", 1)[0].strip()
             if command.startswith(".venv/bin/python manage.py"):
@@ -25,14 +25,20 @@ def readme_manage_lines() -> list[str]:
     return lines
 
 
+def copy_project(where: Path) -> Path:
+    """A fresh clone's files at `where` (no database, no secret, no development mark), with
+    this checkout's .venv linked in (mtimes kept, so `make run` finds its requirements installed)."""
+    shutil.copytree(ROOT, where, ignore=lambda _, names: [n for n in names if n in SKIP or n.startswith("db.sqlite3")])
+    (where / ".venv").symlink_to(ROOT / ".venv")
+    return where
+
+
 @pytest.fixture(scope="module")
 def checkout(tmp_path_factory) -> Path:
     """A copy of the project, prepared as `make run` prepares it (venv, development mark,
     migrated database), without starting the server."""
-    where = tmp_path_factory.mktemp("readme") / "p"
-    shutil.copytree(ROOT, where, ignore=lambda _, names: [n for n in names if n in SKIP or n.startswith("db.sqlite3")])
-    (where / ".venv").symlink_to(ROOT / ".venv")
-    make_run = subprocess.run(["make", "-n", "run"], cwd=where, capture_output=True, text=True, timeout=60)
+    where = copy_project(tmp_path_factory.mktemp("readme") / "p")
+    make_run = subprocess.run(["make", "-n", "run"], check=False, cwd=where, capture_output=True, text=True, timeout=60)
     assert "touch .taskflow-dev" in make_run.stdout  # what `make run` does, done here by hand:
     (where / ".taskflow-dev").touch()
     migrated = run(where, ".venv/bin/python manage.py migrate --noinput")
@@ -40,9 +46,13 @@ def checkout(tmp_path_factory) -> Path:
     return where
 
 
+def nothing_exported() -> dict:
+    """The environment of a new terminal: no DEBUG, DATABASE_URL, SECRET_KEY... of this run."""
+    return {"HOME": os.environ.get("HOME", "/root"), "PATH": os.environ["PATH"]}
+
+
 def run(where: Path, command: str) -> subprocess.CompletedProcess:
-    nothing_exported = {"HOME": os.environ.get("HOME", "/root"), "PATH": os.environ["PATH"]}
-    return subprocess.run(["bash", "-c", command], cwd=where, env=nothing_exported,
+    return subprocess.run(["bash", "-c", command], check=False, cwd=where, env=nothing_exported(),
                           capture_output=True, text=True, timeout=300)
 
 

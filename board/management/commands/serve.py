@@ -1,6 +1,12 @@
 """Serve the board: uvicorn worker processes on one port (HTTP through Django's WSGI handler,
 websockets through Channels: taskflow_site/asgi.py), and the reaper beside them, restarted if it
-dies. `make run` runs this; so do the tests' and benchmarks' live servers (tests/live_server.py)."""
+dies. `make run` runs this (with --ensure-admin); so do the tests' and benchmarks' live servers
+(tests/live_server.py).
+
+Start-up ends with one banner, printed once the server answers HTTP (so that nothing it prints
+while starting comes after it): the addresses, and on the first run the administrator and the
+password made for it, which is shown there and nowhere else."""
+import http.client
 import logging
 import os
 import signal
@@ -13,17 +19,34 @@ import uvicorn
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from board.management.commands.ensure_admin import FirstAdmin, ensure_first_admin
+
 APP = "taskflow_site.asgi:application"
 
 log = logging.getLogger("board.reaper")
+
+# `manage.py reap --loop` with SIGINT ignored: Ctrl-C in `make run`'s terminal reaches the whole
+# process group, and the reaper would die of it with a KeyboardInterrupt traceback under the
+# banner; serve stops it itself (SIGTERM) once its workers are down.
+REAPER_COMMAND = [
+    sys.executable, "-c",
+    ("import runpy, signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+     "sys.argv = ['manage.py', 'reap', '--loop']; runpy.run_path('manage.py', run_name='__main__')"),
+]
 
 
 class ReaperSupervisor:
     """Runs `manage.py reap --loop` and starts it again whenever it exits: without it lost leases
     never come back. A reaper that keeps dying is restarted after a growing pause (1 s doubling
-    to 30 s; back to 1 s once one has run for a minute), so a broken setup does not spin."""
+    to 30 s; back to 1 s once one has run for a minute), so a broken setup does not spin.
 
-    FIRST_PAUSE, MAX_PAUSE, HEALTHY_RUN = 1.0, 30.0, 60.0
+    The reaper shares serve's process group (so that it never outlives a group that is killed):
+    SIGTERM to the group ends it at the same moment as serve, so a reaper ended by SIGTERM is
+    given STOP_GRACE seconds (more than uvicorn's graceful shutdown) for serve to say it is
+    stopping: a normal stop neither prints "reaper exited" nor starts another one. It ignores
+    SIGINT (REAPER_COMMAND): serve stops it after Ctrl-C."""
+
+    FIRST_PAUSE, MAX_PAUSE, HEALTHY_RUN, STOP_GRACE = 1.0, 30.0, 60.0, 10.0
 
     def __init__(self):
         self.process: subprocess.Popen | None = None
@@ -36,8 +59,7 @@ class ReaperSupervisor:
         return self
 
     def _spawn(self) -> None:
-        self.process = subprocess.Popen([sys.executable, "manage.py", "reap", "--loop"],
-                                        cwd=settings.BASE_DIR, stdin=subprocess.DEVNULL)
+        self.process = subprocess.Popen(REAPER_COMMAND, cwd=settings.BASE_DIR, stdin=subprocess.DEVNULL)
 
     def _supervise(self) -> None:
         pause = self.FIRST_PAUSE
@@ -45,6 +67,8 @@ class ReaperSupervisor:
             started = time.monotonic()
             code = self.process.wait()
             if self.stopping.is_set():
+                return
+            if code == -signal.SIGTERM and self.stopping.wait(self.STOP_GRACE):
                 return
             pause = self.FIRST_PAUSE if time.monotonic() - started >= self.HEALTHY_RUN else pause
             log.error("reaper exited (code %s); restarting it in %g s", code, pause)
@@ -64,6 +88,56 @@ class ReaperSupervisor:
                 process.kill()
 
 
+def wait_answering(host: str, port: int, stop: threading.Event, interval: float = 0.05) -> bool:
+    """Poll until the server answers an HTTP request (any status): every uvicorn worker
+    shares the port, so the first answer means requests are being served. False if `stop`."""
+    probe = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
+    while not stop.is_set():
+        try:
+            conn = http.client.HTTPConnection(probe, port, timeout=2)
+            try:
+                conn.request("GET", "/")  # a redirect to /board/: no database work
+                conn.getresponse().read()
+                return True
+            finally:
+                conn.close()
+        except (OSError, http.client.HTTPException):
+            stop.wait(interval)
+    return False
+
+
+def banner(host: str, port: int, *, workers: int, threads: int, reaper: bool,
+           admin: FirstAdmin | None, readme: str) -> str:
+    """What `make run` leaves on the screen: where everything is, and how to log in."""
+    wildcard = host in ("", "0.0.0.0", "::")
+    shown = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "[::1]"}.get(host, f"[{host}]" if ":" in host else host)
+    base = f"http://{shown}:{port}"
+    if admin is None:
+        login = ["log in as an existing staff user (manage.py createsuperuser adds one)"]
+    elif admin.password:
+        login = [f"user {admin.username}   password {admin.password}",
+                 "(shown only now: change it at /admin/password_change/)"]
+    else:
+        login = [f"user {admin.username}   password from DJANGO_SUPERUSER_PASSWORD"]
+    rule = "=" * 72
+    lines = [
+        rule,
+        f"TaskFlow board is ready on {base}/"
+        + (f"  (listening on all addresses, {host or '0.0.0.0'})" if wildcard else ""),
+        f"  board       {base}/board/",
+        f"  admin       {base}/admin/",
+        f"  login       {login[0]}",
+        *(f"              {more}" for more in login[1:]),
+        f"  API docs    {base}/api/docs",
+        f"  README      {readme}",
+        f"  {workers} server process{'es' if workers != 1 else ''}, {threads} threads each, "
+        + ("the reaper beside them (restarted if it dies)." if reaper else "no reaper (--no-reaper).")
+        + " Ctrl-C stops.",
+        rule,
+    ]
+    return "\n".join(lines)
+
+
 def default_workers() -> int:
     """One worker process per core: a request is CPU-bound Python, and each process has its GIL."""
     return int(os.environ.get("TASKFLOW_WORKERS") or os.cpu_count() or 1)
@@ -81,19 +155,27 @@ class Command(BaseCommand):
                                  "the number of cores, %(default)s here)")
         parser.add_argument("--no-reaper", action="store_true",
                             help="do not start the reaper (run `manage.py reap --loop` elsewhere)")
+        parser.add_argument("--ensure-admin", action="store_true",
+                            help="with no user at all, create an administrator first (random "
+                                 "password shown once, in the banner; or DJANGO_SUPERUSER_*)")
         parser.add_argument("--access-log", action="store_true",
                             default=os.environ.get("TASKFLOW_ACCESS_LOG", "") in ("1", "true"),
                             help="log every request (TASKFLOW_ACCESS_LOG=1)")
 
-    def handle(self, *args, host, port, workers, no_reaper, access_log, **options):
+    def handle(self, *args, host, port, workers, no_reaper, ensure_admin, access_log, **options):
         self.check_pool()
+        admin = ensure_first_admin() if ensure_admin else None
         reaper = None if no_reaper else ReaperSupervisor().start()
-        shown = f"[{host}]" if ":" in host else host
-        self.stdout.write(
-            f"TaskFlow board on http://{shown}:{port}/  ({workers} server process"
-            f"{'es' if workers != 1 else ''}, {settings.TASKFLOW['HTTP_THREADS']} threads each"
-            + (f", reaper pid {reaper.process.pid}, restarted if it dies)" if reaper else ", no reaper)"))
-        self.stdout.flush()
+        text = banner(host, port, workers=workers, threads=settings.TASKFLOW["HTTP_THREADS"],
+                      reaper=reaper is not None, admin=admin, readme=str(settings.BASE_DIR / "README.md"))
+        stopping = threading.Event()
+
+        def announce() -> None:
+            if wait_answering(host, port, stopping):
+                self.stdout.write(text)
+                self.stdout.flush()
+
+        threading.Thread(target=announce, name="banner", daemon=True).start()
         try:
             uvicorn.run(
                 APP, host=host, port=port, workers=workers,
@@ -104,6 +186,7 @@ class Command(BaseCommand):
                 server_header=False, timeout_graceful_shutdown=5,
             )
         finally:
+            stopping.set()
             if reaper is not None:
                 reaper.stop()
 
