@@ -6,8 +6,8 @@ from datetime import timedelta
 
 import pytest
 from django.conf import settings
-from django.db import connections
 from django.core.management import call_command
+from django.db import connections
 from django.utils import timezone
 
 from board import transitions
@@ -91,12 +91,32 @@ def test_first_run_takes_djangos_superuser_variables(capsys, monkeypatch):
 
 
 def test_demo_runs_its_plan_to_the_end_with_a_clean_board(capsys, settings):
+    """At --speed 25 (the default is slow enough to watch): every scripted event happens, every
+    task ends COMPLETED, and the board has no problem."""
     settings.TASKFLOW = {**settings.TASKFLOW, "RETRY_BACKOFF_BASE_SECONDS": 0.05, "RETRY_BACKOFF_MAX_SECONDS": 0.2}
     call_command("demo", "--speed", "25", "--seed", "7", "--agents", "4")
     out = capsys.readouterr().out
-    assert "finished: 27 of 27 tasks completed" in out, out
+    assert "tasks completed" in out and "27 of 27 tasks completed" in out, out
+    assert "check(): 0 problem(s)" in out, out
+    [run] = {task_id.split("-")[1] for task_id in Task.objects.values_list("pk", flat=True)}
+    assert set(Task.objects.values_list("stage", flat=True)) == {"COMPLETED"}
     verbs = set(TaskEvent.objects.values_list("verb", flat=True))
-    assert {"claim", "renew", "complete", "admit"} <= verbs  # the board really moved
+    # claimed, renewed, completed; a failure retried by the engine, one requeued by the
+    # operator, a pause resumed, the held approval admitted
+    assert {"claim", "renew", "complete", "fail", "retry", "requeue", "pause", "resume", "admit"} <= verbs
+    assert TaskEvent.objects.get(task_id=f"demo-{run}-fetch-mail", verb="retry").actor == "system"
+    assert TaskEvent.objects.get(task_id=f"demo-{run}-check-chat", verb="requeue").actor == "demo-operator"
+    assert TaskEvent.objects.get(task_id=f"demo-{run}-parse-wiki", verb="pause")
+    assert TaskEvent.objects.get(task_id=f"demo-{run}-approve", verb="admit").actor == "demo-operator"
     from board import selectors
 
     assert selectors.problems() == []
+
+
+def test_demo_agents_leave_other_queues_alone(capsys, settings):
+    settings.TASKFLOW = {**settings.TASKFLOW, "RETRY_BACKOFF_BASE_SECONDS": 0.05, "RETRY_BACKOFF_MAX_SECONDS": 0.2}
+    transitions.create(transitions.TaskSpec(id="real-work", title="not the demo's", queue="default"))
+    call_command("demo", "--speed", "25", "--seed", "3", "--agents", "2")
+    assert "27 of 27 tasks completed" in capsys.readouterr().out
+    assert list(TaskEvent.objects.filter(task_id="real-work").values_list("verb", flat=True)) == ["create"]
+    assert Task.objects.get(pk="real-work").stage == "QUEUED"

@@ -179,12 +179,16 @@ def test_a_killed_agents_task_is_reclaimed_by_the_reaper_and_finished_by_another
     assert "reclaimed victim -> QUEUED" in reaper.stdout.read()
 
 
-def test_the_example_worker_completes_the_tasks(board_server):
+def test_the_example_worker_completes_the_tasks_of_its_queue_only(board_server):
     _, key = agent_keys.create_key("example-worker")
     client = Client(board_server.url, key)
-    client.create([{"id": f"ex-{i}", "title": f"example {i}", "payload": {"n": i}} for i in range(5)])
+    client.create([{"id": f"ex-{i}", "title": f"example {i}", "queue": "examples", "payload": {"n": i}}
+                   for i in range(5)])
+    # Another worker's task, ready first (higher priority), with a payload this one cannot handle.
+    client.create({"id": "not-mine", "title": "someone else's", "priority": 10, "payload": {"url": "x"}})
     done = subprocess.run(
-        [sys.executable, "-S", "examples/worker.py"], cwd=ROOT, capture_output=True, text=True, timeout=120,
+        [sys.executable, "-S", "examples/worker.py"], check=False, cwd=ROOT, capture_output=True, text=True,
+        timeout=120,
         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "TASKFLOW_URL": board_server.url,
              "TASKFLOW_KEY": key},
     )
@@ -195,4 +199,7 @@ def test_the_example_worker_completes_the_tasks(board_server):
         assert (task["stage"], task["result"]) == ("COMPLETED", {"double": 2 * i})
         assert [(e["verb"], e["actor"]) for e in client.events(f"ex-{i}")][1:] == [
             ("claim", "example-worker"), ("complete", "example-worker")]
+    other = client.get("not-mine")
+    assert (other["stage"], other["attempts"], other["owner"]) == ("QUEUED", 0, "")
+    assert [e["verb"] for e in client.events("not-mine")] == ["create"]
     assert client.check() == []
