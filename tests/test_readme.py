@@ -1,13 +1,17 @@
 """The README's `manage.py` commands work exactly as written, in a shell with nothing exported,
 in a checkout `make run` has prepared (a copy of this one, so that the test touches neither
 this checkout's database nor its files)."""
+import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 
 import pytest
+
+from tests.live_server import LineReader, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 SKIP = {".git", ".venv", "__pycache__", ".pytest_cache", ".secret_key", ".taskflow-dev", ".staticfiles"}
@@ -80,3 +84,51 @@ def test_outside_a_marked_checkout_debug_stays_off(checkout):
         assert done.returncode != 0 and "SECRET_KEY is not set" in done.stderr
     finally:
         (checkout / "unmarked").rename(checkout / ".taskflow-dev")
+
+
+def readme_agent_block() -> str:
+    """The README's shell block under "Python agents", as written."""
+    text = (ROOT / "README.md").read_text()
+    section = text.split("### Python agents", 1)[1]
+    return re.search(r"```sh\n(.*?)```", section, flags=re.DOTALL).group(1)
+
+
+def test_the_readme_agent_block_runs_as_written_against_the_server(checkout):
+    """The three lines under "Python agents", in one bash with nothing exported, against the
+    server `make run` starts (its `manage.py serve` line, taken from `make -n run`) on the
+    prepared copy: the task they create ends COMPLETED by the example worker."""
+    block = readme_agent_block()
+    assert "TASKFLOW_URL=http://127.0.0.1:8000 " in block and "examples/worker.py" in block
+    port = free_port()
+    recipe = subprocess.run(["make", "-n", "run", f"PORT={port}"], check=False, cwd=checkout,
+                            capture_output=True, text=True, timeout=60).stdout
+    [serve] = [line.strip().removeprefix("exec ") for line in recipe.splitlines() if "manage.py serve" in line]
+    assert serve.startswith(".venv/bin/python manage.py serve ") and f"--port {port}" in serve, serve
+    server = subprocess.Popen(["bash", "-c", f"exec {serve}"], cwd=checkout, env=nothing_exported(),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                              text=True, start_new_session=True)
+    try:
+        lines = LineReader(server.stdout)
+        while not (line := lines.next(timeout=120)).startswith("TaskFlow board is ready"):
+            assert line is not None
+        # The only change to the block: the free port this test's server listens on, not 8000.
+        script = block.replace("http://127.0.0.1:8000 ", f"http://127.0.0.1:{port} ")
+        done = subprocess.run(["bash", "-c", script + "python3 -m taskflow_client get t1\n"], check=False,
+                              cwd=checkout, env=nothing_exported(), capture_output=True, text=True, timeout=120)
+        # stderr: only create_agent_key's note that the key is shown once (the key is on stdout)
+        noted = [line for line in done.stderr.splitlines() if not re.fullmatch(r"key tfk_\S+ for agent 'worker-1'.*", line)]
+        assert done.returncode == 0 and noted == [], f"{script}\n{done.stdout}\n{done.stderr}"
+        out = done.stdout.splitlines()
+        assert json.loads(out[0])["id"] == "t1"  # created
+        assert out[1] == "worker: 1 task(s) completed"
+        task = json.loads(out[2])
+        assert (task["stage"], task["queue"], task["result"]) == ("COMPLETED", "examples", {"double": 42})
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(timeout=30)
+        finally:
+            try:
+                os.killpg(server.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
