@@ -31,7 +31,8 @@ log = logging.getLogger("board.reaper")
 REAPER_COMMAND = [
     sys.executable, "-c",
     ("import runpy, signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); "
-     "sys.argv = ['manage.py', 'reap', '--loop']; runpy.run_path('manage.py', run_name='__main__')"),
+     "sys.argv = ['manage.py', *sys.argv[1:]]; runpy.run_path('manage.py', run_name='__main__')"),
+    "reap", "--loop",  # `ps` shows them: the reaper is found as `reap --loop`
 ]
 
 
