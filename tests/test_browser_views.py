@@ -40,9 +40,10 @@ pytestmark = [pytest.mark.browser, *sqlite_db_mark()]
 # tests/test_browser.py's fixtures, here under the same names (its server is one per module).
 server, browser, orm, open_board = shared.server, shared.browser, shared.orm, shared.open_board
 
-# The default TASKFLOW_SOCKET_RECHECK of a server started without it (taskflow_site/settings.py):
-# a logout handled by another process is seen by the socket's next re-check.
-DEFAULT_RECHECK_MS = 5_000
+# The re-check period of a server started without TASKFLOW_SOCKET_RECHECK in its env (it reads
+# the same settings from the same environment as this test run): a logout handled by another
+# process is seen by the socket's next re-check.
+DEFAULT_RECHECK_MS = settings.TASKFLOW["SOCKET_RECHECK_SECONDS"] * 1000
 SESSION_ENDED = "Your session ended — log in again"
 
 

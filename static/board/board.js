@@ -7,6 +7,9 @@
 // message was lost: the page asks for a fresh snapshot. Every reconnect starts from the
 // snapshot the server sends on connect.
 //
+// A socket closed with 4403 means the session is gone: the page stops and links to the login.
+// The view (filters, stage, open task) lives in the URL: a link opens the same view.
+//
 // Rendering: the snapshot builds every column once (DocumentFragment); an event re-renders only
 // its card (and the cards that depend on it), batched per animation frame.
 //
@@ -198,7 +201,9 @@
   }
 
   // The session is gone (logged out, expired, deleted, or the user lost the right to watch):
-  // reconnecting cannot help, so stop, and say what would.
+  // reconnecting cannot help, so stop, and say what would. The server tells it by closing with
+  // NOT_ALLOWED after accepting (board/consumers.py): a refusal before the handshake would
+  // reach the page as 1006, like an outage.
   function endSession() {
     if (sessionEnded) return;
     sessionEnded = true;
@@ -216,17 +221,6 @@
     box.hidden = false;
   }
 
-  // A handshake that failed without a close code (a proxy in front, or a server that refuses
-  // before accepting) may still be a lost session: one cheap API read says which.
-  async function checkSession() {
-    try {
-      const response = await fetch("/api/tasks?limit=1", { credentials: "same-origin" });
-      if (response.status === 401 || response.status === 403) endSession();
-    } catch (err) {
-      // the server is away: keep reconnecting
-    }
-  }
-
   function connect() {
     reconnectTimer = null;
     if (sessionEnded) return;
@@ -234,11 +228,7 @@
     const scheme = location.protocol === "https:" ? "wss://" : "ws://";
     const ws = new WebSocket(`${scheme}${location.host}/ws/board/`);
     socket = ws;
-    let opened = false;
-    ws.onopen = () => {
-      opened = true;
-      if (!window.boardReady) performance.mark("board-socket-open");
-    };
+    ws.onopen = () => { if (!window.boardReady) performance.mark("board-socket-open"); };
     ws.onmessage = (e) => {
       if (socket !== ws) return;
       if (!window.boardReady) performance.mark("board-message");
@@ -256,7 +246,6 @@
       // Changes made while away are not shown: the cards are greyed until a fresh snapshot.
       columnsEl.classList.add("stale");
       setConnection("reconnecting");
-      if (!opened) checkSession();
       const delay = Math.min(backoff, BACKOFF_MAX_MS) * (0.75 + Math.random() * 0.5);
       backoff = Math.min(backoff * 2, BACKOFF_MAX_MS);
       reconnectTimer = setTimeout(connect, delay);
@@ -681,7 +670,6 @@
   const filterText = document.getElementById("filter-text");
   const filterOwner = document.getElementById("filter-owner");
   const filterQueue = document.getElementById("filter-queue");
-
   const filterStage = document.getElementById("filter-stage");
 
   function currentFilter() {
