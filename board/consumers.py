@@ -3,7 +3,9 @@ change as it commits (batches from this process's tailer, board/events.py). It n
 human actions go through the API (board/api.py).
 
 Who may watch: whoever may read the board (board/access.py: an active staff user with
-`board.view_task`; a superuser has every permission); anyone else is closed with NOT_ALLOWED. An open socket does not outlive that
+`board.view_task`; a superuser has every permission); anyone else is accepted and closed at
+once with NOT_ALLOWED (so that the page sees the code and asks for a login instead of
+reconnecting). An open socket does not outlive that
 right: it checks its session and user again every `TASKFLOW["SOCKET_RECHECK_SECONDS"]` (a
 deactivated user, a deleted or expired session, a changed password, a removed permission), and
 at once when its session logs out in this process (`user_logged_out`); then it is closed with
@@ -95,6 +97,9 @@ class BoardConsumer(AsyncWebsocketConsumer):
     async def connect(self):
         user = self.scope.get("user")
         if not await database_sync_to_async(may_watch)(user):
+            # Accepted first, then closed: a close before the handshake reaches the browser as
+            # 1006 (no code), and the page could not tell "log in again" from "server away".
+            await self.accept()
             await self.close(code=NOT_ALLOWED)
             return
         conf = settings.TASKFLOW

@@ -3,9 +3,10 @@
 Who may open it: an active staff user allowed to read tasks (board/access.py); the page offers
 the operators' actions only to a user with board.intervene, and those actions are the only
 writes it makes (through the API, with the session and its CSRF token)."""
+from django.conf import settings
 from django.contrib.admin.views.decorators import staff_member_required
 from django.core.exceptions import PermissionDenied
-from django.shortcuts import render
+from django.shortcuts import render, resolve_url
 from django.views.decorators.csrf import ensure_csrf_cookie
 
 from . import access
@@ -22,4 +23,5 @@ def board_page(request):
         "stages": [s.value for s in Stage],
         "moves": moves,
         "can_intervene": access.may_intervene(request.user),
+        "login_url": resolve_url(settings.LOGIN_URL),  # where the page sends a person whose session ended
     })

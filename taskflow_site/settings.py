@@ -233,7 +233,9 @@ TASKFLOW = {
     # The live board's socket (board/consumers.py): how often an open socket checks that its
     # session and user may still watch, and how far (characters of frames not yet sent) a client
     # may fall behind before its socket is dropped (it reconnects and resyncs from a snapshot).
-    "SOCKET_RECHECK_SECONDS": float(os.environ.get("TASKFLOW_SOCKET_RECHECK", "30")),
+    # 5 s: a logout handled by another server process (its signal reaches only its own sockets)
+    # ends the open boards within a few seconds; the cost is one session read per socket.
+    "SOCKET_RECHECK_SECONDS": float(os.environ.get("TASKFLOW_SOCKET_RECHECK", "5")),
     "SOCKET_MAX_UNSENT_BYTES": int(os.environ.get("TASKFLOW_SOCKET_MAX_UNSENT", str(8 * 1024 * 1024))),
 }
 

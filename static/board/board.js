@@ -7,6 +7,9 @@
 // message was lost: the page asks for a fresh snapshot. Every reconnect starts from the
 // snapshot the server sends on connect.
 //
+// A socket closed with 4403 means the session is gone: the page stops and links to the login.
+// The view (filters, stage, open task) lives in the URL: a link opens the same view.
+//
 // Rendering: the snapshot builds every column once (DocumentFragment); an event re-renders only
 // its card (and the cards that depend on it), batched per animation frame.
 //
@@ -30,6 +33,9 @@
   const MISSING_EVENT_PATIENCE_MS = 3000; // an event id skipped for this long was lost
   const BACKOFF_FIRST_MS = 500;
   const BACKOFF_MAX_MS = 5000;
+  const NOT_ALLOWED = 4403; // the socket's close code for a session that may not watch (any more)
+  const LOGIN_URL = document.body.dataset.loginUrl;
+  const ADMIN_URL = document.body.dataset.adminUrl;
 
   // The operator's verbs and their endpoints. FAILED -> QUEUED is offered as "retry": a requeue
   // that also gives the task its attempts back (a FAILED task usually has none left).
@@ -176,16 +182,48 @@
   // Connection
 
   const connectionEl = document.getElementById("connection");
+  const columnsEl = document.getElementById("columns");
   let socket = null;
   let backoff = BACKOFF_FIRST_MS;
+  let reconnectTimer = null;
+  let sessionEnded = false;
 
   function setConnection(state, note) {
     connectionEl.dataset.state = state;
-    const label = { connecting: "connecting…", live: "live", reconnecting: "reconnecting…" }[state];
+    const label = { connecting: "connecting…", live: "live", reconnecting: "reconnecting…", ended: "session ended" }[state];
     connectionEl.textContent = note ? `${label} (${note})` : label;
   }
 
+  /** The login page, back to this very view afterwards (written as Django's login redirect writes it). */
+  function loginUrl() {
+    const next = encodeURIComponent(location.pathname + location.search).replace(/%2F/gi, "/");
+    return `${LOGIN_URL}?next=${next}`;
+  }
+
+  // The session is gone (logged out, expired, deleted, or the user lost the right to watch):
+  // reconnecting cannot help, so stop, and say what would. The server tells it by closing with
+  // NOT_ALLOWED after accepting (board/consumers.py): a refusal before the handshake would
+  // reach the page as 1006, like an outage.
+  function endSession() {
+    if (sessionEnded) return;
+    sessionEnded = true;
+    clearTimeout(reconnectTimer);
+    reconnectTimer = null;
+    if (socket) {
+      const ws = socket;
+      socket = null;
+      ws.close();
+    }
+    columnsEl.classList.add("stale");
+    setConnection("ended");
+    const box = document.getElementById("session-ended");
+    box.querySelector("a").href = loginUrl();
+    box.hidden = false;
+  }
+
   function connect() {
+    reconnectTimer = null;
+    if (sessionEnded) return;
     setConnection(everLive ? "reconnecting" : "connecting");
     const scheme = location.protocol === "https:" ? "wss://" : "ws://";
     const ws = new WebSocket(`${scheme}${location.host}/ws/board/`);
@@ -201,11 +239,16 @@
       socket = null;
       snapshotRequested = false;
       partialSnapshot = null;
-      const note = e.code === 4403 ? "not allowed: log in again" : "";
-      setConnection("reconnecting", note);
+      if (e.code === NOT_ALLOWED) {
+        endSession();
+        return;
+      }
+      // Changes made while away are not shown: the cards are greyed until a fresh snapshot.
+      columnsEl.classList.add("stale");
+      setConnection("reconnecting");
       const delay = Math.min(backoff, BACKOFF_MAX_MS) * (0.75 + Math.random() * 0.5);
       backoff = Math.min(backoff * 2, BACKOFF_MAX_MS);
-      setTimeout(connect, delay);
+      reconnectTimer = setTimeout(connect, delay);
     };
   }
 
@@ -270,6 +313,8 @@
     if (!window.boardReady) performance.mark("board-dom-built");
     everLive = true;
     setConnection("live");
+    columnsEl.classList.remove("stale");
+    openTaskFromUrl();
     if (!window.boardReady) {
       // The first snapshot is on screen after the next frame: the benchmark reads this mark.
       requestAnimationFrame(() => setTimeout(() => {
@@ -493,9 +538,10 @@
   }
 
   function renderCounts() {
+    const shown = matchingCounts();
     for (const stage of STAGES) {
       const column = COLUMN_ELS.get(stage);
-      column.querySelector("h2 .count").textContent = counts[stage] || 0;
+      column.querySelector("h2 .count").textContent = shown ? `${shown[stage]} of ${counts[stage] || 0}` : counts[stage] || 0;
       const more = column.querySelector(".show-more");
       if (more && TERMINAL.has(stage)) {
         const hidden = (counts[stage] || 0) - order.get(stage).length;
@@ -529,7 +575,7 @@
     card.dataset.version = task.version;
     card.hidden = filter ? !matches(task, filter) : false;
     const head = el("div", "card-head");
-    head.append(el("b", "card-id", task.id), ` P${task.priority} · ${task.queue}`);
+    head.append(el("b", "card-id", task.id), ` P${task.priority} · ${task.queue}`, adminLink(task.id));
     const meta = el("div", "card-meta");
     meta.append(el("span", "owner", task.owner || "—"),
       ` · fence ${task.fence} · attempts ${task.attempts}/${task.max_retries + 1}`);
@@ -624,6 +670,7 @@
   const filterText = document.getElementById("filter-text");
   const filterOwner = document.getElementById("filter-owner");
   const filterQueue = document.getElementById("filter-queue");
+  const filterStage = document.getElementById("filter-stage");
 
   function currentFilter() {
     const text = filterText.value.trim().toLowerCase();
@@ -639,18 +686,142 @@
     return true;
   }
 
+  /** Per stage, how many of the tasks on the board match the filter; null when none is set.
+   * (Finished columns hold only their most recent tasks: "3 of 120" counts among those.) */
+  function matchingCounts() {
+    const f = currentFilter();
+    if (!f) return null;
+    const out = {};
+    for (const [stage, ids] of order) {
+      let n = 0;
+      for (const id of ids) if (matches(tasks.get(id), f)) n++;
+      out[stage] = n;
+    }
+    return out;
+  }
+
   function applyFilters() {
     const f = currentFilter();
     for (const [id, card] of cards) card.hidden = f ? !matches(tasks.get(id), f) : false;
-    document.getElementById("columns").classList.toggle("filtered", !!f);
+    columnsEl.classList.toggle("filtered", !!f);
+    // A stage filter shows that column only.
+    for (const [stage, column] of COLUMN_ELS) column.hidden = !!filterStage.value && stage !== filterStage.value;
+    renderCounts();
+    writeUrl("replace");
   }
 
   let filterTimer = null;
-  for (const input of [filterText, filterOwner, filterQueue]) {
+  for (const input of [filterText, filterOwner, filterQueue, filterStage]) {
     input.addEventListener("input", () => {
       clearTimeout(filterTimer);
       filterTimer = setTimeout(applyFilters, 80);
     });
+  }
+
+  // ------------------------------------------------------------------------------------------
+  // The view in the URL: /board/?q=&owner=&queue=&stage=&task= (a link shows the same view).
+  // Filters replace the history entry as they are typed; opening or closing a task adds one,
+  // so that back and forward walk the tasks looked at.
+
+  let restoring = false; // applying the URL: write nothing back
+  let taskFromUrl = null; // a task the URL names, opened once the first snapshot is here
+
+  function urlOfView() {
+    const params = new URLSearchParams();
+    const put = (name, value) => { if (value.trim()) params.set(name, value); };
+    put("q", filterText.value);
+    put("owner", filterOwner.value);
+    put("queue", filterQueue.value);
+    put("stage", filterStage.value);
+    const task = detailsId || taskFromUrl;
+    if (task) params.set("task", task);
+    const query = params.toString();
+    return location.pathname + (query ? `?${query}` : "") + location.hash;
+  }
+
+  function writeUrl(how) {
+    if (restoring) return;
+    const url = urlOfView();
+    if (url === location.pathname + location.search + location.hash) return;
+    if (how === "push") history.pushState(null, "", url);
+    else history.replaceState(null, "", url);
+  }
+
+  function restoreView() {
+    const params = new URLSearchParams(location.search);
+    restoring = true;
+    try {
+      filterText.value = params.get("q") || "";
+      filterOwner.value = params.get("owner") || "";
+      const queue = params.get("queue") || "";
+      if (queue && !knownQueues.has(queue)) {
+        knownQueues.add(queue);
+        filterQueue.append(new Option(queue, queue)); // sorted in when the next queue shows up
+      }
+      filterQueue.value = queue;
+      const stage = params.get("stage") || "";
+      filterStage.value = STAGES.includes(stage) ? stage : "";
+      applyFilters();
+      const task = params.get("task");
+      if (!task) {
+        taskFromUrl = null;
+        if (detailsId) closeDetails();
+      } else if (task !== detailsId) {
+        taskFromUrl = task;
+        if (everLive) openTaskFromUrl();
+      }
+    } finally {
+      restoring = false;
+    }
+  }
+
+  window.addEventListener("popstate", restoreView);
+
+  /** Open the task the URL names: from the board, or from the API when it is not loaded
+   * (an older finished task); it then stays on the board like a "show more" one. */
+  async function openTaskFromUrl() {
+    const id = taskFromUrl;
+    if (!id) return;
+    if (!tasks.has(id)) {
+      let task = null;
+      try {
+        const response = await fetch(`/api/tasks/${encodeURIComponent(id)}`, { credentials: "same-origin" });
+        if (response.ok) task = await response.json();
+        else if (response.status !== 404) throw new Error(`HTTP ${response.status}`);
+      } catch (err) {
+        showMessage(`could not load task ${id}: ${err.message || err}`, "error");
+        return;
+      }
+      if (taskFromUrl !== id) return; // the URL moved on meanwhile
+      if (!task) {
+        taskFromUrl = null;
+        writeUrl("replace");
+        showMessage(`task ${id} does not exist`, "error");
+        return;
+      }
+      if (!tasks.has(id)) applyTask(task, { older: true });
+    }
+    if (taskFromUrl !== id) return;
+    taskFromUrl = null;
+    restoring = true;
+    try {
+      openDetails(id);
+    } finally {
+      restoring = false;
+    }
+  }
+
+  /** The admin's change page of a task: its id quoted as django.contrib.admin.utils.quote does. */
+  function adminUrl(id) {
+    const quoted = id.replace(/[":/_#?;@&=+$,[\]<>%\n\\]/g, (c) => `_${c.charCodeAt(0).toString(16).toUpperCase().padStart(2, "0")}`);
+    return `${ADMIN_URL}board/task/${encodeURIComponent(quoted)}/change/`;
+  }
+
+  function adminLink(id) {
+    const a = el("a", "admin-link", "admin");
+    a.href = adminUrl(id);
+    a.title = `${id} in the admin`;
+    return a;
   }
 
   const knownQueues = new Set();
@@ -702,8 +873,8 @@
       showMessage(`task ${id} is not on the board (finished long ago, or unknown)`, "error");
       return;
     }
-    if (card.hidden) {
-      filterText.value = filterOwner.value = filterQueue.value = "";
+    if (card.hidden || card.closest(".column").hidden) {
+      filterText.value = filterOwner.value = filterQueue.value = filterStage.value = "";
       applyFilters();
     }
     card.classList.add("highlight");
@@ -731,12 +902,15 @@
     historyFor = null;
     detailsFull = null;
     details.hidden = false;
+    details.querySelector(".details-admin").href = adminUrl(id);
     renderDetails(true);
+    writeUrl("push");
   }
 
   function closeDetails() {
     detailsId = null;
     details.hidden = true;
+    writeUrl("push");
   }
 
   details.querySelector(".close").addEventListener("click", closeDetails);
@@ -840,11 +1014,11 @@
 
   document.getElementById("columns").addEventListener("click", (e) => {
     const card = e.target.closest(".card");
-    if (card) openDetails(card.dataset.id);
+    if (card && !e.target.closest("a")) openDetails(card.dataset.id); // a link goes where it says
   });
   document.getElementById("columns").addEventListener("keydown", (e) => {
     const card = e.target.closest(".card");
-    if (card && e.key === "Enter") openDetails(card.dataset.id);
+    if (card && e.key === "Enter" && !e.target.closest("a")) openDetails(card.dataset.id);
   });
 
   // ------------------------------------------------------------------------------------------
@@ -974,11 +1148,13 @@
     tasks,
     counts: () => ({ ...counts }),
     snapshots: () => snapshotsTaken,
+    reconnecting: () => socket !== null || reconnectTimer !== null,
     shown: (id) => {
       const card = cards.get(id);
       return card && card.isConnected ? { stage: card.closest(".column").dataset.stage, version: Number(card.dataset.version) } : null;
     },
   };
 
+  restoreView();
   connect();
 })();
