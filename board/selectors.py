@@ -189,7 +189,7 @@ def get_task(task_id: str, *, using: str = "default") -> Task | None:
 # (description, payload, checkpoint, result), which the board never reads.
 CARD_COLUMNS = ("id", "title", "queue", "priority", "hold", "max_retries", "stage", "version", "owner",
                 "fence", "lease_expires_at", "attempts", "not_before", "progress", "last_error",
-                "created_at", "updated_at")
+                "created_at", "updated_at", "stage_changed_at")
 
 
 def board_parts(*, terminal_limit: int = 200, part_size: int = 1000, using: str = "default") -> Iterator:
@@ -239,7 +239,7 @@ def _values_of(queries: list, batch: int, using: str) -> Iterator[tuple]:
 
 
 _ROW_COLUMNS = (*CARD_COLUMNS, "has_deps")  # has_deps: whether to look up its dependencies
-_CARD_TIMES = ("lease_expires_at", "not_before", "created_at", "updated_at")
+_CARD_TIMES = ("lease_expires_at", "not_before", "created_at", "updated_at", "stage_changed_at")
 
 
 def _card_row(values: tuple) -> dict:
