@@ -247,6 +247,25 @@ def test_the_migration_backfills_both_flags(alias):
     assert _flags(alias) == {"a": (False, True), "b": (True, True), "c": (False, False), "d": (True, False)}
 
 
+def test_the_migration_fills_stage_changed_at_from_updated_at(alias):
+    connection = connections[alias]
+    executor = MigrationExecutor(connection)
+    latest = executor.loader.graph.leaf_nodes("board")
+    before = ("board", "0004_claim_request_id")
+    now = timezone.now()
+    written = {"old": now - timedelta(days=2), "older": now - timedelta(days=9, seconds=7)}
+    try:
+        executor.migrate([before])
+        OldTask = executor.loader.project_state([before]).apps.get_model("board", "Task")
+        for task_id, updated_at in written.items():
+            OldTask.objects.using(alias).create(id=task_id, title=task_id, created_at=now - timedelta(days=10),
+                                                updated_at=updated_at)
+    finally:
+        executor = MigrationExecutor(connection)
+        executor.migrate(latest)
+    assert dict(Task.objects.using(alias).values_list("id", "stage_changed_at")) == written
+
+
 # ---------------------------------------------------------------------------------------------
 # The race the ORM path's CAS closes (PostgreSQL: SQLite serialises whole transactions)
 
