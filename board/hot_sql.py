@@ -80,12 +80,12 @@ MODES = ("auto", "orm")
 # token hash, expiry, and the claim request when there is one, else NULL), raises fence and
 # attempts by one, clears the backoff, version + 1.
 # Params: agent, token_hash, lease_expires_at, claim_request_hash, claim_token_seed, updated_at,
-# now (the backoff bound) [, queue].
+# stage_changed_at, now (the backoff bound) [, queue].
 _SQLITE_CLAIM_NEXT = f"""
 UPDATE {TASK}
 SET stage = 'RUNNING', version = version + 1, owner = %s, lease_token_hash = %s,
     fence = fence + 1, lease_expires_at = %s, claim_request_hash = %s, claim_token_seed = %s,
-    not_before = NULL, attempts = attempts + 1, updated_at = %s
+    not_before = NULL, attempts = attempts + 1, updated_at = %s, stage_changed_at = %s
 WHERE (id, version) = (
         SELECT id, version FROM {TASK}
         WHERE stage = 'QUEUED' AND (not_before IS NULL OR not_before <= %s){{queue}}
@@ -129,12 +129,12 @@ WHERE id = %s AND stage = 'RUNNING' AND lease_token_hash = %s AND owner = COALES
 # hash (a lease that expired but was not taken over still completes: the token proves nobody
 # else holds the task). Stores the result, ends the lease (owner, hash, expiry, claim request
 # cleared; fence kept), version + 1.
-# Params: result, updated_at, id, token_hash.
+# Params: result, updated_at, stage_changed_at, id, token_hash.
 SQLITE_COMPLETE = f"""
 UPDATE {TASK}
 SET stage = 'COMPLETED', version = version + 1, owner = '', lease_token_hash = NULL,
     lease_expires_at = NULL, claim_request_hash = NULL, claim_token_seed = NULL, result = %s,
-    updated_at = %s
+    updated_at = %s, stage_changed_at = %s
 WHERE id = %s AND stage = 'RUNNING' AND lease_token_hash = %s
 RETURNING {_COLUMNS}
 """
@@ -177,7 +177,7 @@ WITH picked AS MATERIALIZED (
         lease_token_hash = %(token_hash)s, fence = t.fence + 1,
         lease_expires_at = statement_timestamp() + %(ttl)s, claim_request_hash = %(request_hash)s,
         claim_token_seed = %(seed)s, not_before = NULL, attempts = t.attempts + 1,
-        updated_at = statement_timestamp()
+        updated_at = statement_timestamp(), stage_changed_at = statement_timestamp()
     FROM picked
     WHERE t.id = picked.id AND t.stage = 'QUEUED' AND t.version = picked.version
     RETURNING {_T_COLUMNS}
@@ -226,7 +226,8 @@ WITH held AS MATERIALIZED (
     UPDATE {TASK} AS t
     SET stage = 'COMPLETED', version = t.version + 1, owner = '', lease_token_hash = NULL,
         lease_expires_at = NULL, claim_request_hash = NULL, claim_token_seed = NULL,
-        result = %(result)s::jsonb, updated_at = statement_timestamp()
+        result = %(result)s::jsonb, updated_at = statement_timestamp(),
+        stage_changed_at = statement_timestamp()
     FROM held
     WHERE t.id = held.id AND t.stage = 'RUNNING' AND t.lease_token_hash = %(token_hash)s
     RETURNING {_T_COLUMNS}, held.owner AS held_by
@@ -241,8 +242,8 @@ SELECT {_COLUMNS} FROM moved
 # =============================================================================================
 # The stores
 
-_LEASE_EXPIRES_AT, _NOT_BEFORE, _UPDATED_AT = (
-    _ATTNAMES.index(name) for name in ("lease_expires_at", "not_before", "updated_at"))
+_LEASE_EXPIRES_AT, _NOT_BEFORE, _UPDATED_AT, _STAGE_CHANGED_AT = (
+    _ATTNAMES.index(name) for name in ("lease_expires_at", "not_before", "updated_at", "stage_changed_at"))
 
 
 class Written(NamedTuple):
@@ -307,9 +308,9 @@ class HotStore:
 class SQLiteStore(HotStore):
     vendor = "sqlite"
     known_columns = {
-        "claim": (_LEASE_EXPIRES_AT, _NOT_BEFORE, _UPDATED_AT),
+        "claim": (_LEASE_EXPIRES_AT, _NOT_BEFORE, _UPDATED_AT, _STAGE_CHANGED_AT),
         "renew": (_LEASE_EXPIRES_AT, _UPDATED_AT),
-        "complete": (_LEASE_EXPIRES_AT, _UPDATED_AT),
+        "complete": (_LEASE_EXPIRES_AT, _UPDATED_AT, _STAGE_CHANGED_AT),
     }
 
     def __init__(self, using: str):
@@ -358,7 +359,7 @@ class SQLiteStore(HotStore):
         now = timezone.now()
         until = now + ttl
         at = self._dt(now)
-        params = (agent, token_hash, self._dt(until), request_hash, seed, at, at)
+        params = (agent, token_hash, self._dt(until), request_hash, seed, at, at, at)
         if queue is None:
             statement = SQLITE_CLAIM_NEXT
         else:
@@ -370,8 +371,8 @@ class SQLiteStore(HotStore):
                 return None
             row = rows[0]
             execute(SQLITE_HISTORY, (row[_ID], "claim", "QUEUED", "RUNNING", row[_VERSION], row[_FENCE], agent, at))
-        return Written(row, ((_LEASE_EXPIRES_AT, until), (_NOT_BEFORE, None), (_UPDATED_AT, now)),
-                       self._converters["claim"])
+        return Written(row, ((_LEASE_EXPIRES_AT, until), (_NOT_BEFORE, None), (_UPDATED_AT, now),
+                             (_STAGE_CHANGED_AT, now)), self._converters["claim"])
 
     def renew(self, task_id: str, token_hash: str, agent: str | None, ttl: timedelta,
               checkpoint: Any, progress: float | None) -> Written | None:
@@ -400,10 +401,11 @@ class SQLiteStore(HotStore):
         with translated:
             if execute(SQLITE_COMPLETE_HISTORY, (at, task_id, token_hash, agent)).rowcount != 1:
                 return None
-            rows = execute(SQLITE_COMPLETE, (result, at, task_id, token_hash)).fetchall()
+            rows = execute(SQLITE_COMPLETE, (result, at, at, task_id, token_hash)).fetchall()
         if not rows:  # cannot happen under the write lock; never leave the history row alone
             raise RuntimeError(f"complete of {task_id}: history written but the task did not match")
-        return Written(rows[0], ((_LEASE_EXPIRES_AT, None), (_UPDATED_AT, now)), self._converters["complete"])
+        return Written(rows[0], ((_LEASE_EXPIRES_AT, None), (_UPDATED_AT, now), (_STAGE_CHANGED_AT, now)),
+                       self._converters["complete"])
 
 
 class PostgresStore(HotStore):

@@ -30,7 +30,9 @@ LEASE_EXPIRED = "lease_expired"  # RUNNING past its expiry: the reaper is behind
 QUEUED_BLOCKED = "queued_blocked"  # QUEUED although a dependency is not COMPLETED
 PAUSED_WITHOUT_CHECKPOINT = "paused_without_checkpoint"
 COMPLETED_WITHOUT_RESULT = "completed_without_result"
-DEAD_DEP = "dead_dep"  # a live task waits for a CANCELLED or FAILED task: it cannot proceed
+# A live task waits for a CANCELLED or FAILED task, directly or through live tasks that wait
+# for one (down the chain): it cannot proceed.
+DEAD_DEP = "dead_dep"
 ATTEMPTS_EXCEEDED = "attempts_exceeded"  # more claims than 1 + max_retries
 
 ALL_CODES = (
@@ -44,6 +46,11 @@ ALL_CODES = (
 # Stages a task can only reach through a claim, hence only once its dependencies completed
 # (dependencies never leave COMPLETED, so one unfinished now means it was claimed too early).
 CLAIMED_AT_LEAST_ONCE = frozenset({Stage.RUNNING, Stage.PAUSED, Stage.COMPLETED, Stage.FAILED})
+
+# Stages in which a task still waits for its dependencies, so that a dead end among them (or
+# further down the chain) strands it. FAILED and COMPLETED ran already; CANCELLED waits for
+# nothing.
+WAITING = frozenset({Stage.PENDING, Stage.QUEUED, Stage.RUNNING, Stage.PAUSED})
 
 
 @dataclass(frozen=True)
@@ -105,6 +112,7 @@ def check(tasks: Iterable[TaskSnapshot], now: datetime) -> list[Problem]:
     for task_id in tasks_on_cycles((task_id, dep) for task_id, deps in graph.items() for dep in deps):
         cycle = cycle_problem(task_id)
         report(cycle.task, cycle.code, cycle.text)
+    _check_stranded(graph, by_id, report)
     return [Problem(task_id, code, text) for (task_id, code), text in sorted(problems.items())]
 
 
@@ -125,6 +133,33 @@ def _check_deps(t: TaskSnapshot, stage: Stage | None, by_id: dict, report) -> No
             report(t.id, QUEUED_BLOCKED, f"task {t.id} is QUEUED but {dep} is {other.stage}")
         if other.stage in DEAD_ENDS and stage not in (Stage.FAILED, Stage.COMPLETED):
             report(t.id, DEAD_DEP, f"task {t.id} waits for {dep}, which is {other.stage}")
+
+
+def _check_stranded(graph: dict[str, list[str]], by_id: dict, report) -> None:
+    """dead_dep down the chain: a waiting task none of whose dependencies is itself a dead end
+    (those are reported by _check_deps), but one of which is stranded. Each stranded task is
+    worded with the smallest dead end it is stranded behind, so the text does not depend on the
+    snapshot's order. Walked from each dead end through the waiting tasks that depend on it."""
+    dependents: dict[str, list[str]] = defaultdict(list)
+    for task_id, deps in graph.items():
+        for dep in deps:
+            dependents[dep].append(task_id)
+    root_of: dict[str, str] = {}  # stranded task -> the smallest dead end behind it
+    for root in sorted(t for t in by_id if by_id[t].stage in DEAD_ENDS):
+        todo = [root]
+        while todo:
+            for task_id in dependents.get(todo.pop(), ()):
+                if task_id not in root_of and by_id[task_id].stage in WAITING:
+                    root_of[task_id] = root
+                    todo.append(task_id)
+    for task_id, root in root_of.items():
+        deps = graph[task_id]
+        if any(by_id[dep].stage in DEAD_ENDS for dep in deps):
+            continue  # stranded directly: already reported, naming the dead end itself
+        for dep in deps:
+            if dep in root_of:
+                report(task_id, DEAD_DEP,
+                       f"task {task_id} waits for {dep}, which cannot run: {root_of[dep]} is {by_id[root_of[dep]].stage}")
 
 
 def _check_lease(t: TaskSnapshot, stage: Stage, now: datetime, report) -> None:

@@ -53,6 +53,11 @@ class Task(models.Model):
 
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
+    # When the task entered its current stage (a renew or an edit keeps it): what a card's
+    # "3m in RUNNING" counts from. Written by every move that changes the stage, in its own
+    # UPDATE (board.transitions, board.hot_sql). Null only for a row written outside the engine
+    # (a bench's or test's bulk insert); readers then fall back to updated_at.
+    stage_changed_at = models.DateTimeField(null=True, blank=True, editable=False)
 
     # Flags that let the hot verbs skip a query (dependencies are fixed at creation). Written
     # only by transitions.create; db_default too, so that a row inserted by plain SQL is valid.

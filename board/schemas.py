@@ -145,6 +145,7 @@ class TaskOut(Schema):
     error: str
     created_at: datetime
     updated_at: datetime
+    stage_changed_at: datetime = Field(..., description="when the task entered its current stage")
 
 
 class LeaseOut(Schema):
@@ -217,6 +218,8 @@ def public_task(task: Task, deps: list[str]) -> dict:
         "not_before": task.not_before, "checkpoint": task.checkpoint, "progress": task.progress,
         "result": task.result, "error": task.last_error, "created_at": task.created_at,
         "updated_at": task.updated_at,
+        # Null only for a row written outside the engine: its last write is the best bound.
+        "stage_changed_at": task.stage_changed_at or task.updated_at,
     }
 
 

@@ -13,7 +13,7 @@ from django.utils import timezone
 from . import clock
 from .db import read_transaction, speaks_sql
 from .invariants import (
-    CLAIMED_AT_LEAST_ONCE, DEP_CYCLE, Problem, TaskSnapshot, check, cycle_problem, tasks_on_cycles,
+    CLAIMED_AT_LEAST_ONCE, DEP_CYCLE, WAITING, Problem, TaskSnapshot, check, cycle_problem, tasks_on_cycles,
 )
 from .lifecycle import DEAD_ENDS, LEASED, TERMINAL, Stage
 from .models import Dependency, Task, TaskEvent
@@ -109,6 +109,10 @@ def _suspects(now: datetime, using: str) -> set[str]:
             not_waiting_for_dead=_placeholders(not_waiting_for_dead),
         ), [Stage.COMPLETED, *waiting, *dead_ends, *not_waiting_for_dead])
         found.update(task_id for (task_id,) in cursor.fetchall())
+        waiting_now = sorted(WAITING)
+        cursor.execute(_STRANDED.format(dead_ends=_placeholders(dead_ends), waiting=_placeholders(waiting_now)),
+                       [*dead_ends, *waiting_now, *waiting_now])
+        found.update(task_id for (task_id,) in cursor.fetchall())
     return found
 
 
@@ -130,6 +134,24 @@ _SUSPECTS_THROUGH_DEPS = (
     " AND (t.stage IN ({waiting})"
     # dead_dep
     " OR o.stage IN ({dead_ends}) AND t.stage NOT IN ({not_waiting_for_dead}))"
+)
+
+
+# dead_dep down the chain: the waiting tasks that depend on a dead end, then, recursively, the
+# waiting tasks that depend on one of those (check() words them; it needs each link, and every
+# link is a suspect, so its dependencies are read). UNION drops repeats, so a stranded cycle
+# ends. Starts from the dead ends' dependents only (index on depends_on), a handful on a board.
+# Params: the dead ends, the waiting stages, the waiting stages.
+_STRANDED = (
+    "WITH RECURSIVE stranded(id) AS ("
+    f" SELECT d.task_id FROM {Task._meta.db_table} o"
+    f" CROSS JOIN {Dependency._meta.db_table} d CROSS JOIN {Task._meta.db_table} t"
+    " WHERE d.depends_on_id = o.id AND t.id = d.task_id AND o.stage IN ({dead_ends}) AND t.stage IN ({waiting})"
+    " UNION"
+    f" SELECT d.task_id FROM stranded s CROSS JOIN {Dependency._meta.db_table} d"
+    f" CROSS JOIN {Task._meta.db_table} t"
+    " WHERE d.depends_on_id = s.id AND t.id = d.task_id AND t.stage IN ({waiting})"
+    ") SELECT id FROM stranded"
 )
 
 
@@ -189,7 +211,7 @@ def get_task(task_id: str, *, using: str = "default") -> Task | None:
 # (description, payload, checkpoint, result), which the board never reads.
 CARD_COLUMNS = ("id", "title", "queue", "priority", "hold", "max_retries", "stage", "version", "owner",
                 "fence", "lease_expires_at", "attempts", "not_before", "progress", "last_error",
-                "created_at", "updated_at")
+                "created_at", "updated_at", "stage_changed_at")
 
 
 def board_parts(*, terminal_limit: int = 200, part_size: int = 1000, using: str = "default") -> Iterator:
@@ -239,7 +261,7 @@ def _values_of(queries: list, batch: int, using: str) -> Iterator[tuple]:
 
 
 _ROW_COLUMNS = (*CARD_COLUMNS, "has_deps")  # has_deps: whether to look up its dependencies
-_CARD_TIMES = ("lease_expires_at", "not_before", "created_at", "updated_at")
+_CARD_TIMES = ("lease_expires_at", "not_before", "created_at", "updated_at", "stage_changed_at")
 
 
 def _card_row(values: tuple) -> dict:

@@ -169,6 +169,8 @@ def _swap(
     # Plain values, not F(): the filter pins the version, so version + 1 is known here, and
     # the query builds faster.
     changes.update(stage=to, version=new_version, updated_at=now)
+    if to != task.stage:  # a renew or an edit stays in its stage: the time in it keeps counting
+        changes["stage_changed_at"] = now
     if rows.update(**changes) != 1:
         return False
     transaction.on_commit(events.announce_commit, using=using)
@@ -316,6 +318,7 @@ def create(specs: TaskSpec | Sequence[TaskSpec], *, actor: str = "", using: str 
                     version=0,
                     created_at=now,
                     updated_at=now,
+                    stage_changed_at=now,
                 )
             )
         try:

@@ -40,7 +40,7 @@ FIELD_LIMIT = 256 * 1024
 TASK_FIELDS = {
     "id", "title", "description", "payload", "queue", "priority", "deps", "hold", "max_retries",
     "stage", "version", "owner", "fence", "lease_expires_at", "attempts", "not_before",
-    "checkpoint", "progress", "result", "error", "created_at", "updated_at",
+    "checkpoint", "progress", "result", "error", "created_at", "updated_at", "stage_changed_at",
 }
 EVENT_FIELDS = {"id", "task", "verb", "from_stage", "to_stage", "version", "fence", "actor", "at", "detail"}
 
@@ -212,14 +212,14 @@ def test_create_one_task_is_201_with_the_public_task(http, agent):
     assert response.status_code == 201
     task = response.json()
     assert set(task) == TASK_FIELDS
-    assert task | {"created_at": None, "updated_at": None} == {
+    assert task | {"created_at": None, "updated_at": None, "stage_changed_at": None} == {
         "id": "t1", "title": "Write tests", "description": "all of them", "payload": {"files": ["a.py"]},
         "queue": "q1", "priority": 5, "deps": [], "hold": False, "max_retries": 2, "stage": "QUEUED",
         "version": 0, "owner": "", "fence": 0, "lease_expires_at": None, "attempts": 0,
         "not_before": None, "checkpoint": None, "progress": None, "result": None, "error": "",
-        "created_at": None, "updated_at": None,
+        "created_at": None, "updated_at": None, "stage_changed_at": None,
     }
-    assert when(task["created_at"]) == when(task["updated_at"])
+    assert when(task["created_at"]) == when(task["updated_at"]) == when(task["stage_changed_at"])
     assert current(http, agent, "t1") == task
     assert list(TaskEvent.objects.values_list("task_id", "verb", "actor")) == [("t1", "create", "agent-a")]
 

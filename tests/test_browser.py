@@ -160,7 +160,7 @@ def test_a_created_task_appears_and_a_claim_moves_it_to_running_with_its_owner(o
     running = card(page, "t1", "RUNNING")
     expect(running).to_be_visible(timeout=ARRIVAL)
     expect(running.locator(".owner")).to_have_text("agent-7")
-    expect(running).to_contain_text("fence 1")
+    expect(running.locator(".in-stage")).to_have_text(re.compile(r"^\d+s in RUNNING$"))  # fence: in the details
     expect(running).to_contain_text("attempts 1/3")
     expect(count(page, "RUNNING")).to_have_text("1")
     expect(count(page, "QUEUED")).to_have_text("0")
@@ -430,6 +430,7 @@ def test_dragging_a_queued_card_to_cancelled_persists(open_board, orm):
     expect(card(page, "q1", "QUEUED")).to_be_visible()
     with page.expect_response(lambda r: r.url.endswith("/api/tasks/q1/cancel")) as answer:
         card(page, "q1").drag_to(page.locator('.column[data-stage="CANCELLED"]'))
+        page.locator("#cancel-dialog").get_by_role("button", name="Cancel the task").click()  # it asks first
     assert answer.value.status == 200, answer.value.text()
     expect(settled(page, "q1", "CANCELLED")).to_be_visible()
     expect(card(page, "q1")).to_have_attribute("data-version", "1")
@@ -514,6 +515,7 @@ def test_a_move_that_lost_a_race_snaps_back_with_a_message(open_board, orm):
 
     with page.expect_response(lambda r: r.url.endswith("/api/tasks/q3/cancel")) as answer:
         card(page, "q3").drag_to(page.locator('.column[data-stage="CANCELLED"]'))
+        page.locator("#cancel-dialog").get_by_role("button", name="Cancel the task").click()  # it asks first
     assert answer.value.status == 409
     assert answer.value.json()["error"]["code"] == "version_conflict"
     expect(card(page, "q3", "RUNNING")).to_have_attribute("data-version", "1")

@@ -73,8 +73,10 @@ def stored_events(alias: str, task_id: str) -> list[tuple]:
 
 
 def orm_row(alias: str, task_id: str) -> dict:
-    values = model_to_dict(Task.objects.using(alias).get(pk=task_id), fields=FIELDS)
+    task = Task.objects.using(alias).get(pk=task_id)
+    values = model_to_dict(task, fields=FIELDS)
     del values["id"]
+    values["stage_changed_at"] = task.stage_changed_at  # not editable: model_to_dict skips it
     return values
 
 
@@ -128,9 +130,13 @@ def _database_clock_times_checked(seen: list, ttls: tuple[int, int]) -> list:
     columns, after checking them: each write's expiry is exactly its time + the TTL (one
     reading of the database's clock per move), times rise, and each history row has its
     move's time."""
-    times = ("created_at", "updated_at", "lease_expires_at")
+    times = ("created_at", "updated_at", "lease_expires_at", "stage_changed_at")
     history = seen[-1]
     written = [orm for orm, _ in seen[:-1]]
+    # claim and complete change the stage (its time is the write's); renew keeps it.
+    claimed, renewed, completed = written
+    assert claimed["stage_changed_at"] == claimed["updated_at"] == renewed["stage_changed_at"]
+    assert completed["stage_changed_at"] == completed["updated_at"]
     for values, ttl in zip(written[:2], ttls):
         assert values["lease_expires_at"] - values["updated_at"] == timedelta(seconds=ttl)
     assert written[2]["lease_expires_at"] is None
@@ -239,6 +245,25 @@ def test_the_migration_backfills_both_flags(alias):
         executor = MigrationExecutor(connection)
         executor.migrate(latest)
     assert _flags(alias) == {"a": (False, True), "b": (True, True), "c": (False, False), "d": (True, False)}
+
+
+def test_the_migration_fills_stage_changed_at_from_updated_at(alias):
+    connection = connections[alias]
+    executor = MigrationExecutor(connection)
+    latest = executor.loader.graph.leaf_nodes("board")
+    before = ("board", "0004_claim_request_id")
+    now = timezone.now()
+    written = {"old": now - timedelta(days=2), "older": now - timedelta(days=9, seconds=7)}
+    try:
+        executor.migrate([before])
+        OldTask = executor.loader.project_state([before]).apps.get_model("board", "Task")
+        for task_id, updated_at in written.items():
+            OldTask.objects.using(alias).create(id=task_id, title=task_id, created_at=now - timedelta(days=10),
+                                                updated_at=updated_at)
+    finally:
+        executor = MigrationExecutor(connection)
+        executor.migrate(latest)
+    assert dict(Task.objects.using(alias).values_list("id", "stage_changed_at")) == written
 
 
 # ---------------------------------------------------------------------------------------------

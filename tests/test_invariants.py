@@ -514,3 +514,78 @@ def test_check_does_not_read_the_clock_or_mutate_its_input():
     assert ("running", "lease_expired") in pairs(board, far_future)
     assert ("running", "lease_expired") not in pairs(board, NOW)
     assert board == copy
+
+
+# ---------------------------------------------------------------------------------------------
+# dead_dep down the chain: a task that waits for a stranded task is stranded too
+
+
+@pytest.mark.parametrize("dead", [Stage.CANCELLED, Stage.FAILED])
+def test_tasks_further_down_the_chain_of_a_dead_end_are_dead_dep(dead):
+    tasks = [
+        snap("root", dead),
+        snap("child", Stage.PENDING, deps=("root",)),
+        snap("grandchild", Stage.PENDING, deps=("child",)),
+        snap("great", Stage.PENDING, deps=("grandchild", "fine")),
+        snap("fine", Stage.PENDING),  # waits for nothing dead: not stranded
+        snap("beside", Stage.PENDING, deps=("fine",)),
+    ]
+    assert pairs(tasks) == [("child", "dead_dep"), ("grandchild", "dead_dep"), ("great", "dead_dep")]
+    texts = {p.task: p.text for p in check(tasks, NOW)}
+    assert texts["child"] == f"task child waits for root, which is {dead}"
+    assert texts["grandchild"] == f"task grandchild waits for child, which cannot run: root is {dead}"
+    assert texts["great"] == f"task great waits for grandchild, which cannot run: root is {dead}"
+
+
+def test_the_chain_stops_at_a_task_that_waits_for_nothing_dead_and_at_finished_tasks():
+    tasks = [
+        snap("root", Stage.CANCELLED),
+        snap("dropped", Stage.CANCELLED, deps=("root",)),  # cancelled: waits for nothing
+        snap("after-dropped", Stage.PENDING, deps=("dropped",)),  # its own dead end, directly
+        snap("ran-early", Stage.FAILED, deps=("root",)),  # blocked_claim, and a dead end itself
+        snap("after-failed", Stage.PENDING, deps=("ran-early",)),
+    ]
+    assert pairs(tasks) == [("after-dropped", "dead_dep"), ("after-failed", "dead_dep"), ("ran-early", "blocked_claim")]
+    texts = {p.task: p.text for p in check(tasks, NOW)}
+    assert texts["after-dropped"] == "task after-dropped waits for dropped, which is CANCELLED"
+
+
+def test_a_stranded_cycle_and_two_roots_word_the_smallest_root():
+    tasks = [
+        snap("r1", Stage.CANCELLED), snap("r2", Stage.FAILED),
+        snap("a", Stage.PENDING, deps=("r2", "b")), snap("b", Stage.PENDING, deps=("r1", "a")),
+        snap("c", Stage.PENDING, deps=("a",)),
+    ]
+    assert pairs(tasks) == [("a", "dead_dep"), ("a", "dep_cycle"), ("b", "dead_dep"), ("b", "dep_cycle"),
+                            ("c", "dead_dep")]
+    texts = {p.task: p.text for p in check(tasks, NOW)}
+    assert texts["c"] == "task c waits for a, which cannot run: r1 is CANCELLED"
+    shuffled = tasks[::-1]
+    assert [p.text for p in check(shuffled, NOW)] == [p.text for p in check(tasks, NOW)]
+
+
+STORES = [pytest.param("default", marks=[pytest.mark.django_db(transaction=True, databases=["default"])], id="sqlite")]
+
+
+def _stores():
+    from tests.support import postgres_db_mark
+    return [*STORES, pytest.param("postgres", marks=postgres_db_mark(), id="postgres")]
+
+
+@pytest.mark.parametrize("alias", _stores())
+def test_the_store_finds_dependents_down_the_chain_as_check_of_the_full_snapshot_does(alias):
+    """selectors.problems() (indexed SQL picks the suspects, check() judges them) finds the
+    whole stranded chain, exactly as check() over every task does (the MongoDB path)."""
+    from board import selectors, transitions
+    from board.transitions import TaskSpec
+
+    transitions.create([TaskSpec(id="root", title="root"), TaskSpec(id="child", title="c", deps=["root"]),
+                        TaskSpec(id="grandchild", title="g", deps=["child"]),
+                        TaskSpec(id="great", title="gg", deps=["grandchild"]),
+                        TaskSpec(id="other", title="o"), TaskSpec(id="other-child", title="oc", deps=["other"])],
+                       using=alias)
+    transitions.cancel("root", actor="op", reason="not needed", using=alias)
+    now = NOW + timedelta(days=36500)  # no lease is live: none is taken
+    found = selectors.problems(now=now, using=alias)
+    assert found == check(selectors.snapshot(using=alias), now)
+    assert [(p.task, p.code) for p in found] == [("child", "dead_dep"), ("grandchild", "dead_dep"), ("great", "dead_dep")]

@@ -105,6 +105,7 @@
     task._c = parseTime(task.created_at) || 0;
     task._u = parseTime(task.updated_at) || 0;
     task._l = parseTime(task.lease_expires_at);
+    task._s = parseTime(task.stage_changed_at) || task._u; // when it entered its stage
     return task;
   }
 
@@ -162,6 +163,17 @@
     const m = Math.floor(s / 60);
     if (m < 60) return `${m}m ${String(s % 60).padStart(2, "0")}s`;
     return `${Math.floor(m / 60)}h ${String(m % 60).padStart(2, "0")}m`;
+  }
+
+  /** A coarse age for "3m in RUNNING": seconds only in the first minute, then minutes, hours, days. */
+  function formatAge(ms) {
+    const s = Math.max(0, Math.floor(ms / 1000));
+    if (s < 60) return `${s}s`;
+    const m = Math.floor(s / 60);
+    if (m < 60) return `${m}m`;
+    const h = Math.floor(m / 60);
+    if (h < 24) return `${h}h ${m % 60}m`;
+    return `${Math.floor(h / 24)}d ${h % 24}h`;
   }
 
   function json(value) {
@@ -577,8 +589,12 @@
     const head = el("div", "card-head");
     head.append(el("b", "card-id", task.id), ` P${task.priority} · ${task.queue}`, adminLink(task.id));
     const meta = el("div", "card-meta");
+    // Fence and version are in the details panel: the card says who, how often, how long.
+    card._inStage = el("span", "in-stage");
+    card._inStageText = "";
     meta.append(el("span", "owner", task.owner || "—"),
-      ` · fence ${task.fence} · attempts ${task.attempts}/${task.max_retries + 1}`);
+      ` · attempts ${task.attempts}/${task.max_retries + 1} · `, card._inStage);
+    updateInStage(card, task, Date.now());
     card._lease = null;
     if (task.stage === "RUNNING" && task._l !== null) {
       card._lease = el("span", "lease");
@@ -587,14 +603,15 @@
     const parts = [head, el("div", "card-title", task.title), meta];
     const progress = task.progress !== null && task.progress !== undefined;
     const held = task.hold && task.stage === "PENDING";
-    if (task.error || task.attempts > 1 || held || progress) {
+    const { error, attempt } = troubleBadges(task);
+    if (error || attempt || held || progress) {
       const badges = el("div", "badges");
-      if (task.error) {
+      if (error) {
         const b = el("span", "badge bad failed", "error");
         b.title = task.error;
         badges.append(b);
       }
-      if (task.attempts > 1) badges.append(el("span", "badge bad retried", `attempt ${task.attempts}`));
+      if (attempt) badges.append(el("span", "badge bad retried", `attempt ${task.attempts}`));
       if (held) badges.append(el("span", "badge", "held"));
       if (progress) badges.append(el("span", "badge", `${Math.round(task.progress * 100)}%`));
       parts.push(badges);
@@ -613,6 +630,36 @@
     card.classList.remove("lease-expired");
     if (card._lease) updateLease(card, task, Date.now());
   }
+
+  /** Which red badges a card wears. The last error and the attempt count stay on a task for
+   * good, but they are news only where they matter: QUEUED again after a failed attempt,
+   * RUNNING on a retry, and FAILED. A task that completed on its second try shows neither. */
+  function troubleBadges(task) {
+    const stage = task.stage;
+    const retried = stage === "QUEUED" && task.attempts > 0;
+    return {
+      error: !!task.error && (stage === "FAILED" || retried || (stage === "RUNNING" && task.attempts > 1)),
+      attempt: task.attempts > 1 && (stage === "FAILED" || stage === "RUNNING" || retried),
+    };
+  }
+
+  /** "3m in RUNNING", from when the task entered its stage, on the client's clock. Written only
+   * when the text changes (once a minute past the first), so ticking 10,000 cards costs little. */
+  function updateInStage(card, task, now) {
+    const text = `${formatAge(now - task._s)} in ${task.stage}`;
+    if (text === card._inStageText) return;
+    card._inStageText = text;
+    card._inStage.textContent = text;
+  }
+
+  function tickStages() {
+    const now = Date.now();
+    for (const [id, card] of cards) {
+      const task = tasks.get(id);
+      if (task && card._inStage) updateInStage(card, task, now);
+    }
+  }
+  setInterval(tickStages, 1000);
 
   // The countdown to each lease's expiry, ticking once a second on the client's clock; past
   // zero it turns into a red badge.
@@ -904,17 +951,27 @@
     details.hidden = false;
     details.querySelector(".details-admin").href = adminUrl(id);
     renderDetails(true);
+    // Keyboard users land in the panel (its heading; Tab goes on to the actions), and go back
+    // to the card they came from when it closes.
+    details.querySelector(".details-title").focus();
     writeUrl("push");
   }
 
   function closeDetails() {
+    if (detailsId === null) return;
+    const id = detailsId;
     detailsId = null;
     details.hidden = true;
+    const card = cards.get(id);
+    if (card && card.isConnected && !card.hidden) card.focus();
     writeUrl("push");
   }
 
   details.querySelector(".close").addEventListener("click", closeDetails);
-  document.addEventListener("keydown", (e) => { if (e.key === "Escape") closeDetails(); });
+  document.addEventListener("keydown", (e) => {
+    // Escape in the cancel dialog closes only the dialog (the browser does that).
+    if (e.key === "Escape" && !cancelDialog.open) closeDetails();
+  });
 
   function field(dl, name, value, pre = false) {
     dl.append(el("dt", null, name));
@@ -934,7 +991,7 @@
     details.dataset.id = task.id;
     details.querySelector(".details-title").textContent = `${task.id}: ${task.title}`;
     const dl = el("dl");
-    field(dl, "stage", `${task.stage} (version ${task.version})`);
+    field(dl, "stage", `${task.stage} (version ${task.version}) since ${new Date(task._s).toLocaleString()}`);
     field(dl, "owner", task.owner || "—");
     field(dl, "queue / priority", `${task.queue} / ${task.priority}`);
     field(dl, "attempts", `${task.attempts} of ${task.max_retries + 1}`);
@@ -951,13 +1008,25 @@
     field(dl, "created / updated", `${new Date(task._c).toLocaleString()} / ${new Date(task._u).toLocaleString()}`);
     details.querySelector(".details-body").replaceChildren(dl);
 
-    const buttons = ACTIONS.get(shown.stage).map((action) => {
+    const buttons = [];
+    for (const action of ACTIONS.get(shown.stage)) {
       const b = el("button", "action", action.label);
       b.type = "button";
       b.dataset.verb = action.verb;
       b.addEventListener("click", () => act(shown.id, action));
-      return b;
-    });
+      buttons.push(b);
+      const blockedBy = action.verb === "admit" ? unfinishedDeps(shown) : [];
+      if (blockedBy.length) {
+        // The server would refuse it (blocked): say why instead of offering it.
+        const why = `Blocked: waiting for ${blockedBy.join(", ")} to complete`;
+        b.disabled = true;
+        b.title = why;
+        const note = el("span", "action-note", why);
+        note.id = "admit-blocked-note";
+        b.setAttribute("aria-describedby", note.id);
+        buttons.push(note);
+      }
+    }
     details.querySelector(".details-actions").replaceChildren(...buttons);
     const key = `${shown.id}@${shown.version}`;
     if (refetch && historyFor !== key) {
@@ -1012,6 +1081,12 @@
     }));
   }
 
+  /** The dependencies of `task` not known to be COMPLETED (unknown ones count: the server
+   * admits only when every one has completed). */
+  function unfinishedDeps(task) {
+    return (task.deps || []).filter((d) => depDone(d) !== true);
+  }
+
   document.getElementById("columns").addEventListener("click", (e) => {
     const card = e.target.closest(".card");
     if (card && !e.target.closest("a")) openDetails(card.dataset.id); // a link goes where it says
@@ -1024,9 +1099,62 @@
   // ------------------------------------------------------------------------------------------
   // Human actions (buttons and drag and drop)
 
+  // ------------------------------------------------------------------------------------------
+  // Cancel asks first: a reason for the history, and which waiting tasks it strands
+
+  const cancelDialog = document.getElementById("cancel-dialog");
+  const STRANDABLE = new Set(["PENDING", "QUEUED", "RUNNING", "PAUSED"]); // as check()'s dead_dep
+
+  /** The tasks that wait for `id`, directly or down the chain, and that a cancel leaves unable
+   * to run: {ids (sorted), complete}. Only live tasks are walked (a finished one waits for
+   * nothing), and every live task is on the page (the snapshot holds them all); `complete` is
+   * false when a live column holds fewer cards than its count says. */
+  function strandedBy(id) {
+    const found = new Set();
+    const todo = [id];
+    while (todo.length) {
+      for (const next of dependents.get(todo.pop()) || []) {
+        const task = tasks.get(next);
+        if (found.has(next) || !task || !STRANDABLE.has(task.stage)) continue;
+        found.add(next);
+        todo.push(next);
+      }
+    }
+    const complete = STAGES.every((s) => TERMINAL.has(s) || order.get(s).length >= (counts[s] || 0));
+    return { ids: [...found].sort(), complete };
+  }
+
+  /** Ask before cancelling `id`: resolves to {reason} when confirmed, null when dismissed. */
+  function confirmCancel(id) {
+    const { ids, complete } = strandedBy(id);
+    cancelDialog.querySelector(".cancel-task").textContent = id;
+    const list = cancelDialog.querySelector(".stranded");
+    const shown = ids.slice(0, 50);
+    list.replaceChildren(...shown.map((d) => el("li", null, `${d}: ${tasks.get(d).title}`)));
+    if (ids.length > shown.length) list.append(el("li", null, `and ${ids.length - shown.length} more`));
+    if (!complete) list.append(el("li", "possibly-more", "and possibly more (the board has not loaded every task)"));
+    cancelDialog.querySelector(".stranded-none").hidden = ids.length > 0 || !complete;
+    cancelDialog.querySelector(".stranded-some").hidden = ids.length === 0 && complete;
+    const reason = cancelDialog.querySelector("textarea");
+    reason.value = "";
+    cancelDialog.returnValue = "";
+    return new Promise((resolve) => {
+      cancelDialog.addEventListener("close", () => {
+        resolve(cancelDialog.returnValue === "confirm" ? { reason: reason.value.trim() } : null);
+      }, { once: true });
+      cancelDialog.showModal();
+      reason.focus();
+    });
+  }
+
   async function act(id, action) {
     const task = tasks.get(id);
     if (!task) return;
+    if (action.verb === "cancel") {
+      const answer = await confirmCancel(id);
+      if (!answer) return; // dismissed: nothing sent, nothing moved
+      action = { ...action, extra: { ...action.extra, ...(answer.reason ? { reason: answer.reason } : {}) } };
+    }
     const card = cards.get(id);
     if (card) {
       card.classList.add("pending");

@@ -252,7 +252,7 @@ def stored_task(**fields: Any) -> dict:
         "lease_expires_at": None, "claim_request_hash": None, "claim_token_seed": None,
         "attempts": 0, "not_before": None, "checkpoint": None, "progress": None, "result": None,
         "last_error": "", "created_at": NOW - timedelta(hours=1), "updated_at": NOW - timedelta(minutes=1),
-        "has_deps": False, "has_dependents": False,
+        "has_deps": False, "has_dependents": False, "stage_changed_at": NOW - timedelta(minutes=5),
     }
     unknown = set(fields) - set(document)
     assert not unknown, unknown
@@ -332,7 +332,7 @@ def test_complete_pins_the_token_and_the_absence_of_dependents(wire):
     ]})
     assert statement["u"] == literal_set(
         result={"rows": 3}, owner="", lease_token_hash=None, lease_expires_at=None, claim_request_hash=None,
-        claim_token_seed=None, stage="COMPLETED", version=8, updated_at=NOW)
+        claim_token_seed=None, stage="COMPLETED", version=8, updated_at=NOW, stage_changed_at=NOW)
     assert statement["multi"] is True
     assert statement["upsert"] is False
     update.replies(n=1, nModified=1)
@@ -363,7 +363,7 @@ def test_claim_sets_a_new_lease_whose_token_only_travels_as_its_hash(wire):
     assert statement["u"] == literal_set(
         owner="agent-2", lease_token_hash=sha256(claim.lease.token), fence=4,
         lease_expires_at=NOW + timedelta(seconds=45), not_before=None, claim_request_hash=None,
-        claim_token_seed=None, attempts=1, stage="RUNNING", version=3, updated_at=NOW)
+        claim_token_seed=None, attempts=1, stage="RUNNING", version=3, updated_at=NOW, stage_changed_at=NOW)
     assert (claim.lease.fence, claim.lease.expires_at, claim.task.version) == (
         4, aware(NOW + timedelta(seconds=45)), 3)
     assert (row["_id"], row["verb"], row["actor"], row["fence"]) == (1, "claim", "agent-2", 4)
