@@ -945,13 +945,34 @@ def cancel(task_id: str, *, actor: str, version: int | None = None, reason: str 
     return _operator_move(using, task_id, version, move)
 
 
+# -- force release / force pause held to the lease the operator saw ------------------------------
+# An operator who decides to take a task from its holder decides about that holder's lease, not
+# about one version of the row: every renew bumps the version, so a confirmation held to the
+# version lost to any holder renewing while the operator read the page. With `held_by=(owner,
+# fence)` the move applies while that same lease (same holder, same fence) is still the task's,
+# however often it was renewed; a lease that changed hands (a new fence, even under the same
+# agent name) or a task no longer RUNNING is a VersionConflict carrying the current row.
+
+
+def _refuse_another_lease(task: Task, held_by: tuple[str, int] | None) -> None:
+    if held_by is None:
+        return
+    owner, fence = held_by
+    if task.stage != Stage.RUNNING or task.owner != owner or task.fence != fence:
+        raise errors.VersionConflict(
+            f"task {task.pk} no longer holds the lease you saw ({owner}'s, fence {fence})", task=task,
+        )
+
+
 @retry_conflicts
 def force_release(task_id: str, *, actor: str, version: int | None = None, reason: str = "",
-                  using: str = "default") -> Task:
+                  held_by: tuple[str, int] | None = None, using: str = "default") -> Task:
     """Operator: take a RUNNING task from its holder, live lease or not, back to QUEUED. The
-    holder's later calls get LeaseLost and the next claim gets a higher fence."""
+    holder's later calls get LeaseLost and the next claim gets a higher fence. `held_by`:
+    only while that (owner, fence) still holds it (see above)."""
 
     def move(task: Task, now: datetime) -> bool:
+        _refuse_another_lease(task, held_by)
         if task.stage != Stage.RUNNING:
             raise _illegal(task, Verb.FORCE_RELEASE, "only a RUNNING task holds a lease")
         detail = _reason(reason, previous_owner=task.owner)
@@ -963,12 +984,13 @@ def force_release(task_id: str, *, actor: str, version: int | None = None, reaso
 
 @retry_conflicts
 def force_pause(task_id: str, *, actor: str, version: int | None = None, reason: str = "",
-                using: str = "default") -> Task:
+                held_by: tuple[str, int] | None = None, using: str = "default") -> Task:
     """Operator: stop a RUNNING task and keep its last saved checkpoint (from its renewals) for
     a later resume. With none saved the checkpoint is {}: a resume starts over. The holder's
-    later calls get LeaseLost."""
+    later calls get LeaseLost. `held_by`: only while that (owner, fence) still holds it."""
 
     def move(task: Task, now: datetime) -> bool:
+        _refuse_another_lease(task, held_by)
         if task.stage != Stage.RUNNING:
             raise _illegal(task, Verb.FORCE_PAUSE, "only a RUNNING task can be paused")
         checkpoint = task.checkpoint if task.checkpoint is not None else {}
