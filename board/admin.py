@@ -26,13 +26,17 @@ from typing import Any, Self
 
 from django import forms
 from django.contrib import admin, messages
-from django.contrib.admin.utils import unquote
+from django.contrib.admin.utils import quote, unquote
 from django.contrib.admin.views.main import ChangeList
 from django.core import signing
+from django.core.exceptions import PermissionDenied
 from django.db.models import BooleanField, ExpressionWrapper, Q
+from django.http import HttpResponseRedirect
 from django.template.response import TemplateResponse
+from django.urls import reverse
 from django.utils.cache import add_never_cache_headers
 from django.utils.html import format_html, format_html_join
+from django.utils.http import urlencode
 
 from . import agent_keys, errors, transitions
 from . import clock as store_clock
@@ -110,6 +114,11 @@ def _now_is(task: Task | None) -> str:
         return "gone"
     held = f", held by {task.owner}" if task.stage == Stage.RUNNING and task.owner else ""
     return f"{task.stage} v{task.version}{held}"
+
+
+def board_url(task_id: str) -> str:
+    """The task's card on the live board (the board opens the card named by ?task=)."""
+    return f"{reverse('board')}?{urlencode({'task': task_id})}"
 
 
 def _current(exc: errors.BoardError, task_id: str) -> Task | None:
@@ -429,8 +438,8 @@ class _Report:
     Each line starts with the task's id exactly as it is (ids are case-sensitive): the message
     starts with the action's name, and the board's admin templates do not capitalise messages."""
 
-    def __init__(self, model_admin: admin.ModelAdmin, request, action: str):
-        self.model_admin, self.request, self.action = model_admin, request, action
+    def __init__(self, model_admin: admin.ModelAdmin, request, action: str, noun: str = "task"):
+        self.model_admin, self.request, self.action, self.noun = model_admin, request, action, noun
         self.lines: list[tuple[str, str]] = []  # (outcome, line), in the order the rows were met
         self.skips: Counter[str] = Counter()  # skipped rows by reason
 
@@ -479,7 +488,7 @@ class _Report:
         if self.count("lost"):
             parts.append(f"{self.count('lost')} lost a race (changed meanwhile; left alone)")
         n = len(self.lines)
-        return f"{self.action}, {n} task{'s' if n != 1 else ''}: {'; '.join(parts)}."
+        return f"{self.action}, {n} {self.noun}{'s' if n != 1 else ''}: {'; '.join(parts)}."
 
     def message(self) -> str:
         rows = format_html_join("", '<li class="action-{}">{}</li>', self.lines)
@@ -532,7 +541,7 @@ ACTION_ROW_FIELDS = (
 @admin.register(Task)
 class TaskAdmin(NoHashLookups, admin.ModelAdmin):
     list_display = (
-        "id", "title", "stage", "owner", "lease", "fence", "attempts_of_max", "version", "updated_at",
+        "id", "title", "stage", "owner", "lease", "fence", "attempts_of_max", "version", "updated_at", "on_board",
     )
     list_display_links = ("id", "title")
     list_filter = ("stage", QueueFilter, OwnerFilter, LeaseStateFilter)
@@ -554,7 +563,7 @@ class TaskAdmin(NoHashLookups, admin.ModelAdmin):
 
     READONLY = (
         "id", "stage", "version", "queue", "hold", "owner", "fence", "lease", "lease_expires_at", "attempts_of_max",
-        "not_before", "progress", "checkpoint", "result", "last_error", "created_at", "updated_at",
+        "not_before", "progress", "checkpoint", "result", "last_error_text", "created_at", "updated_at",
         "dependencies_list",
     )
 
@@ -594,6 +603,17 @@ class TaskAdmin(NoHashLookups, admin.ModelAdmin):
     def attempts_of_max(self, task: Task) -> str:
         return f"{task.attempts} / {task.max_retries + 1}"
 
+    @admin.display(description="board")
+    def on_board(self, task: Task) -> str:
+        return format_html('<a href="{}" title="Open this task\'s card on the live board">board</a>', board_url(task.pk))
+
+    @admin.display(description="last error")
+    def last_error_text(self, task: Task) -> str:
+        # In <pre>: a traceback keeps its indentation (Django's read-only text collapses it).
+        if not task.last_error:
+            return "—"
+        return format_html('<pre class="last-error" style="white-space: pre-wrap; margin: 0">{}</pre>', task.last_error)
+
     @admin.display(description="dependencies")
     def dependencies_list(self, task: Task) -> str:
         deps = list(task.dependencies.order_by("depends_on_id").values_list("depends_on_id", "depends_on__stage"))
@@ -614,7 +634,7 @@ class TaskAdmin(NoHashLookups, admin.ModelAdmin):
             (None, {"fields": ("id", "stage", "version", "queue", "hold", "dependencies_list")}),
             ("What the task is (editable, under the version guard)", {"fields": editable}),
             ("Lease", {"fields": ("owner", "fence", "lease", "lease_expires_at", "attempts_of_max", "not_before")}),
-            ("Progress and outcome", {"fields": ("progress", "checkpoint", "result", "last_error",
+            ("Progress and outcome", {"fields": ("progress", "checkpoint", "result", "last_error_text",
                                                  "created_at", "updated_at")}),
         ]
 
@@ -654,6 +674,14 @@ class TaskAdmin(NoHashLookups, admin.ModelAdmin):
             extra_context.update(show_save=False, show_save_and_continue=False, show_save_and_add_another=False)
         return super().change_view(request, object_id, form_url, extra_context)
 
+    def history_view(self, request, object_id, extra_context=None):
+        """Django's object history (its LogEntry rows) shows internal field names and none of
+        the engine's moves: the task's history is the inline on its page, so go there."""
+        if not self.has_view_or_change_permission(request):
+            raise PermissionDenied
+        url = reverse("admin:board_task_change", args=[quote(unquote(object_id))], current_app=self.admin_site.name)
+        return HttpResponseRedirect(f"{url}#events-group")
+
     def save_model(self, request, obj, form, change):
         pass  # the form's engine call (transitions.edit / create) was the write
 
@@ -687,8 +715,8 @@ class TaskAdmin(NoHashLookups, admin.ModelAdmin):
         with _Report(self, request, action) as report:
             for row in rows:
                 report.attempt(row["id"],
-                               lambda: call(row["id"], actor=actor, version=row["version"], **extra),
-                               lambda task: done(row, task))
+                               lambda row=row: call(row["id"], actor=actor, version=row["version"], **extra),
+                               lambda task, row=row: done(row, task))
 
     @admin.action(permissions=["intervene"], description="Release stale leases (expired only)")
     def release_stale_leases(self, request, queryset):
@@ -959,7 +987,7 @@ class AgentKeyAdmin(NoHashLookups, admin.ModelAdmin):
 
     @admin.action(permissions=["change"], description="Revoke selected keys")
     def revoke(self, request, queryset):
-        with _Report(self, request, "Revoke") as report:
+        with _Report(self, request, "Revoke", "key") as report:
             for key in queryset.order_by("name", "pk").only("pk", "name", "prefix"):
                 label = f"{key.name} ({key.prefix}…)"
                 if agent_keys.revoke(key.pk):

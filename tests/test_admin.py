@@ -1113,7 +1113,7 @@ def test_no_admin_page_shows_a_lease_token_or_its_hash(op):
     pages = [
         op.get(CHANGELIST), op.get(CHANGELIST + "?lease=live"), op.get(CHANGELIST + "?q=a"),
         op.get(change_url("a")), op.get(change_url("b")),
-        op.get(reverse("admin:board_task_history", args=["a"])),
+        op.get(reverse("admin:board_task_history", args=["a"]), follow=True),
         op.post(CHANGELIST, {"action": "force_release", "index": "0", "_selected_action": ["a", "b"]}),
         op.get(KEYS), op.get(reverse("admin:board_agentkey_change", args=[key_row.pk])),
         op.get(reverse("admin:index")), op.get(reverse("admin:app_list", args=["board"])),
@@ -1190,3 +1190,146 @@ def test_viewer_cannot_create_or_revoke_keys(viewer):
     viewer.post(KEYS, {"action": "revoke", "index": "0", "_selected_action": [stored.pk]})
     assert agent_keys.authenticate(key) is not None
     assert AgentKey.objects.count() == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Issue 11: one summary per action, ids as they are, links to the board, the task's history,
+# tracebacks, search, the read-only admin
+
+
+def messagelist_items(response) -> list[str]:
+    """The page's message banners, as rendered (an action's per-task lines are not banners)."""
+    return re.findall(r'<li class="(?:debug|info|success|warning|error)">', response.content.decode())
+
+
+def test_a_bulk_cancel_of_hundreds_of_tasks_gives_one_summary_with_exact_counts(op, monkeypatch):
+    transitions.create([TaskSpec(id=f"bulk-{n:03}", title=f"bulk {n}") for n in range(300)], actor="test")
+    for n in range(7):
+        completed(f"done-{n}")
+    for n in range(5):
+        cancelled(f"gone-{n}")
+    losers = {"bulk-010", "bulk-150", "bulk-299"}
+    real_cancel = transitions.cancel
+
+    def an_agent_claims_first(task_id, **kwargs):
+        if task_id in losers:  # an agent claims it between the action's read and its verb
+            transitions.claim(task_id, "agent-9", 600)
+        return real_cancel(task_id, **kwargs)
+
+    monkeypatch.setattr(transitions, "cancel", an_agent_claims_first)
+    selected = [f"bulk-{n:03}" for n in range(300)] + [f"done-{n}" for n in range(7)] + [f"gone-{n}" for n in range(5)]
+    response, lines = act(op, "cancel", selected)
+    assert len(response.context["messages"]) == 1
+    assert len(messagelist_items(response)) == 1  # one banner on the page
+    assert summaries_of(response) == [
+        "Cancel, 312 tasks: 297 done; 12 skipped (7 is COMPLETED, 5 is CANCELLED); "
+        "3 lost a race (changed meanwhile; left alone)."
+    ]
+    assert len(lines) == 312
+    outcomes = Counter(line.split(": ", 1)[1].split(" (")[0].split(":")[0] for line in lines)
+    assert outcomes == {"cancelled": 297, "skipped": 12, "lost a race": 3}
+    assert "bulk-010: lost a race: task changed meanwhile (now RUNNING v1, held by agent-9)" in lines
+    assert "done-0: skipped: task done-0 is COMPLETED" in lines
+    page = response.content.decode()
+    assert '<details class="action-rows"><summary>Each task (312)</summary>' in page  # collapsed
+    assert Task.objects.filter(stage=Stage.CANCELLED).count() == 297 + 5
+    assert Task.objects.filter(stage=Stage.RUNNING, owner="agent-9").count() == 3
+
+
+def test_an_action_that_does_everything_it_was_asked_says_so_in_one_success_message(op):
+    for n in range(3):
+        new(f"h{n}", hold=True)
+    response, lines = act(op, "admit", ["h0", "h1", "h2"])
+    [message] = list(response.context["messages"])
+    assert message.level_tag == "success"
+    assert summaries_of(response) == ["Admit, 3 tasks: 3 done."]
+    assert lines == [f"h{n}: admitted (PENDING → QUEUED)" for n in range(3)]
+
+
+def test_ids_are_shown_as_they_are_not_capitalised(op):
+    """Django's admin capitalises each message's first letter; ids are case-sensitive."""
+    new("ops-live-1")
+    new("Ops-live-1")  # another task: only the case differs
+    response, lines = act(op, "cancel", ["ops-live-1"])
+    assert lines == ["ops-live-1: cancelled (was QUEUED)"]
+    page = response.content.decode()
+    assert "ops-live-1: cancelled" in page and "Ops-live-1: cancelled" not in page
+    assert row("Ops-live-1")["stage"] == Stage.QUEUED
+    key, _ = agent_keys.create_key("worker-a")
+    revoked = op.post(KEYS, {"action": "revoke", "index": "0", "_selected_action": [key.pk]}, follow=True)
+    assert f"worker-a ({key.prefix}…): revoked" in revoked.content.decode()
+    assert summaries_of(revoked) == ["Revoke, 1 key: 1 done."]
+
+
+def test_the_change_page_and_the_list_link_to_the_tasks_card_on_the_board(op):
+    new("ops:live-1")  # an id that needs quoting in a URL
+    board_link = "/board/?task=ops%3Alive-1"
+    page = op.get(change_url("ops:live-1"))
+    assert page.status_code == 200
+    assert f'href="{board_link}"' in page.content.decode()
+    listed = op.get(CHANGELIST)
+    assert f'href="{board_link}"' in listed.content.decode()
+    assert op.get(board_link).status_code == 200  # the board page answers it
+
+
+def test_the_history_button_shows_the_tasks_history_not_djangos(op):
+    c = running("h")
+    transitions.renew("h", c.lease.token, 600)
+    page = op.get(change_url("h"))
+    html_page = page.content.decode()
+    assert 'href="#events-group"' in html_page  # the button points at the history inline
+    assert reverse("admin:board_task_history", args=["h"]) not in html_page
+    assert 'id="events-group"' in html_page
+    redirected = op.get(reverse("admin:board_task_history", args=["h"]))
+    assert redirected.status_code == 302 and redirected["Location"] == change_url("h") + "#events-group"
+    followed = op.get(reverse("admin:board_task_history", args=["h"]), follow=True)
+    [history] = followed.context["inline_admin_formsets"]
+    assert [f.original.verb for f in history] == ["create", "claim", "renew"]
+
+
+def test_a_traceback_keeps_its_indentation_on_the_change_page(op):
+    traceback = (
+        "Traceback (most recent call last):\n"
+        '  File "worker.py", line 12, in run\n'
+        "    handle(payload)\n"
+        "KeyError: 'url' <b>not markup</b>"
+    )
+    c = running("tb", max_retries=0)
+    transitions.fail("tb", c.lease.token, traceback, retryable=False)
+    page = op.get(change_url("tb")).content.decode()
+    shown = re.search(r'<pre class="last-error"[^>]*>(.*?)</pre>', page, re.DOTALL)
+    assert shown is not None
+    assert html.unescape(shown.group(1)) == traceback
+    assert "<b>not markup</b>" not in page
+
+
+def test_staff_with_view_task_see_tasks_read_only(viewer):
+    """What the README promises: board.view_task (without board.intervene) gives a read-only
+    admin — the task list, each task's page and history, the board links; no action, no edit."""
+    c = running("r", title="Resize images")
+    new("q", title="Send mail")
+    index = viewer.get(reverse("admin:index")).content.decode()
+    assert 'href="/admin/board/task/"' in index and "View" in index
+    listed = viewer.get(CHANGELIST)
+    assert sorted(t.pk for t in listed.context["cl"].result_list) == ["q", "r"]
+    assert listed.context["action_form"] is None and 'name="_selected_action"' not in listed.content.decode()
+    assert 'href="/board/?task=r"' in listed.content.decode()
+    assert [t.pk for t in viewer.get(CHANGELIST, {"q": "Resize"}).context["cl"].result_list] == ["r"]
+    page = viewer.get(change_url("r"))
+    assert page.status_code == 200 and page.context["title"] == "View task"
+    body = page.content.decode()
+    assert 'name="_save"' not in body and 'href="/board/?task=r"' in body and 'href="#events-group"' in body
+    [history] = page.context["inline_admin_formsets"]
+    assert [f.original.verb for f in history] == ["create", "claim"]
+    assert viewer.get(reverse("admin:board_task_history", args=["r"]), follow=True).status_code == 200
+    transitions.complete("r", c.lease.token, {})
+
+
+def test_staff_without_board_permissions_see_no_tasks():
+    """Being staff alone shows nothing: the README says which permission to grant."""
+    client = client_for(make_user("staffer", []))
+    new("t")
+    assert "You don’t have permission to view or edit anything" in client.get(reverse("admin:index")).content.decode()
+    assert client.get(CHANGELIST).status_code == 403
+    assert client.get(change_url("t")).status_code == 403
+    assert client.get(reverse("admin:board_task_history", args=["t"])).status_code == 403
