@@ -1221,10 +1221,10 @@ def test_a_bulk_cancel_of_hundreds_of_tasks_gives_one_summary_with_exact_counts(
     response, lines = act(op, "cancel", selected)
     assert len(response.context["messages"]) == 1
     assert len(messagelist_items(response)) == 1  # one banner on the page
-    assert summaries_of(response) == [
+    assert summaries_of(response) == [(
         "Cancel, 312 tasks: 297 done; 12 skipped (7 is COMPLETED, 5 is CANCELLED); "
         "3 lost a race (changed meanwhile; left alone)."
-    ]
+    )]
     assert len(lines) == 312
     outcomes = Counter(line.split(": ", 1)[1].split(" (")[0].split(":")[0] for line in lines)
     assert outcomes == {"cancelled": 297, "skipped": 12, "lost a race": 3}
@@ -1333,3 +1333,28 @@ def test_staff_without_board_permissions_see_no_tasks():
     assert client.get(CHANGELIST).status_code == 403
     assert client.get(change_url("t")).status_code == 403
     assert client.get(reverse("admin:board_task_history", args=["t"])).status_code == 403
+
+
+def listed(client, query: str) -> list[str]:
+    response = client.get(CHANGELIST, {"q": query})
+    assert response.status_code == 200
+    return sorted(t.pk for t in response.context["cl"].result_list)
+
+
+def test_search_finds_ids_by_prefix_titles_by_word_owners_and_queues(op):
+    running("ops-live-1", "agent-7", title="Resize the thumbnails", queue="images")
+    new("ops-live-2", title="Send the weekly digest", queue="mail")
+    new("OPS-LIVE-3", title="resize avatars", queue="images")
+    new("backup-1", title="Nightly backup", queue="ops")
+    assert listed(op, "ops-live-1") == ["ops-live-1"]  # an exact id
+    # An id prefix keeps its case, except on SQLite, whose LIKE ignores ASCII case.
+    ignores_case = ["OPS-LIVE-3"] if connection.vendor == "sqlite" else []
+    assert listed(op, "ops-live") == [*ignores_case, "ops-live-1", "ops-live-2"]
+    assert listed(op, "RESIZE") == ["OPS-LIVE-3", "ops-live-1"]  # a word of the title, any case
+    assert listed(op, "weekly") == ["ops-live-2"]
+    assert listed(op, "agent-7") == ["ops-live-1"]  # an owner
+    assert listed(op, "images") == ["OPS-LIVE-3", "ops-live-1"]  # a queue
+    assert listed(op, "ops") == sorted(["backup-1", *listed(op, "ops-live")])  # queue "ops" + id prefixes
+    assert listed(op, "resize images") == ["OPS-LIVE-3", "ops-live-1"]  # every word must match
+    assert listed(op, "resize mail") == []
+    assert listed(op, "agent") == []  # owners are matched whole

@@ -1,0 +1,67 @@
+"""The admin's search on each SQL store: which indexes serve it (issue 11). What a search
+matches is tested through the admin in tests/test_admin.py (on SQLite, and on MongoDB by its
+session); here, the plans: on PostgreSQL every word's match is served by an index (none is a
+sequential scan even when scans are forbidden); on SQLite the title's words are scanned, as the
+README says."""
+from __future__ import annotations
+
+import pytest
+from django.conf import settings
+from django.contrib import admin
+from django.db import connections, transaction
+from django.test import RequestFactory
+
+from board.models import Task
+from board.transitions import TaskSpec, create
+from tests.support import postgres_db_mark
+
+pytestmark = postgres_db_mark()
+
+
+def searched(alias: str, words: str):
+    task_admin = admin.site._registry[Task]
+    request = RequestFactory().get("/admin/board/task/", {"q": words})
+    queryset, _ = task_admin.get_search_results(request, Task.objects.using(alias), words)
+    return queryset
+
+
+def postgres_plan(words: str) -> str:
+    """The plan PostgreSQL makes for the search with sequential scans priced out: a part of the
+    query that no index can serve still shows as a Seq Scan."""
+    with transaction.atomic(using="postgres"):
+        with connections["postgres"].cursor() as cursor:
+            cursor.execute("SET LOCAL enable_seqscan = off")
+        return searched("postgres", words).explain()
+
+
+@pytest.fixture
+def postgres():
+    if not settings.POSTGRES_AVAILABLE:
+        pytest.skip("PostgreSQL is not available")
+    create([TaskSpec(id=f"t-{n}", title=f"Resize image {n}", queue=f"q{n % 3}") for n in range(50)],
+           actor="test", using="postgres")
+    with connections["postgres"].cursor() as cursor:
+        cursor.execute("ANALYZE board_task")
+
+
+def test_the_title_trigram_index_exists_on_postgresql(postgres):
+    with connections["postgres"].cursor() as cursor:
+        cursor.execute("SELECT indexdef FROM pg_indexes WHERE indexname = 'task_title_trgm'")
+        [(definition,)] = cursor.fetchall()
+    assert "gin" in definition and "gin_trgm_ops" in definition and "upper" in definition.lower()
+
+
+@pytest.mark.parametrize("words", ["resize", "t-4", "q1", "agent-7", "resize q1"])
+def test_every_search_word_is_served_by_an_index_on_postgresql(postgres, words):
+    plan = postgres_plan(words)
+    assert "Seq Scan" not in plan, plan
+    assert "task_title_trgm" in plan, plan  # words of the title
+    assert "_like" in plan, plan  # an id prefix: the primary key's pattern index
+    assert "task_owner" in plan and "task_queue" in plan, plan
+    assert sorted(t.pk for t in searched("postgres", "resize q1")) == sorted(
+        f"t-{n}" for n in range(50) if n % 3 == 1)
+
+
+def test_on_sqlite_the_title_is_scanned_as_the_readme_says():
+    plan = searched("default", "resize").explain()
+    assert "SCAN board_task" in plan, plan
