@@ -1,15 +1,18 @@
 """Operators' screens (Django admin). Thin callers of the engine: nothing here writes a task's
 stage, version or lease, or an agent key's hash.
 
-- Every action calls a verb of `board.transitions` for each selected task and reports, row by
-  row, what was done, what was skipped and why, and what lost a race (the verb is given the
-  version the action read, so a task that moved meanwhile is reported, never acted on blindly).
+- Every action calls a verb of `board.transitions` for each selected task and reports in ONE
+  message the counts and, row by row (collapsed), what was done, what was skipped and why, and
+  what lost a race (the verb is given the version the action read, so a task that moved
+  meanwhile is reported, never acted on blindly). Force release is held to the lease shown on
+  its confirmation page (holder and fence) instead: a holder's renewals bump the version.
 - The change form edits title, description, priority, max_retries and payload through
   `transitions.edit` under the version guard: the form carries the version (and a sealed
   snapshot) it was opened at; if the task moved since, saving is refused with what changed and
   nothing is written. Django's own `save()` never writes a task.
 - The add form calls `transitions.create`. Nothing is ever deleted: tasks are history.
-- Acting needs `board.intervene`; staff without it get a read-only admin.
+- Acting needs `board.intervene`; staff with `board.view_task` without it get a read-only
+  admin (lists, search, task pages with their history, links to the board).
 - The lease token is never stored, and its hash is never displayed.
 - Agent keys are minted by `agent_keys.create_key`, shown once in the response to the add form,
   and revoked by `agent_keys.revoke`; their hashes are never displayed. Minting an operator key

@@ -18,7 +18,7 @@ import pytest
 from django.contrib.admin.utils import quote
 from django.contrib.auth.models import Permission, User
 from django.contrib.sessions.models import Session
-from django.db import connection
+from django.db import connection, connections
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
@@ -375,8 +375,8 @@ class RenewingAgent:
     thread (and connection), until stopped or until its lease is lost. `renewals` counts the
     renewals made; `wait_for(n)` blocks until n of them have been made (bounded)."""
 
-    def __init__(self, task_id: str, token: str, every: float = 0.05):
-        self.task_id, self.token, self.every = task_id, token, every
+    def __init__(self, task_id: str, token: str, every: float = 0.05, using: str = "default"):
+        self.task_id, self.token, self.every, self.using = task_id, token, every, using
         self.renewals = 0
         self.lost: errors.LeaseLost | None = None
         self.failure: BaseException | None = None
@@ -388,7 +388,7 @@ class RenewingAgent:
         try:
             while not self._stop.is_set():
                 try:
-                    transitions.renew(self.task_id, self.token, 600)
+                    transitions.renew(self.task_id, self.token, 600, using=self.using)
                 except errors.LeaseLost as exc:
                     self.lost = exc
                     return
@@ -401,7 +401,7 @@ class RenewingAgent:
         finally:
             with self._renewed:
                 self._renewed.notify_all()
-            connection.close()
+            connections[self.using].close()
 
     def __enter__(self):
         self._thread.start()

@@ -11,9 +11,12 @@ from django.contrib import admin
 from django.db import connections, transaction
 from django.test import RequestFactory
 
-from board.models import Task
+from board import errors, transitions
+from board.lifecycle import Stage
+from board.models import Task, TaskEvent
 from board.transitions import TaskSpec, create
-from tests.support import postgres_db_mark
+from tests.support import db_state, postgres_db_mark
+from tests.test_admin import RenewingAgent
 
 pytestmark = postgres_db_mark()
 
@@ -65,3 +68,47 @@ def test_every_search_word_is_served_by_an_index_on_postgresql(postgres, words):
 def test_on_sqlite_the_title_is_scanned_as_the_readme_says():
     plan = searched("default", "resize").explain()
     assert "SCAN board_task" in plan, plan
+
+
+# ---------------------------------------------------------------------------------------------
+# The engine's force release held to a lease (what the admin's confirmation uses), on both SQL
+# stores, against a holder renewing as fast as it can in its own thread and connection.
+
+
+@pytest.fixture(params=["default", "postgres"])
+def alias(request):
+    if request.param == "postgres" and not settings.POSTGRES_AVAILABLE:
+        pytest.skip("PostgreSQL is not available")
+    return request.param
+
+
+ROUNDS = 20
+
+
+def test_force_release_held_to_the_lease_wins_over_renewals(alias):
+    for n in range(ROUNDS):
+        task_id = f"held-{n}"
+        create([TaskSpec(id=task_id, title="t")], actor="test", using=alias)
+        claim = transitions.claim(task_id, "agent-1", 600, using=alias)
+        seen = ("agent-1", claim.lease.fence)
+        with RenewingAgent(task_id, claim.lease.token, every=0, using=alias) as agent:
+            agent.wait_for(2)
+            released = transitions.force_release(task_id, actor="op", held_by=seen, using=alias)
+            agent.wait_for_loss()
+        assert released.stage == Stage.QUEUED and agent.renewals >= 2, n
+        assert isinstance(agent.lost, errors.LeaseLost)
+        verbs = list(TaskEvent.objects.using(alias).filter(task_id=task_id).values_list("verb", flat=True))
+        assert verbs[-1] == "force_release" and verbs.count("force_release") == 1
+
+
+def test_force_release_held_to_a_lease_that_changed_hands_writes_nothing(alias):
+    create([TaskSpec(id="moved", title="t")], actor="test", using=alias)
+    first = transitions.claim("moved", "agent-1", 600, using=alias)
+    transitions.force_release("moved", actor="other-op", using=alias)
+    second = transitions.claim("moved", "agent-1", 600, using=alias)  # the same name, a new fence
+    before = db_state(alias)
+    with pytest.raises(errors.VersionConflict) as refused:
+        transitions.force_release("moved", actor="op", held_by=("agent-1", first.lease.fence), using=alias)
+    assert refused.value.task.fence == second.lease.fence == first.lease.fence + 1
+    assert db_state(alias) == before
+    transitions.complete("moved", second.lease.token, {}, using=alias)
