@@ -1,15 +1,18 @@
 """Operators' screens (Django admin). Thin callers of the engine: nothing here writes a task's
 stage, version or lease, or an agent key's hash.
 
-- Every action calls a verb of `board.transitions` for each selected task and reports, row by
-  row, what was done, what was skipped and why, and what lost a race (the verb is given the
-  version the action read, so a task that moved meanwhile is reported, never acted on blindly).
+- Every action calls a verb of `board.transitions` for each selected task and reports in ONE
+  message the counts and, row by row (collapsed), what was done, what was skipped and why, and
+  what lost a race (the verb is given the version the action read, so a task that moved
+  meanwhile is reported, never acted on blindly). Force release is held to the lease shown on
+  its confirmation page (holder and fence) instead: a holder's renewals bump the version.
 - The change form edits title, description, priority, max_retries and payload through
   `transitions.edit` under the version guard: the form carries the version (and a sealed
   snapshot) it was opened at; if the task moved since, saving is refused with what changed and
   nothing is written. Django's own `save()` never writes a task.
 - The add form calls `transitions.create`. Nothing is ever deleted: tasks are history.
-- Acting needs `board.intervene`; staff without it get a read-only admin.
+- Acting needs `board.intervene`; staff with `board.view_task` without it get a read-only
+  admin (lists, search, task pages with their history, links to the board).
 - The lease token is never stored, and its hash is never displayed.
 - Agent keys are minted by `agent_keys.create_key`, shown once in the response to the add form,
   and revoked by `agent_keys.revoke`; their hashes are never displayed. Minting an operator key
@@ -20,17 +23,23 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import Counter
 from datetime import datetime
-from typing import Any
+from typing import Any, Self
 
 from django import forms
 from django.contrib import admin, messages
-from django.contrib.admin.utils import unquote
+from django.contrib.admin.utils import quote, unquote
 from django.contrib.admin.views.main import ChangeList
 from django.core import signing
+from django.core.exceptions import PermissionDenied
 from django.db.models import BooleanField, ExpressionWrapper, Q
+from django.http import HttpResponseRedirect
 from django.template.response import TemplateResponse
+from django.urls import reverse
 from django.utils.cache import add_never_cache_headers
+from django.utils.html import format_html, format_html_join
+from django.utils.http import urlencode
 
 from . import agent_keys, errors, transitions
 from . import clock as store_clock
@@ -108,6 +117,11 @@ def _now_is(task: Task | None) -> str:
         return "gone"
     held = f", held by {task.owner}" if task.stage == Stage.RUNNING and task.owner else ""
     return f"{task.stage} v{task.version}{held}"
+
+
+def board_url(task_id: str) -> str:
+    """The task's card on the live board (the board opens the card named by ?task=)."""
+    return f"{reverse('board')}?{urlencode({'task': task_id})}"
 
 
 def _current(exc: errors.BoardError, task_id: str) -> Task | None:
@@ -420,26 +434,40 @@ class TaskChangeList(ChangeList):
 
 
 class _Report:
-    """Row-by-row outcome lines of an action."""
+    """The outcome of one action, shown as ONE message (an action over 600 tasks used to give
+    600 banners): the counts first — done, skipped by reason, lost races — then each task's
+    line in a collapsed <details>. Used as a context manager: the message is sent on exit.
 
-    def __init__(self, model_admin: admin.ModelAdmin, request):
-        self.model_admin, self.request = model_admin, request
+    Each line starts with the task's id exactly as it is (ids are case-sensitive): the message
+    starts with the action's name, and the board's admin templates do not capitalise messages."""
+
+    def __init__(self, model_admin: admin.ModelAdmin, request, action: str, noun: str = "task"):
+        self.model_admin, self.request, self.action, self.noun = model_admin, request, action, noun
+        self.lines: list[tuple[str, str]] = []  # (outcome, line), in the order the rows were met
+        self.skips: Counter[str] = Counter()  # skipped rows by reason
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.lines:
+            self.model_admin.message_user(self.request, self.message(), self.level())
 
     def done(self, task_id: str, text: str) -> None:
-        self.model_admin.message_user(self.request, f"{task_id}: {text}", messages.SUCCESS)
+        self.lines.append(("done", f"{task_id}: {text}"))
 
-    def skipped(self, task_id: str, why: str) -> None:
-        self.model_admin.message_user(self.request, f"{task_id}: skipped: {why}", messages.WARNING)
+    def skipped(self, task_id: str, why: str, kind: str | None = None) -> None:
+        """`kind`: the reason without what is particular to this row, for the counts."""
+        self.lines.append(("skipped", f"{task_id}: skipped: {why}"))
+        self.skips[kind or why] += 1
 
-    def lost(self, task_id: str, now: Task | None) -> None:
-        self.model_admin.message_user(
-            self.request, f"{task_id}: lost a race: task changed meanwhile (now {_now_is(now)})",
-            messages.ERROR,
-        )
+    def lost(self, task_id: str, now: Task | None, why: str = "task changed meanwhile") -> None:
+        self.lines.append(("lost", f"{task_id}: lost a race: {why} (now {_now_is(now)})"))
 
     def attempt(self, task_id: str, move, done) -> None:
-        """Run `move()` (an engine verb held to a version) and report its outcome: `done(task)`
-        on success, a lost race on VersionConflict, otherwise skipped with the engine's reason."""
+        """Run `move()` (an engine verb held to a version or a lease) and record its outcome:
+        `done(task)` on success, a lost race on VersionConflict, otherwise skipped with the
+        engine's reason."""
         try:
             task = move()
         except errors.VersionConflict as exc:
@@ -447,9 +475,44 @@ class _Report:
         except errors.NotFound:
             self.skipped(task_id, "no such task")
         except errors.BoardError as exc:
-            self.skipped(task_id, exc.message)
+            self.skipped(task_id, exc.message, _kind_of(exc))
         else:
             self.done(task_id, done(task))
+
+    def count(self, outcome: str) -> int:
+        return sum(1 for kind, _ in self.lines if kind == outcome)
+
+    def summary(self) -> str:
+        """'Cancel, 600 tasks: 590 done; 8 skipped (5 is COMPLETED, 3 is QUEUED); 2 lost a race.'"""
+        parts = [f"{self.count('done')} done"]
+        if self.skips:
+            reasons = ", ".join(f"{n} {why}" for why, n in sorted(self.skips.items(), key=lambda kv: (-kv[1], kv[0])))
+            parts.append(f"{self.count('skipped')} skipped ({reasons})")
+        if self.count("lost"):
+            parts.append(f"{self.count('lost')} lost a race (changed meanwhile; left alone)")
+        n = len(self.lines)
+        return f"{self.action}, {n} {self.noun}{'s' if n != 1 else ''}: {'; '.join(parts)}."
+
+    def message(self) -> str:
+        rows = format_html_join("", '<li class="action-{}">{}</li>', self.lines)
+        return format_html(
+            '{}<details class="action-rows"><summary>Each task ({})</summary><ul>{}</ul></details>',
+            self.summary(), len(self.lines), rows,
+        )
+
+    def level(self) -> int:
+        if self.count("lost"):
+            return messages.ERROR
+        return messages.WARNING if self.skips else messages.SUCCESS
+
+
+def _kind_of(exc: errors.BoardError) -> str:
+    """A skip's reason for the counts: the stage that refused the move, else the engine's code."""
+    if exc.details.get("kind"):
+        return exc.details["kind"]
+    if isinstance(exc.task, Task):
+        return f"is {exc.task.stage}"
+    return exc.code.replace("_", " ")
 
 
 class TaskActionForm(admin.helpers.ActionForm):
@@ -481,12 +544,14 @@ ACTION_ROW_FIELDS = (
 @admin.register(Task)
 class TaskAdmin(NoHashLookups, admin.ModelAdmin):
     list_display = (
-        "id", "title", "stage", "owner", "lease", "fence", "attempts_of_max", "version", "updated_at",
+        "id", "title", "stage", "owner", "lease", "fence", "attempts_of_max", "version", "updated_at", "on_board",
     )
     list_display_links = ("id", "title")
     list_filter = ("stage", QueueFilter, OwnerFilter, LeaseStateFilter)
-    search_fields = ("=id", "title", "=owner")
-    search_help_text = "An exact task id or owner, or words of the title."
+    # What each word of the search matches, and the index that serves it on each store, are
+    # said in board/migrations/0005_admin_search_indexes.py (and the README).
+    search_fields = ("id__startswith", "title", "owner__exact", "queue__exact")
+    search_help_text = "Each word: the start of a task id (ids are case-sensitive), an exact owner or queue, or a word of the title."
     ordering = ("-updated_at",)
     list_per_page = 100
     show_full_result_count = False
@@ -503,7 +568,7 @@ class TaskAdmin(NoHashLookups, admin.ModelAdmin):
 
     READONLY = (
         "id", "stage", "version", "queue", "hold", "owner", "fence", "lease", "lease_expires_at", "attempts_of_max",
-        "not_before", "progress", "checkpoint", "result", "last_error", "created_at", "updated_at",
+        "not_before", "progress", "checkpoint", "result", "last_error_text", "created_at", "updated_at",
         "dependencies_list",
     )
 
@@ -543,6 +608,17 @@ class TaskAdmin(NoHashLookups, admin.ModelAdmin):
     def attempts_of_max(self, task: Task) -> str:
         return f"{task.attempts} / {task.max_retries + 1}"
 
+    @admin.display(description="board")
+    def on_board(self, task: Task) -> str:
+        return format_html('<a href="{}" title="Open this task\'s card on the live board">board</a>', board_url(task.pk))
+
+    @admin.display(description="last error")
+    def last_error_text(self, task: Task) -> str:
+        # In <pre>: a traceback keeps its indentation (Django's read-only text collapses it).
+        if not task.last_error:
+            return "—"
+        return format_html('<pre class="last-error" style="white-space: pre-wrap; margin: 0">{}</pre>', task.last_error)
+
     @admin.display(description="dependencies")
     def dependencies_list(self, task: Task) -> str:
         deps = list(task.dependencies.order_by("depends_on_id").values_list("depends_on_id", "depends_on__stage"))
@@ -563,7 +639,7 @@ class TaskAdmin(NoHashLookups, admin.ModelAdmin):
             (None, {"fields": ("id", "stage", "version", "queue", "hold", "dependencies_list")}),
             ("What the task is (editable, under the version guard)", {"fields": editable}),
             ("Lease", {"fields": ("owner", "fence", "lease", "lease_expires_at", "attempts_of_max", "not_before")}),
-            ("Progress and outcome", {"fields": ("progress", "checkpoint", "result", "last_error",
+            ("Progress and outcome", {"fields": ("progress", "checkpoint", "result", "last_error_text",
                                                  "created_at", "updated_at")}),
         ]
 
@@ -603,6 +679,14 @@ class TaskAdmin(NoHashLookups, admin.ModelAdmin):
             extra_context.update(show_save=False, show_save_and_continue=False, show_save_and_add_another=False)
         return super().change_view(request, object_id, form_url, extra_context)
 
+    def history_view(self, request, object_id, extra_context=None):
+        """Django's object history (its LogEntry rows) shows internal field names and none of
+        the engine's moves: the task's history is the inline on its page, so go there."""
+        if not self.has_view_or_change_permission(request):
+            raise PermissionDenied
+        url = reverse("admin:board_task_change", args=[quote(unquote(object_id))], current_app=self.admin_site.name)
+        return HttpResponseRedirect(f"{url}#events-group")
+
     def save_model(self, request, obj, form, change):
         pass  # the form's engine call (transitions.edit / create) was the write
 
@@ -624,27 +708,26 @@ class TaskAdmin(NoHashLookups, admin.ModelAdmin):
             return None
         return rows
 
-    def _each(self, request, queryset, call, done) -> None:
+    def _each(self, request, queryset, action: str, call, done) -> None:
         """Call `call(task_id, actor=, version=[, reason=])` for every selected task, held to the
-        version just read; report each outcome."""
+        version just read; report the outcomes in one message."""
         rows = self._rows(request, queryset)
         if rows is None:
             return
-        report = _Report(self, request)
         actor = request.user.get_username()
         reason = action_reason(request)
         extra = {"reason": reason} if reason else {}
-        for row in rows:
-            report.attempt(row["id"],
-                           lambda: call(row["id"], actor=actor, version=row["version"], **extra),
-                           lambda task: done(row, task))
+        with _Report(self, request, action) as report:
+            for row in rows:
+                report.attempt(row["id"],
+                               lambda row=row: call(row["id"], actor=actor, version=row["version"], **extra),
+                               lambda task, row=row: done(row, task))
 
     @admin.action(permissions=["intervene"], description="Release stale leases (expired only)")
     def release_stale_leases(self, request, queryset):
         rows = self._rows(request, queryset)
         if rows is None:
             return
-        report = _Report(self, request)
         now = self.clock()
         expired = {
             r["id"]: r for r in rows
@@ -659,23 +742,25 @@ class TaskAdmin(NoHashLookups, admin.ModelAdmin):
                 for r in transitions.reclaim_expired(now=now, task_ids=list(expired), limit=len(expired),
                                                      actor=request.user.get_username())
             }
-        for row in rows:
-            task_id = row["id"]
-            if task_id in reclaimed:
-                was = f"was held by {row['owner']}, {lease_was(row['lease_expires_at'], now)}"
-                if reclaimed[task_id] == Stage.FAILED:
-                    report.done(task_id, f"failed: lease expired on its last attempt ({was})")
+        with _Report(self, request, "Release stale leases") as report:
+            for row in rows:
+                task_id = row["id"]
+                if task_id in reclaimed:
+                    was = f"was held by {row['owner']}, {lease_was(row['lease_expires_at'], now)}"
+                    if reclaimed[task_id] == Stage.FAILED:
+                        report.done(task_id, f"failed: lease expired on its last attempt ({was})")
+                    else:
+                        report.done(task_id, f"released ({was})")
+                elif task_id in expired:
+                    report.lost(task_id, Task.objects.filter(pk=task_id).first())
+                elif row["stage"] != Stage.RUNNING:
+                    report.skipped(task_id, f"not RUNNING (is {row['stage']})", f"is {row['stage']}")
                 else:
-                    report.done(task_id, f"released ({was})")
-            elif task_id in expired:
-                report.lost(task_id, Task.objects.filter(pk=task_id).first())
-            elif row["stage"] != Stage.RUNNING:
-                report.skipped(task_id, f"not RUNNING (is {row['stage']})")
-            else:
-                report.skipped(
-                    task_id,
-                    f"lease still live (held by {row['owner']}, {lease_state(row['lease_expires_at'], now)})",
-                )
+                    report.skipped(
+                        task_id,
+                        f"lease still live (held by {row['owner']}, {lease_state(row['lease_expires_at'], now)})",
+                        "lease still live",
+                    )
 
     @admin.action(permissions=["intervene"], description="Force release (live leases too; asks first)")
     def force_release(self, request, queryset):
@@ -688,9 +773,9 @@ class TaskAdmin(NoHashLookups, admin.ModelAdmin):
         running = [r for r in rows if r["stage"] == Stage.RUNNING]
         skipped = [r for r in rows if r["stage"] != Stage.RUNNING]
         if not running:
-            report = _Report(self, request)
-            for row in skipped:
-                report.skipped(row["id"], f"not RUNNING (is {row['stage']})")
+            with _Report(self, request, "Force release") as report:
+                for row in skipped:
+                    report.skipped(row["id"], f"not RUNNING (is {row['stage']})", f"is {row['stage']}")
             return None
         for row in running:
             row["lease_text"] = lease_state(row["lease_expires_at"], now)
@@ -711,27 +796,45 @@ class TaskAdmin(NoHashLookups, admin.ModelAdmin):
         rows = self._rows(request, queryset)
         if rows is None:
             return
-        report = _Report(self, request)
         actor = request.user.get_username()
         reason = action_reason(request)
         now = self.clock()
-        for row in rows:
-            task_id = row["id"]
-            shown = request.POST.get(f"version_{task_id}", "")
-            if not shown.isdigit():  # it was not RUNNING on the confirmation page
-                if row["stage"] != Stage.RUNNING:
-                    report.skipped(task_id, f"not RUNNING (is {row['stage']})")
-                else:
-                    report.skipped(task_id, f"was not RUNNING when you confirmed (now held by {row['owner']}); "
-                                            "select it again to release it")
-                continue
-            # Held to the version shown on the confirmation page: a task that moved since
-            # (completed, renewed, released...) is reported, not released blindly.
-            report.attempt(
-                task_id,
-                lambda: transitions.force_release(task_id, actor=actor, version=int(shown), reason=reason),
-                lambda task: f"released (was held by {row['owner']}, {lease_was(row['lease_expires_at'], now)})",
-            )
+        with _Report(self, request, "Force release") as report:
+            for row in rows:
+                task_id = row["id"]
+                holder, fence = request.POST.get(f"holder_{task_id}"), request.POST.get(f"fence_{task_id}", "")
+                if holder is None or not fence.isdigit():  # it was not RUNNING on the confirmation page
+                    if row["stage"] != Stage.RUNNING:
+                        report.skipped(task_id, f"not RUNNING (is {row['stage']})", f"is {row['stage']}")
+                    else:
+                        report.skipped(task_id, f"was not RUNNING when you confirmed (now held by {row['owner']}); "
+                                                "select it again to release it", "was not RUNNING when you confirmed")
+                    continue
+                self._release_lease_seen(report, row, (holder, int(fence)), actor=actor, reason=reason, now=now)
+
+    def _release_lease_seen(self, report: _Report, row: dict, seen: tuple[str, int], *, actor: str, reason: str,
+                            now: datetime) -> None:
+        """Force release held to the lease shown on the confirmation page (its holder and fence),
+        not to its version: the holder's renewals while the operator read the page do not undo
+        the decision, but a lease that changed hands (or a task that left RUNNING) is left alone
+        and the row says why."""
+        task_id = row["id"]
+        try:
+            transitions.force_release(task_id, actor=actor, held_by=seen, reason=reason)
+        except errors.VersionConflict as exc:
+            current = _current(exc, task_id)
+            if current is not None and current.stage == Stage.RUNNING:
+                why = (f"the lease changed hands since the confirmation page (you saw {seen[0]}'s lease, "
+                       f"fence {seen[1]}; now held by {current.owner}, fence {current.fence}); nothing was done")
+            else:
+                why = "the task left RUNNING since the confirmation page; nothing was done"
+            report.lost(task_id, current, why)
+        except errors.NotFound:
+            report.skipped(task_id, "no such task")
+        except errors.BoardError as exc:
+            report.skipped(task_id, exc.message, _kind_of(exc))
+        else:
+            report.done(task_id, f"released (was held by {seen[0]}, {lease_was(row['lease_expires_at'], now)})")
 
     @admin.action(permissions=["intervene"], description="Requeue (FAILED or PAUSED → QUEUED)")
     def requeue(self, request, queryset):
@@ -751,7 +854,7 @@ class TaskAdmin(NoHashLookups, admin.ModelAdmin):
                 if task is not None and task.stage in (Stage.FAILED, Stage.PAUSED):
                     raise errors.InvalidTransition(
                         f"no attempt left ({task.attempts} / {task.max_retries + 1}); "
-                        "use “Requeue and reset attempts”", task=task,
+                        "use “Requeue and reset attempts”", task=task, kind="no attempt left",
                     ) from None
                 raise
 
@@ -759,7 +862,8 @@ class TaskAdmin(NoHashLookups, admin.ModelAdmin):
             attempts = f", attempts {row['attempts']} → 0" if reset_attempts else ""
             return f"requeued (was {row['stage']}{attempts})"
 
-        self._each(request, queryset, call, done)
+        label = "Requeue and reset attempts" if reset_attempts else "Requeue"
+        self._each(request, queryset, label, call, done)
 
     @admin.action(permissions=["intervene"], description="Cancel")
     def cancel(self, request, queryset):
@@ -767,11 +871,11 @@ class TaskAdmin(NoHashLookups, admin.ModelAdmin):
             held = f", held by {row['owner']}" if row["stage"] == Stage.RUNNING else ""
             return f"cancelled (was {row['stage']}{held})"
 
-        self._each(request, queryset, transitions.cancel, done)
+        self._each(request, queryset, "Cancel", transitions.cancel, done)
 
     @admin.action(permissions=["intervene"], description="Admit held PENDING tasks")
     def admit(self, request, queryset):
-        self._each(request, queryset, transitions.admit, lambda row, task: "admitted (PENDING → QUEUED)")
+        self._each(request, queryset, "Admit", transitions.admit, lambda row, task: "admitted (PENDING → QUEUED)")
 
     @admin.action(permissions=["intervene"], description="Pause running tasks (keep last checkpoint)")
     def pause(self, request, queryset):
@@ -780,7 +884,7 @@ class TaskAdmin(NoHashLookups, admin.ModelAdmin):
             kept = "checkpoint kept" if row["has_checkpoint"] else "no checkpoint saved: a resume starts over"
             return f"paused (was held by {row['owner']}; {kept})"
 
-        self._each(request, queryset, transitions.force_pause, done)
+        self._each(request, queryset, "Pause", transitions.force_pause, done)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -888,9 +992,10 @@ class AgentKeyAdmin(NoHashLookups, admin.ModelAdmin):
 
     @admin.action(permissions=["change"], description="Revoke selected keys")
     def revoke(self, request, queryset):
-        for key in queryset.order_by("name", "pk").only("pk", "name", "prefix"):
-            label = f"{key.name} ({key.prefix}…)"
-            if agent_keys.revoke(key.pk):
-                self.message_user(request, f"{label}: revoked", messages.SUCCESS)
-            else:
-                self.message_user(request, f"{label}: skipped: already revoked", messages.WARNING)
+        with _Report(self, request, "Revoke", "key") as report:
+            for key in queryset.order_by("name", "pk").only("pk", "name", "prefix"):
+                label = f"{key.name} ({key.prefix}…)"
+                if agent_keys.revoke(key.pk):
+                    report.done(label, "revoked")
+                else:
+                    report.skipped(label, "already revoked")

@@ -897,11 +897,11 @@ def _check_progress(progress: float | None) -> None:
 # to the task as it is now, if still legal.
 
 
-def _operator_move(using: str, task_id: str, version: int | None, move) -> Task:
+def _operator_move(using: str, task_id: str, version: int | None, move, *, lock: bool = False) -> Task:
     for _ in range(RACE_RETRIES):
         with write_transaction(using):
             now = clock.now(using)
-            task = _get(using, task_id)
+            task = _get_locked(using, task_id) if lock else _get(using, task_id)
             if version is not None and task.version != version:
                 raise errors.VersionConflict(
                     f"task {task.pk} is at version {task.version}, not {version}", task=task
@@ -948,20 +948,55 @@ def cancel(task_id: str, *, actor: str, version: int | None = None, reason: str 
     return _operator_move(using, task_id, version, move)
 
 
+# -- force release held to the lease the operator saw -----------------------------------------
+# An operator who decides to take a task from its holder decides about that holder's lease, not
+# about one version of the row: every renew bumps the version, so a confirmation held to the
+# version lost to any holder renewing while the operator read the page. With `held_by=(owner,
+# fence)` the move applies while that same lease (same holder, same fence) is still the task's,
+# however often it was renewed; a lease that changed hands (a new fence, even under the same
+# agent name) or a task no longer RUNNING is a VersionConflict carrying the current row.
+
+
+def _get_locked(using: str, task_id: str) -> Task:
+    """The task, its row locked until the transaction ends where the store has row locks
+    (PostgreSQL). Not for correctness (the CAS is that) but for liveness: a holder renewing in
+    a tight loop commits between an unlocked read and the CAS every time on PostgreSQL (the
+    test saw 50 retries lost in a row); locked, its renew waits, then finds its lease gone. On
+    SQLite writers are already serialised; on MongoDB a conflict is retried."""
+    if not connections[using].features.has_select_for_update:
+        return _get(using, task_id)
+    try:
+        return Task.objects.using(using).select_for_update().get(pk=task_id)
+    except Task.DoesNotExist:
+        raise errors.NotFound(f"no task with id {task_id!r}", task_id=task_id) from None
+
+
+def _refuse_another_lease(task: Task, held_by: tuple[str, int] | None) -> None:
+    if held_by is None:
+        return
+    owner, fence = held_by
+    if task.stage != Stage.RUNNING or task.owner != owner or task.fence != fence:
+        raise errors.VersionConflict(
+            f"task {task.pk} no longer holds the lease you saw ({owner}'s, fence {fence})", task=task,
+        )
+
+
 @retry_conflicts
 def force_release(task_id: str, *, actor: str, version: int | None = None, reason: str = "",
-                  using: str = "default") -> Task:
+                  held_by: tuple[str, int] | None = None, using: str = "default") -> Task:
     """Operator: take a RUNNING task from its holder, live lease or not, back to QUEUED. The
-    holder's later calls get LeaseLost and the next claim gets a higher fence."""
+    holder's later calls get LeaseLost and the next claim gets a higher fence. `held_by`:
+    only while that (owner, fence) still holds it (see above)."""
 
     def move(task: Task, now: datetime) -> bool:
+        _refuse_another_lease(task, held_by)
         if task.stage != Stage.RUNNING:
             raise _illegal(task, Verb.FORCE_RELEASE, "only a RUNNING task holds a lease")
         detail = _reason(reason, previous_owner=task.owner)
         return _swap(using, task, Verb.FORCE_RELEASE, now=now, actor=actor, detail=detail,
                      attempts=max(0, task.attempts - 1), **NO_LEASE)
 
-    return _operator_move(using, task_id, version, move)
+    return _operator_move(using, task_id, version, move, lock=held_by is not None)
 
 
 @retry_conflicts

@@ -7,7 +7,9 @@ exact counts; check() must find nothing after every test. Leases are aged by wri
 """
 from __future__ import annotations
 
+import html
 import re
+import threading
 import time
 from collections import Counter
 from datetime import timedelta
@@ -16,7 +18,7 @@ import pytest
 from django.contrib.admin.utils import quote
 from django.contrib.auth.models import Permission, User
 from django.contrib.sessions.models import Session
-from django.db import connection
+from django.db import connection, connections
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
@@ -118,7 +120,19 @@ def cancelled(task_id: str) -> None:
 
 
 def messages_of(response) -> list[str]:
-    return [m.message for m in response.context["messages"]]
+    """What the messages say: an action's one message gives its per-task lines (from its
+    collapsed <details>); any other message is itself."""
+    lines: list[str] = []
+    for message in response.context["messages"]:
+        text = str(message.message)
+        rows = re.findall(r'<li class="action-(?:done|skipped|lost)">(.*?)</li>', text, re.DOTALL)
+        lines.extend([html.unescape(r) for r in rows] if rows else [text])
+    return lines
+
+
+def summaries_of(response) -> list[str]:
+    """Each message's first line: an action's summary (the counts), unescaped."""
+    return [html.unescape(str(m.message).split("<details", 1)[0]) for m in response.context["messages"]]
 
 
 def act(client: Client, action: str, ids, **extra) -> tuple[object, list[str]]:
@@ -303,8 +317,12 @@ def test_force_release_asks_first_listing_each_holder_and_expiry(op):
     table = html[start:html.index("</table>", start)]
     assert "agent-1" in table and "expires in 9 min" in table
     assert "agent-2" in table and "expires in 1 h 59 min" in table
-    assert 'name="version_a" value="1"' in html and 'name="version_b" value="1"' in html
-    assert "q: QUEUED" in html and 'name="version_q"' not in html
+    # The form carries the lease shown (holder and fence), not the version.
+    assert 'name="holder_a" value="agent-1"' in html and 'name="fence_a" value="1"' in html
+    assert 'name="holder_b" value="agent-2"' in html and 'name="fence_b" value="1"' in html
+    assert 'name="version_a"' not in html
+    assert "q: QUEUED" in html and 'name="fence_q"' not in html
+    assert "the lease shown here" in html and "same holder and fence" in html
     assert db_state() == before  # asking changes nothing
 
 
@@ -312,7 +330,7 @@ def test_force_release_confirmed_on_a_mixed_selection(op):
     a = running("a", "agent-1")
     new("q")
     completed("done")
-    confirm = {"post": "yes", "version_a": "1"}  # what the confirmation page carries
+    confirm = {"post": "yes", "holder_a": "agent-1", "fence_a": "1"}  # what the confirmation page carries
     _, shown = act(op, "force_release", ["a", "q", "done"], **confirm)
     assert shown == [
         "a: released (was held by agent-1, lease had 9 min left)",
@@ -333,15 +351,122 @@ def test_force_release_confirmed_on_a_mixed_selection(op):
     assert again.lease.fence == a.lease.fence + 1
 
 
-def test_force_release_of_a_task_that_changed_since_the_confirmation_is_a_lost_race(op):
-    a = running("a")
-    page = op.post(CHANGELIST, {"action": "force_release", "index": "0", "_selected_action": ["a"]})
-    assert 'name="version_a" value="1"' in page.content.decode()
-    transitions.renew("a", a.lease.token, 600)  # the holder is alive after all (v2)
-    _, shown = act(op, "force_release", ["a"], post="yes", version_a="1")
-    assert shown == ["a: lost a race: task changed meanwhile (now RUNNING v2, held by agent-1)"]
-    assert row("a")["stage"] == Stage.RUNNING
-    transitions.complete("a", a.lease.token, {"kept": True})  # the holder was not disturbed
+def confirmation_of(page) -> dict:
+    """The confirmation page's form, as the browser would post it (its hidden inputs)."""
+    page_html = page.content.decode()
+    form = page_html[page_html.index('<form method="post">'):]
+    data: dict = {}
+    for name, value in re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)"', form):
+        if name == "csrfmiddlewaretoken":
+            continue
+        data.setdefault(html.unescape(name), []).append(html.unescape(value))
+    return data
+
+
+def confirm(client: Client, page) -> list[str]:
+    """Press the confirmation page's button: post its form; the messages shown after."""
+    response = client.post(CHANGELIST, confirmation_of(page), follow=True)
+    assert response.status_code == 200
+    return messages_of(response)
+
+
+class RenewingAgent:
+    """A holder that renews its lease every `every` seconds through the engine, in its own
+    thread (and connection), until stopped or until its lease is lost. `renewals` counts the
+    renewals made; `wait_for(n)` blocks until n of them have been made (bounded)."""
+
+    def __init__(self, task_id: str, token: str, every: float = 0.05, using: str = "default"):
+        self.task_id, self.token, self.every, self.using = task_id, token, every, using
+        self.renewals = 0
+        self.lost: errors.LeaseLost | None = None
+        self.failure: BaseException | None = None
+        self._stop = threading.Event()
+        self._renewed = threading.Condition()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                try:
+                    transitions.renew(self.task_id, self.token, 600, using=self.using)
+                except errors.LeaseLost as exc:
+                    self.lost = exc
+                    return
+                with self._renewed:
+                    self.renewals += 1
+                    self._renewed.notify_all()
+                self._stop.wait(self.every)  # the agent's heartbeat cadence, not a synchronisation
+        except BaseException as exc:  # noqa: BLE001 - reported to the test, which fails on it
+            self.failure = exc
+        finally:
+            with self._renewed:
+                self._renewed.notify_all()
+            connections[self.using].close()
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def wait_for(self, n: int) -> None:
+        with self._renewed:
+            assert self._renewed.wait_for(lambda: self.renewals >= n or not self._thread.is_alive(), timeout=30)
+        assert self.failure is None, self.failure
+
+    def wait_for_loss(self) -> None:
+        """Until the agent's renew is refused (it stops then), bounded."""
+        self._thread.join(timeout=30)
+        assert not self._thread.is_alive() and self.failure is None, self.failure
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join(timeout=30)
+        assert not self._thread.is_alive()
+        assert self.failure is None, self.failure
+
+
+def test_force_release_holds_to_the_lease_seen_not_to_the_version(op):
+    """The holder renews every 50 ms (each renew bumps the version) while the operator reads
+    the confirmation page: the release confirmed afterwards still applies, because the lease
+    shown (holder and fence) is the one still held."""
+    a = running("ops-live-1")
+    with RenewingAgent("ops-live-1", a.lease.token) as agent:
+        agent.wait_for(1)
+        page = op.post(CHANGELIST, {"action": "force_release", "index": "0", "_selected_action": ["ops-live-1"]})
+        assert page.status_code == 200
+        seen_version = row("ops-live-1")["version"]
+        agent.wait_for(agent.renewals + 3)  # the operator reads; the agent keeps renewing
+        assert row("ops-live-1")["version"] >= seen_version + 3
+        shown = confirm(op, page)
+        assert shown == ["ops-live-1: released (was held by agent-1, lease had 9 min left)"]
+        agent.wait_for_loss()
+    assert isinstance(agent.lost, errors.LeaseLost)  # the holder's next renew was refused
+    assert row("ops-live-1")["stage"] == Stage.QUEUED and row("ops-live-1")["owner"] == ""
+    assert events("ops-live-1")[-1][:3] == ("force_release", "RUNNING", "QUEUED")
+    assert transitions.claim("ops-live-1", "agent-2", 60).lease.fence == a.lease.fence + 1
+
+
+@pytest.mark.parametrize("next_holder", ["agent-2", "agent-1"])
+def test_force_release_of_a_lease_that_changed_hands_is_refused(op, next_holder):
+    """The lease shown was taken back and claimed again (a new fence; even by an agent of the
+    same name) before the operator confirmed: the new holder is left alone, and the row says
+    why."""
+    first = running("ops-live-2")
+    page = op.post(CHANGELIST, {"action": "force_release", "index": "0", "_selected_action": ["ops-live-2"]})
+    transitions.force_release("ops-live-2", actor="other-op")
+    second = transitions.claim("ops-live-2", next_holder, 600)
+    assert second.lease.fence == first.lease.fence + 1
+    with RenewingAgent("ops-live-2", second.lease.token) as agent:
+        agent.wait_for(2)
+        shown = confirm(op, page)
+    version = row("ops-live-2")["version"]
+    assert len(shown) == 1 and re.fullmatch(
+        rf"ops-live-2: lost a race: the lease changed hands since the confirmation page "
+        rf"\(you saw agent-1's lease, fence 1; now held by {next_holder}, fence 2\); "
+        rf"nothing was done \(now RUNNING v\d+, held by {next_holder}\)", shown[0]), shown
+    assert version > 0 and agent.lost is None
+    assert row("ops-live-2")["stage"] == Stage.RUNNING and row("ops-live-2")["fence"] == 2
+    assert [e[0] for e in events("ops-live-2")].count("force_release") == 1  # only the other operator's
+    transitions.complete("ops-live-2", second.lease.token, {"kept": True})
 
 
 def test_force_release_with_nothing_running_skips_without_asking(op):
@@ -354,12 +479,13 @@ def test_force_release_with_nothing_running_skips_without_asking(op):
     assert db_state() == before
 
 
-def test_force_release_confirmed_for_a_task_that_was_not_running_is_skipped(op):
-    """A forged confirmation (a version for a QUEUED task) is refused by the engine."""
+def test_force_release_confirmed_for_a_task_that_was_not_running_is_refused(op):
+    """A forged confirmation (a lease for a QUEUED task) is refused by the engine."""
     new("q")
     before = db_state()
-    _, shown = act(op, "force_release", ["q"], post="yes", version_q="0")
-    assert shown == ["q: skipped: cannot force_release task q: it is QUEUED; only a RUNNING task holds a lease"]
+    _, shown = act(op, "force_release", ["q"], post="yes", holder_q="agent-1", fence_q="0")
+    assert shown == [("q: lost a race: the task left RUNNING since the confirmation page; nothing was done "
+                      "(now QUEUED v0)")]
     assert db_state() == before
 
 
@@ -368,17 +494,16 @@ def test_force_release_races_a_complete(op):
     complete, over many rounds: exactly one wins, the loser is told precisely."""
     running("warm-up")
     spread = latency(lambda: op.post(CHANGELIST, {"action": "force_release", "index": "0", "post": "yes",
-                                                  "_selected_action": ["warm-up"], "version_warm-up": "1"}))
+                                                  "_selected_action": ["warm-up"], "holder_warm-up": "agent-1",
+                                                  "fence_warm-up": "1"}))
     op.get(CHANGELIST)
     outcomes = Counter()
     for n in range(ROUNDS):
         task_id = f"fc-{n}"
         c = running(task_id)
         page = op.post(CHANGELIST, {"action": "force_release", "index": "0", "_selected_action": [task_id]})
-        shown_version = re.search(rf'name="version_{task_id}" value="(\d+)"', page.content.decode()).group(1)
         posted, done = race([
-            lambda: op.post(CHANGELIST, {"action": "force_release", "post": "yes", "_selected_action": [task_id],
-                                         f"version_{task_id}": shown_version}),
+            lambda page=page: op.post(CHANGELIST, confirmation_of(page)),
             lambda: transitions.complete(task_id, c.lease.token, {"n": n}),
         ], jitter=[0, spread * 1.5])
         assert not isinstance(posted, BaseException), posted
@@ -387,7 +512,8 @@ def test_force_release_races_a_complete(op):
         if isinstance(done, Task):
             assert stage == Stage.COMPLETED and row(task_id)["result"] == {"n": n}
             assert "force_release" not in [e[0] for e in events(task_id)], f"round {n}: both won"
-            assert shown == [f"{task_id}: lost a race: task changed meanwhile (now COMPLETED v2)"]
+            assert shown == [(f"{task_id}: lost a race: the task left RUNNING since the confirmation page; "
+                              "nothing was done (now COMPLETED v2)")]
             outcomes["complete"] += 1
         else:
             assert isinstance(done, errors.LeaseLost), done
@@ -569,7 +695,7 @@ def test_the_reason_typed_in_the_action_bar_is_kept_in_the_history(op):
     page = op.post(CHANGELIST, {"action": "force_release", "index": "0", "_selected_action": ["a"],
                                 "reason": "agent-1 is wedged"})
     assert 'name="reason" value="agent-1 is wedged"' in page.content.decode()
-    _, shown = act(op, "force_release", ["a"], post="yes", version_a="1", reason="agent-1 is wedged")
+    _, shown = act(op, "force_release", ["a"], post="yes", holder_a="agent-1", fence_a="1", reason="agent-1 is wedged")
     assert TaskEvent.objects.filter(task_id="a").last().detail == {
         "previous_owner": "agent-1", "reason": "agent-1 is wedged"}
     with pytest.raises(errors.LeaseLost):
@@ -860,7 +986,7 @@ def test_staff_without_intervene_get_a_read_only_admin(viewer):
     # Forged POSTs: every action, and the change form.
     for action in ("release_stale_leases", "force_release", "cancel", "admit", "requeue", "pause"):
         forged = viewer.post(CHANGELIST, {"action": action, "index": "0", "_selected_action": ["r", "h"],
-                                          "post": "yes", "version_r": "1"}, follow=True)
+                                          "post": "yes", "holder_r": "agent-1", "fence_r": "1"}, follow=True)
         assert forged.status_code == 200
     data = {"title": "x", "description": "", "priority": "0", "max_retries": "3", "payload": "",
             "opened_version": "0", "opened_state": TaskEditForm.seal(Task.objects.get(pk="h")), "_save": "Save"}
@@ -987,7 +1113,7 @@ def test_no_admin_page_shows_a_lease_token_or_its_hash(op):
     pages = [
         op.get(CHANGELIST), op.get(CHANGELIST + "?lease=live"), op.get(CHANGELIST + "?q=a"),
         op.get(change_url("a")), op.get(change_url("b")),
-        op.get(reverse("admin:board_task_history", args=["a"])),
+        op.get(reverse("admin:board_task_history", args=["a"]), follow=True),
         op.post(CHANGELIST, {"action": "force_release", "index": "0", "_selected_action": ["a", "b"]}),
         op.get(KEYS), op.get(reverse("admin:board_agentkey_change", args=[key_row.pk])),
         op.get(reverse("admin:index")), op.get(reverse("admin:app_list", args=["board"])),
@@ -1064,3 +1190,171 @@ def test_viewer_cannot_create_or_revoke_keys(viewer):
     viewer.post(KEYS, {"action": "revoke", "index": "0", "_selected_action": [stored.pk]})
     assert agent_keys.authenticate(key) is not None
     assert AgentKey.objects.count() == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Issue 11: one summary per action, ids as they are, links to the board, the task's history,
+# tracebacks, search, the read-only admin
+
+
+def messagelist_items(response) -> list[str]:
+    """The page's message banners, as rendered (an action's per-task lines are not banners)."""
+    return re.findall(r'<li class="(?:debug|info|success|warning|error)">', response.content.decode())
+
+
+def test_a_bulk_cancel_of_hundreds_of_tasks_gives_one_summary_with_exact_counts(op, monkeypatch):
+    transitions.create([TaskSpec(id=f"bulk-{n:03}", title=f"bulk {n}") for n in range(300)], actor="test")
+    for n in range(7):
+        completed(f"done-{n}")
+    for n in range(5):
+        cancelled(f"gone-{n}")
+    losers = {"bulk-010", "bulk-150", "bulk-299"}
+    real_cancel = transitions.cancel
+
+    def an_agent_claims_first(task_id, **kwargs):
+        if task_id in losers:  # an agent claims it between the action's read and its verb
+            transitions.claim(task_id, "agent-9", 600)
+        return real_cancel(task_id, **kwargs)
+
+    monkeypatch.setattr(transitions, "cancel", an_agent_claims_first)
+    selected = [f"bulk-{n:03}" for n in range(300)] + [f"done-{n}" for n in range(7)] + [f"gone-{n}" for n in range(5)]
+    response, lines = act(op, "cancel", selected)
+    assert len(response.context["messages"]) == 1
+    assert len(messagelist_items(response)) == 1  # one banner on the page
+    assert summaries_of(response) == [(
+        "Cancel, 312 tasks: 297 done; 12 skipped (7 is COMPLETED, 5 is CANCELLED); "
+        "3 lost a race (changed meanwhile; left alone)."
+    )]
+    assert len(lines) == 312
+    outcomes = Counter(line.split(": ", 1)[1].split(" (")[0].split(":")[0] for line in lines)
+    assert outcomes == {"cancelled": 297, "skipped": 12, "lost a race": 3}
+    assert "bulk-010: lost a race: task changed meanwhile (now RUNNING v1, held by agent-9)" in lines
+    assert "done-0: skipped: task done-0 is COMPLETED" in lines
+    page = response.content.decode()
+    assert '<details class="action-rows"><summary>Each task (312)</summary>' in page  # collapsed
+    assert Task.objects.filter(stage=Stage.CANCELLED).count() == 297 + 5
+    assert Task.objects.filter(stage=Stage.RUNNING, owner="agent-9").count() == 3
+
+
+def test_an_action_that_does_everything_it_was_asked_says_so_in_one_success_message(op):
+    for n in range(3):
+        new(f"h{n}", hold=True)
+    response, lines = act(op, "admit", ["h0", "h1", "h2"])
+    [message] = list(response.context["messages"])
+    assert message.level_tag == "success"
+    assert summaries_of(response) == ["Admit, 3 tasks: 3 done."]
+    assert lines == [f"h{n}: admitted (PENDING → QUEUED)" for n in range(3)]
+
+
+def test_ids_are_shown_as_they_are_not_capitalised(op):
+    """Django's admin capitalises each message's first letter; ids are case-sensitive."""
+    new("ops-live-1")
+    new("Ops-live-1")  # another task: only the case differs
+    response, lines = act(op, "cancel", ["ops-live-1"])
+    assert lines == ["ops-live-1: cancelled (was QUEUED)"]
+    page = response.content.decode()
+    assert "ops-live-1: cancelled" in page and "Ops-live-1: cancelled" not in page
+    assert row("Ops-live-1")["stage"] == Stage.QUEUED
+    key, _ = agent_keys.create_key("worker-a")
+    revoked = op.post(KEYS, {"action": "revoke", "index": "0", "_selected_action": [key.pk]}, follow=True)
+    assert f"worker-a ({key.prefix}…): revoked" in revoked.content.decode()
+    assert summaries_of(revoked) == ["Revoke, 1 key: 1 done."]
+
+
+def test_the_change_page_and_the_list_link_to_the_tasks_card_on_the_board(op):
+    new("ops:live-1")  # an id that needs quoting in a URL
+    board_link = "/board/?task=ops%3Alive-1"
+    page = op.get(change_url("ops:live-1"))
+    assert page.status_code == 200
+    assert f'href="{board_link}"' in page.content.decode()
+    listed = op.get(CHANGELIST)
+    assert f'href="{board_link}"' in listed.content.decode()
+    assert op.get(board_link).status_code == 200  # the board page answers it
+
+
+def test_the_history_button_shows_the_tasks_history_not_djangos(op):
+    c = running("h")
+    transitions.renew("h", c.lease.token, 600)
+    page = op.get(change_url("h"))
+    html_page = page.content.decode()
+    assert 'href="#events-group"' in html_page  # the button points at the history inline
+    assert reverse("admin:board_task_history", args=["h"]) not in html_page
+    assert 'id="events-group"' in html_page
+    redirected = op.get(reverse("admin:board_task_history", args=["h"]))
+    assert redirected.status_code == 302 and redirected["Location"] == change_url("h") + "#events-group"
+    followed = op.get(reverse("admin:board_task_history", args=["h"]), follow=True)
+    [history] = followed.context["inline_admin_formsets"]
+    assert [f.original.verb for f in history] == ["create", "claim", "renew"]
+
+
+def test_a_traceback_keeps_its_indentation_on_the_change_page(op):
+    traceback = (
+        "Traceback (most recent call last):\n"
+        '  File "worker.py", line 12, in run\n'
+        "    handle(payload)\n"
+        "KeyError: 'url' <b>not markup</b>"
+    )
+    c = running("tb", max_retries=0)
+    transitions.fail("tb", c.lease.token, traceback, retryable=False)
+    page = op.get(change_url("tb")).content.decode()
+    shown = re.search(r'<pre class="last-error"[^>]*>(.*?)</pre>', page, re.DOTALL)
+    assert shown is not None
+    assert html.unescape(shown.group(1)) == traceback
+    assert "<b>not markup</b>" not in page
+
+
+def test_staff_with_view_task_see_tasks_read_only(viewer):
+    """What the README promises: board.view_task (without board.intervene) gives a read-only
+    admin — the task list, each task's page and history, the board links; no action, no edit."""
+    c = running("r", title="Resize images")
+    new("q", title="Send mail")
+    index = viewer.get(reverse("admin:index")).content.decode()
+    assert 'href="/admin/board/task/"' in index and "View" in index
+    listed = viewer.get(CHANGELIST)
+    assert sorted(t.pk for t in listed.context["cl"].result_list) == ["q", "r"]
+    assert listed.context["action_form"] is None and 'name="_selected_action"' not in listed.content.decode()
+    assert 'href="/board/?task=r"' in listed.content.decode()
+    assert [t.pk for t in viewer.get(CHANGELIST, {"q": "Resize"}).context["cl"].result_list] == ["r"]
+    page = viewer.get(change_url("r"))
+    assert page.status_code == 200 and page.context["title"] == "View task"
+    body = page.content.decode()
+    assert 'name="_save"' not in body and 'href="/board/?task=r"' in body and 'href="#events-group"' in body
+    [history] = page.context["inline_admin_formsets"]
+    assert [f.original.verb for f in history] == ["create", "claim"]
+    assert viewer.get(reverse("admin:board_task_history", args=["r"]), follow=True).status_code == 200
+    transitions.complete("r", c.lease.token, {})
+
+
+def test_staff_without_board_permissions_see_no_tasks():
+    """Being staff alone shows nothing: the README says which permission to grant."""
+    client = client_for(make_user("staffer", []))
+    new("t")
+    assert "You don’t have permission to view or edit anything" in client.get(reverse("admin:index")).content.decode()
+    assert client.get(CHANGELIST).status_code == 403
+    assert client.get(change_url("t")).status_code == 403
+    assert client.get(reverse("admin:board_task_history", args=["t"])).status_code == 403
+
+
+def listed(client, query: str) -> list[str]:
+    response = client.get(CHANGELIST, {"q": query})
+    assert response.status_code == 200
+    return sorted(t.pk for t in response.context["cl"].result_list)
+
+
+def test_search_finds_ids_by_prefix_titles_by_word_owners_and_queues(op):
+    running("ops-live-1", "agent-7", title="Resize the thumbnails", queue="images")
+    new("ops-live-2", title="Send the weekly digest", queue="mail")
+    new("OPS-LIVE-3", title="resize avatars", queue="images")
+    new("backup-1", title="Nightly backup", queue="ops")
+    assert listed(op, "ops-live-1") == ["ops-live-1"]  # an exact id
+    # An id prefix keeps its case, except on SQLite, whose LIKE ignores ASCII case.
+    ignores_case = ["OPS-LIVE-3"] if connection.vendor == "sqlite" else []
+    assert listed(op, "ops-live") == [*ignores_case, "ops-live-1", "ops-live-2"]
+    assert listed(op, "RESIZE") == ["OPS-LIVE-3", "ops-live-1"]  # a word of the title, any case
+    assert listed(op, "weekly") == ["ops-live-2"]
+    assert listed(op, "agent-7") == ["ops-live-1"]  # an owner
+    assert listed(op, "images") == ["OPS-LIVE-3", "ops-live-1"]  # a queue
+    assert listed(op, "ops") == sorted(["backup-1", *listed(op, "ops-live")])  # queue "ops" + id prefixes
+    assert listed(op, "resize images") == ["OPS-LIVE-3", "ops-live-1"]  # every word must match
+    assert listed(op, "resize mail") == []
+    assert listed(op, "agent") == []  # owners are matched whole

@@ -1,0 +1,114 @@
+"""The admin's search on each SQL store: which indexes serve it (issue 11). What a search
+matches is tested through the admin in tests/test_admin.py (on SQLite, and on MongoDB by its
+session); here, the plans: on PostgreSQL every word's match is served by an index (none is a
+sequential scan even when scans are forbidden); on SQLite the title's words are scanned, as the
+README says."""
+from __future__ import annotations
+
+import pytest
+from django.conf import settings
+from django.contrib import admin
+from django.db import connections, transaction
+from django.test import RequestFactory
+
+from board import errors, transitions
+from board.lifecycle import Stage
+from board.models import Task, TaskEvent
+from board.transitions import TaskSpec, create
+from tests.support import db_state, postgres_db_mark
+from tests.test_admin import RenewingAgent
+
+pytestmark = postgres_db_mark()
+
+
+def searched(alias: str, words: str):
+    task_admin = admin.site._registry[Task]
+    request = RequestFactory().get("/admin/board/task/", {"q": words})
+    queryset, _ = task_admin.get_search_results(request, Task.objects.using(alias), words)
+    return queryset
+
+
+def postgres_plan(words: str) -> str:
+    """The plan PostgreSQL makes for the search with sequential scans priced out: a part of the
+    query that no index can serve still shows as a Seq Scan."""
+    with transaction.atomic(using="postgres"):
+        with connections["postgres"].cursor() as cursor:
+            cursor.execute("SET LOCAL enable_seqscan = off")
+        return searched("postgres", words).explain()
+
+
+@pytest.fixture
+def postgres():
+    if not settings.POSTGRES_AVAILABLE:
+        pytest.skip("PostgreSQL is not available")
+    create([TaskSpec(id=f"t-{n}", title=f"Resize image {n}", queue=f"q{n % 3}") for n in range(50)],
+           actor="test", using="postgres")
+    with connections["postgres"].cursor() as cursor:
+        cursor.execute("ANALYZE board_task")
+
+
+def test_the_title_trigram_index_exists_on_postgresql(postgres):
+    with connections["postgres"].cursor() as cursor:
+        cursor.execute("SELECT indexdef FROM pg_indexes WHERE indexname = 'task_title_trgm'")
+        [(definition,)] = cursor.fetchall()
+    assert "gin" in definition and "gin_trgm_ops" in definition and "upper" in definition.lower()
+
+
+@pytest.mark.parametrize("words", ["resize", "t-4", "q1", "agent-7", "resize q1"])
+def test_every_search_word_is_served_by_an_index_on_postgresql(postgres, words):
+    plan = postgres_plan(words)
+    assert "Seq Scan" not in plan, plan
+    assert "task_title_trgm" in plan, plan  # words of the title
+    assert "_like" in plan, plan  # an id prefix: the primary key's pattern index
+    assert "task_owner" in plan and "task_queue" in plan, plan
+    assert sorted(t.pk for t in searched("postgres", "resize q1")) == sorted(
+        f"t-{n}" for n in range(50) if n % 3 == 1)
+
+
+def test_on_sqlite_the_title_is_scanned_as_the_readme_says():
+    plan = searched("default", "resize").explain()
+    assert "SCAN board_task" in plan, plan
+
+
+# ---------------------------------------------------------------------------------------------
+# The engine's force release held to a lease (what the admin's confirmation uses), on both SQL
+# stores, against a holder renewing as fast as it can in its own thread and connection.
+
+
+@pytest.fixture(params=["default", "postgres"])
+def alias(request):
+    if request.param == "postgres" and not settings.POSTGRES_AVAILABLE:
+        pytest.skip("PostgreSQL is not available")
+    return request.param
+
+
+ROUNDS = 20
+
+
+def test_force_release_held_to_the_lease_wins_over_renewals(alias):
+    for n in range(ROUNDS):
+        task_id = f"held-{n}"
+        create([TaskSpec(id=task_id, title="t")], actor="test", using=alias)
+        claim = transitions.claim(task_id, "agent-1", 600, using=alias)
+        seen = ("agent-1", claim.lease.fence)
+        with RenewingAgent(task_id, claim.lease.token, every=0, using=alias) as agent:
+            agent.wait_for(2)
+            released = transitions.force_release(task_id, actor="op", held_by=seen, using=alias)
+            agent.wait_for_loss()
+        assert released.stage == Stage.QUEUED and agent.renewals >= 2, n
+        assert isinstance(agent.lost, errors.LeaseLost)
+        verbs = list(TaskEvent.objects.using(alias).filter(task_id=task_id).values_list("verb", flat=True))
+        assert verbs[-1] == "force_release" and verbs.count("force_release") == 1
+
+
+def test_force_release_held_to_a_lease_that_changed_hands_writes_nothing(alias):
+    create([TaskSpec(id="moved", title="t")], actor="test", using=alias)
+    first = transitions.claim("moved", "agent-1", 600, using=alias)
+    transitions.force_release("moved", actor="other-op", using=alias)
+    second = transitions.claim("moved", "agent-1", 600, using=alias)  # the same name, a new fence
+    before = db_state(alias)
+    with pytest.raises(errors.VersionConflict) as refused:
+        transitions.force_release("moved", actor="op", held_by=("agent-1", first.lease.fence), using=alias)
+    assert refused.value.task.fence == second.lease.fence == first.lease.fence + 1
+    assert db_state(alias) == before
+    transitions.complete("moved", second.lease.token, {}, using=alias)
