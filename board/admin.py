@@ -549,7 +549,7 @@ class TaskAdmin(NoHashLookups, admin.ModelAdmin):
     list_display_links = ("id", "title")
     list_filter = ("stage", QueueFilter, OwnerFilter, LeaseStateFilter)
     # What each word of the search matches, and the index that serves it on each store, are
-    # said in board/migrations/0005_admin_search_indexes.py (and the README).
+    # said in board/migrations/0006_admin_search_indexes.py (and the README).
     search_fields = ("id__startswith", "title", "owner__exact", "queue__exact")
     search_help_text = "Each word: the start of a task id (ids are case-sensitive), an exact owner or queue, or a word of the title."
     ordering = ("-updated_at",)

@@ -50,5 +50,5 @@ def drop_title_index(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-    dependencies = (("board", "0004_claim_request_id"),)
+    dependencies = (("board", "0005_task_stage_changed_at"),)
     operations = (migrations.RunPython(create_title_index, drop_title_index, elidable=False),)
