@@ -12,7 +12,13 @@ from board.lifecycle import MAX_TRACEBACK_CHARS
 from board.transitions import TaskSpec
 from taskflow_client import Client
 from tests.live_server import api_call, server_for_sessions
-from tests.support import db_state, end_backoff, expire_lease, postgres_db_mark, sqlite_db_mark
+from tests.support import (
+    db_state,
+    end_backoff,
+    expire_lease,
+    postgres_db_mark,
+    sqlite_db_mark,
+)
 
 STORES = [pytest.param("default", marks=sqlite_db_mark(), id="sqlite"),
           pytest.param("postgres", marks=postgres_db_mark(), id="postgres")]
@@ -142,10 +148,9 @@ def test_the_client_sends_the_traceback_of_a_block_that_raised(alias, servers):
             raise KeyError("missing-field")
         deep_inside(n - 1)
 
-    with pytest.raises(KeyError):
-        with client.hold_task("crash", ttl_seconds=30):
-            deep_inside(3)
-    detail = [e for e in client.events("crash") if e["verb"] == "fail"][0]["detail"]
+    with pytest.raises(KeyError), client.hold_task("crash", ttl_seconds=30):
+        deep_inside(3)
+    detail = next(e for e in client.events("crash") if e["verb"] == "fail")["detail"]
     assert detail["error"].startswith("KeyError: 'missing-field'")
     assert detail["traceback"].startswith("Traceback (most recent call last):")
     assert detail["traceback"].count("in deep_inside") == 4
