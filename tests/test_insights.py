@@ -39,7 +39,10 @@ class Script:
 
 @pytest.fixture
 def scripted(request):
-    using = request.param
+    return run_script(request.param)
+
+
+def run_script(using: str) -> str:
     s = Script(using)
     s.at(ago(90), lambda: transitions.create(
         [TaskSpec(id=f"a{i}", title="alpha", queue="alpha") for i in (1, 2, 3)]
@@ -59,6 +62,11 @@ def scripted(request):
 
 @pytest.mark.parametrize("scripted", STORES, indirect=True)
 def test_agents_throughput_and_queue_depth_are_exact(scripted):
+    assert_exact(scripted)
+
+
+def assert_exact(scripted: str) -> None:
+    """The panel's data after run_script(), item by item (tests/mongodb runs it on MongoDB)."""
     data, first_id = insights.compute(NOW, using=scripted)
     assert (data["type"], data["start"], data["minutes"]) == ("insights", "2026-01-01T11:31:00Z", 60)
 
