@@ -38,6 +38,10 @@ from .selectors import json_time
 
 WINDOW_MINUTES = 60
 MAX_HELD_IDS = 20  # task ids listed per agent (with the count of all it holds)
+# A frame stays small (well under daphne's 1 MiB) however many agents and queues there are:
+# the busiest are sent, and how many more there were.
+MAX_AGENTS = 200
+MAX_QUEUES = 20
 
 # What an agent does as the holder of a task: the actor of these events is the agent's name
 # (the reaper's and the operators' events are not an agent's).
@@ -113,7 +117,8 @@ def compute(now: datetime | None = None, *, using: str = "default", since_id: in
     acted.update(actor for actor in heartbeats if _is_agent(actor))
 
     depth: dict[str, list[int]] = {}
-    for queue in sorted(set(queued_now) | set(net)):
+    queues = sorted(set(queued_now) | set(net))
+    for queue in queues:
         changes = net[queue] if queue in net else [0] * (minutes + 1)
         series = [0] * minutes
         level = queued_now.get(queue, 0) - changes[minutes]  # as it was at now
@@ -121,12 +126,18 @@ def compute(now: datetime | None = None, *, using: str = "default", since_id: in
             series[i] = level
             level -= changes[i]
         depth[queue] = series
+    kept_queues = sorted(depth, key=lambda q: (-depth[q][-1], -max(depth[q]), q))[:MAX_QUEUES]
+    depth = {queue: depth[queue] for queue in sorted(kept_queues)}
 
     holds: dict[str, list[str]] = defaultdict(list)
     for owner, task_id in held:
         holds[owner].append(task_id)
+    names = sorted(acted | set(holds))
+    if len(names) > MAX_AGENTS:  # the busiest: holding the most, then the most done
+        busiest = sorted(names, key=lambda n: (-len(holds.get(n, ())), -sum(done[n]) if n in done else 0, n))
+        names = sorted(busiest[:MAX_AGENTS])
     agents = []
-    for name in sorted(acted | set(holds)):
+    for name in names:
         ids = holds.get(name, [])
         agents.append({
             "name": name,
@@ -145,8 +156,10 @@ def compute(now: datetime | None = None, *, using: str = "default", since_id: in
         "start": json_time(start),
         "minutes": minutes,
         "agents": agents,
+        "more_agents": len(acted | set(holds)) - len(agents),
         "throughput": {"completed": completed, "failed": failed},
         "queue_depth": depth,
+        "more_queues": len(queues) - len(depth),
     }
     return data, min(first_ids) if first_ids else since_id
 

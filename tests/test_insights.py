@@ -88,9 +88,20 @@ def assert_exact(scripted: str) -> None:
          "completed": 0, "failed": 1},
         {"name": "cy", "holds": ["a3"], "holding": 1, "last_heartbeat": None, "completed": 0, "failed": 0},
     ]
+    assert (data["more_agents"], data["more_queues"]) == (0, 0)
     first_in_window = TaskEvent.objects.using(scripted).filter(at__gte=datetime(2026, 1, 1, 11, 31, tzinfo=UTC))
     assert first_id == min(first_in_window.values_list("id", flat=True))
     assert "token" not in repr(data).lower()
+
+
+@pytest.mark.parametrize("scripted", STORES, indirect=True)
+def test_many_agents_and_queues_send_the_busiest_and_how_many_more(scripted, monkeypatch):
+    monkeypatch.setattr(insights, "MAX_AGENTS", 2)
+    monkeypatch.setattr(insights, "MAX_QUEUES", 1)
+    data, _ = insights.compute(NOW, using=scripted)
+    # bob and cy each hold a task; ann holds none. alpha has a task queued now, beta none.
+    assert ([a["name"] for a in data["agents"]], data["more_agents"]) == (["bob", "cy"], 1)
+    assert (list(data["queue_depth"]), data["more_queues"]) == (["alpha"], 1)
 
 
 @pytest.mark.parametrize("scripted", STORES, indirect=True)
@@ -161,3 +172,15 @@ def test_an_insights_frame_follows_the_snapshot_and_changes_after_a_completion(b
         assert (agents["live-agent"]["holds"], agents["live-agent"]["completed"]) == ([], 1)
         assert frame["throughput"]["completed"][-1] + frame["throughput"]["completed"][-2] == 1
         assert claim.lease.token not in json.dumps(frame)
+
+        # A failure's traceback stays out of the live frames (the details panel reads it from
+        # the API): the event says only that there is one.
+        other = transitions.claim("w2", "live-agent", 600).lease
+        transitions.fail("w2", other.token, "boom", traceback="Traceback ...\n" + "x" * 60_000)
+        while True:
+            frame = json.loads(ws.recv(timeout=WAIT))
+            fails = [i["event"] for i in frame.get("items", []) if i["event"]["verb"] == "fail"]
+            if fails:
+                break
+        assert fails[0]["detail"] == {"error": "boom", "has_traceback": True, "retryable": True}
+        assert other.token not in json.dumps(frame)

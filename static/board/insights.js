@@ -119,6 +119,7 @@
 
     const parts = [el("h2", null, "Agents and throughput")];
     parts.push(el("h3", null, "Agents"), agentsTable(data));
+    if (data.more_agents) parts.push(el("p", "legend", `and ${data.more_agents} more agents`));
 
     parts.push(el("h3", null, "Completions and failures per minute"));
     const throughput = barChart(data, [["completed", data.throughput.completed], ["failed", data.throughput.failed]],
@@ -136,7 +137,8 @@
       chart.dataset.depth = String(depths[depths.length - 1]);
       parts.push(el("p", "legend", `${queue}: ${depths[depths.length - 1]} queued now, at most ${Math.max(...depths)}`), chart);
     }
-    if (queues.length > MAX_QUEUES) parts.push(el("p", "legend", `and ${queues.length - MAX_QUEUES} more queues`));
+    const moreQueues = Math.max(0, queues.length - MAX_QUEUES) + (data.more_queues || 0);
+    if (moreQueues) parts.push(el("p", "legend", `and ${moreQueues} more queues`));
     section.replaceChildren(...parts);
   }
 
