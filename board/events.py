@@ -408,6 +408,11 @@ class Tailer:
         self.ready.set()
         try:
             while True:
+                # asgiref's sync_to_async swallows a cancellation that comes while its thread
+                # runs (it waits for the thread and returns its result): honour it here, or
+                # this loop outlives the shutdown of its event loop, which then never ends.
+                if asyncio.current_task().cancelling():
+                    raise asyncio.CancelledError
                 try:
                     await asyncio.wait_for(self.wake.wait(), timeout=POLL_SECONDS)
                 except TimeoutError:
