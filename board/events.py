@@ -380,8 +380,10 @@ class Tailer:
         self.insights = insights.Insights()
         self.insights_frame: str | None = None  # the last one computed (a new socket gets it)
         self.insights_at = 0.0
-        self.insights_dirty = True
+        # Nothing is computed before a socket asks (after its snapshot) or a change is read.
+        self.insights_dirty = False
         self.insights_failing = False
+        self.insights_task: asyncio.Task | None = None
 
     def want_insights(self) -> None:
         """A socket has no insights frame yet: compute one on the next pass (rate limits apply)."""
@@ -428,6 +430,8 @@ class Tailer:
         finally:
             if doorbell_task is not None:
                 doorbell_task.cancel()
+            if self.insights_task is not None:
+                self.insights_task.cancel()
 
     async def _pass(self, cursor: Cursor) -> None:
         while True:  # page after page until caught up: a big commit is never left half read
@@ -466,20 +470,29 @@ class Tailer:
             if message["problems"] != self.problems_sent:
                 self.problems_sent = message["problems"]
                 await self._broadcast(json.dumps(message))
-        await self._push_insights()
+        self._start_insights()
 
-    async def _push_insights(self) -> None:
-        """Recompute the insights when something changed (or on the refresh timer), at most every
-        INSIGHTS_MIN_INTERVAL_SECONDS, and push them when they differ from the last push. A
-        failure is logged once per run of failures and leaves the other updates alone."""
+    def _start_insights(self) -> None:
+        """Recompute the insights when something changed (or, once sent, on the refresh timer),
+        at most every INSIGHTS_MIN_INTERVAL_SECONDS, in a task of its own: reading an hour of
+        history must not hold up the changes this loop fans out."""
+        if self.insights_task is not None and not self.insights_task.done():
+            return
         now = time.monotonic()
-        due = self.insights_dirty or now - self.insights_at >= INSIGHTS_REFRESH_SECONDS
-        if not due or now - self.insights_at < INSIGHTS_MIN_INTERVAL_SECONDS:
+        timer = self.insights_frame is not None and now - self.insights_at >= INSIGHTS_REFRESH_SECONDS
+        if not (self.insights_dirty or timer) or now - self.insights_at < INSIGHTS_MIN_INTERVAL_SECONDS:
             return
         self.insights_at = now
         self.insights_dirty = False
+        self.insights_task = asyncio.get_running_loop().create_task(self._push_insights())
+
+    async def _push_insights(self) -> None:
+        """Compute the insights and push them when they differ from the last push. A failure is
+        logged once per run of failures and leaves the other updates alone."""
         try:
-            data = await database_sync_to_async(self.insights.compute)()
+            # Not in the thread every socket's snapshot and this loop's reads share
+            # (thread-sensitive): a slow computation must not delay them.
+            data = await database_sync_to_async(self.insights.compute, thread_sensitive=False)()
         except Exception:  # the panel waits for the next try; the board goes on
             if not self.insights_failing:
                 log.exception("could not compute the insights panel; retrying")
