@@ -1,8 +1,8 @@
 """The board's agents and throughput panel: who works on what, and how the last hour went.
 
-`compute()` reads, in one consistent read (board.db.read_transaction) and a few ORM queries that
-run on every store (SQLite, PostgreSQL, MongoDB: no join, no vendor function), the history of
-the last WINDOW_MINUTES minutes and the tasks RUNNING and QUEUED now, and returns:
+`compute()` reads, in a few ORM queries that run on every store (SQLite, PostgreSQL, MongoDB:
+no join, no vendor function), the history of the last WINDOW_MINUTES minutes and the tasks
+RUNNING and QUEUED now, and returns:
 
 - `agents`: each agent that holds a task now or acted as a holder in the window (claim, resume,
   renew, complete, fail, pause, release): its name, the tasks it holds, its last heartbeat (its
@@ -14,7 +14,13 @@ the last WINDOW_MINUTES minutes and the tasks RUNNING and QUEUED now, and return
   not read for this.
 
 Bucket i of each series covers [start + i min, start + (i + 1) min); the last bucket is the
-current, partial minute (its depth is today's). Names of agents only: nothing here carries a
+current, partial minute (its depth is today's).
+
+The queries are not one transaction, on purpose: a read transaction over both tables, held
+while the rows are turned into series, deadlocked with a TRUNCATE of them (PostgreSQL takes
+its locks table by table). A change committed between two of the queries may put a series one
+off; it also writes an event, which makes the tailer compute again within seconds. Names of
+agents only: nothing here carries a
 lease token or a key. The tailer (board.events) computes it once per server process, at most
 every INSIGHTS_MIN_INTERVAL_SECONDS when something changed, and pushes it to every socket.
 
@@ -31,7 +37,6 @@ from datetime import datetime, timedelta
 from django.db.models import Count, Max
 
 from . import clock
-from .db import read_transaction
 from .lifecycle import Stage, Verb
 from .models import Task, TaskEvent
 from .selectors import json_time
@@ -75,20 +80,20 @@ def compute(now: datetime | None = None, *, using: str = "default", since_id: in
     of the window (where the next computation may start reading; `since_id` if none)."""
     now = now or clock.now(using)
     start = window_start(now, minutes)
-    with read_transaction(using):
-        in_window = TaskEvent.objects.using(using).filter(id__gte=since_id, at__gte=start)
-        # Every move but renews (the bulk of a busy history), oldest first.
-        moves = list(in_window.exclude(verb=Verb.RENEW).order_by("id").values_list(
-            "id", "task_id", "verb", "from_stage", "to_stage", "actor", "at"))
-        heartbeats = dict(in_window.filter(verb__in=HEARTBEAT_VERBS).order_by()
-                          .values_list("actor").annotate(last=Max("at")).values_list("actor", "last"))
-        first_renew = in_window.filter(verb=Verb.RENEW).order_by("id").values_list("id", flat=True).first()
-        held = list(Task.objects.using(using).filter(stage=Stage.RUNNING).exclude(owner="")
-                    .order_by("owner", "id").values_list("owner", "id"))
-        queued_now = dict(Task.objects.using(using).filter(stage=Stage.QUEUED).order_by()
-                          .values_list("queue").annotate(n=Count("id")).values_list("queue", "n"))
-        queue_of = _queues_of(sorted({task_id for _, task_id, _, from_stage, to_stage, _, _ in moves
-                                      if (from_stage == Stage.QUEUED) != (to_stage == Stage.QUEUED)}), using)
+    # No transaction around these reads: see the module's docstring.
+    in_window = TaskEvent.objects.using(using).filter(id__gte=since_id, at__gte=start)
+    # Every move but renews (the bulk of a busy history), oldest first.
+    moves = list(in_window.exclude(verb=Verb.RENEW).order_by("id").values_list(
+        "id", "task_id", "verb", "from_stage", "to_stage", "actor", "at"))
+    heartbeats = dict(in_window.filter(verb__in=HEARTBEAT_VERBS).order_by()
+                      .values_list("actor").annotate(last=Max("at")).values_list("actor", "last"))
+    first_renew = in_window.filter(verb=Verb.RENEW).order_by("id").values_list("id", flat=True).first()
+    held = list(Task.objects.using(using).filter(stage=Stage.RUNNING).exclude(owner="")
+                .order_by("owner", "id").values_list("owner", "id"))
+    queued_now = dict(Task.objects.using(using).filter(stage=Stage.QUEUED).order_by()
+                      .values_list("queue").annotate(n=Count("id")).values_list("queue", "n"))
+    queue_of = _queues_of(sorted({task_id for _, task_id, _, from_stage, to_stage, _, _ in moves
+                                  if (from_stage == Stage.QUEUED) != (to_stage == Stage.QUEUED)}), using)
 
     def bucket(at: datetime) -> int | None:
         i = int((at - start).total_seconds() // 60)
