@@ -548,7 +548,7 @@ def complete_task(request, task_id: str, body: CompleteIn):
 def fail_task(request, task_id: str, body: FailIn):
     _agent(request)
     return _render(transitions.fail(task_id, body.token, body.error, retryable=body.retryable,
-                                    agent=request.auth.name))
+                                    traceback=body.traceback, agent=request.auth.name))
 
 
 @api.post("/tasks/{task_id}/pause", response={200: TaskOut, **ERRORS},

@@ -185,6 +185,12 @@ class BoardConsumer(AsyncWebsocketConsumer):
         # that reads as it goes) and sent before the next is built.
         while (frame := await sync_to_async(next)(frames, None)) is not None:
             await self.send(text_data=frame)
+        # The agents and throughput panel, as this process's tailer last computed it (one
+        # computation for every socket, board.events); the first socket asks it for one.
+        if self.tailer.insights_frame is not None:
+            await self.send(text_data=self.tailer.insights_frame)
+        else:
+            self.tailer.want_insights()
 
     async def _recheck_access(self, period: float) -> None:
         while not self.dropped:

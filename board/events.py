@@ -59,7 +59,7 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connections
 from django.db.models import Q
 
-from . import db, selectors, waiting
+from . import db, insights, selectors, waiting
 from .lifecycle import Stage
 from .models import Task, TaskEvent
 from .schemas import public_event, public_task
@@ -72,6 +72,10 @@ MIN_PASS_SECONDS = 0.02  # at most 50 passes a second, however often commits rin
 EVENTS_PER_READ = 1000
 PROBLEMS_MIN_INTERVAL_SECONDS = 0.5  # the problems panel is recomputed at most twice a second
 PROBLEMS_REFRESH_SECONDS = 2.0  # and also on a timer: a lease expires without any event
+# The agents and throughput panel (board.insights) reads an hour of history: at most once every
+# few seconds however busy the board, and on a timer too, as its minutes roll on.
+INSIGHTS_MIN_INTERVAL_SECONDS = 3.0
+INSIGHTS_REFRESH_SECONDS = 30.0
 
 _encoder = DjangoJSONEncoder()
 
@@ -282,9 +286,19 @@ def changes_for(events: list[TaskEvent]) -> list[dict]:
     tasks = {t.pk: t for t in Task.objects.filter(pk__in=ids)}
     deps = selectors.deps_of(ids)
     return [
-        {"event": jsonable(public_event(e)), "task": jsonable(card_task(tasks[e.task_id], deps[e.task_id]))}
+        {"event": jsonable(live_event(e)), "task": jsonable(card_task(tasks[e.task_id], deps[e.task_id]))}
         for e in events if e.task_id in tasks
     ]
+
+
+def live_event(event: TaskEvent) -> dict:
+    """The public event without a failure's traceback (up to 64 KiB each, and a frame carries
+    up to EVENTS_PER_READ events): the details panel reads it from the API's history."""
+    data = public_event(event)
+    detail = data["detail"]
+    if isinstance(detail, dict) and "traceback" in detail:
+        data["detail"] = {**{k: v for k, v in detail.items() if k != "traceback"}, "has_traceback": True}
+    return data
 
 
 def problem_dicts() -> list[dict]:
@@ -362,6 +376,19 @@ class Tailer:
         self.problems_sent: list = []  # snapshots carry the problems; push only changes
         self.problems_at = 0.0
         self.problems_dirty = True
+        # board.insights: computed here once for every socket of this process.
+        self.insights = insights.Insights()
+        self.insights_frame: str | None = None  # the last one computed (a new socket gets it)
+        self.insights_at = 0.0
+        # Nothing is computed before a socket asks (after its snapshot) or a change is read.
+        self.insights_dirty = False
+        self.insights_failing = False
+        self.insights_task: asyncio.Task | None = None
+
+    def want_insights(self) -> None:
+        """A socket has no insights frame yet: compute one on the next pass (rate limits apply)."""
+        self.insights_dirty = True
+        self.wake.set()
 
     def wake_threadsafe(self) -> None:
         if self.loop is not None and not self.loop.is_closed():
@@ -383,6 +410,11 @@ class Tailer:
         self.ready.set()
         try:
             while True:
+                # asgiref's sync_to_async swallows a cancellation that comes while its thread
+                # runs (it waits for the thread and returns its result): honour it here, or
+                # this loop outlives the shutdown of its event loop, which then never ends.
+                if asyncio.current_task().cancelling():
+                    raise asyncio.CancelledError
                 try:
                     await asyncio.wait_for(self.wake.wait(), timeout=POLL_SECONDS)
                 except TimeoutError:
@@ -398,6 +430,8 @@ class Tailer:
         finally:
             if doorbell_task is not None:
                 doorbell_task.cancel()
+            if self.insights_task is not None:
+                self.insights_task.cancel()
 
     async def _pass(self, cursor: Cursor) -> None:
         while True:  # page after page until caught up: a big commit is never left half read
@@ -415,6 +449,7 @@ class Tailer:
             if changes:
                 await self._broadcast(json.dumps({"type": "tasks", "items": changes}))
                 self.problems_dirty = True
+                self.insights_dirty = True
             # Only now: a pass that failed before this point reads the same events again.
             cursor.advance(page)
             if not page.full:
@@ -435,6 +470,40 @@ class Tailer:
             if message["problems"] != self.problems_sent:
                 self.problems_sent = message["problems"]
                 await self._broadcast(json.dumps(message))
+        self._start_insights()
+
+    def _start_insights(self) -> None:
+        """Recompute the insights when something changed (or, once sent, on the refresh timer),
+        at most every INSIGHTS_MIN_INTERVAL_SECONDS, in a task of its own: reading an hour of
+        history must not hold up the changes this loop fans out."""
+        if self.insights_task is not None and not self.insights_task.done():
+            return
+        now = time.monotonic()
+        timer = self.insights_frame is not None and now - self.insights_at >= INSIGHTS_REFRESH_SECONDS
+        if not (self.insights_dirty or timer) or now - self.insights_at < INSIGHTS_MIN_INTERVAL_SECONDS:
+            return
+        self.insights_at = now
+        self.insights_dirty = False
+        self.insights_task = asyncio.get_running_loop().create_task(self._push_insights())
+
+    async def _push_insights(self) -> None:
+        """Compute the insights and push them when they differ from the last push. A failure is
+        logged once per run of failures and leaves the other updates alone."""
+        try:
+            # Not in the thread every socket's snapshot and this loop's reads share
+            # (thread-sensitive): a slow computation must not delay them.
+            data = await database_sync_to_async(self.insights.compute, thread_sensitive=False)()
+        except Exception:  # the panel waits for the next try; the board goes on
+            if not self.insights_failing:
+                log.exception("could not compute the insights panel; retrying")
+            self.insights_failing = True
+            return
+        self.insights_failing = False
+        previous = json.loads(self.insights_frame) if self.insights_frame else None
+        self.insights_frame = json.dumps(data)
+        # "now" alone moving is no news.
+        if previous is None or {**previous, "now": None} != {**data, "now": None}:
+            await self._broadcast(self.insights_frame)
 
     def recent_problems(self) -> list | None:
         """The last check() result if it is fresh enough to put in a snapshot, else None."""

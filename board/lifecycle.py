@@ -110,6 +110,9 @@ MAX_BATCH_DEPENDENCIES = 10_000  # summed over the batch's tasks
 MAX_TITLE_CHARS = 300
 MAX_DESCRIPTION_CHARS = 64 * 1024
 MAX_ERROR_CHARS = 10_000
+# A failure's traceback (kept in its history row, shown in the board's attempt timeline): room
+# for a deep stack, small enough that a page of history stays light.
+MAX_TRACEBACK_CHARS = 64 * 1024
 MAX_REASON_CHARS = 500
 MAX_OWNER_CHARS = 200
 MAX_TOKEN_CHARS = 100  # a lease token is 43; a longer one cannot match

@@ -19,7 +19,7 @@ from pydantic import ConfigDict, Field, field_validator
 from . import claim_requests, errors
 from .lifecycle import (
     MAX_BATCH_TASKS, MAX_DEPENDENCIES, MAX_DESCRIPTION_CHARS, MAX_ERROR_CHARS, MAX_REASON_CHARS,
-    MAX_RETRIES_LIMIT, MAX_TITLE_CHARS, MAX_TOKEN_CHARS, MAX_TTL_SECONDS, MIN_TTL_SECONDS,
+    MAX_RETRIES_LIMIT, MAX_TITLE_CHARS, MAX_TOKEN_CHARS, MAX_TRACEBACK_CHARS, MAX_TTL_SECONDS, MIN_TTL_SECONDS,
     unstorable_text,
 )
 from .models import Task, TaskEvent
@@ -105,6 +105,8 @@ class CompleteIn(StrictIn):
 class FailIn(StrictIn):
     token: str = TOKEN
     error: str = Field(..., max_length=MAX_ERROR_CHARS)
+    traceback: Optional[str] = Field(None, max_length=MAX_TRACEBACK_CHARS,
+                                     description="kept with this failure in the task's history")
     retryable: bool = True
 
 

@@ -48,8 +48,9 @@ from . import claim_requests, clock, errors, events, hot_sql, selectors
 from .claim_requests import ClaimRequest
 from .db import joins_cheaply, retry_conflicts, savepoint, speaks_sql, write_transaction
 from .lifecycle import (
-    MAX_BATCH_DEPENDENCIES, MAX_BATCH_TASKS, MAX_DEPENDENCIES, MAX_DESCRIPTION_CHARS, MAX_RETRIES_LIMIT,
-    MAX_TITLE_CHARS, MAX_TTL_SECONDS, MIN_TTL_SECONDS, TERMINAL, Stage, Verb, attempts_left,
+    MAX_BATCH_DEPENDENCIES, MAX_BATCH_TASKS, MAX_DEPENDENCIES, MAX_DESCRIPTION_CHARS, MAX_ERROR_CHARS,
+    MAX_RETRIES_LIMIT, MAX_TITLE_CHARS, MAX_TRACEBACK_CHARS, MAX_TTL_SECONDS, MIN_TTL_SECONDS, TERMINAL, Stage,
+    Verb, attempts_left,
     is_valid_task_id, retry_backoff_seconds, target, unstorable_text,
 )
 from .models import Dependency, Task, TaskEvent
@@ -549,7 +550,8 @@ def _claimable(using: str, task: Task, now: datetime) -> Task | None:
                 f"task {task.pk}'s lease expired on its last attempt; it is being failed", task=task
             )
         ok = _swap(using, task, Verb.RECLAIM, now=now, actor="system",
-                   guard=Q(lease_expires_at__lte=now), detail={"reason": "lease expired"}, **NO_LEASE)
+                   guard=Q(lease_expires_at__lte=now),
+                   detail={"reason": "lease expired", "previous_owner": task.owner}, **NO_LEASE)
         return task if ok else None
     if task.stage == Stage.PAUSED:
         raise _illegal(task, Verb.CLAIM, "resume it to continue from its checkpoint")
@@ -837,24 +839,47 @@ def _admit_dependents_after_commit(task_id: str, using: str) -> None:
 
 @retry_conflicts
 def fail(
-    task_id: str, token: str, error: str, *, retryable: bool = True, agent: str | None = None,
-    using: str = "default",
+    task_id: str, token: str, error: str, *, retryable: bool = True, traceback: str | None = None,
+    agent: str | None = None, using: str = "default",
 ) -> Task:
     """Record a failed attempt. With attempts left and `retryable`, the task goes straight back
     to QUEUED behind an exponential backoff (FAIL then RETRY, one transaction); otherwise it
-    stays FAILED."""
+    stays FAILED.
+
+    The error (and `traceback`, when given) is kept in this failure's history row, not only in
+    the task's `last_error`, which the next failure overwrites: every attempt keeps its own."""
     if not isinstance(error, str):
         raise errors.InvalidRequest("error must be text")
+    if len(error) > MAX_ERROR_CHARS:
+        raise errors.InvalidRequest(f"error must be at most {MAX_ERROR_CHARS} characters")
+    if traceback is not None and not isinstance(traceback, str):
+        raise errors.InvalidRequest("traceback must be text")
+    if traceback is not None and len(traceback) > MAX_TRACEBACK_CHARS:
+        raise errors.InvalidRequest(f"traceback must be at most {MAX_TRACEBACK_CHARS} characters")
+    for name, text in (("error", error), ("traceback", traceback)):
+        if problem := unstorable_text(text):
+            raise errors.InvalidRequest(f"{name} {problem}")
+    detail = failure_detail(error, traceback, retryable)
 
     def build(task: Task, now: datetime, token_hash: str):
         if not _swap(using, task, Verb.FAIL, now=now, actor=task.owner, token_hash=token_hash,
-                     last_error=error, **NO_LEASE):
+                     detail=detail, last_error=error, **NO_LEASE):
             return None
         if retryable and attempts_left(task.attempts, task.max_retries):
             _retry(using, task, now)
         return task
 
     return _holder_move(using, task_id, token, build, live_only=False, agent=agent)
+
+
+def failure_detail(error: str, traceback: str | None, retryable: bool) -> dict:
+    """What a FAIL event records of the failure (board.insights and the board's attempt
+    timeline read it)."""
+    detail: dict[str, Any] = {"error": error}
+    if traceback:
+        detail["traceback"] = traceback
+    detail["retryable"] = retryable
+    return detail
 
 
 def _retry(using: str, task: Task, now: datetime) -> None:
@@ -1079,14 +1104,17 @@ def reclaim_expired(*, now: datetime | None = None, limit: int = 500, task_ids: 
             task = Task.objects.using(using).filter(pk=task_id).first()
             if task is None or task.stage != Stage.RUNNING or not task.lease_expires_at or task.lease_expires_at > now:
                 continue  # renewed or finished meanwhile
-            detail = {"previous_owner": task.owner, "lease_expired_at": task.lease_expires_at.isoformat()}
+            # The reason, as a failure's error is: the attempt timeline shows why the attempt ended.
+            detail = {"previous_owner": task.owner, "lease_expired_at": task.lease_expires_at.isoformat(),
+                      "reason": "lease expired"}
             guard = Q(lease_expires_at__lte=now)
             if attempts_left(task.attempts, task.max_retries):
                 ok = _swap(using, task, Verb.RECLAIM, now=now, actor=actor, guard=guard,
                            detail=detail, **NO_LEASE)
             else:
+                error = "lease expired on the last attempt"
                 ok = _swap(using, task, Verb.FAIL, now=now, actor=actor, guard=guard,
-                           detail=detail, last_error="lease expired on the last attempt", **NO_LEASE)
+                           detail={**detail, "error": error, "retryable": False}, last_error=error, **NO_LEASE)
             if ok:
                 moved.append(Reclaimed(task_id, Stage(task.stage)))
     return moved

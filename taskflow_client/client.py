@@ -108,9 +108,9 @@ class Lease:
         """Commit `result` (any JSON value; None is sent as {}); returns the COMPLETED task."""
         return self._client.complete(self.task_id, self.token, result)
 
-    def fail(self, error: str, *, retryable: bool = True) -> Dict[str, Any]:
+    def fail(self, error: str, *, retryable: bool = True, traceback: Optional[str] = None) -> Dict[str, Any]:
         """Record a failed attempt (see `Client.fail`); returns the task."""
-        return self._client.fail(self.task_id, self.token, error, retryable=retryable)
+        return self._client.fail(self.task_id, self.token, error, retryable=retryable, traceback=traceback)
 
     def pause(self, checkpoint: Any) -> Dict[str, Any]:
         """Give the lease up and keep `checkpoint` for a later resume; returns the PAUSED task."""
@@ -435,11 +435,15 @@ class Client:
         body = {"token": token, "result": {} if result is None else result}
         return self.request("POST", self._path("tasks", task_id, "complete"), body)
 
-    def fail(self, task_id: str, token: str, error: str, *, retryable: bool = True) -> Dict[str, Any]:
-        """Record a failed attempt with `error` (text, at most 10,000 characters). With
+    def fail(self, task_id: str, token: str, error: str, *, retryable: bool = True,
+             traceback: Optional[str] = None) -> Dict[str, Any]:
+        """Record a failed attempt with `error` (text, at most 10,000 characters) and, when
+        given, `traceback` (at most 64 KiB), both kept in this failure's history row. With
         attempts left and `retryable` the task goes back to QUEUED after a backoff; otherwise
         it stays FAILED. Returns the task."""
-        body = {"token": token, "error": error, "retryable": retryable}
+        body: Dict[str, Any] = {"token": token, "error": error, "retryable": retryable}
+        if traceback is not None:
+            body["traceback"] = traceback
         return self.request("POST", self._path("tasks", task_id, "fail"), body)
 
     def pause(self, task_id: str, token: str, checkpoint: Any) -> Dict[str, Any]:

@@ -14,7 +14,7 @@ On leaving the block:
 
 - normally: the task is completed with ``job.result`` (default ``{}``);
 - by an exception (``Exception``): the task is failed with the exception's text and a short
-  traceback (back to QUEUED after a backoff while attempts remain, else FAILED), and the
+  traceback, the whole traceback kept in the failure's history row (back to QUEUED after a backoff while attempts remain, else FAILED), and the
   exception propagates; by ``KeyboardInterrupt``/``SystemExit``: the lease is released (the
   attempt is not counted) and the exception propagates;
 - if the lease was lost (a renewal, checkpoint or the final complete got ``LeaseLost``):
@@ -52,11 +52,21 @@ __all__ = ["Job", "Hold"]
 log = logging.getLogger("taskflow_client")
 
 MAX_ERROR_CHARS = 10_000
+MAX_TRACEBACK_CHARS = 64 * 1024  # the API's cap on a failure's traceback
 # A renewal that could not reach the server is tried again this soon (the TTL keeps running).
 RETRY_AFTER_TRANSPORT_ERROR = 1.0
 # Answers to a renewal that mean the task is no longer ours.
 _GONE = (LeaseLost, NotFound, Terminal, InvalidTransition, Forbidden)
 _UNSET = object()
+
+
+def full_traceback(exc: BaseException) -> str:
+    """The whole traceback (with chained exceptions), as Python prints it, for the failure's
+    history row. Over the API's 64 KiB the oldest lines go: the frames nearest the error stay."""
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    if len(text) <= MAX_TRACEBACK_CHARS:
+        return text
+    return "[... cut ...]\n" + text[len(text) - MAX_TRACEBACK_CHARS + 14:]
 
 
 def error_summary(exc: BaseException, frames: int = 8) -> str:
@@ -277,10 +287,13 @@ class Job:
             self.result = result
         return self._finish("completed", lambda: self.lease.complete(self.result))
 
-    def fail(self, error: str, *, retryable: bool = True) -> Dict[str, Any]:
-        """Fail now with `error`; ``retryable=False`` makes it FAILED even with attempts left
-        (a permanent error). Leaving the block afterwards commits nothing more."""
-        return self._finish("failed", lambda: self.lease.fail(error[:MAX_ERROR_CHARS], retryable=retryable))
+    def fail(self, error: str, *, retryable: bool = True, traceback: Optional[str] = None) -> Dict[str, Any]:
+        """Fail now with `error` (and `traceback`, kept in the task's history); ``retryable=False``
+        makes it FAILED even with attempts left (a permanent error). Leaving the block
+        afterwards commits nothing more."""
+        return self._finish("failed", lambda: self.lease.fail(
+            error[:MAX_ERROR_CHARS], retryable=retryable,
+            traceback=None if traceback is None else traceback[-MAX_TRACEBACK_CHARS:]))
 
     # -- the with statement ------------------------------------------------------------------
 
@@ -307,7 +320,7 @@ class Job:
             self._say_lost(f"; the block's {exc_type.__name__} could not be recorded")
             return False
         if isinstance(exc, Exception):
-            self._settle("failed", lambda: self.lease.fail(error_summary(exc)))
+            self._settle("failed", lambda: self.lease.fail(error_summary(exc), traceback=full_traceback(exc)))
         else:  # KeyboardInterrupt, SystemExit, ...: not the task's fault
             self._settle("released", self.lease.release)
         return False

@@ -290,6 +290,8 @@
       for (const item of message.items) onTask(item.event, item.task);
     }
     else if (message.type === "problems") { problems = message.problems; renderProblems(); }
+    // Hook (issue 11, agents and throughput): the panel lives in insights.js.
+    else if (message.type === "insights") { if (window.TaskflowInsights) window.TaskflowInsights.update(message); }
   }
 
   // ------------------------------------------------------------------------------------------
@@ -1068,6 +1070,9 @@
       return;
     }
     if (historyFor !== key) return; // another task (or version) is shown now
+    // Hook (issue 11, attempt timeline): one entry per attempt, drawn by attempts.js.
+    const attemptsSlot = details.querySelector(".attempts-slot");
+    if (attemptsSlot && window.TaskflowAttempts) attemptsSlot.replaceChildren(window.TaskflowAttempts.render(items, tasks.get(id)));
     list.replaceChildren(...items.map((e) => {
       const li = el("li", "history-item");
       li.dataset.verb = e.verb;

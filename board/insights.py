@@ -1,0 +1,185 @@
+"""The board's agents and throughput panel: who works on what, and how the last hour went.
+
+`compute()` reads, in a few ORM queries that run on every store (SQLite, PostgreSQL, MongoDB:
+no join, no vendor function), the history of the last WINDOW_MINUTES minutes and the tasks
+RUNNING and QUEUED now, and returns:
+
+- `agents`: each agent that holds a task now or acted as a holder in the window (claim, resume,
+  renew, complete, fail, pause, release): its name, the tasks it holds, its last heartbeat (its
+  latest claim, resume or renew in the window) and its completions and failures in the window;
+- `throughput`: completions and failures per minute;
+- `queue_depth`: QUEUED tasks per queue at the end of each minute, reconstructed from today's
+  counts backwards: each event that moved a task into QUEUED after a minute ended was one task
+  fewer in its queue then, each that moved one out one more. Renews never change stage and are
+  not read for this.
+
+Bucket i of each series covers [start + i min, start + (i + 1) min); the last bucket is the
+current, partial minute (its depth is today's).
+
+The queries are not one transaction, on purpose: a read transaction over both tables, held
+while the rows are turned into series, deadlocked with a TRUNCATE of them (PostgreSQL takes
+its locks table by table). A change committed between two of the queries may put a series one
+off; it also writes an event, which makes the tailer compute again within seconds. Names of
+agents only: nothing here carries a
+lease token or a key. The tailer (board.events) computes it once per server process, at most
+every INSIGHTS_MIN_INTERVAL_SECONDS when something changed, and pushes it to every socket.
+
+Reading the window: the history has no index on `at`, so the first computation scans it; the
+`Insights` object keeps the id of the oldest event it found in the window, and later
+computations (the window only moves forward) read ids from there on, by the primary key.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.db.models import Count, Max
+
+from . import clock
+from .lifecycle import Stage, Verb
+from .models import Task, TaskEvent
+from .selectors import json_time
+
+WINDOW_MINUTES = 60
+MAX_HELD_IDS = 20  # task ids listed per agent (with the count of all it holds)
+# A frame stays small (well under daphne's 1 MiB) however many agents and queues there are:
+# the busiest are sent, and how many more there were.
+MAX_AGENTS = 200
+MAX_QUEUES = 20
+
+# What an agent does as the holder of a task: the actor of these events is the agent's name
+# (the reaper's and the operators' events are not an agent's).
+HOLDER_VERBS = frozenset({Verb.CLAIM, Verb.RESUME, Verb.RENEW, Verb.COMPLETE, Verb.FAIL, Verb.PAUSE,
+                          Verb.RELEASE})
+HEARTBEAT_VERBS = (Verb.CLAIM, Verb.RESUME, Verb.RENEW)
+_CHUNK = 1000
+
+
+def window_start(now: datetime, minutes: int = WINDOW_MINUTES) -> datetime:
+    """The start of the oldest bucket: `minutes` buckets of a minute, the last one holding now."""
+    return now.replace(second=0, microsecond=0) - timedelta(minutes=minutes - 1)
+
+
+@dataclass
+class Insights:
+    """The per-process state of the computation: where the window's events start."""
+
+    first_id: int = 0
+    using: str = "default"
+
+    def compute(self, now: datetime | None = None) -> dict:
+        data, first_id = compute(now, using=self.using, since_id=self.first_id)
+        self.first_id = max(self.first_id, first_id)
+        return data
+
+
+def compute(now: datetime | None = None, *, using: str = "default", since_id: int = 0,
+            minutes: int = WINDOW_MINUTES) -> tuple[dict, int]:
+    """The panel's data at `now` (default: the store's clock), and the id of the oldest event
+    of the window (where the next computation may start reading; `since_id` if none)."""
+    now = now or clock.now(using)
+    start = window_start(now, minutes)
+    # No transaction around these reads: see the module's docstring.
+    in_window = TaskEvent.objects.using(using).filter(id__gte=since_id, at__gte=start)
+    # Every move but renews (the bulk of a busy history), oldest first.
+    moves = list(in_window.exclude(verb=Verb.RENEW).order_by("id").values_list(
+        "id", "task_id", "verb", "from_stage", "to_stage", "actor", "at"))
+    heartbeats = dict(in_window.filter(verb__in=HEARTBEAT_VERBS).order_by()
+                      .values_list("actor").annotate(last=Max("at")).values_list("actor", "last"))
+    first_renew = in_window.filter(verb=Verb.RENEW).order_by("id").values_list("id", flat=True).first()
+    held = list(Task.objects.using(using).filter(stage=Stage.RUNNING).exclude(owner="")
+                .order_by("owner", "id").values_list("owner", "id"))
+    queued_now = dict(Task.objects.using(using).filter(stage=Stage.QUEUED).order_by()
+                      .values_list("queue").annotate(n=Count("id")).values_list("queue", "n"))
+    queue_of = _queues_of(sorted({task_id for _, task_id, _, from_stage, to_stage, _, _ in moves
+                                  if (from_stage == Stage.QUEUED) != (to_stage == Stage.QUEUED)}), using)
+
+    def bucket(at: datetime) -> int | None:
+        i = int((at - start).total_seconds() // 60)
+        return i if 0 <= i < minutes else None
+
+    completed, failed = [0] * minutes, [0] * minutes
+    done: dict[str, list[int]] = defaultdict(lambda: [0, 0])  # agent -> [completed, failed]
+    acted: set[str] = set()
+    # Net change of each queue's depth within each minute (index `minutes`: after now).
+    net: dict[str, list[int]] = defaultdict(lambda: [0] * (minutes + 1))
+    for _, task_id, verb, from_stage, to_stage, actor, at in moves:
+        i = bucket(at)
+        if verb == Verb.COMPLETE and i is not None:
+            completed[i] += 1
+        elif verb == Verb.FAIL and i is not None:
+            failed[i] += 1
+        if verb in HOLDER_VERBS and _is_agent(actor):
+            acted.add(actor)
+            if verb == Verb.COMPLETE:
+                done[actor][0] += 1
+            elif verb == Verb.FAIL:
+                done[actor][1] += 1
+        delta = (to_stage == Stage.QUEUED) - (from_stage == Stage.QUEUED)
+        if delta and task_id in queue_of:
+            net[queue_of[task_id]][minutes if i is None else i] += delta
+    acted.update(actor for actor in heartbeats if _is_agent(actor))
+
+    depth: dict[str, list[int]] = {}
+    queues = sorted(set(queued_now) | set(net))
+    for queue in queues:
+        changes = net[queue] if queue in net else [0] * (minutes + 1)
+        series = [0] * minutes
+        level = queued_now.get(queue, 0) - changes[minutes]  # as it was at now
+        for i in range(minutes - 1, -1, -1):  # the end of bucket i is the start of bucket i + 1
+            series[i] = level
+            level -= changes[i]
+        depth[queue] = series
+    kept_queues = sorted(depth, key=lambda q: (-depth[q][-1], -max(depth[q]), q))[:MAX_QUEUES]
+    depth = {queue: depth[queue] for queue in sorted(kept_queues)}
+
+    holds: dict[str, list[str]] = defaultdict(list)
+    for owner, task_id in held:
+        holds[owner].append(task_id)
+    names = sorted(acted | set(holds))
+    if len(names) > MAX_AGENTS:  # the busiest: holding the most, then the most done
+        busiest = sorted(names, key=lambda n: (-len(holds.get(n, ())), -sum(done[n]) if n in done else 0, n))
+        names = sorted(busiest[:MAX_AGENTS])
+    agents = []
+    for name in names:
+        ids = holds.get(name, [])
+        agents.append({
+            "name": name,
+            "holds": ids[:MAX_HELD_IDS],
+            "holding": len(ids),
+            "last_heartbeat": json_time(heartbeats.get(name)),
+            "completed": done[name][0] if name in done else 0,
+            "failed": done[name][1] if name in done else 0,
+        })
+    first_ids = [moves[0][0]] if moves else []
+    if first_renew is not None:
+        first_ids.append(first_renew)
+    data = {
+        "type": "insights",
+        "now": json_time(now),
+        "start": json_time(start),
+        "minutes": minutes,
+        "agents": agents,
+        "more_agents": len(acted | set(holds)) - len(agents),
+        "throughput": {"completed": completed, "failed": failed},
+        "queue_depth": depth,
+        "more_queues": len(queues) - len(depth),
+    }
+    return data, min(first_ids) if first_ids else since_id
+
+
+def _is_agent(actor: str) -> bool:
+    # "system" (retries, admissions, takeovers) and "system:reaper" act for the store.
+    return bool(actor) and actor != "system" and not actor.startswith("system:")
+
+
+def _queues_of(task_ids: list[str], using: str) -> dict[str, str]:
+    """The queue of each task (fixed at creation), by primary key: the join, made here so that
+    it is an indexed read on every store (board.db.joins_cheaply)."""
+    queues: dict[str, str] = {}
+    for begin in range(0, len(task_ids), _CHUNK):
+        queues.update(Task.objects.using(using).filter(pk__in=task_ids[begin:begin + _CHUNK])
+                      .values_list("pk", "queue"))
+    return queues
+

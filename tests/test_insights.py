@@ -1,0 +1,186 @@
+"""board.insights on SQLite and PostgreSQL: exact agents, throughput and queue depths after a
+scripted set of transitions, each stamped at a chosen time (the history rows are written with
+their `at`, never waited for), computed at a controlled `now`."""
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from board import insights, transitions
+from board.models import TaskEvent
+from board.transitions import TaskSpec
+from tests.support import postgres_db_mark, sqlite_db_mark
+
+STORES = [pytest.param("default", marks=sqlite_db_mark(), id="sqlite"),
+          pytest.param("postgres", marks=postgres_db_mark(), id="postgres")]
+
+NOW = datetime(2026, 1, 1, 12, 30, 20, tzinfo=UTC)  # the window's buckets start at 11:31
+
+
+def ago(minutes: float) -> datetime:
+    return NOW - timedelta(minutes=minutes)
+
+
+class Script:
+    """Runs transitions and stamps the history rows each step wrote with the step's time."""
+
+    def __init__(self, using: str):
+        self.using = using
+        self.stamped = 0
+
+    def at(self, when: datetime, step):
+        result = step()
+        rows = TaskEvent.objects.using(self.using).filter(id__gt=self.stamped)
+        self.stamped = max(rows.values_list("id", flat=True))
+        rows.update(at=when)
+        return result
+
+
+@pytest.fixture
+def scripted(request):
+    return run_script(request.param)
+
+
+def run_script(using: str) -> str:
+    s = Script(using)
+    s.at(ago(90), lambda: transitions.create(
+        [TaskSpec(id=f"a{i}", title="alpha", queue="alpha") for i in (1, 2, 3)]
+        + [TaskSpec(id="b1", title="beta", queue="beta")], actor="creator", using=using))
+    # cy claimed a3 before the window and has not renewed in it: it holds a3, no heartbeat.
+    a3 = s.at(ago(70), lambda: transitions.claim("a3", "cy", 3600, using=using))
+    s.at(ago(65), lambda: transitions.renew("a3", a3.lease.token, 3600, using=using))
+    a1 = s.at(ago(50), lambda: transitions.claim("a1", "ann", 3600, using=using))
+    s.at(ago(49.9), lambda: transitions.complete("a1", a1.lease.token, {"ok": True}, using=using))
+    a2 = s.at(ago(25), lambda: transitions.claim("a2", "bob", 3600, using=using))
+    # FAIL then RETRY (by "system"): back to QUEUED in the same minute.
+    s.at(ago(20), lambda: transitions.fail("a2", a2.lease.token, "boom", using=using))
+    b1 = s.at(ago(5), lambda: transitions.claim("b1", "bob", 3600, using=using))
+    s.at(ago(2), lambda: transitions.renew("b1", b1.lease.token, 3600, using=using))
+    return using
+
+
+@pytest.mark.parametrize("scripted", STORES, indirect=True)
+def test_agents_throughput_and_queue_depth_are_exact(scripted):
+    assert_exact(scripted)
+
+
+def assert_exact(scripted: str) -> None:
+    """The panel's data after run_script(), item by item (tests/mongodb runs it on MongoDB)."""
+    data, first_id = insights.compute(NOW, using=scripted)
+    assert (data["type"], data["start"], data["minutes"]) == ("insights", "2026-01-01T11:31:00Z", 60)
+
+    completed, failed = [0] * 60, [0] * 60
+    completed[9] = 1  # 11:40:20 (a1)
+    failed[39] = 1  # 12:10:20 (a2)
+    assert data["throughput"] == {"completed": completed, "failed": failed}
+
+    # alpha: a1 and a2 queued before the window; a1 claimed (minute 9), a2 claimed (34) and
+    # back after its failure (39). beta: b1 claimed in minute 54.
+    assert data["queue_depth"] == {
+        "alpha": [2] * 9 + [1] * 25 + [0] * 5 + [1] * 21,
+        "beta": [1] * 54 + [0] * 6,
+    }
+    assert data["agents"] == [
+        {"name": "ann", "holds": [], "holding": 0, "last_heartbeat": "2026-01-01T11:40:20Z",
+         "completed": 1, "failed": 0},
+        {"name": "bob", "holds": ["b1"], "holding": 1, "last_heartbeat": "2026-01-01T12:28:20Z",
+         "completed": 0, "failed": 1},
+        {"name": "cy", "holds": ["a3"], "holding": 1, "last_heartbeat": None, "completed": 0, "failed": 0},
+    ]
+    assert (data["more_agents"], data["more_queues"]) == (0, 0)
+    first_in_window = TaskEvent.objects.using(scripted).filter(at__gte=datetime(2026, 1, 1, 11, 31, tzinfo=UTC))
+    assert first_id == min(first_in_window.values_list("id", flat=True))
+    assert "token" not in repr(data).lower()
+
+
+@pytest.mark.parametrize("scripted", STORES, indirect=True)
+def test_many_agents_and_queues_send_the_busiest_and_how_many_more(scripted, monkeypatch):
+    monkeypatch.setattr(insights, "MAX_AGENTS", 2)
+    monkeypatch.setattr(insights, "MAX_QUEUES", 1)
+    data, _ = insights.compute(NOW, using=scripted)
+    # bob and cy each hold a task; ann holds none. alpha has a task queued now, beta none.
+    assert ([a["name"] for a in data["agents"]], data["more_agents"]) == (["bob", "cy"], 1)
+    assert (list(data["queue_depth"]), data["more_queues"]) == (["alpha"], 1)
+
+
+@pytest.mark.parametrize("scripted", STORES, indirect=True)
+def test_later_computations_read_from_the_window_start_and_agree(scripted):
+    state = insights.Insights(using=scripted)
+    first = state.compute(NOW)
+    anchor = state.first_id
+    assert anchor > 0
+    assert state.compute(NOW) == first and state.first_id == anchor
+    # Thirty minutes on: the window starts at 12:01, after a1's completion, before a2's failure.
+    later = state.compute(NOW + timedelta(minutes=30))
+    assert sum(later["throughput"]["completed"]) == 0 and sum(later["throughput"]["failed"]) == 1
+    assert [a["name"] for a in later["agents"]] == ["bob", "cy"]
+    assert state.first_id > anchor
+    assert later == insights.compute(NOW + timedelta(minutes=30), using=scripted)[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# Pushed over the board's websocket (the real server, a real websocket client)
+
+
+@pytest.fixture(scope="module")
+def board_live(django_db_setup, django_db_blocker):
+    from tests.live_server import server_for_sessions
+
+    with django_db_blocker.unblock():
+        server = server_for_sessions("default")
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.mark.django_db(transaction=True, databases=["default"])
+def test_an_insights_frame_follows_the_snapshot_and_changes_after_a_completion(board_live):
+    import json
+
+    from websockets.sync.client import connect as ws_connect
+
+    from tests.test_live_board import WAIT, staff_session
+
+    transitions.create([TaskSpec(id="w1", title="work", queue="live"), TaskSpec(id="w2", title="more", queue="live")])
+    claim = transitions.claim("w1", "live-agent", 600)
+    _, session = staff_session("default")
+    headers = {"Origin": board_live.url, "Cookie": f"sessionid={session}"}
+    with ws_connect(f"ws://127.0.0.1:{board_live.port}/ws/board/", additional_headers=headers,
+                    open_timeout=WAIT, max_size=None) as ws:
+        def next_insights(deadline_seconds: float = WAIT) -> tuple[dict, list[str]]:
+            seen = []
+            while True:
+                frame = json.loads(ws.recv(timeout=deadline_seconds))
+                seen.append(frame["type"])
+                if frame["type"] == "insights":
+                    return frame, seen
+
+        first, before = next_insights()
+        assert before[0] == "snapshot"  # after the snapshot
+        agents = {a["name"]: a for a in first["agents"]}
+        assert agents["live-agent"]["holds"] == ["w1"] and agents["live-agent"]["completed"] == 0
+        assert first["queue_depth"]["live"][-1] == 1 and sum(first["throughput"]["completed"]) == 0
+
+        transitions.complete("w1", claim.lease.token, {"ok": True})
+        while True:  # frames with nothing new are not sent; the next one shows the completion
+            frame, _ = next_insights()
+            if sum(frame["throughput"]["completed"]) == 1:
+                break
+        agents = {a["name"]: a for a in frame["agents"]}
+        assert (agents["live-agent"]["holds"], agents["live-agent"]["completed"]) == ([], 1)
+        assert frame["throughput"]["completed"][-1] + frame["throughput"]["completed"][-2] == 1
+        assert claim.lease.token not in json.dumps(frame)
+
+        # A failure's traceback stays out of the live frames (the details panel reads it from
+        # the API): the event says only that there is one.
+        other = transitions.claim("w2", "live-agent", 600).lease
+        transitions.fail("w2", other.token, "boom", traceback="Traceback ...\n" + "x" * 60_000)
+        while True:
+            frame = json.loads(ws.recv(timeout=WAIT))
+            fails = [i["event"] for i in frame.get("items", []) if i["event"]["verb"] == "fail"]
+            if fails:
+                break
+        assert fails[0]["detail"] == {"error": "boom", "has_traceback": True, "retryable": True}
+        assert other.token not in json.dumps(frame)
