@@ -370,3 +370,25 @@ def test_every_chip_has_aa_contrast_in_both_colour_schemes(open_styled, orm, set
     low = {sel: m for sel, m in measured.items() if m["ratio"] < 4.5 or m["alpha"] < 1}
     assert low == {}, json.dumps(low, indent=1)
     page.screenshot(path=str(SCREENSHOTS.mkdir(exist_ok=True) or SCREENSHOTS / f"board-{scheme}.png"))
+
+
+# ---------------------------------------------------------------------------------------------
+# 5. A new board says what to do next
+
+
+def test_an_empty_board_says_how_to_get_tasks_and_the_hints_go_as_tasks_come(open_board, orm):
+    page = open_board()
+    hint = page.locator("#empty-board")
+    expect(hint).to_be_visible(timeout=ARRIVAL)
+    expect(hint).to_contain_text("manage.py demo")
+    expect(hint).to_contain_text("create_agent_key")
+    expect(hint.locator('a[href="/api/docs"]')).to_be_visible()
+    queued = page.locator('.column[data-stage="QUEUED"] .empty-hint')
+    expect(queued).to_be_visible()
+    expect(queued).to_contain_text("claim")
+
+    orm(transitions.create, TaskSpec(id="first", title="the first task"))
+    expect(card(page, "first")).to_be_visible(timeout=ARRIVAL)
+    expect(hint).to_be_hidden()
+    expect(queued).to_be_hidden()
+    expect(page.locator('.column[data-stage="RUNNING"] .empty-hint')).to_be_visible()

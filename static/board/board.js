@@ -553,8 +553,11 @@
 
   function renderCounts() {
     const shown = matchingCounts();
+    // A board with no task at all says how to get some (the hints are in board.html).
+    document.getElementById("empty-board").hidden = STAGES.some((s) => counts[s] > 0);
     for (const stage of STAGES) {
       const column = COLUMN_ELS.get(stage);
+      column.classList.toggle("empty", !(counts[stage] > 0));
       column.querySelector("h2 .count").textContent = shown ? `${shown[stage]} of ${counts[stage] || 0}` : counts[stage] || 0;
       const more = column.querySelector(".show-more");
       if (more && TERMINAL.has(stage)) {
