@@ -96,12 +96,14 @@ def _session_cookie(user) -> str:
 
 @pytest.fixture
 def open_board(server, browser, orm):
-    """open_board(superuser=True, before_load=None) -> a page showing the live board."""
+    """open_board(superuser=True, before_load=None, width=1800, height=1000, color_scheme="light")
+    -> a page showing the live board, in a window of that size and colour scheme."""
     contexts, page_errors = [], []
 
-    def open_(superuser: bool = True, before_load=None):
+    def open_(superuser: bool = True, before_load=None, width: int = 1800, height: int = 1000,
+              color_scheme: str = "light"):
         cookie = orm(lambda: _session_cookie(_user(superuser=superuser)))
-        context = browser.new_context(viewport={"width": 1800, "height": 1000})
+        context = browser.new_context(viewport={"width": width, "height": height}, color_scheme=color_scheme)
         contexts.append(context)
         context.add_cookies([{"name": "sessionid", "value": cookie, "url": server.url}])
         page = context.new_page()

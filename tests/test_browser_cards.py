@@ -23,8 +23,6 @@ from tests.support import sqlite_db_mark
 from tests.test_browser import (  # noqa: F401  (fixtures, found by pytest by name)
     ARRIVAL,
     SLOW,
-    _session_cookie,
-    _user,
     browser,
     card,
     open_board,
@@ -44,26 +42,11 @@ SCREENSHOTS = Path(tempfile.gettempdir()) / "taskflow-board-screenshots"
 
 
 @pytest.fixture
-def open_styled(server, browser, orm):
-    """open_styled(width, height, color_scheme) -> a page of the live board, as an operator, in
-    a window of that size and colour scheme."""
-    contexts, page_errors = [], []
-
-    def open_(width: int = 1800, height: int = 1000, color_scheme: str = "light"):
-        cookie = orm(lambda: _session_cookie(_user()))
-        context = browser.new_context(viewport={"width": width, "height": height}, color_scheme=color_scheme)
-        contexts.append(context)
-        context.add_cookies([{"name": "sessionid", "value": cookie, "url": server.url}])
-        page = context.new_page()
-        page.on("pageerror", lambda error: page_errors.append(str(error)))
-        page.goto(f"{server.url}/board/")
-        expect(page.locator("#connection")).to_have_attribute("data-state", "live", timeout=SLOW)
-        return page
-
-    yield open_
-    for context in contexts:
-        context.close()
-    assert page_errors == [], f"JavaScript errors on the page: {page_errors}\n{server.log_tail()}"
+def open_styled(open_board):
+    """open_styled(width, height, color_scheme) -> the live board, as an operator, in a window of
+    that size and colour scheme."""
+    return lambda width=1800, height=1000, color_scheme="light": open_board(
+        width=width, height=height, color_scheme=color_scheme)
 
 
 @pytest.fixture
