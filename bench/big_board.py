@@ -5,10 +5,10 @@ What is measured
 A board of N tasks (default 100,000) in a realistic mix of stages is written once per backend
 (`fill_board`, also used by tests/test_scale_reads.py), then, in the same process:
 
-- **check()**: `board.selectors.problems()`, what `GET /api/check`, `manage.py check_board` and
+- **check()**: `board.engine.selectors.problems()`, what `GET /api/check`, `manage.py check_board` and
   the live board's problems panel run: seconds per call (best and median of --repeat runs)
   and its tracemalloc peak (measured in a separate run, since tracing slows Python down).
-- **snapshot**: `board.events.snapshot_frames()`, everything the server does to answer a
+- **snapshot**: `board.live.events.snapshot_frames()`, everything the server does to answer a
   websocket's snapshot (the read, the cards, the encoded frames), with the problems it carries
   computed by the same call, and again without them ("cards": the server reuses a check() under
   half a second old, `Tailer.recent_problems`): seconds and tracemalloc peak, plus the frames'
@@ -250,7 +250,8 @@ SNAPSHOT_BASELINE = [
 
 def measure(backend: str, database_url: str, args: argparse.Namespace) -> None:
     configure_django(database_url)
-    from board import events, selectors
+    from board.engine import selectors
+    from board.live import events
 
     counts, fill_seconds = prepare(database_url, args.tasks)
     print(f"{backend}: {args.tasks:,} tasks written in {fill_seconds:.1f} s "

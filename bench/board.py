@@ -9,7 +9,7 @@ What is measured
    each task message applied when its version is newer; a version gap, or an event id skipped
    over and still missing after 3 s, asks for a fresh snapshot. A separate *writer* process
    makes ``--rate`` transitions per second (default 200) for ``--seconds`` (default 10) through
-   the engine (``board.transitions``: claim, renew, release, complete, and a create replacing
+   the engine (``board.engine.transitions``: claim, renew, release, complete, and a create replacing
    each completed task) on the same database, and records the wall-clock time each call
    returned (its transaction had committed). Latency = a client's receive time of the event's
    message minus that commit time, per client and event (same machine clock), matched by
@@ -97,8 +97,8 @@ def migrate_and_login() -> str:
 
 
 def seed_writer_tasks() -> None:
-    from board import transitions
-    from board.transitions import TaskSpec
+    from board.engine import transitions
+    from board.engine.transitions import TaskSpec
 
     transitions.create([TaskSpec(id=f"w{i:04d}", title=f"writer task {i}", queue="bench") for i in range(WRITER_TASKS)])
 
@@ -119,8 +119,8 @@ def writer_main(args: argparse.Namespace) -> None:
     setup_django(args.database_url, os.environ["SECRET_KEY"])  # inherited from the main process
     if args.redis:
         os.environ["REDIS_URL"] = args.redis
-    from board import transitions
-    from board.transitions import TaskSpec
+    from board.engine import transitions
+    from board.engine.transitions import TaskSpec
 
     # Each task cycles QUEUED -(claim)-> RUNNING -(renew)-> RUNNING -(release)-> QUEUED; every
     # 10th cycle ends in complete instead, and a new task is created in its place.
@@ -390,8 +390,9 @@ def fill_board(target: int) -> tuple[int, int]:
     (the most the snapshot carries), the rest spread over the live stages, some held, some
     waiting for a dependency, some running (with leases) or paused. Returns the number of tasks
     shown and the snapshot's size in bytes."""
-    from board import events, selectors, transitions
-    from board.transitions import TaskSpec
+    from board.engine import selectors, transitions
+    from board.engine.transitions import TaskSpec
+    from board.live import events
 
     counts = selectors.board_tasks()["counts"]
     for stage, prefix in (("COMPLETED", "done"), ("CANCELLED", "gone")):
@@ -520,7 +521,7 @@ def main(argv=None) -> int:
         setup_django(database_url, secret_key)
         cookie = migrate_and_login()
         seed_writer_tasks()
-        # snapshots come in parts of under 1 MiB each (board/events.py SNAPSHOT_PART)
+        # snapshots come in parts of under 1 MiB each (board/live/events.py SNAPSHOT_PART)
         server = BoardServer(database_url, secret_key=secret_key,
                              env={"REDIS_URL": args.redis} if args.redis else None).start()
         goals = []

@@ -4,13 +4,13 @@ What is measured
 ----------------
 One *cycle* is: claim the best ready task, then complete it. Two loops run the cycle:
 
-- **ours**: ``board.transitions.claim_next(agent, ttl_seconds=60)`` then
-  ``board.transitions.complete(task_id, token, {"ok": True})``, i.e. the engine exactly as the
+- **ours**: ``board.engine.transitions.claim_next(agent, ttl_seconds=60)`` then
+  ``board.engine.transitions.complete(task_id, token, {"ok": True})``, i.e. the engine exactly as the
   API calls it (CAS, history row, admission of dependents after commit). On SQLite and
-  PostgreSQL that is the hand-written statements of ``board.hot_sql``; ``--hot-path orm``
+  PostgreSQL that is the hand-written statements of ``board.engine.hot_sql``; ``--hot-path orm``
   measures the engine's ORM path instead (what other backends run). On MongoDB it is always
   the ORM path, through django-mongodb-backend (board.mongodb): session transactions,
-  conflicts retried, history ids from the counter document (board/db.py).
+  conflicts retried, history ids from the counter document (board/engine/db.py).
 - **raw**: the same two moves written by hand with the plain driver (``sqlite3`` / ``psycopg``),
   one connection per thread. Each move is one transaction holding the same conditional UPDATE
   (filtered on id, stage and version, plus the token hash for complete) and one
@@ -24,9 +24,9 @@ One *cycle* is: claim the best ready task, then complete it. Two loops run the c
   fields, version/fence/attempts + 1; complete is an ``update_one`` filtered on id, stage
   RUNNING, version and token hash; each then ``$inc``-s the counter document
   ``board_counter`` {_id: "board_taskevent"} (how the engine numbers history rows,
-  board.db.number_rows) and inserts the history row, and commits. A transaction aborted as
+  board.engine.db.number_rows) and inserts the history row, and commits. A transaction aborted as
   TransientTransactionError (a WriteConflict: another one wrote the task or the counter first)
-  runs again after a random pause, with board.db's limits (retry_conflicts). "Now" is the
+  runs again after a random pause, with board.engine.db's limits (retry_conflicts). "Now" is the
   process's clock (the engine asks the primary's: one ``hello`` per move more).
 
 Both loops run in the same process (for MongoDB, a child process: see Databases), against the
@@ -272,8 +272,8 @@ def seed_priority(i: int, tied: bool) -> int:
 
 def seed_with_engine(alias: str, count: int, tied: bool) -> None:
     """`count` QUEUED tasks, created by the engine (transitions.create) in batches."""
-    from board import transitions
-    from board.transitions import TaskSpec
+    from board.engine import transitions
+    from board.engine.transitions import TaskSpec
 
     for start in range(0, count, SEED_BATCH):
         specs = [TaskSpec(title=f"bench task {i}", priority=seed_priority(i, tied))
@@ -301,7 +301,7 @@ class OursDriver:
         connections[self.alias].ensure_connection()  # connecting is not part of the race
 
     def cycle(self, _context: Any, agent: str) -> str | None:
-        from board import transitions
+        from board.engine import transitions
 
         claim = transitions.claim_next(agent, ttl_seconds=TTL_SECONDS, using=self.alias)
         if claim is None:
@@ -491,10 +491,10 @@ class MongoRawDriver:
     engine's backend shares one), one session per thread. Each move is one session transaction
     with the engine's options (board/mongodb/base.py: read concern "snapshot", write concern
     "majority") holding a conditional find_one_and_update / update_one of the task, the $inc of
-    the history's counter document (board.db.number_rows: ids in commit order) and the insert
+    the history's counter document (board.engine.db.number_rows: ids in commit order) and the insert
     of the history row. A transaction that MongoDB aborts as TransientTransactionError (a
     WriteConflict: another transaction wrote the same task or the counter first) is run again
-    from the start after a random pause, with board.db's limits, as retry_conflicts does.
+    from the start after a random pause, with board.engine.db's limits, as retry_conflicts does.
 
     Documents are written as django-mongodb-backend writes the models (seen in the collections):
     the model's primary key in `_id` (board/models.py), a ForeignKey in `task_id`, datetimes as
@@ -506,7 +506,7 @@ class MongoRawDriver:
     def __init__(self, url: str, name: str):
         from pymongo import MongoClient
 
-        from board.db import (
+        from board.engine.db import (
             COMMIT_RETRIES,
             CONFLICT_PAUSE_SECONDS,
             CONFLICT_RETRIES,
@@ -597,7 +597,7 @@ class MongoRawDriver:
 
     def _commit(self, session: Any) -> None:
         """Commit, again when its outcome is unknown (MongoDB commits a transaction once at
-        most), as board.db does."""
+        most), as board.engine.db does."""
         from pymongo.errors import PyMongoError
 
         for attempt in range(self.commit_retries):
@@ -1149,9 +1149,9 @@ def main(argv: list[str] | None = None) -> int:
             rows += mongo.rows
         print()
         print_table(rows)
-        from board import hot_sql
+        from board.engine import hot_sql
 
-        ran_on = [f"{b}: {'board.hot_sql' if hot_sql.store(ALIASES[b]) else 'the ORM path'}" for b in backends]
+        ran_on = [f"{b}: {'board.engine.hot_sql' if hot_sql.store(ALIASES[b]) else 'the ORM path'}" for b in backends]
         if mongo is not None and mongo.rows:
             ran_on.append("mongodb: the ORM path (django-mongodb-backend; no hot path there)")
         if ran_on:

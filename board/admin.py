@@ -1,7 +1,7 @@
 """Operators' screens (Django admin). Thin callers of the engine: nothing here writes a task's
 stage, version or lease, or an agent key's hash.
 
-- Every action calls a verb of `board.transitions` for each selected task and reports in ONE
+- Every action calls a verb of `board.engine.transitions` for each selected task and reports in ONE
   message the counts and, row by row (collapsed), what was done, what was skipped and why, and
   what lost a race (the verb is given the version the action read, so a task that moved
   meanwhile is reported, never acted on blindly). Force release is held to the lease shown on
@@ -41,10 +41,11 @@ from django.utils.cache import add_never_cache_headers
 from django.utils.html import format_html, format_html_join
 from django.utils.http import urlencode
 
-from . import agent_keys, errors, transitions
-from . import clock as store_clock
-from .lifecycle import TERMINAL, Stage
-from .models import AgentKey, Task, TaskEvent
+from board import agent_keys
+from board.engine import clock as store_clock
+from board.engine import errors, transitions
+from board.engine.lifecycle import TERMINAL, Stage
+from board.models import AgentKey, Task, TaskEvent
 
 # Fields an operator may edit; the engine's list, so the two can never disagree.
 EDITABLE = tuple(transitions.EDITABLE)

@@ -17,9 +17,9 @@ from django.contrib.auth import get_user_model
 from django.db import connections
 from django.utils import timezone
 
-from . import db, errors
-from .lifecycle import is_valid_task_id
-from .models import AgentKey
+from board.engine import db, errors
+from board.engine.lifecycle import is_valid_task_id
+from board.models import AgentKey
 
 KEY_PREFIX = "tfk_"
 # Recording every use would make each API call a write; a minute's precision is plenty.

@@ -5,3 +5,11 @@ class BoardConfig(AppConfig):
     name = "board"
     verbose_name = "TaskFlow board"
     # settings.DEFAULT_AUTO_FIELD: BigAutoField on SQL stores, ObjectIdAutoField on MongoDB.
+
+    def ready(self) -> None:
+        # The engine announces commits (board.engine.commits) without knowing who listens; the
+        # live board listens: it wakes this process's outbox tailer and rings the others.
+        from board.engine import commits
+        from board.live.events import announce_commit
+
+        commits.subscribe(announce_commit)

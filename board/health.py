@@ -20,8 +20,8 @@ from django.http import JsonResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
-from . import clock, db
-from .models import ReaperPass
+from board.engine import clock, db
+from board.models import ReaperPass
 
 log = logging.getLogger("board.health")
 

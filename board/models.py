@@ -1,19 +1,19 @@
 """Tables of the board. No write logic lives here: every change of stage, version or lease is
-made by `board.transitions`, which is the only module allowed to write those columns."""
+made by `board.engine.transitions`, which is the only module allowed to write those columns."""
 from __future__ import annotations
 
 from django.conf import settings
 from django.db import models
 
-from . import db
-from .lifecycle import Stage
+from board.engine import db
+from board.engine.lifecycle import Stage
 
 STAGE_CHOICES = [(stage.value, stage.value.title()) for stage in Stage]
 
 # On MongoDB (whose migrations are separate: taskflow_site/mongodb.py) the primary keys are the
 # documents' `_id`, the one field every MongoDB server finds by index whatever the query (the
 # test server, SecantusDB, scans the collection for any other field), and AutoFields are
-# refused: the history's ids come from a counter, in commit order (board.db.number_rows).
+# refused: the history's ids come from a counter, in commit order (board.engine.db.number_rows).
 _ON_MONGODB = settings.DATABASES["default"]["ENGINE"] == "board.mongodb"
 _PK_COLUMN = "_id" if _ON_MONGODB else None
 
@@ -28,7 +28,7 @@ class Task(models.Model):
     hold = models.BooleanField(default=False, help_text="Stay PENDING until an operator admits it.")
     max_retries = models.PositiveIntegerField(default=3)
 
-    # Guarded by the compare-and-swap in board.transitions.
+    # Guarded by the compare-and-swap in board.engine.transitions.
     stage = models.CharField(max_length=16, choices=STAGE_CHOICES, default=Stage.PENDING)
     version = models.BigIntegerField(default=0)
 
@@ -38,7 +38,7 @@ class Task(models.Model):
     lease_token_hash = models.CharField(max_length=64, null=True, blank=True)
     fence = models.BigIntegerField(default=0, help_text="Rises by one on every new holder.")
     lease_expires_at = models.DateTimeField(null=True, blank=True)
-    # A lease claimed with a request id (board.claim_requests): SHA-256 of (agent, request id)
+    # A lease claimed with a request id (board.engine.claim_requests): SHA-256 of (agent, request id)
     # and the seed its token was derived from, so that a retried claim gets the same lease.
     # Cleared with the lease.
     claim_request_hash = models.CharField(max_length=64, null=True, blank=True, editable=False)
@@ -55,7 +55,7 @@ class Task(models.Model):
     updated_at = models.DateTimeField()
     # When the task entered its current stage (a renew or an edit keeps it): what a card's
     # "3m in RUNNING" counts from. Written by every move that changes the stage, in its own
-    # UPDATE (board.transitions, board.hot_sql). Null only for a row written outside the engine
+    # UPDATE (board.engine.transitions, board.engine.hot_sql). Null only for a row written outside the engine
     # (a bench's or test's bulk insert); readers then fall back to updated_at.
     stage_changed_at = models.DateTimeField(null=True, blank=True, editable=False)
 
@@ -114,7 +114,7 @@ class Dependency(models.Model):
 
 class TaskEventQuerySet(models.QuerySet):
     """Where the store has no auto-increment (MongoDB), new rows get their ids from the store's
-    counter (board.db.number_rows) before they are inserted."""
+    counter (board.engine.db.number_rows) before they are inserted."""
 
     def create(self, **kwargs):
         event = self.model(**kwargs)

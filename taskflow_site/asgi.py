@@ -16,7 +16,7 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.urls import path  # noqa: E402
 
-from board.consumers import BoardConsumer  # noqa: E402
+from board.live.consumers import BoardConsumer  # noqa: E402
 
 websocket_app = AllowedHostsOriginValidator(
     AuthMiddlewareStack(URLRouter([path("ws/board/", BoardConsumer.as_asgi())]))

@@ -16,7 +16,7 @@ Three things happen here, before Django sees the request:
 - **Waiting claims wait here, holding nothing.** `POST /api/claim` with `wait_seconds` tries
   once in Django. When there is no work the view answers with a private marker header
   (`WAIT_HEADER`) instead of blocking; this module then parks the request on the process's
-  waiting list (board.waiting) — no thread, no database connection — and replays it when a
+  waiting list (board.live.waiting) — no thread, no database connection — and replays it when a
   commit makes a task ready in its queue (or at the list's short poll), until the wait is over.
   A client that disconnects while parked is forgotten: its claim is never replayed.
   Past `TASKFLOW_MAX_WAITERS` waiting requests per process, a new wait is refused with 503 and
@@ -44,7 +44,8 @@ from concurrent.futures import ThreadPoolExecutor
 from django.conf import settings
 from django.db import connections
 
-from board.waiting import CAN_WAIT, WAIT_HEADER, WAIT_QUEUE_HEADER
+from board.live.waiting import CAN_WAIT, WAIT_HEADER, WAIT_QUEUE_HEADER
+
 _PRIVATE = {WAIT_HEADER.lower().encode(), WAIT_QUEUE_HEADER.lower().encode()}
 
 
@@ -171,7 +172,7 @@ class HttpApp:
         connection), replay the claim when woken, answer 204 when the wait is over. Returns
         None when the client went away meanwhile: nothing is replayed then, so a task is never
         claimed for an agent that is no longer there to take it."""
-        from board import waiting
+        from board.live import waiting
 
         waiters = waiting.waiters()
         if waiters.count >= self.max_waiters:

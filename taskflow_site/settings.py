@@ -80,7 +80,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     # First: it also reshapes what the others answer under /api/ (a disallowed Host's 400).
-    "board.middleware.api_error_shape",
+    "board.api.middleware.api_error_shape",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -202,7 +202,7 @@ STATIC_ROOT = BASE_DIR / ".staticfiles"
 DATA_UPLOAD_MAX_MEMORY_SIZE = 1024 * 1024
 
 # Channel layer: in-memory on one process; Redis when REDIS_URL is set (several processes). The
-# live board does not depend on it delivering every message (see board/events.py).
+# live board does not depend on it delivering every message (see board/live/events.py).
 REDIS_URL = os.environ.get("REDIS_URL", "")
 if REDIS_URL:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer",
@@ -224,13 +224,13 @@ TASKFLOW = {
     "REAPER_STALE_SECONDS": float(os.environ.get("TASKFLOW_REAPER_STALE_SECONDS", "30")),
     "HTTP_THREADS": HTTP_THREADS,
     # claim_next, renew and complete as hand-written statements on SQLite and PostgreSQL
-    # (board/hot_sql.py): "auto"; "orm" forces the ORM path everywhere (the contract suite runs
+    # (board/engine/hot_sql.py): "auto"; "orm" forces the ORM path everywhere (the contract suite runs
     # both).
     "HOT_PATH": os.environ.get("TASKFLOW_HOT_PATH", "auto"),
     # Waiting claims (wait_seconds) parked at once per server process; past it a new wait is
     # refused with 503 + Retry-After. A parked claim costs a few KB and no connection.
     "MAX_WAITERS": int(os.environ.get("TASKFLOW_MAX_WAITERS", "1000")),
-    # The live board's socket (board/consumers.py): how often an open socket checks that its
+    # The live board's socket (board/live/consumers.py): how often an open socket checks that its
     # session and user may still watch, and how far (characters of frames not yet sent) a client
     # may fall behind before its socket is dropped (it reconnects and resyncs from a snapshot).
     # 5 s: a logout handled by another server process (its signal reaches only its own sockets)

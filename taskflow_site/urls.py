@@ -2,9 +2,9 @@ from django.contrib import admin
 from django.urls import path
 from django.views.generic import RedirectView
 
-from board.api import api
+from board.api.endpoints import api
 from board.health import healthz
-from board.views import board_page
+from board.live.views import board_page
 
 # The admin is the operators' side of the board: it says so on every page (not "Django
 # administration"), and its "View site" link leads to the live board.

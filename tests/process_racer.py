@@ -11,8 +11,8 @@ def race(index: int, database_url: str, rounds: int, barrier, results, verb: str
     django.setup()
     from django.db import connection
 
-    from board import errors, transitions
-    from board.transitions import TaskSpec
+    from board.engine import errors, transitions
+    from board.engine.transitions import TaskSpec
 
     connection.ensure_connection()
     for n in range(rounds):

@@ -13,9 +13,10 @@ from django.contrib.auth.models import Permission, User
 from django.test import Client
 from django.urls import reverse
 
-from board import agent_keys, transitions
+from board import agent_keys
+from board.engine import transitions
+from board.engine.transitions import TaskSpec
 from board.models import AgentKey, Task
-from board.transitions import TaskSpec
 from tests.support import sqlite_db_mark
 
 pytestmark = sqlite_db_mark()

@@ -24,12 +24,13 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from board import agent_keys, errors, selectors, transitions
+from board import agent_keys
 from board.admin import TaskAdmin, TaskEditForm
-from board.lifecycle import Stage
+from board.engine import errors, selectors, transitions
+from board.engine.lifecycle import Stage
+from board.engine.transitions import TaskSpec, hash_token
 from board.models import AgentKey, Task, TaskEvent
-from board.transitions import TaskSpec, hash_token
-from tests.support import race, db_state, expire_lease, row, sqlite_db_mark
+from tests.support import db_state, expire_lease, race, row, sqlite_db_mark
 
 pytestmark = sqlite_db_mark()
 

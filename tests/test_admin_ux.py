@@ -10,10 +10,10 @@ from django.contrib import admin
 from django.db import connections, transaction
 from django.test import RequestFactory
 
-from board import errors, transitions
-from board.lifecycle import Stage
+from board.engine import errors, transitions
+from board.engine.lifecycle import Stage
+from board.engine.transitions import TaskSpec, create
 from board.models import Task, TaskEvent
-from board.transitions import TaskSpec, create
 from tests.support import db_state, postgres_db_mark
 from tests.test_admin import RenewingAgent
 

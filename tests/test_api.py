@@ -1,5 +1,5 @@
 """The agents' JSON API through the whole HTTP stack (Django test Client -> middleware -> ninja ->
-board.transitions) against the real SQLite test database.
+board.engine.transitions) against the real SQLite test database.
 
 Every endpoint's success path with its exact status and shape, every error code with its status
 and the one error shape, bad input answered with the right code AND an unchanged database, the
@@ -27,7 +27,8 @@ from django.db import connections
 from django.test import Client
 from django.utils import timezone
 
-from board import agent_keys, transitions
+from board import agent_keys
+from board.engine import transitions
 from board.models import AgentKey, Task, TaskEvent
 from tests.support import db_state, end_backoff, expire_lease, sqlite_db_mark
 
@@ -1495,9 +1496,9 @@ def test_an_unknown_query_parameter_is_refused(http, agent, query):
 
 def test_the_hot_endpoints_answer_exactly_the_documented_shapes(http, agent):
     """claim, renew and complete render their answers without django-ninja's output validation
-    (board.api._answer): what they send must still be exactly ClaimOut / TaskOut, and the same
+    (board.api.endpoints._answer): what they send must still be exactly ClaimOut / TaskOut, and the same
     as the validated endpoints send for the same task."""
-    from board.schemas import ClaimOut, LeaseOut, TaskOut
+    from board.api.schemas import ClaimOut, LeaseOut, TaskOut
 
     def same_shape(body, schema):
         schema.model_validate(body)

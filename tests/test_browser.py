@@ -1,7 +1,7 @@
 """The live board in a real browser: Debian's Chromium, driven by Playwright, against a real
 board server (manage.py serve) on the test database.
 
-Changes are made through the engine (board.transitions) in a worker thread, committed, as an
+Changes are made through the engine (board.engine.transitions) in a worker thread, committed, as an
 agent or the reaper would make them; what the page shows must come from the server. Waits are
 Playwright's auto-waiting `expect(...)` with a bound, never a sleep.
 
@@ -22,9 +22,9 @@ from django.contrib.auth.models import Permission
 from django.db import connections
 from django.test import Client
 
-from board import transitions
+from board.engine import transitions
 from board.models import Dependency, Task
-from board.transitions import TaskSpec
+from board.engine.transitions import TaskSpec
 from tests.browser_support import launch_chromium
 from tests.live_server import BoardServer
 from tests.support import database_url, sqlite_db_mark
@@ -302,7 +302,7 @@ def test_a_burst_of_changes_ends_with_the_page_equal_to_the_database(open_board,
                     transitions.requeue(tid, actor="op", reset_attempts=True)
             except Exception as exc:  # a retry's backoff (Blocked) is fine; anything else is not
                 from board import errors
-                assert isinstance(exc, errors.Blocked), exc
+                assert isinstance(exc, errors.Blocked, exc
             if step % 40 == 0:
                 transitions.create(TaskSpec(id=f"n{step}", title="new in the burst"))
 

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 from django.utils import timezone
 
-from board import transitions
+from board.engine import transitions
+from board.engine.transitions import TaskSpec
 from board.models import Task, TaskEvent
-from board.transitions import TaskSpec
 from tests.support import sqlite_db_mark
 from tests.test_browser import (  # noqa: F401  (fixtures, found by pytest by name)
     ARRIVAL,

@@ -9,8 +9,8 @@ import re
 
 import pytest
 
-from board import transitions
-from board.transitions import TaskSpec
+from board.engine import transitions
+from board.engine.transitions import TaskSpec
 from tests.support import end_backoff, sqlite_db_mark
 from tests.test_browser import SLOW, browser, open_board, orm, server  # noqa: F401  (fixtures)
 

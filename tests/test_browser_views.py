@@ -23,8 +23,8 @@ from django.contrib.sessions.models import Session
 from django.db import connections
 from django.utils import timezone
 
-from board import transitions
-from board.transitions import TaskSpec
+from board.engine import transitions
+from board.engine.transitions import TaskSpec
 from tests import test_browser as shared
 from tests.live_server import BoardServer
 from tests.support import database_url, sqlite_db_mark

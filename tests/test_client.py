@@ -19,11 +19,26 @@ from datetime import datetime
 import pytest
 from django.utils import timezone
 
-from board import agent_keys, selectors, transitions
+from board import agent_keys
+from board.engine import selectors, transitions
 from board.models import Task, TaskEvent
 from taskflow_client import (
-    Blocked, Client, DuplicateId, Forbidden, InvalidTransition, Lease, LeaseLost, NotFound, Taken,
-    TaskflowError, Terminal, TooLarge, TransportError, Unauthorized, ValidationFailed, VersionConflict,
+    Blocked,
+    Client,
+    DuplicateId,
+    Forbidden,
+    InvalidTransition,
+    Lease,
+    LeaseLost,
+    NotFound,
+    Taken,
+    TaskflowError,
+    Terminal,
+    TooLarge,
+    TransportError,
+    Unauthorized,
+    ValidationFailed,
+    VersionConflict,
 )
 from tests.live_server import ROOT, board_server, wait_until  # noqa: F401  (fixture)
 from tests.support import end_backoff, expire_lease, sqlite_db_mark

@@ -10,9 +10,9 @@ from django.core.management import call_command
 from django.db import connections
 from django.utils import timezone
 
-from board import transitions
+from board.engine import transitions
+from board.engine.transitions import TaskSpec
 from board.models import Dependency, Task, TaskEvent
-from board.transitions import TaskSpec
 from tests import live_server
 from tests.support import database_url, sqlite_db_mark
 
@@ -108,7 +108,7 @@ def test_demo_runs_its_plan_to_the_end_with_a_clean_board(capsys, settings):
     assert TaskEvent.objects.get(task_id=f"demo-{run}-check-chat", verb="requeue").actor == "demo-operator"
     assert TaskEvent.objects.get(task_id=f"demo-{run}-parse-wiki", verb="pause")
     assert TaskEvent.objects.get(task_id=f"demo-{run}-approve", verb="admit").actor == "demo-operator"
-    from board import selectors
+    from board.engine import selectors
 
     assert selectors.problems() == []
 

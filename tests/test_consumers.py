@@ -17,10 +17,11 @@ from django.contrib.auth.models import Permission
 from django.db import DatabaseError
 from django.test import Client
 
-from board import db, errors, events, transitions
-from board.lifecycle import MAX_BATCH_TASKS
+from board.engine import db, errors, transitions
+from board.engine.lifecycle import MAX_BATCH_TASKS
+from board.engine.transitions import TaskSpec
+from board.live import events
 from board.models import Dependency
-from board.transitions import TaskSpec
 from taskflow_site.asgi import application
 from tests.support import sqlite_db_mark
 

@@ -1,7 +1,7 @@
 """The board's contract, written once and run on every backend (the fsspec pattern).
 
 `BoardContract` holds the tests; each backend opts in with a three-line subclass at the bottom
-naming its database alias, once per engine path: the hand-written statements of board.hot_sql
+naming its database alias, once per engine path: the hand-written statements of board.engine.hot_sql
 (HOT_PATH "auto", what SQLite and PostgreSQL run) and the ORM path (HOT_PATH "orm", what any
 other backend runs). All races use real threads with their own connections, released
 together by a barrier, over hundreds of rounds, and assert exact counts. Leases are aged by
@@ -15,17 +15,26 @@ from datetime import timedelta
 
 import pytest
 from django.db import DatabaseError, connections
+from django.forms.models import model_to_dict
 from django.utils import timezone
 
-from django.forms.models import model_to_dict
-
-from board import contract, errors, hot_sql, selectors, transitions
-from board.contract import DjangoBoard
-from board.lifecycle import Stage
+from board.engine import contract, errors, hot_sql, selectors, transitions
+from board.engine.contract import DjangoBoard
+from board.engine.lifecycle import Stage
+from board.engine.transitions import TaskSpec
 from board.models import Task, TaskEvent
-from board.transitions import TaskSpec
 from tests import process_racer
-from tests.support import database_url, race, rename_table, db_state, end_backoff, expire_lease, postgres_db_mark, row, sqlite_db_mark
+from tests.support import (
+    database_url,
+    db_state,
+    end_backoff,
+    expire_lease,
+    postgres_db_mark,
+    race,
+    rename_table,
+    row,
+    sqlite_db_mark,
+)
 
 ROUNDS = 200
 RACERS = 16
@@ -34,7 +43,7 @@ TTL = 60
 
 class BoardContract:
     """Every backend must pass all of these. Subclasses set `alias`, and `hot_path` ("auto":
-    board.hot_sql's statements; "orm": the ORM path)."""
+    board.engine.hot_sql's statements; "orm": the ORM path)."""
 
     alias: str
     hot_path: str = "auto"
@@ -672,7 +681,7 @@ class BoardContract:
 
 
 class TestSQLiteBoard(BoardContract):
-    """SQLite on board.hot_sql's statements."""
+    """SQLite on board.engine.hot_sql's statements."""
 
     pytestmark = sqlite_db_mark()
     alias = "default"
@@ -694,7 +703,7 @@ class TestSQLiteOrmBoard(BoardContract):
 
 
 class TestPostgresBoard(BoardContract):
-    """PostgreSQL on board.hot_sql's statements."""
+    """PostgreSQL on board.engine.hot_sql's statements."""
 
     pytestmark = postgres_db_mark()
     alias = "postgres"

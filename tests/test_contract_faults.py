@@ -11,10 +11,10 @@ from django.conf import settings
 from django.core.management import call_command
 from django.db import DatabaseError, connections
 
-from board import contract, errors, transitions
-from board.contract import DjangoBoard
+from board.engine import contract, errors, transitions
+from board.engine.contract import DjangoBoard
+from board.engine.transitions import TaskSpec
 from board.models import Task
-from board.transitions import TaskSpec
 
 RACERS = 16
 

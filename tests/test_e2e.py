@@ -16,10 +16,18 @@ import pytest
 from django.db.models import Count
 from django.utils import timezone
 
-from board import agent_keys, selectors
+from board import agent_keys
+from board.engine import selectors
 from board.models import Task, TaskEvent
 from taskflow_client import Client, LeaseLost
-from tests.live_server import ROOT, LineReader, board_server, manage, stop_process, wait_until  # noqa: F401
+from tests.live_server import (  # noqa: F401
+    ROOT,
+    LineReader,
+    board_server,
+    manage,
+    stop_process,
+    wait_until,
+)
 from tests.support import sqlite_db_mark
 
 pytestmark = sqlite_db_mark()

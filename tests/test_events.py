@@ -8,12 +8,13 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.db import DatabaseError, connections
 
-from board import events, transitions
-from board.db import write_transaction
-from board.events import Cursor
-from board.lifecycle import MAX_BATCH_TASKS
+from board.engine import transitions
+from board.engine.db import write_transaction
+from board.engine.lifecycle import MAX_BATCH_TASKS
+from board.engine.transitions import TaskSpec
+from board.live import events
+from board.live.events import Cursor
 from board.models import TaskEvent
-from board.transitions import TaskSpec
 from tests.live_server import wait_until
 from tests.support import postgres_db_mark, sqlite_db_mark
 
@@ -153,7 +154,7 @@ def test_concurrent_writers_every_event_read_exactly_once(alias):
 
 @pytest.mark.parametrize("alias", [BACKENDS[0]])
 def test_parked_claims_are_woken_once_per_move_to_queued_of_a_task_still_queued(alias):
-    from board.events import newly_ready
+    from board.live.events import newly_ready
 
     cursor = cursor_at_the_end(alias)
     transitions.create([TaskSpec(id="a1", title="a", queue="alpha"), TaskSpec(id="a2", title="a", queue="alpha"),

@@ -15,7 +15,7 @@ import threading
 import pytest
 from django.db import connections
 
-from board import transitions
+from board.engine import transitions
 from board.models import ReaperPass
 from tests.live_server import BoardServer, free_port, wait_until
 from tests.support import (

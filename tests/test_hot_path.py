@@ -1,4 +1,4 @@
-"""board.hot_sql against the ORM path, on SQLite and PostgreSQL.
+"""board.engine.hot_sql against the ORM path, on SQLite and PostgreSQL.
 
 The contract suite (tests/test_contract.py) runs every behaviour on both paths. This file checks
 what only a comparison can show: rows written by the hand-written statements read back through
@@ -11,7 +11,8 @@ revocation from any connection defeats at once.
 from __future__ import annotations
 
 import threading
-from datetime import datetime, timedelta, timezone as dt_timezone
+from datetime import datetime, timedelta
+from datetime import timezone as dt_timezone
 
 import pytest
 from django.db import connections
@@ -20,10 +21,11 @@ from django.forms.models import model_to_dict
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from board import agent_keys, errors, hot_sql, selectors, transitions
-from board.lifecycle import Stage
+from board import agent_keys
+from board.engine import errors, hot_sql, selectors, transitions
+from board.engine.lifecycle import Stage
+from board.engine.transitions import TaskSpec
 from board.models import AgentKey, Task, TaskEvent
-from board.transitions import TaskSpec
 from tests.support import postgres_db_mark, sqlite_db_mark
 
 TTL = 60
@@ -90,7 +92,7 @@ def test_rows_written_by_the_hot_path_read_back_equal_to_the_orm_paths(alias, se
     are equal as the ORM reads them AND as the database stores them. The clock includes a
     whole second (no microseconds: Django's SQLite text then has no fraction) and odd ones.
 
-    On PostgreSQL times come from the database's clock (board.clock), which a test cannot set:
+    On PostgreSQL times come from the database's clock (board.engine.clock), which a test cannot set:
     there the time columns are taken out of the comparison and checked for what they must be
     (expiry = the write's time + the TTL, the history's time = the row's)."""
     clock = Clock(monkeypatch)

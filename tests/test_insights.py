@@ -1,4 +1,4 @@
-"""board.insights on SQLite and PostgreSQL: exact agents, throughput and queue depths after a
+"""board.live.insights on SQLite and PostgreSQL: exact agents, throughput and queue depths after a
 scripted set of transitions, each stamped at a chosen time (the history rows are written with
 their `at`, never waited for), computed at a controlled `now`."""
 from __future__ import annotations
@@ -7,9 +7,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from board import insights, transitions
+from board.engine import transitions
+from board.engine.transitions import TaskSpec
+from board.live import insights
 from board.models import TaskEvent
-from board.transitions import TaskSpec
 from tests.support import postgres_db_mark, sqlite_db_mark
 
 STORES = [pytest.param("default", marks=sqlite_db_mark(), id="sqlite"),

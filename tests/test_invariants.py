@@ -1,4 +1,4 @@
-"""Pure unit tests of `board.invariants.check(tasks, now)`: no database, no clock.
+"""Pure unit tests of `board.engine.invariants.check(tasks, now)`: no database, no clock.
 
 Every test asserts the full, ordered list of (task, code) pairs `check` returns, so a missing
 problem and an extra one both fail."""
@@ -10,9 +10,9 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from board import invariants
-from board.invariants import ALL_CODES, Problem, TaskSnapshot, check
-from board.lifecycle import Stage
+from board.engine import invariants
+from board.engine.invariants import ALL_CODES, Problem, TaskSnapshot, check
+from board.engine.lifecycle import Stage
 
 NOW = datetime(2025, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
 LATER = NOW + timedelta(minutes=5)
@@ -576,8 +576,8 @@ def _stores():
 def test_the_store_finds_dependents_down_the_chain_as_check_of_the_full_snapshot_does(alias):
     """selectors.problems() (indexed SQL picks the suspects, check() judges them) finds the
     whole stranded chain, exactly as check() over every task does (the MongoDB path)."""
-    from board import selectors, transitions
-    from board.transitions import TaskSpec
+    from board.engine import selectors, transitions
+    from board.engine.transitions import TaskSpec
 
     transitions.create([TaskSpec(id="root", title="root"), TaskSpec(id="child", title="c", deps=["root"]),
                         TaskSpec(id="grandchild", title="g", deps=["child"]),

@@ -1,4 +1,4 @@
-"""Pure unit tests of `board.lifecycle`: the transition table against DESIGN.md section 1, task
+"""Pure unit tests of `board.engine.lifecycle`: the transition table against DESIGN.md section 1, task
 ids, retry backoff and the attempts budget. No Django, no database."""
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import itertools
 
 import pytest
 
-from board import lifecycle
-from board.lifecycle import (
+from board.engine import lifecycle
+from board.engine.lifecycle import (
     DEAD_ENDS,
     LEASED,
     TERMINAL,

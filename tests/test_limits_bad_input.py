@@ -11,7 +11,8 @@ import json
 import pytest
 from django.db import connections
 
-from board import agent_keys, transitions
+from board import agent_keys
+from board.engine import transitions
 from tests.live_server import BoardServer
 from tests.support import database_url, db_state, postgres_db_mark, sqlite_db_mark
 

@@ -9,8 +9,9 @@ import time
 
 import pytest
 
-from board import agent_keys, transitions
-from board.lifecycle import (
+from board import agent_keys
+from board.engine import transitions
+from board.engine.lifecycle import (
     MAX_BATCH_DEPENDENCIES,
     MAX_BATCH_TASKS,
     MAX_DESCRIPTION_CHARS,

@@ -9,9 +9,11 @@ from urllib.parse import quote
 
 import pytest
 
-from board import agent_keys, errors, transitions
-from board.api import MAX_PAGE, MAX_PAGE_BYTES
-from board.lifecycle import (
+from board import agent_keys
+from board.api.endpoints import MAX_PAGE, MAX_PAGE_BYTES
+from board.api.schemas import MAX_JSON_FIELD_BYTES
+from board.engine import errors, transitions
+from board.engine.lifecycle import (
     MAX_BATCH_TASKS,
     MAX_DESCRIPTION_CHARS,
     MAX_ERROR_CHARS,
@@ -20,7 +22,6 @@ from board.lifecycle import (
     MAX_TITLE_CHARS,
     MAX_TOKEN_CHARS,
 )
-from board.schemas import MAX_JSON_FIELD_BYTES
 from tests.live_server import BoardServer, one_process_server  # noqa: F401  (fixture)
 from tests.support import db_state, postgres_db_mark, sqlite_db_mark
 

@@ -24,9 +24,9 @@ from django.contrib.sessions.models import Session
 from django.db import connections
 from django.utils.crypto import get_random_string
 
-from board import transitions
-from board.consumers import NOT_ALLOWED, TOO_SLOW
-from board.transitions import TaskSpec
+from board.engine import transitions
+from board.engine.transitions import TaskSpec
+from board.live.consumers import NOT_ALLOWED, TOO_SLOW
 from tests.live_server import BoardServer, wait_until
 from tests.support import database_url, sqlite_db_mark
 from tests.test_live_board import WAIT, BoardSocket, staff_session, wait_for_versions

@@ -31,11 +31,12 @@ from django.utils.crypto import get_random_string
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect as ws_connect
 
-from board import agent_keys, transitions
-from board.db import write_transaction
-from board.lifecycle import MAX_BATCH_TASKS
+from board import agent_keys
+from board.engine import transitions
+from board.engine.db import write_transaction
+from board.engine.lifecycle import MAX_BATCH_TASKS
+from board.engine.transitions import TaskSpec
 from board.models import Task, TaskEvent
-from board.transitions import TaskSpec
 from tests.live_server import BoardServer, server_for_sessions, wait_until
 from tests.support import postgres_db_mark
 

@@ -16,9 +16,10 @@ import itertools
 
 import pytest
 
-from board import agent_keys, claim_requests, transitions
+from board import agent_keys
+from board.engine import claim_requests, transitions
+from board.engine.transitions import TaskSpec
 from board.models import Task, TaskEvent
-from board.transitions import TaskSpec
 from tests.live_server import api_call, board_server  # noqa: F401  (fixture)
 from tests.support import db_state, race, sqlite_db_mark
 

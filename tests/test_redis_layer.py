@@ -14,7 +14,7 @@ from django.conf import settings
 from django.db import connections
 from django.test import override_settings
 
-from board import events
+from board.live import events
 from tests.support import database_url, sqlite_db_mark
 
 pytestmark = [pytest.mark.redis, *sqlite_db_mark()]

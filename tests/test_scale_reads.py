@@ -2,7 +2,7 @@
 and the live board's snapshot stay bounded in memory on a big board, with the same results.
 
 Against the real server (`manage.py serve`) on the real SQLite file: a writer holding the write
-lock (BEGIN IMMEDIATE) and the writers' queue (the flock of `<db>-writers`, board/db.py) must not
+lock (BEGIN IMMEDIATE) and the writers' queue (the flock of `<db>-writers`, board/engine/db.py) must not
 hold up `GET /api/check`, `GET /api/tasks` or a websocket snapshot; agents looping
 `GET /api/check` on a big board must not cost a renewing agent its lease.
 """
@@ -27,11 +27,13 @@ from django.test import Client
 from django.utils import timezone
 
 from bench.big_board import fill_board
-from board import agent_keys, events, selectors, transitions
-from board.db import read_transaction
-from board.invariants import check
+from board import agent_keys
+from board.engine import selectors, transitions
+from board.engine.db import read_transaction
+from board.engine.invariants import check
+from board.engine.transitions import TaskSpec
+from board.live import events
 from board.models import Dependency, Task
-from board.transitions import TaskSpec
 from tests.live_server import BoardServer, server_for_sessions, wait_until
 from tests.support import db_state, postgres_db_mark, sqlite_db_mark
 
@@ -331,7 +333,7 @@ def plant_every_problem(using: str, now) -> None:
 
 @pytest.mark.parametrize("alias", BACKENDS)
 def test_check_of_the_store_is_check_of_the_full_snapshot_for_every_problem(alias):
-    from board.invariants import ALL_CODES
+    from board.engine.invariants import ALL_CODES
 
     now = timezone.now()
     plant_every_problem(alias, now)

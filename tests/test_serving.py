@@ -12,7 +12,8 @@ import time
 import pytest
 from django.db import connections
 
-from board import agent_keys, transitions
+from board import agent_keys
+from board.engine import transitions
 from board.models import Task, TaskEvent
 from tests.live_server import BoardServer, wait_until
 from tests.support import database_url, postgres_db_mark, sqlite_db_mark

@@ -1,10 +1,10 @@
 """Every illegal move of the lifecycle, tried for real against the database.
 
 For every stage, a real task is put there through the engine's own verbs; then every verb
-function of `board.transitions` that `lifecycle.TRANSITIONS` does not allow from that stage is
+function of `board.engine.transitions` that `lifecycle.TRANSITIONS` does not allow from that stage is
 called, and must raise its precise typed error and leave the whole database unchanged.
 
-Which error (from the verbs' docstrings and `board.errors`):
+Which error (from the verbs' docstrings and `board.engine.errors`):
 - holder verbs (renew, release, complete, fail, pause) check the token against the task's current
   lease first: on any task that is not RUNNING there is no current lease, so LeaseLost, even
   for the holder's own stale token and even on a terminal task;
@@ -21,9 +21,9 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from board import errors, transitions
-from board.lifecycle import TERMINAL, TRANSITIONS, Stage, Verb, target
-from board.transitions import TaskSpec
+from board.engine import errors, transitions
+from board.engine.lifecycle import TERMINAL, TRANSITIONS, Stage, Verb, target
+from board.engine.transitions import TaskSpec
 from tests.support import db_state, row, sqlite_db_mark
 
 pytestmark = sqlite_db_mark()

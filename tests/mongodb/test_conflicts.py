@@ -1,6 +1,6 @@
 """MongoDB's write conflicts: a move whose transaction meets another transaction's write is
 aborted by the store (WriteConflict, a TransientTransactionError), and the engine runs it again
-(board.db.retry_conflicts), a bounded number of times, never answering 500.
+(board.engine.db.retry_conflicts), a bounded number of times, never answering 500.
 
 The other writer is a real transaction on its own pymongo session, held open (uncommitted)
 while the engine's move runs, then committed or aborted by the test: no timing is involved."""
@@ -13,9 +13,10 @@ import pytest
 from django.db import connections
 from django.test import Client
 
-from board import agent_keys, db, errors, transitions
+from board import agent_keys
+from board.engine import db, errors, transitions
+from board.engine.transitions import TaskSpec
 from board.models import Task, TaskEvent
-from board.transitions import TaskSpec
 from tests import process_racer
 from tests.support import database_url, row
 
@@ -39,7 +40,7 @@ def held_task(task_id: str = "t"):
 
 
 class ConflictLog(logging.Handler):
-    """Counts the engine's conflict retries (board.db logs each at DEBUG) and runs `then` at
+    """Counts the engine's conflict retries (board.engine.db logs each at DEBUG) and runs `then` at
     the first one: what the other writer does once the engine has met its write."""
 
     def __init__(self, then=None):
@@ -55,7 +56,7 @@ class ConflictLog(logging.Handler):
 
 @pytest.fixture
 def conflict_log():
-    logger = logging.getLogger("board.db")
+    logger = logging.getLogger("board.engine.db")
     handlers = []
 
     def attach(then=None) -> ConflictLog:

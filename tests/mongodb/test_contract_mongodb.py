@@ -3,7 +3,7 @@ the ORM path (MongoDB runs no SQL)."""
 import pytest
 from django.conf import settings
 
-from board import errors
+from board.engine import errors
 from tests.test_contract import ROUNDS, BoardContract
 
 

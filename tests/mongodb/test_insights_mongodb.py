@@ -1,4 +1,4 @@
-"""board.insights on MongoDB: the scripted transitions of tests/test_insights.py, the same exact
+"""board.live.insights on MongoDB: the scripted transitions of tests/test_insights.py, the same exact
 agents, throughput and queue depths (its queries are ORM only, no join)."""
 import pytest
 from django.db import connections

@@ -28,7 +28,7 @@ import pytest
 from django.conf import settings
 from django.db import DatabaseError
 
-from board import errors, transitions
+from board.engine import errors, transitions
 
 if "wire" not in settings.DATABASES:
     pytest.skip("the wire tests run in the MongoDB session (--ds=tests.mongodb_settings)", allow_module_level=True)
@@ -52,7 +52,7 @@ def primary_hello(port: int) -> dict:
     raises "Sessions are not supported" for an explicit session); maxWireVersion must be at
     least 9 (pymongo.common.MIN_SUPPORTED_WIRE_VERSION); 21 is MongoDB 7.0, the version
     buildinfo reports below. No `helloOk`: pymongo then monitors with the legacy isMaster, which
-    this answer covers, so the only `hello` the test receives is the clock's (board/clock.py)."""
+    this answer covers, so the only `hello` the test receives is the clock's (board/engine/clock.py)."""
     address = f"127.0.0.1:{port}"
     return {
         "ismaster": True,
@@ -170,7 +170,7 @@ class Wire:
                     raise AssertionError(f"expected {name}, the engine sent nothing in {RECEIVE_TIMEOUT} s") from None
 
     def clock(self, at: datetime = NOW) -> None:
-        """board.clock.now: the primary's time from `hello`, asked outside the transaction
+        """board.engine.clock.now: the primary's time from `hello`, asked outside the transaction
         (MongoDB does not allow `hello` in one)."""
         hello = self.next("hello", 1)
         assert hello.namespace == "admin"

@@ -3,7 +3,7 @@ import sys
 
 from django.core.management.base import BaseCommand
 
-from board import selectors
+from board.engine import selectors
 
 
 class Command(BaseCommand):

@@ -4,8 +4,8 @@ import sys
 
 from django.core.management.base import BaseCommand
 
-from board import contract, selectors, transitions
-from board.transitions import TaskSpec
+from board.engine import contract, selectors, transitions
+from board.engine.transitions import TaskSpec
 
 
 class Command(BaseCommand):

@@ -2,7 +2,8 @@
 (`system`, `system:…`, `admin`, any existing username) are refused: board.agent_keys."""
 from django.core.management.base import BaseCommand, CommandError
 
-from board import agent_keys, errors
+from board import agent_keys
+from board.engine import errors
 
 
 class Command(BaseCommand):

@@ -15,10 +15,10 @@ import time
 from django.core.management.base import BaseCommand
 from django.db import connections
 
-from board import errors, selectors, transitions
-from board.lifecycle import TERMINAL, Stage
+from board.engine import errors, selectors, transitions
+from board.engine.lifecycle import TERMINAL, Stage
+from board.engine.transitions import TaskSpec
 from board.models import Task
-from board.transitions import TaskSpec
 
 SOURCES = ["docs", "issues", "wiki", "mail", "chat", "code"]
 # The demo's own queues: its agents claim only from these, so a demo run next to real work

@@ -8,7 +8,8 @@ from django.core.management.base import BaseCommand
 from django.db import DatabaseError, connections
 from django.utils import timezone
 
-from board import health, transitions
+from board import health
+from board.engine import transitions
 
 log = logging.getLogger("board.reaper")
 

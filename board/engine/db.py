@@ -51,7 +51,7 @@ from typing import TypeVar
 
 from django.db import DatabaseError, connections, transaction
 
-log = logging.getLogger("board.db")
+log = logging.getLogger("board.engine.db")
 
 SQL_VENDORS = ("sqlite", "postgresql")
 
@@ -74,7 +74,7 @@ def ids_follow_commit_order(using: str) -> bool:
     one writer commits before the next takes an id (SQLite), and on MongoDB, where every
     writer increments one counter document (`number_rows`), so a second writer conflicts
     until the first has committed. False on PostgreSQL: a sequence hands ids out at insert
-    time, and transactions commit in any order (board/events.py keeps holes for that)."""
+    time, and transactions commit in any order (board/live/events.py keeps holes for that)."""
     return connections[using].vendor != "postgresql"
 
 
@@ -269,7 +269,7 @@ def retry_conflicts(verb: F) -> F:
                 last = conflict
             low, high = CONFLICT_PAUSE_SECONDS
             time.sleep(random.uniform(low, min(high, low * 2 ** attempt)))
-        from .errors import VersionConflict
+        from board.engine.errors import VersionConflict
 
         raise VersionConflict(f"{verb.__name__}: the store kept aborting this move for conflicting writes "
                               f"({CONFLICT_RETRIES} attempts); try again") from last

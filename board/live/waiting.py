@@ -4,7 +4,7 @@ A waiting claim (`POST /api/claim` with `wait_seconds`) that found nothing is pa
 server (taskflow_site/serving.py) as an asyncio future: it holds no thread and no database
 connection while it waits. It is woken:
 
-- by the board's own commit signal: this process's outbox tailer (board/events.py) reads every
+- by the board's own commit signal: this process's outbox tailer (board/live/events.py) reads every
   committed event, from any process, and calls `notify_ready` with the queues of tasks that have
   just become QUEUED; one waiter per such task is woken (oldest first), not all of them;
 - by a short poll (`POLL_SECONDS`) that asks the database, once for every queue waited on, how
@@ -22,7 +22,7 @@ from collections import OrderedDict, defaultdict
 from asgiref.sync import sync_to_async
 from django.utils import timezone
 
-log = logging.getLogger("board.waiting")
+log = logging.getLogger("board.live.waiting")
 
 POLL_SECONDS = 1.0
 
@@ -48,7 +48,7 @@ class Waiters:
 
     async def wait(self, queue: str | None, timeout: float) -> bool:
         """Park until woken (True) or `timeout` seconds pass (False)."""
-        from . import events
+        from board.live import events
 
         events.ensure_tailer()  # the commit signal that wakes us
         if self.poller is None or self.poller.done():
@@ -101,7 +101,7 @@ class Waiters:
 
 def _ready_counts(wanted: dict[str | None, int]) -> dict[str | None, int]:
     """How many ready tasks each queue has, counting no further than its waiters."""
-    from .selectors import ready_tasks
+    from board.engine.selectors import ready_tasks
 
     now = timezone.now()
     return {queue: len(ready_tasks(now, queue).values_list("pk", flat=True)[:n]) for queue, n in wanted.items()}

@@ -10,14 +10,14 @@ the Task the caller gets. The TaskEvent goes in with it, in the same transaction
 - PostgreSQL: one statement. The UPDATE and the history INSERT are one data-modifying WITH,
   so one round trip is the whole move, and outside a caller's transaction (autocommit) it
   commits by itself: no BEGIN, no COMMIT.
-- SQLite (>= 3.35 for RETURNING): two statements inside `board.db.write_transaction` (this
+- SQLite (>= 3.35 for RETURNING): two statements inside `board.engine.db.write_transaction` (this
   process's writer lock, then BEGIN IMMEDIATE), so the pair is serialised with every writer.
 
-Nothing is re-read on success. When the statement matches no row, `board.transitions` reloads
+Nothing is re-read on success. When the statement matches no row, `board.engine.transitions` reloads
 the row and raises the same precise error as its ORM path (or tries again when the move has
 become legal): only the failure path reads.
 
-"Now" is the store's clock (board.clock): on SQLite this process's, read by the store under the
+"Now" is the store's clock (board.engine.clock): on SQLite this process's, read by the store under the
 write lock; on PostgreSQL the database's, which the statements read themselves
 (`statement_timestamp()`: one reading per statement, when it starts), so that a lease's expiry
 is the database's time + the TTL whatever the server process's clock says.
@@ -35,7 +35,7 @@ PostgresStore._one for why), inside Django's error translation; whenever Django 
 queries or has an execute_wrapper installed they go through Django's cursor instead.
 
 Which path runs is chosen per database alias by `store(using)`: these statements for SQLite and
-PostgreSQL, None (the ORM path in board.transitions) for any other backend, or everywhere when
+PostgreSQL, None (the ORM path in board.engine.transitions) for any other backend, or everywhere when
 settings.TASKFLOW["HOT_PATH"] (env TASKFLOW_HOT_PATH when the setting is absent) is "orm".
 """
 from __future__ import annotations
@@ -44,7 +44,8 @@ import os
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
-from datetime import datetime, timedelta, timezone as dt_timezone
+from datetime import datetime, timedelta
+from datetime import timezone as dt_timezone
 from typing import Any, NamedTuple
 
 from django.conf import settings
@@ -52,8 +53,8 @@ from django.core.signals import setting_changed
 from django.db import connections
 from django.utils import timezone
 
-from .db import write_transaction
-from .models import Task, TaskEvent
+from board.engine.db import write_transaction
+from board.models import Task, TaskEvent
 
 TASK = Task._meta.db_table
 EVENT = TaskEvent._meta.db_table
@@ -156,7 +157,7 @@ _QMARK = {
 # history INSERT fed by its RETURNING, in one WITH. Under READ COMMITTED a row another
 # transaction has just changed is re-checked against the WHERE after that transaction ends, so
 # the guards hold on the row as it is when written. "Now" is the database's
-# statement_timestamp() (board.clock): one value for the whole statement, so the expiry is
+# statement_timestamp() (board.engine.clock): one value for the whole statement, so the expiry is
 # exactly the write's time + the TTL and the history row's time is the task's updated_at.
 
 # claim_next: QUEUED -> RUNNING. `picked` locks the best ready task (QUEUED, past any backoff;
@@ -351,7 +352,7 @@ class SQLiteStore(HotStore):
         run = connection.connection.execute
         return (lambda statement, params: run(_QMARK[statement], params)), connection.wrap_database_errors
 
-    # SQLite's clock is this process's (one machine: see board.clock), read under the write lock.
+    # SQLite's clock is this process's (one machine: see board.engine.clock), read under the write lock.
 
     def claim_next(self, agent: str, token_hash: str, ttl: timedelta, queue: str | None,
                    request_hash: str | None, seed: str | None) -> Written | None:
@@ -420,7 +421,10 @@ class PostgresStore(HotStore):
     def __init__(self, using: str):
         super().__init__(using)
         import psycopg
-        from django.db.backends.postgresql.base import TIMESTAMPTZ_OID, register_tzloader
+        from django.db.backends.postgresql.base import (
+            TIMESTAMPTZ_OID,
+            register_tzloader,
+        )
 
         self._server_binding_cursor = psycopg.Cursor
         self._tz_loader = (TIMESTAMPTZ_OID, psycopg.pq.Format.TEXT, register_tzloader)

@@ -21,7 +21,7 @@ while the rows are turned into series, deadlocked with a TRUNCATE of them (Postg
 its locks table by table). A change committed between two of the queries may put a series one
 off; it also writes an event, which makes the tailer compute again within seconds. Names of
 agents only: nothing here carries a
-lease token or a key. The tailer (board.events) computes it once per server process, at most
+lease token or a key. The tailer (board.live.events) computes it once per server process, at most
 every INSIGHTS_MIN_INTERVAL_SECONDS when something changed, and pushes it to every socket.
 
 Reading the window: the history has no index on `at`, so the first computation scans it; the
@@ -36,10 +36,10 @@ from datetime import datetime, timedelta
 
 from django.db.models import Count, Max
 
-from . import clock
-from .lifecycle import Stage, Verb
-from .models import Task, TaskEvent
-from .selectors import json_time
+from board.engine import clock
+from board.engine.lifecycle import Stage, Verb
+from board.engine.selectors import json_time
+from board.models import Task, TaskEvent
 
 WINDOW_MINUTES = 60
 MAX_HELD_IDS = 20  # task ids listed per agent (with the count of all it holds)
@@ -176,7 +176,7 @@ def _is_agent(actor: str) -> bool:
 
 def _queues_of(task_ids: list[str], using: str) -> dict[str, str]:
     """The queue of each task (fixed at creation), by primary key: the join, made here so that
-    it is an indexed read on every store (board.db.joins_cheaply)."""
+    it is an indexed read on every store (board.engine.db.joins_cheaply)."""
     queues: dict[str, str] = {}
     for begin in range(0, len(task_ids), _CHUNK):
         queues.update(Task.objects.using(using).filter(pk__in=task_ids[begin:begin + _CHUNK])

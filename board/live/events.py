@@ -1,6 +1,6 @@
 """Live updates for the board: the history table is the outbox.
 
-Every transition writes its TaskEvent in the same transaction as the change (board.transitions),
+Every transition writes its TaskEvent in the same transaction as the change (board.engine.transitions),
 so an event exists exactly when a change committed: a refused or rolled-back change has none.
 In each server process one `Tailer` reads new events in id order and fans them out to that
 process's sockets. A change made anywhere (another server process, the reaper, a management
@@ -10,7 +10,7 @@ The fan-out does not go through a channel layer: the in-memory layer deep-copies
 for every socket (about 3 ms per event at 100 sockets) and drops messages once a socket's queue
 is full, and the Redis layer delivers at most once. The tailer encodes one frame per page of
 events (a batch of changes) and hands that same text to each subscribed socket of its process,
-without waiting for any of them (each socket queues it: board.consumers).
+without waiting for any of them (each socket queues it: board.live.consumers).
 
 Finding new events: ids are taken at insert, and on PostgreSQL two transactions can commit out of
 id order, so "id > last seen" alone could skip an event that commits late. The cursor remembers
@@ -37,7 +37,7 @@ with a Redis channel layer (REDIS_URL) a commit in any process wakes every taile
 in a writer's way: the ring goes from a thread of its own (`Doorbell`), and the tailer listens
 for it in a task that retries; a Redis that hangs or refuses only leaves the poll to do it.
 
-Nothing here ever carries a lease token: messages are built from `schemas.public_task`.
+Nothing here ever carries a lease token: messages are built from `board.public.public_task`.
 """
 from __future__ import annotations
 
@@ -59,12 +59,13 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connections
 from django.db.models import Q
 
-from . import db, insights, selectors, waiting
-from .lifecycle import Stage
-from .models import Task, TaskEvent
-from .schemas import public_event, public_task
+from board.engine import db, selectors
+from board.engine.lifecycle import Stage
+from board.live import insights, waiting
+from board.models import Task, TaskEvent
+from board.public import public_event, public_task
 
-log = logging.getLogger("board.events")
+log = logging.getLogger("board.live.events")
 
 WAKEUP_GROUP = "board.wakeup"
 POLL_SECONDS = 0.1  # one indexed "id > last" query: cheap enough to ask ten times a second
@@ -72,7 +73,7 @@ MIN_PASS_SECONDS = 0.02  # at most 50 passes a second, however often commits rin
 EVENTS_PER_READ = 1000
 PROBLEMS_MIN_INTERVAL_SECONDS = 0.5  # the problems panel is recomputed at most twice a second
 PROBLEMS_REFRESH_SECONDS = 2.0  # and also on a timer: a lease expires without any event
-# The agents and throughput panel (board.insights) reads an hour of history: at most once every
+# The agents and throughput panel (board.live.insights) reads an hour of history: at most once every
 # few seconds however busy the board, and on a timer too, as its minutes roll on.
 INSIGHTS_MIN_INTERVAL_SECONDS = 3.0
 INSIGHTS_REFRESH_SECONDS = 30.0
@@ -92,7 +93,7 @@ def jsonable(value):
 
 
 # ---------------------------------------------------------------------------------------------
-# Announcing commits (called from board.transitions, in whatever thread committed)
+# Announcing commits (called from board.engine.transitions, in whatever thread committed)
 
 _local_tailer: Tailer | None = None
 _local_lock = threading.Lock()
@@ -223,7 +224,7 @@ class Cursor:
         else:
             # SQLite hands out ids under the write lock and commits before the next writer
             # starts, and MongoDB's writers take theirs from one counter document in their
-            # transaction (board.db.number_rows): an id below one already read that is not
+            # transaction (board.engine.db.number_rows): an id below one already read that is not
             # there was rolled back.
             holes = {}
         return Page(rows, last_id, holes, full)
@@ -343,7 +344,7 @@ _NOT_ON_CARDS = {"description": "", "payload": None, "checkpoint": None, "result
 
 def newly_ready(events: list[TaskEvent]) -> dict[str, int]:
     """How many tasks each queue has gained among `events` (moved to QUEUED and still there): as
-    many parked claims of that queue are woken (board.waiting). One query, and only when some
+    many parked claims of that queue are woken (board.live.waiting). One query, and only when some
     task has moved to QUEUED."""
     moved = [e.task_id for e in events if e.to_stage == Stage.QUEUED]
     if not moved:
@@ -361,7 +362,7 @@ def newly_ready(events: list[TaskEvent]) -> dict[str, int]:
 
 
 class Subscriber(Protocol):
-    """What the tailer needs of a socket (board.consumers.BoardConsumer implements it)."""
+    """What the tailer needs of a socket (board.live.consumers.BoardConsumer implements it)."""
 
     async def deliver(self, frame: str) -> None: ...
 
@@ -376,7 +377,7 @@ class Tailer:
         self.problems_sent: list = []  # snapshots carry the problems; push only changes
         self.problems_at = 0.0
         self.problems_dirty = True
-        # board.insights: computed here once for every socket of this process.
+        # board.live.insights: computed here once for every socket of this process.
         self.insights = insights.Insights()
         self.insights_frame: str | None = None  # the last one computed (a new socket gets it)
         self.insights_at = 0.0

@@ -38,9 +38,9 @@ import secrets
 from dataclasses import dataclass
 from datetime import datetime
 
-from . import clock, db, errors
-from .lifecycle import Stage
-from .models import Task
+from board.engine import clock, db, errors
+from board.engine.lifecycle import Stage
+from board.models import Task
 
 MAX_LENGTH = 64
 # Printable ASCII without space: safe in logs and headers, no normalisation questions.
@@ -115,6 +115,6 @@ def _token_of(task: Task, request: ClaimRequest, agent: str) -> str | None:
 
 def serialise(using: str, request: ClaimRequest) -> None:
     """Inside a write transaction: wait until no other transaction is handling this request
-    (board.db.serialise_on: an advisory lock on PostgreSQL, a write to one document that makes
+    (board.engine.db.serialise_on: an advisory lock on PostgreSQL, a write to one document that makes
     a copy conflict and retry on MongoDB, nothing on SQLite, whose writer is alone)."""
     db.serialise_on(using, request.digest)

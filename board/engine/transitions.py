@@ -4,17 +4,17 @@ Every move is one compare-and-swap: a conditional UPDATE filtered on the task's 
 and version it was read at (and, for a holder's verb, the hash of its lease token), setting the
 new stage with version + 1 in the same statement. A match count of 0 means another writer moved
 first: the verb reloads the row and either tries again (when the move is still legal) or raises
-the precise error from `board.errors`. The TaskEvent of a move is inserted in the same
+the precise error from `board.engine.errors`. The TaskEvent of a move is inserted in the same
 transaction, so history and state never disagree, and an error leaves the database untouched.
 
 Tokens are minted here (`secrets`; for a claim sent with a request id, derived from a minted
-seed: `board.claim_requests`), never by the caller; only their SHA-256 is stored. Lease expiries
-come from the store's clock (`board.clock`: PostgreSQL's, or this process's on SQLite) and a TTL
+seed: `board.engine.claim_requests`), never by the caller; only their SHA-256 is stored. Lease expiries
+come from the store's clock (`board.engine.clock`: PostgreSQL's, or this process's on SQLite) and a TTL
 the caller gives. The fence rises by one on every claim, resume and takeover, and never on renew.
 
 On MongoDB a compare-and-swap that races another transaction's write to the same task does not
 match 0 rows: the store aborts the transaction (a WriteConflict). Every public verb is wrapped
-by `board.db.retry_conflicts`, which runs it again from the start, where it reads the winner's
+by `board.engine.db.retry_conflicts`, which runs it again from the start, where it reads the winner's
 row and either moves again or raises the same precise error as after a lost CAS.
 
 `select_for_update` is not the concurrency mechanism (it is a no-op on SQLite): the CAS is.
@@ -22,7 +22,7 @@ row and either moves again or raises the same precise error as after a lost CAS.
 different candidates instead of queueing behind the same row.
 
 The hot verbs (claim_next, renew, complete) have two implementations of the same move: the
-hand-written statements of `board.hot_sql` on SQLite and PostgreSQL (one conditional UPDATE
+hand-written statements of `board.engine.hot_sql` on SQLite and PostgreSQL (one conditional UPDATE
 with RETURNING each, no read before it), and the ORM path below for any other backend or when
 settings.TASKFLOW["HOT_PATH"] is "orm". `hot_sql.store(using)` chooses. Both raise the same
 errors: on a statement that matched nothing the hot path reloads the row and judges it with the
@@ -44,18 +44,38 @@ from django.conf import settings
 from django.db import IntegrityError, connections, transaction
 from django.db.models import Exists, OuterRef, Q
 
-from . import claim_requests, clock, errors, events, hot_sql, selectors
-from .claim_requests import ClaimRequest
-from .db import joins_cheaply, retry_conflicts, savepoint, speaks_sql, write_transaction
-from .lifecycle import (
-    MAX_BATCH_DEPENDENCIES, MAX_BATCH_TASKS, MAX_DEPENDENCIES, MAX_DESCRIPTION_CHARS, MAX_ERROR_CHARS,
-    MAX_RETRIES_LIMIT, MAX_TITLE_CHARS, MAX_TRACEBACK_CHARS, MAX_TTL_SECONDS, MIN_TTL_SECONDS, TERMINAL, Stage,
-    Verb, attempts_left,
-    is_valid_task_id, retry_backoff_seconds, target, unstorable_text,
+from board.engine import claim_requests, clock, commits, errors, hot_sql, selectors
+from board.engine.claim_requests import ClaimRequest
+from board.engine.db import (
+    joins_cheaply,
+    retry_conflicts,
+    savepoint,
+    speaks_sql,
+    write_transaction,
 )
-from .models import Dependency, Task, TaskEvent
+from board.engine.lifecycle import (
+    MAX_BATCH_DEPENDENCIES,
+    MAX_BATCH_TASKS,
+    MAX_DEPENDENCIES,
+    MAX_DESCRIPTION_CHARS,
+    MAX_ERROR_CHARS,
+    MAX_RETRIES_LIMIT,
+    MAX_TITLE_CHARS,
+    MAX_TRACEBACK_CHARS,
+    MAX_TTL_SECONDS,
+    MIN_TTL_SECONDS,
+    TERMINAL,
+    Stage,
+    Verb,
+    attempts_left,
+    is_valid_task_id,
+    retry_backoff_seconds,
+    target,
+    unstorable_text,
+)
+from board.models import Dependency, Task, TaskEvent
 
-log = logging.getLogger("board.transitions")
+log = logging.getLogger("board.engine.transitions")
 
 # How many times a verb reloads and tries again after losing a CAS while its move stays legal.
 # Each retry follows a move by another writer, so this bounds work, not correctness.
@@ -174,7 +194,7 @@ def _swap(
         changes["stage_changed_at"] = now
     if rows.update(**changes) != 1:
         return False
-    transaction.on_commit(events.announce_commit, using=using)
+    commits.after_commit(using)
     from_stage = task.stage
     for name, value in changes.items():
         setattr(task, name, value)
@@ -213,7 +233,7 @@ def _unfinished_deps(using: str, task_id: str) -> list[str]:
 
 def _unfinished_of(using: str, task_ids: list[str]) -> dict[str, list[str]]:
     """The dependencies of each of `task_ids` that have not COMPLETED (tasks without any are
-    left out), joined here from two indexed reads: where joins are dear (board.db.joins_cheaply)."""
+    left out), joined here from two indexed reads: where joins are dear (board.engine.db.joins_cheaply)."""
     pairs = []
     for start in range(0, len(task_ids), 1000):
         pairs += Dependency.objects.using(using).filter(task_id__in=task_ids[start:start + 1000]).values_list(
@@ -340,7 +360,7 @@ def create(specs: TaskSpec | Sequence[TaskSpec], *, actor: str = "", using: str 
                 for t in tasks
             ]
         )
-        transaction.on_commit(events.announce_commit, using=using)
+        commits.after_commit(using)
         # A dependency may complete while this transaction is open; its own admission pass
         # cannot see these uncommitted tasks, so look again once they are committed.
         waiting = [t.pk for t in tasks if t.stage == Stage.PENDING and not t.hold]
@@ -497,7 +517,7 @@ def claim(task_id: str, agent: str, ttl_seconds: float, *, request_id: str | Non
     NotFound, Taken (a live lease), Blocked (dependencies, hold, backoff), Terminal,
     InvalidTransition (PAUSED: resume it; FAILED: an operator may requeue it).
 
-    With `request_id` (board.claim_requests): when the task's live lease was made by this
+    With `request_id` (board.engine.claim_requests): when the task's live lease was made by this
     agent's claim with the same id, that lease is returned (same token and fence) and nothing
     is written. Two copies racing: the CAS lets one claim, the other re-reads and returns it."""
     ttl = _ttl(ttl_seconds)
@@ -596,7 +616,7 @@ def claim_next(
     """Claim the best ready task: highest priority, then oldest, among QUEUED tasks past their
     backoff (in `queue` when given). None when there is no ready task.
 
-    With `request_id` (board.claim_requests): when this agent's claim with the same id made a
+    With `request_id` (board.engine.claim_requests): when this agent's claim with the same id made a
     lease that is still live, that lease is returned (same task, token and fence) instead of
     claiming another task. Copies of one request are serialised, so they make one lease."""
     ttl = _ttl(ttl_seconds)
@@ -654,7 +674,7 @@ def _hot_claim_next(hot: hot_sql.HotStore, using: str, agent: str, ttl: timedelt
                              request.digest if request is not None else None, seed)
         if row is None:
             return None
-        transaction.on_commit(events.announce_commit, using=using)
+        commits.after_commit(using)
     return _claim_of(hot.task(row), token)  # the task built out of the transaction: see HotStore
 
 
@@ -734,7 +754,7 @@ def _hot_holder_move(hot: hot_sql.HotStore, using: str, task_id: str, token_hash
         with hot.transaction():
             row = move()
             if row is not None:
-                transaction.on_commit(events.announce_commit, using=using)
+                commits.after_commit(using)
         if row is not None:
             return hot.task(row)  # out of the transaction: see HotStore
         _refuse_holder(_get(using, task_id), token_hash, clock.now(using), live_only=live_only, agent=agent)
@@ -873,7 +893,7 @@ def fail(
 
 
 def failure_detail(error: str, traceback: str | None, retryable: bool) -> dict:
-    """What a FAIL event records of the failure (board.insights and the board's attempt
+    """What a FAIL event records of the failure (board.live.insights and the board's attempt
     timeline read it)."""
     detail: dict[str, Any] = {"error": error}
     if traceback:

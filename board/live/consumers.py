@@ -1,6 +1,6 @@
 """The live board's websocket: a logged-in staff user subscribes, gets a snapshot, then every
-change as it commits (batches from this process's tailer, board/events.py). It never writes:
-human actions go through the API (board/api.py).
+change as it commits (batches from this process's tailer, board/live/events.py). It never writes:
+human actions go through the API (board/api/endpoints.py).
 
 Who may watch: whoever may read the board (board/access.py: an active staff user with
 `board.view_task`; a superuser has every permission); anyone else is accepted and closed at
@@ -40,9 +40,10 @@ from django.contrib import auth
 from django.contrib.auth.signals import user_logged_out
 from django.dispatch import receiver
 
-from . import access, events
+from board import access
+from board.live import events
 
-log = logging.getLogger("board.consumers")
+log = logging.getLogger("board.live.consumers")
 
 # Close codes (4000-4999 are the application's): the page shows the reason.
 NOT_ALLOWED = 4403
@@ -74,7 +75,7 @@ _by_session: dict[str, set[BoardConsumer]] = {}
 _by_session_lock = threading.Lock()
 
 
-@receiver(user_logged_out, dispatch_uid="board.consumers.close_logged_out_sockets")
+@receiver(user_logged_out, dispatch_uid="board.live.consumers.close_logged_out_sockets")
 def close_logged_out_sockets(sender, request=None, **kwargs) -> None:
     key = getattr(getattr(request, "session", None), "session_key", None)
     with _by_session_lock:
@@ -186,7 +187,7 @@ class BoardConsumer(AsyncWebsocketConsumer):
         while (frame := await sync_to_async(next)(frames, None)) is not None:
             await self.send(text_data=frame)
         # The agents and throughput panel, as this process's tailer last computed it (one
-        # computation for every socket, board.events); the first socket asks it for one.
+        # computation for every socket, board.live.events); the first socket asks it for one.
         if self.tailer.insights_frame is not None:
             await self.send(text_data=self.tailer.insights_frame)
         else:

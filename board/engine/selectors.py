@@ -10,14 +10,20 @@ from django.db import connections
 from django.db.models import BooleanField, Count, ExpressionWrapper, F, Q
 from django.utils import timezone
 
-from . import clock
-from .db import read_transaction, speaks_sql
-from .invariants import (
-    CLAIMED_AT_LEAST_ONCE, DEP_CYCLE, WAITING, Problem, TaskSnapshot, check, cycle_problem, tasks_on_cycles,
+from board.engine import clock
+from board.engine.db import read_transaction, speaks_sql
+from board.engine.invariants import (
+    CLAIMED_AT_LEAST_ONCE,
+    DEP_CYCLE,
+    WAITING,
+    Problem,
+    TaskSnapshot,
+    check,
+    cycle_problem,
+    tasks_on_cycles,
 )
-from .lifecycle import DEAD_ENDS, LEASED, TERMINAL, Stage
-from .models import Dependency, Task, TaskEvent
-
+from board.engine.lifecycle import DEAD_ENDS, LEASED, TERMINAL, Stage
+from board.models import Dependency, Task, TaskEvent
 
 # What check() reads of a task: presence only for checkpoint and result (either may be large,
 # and check() needs no content).
@@ -44,7 +50,7 @@ def _task_snapshots(rows, deps: dict[str, list[str]]) -> Iterator[TaskSnapshot]:
 
 def snapshot(*, using: str = "default") -> list[TaskSnapshot]:
     """All tasks with their dependencies, read as one consistent snapshot (read_transaction: no
-    write lock), for the criteria of board.contract and for tests. Every task is in memory:
+    write lock), for the criteria of board.engine.contract and for tests. Every task is in memory:
     `problems()` is what checks the store."""
     with read_transaction(using):
         deps: dict[str, list[str]] = defaultdict(list)
@@ -61,7 +67,7 @@ def problems(*, now: datetime | None = None, using: str = "default") -> list[Pro
     (normally none: `_suspects`), and check() judges exactly those, with the tasks they depend
     on, and words their problems. Cycles are searched in the dependency graph alone (ids, not
     tasks; `invariants.tasks_on_cycles`). The result is check() of the full snapshot, which
-    tests/test_scale_reads.py holds it to for every problem. At the store's clock (board.clock)
+    tests/test_scale_reads.py holds it to for every problem. At the store's clock (board.engine.clock)
     unless `now` is given."""
     now = now or clock.now(using)
     if not speaks_sql(using):
@@ -207,7 +213,7 @@ def get_task(task_id: str, *, using: str = "default") -> Task | None:
     return Task.objects.using(using).filter(pk=task_id).first()
 
 
-# What a card shows of a task (board.events.card_task): every public field but the bulky ones
+# What a card shows of a task (board.live.events.card_task): every public field but the bulky ones
 # (description, payload, checkpoint, result), which the board never reads.
 CARD_COLUMNS = ("id", "title", "queue", "priority", "hold", "max_retries", "stage", "version", "owner",
                 "fence", "lease_expires_at", "attempts", "not_before", "progress", "last_error",

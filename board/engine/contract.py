@@ -18,10 +18,10 @@ from typing import Any, Protocol
 
 from django.db import connections
 
-from . import errors, selectors, transitions
-from .invariants import TaskSnapshot
-from .models import Task
-from .transitions import Claim
+from board.engine import errors, selectors, transitions
+from board.engine.invariants import TaskSnapshot
+from board.engine.transitions import Claim
+from board.models import Task
 
 # How long the barrier waits for every racer to be ready; a racer stuck longer is a fault.
 BARRIER_TIMEOUT_SECONDS = 60

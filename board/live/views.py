@@ -1,4 +1,4 @@
-"""The kanban page. Data comes over the websocket (board/consumers.py) and the API.
+"""The kanban page. Data comes over the websocket (board/live/consumers.py) and the API.
 
 Who may open it: an active staff user allowed to read tasks (board/access.py); the page offers
 the operators' actions only to a user with board.intervene, and those actions are the only
@@ -9,8 +9,8 @@ from django.core.exceptions import PermissionDenied
 from django.shortcuts import render, resolve_url
 from django.views.decorators.csrf import ensure_csrf_cookie
 
-from . import access
-from .lifecycle import TRANSITIONS, Stage
+from board import access
+from board.engine.lifecycle import TRANSITIONS, Stage
 
 # What an empty column says: where its tasks come from, so that a new board tells its user
 # what to do next.

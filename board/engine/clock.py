@@ -9,7 +9,7 @@ thing to every process that reads them.
   statement runs inside a longer one (a claim with a request id, a caller's transaction), so
   renew could extend a lease that had expired meanwhile. Not `clock_timestamp()`: it changes
   within a statement, giving one move's columns different times.
-  board.hot_sql's statements read it themselves; the ORM path reads it once at the start of
+  board.engine.hot_sql's statements read it themselves; the ORM path reads it once at the start of
   each write transaction (`now`), and its compare-and-swap pins the version, so a row that
   changed after that reading is not written with it.
 - MongoDB: the primary's clock, read with the `hello` command (`localTime`, to the millisecond,

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from .lifecycle import DEAD_ENDS, LEASED, TERMINAL, Stage
+from board.engine.lifecycle import DEAD_ENDS, LEASED, TERMINAL, Stage
 
 # The ten codes of the taskboard contract.
 EMPTY_ID = "empty_id"
@@ -196,7 +196,7 @@ def tasks_on_cycles(edges: Iterable[tuple[str, str]]) -> set[str]:
     """Ids on a dependency cycle of length >= 2, given the graph as (task, dependency) pairs
     between known tasks, without self-dependencies (those are reported as self_dep). Tarjan's
     strongly connected components, iteratively so deep chains do not overflow. Only ids are
-    held, so board.selectors can search the store's dependencies without reading its tasks."""
+    held, so board.engine.selectors can search the store's dependencies without reading its tasks."""
     graph: dict[str, list[str]] = defaultdict(list)
     for task_id, dep in edges:
         graph[task_id].append(dep)

@@ -1,5 +1,5 @@
 """The agents' JSON API (django-ninja), under /api/. Handlers are thin: they authenticate, call
-one verb of `board.transitions` or a query of `board.selectors`, and render `board.schemas`.
+one verb of `board.engine.transitions` or a query of `board.engine.selectors`, and render `board.api.schemas`.
 
 Every error has one shape, `{"error": {"code", "message", "task"?, "details"?}}`, and an error
 never changes the database (the engine raises before or instead of writing).
@@ -34,16 +34,8 @@ from ninja import Body, NinjaAPI, Query, Status
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.security import HttpBearer, SessionAuth
 
-from . import access, agent_keys, errors, selectors, transitions, waiting
-from .lifecycle import (
-    MAX_BATCH_TASKS,
-    MAX_OWNER_CHARS,
-    MAX_TITLE_CHARS,
-    Stage,
-    is_valid_task_id,
-)
-from .models import Task, TaskEvent
-from .schemas import (
+from board import access, agent_keys
+from board.api.schemas import (
     ClaimIn,
     ClaimNextIn,
     ClaimOut,
@@ -64,11 +56,19 @@ from .schemas import (
     TaskPage,
     TokenIn,
     limit_json_size,
-    public_claim,
-    public_event,
-    public_task,
 )
-from .transitions import TaskSpec
+from board.engine import errors, selectors, transitions
+from board.engine.lifecycle import (
+    MAX_BATCH_TASKS,
+    MAX_OWNER_CHARS,
+    MAX_TITLE_CHARS,
+    Stage,
+    is_valid_task_id,
+)
+from board.engine.transitions import TaskSpec
+from board.live import waiting
+from board.models import Task, TaskEvent
+from board.public import public_claim, public_event, public_task
 
 # How often a waiting claim looks for work again when it is not served by the board's server
 # (which parks it instead: taskflow_site/serving.py).

@@ -1,9 +1,9 @@
-"""The JSON shapes of the agents' API, and the one public view of a task.
+"""The JSON shapes of the agents' API, as the OpenAPI document shows them.
 
-`public_task` is the only way a task leaves the server (API, and later the live board): it has
-no lease token field at all, so none can leak. Input schemas refuse unknown fields and do not
+Output schemas (TaskOut, ClaimOut, EventOut...) describe what board.public builds, the one
+public view of a task (no lease token field at all). Input schemas refuse unknown fields and do not
 coerce types ("5" is not a number), so a client's mistake is reported rather than guessed at.
-They cap every text (the limits are in `board.lifecycle`) and refuse, in any string or JSON
+They cap every text (the limits are in `board.engine.lifecycle`) and refuse, in any string or JSON
 value, what a database would refuse to store (NUL, lone surrogates), so that such input is a
 422 rather than a database error.
 """
@@ -11,21 +11,26 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
-from typing import TYPE_CHECKING, Annotated, Any, Optional
+from typing import Annotated, Any, Optional
 
 from ninja import Schema
 from pydantic import ConfigDict, Field, field_validator
 
-from . import claim_requests, errors
-from .lifecycle import (
-    MAX_BATCH_TASKS, MAX_DEPENDENCIES, MAX_DESCRIPTION_CHARS, MAX_ERROR_CHARS, MAX_REASON_CHARS,
-    MAX_RETRIES_LIMIT, MAX_TITLE_CHARS, MAX_TOKEN_CHARS, MAX_TRACEBACK_CHARS, MAX_TTL_SECONDS, MIN_TTL_SECONDS,
+from board.engine import claim_requests, errors
+from board.engine.lifecycle import (
+    MAX_BATCH_TASKS,
+    MAX_DEPENDENCIES,
+    MAX_DESCRIPTION_CHARS,
+    MAX_ERROR_CHARS,
+    MAX_REASON_CHARS,
+    MAX_RETRIES_LIMIT,
+    MAX_TITLE_CHARS,
+    MAX_TOKEN_CHARS,
+    MAX_TRACEBACK_CHARS,
+    MAX_TTL_SECONDS,
+    MIN_TTL_SECONDS,
     unstorable_text,
 )
-from .models import Task, TaskEvent
-
-if TYPE_CHECKING:
-    from .transitions import Claim
 
 MAX_JSON_FIELD_BYTES = 256 * 1024
 
@@ -207,34 +212,6 @@ class ErrorBody(Schema):
 
 class ErrorOut(Schema):
     error: ErrorBody
-
-
-def public_task(task: Task, deps: list[str]) -> dict:
-    """The public fields of a task. Never a token (not even its hash)."""
-    return {
-        "id": task.id, "title": task.title, "description": task.description,
-        "payload": task.payload, "queue": task.queue, "priority": task.priority, "deps": deps,
-        "hold": task.hold, "max_retries": task.max_retries, "stage": task.stage,
-        "version": task.version, "owner": task.owner, "fence": task.fence,
-        "lease_expires_at": task.lease_expires_at, "attempts": task.attempts,
-        "not_before": task.not_before, "checkpoint": task.checkpoint, "progress": task.progress,
-        "result": task.result, "error": task.last_error, "created_at": task.created_at,
-        "updated_at": task.updated_at,
-        # Null only for a row written outside the engine: its last write is the best bound.
-        "stage_changed_at": task.stage_changed_at or task.updated_at,
-    }
-
-
-def public_claim(claim: Claim, deps: list[str]) -> dict:
-    lease = claim.lease
-    return {"task": public_task(claim.task, deps),
-            "lease": {"token": lease.token, "fence": lease.fence, "expires_at": lease.expires_at}}
-
-
-def public_event(event: TaskEvent) -> dict:
-    return {"id": event.id, "task": event.task_id, "verb": event.verb, "from_stage": event.from_stage,
-            "to_stage": event.to_stage, "version": event.version, "fence": event.fence,
-            "actor": event.actor, "at": event.at, "detail": event.detail}
 
 
 def limit_json_size(name: str, value: Any) -> None:
