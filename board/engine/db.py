@@ -74,7 +74,7 @@ def ids_follow_commit_order(using: str) -> bool:
     one writer commits before the next takes an id (SQLite), and on MongoDB, where every
     writer increments one counter document (`number_rows`), so a second writer conflicts
     until the first has committed. False on PostgreSQL: a sequence hands ids out at insert
-    time, and transactions commit in any order (board/live/events.py keeps holes for that)."""
+    time, and transactions commit in any order (board/live/outbox.py keeps holes for that)."""
     return connections[using].vendor != "postgresql"
 
 

@@ -7,7 +7,7 @@ from contextlib import closing
 from datetime import UTC, datetime
 
 from django.db import connections
-from django.db.models import BooleanField, Count, ExpressionWrapper, F, Q
+from django.db.models import BooleanField, Count, ExpressionWrapper, F, Max, Q
 from django.utils import timezone
 
 from board.engine import clock
@@ -22,7 +22,7 @@ from board.engine.invariants import (
     cycle_problem,
     tasks_on_cycles,
 )
-from board.engine.lifecycle import DEAD_ENDS, LEASED, TERMINAL, Stage
+from board.engine.lifecycle import DEAD_ENDS, LEASED, TERMINAL, Stage, Verb
 from board.models import Dependency, Task, TaskEvent
 
 # What check() reads of a task: presence only for checkpoint and result (either may be large,
@@ -213,7 +213,7 @@ def get_task(task_id: str, *, using: str = "default") -> Task | None:
     return Task.objects.using(using).filter(pk=task_id).first()
 
 
-# What a card shows of a task (board.live.events.card_task): every public field but the bulky ones
+# What a card shows of a task (board.live.frames.card_task): every public field but the bulky ones
 # (description, payload, checkpoint, result), which the board never reads.
 CARD_COLUMNS = ("id", "title", "queue", "priority", "hold", "max_retries", "stage", "version", "owner",
                 "fence", "lease_expires_at", "attempts", "not_before", "progress", "last_error",
@@ -336,3 +336,77 @@ def has_ready_task(queue: str | None = None, *, using: str = "default") -> bool:
     """Whether some task is ready to claim, read without a transaction: a waiting claim asks
     this first, so that idle agents do not take SQLite's write lock several times a second."""
     return ready_tasks(timezone.now(), queue, using=using).exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# Reads for the live board (board.live: its frames, parked claims and insights panel). The
+# outbox's own cursor query is not here: it is a read path of its own (board.live.outbox).
+
+
+def live_tasks(task_ids: list[str], *, using: str = "default") -> dict[str, tuple[Task, list[str]]]:
+    """The tasks `task_ids` as they are now, each with its dependencies, for the live board's
+    changes frame (board.live.frames.changes_for). A task no longer there is left out."""
+    tasks = Task.objects.using(using).filter(pk__in=task_ids)
+    deps = deps_of(list(task_ids), using=using)
+    return {task.pk: (task, deps[task.pk]) for task in tasks}
+
+
+def queues_of_queued(task_ids: list[str], *, using: str = "default") -> dict[str, str]:
+    """The queue of each of `task_ids` that is QUEUED now (one query): which parked claims a
+    batch of events may wake (board.live.waiting.newly_ready)."""
+    return dict(Task.objects.using(using).filter(pk__in=set(task_ids), stage=Stage.QUEUED)
+                .values_list("pk", "queue"))
+
+
+def ready_counts(wanted: dict[str | None, int], *, using: str = "default") -> dict[str | None, int]:
+    """How many ready tasks each queue of `wanted` has (None: any queue), counting no further
+    than `wanted[queue]`: the parked claims' poll (board.live.waiting). One bounded query per
+    queue, without a transaction, like has_ready_task."""
+    now = timezone.now()
+    return {queue: len(ready_tasks(now, queue, using=using).values_list("pk", flat=True)[:n])
+            for queue, n in wanted.items()}
+
+
+# The insights panel's reads (board.live.insights.compute). Each is one query and they are not
+# one transaction, on purpose: see that module's docstring (a read transaction over both
+# tables deadlocked with a TRUNCATE of them).
+
+# What counts as an agent's heartbeat: a claim, a resume or a renew.
+HEARTBEAT_VERBS = (Verb.CLAIM, Verb.RESUME, Verb.RENEW)
+_QUEUE_CHUNK = 1000
+
+
+def history_window(start: datetime, *, since_id: int = 0, using: str = "default") -> tuple[list[tuple], dict, int | None]:
+    """The history from `start` on (ids from `since_id` on: the window only moves forward, and
+    the history has no index on `at`): (every move but renews, the bulk of a busy history, oldest
+    first, as (id, task_id, verb, from_stage, to_stage, actor, at) rows; each actor's latest
+    heartbeat; the id of the first renew, or None)."""
+    in_window = TaskEvent.objects.using(using).filter(id__gte=since_id, at__gte=start)
+    moves = list(in_window.exclude(verb=Verb.RENEW).order_by("id").values_list(
+        "id", "task_id", "verb", "from_stage", "to_stage", "actor", "at"))
+    heartbeats = dict(in_window.filter(verb__in=HEARTBEAT_VERBS).order_by()
+                      .values_list("actor").annotate(last=Max("at")).values_list("actor", "last"))
+    first_renew = in_window.filter(verb=Verb.RENEW).order_by("id").values_list("id", flat=True).first()
+    return moves, heartbeats, first_renew
+
+
+def held_tasks(*, using: str = "default") -> list[tuple[str, str]]:
+    """(owner, task id) of every RUNNING task, by owner then id."""
+    return list(Task.objects.using(using).filter(stage=Stage.RUNNING).exclude(owner="")
+                .order_by("owner", "id").values_list("owner", "id"))
+
+
+def queued_per_queue(*, using: str = "default") -> dict[str, int]:
+    """How many tasks each queue has QUEUED now (queues with none are left out)."""
+    return dict(Task.objects.using(using).filter(stage=Stage.QUEUED).order_by()
+                .values_list("queue").annotate(n=Count("id")).values_list("queue", "n"))
+
+
+def queues_of(task_ids: list[str], *, using: str = "default") -> dict[str, str]:
+    """The queue of each task (fixed at creation), by primary key: the join, made here so that
+    it is an indexed read on every store (board.engine.db.joins_cheaply)."""
+    queues: dict[str, str] = {}
+    for begin in range(0, len(task_ids), _QUEUE_CHUNK):
+        queues.update(Task.objects.using(using).filter(pk__in=task_ids[begin:begin + _QUEUE_CHUNK])
+                      .values_list("pk", "queue"))
+    return queues
