@@ -35,6 +35,7 @@ from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.security import HttpBearer, SessionAuth
 
 from board import access, agent_keys
+from board.api.docs import LocalSwagger
 from board.api.schemas import (
     ClaimIn,
     ClaimNextIn,
@@ -130,6 +131,7 @@ api = NinjaAPI(
     ),
     auth=[AgentKeyAuth(), StaffSessionAuth()],
     urls_namespace="api",
+    docs=LocalSwagger(),  # from this server's own files (board/api/docs.py)
 )
 
 ERRORS = {401: ErrorOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut, 413: ErrorOut, 422: ErrorOut}
