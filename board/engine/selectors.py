@@ -347,7 +347,7 @@ def live_tasks(task_ids: list[str], *, using: str = "default") -> dict[str, tupl
     """The tasks `task_ids` as they are now, each with its dependencies, for the live board's
     changes frame (board.live.frames.changes_for). A task no longer there is left out."""
     tasks = Task.objects.using(using).filter(pk__in=task_ids)
-    deps = deps_of(list(task_ids), using=using)
+    deps = deps_of(task_ids, using=using)
     return {task.pk: (task, deps[task.pk]) for task in tasks}
 
 
@@ -373,7 +373,6 @@ def ready_counts(wanted: dict[str | None, int], *, using: str = "default") -> di
 
 # What counts as an agent's heartbeat: a claim, a resume or a renew.
 HEARTBEAT_VERBS = (Verb.CLAIM, Verb.RESUME, Verb.RENEW)
-_QUEUE_CHUNK = 1000
 
 
 def history_window(start: datetime, *, since_id: int = 0, using: str = "default") -> tuple[list[tuple], dict, int | None]:
@@ -406,7 +405,7 @@ def queues_of(task_ids: list[str], *, using: str = "default") -> dict[str, str]:
     """The queue of each task (fixed at creation), by primary key: the join, made here so that
     it is an indexed read on every store (board.engine.db.joins_cheaply)."""
     queues: dict[str, str] = {}
-    for begin in range(0, len(task_ids), _QUEUE_CHUNK):
-        queues.update(Task.objects.using(using).filter(pk__in=task_ids[begin:begin + _QUEUE_CHUNK])
+    for begin in range(0, len(task_ids), _CHUNK):  # bounded IN lists, however many ids
+        queues.update(Task.objects.using(using).filter(pk__in=task_ids[begin:begin + _CHUNK])
                       .values_list("pk", "queue"))
     return queues
