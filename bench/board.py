@@ -434,7 +434,7 @@ def fill_board(target: int) -> tuple[int, int]:
 def page_phase(args, server, cookie: str) -> dict:
     from playwright.sync_api import sync_playwright
 
-    from tests.browser_support import launch_chromium
+    from harness.browser import launch_chromium
 
     loads = []
     with sync_playwright() as playwright:
@@ -507,8 +507,8 @@ def main(argv=None) -> int:
         clients_main(args)
         return 0
 
-    from tests.browser_support import browser_missing
-    from tests.live_server import BoardServer
+    from harness.board_server import BoardServer
+    from harness.browser import browser_missing
 
     if not args.skip_page and browser_missing():
         print(f"NOT RUN: the page load ({browser_missing()}); use --skip-page")

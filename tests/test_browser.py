@@ -25,7 +25,7 @@ from django.test import Client
 from board import transitions
 from board.models import Dependency, Task
 from board.transitions import TaskSpec
-from tests.browser_support import launch_chromium
+from harness.browser import launch_chromium
 from tests.live_server import BoardServer
 from tests.support import database_url, sqlite_db_mark
 
