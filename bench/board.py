@@ -53,20 +53,14 @@ from pathlib import Path
 PROJECT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(PROJECT))
 
+from bench.stats import percentile  # noqa: E402  (nearest-rank: the benchmarks' one percentile)
+
 GOAL_P99_MS = 250.0
 GOAL_PAGE_MS = 2000.0
 MISSING_EVENT_PATIENCE = 3.0  # seconds, as board.js
 CONVERGE_SECONDS = 120.0  # how long clients may take to reach the last event after the writer stops
 WRITER_TASKS = 400  # tasks the writer cycles through
 DAPHNE_DEFAULT_WS_LIMIT = 1024 * 1024  # daphne's default; autobahn applies it to sent messages too
-
-
-def percentile(values: list[float], p: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    k = max(0, min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1))))
-    return ordered[k]
 
 
 # ---------------------------------------------------------------------------------------------

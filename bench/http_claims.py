@@ -115,6 +115,7 @@ import claims  # noqa: E402  (bench/claims.py: Django setup, seeding, the in-pro
 import http_agent  # noqa: E402
 
 sys.path.insert(0, str(BENCH.parent))
+from bench.stats import percentile  # noqa: E402  (nearest-rank: the benchmarks' one percentile)
 from harness.board_server import BoardServer  # noqa: E402  (the one server launcher)
 
 PROJECT = claims.PROJECT
@@ -359,14 +360,6 @@ class HttpOutcome:
     def server_ms_per_request(self) -> float:
         rps = self.requests_per_second
         return 1000 * self.server_cpu / rps if rps else math.nan
-
-
-def percentile(values: list[float], pct: float) -> float:
-    """Nearest-rank percentile of `values` (already sorted); NaN when empty."""
-    if not values:
-        return math.nan
-    rank = max(1, math.ceil(pct / 100 * len(values)))
-    return values[min(rank, len(values)) - 1]
 
 
 def run_agents(port: int, keys: list[str], mode: str, seconds: float, server_pid: int) -> HttpOutcome:
