@@ -53,7 +53,7 @@ from pathlib import Path
 PROJECT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(PROJECT))
 
-from bench.stats import percentile  # noqa: E402  (nearest-rank: the benchmarks' one percentile)
+from bench.stats import percentile  # nearest-rank: the benchmarks' one percentile
 
 GOAL_P99_MS = 250.0
 GOAL_PAGE_MS = 2000.0

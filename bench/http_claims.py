@@ -115,7 +115,7 @@ import claims  # noqa: E402  (bench/claims.py: Django setup, seeding, the in-pro
 import http_agent  # noqa: E402
 
 sys.path.insert(0, str(BENCH.parent))
-from bench.stats import percentile  # noqa: E402  (nearest-rank: the benchmarks' one percentile)
+from bench.stats import percentile  # nearest-rank: the benchmarks' one percentile
 from harness.board_server import BoardServer  # noqa: E402  (the one server launcher)
 
 PROJECT = claims.PROJECT
