@@ -53,20 +53,14 @@ from pathlib import Path
 PROJECT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(PROJECT))
 
+from bench.stats import percentile  # nearest-rank: the benchmarks' one percentile
+
 GOAL_P99_MS = 250.0
 GOAL_PAGE_MS = 2000.0
 MISSING_EVENT_PATIENCE = 3.0  # seconds, as board.js
 CONVERGE_SECONDS = 120.0  # how long clients may take to reach the last event after the writer stops
 WRITER_TASKS = 400  # tasks the writer cycles through
 DAPHNE_DEFAULT_WS_LIMIT = 1024 * 1024  # daphne's default; autobahn applies it to sent messages too
-
-
-def percentile(values: list[float], p: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    k = max(0, min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1))))
-    return ordered[k]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -392,7 +386,7 @@ def fill_board(target: int) -> tuple[int, int]:
     shown and the snapshot's size in bytes."""
     from board.engine import selectors, transitions
     from board.engine.transitions import TaskSpec
-    from board.live import events
+    from board.live import frames
 
     counts = selectors.board_tasks()["counts"]
     for stage, prefix in (("COMPLETED", "done"), ("CANCELLED", "gone")):
@@ -427,7 +421,7 @@ def fill_board(target: int) -> tuple[int, int]:
                 if i % 20 == 4:
                     transitions.pause(task.id, claim.lease.token, {"step": 1})
         made += len(specs)
-    frames = events.snapshot_frames()
+    frames = frames.snapshot_frames()
     shown = sum(len(json.loads(frame)["tasks"]) for frame in frames)
     return shown, max(len(frame.encode()) for frame in frames)
 
@@ -435,7 +429,7 @@ def fill_board(target: int) -> tuple[int, int]:
 def page_phase(args, server, cookie: str) -> dict:
     from playwright.sync_api import sync_playwright
 
-    from tests.browser_support import launch_chromium
+    from harness.browser import launch_chromium
 
     loads = []
     with sync_playwright() as playwright:
@@ -508,8 +502,8 @@ def main(argv=None) -> int:
         clients_main(args)
         return 0
 
-    from tests.browser_support import browser_missing
-    from tests.live_server import BoardServer
+    from harness.board_server import BoardServer
+    from harness.browser import browser_missing
 
     if not args.skip_page and browser_missing():
         print(f"NOT RUN: the page load ({browser_missing()}); use --skip-page")
@@ -521,7 +515,7 @@ def main(argv=None) -> int:
         setup_django(database_url, secret_key)
         cookie = migrate_and_login()
         seed_writer_tasks()
-        # snapshots come in parts of under 1 MiB each (board/live/events.py SNAPSHOT_PART)
+        # snapshots come in parts of under 1 MiB each (board/live/frames.py SNAPSHOT_PART)
         server = BoardServer(database_url, secret_key=secret_key,
                              env={"REDIS_URL": args.redis} if args.redis else None).start()
         goals = []

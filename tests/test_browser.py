@@ -25,7 +25,7 @@ from django.test import Client
 from board.engine import transitions
 from board.models import Dependency, Task
 from board.engine.transitions import TaskSpec
-from tests.browser_support import launch_chromium
+from harness.browser import launch_chromium
 from tests.live_server import BoardServer
 from tests.support import database_url, sqlite_db_mark
 
@@ -301,7 +301,7 @@ def test_a_burst_of_changes_ends_with_the_page_equal_to_the_database(open_board,
                 elif task.stage == "FAILED":
                     transitions.requeue(tid, actor="op", reset_attempts=True)
             except Exception as exc:  # a retry's backoff (Blocked) is fine; anything else is not
-                from board import errors
+                from board.engine import errors
                 assert isinstance(exc, errors.Blocked, exc
             if step % 40 == 0:
                 transitions.create(TaskSpec(id=f"n{step}", title="new in the burst"))

@@ -35,8 +35,8 @@ from django.test import override_settings
 
 from board import agent_keys
 from board.models import Task
+from harness.browser import NGINX
 from taskflow_client import Client, TransportError
-from tests.browser_support import NGINX
 from tests.live_server import ROOT, BoardServer, free_port, wait_until
 from tests.support import database_url, sqlite_db_mark
 
