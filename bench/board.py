@@ -386,7 +386,7 @@ def fill_board(target: int) -> tuple[int, int]:
     shown and the snapshot's size in bytes."""
     from board.engine import selectors, transitions
     from board.engine.transitions import TaskSpec
-    from board.live import frames
+    from board.live import frames as live_frames
 
     counts = selectors.board_tasks()["counts"]
     for stage, prefix in (("COMPLETED", "done"), ("CANCELLED", "gone")):
@@ -421,7 +421,7 @@ def fill_board(target: int) -> tuple[int, int]:
                 if i % 20 == 4:
                     transitions.pause(task.id, claim.lease.token, {"step": 1})
         made += len(specs)
-    frames = frames.snapshot_frames()
+    frames = live_frames.snapshot_frames()
     shown = sum(len(json.loads(frame)["tasks"]) for frame in frames)
     return shown, max(len(frame.encode()) for frame in frames)
 
