@@ -11,6 +11,9 @@
 //   actions.js   the operator's buttons, drag and drop, the cancel dialog
 //   attempts.js  the attempt timeline;  insights.js  the agents and throughput panel
 //
+// What a test, the benchmark or a person may read of the page is its documented state in the
+// DOM (socket.js's header lists it); there are no globals.
+//
 // Modules import each other's functions freely (render.js and view.js call each other, for
 // instance); none runs anything of another at load time: everything starts here, once every
 // module has loaded.
