@@ -408,7 +408,8 @@ def test_a_lost_message_is_noticed_and_repaired_by_a_fresh_snapshot(open_board, 
     orm(transitions.renew, "g1", claim.lease.token, 60)
     expect(card(page, "g1", "RUNNING")).to_have_attribute("data-version", "2", timeout=ARRIVAL)
     assert {"type": "snapshot"} in asked
-    page.wait_for_function("window.taskflowBoard.snapshots() === 2", timeout=SLOW)  # the answer is in
+    # The answer is in: the page has applied its second snapshot (#connection's documented state).
+    expect(page.locator("#connection")).to_have_attribute("data-snapshots", "2", timeout=SLOW)
 
     # 2. The only event of g2 is lost; later events of another task show its id was skipped,
     # and once it is missing for a few seconds the page takes a snapshot.
@@ -419,7 +420,7 @@ def test_a_lost_message_is_noticed_and_repaired_by_a_fresh_snapshot(open_board, 
     expect(card(page, "g3", "RUNNING")).to_be_visible(timeout=ARRIVAL)
     expect(card(page, "g2", "RUNNING")).to_have_attribute("data-version", "1", timeout=SLOW)
     assert {"type": "snapshot"} in asked
-    assert page.evaluate("window.taskflowBoard.snapshots()") == 3
+    assert page.locator("#connection").get_attribute("data-snapshots") == "3"
 
 
 # ---------------------------------------------------------------------------------------------
