@@ -65,13 +65,14 @@ class Lease:
                      they can refuse writes from an older holder.
         expires_at:  when the lease ends unless renewed (aware datetime, the server's clock).
         ttl_seconds: the TTL it was claimed or last renewed with (the default for `renew`).
+        client:      the `Client` that made it; the holder's verbs below go through it.
 
     The holder's verbs are methods: `renew`, `complete`, `fail`, `pause`, `release`; `hold()`
     wraps the lease in a `Job` that renews it in the background (see `taskflow_client.Job`).
     """
 
     def __init__(self, client: Client, data: dict[str, Any], ttl_seconds: float):
-        self._client = client
+        self.client = client
         self.ttl_seconds = ttl_seconds
         self._update(data)
 
@@ -101,26 +102,26 @@ class Lease:
         saving `checkpoint` and/or `progress` (0..1). Updates this object and returns it.
         Raises `LeaseLost` if the lease expired or was taken over."""
         ttl = self.ttl_seconds if ttl_seconds is None else ttl_seconds
-        renewed = self._client.renew(self.task_id, self.token, ttl, checkpoint=checkpoint, progress=progress)
+        renewed = self.client.renew(self.task_id, self.token, ttl, checkpoint=checkpoint, progress=progress)
         self.ttl_seconds = ttl
         self._update(renewed.as_dict())
         return self
 
     def complete(self, result: Any = None) -> dict[str, Any]:
         """Commit `result` (any JSON value; None is sent as {}); returns the COMPLETED task."""
-        return self._client.complete(self.task_id, self.token, result)
+        return self.client.complete(self.task_id, self.token, result)
 
     def fail(self, error: str, *, retryable: bool = True, traceback: str | None = None) -> dict[str, Any]:
         """Record a failed attempt (see `Client.fail`); returns the task."""
-        return self._client.fail(self.task_id, self.token, error, retryable=retryable, traceback=traceback)
+        return self.client.fail(self.task_id, self.token, error, retryable=retryable, traceback=traceback)
 
     def pause(self, checkpoint: Any) -> dict[str, Any]:
         """Give the lease up and keep `checkpoint` for a later resume; returns the PAUSED task."""
-        return self._client.pause(self.task_id, self.token, checkpoint)
+        return self.client.pause(self.task_id, self.token, checkpoint)
 
     def release(self) -> dict[str, Any]:
         """Give the task back to the queue without counting the attempt; returns the task."""
-        return self._client.release(self.task_id, self.token)
+        return self.client.release(self.task_id, self.token)
 
     def hold(self, *, heartbeat: float | None = None):
         """A `Job` holding this lease: ``with lease.hold() as job: ...`` renews it in the
@@ -402,16 +403,14 @@ class Client:
         lease every `heartbeat` seconds (default ttl/3). On leaving the block the task is
         completed with ``job.result``; an exception fails it (with the traceback summary) and
         propagates; if the lease was lost, nothing is committed. See `Job` for the details."""
-        return Hold(lambda: self.claim_next(ttl_seconds, queue=queue, wait_seconds=wait_seconds),
-                    heartbeat=heartbeat)
+        return Hold(self, ttl_seconds, queue=queue, wait_seconds=wait_seconds, heartbeat=heartbeat)
 
     def hold_task(self, task_id: str, ttl_seconds: float = 60, *, resume: bool = False,
                   heartbeat: float | None = None):
         """Like `hold`, for one named task: claims it (or, with ``resume=True``, resumes it
         from PAUSED; its checkpoint is in ``job.task["checkpoint"]``). The claim's refusal
         (`Taken`, `Blocked`, ...) is raised by the ``with`` statement; the job is never None."""
-        take = self.resume if resume else self.claim
-        return Hold(lambda: take(task_id, ttl_seconds), heartbeat=heartbeat)
+        return Hold(self, ttl_seconds, task_id=task_id, resume=resume, heartbeat=heartbeat)
 
     # -- the holder's verbs -----------------------------------------------------------------
 

@@ -176,7 +176,7 @@ class Job:
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             # At most one request is in flight; it ends within the client's timeout.
-            thread.join(self.lease._client.timeout + 5)
+            thread.join(self.lease.client.timeout + 5)
             if thread.is_alive():
                 log.warning("heartbeat of task %s did not stop in time", self.task_id)
 
@@ -184,7 +184,7 @@ class Job:
         try:
             self._beat_until_stopped()
         finally:
-            self.lease._client.close()  # this thread's keep-alive connection
+            self.lease.client.close()  # this thread's keep-alive connection
 
     def _beat_until_stopped(self) -> None:
         wait = self.interval
@@ -310,29 +310,31 @@ class Job:
         return self.start()
 
     def __exit__(self, exc_type, exc, tb) -> bool:
+        """Settle the lease for the block that ends; True swallows the block's exception (only
+        a LeaseLost about this job's own lease, once it is known to be lost)."""
         self.stop()
-        ours = (isinstance(exc, LeaseLost) and self.lost.is_set()
-                and (exc.task or {}).get("id", self.task_id) == self.task_id)
-        if self.outcome is not None:  # finished inside the block
-            return ours
-        if self.lost.is_set() and (exc is None or ours):
-            self._say_lost()
-            return True
-        if exc is None:
-            self._complete_on_exit()
-            return False
+        if self.outcome is not None:  # completed, failed, paused or released inside the block
+            return self._is_own_lost_lease(exc)
         if isinstance(exc, LeaseLost) and (exc.task or {}).get("id") == self.task_id:
-            self._mark_lost(exc)  # a LeaseLost about this task from the worker's own call
-            self._say_lost()
-            return True
-        if self.lost.is_set():
+            self._mark_lost(exc)  # the worker's own call found this lease gone
+        if self.lost.is_set():  # nothing can be committed: the task is someone else's now
+            if exc is None or self._is_own_lost_lease(exc):
+                self._say_lost()
+                return True
             self._say_lost(f"; the block's {exc_type.__name__} could not be recorded")
             return False
-        if isinstance(exc, Exception):
+        if exc is None:
+            self._complete_on_exit()
+        elif isinstance(exc, Exception):
             self._settle("failed", lambda: self.lease.fail(error_summary(exc), traceback=full_traceback(exc)))
         else:  # KeyboardInterrupt, SystemExit, ...: not the task's fault
             self._settle("released", self.lease.release)
         return False
+
+    def _is_own_lost_lease(self, exc: BaseException | None) -> bool:
+        """A LeaseLost about this job's lease (one that names no task counts), once lost is set."""
+        return (isinstance(exc, LeaseLost) and self.lost.is_set()
+                and (exc.task or {}).get("id", self.task_id) == self.task_id)
 
     def _say_lost(self, extra: str = "") -> None:
         self.outcome = "lost"
@@ -393,19 +395,35 @@ class Job:
 
 
 class Hold:
-    """The context manager returned by `Client.hold` / `Client.hold_task`: acquires a lease on
-    entering (`Job`, or None when `Client.hold` found no work), and settles it on exit."""
+    """The context manager returned by `Client.hold` / `Client.hold_task`: on entering it
+    claims with `client` (the next ready task, or `task_id`, or resumes `task_id`) and wraps
+    the lease in a `Job`, or gives None when `Client.hold` found no work; on exit the job
+    settles the lease."""
 
-    def __init__(self, acquire: Callable[[], Any], *, heartbeat: float | None = None):
-        self._acquire = acquire
-        self._heartbeat = heartbeat
+    def __init__(self, client, ttl_seconds: float, *, task_id: str | None = None, resume: bool = False,
+                 queue: str | None = None, wait_seconds: float = 0, heartbeat: float | None = None):
+        self.client = client
+        self.ttl_seconds = ttl_seconds
+        self.task_id = task_id
+        self.resume = resume
+        self.queue = queue
+        self.wait_seconds = wait_seconds
+        self.heartbeat = heartbeat
         self.job: Job | None = None
 
+    def _claim(self):
+        """The lease this block holds: None only for `Client.hold` with no work ready."""
+        if self.task_id is None:
+            return self.client.claim_next(self.ttl_seconds, queue=self.queue, wait_seconds=self.wait_seconds)
+        if self.resume:
+            return self.client.resume(self.task_id, self.ttl_seconds)
+        return self.client.claim(self.task_id, self.ttl_seconds)
+
     def __enter__(self) -> Job | None:
-        lease = self._acquire()
+        lease = self._claim()
         if lease is None:
             return None
-        self.job = Job(lease, heartbeat=self._heartbeat)
+        self.job = Job(lease, heartbeat=self.heartbeat)
         return self.job.__enter__()
 
     def __exit__(self, exc_type, exc, tb) -> bool:
