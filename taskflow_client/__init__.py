@@ -30,6 +30,8 @@ What is here:
   `DuplicateId`, `ValidationFailed`, `Unauthorized`, `Forbidden`, `TooLarge`, `TooManyWaiters`) and
   `TransportError` (no definitive answer; never a `TaskflowError`).
 - ``python -m taskflow_client --help`` -- the same from a shell.
+- ``python -m taskflow_client.mcp`` -- the same as MCP tools for LLM agents (the one module that
+  needs a package: the ``mcp`` SDK; nothing here imports it).
 """
 from .client import Client, Lease
 from .errors import (

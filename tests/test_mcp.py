@@ -107,7 +107,7 @@ def verbs(task_id):
 # ---------------------------------------------------------------------------------------------
 
 
-def test_tools_have_short_descriptions_and_strict_schemas(session):
+def test_tools_then_the_full_cycle_plan_claim_checkpoint_complete_fail_and_retry(session):
     tools = session.tools()
     assert {tool.name for tool in tools} == TOOL_NAMES
     for tool in tools:
@@ -119,8 +119,6 @@ def test_tools_have_short_descriptions_and_strict_schemas(session):
     print(f"tools/list: {len(tools)} tools, {len(listing)} characters of JSON")
     assert len(listing) < 5000
 
-
-def test_full_cycle_plan_claim_checkpoint_complete_fail_and_retry(session):
     made = session.ok("create_tasks", {"tasks": [
         {"id": "fetch", "title": "fetch the pages", "payload": {"url": "https://example.org"}},
         {"id": "parse", "title": "parse them", "deps": ["fetch"]},
