@@ -22,7 +22,8 @@ from django.utils import timezone
 from mcp import Client as McpClient
 from mcp import StdioServerParameters
 
-from board import agent_keys, transitions
+from board import agent_keys
+from board.engine import transitions
 from board.models import Task, TaskEvent
 from taskflow_client import Client
 from tests import live_server
