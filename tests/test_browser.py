@@ -302,7 +302,7 @@ def test_a_burst_of_changes_ends_with_the_page_equal_to_the_database(open_board,
                     transitions.requeue(tid, actor="op", reset_attempts=True)
             except Exception as exc:  # a retry's backoff (Blocked) is fine; anything else is not
                 from board.engine import errors
-                assert isinstance(exc, errors.Blocked, exc
+                assert isinstance(exc, errors.Blocked), exc
             if step % 40 == 0:
                 transitions.create(TaskSpec(id=f"n{step}", title="new in the burst"))
 
