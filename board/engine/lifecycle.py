@@ -3,6 +3,11 @@
 
 `transitions.py` asks this table whether a move is legal before it writes, and the invariant
 checker and the tests read it too, so the lifecycle is written down exactly once.
+
+Words: a task created with `hold` (the field's name in the API, the table and TaskSpec) is *on
+hold*: it stays PENDING until an operator admits it. *Holding* a task, its *holder*, *held by*
+are about a lease only (an agent holds a RUNNING task; the Python client's `hold()` holds one
+while it works). The engine's code and messages keep to these words.
 """
 from __future__ import annotations
 
@@ -11,7 +16,7 @@ import re
 
 
 class Stage(enum.StrEnum):
-    PENDING = "PENDING"  # accepted; dependencies unfinished or held for an operator
+    PENDING = "PENDING"  # accepted; dependencies unfinished, or on hold until an operator admits it
     QUEUED = "QUEUED"  # ready: any agent may claim it
     RUNNING = "RUNNING"  # owned by exactly one lease (token, fence, expiry)
     PAUSED = "PAUSED"  # lease released, checkpoint kept for resume
@@ -91,10 +96,6 @@ def target(stage: Stage | str, verb: Verb) -> Stage | None:
         return None
 
 
-def allowed_verbs(stage: Stage | str) -> list[Verb]:
-    return [verb for (s, verb) in TRANSITIONS if s == stage]
-
-
 # Limits every caller meets (the engine enforces them; the API's schemas repeat them). The
 # README's "Limits" table lists each with the error that refuses it.
 MIN_TTL_SECONDS = 1
@@ -117,7 +118,10 @@ MAX_REASON_CHARS = 500
 MAX_OWNER_CHARS = 200
 MAX_TOKEN_CHARS = 100  # a lease token is 43; a longer one cannot match
 
-TASK_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,99}$")
+# A task id, and a queue or agent name: 1-100 letters, digits and ._:-, starting with a letter or
+# digit. Written here only: the API's schemas take TASK_ID_PATTERN, the engine TASK_ID_RE.
+TASK_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,99}$"
+TASK_ID_RE = re.compile(TASK_ID_PATTERN)
 
 
 def is_valid_task_id(task_id: object) -> bool:

@@ -1,17 +1,29 @@
-"""Read-only queries: snapshots for `check`, task lists and histories. Nothing here writes."""
+"""Read-only queries, the board's read path: check() of the store, the live board's snapshot in
+parts, a task and its dependencies, what claim_next takes first; then, at the end, the reads of
+the engine's moves and passes, of the API (task lists, histories) and of the commands. Nothing
+here writes; a read that needs several queries to agree opens `read_transaction`."""
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import closing
 from datetime import UTC, datetime
 
 from django.db import connections
-from django.db.models import BooleanField, Count, ExpressionWrapper, F, Max, Q
+from django.db.models import (
+    BooleanField,
+    Count,
+    Exists,
+    ExpressionWrapper,
+    F,
+    Max,
+    OuterRef,
+    Q,
+)
 from django.utils import timezone
 
 from board.engine import clock
-from board.engine.db import read_transaction, speaks_sql
+from board.engine.db import joins_cheaply, read_transaction, speaks_sql
 from board.engine.invariants import (
     CLAIMED_AT_LEAST_ONCE,
     DEP_CYCLE,
@@ -409,3 +421,136 @@ def queues_of(task_ids: list[str], *, using: str = "default") -> dict[str, str]:
         queues.update(Task.objects.using(using).filter(pk__in=task_ids[begin:begin + _CHUNK])
                       .values_list("pk", "queue"))
     return queues
+
+
+# ---------------------------------------------------------------------------------------------
+# Reads for the engine's moves and passes (board.engine.transitions). Inside a move's write
+# transaction they read what that transaction sees; the passes (admission, the reaper) read
+# their candidates first, without a transaction, and each move then re-reads its own row.
+
+
+def unfinished_deps(task_id: str, *, using: str = "default") -> list[str]:
+    """Ids of the tasks `task_id` depends on that have not COMPLETED."""
+    if not joins_cheaply(using):
+        return unfinished_deps_of([task_id], using=using).get(task_id, [])
+    return list(
+        Dependency.objects.using(using)
+        .filter(task_id=task_id)
+        .exclude(depends_on__stage=Stage.COMPLETED)
+        .values_list("depends_on_id", flat=True)
+    )
+
+
+def unfinished_deps_of(task_ids: list[str], *, using: str = "default") -> dict[str, list[str]]:
+    """The dependencies of each of `task_ids` that have not COMPLETED (tasks without any are
+    left out), joined here from two indexed reads: where joins are dear (board.engine.db.joins_cheaply)."""
+    pairs = []
+    for start in range(0, len(task_ids), 1000):
+        pairs += Dependency.objects.using(using).filter(task_id__in=task_ids[start:start + 1000]).values_list(
+            "task_id", "depends_on_id")
+    targets = sorted({dep for _, dep in pairs})
+    done: set[str] = set()
+    for start in range(0, len(targets), 1000):
+        done.update(Task.objects.using(using).filter(pk__in=targets[start:start + 1000], stage=Stage.COMPLETED)
+                    .values_list("pk", flat=True))
+    unfinished: dict[str, list[str]] = {}
+    for task_id, dep in pairs:
+        if dep not in done:
+            unfinished.setdefault(task_id, []).append(dep)
+    return unfinished
+
+
+def admission_candidates(task_ids: Iterable[str] | None = None, *, using: str = "default") -> list[str]:
+    """Ids of the PENDING tasks not on hold whose dependencies have all COMPLETED (only among
+    `task_ids` when given): what transitions.admit_ready tries to admit."""
+    rows = Task.objects.using(using).filter(stage=Stage.PENDING, hold=False)
+    if task_ids is not None:
+        rows = rows.filter(pk__in=list(task_ids))
+    if joins_cheaply(using):
+        unfinished = Dependency.objects.filter(task_id=OuterRef("pk")).exclude(depends_on__stage=Stage.COMPLETED)
+        return list(rows.exclude(Exists(unfinished)).values_list("pk", flat=True))
+    pending = list(rows.values_list("pk", flat=True))
+    blocked = unfinished_deps_of(pending, using=using)
+    return [task_id for task_id in pending if task_id not in blocked]
+
+
+def dependents_of(task_id: str, *, using: str = "default") -> list[str]:
+    """Ids of the tasks that depend on `task_id`."""
+    return list(Dependency.objects.using(using).filter(depends_on_id=task_id).values_list("task_id", flat=True))
+
+
+def expired_leases(now: datetime, *, limit: int, task_ids: Iterable[str] | None = None,
+                   using: str = "default") -> list[str]:
+    """Ids of up to `limit` RUNNING tasks whose lease expired by `now` (only among `task_ids`
+    when given), longest expired first: what the reaper takes back."""
+    expired = Task.objects.using(using).filter(stage=Stage.RUNNING, lease_expires_at__lte=now)
+    if task_ids is not None:
+        expired = expired.filter(pk__in=list(task_ids))
+    return list(expired.order_by("lease_expires_at").values_list("pk", flat=True)[:limit])
+
+
+# ---------------------------------------------------------------------------------------------
+# Reads for the API (board.api.endpoints). Single queries, no transaction: a page is as the
+# store is when each query runs.
+
+
+def tasks_by_id(task_ids: list[str], *, using: str = "default") -> dict[str, Task]:
+    """The existing tasks among `task_ids`, by id."""
+    return {task.pk: task for task in Task.objects.using(using).filter(pk__in=task_ids)}
+
+
+def created_on_hold(task_ids: list[str], *, using: str = "default") -> set[str]:
+    """Those of `task_ids` that were created on hold. Their create event records it: the task's
+    own `hold` is cleared by an admit."""
+    return {
+        task_id for task_id, detail in TaskEvent.objects.using(using)
+        .filter(task_id__in=task_ids, verb=Verb.CREATE).values_list("task_id", "detail")
+        if detail and detail.get("hold")
+    }
+
+
+def task_list(*, stages: list[str] | None = None, queue: str | None = None, owner: str | None = None,
+              text: str | None = None, after: tuple[datetime, str] | None = None, count: int,
+              using: str = "default") -> list[Task]:
+    """Up to `count` tasks, oldest first (created_at, then id), after the (created_at, id)
+    `after` when given, among those in `stages`, in `queue`, held by `owner`, whose id or title
+    contains `text` (case-insensitive), for each filter given. The caller has checked them."""
+    rows = Task.objects.using(using)
+    if stages:
+        rows = rows.filter(stage__in=stages)
+    if queue:
+        rows = rows.filter(queue=queue)
+    if owner:
+        rows = rows.filter(owner=owner)
+    if text:
+        rows = rows.filter(Q(id__icontains=text) | Q(title__icontains=text))
+    if after is not None:
+        rows = rows.filter(Q(created_at__gt=after[0]) | Q(created_at=after[0], id__gt=after[1]))
+    return list(rows.order_by("created_at", "id")[:count])
+
+
+def task_events(task_id: str, *, after: int | None = None, count: int, using: str = "default") -> list[TaskEvent]:
+    """Up to `count` history rows of `task_id`, oldest first, after the row numbered `after`."""
+    rows = TaskEvent.objects.using(using).filter(task_id=task_id)
+    if after is not None:
+        rows = rows.filter(id__gt=after)
+    return list(rows.order_by("id")[:count])
+
+
+# ---------------------------------------------------------------------------------------------
+# Reads for commands (board.management.commands: the demo follows its own run by id prefix).
+
+
+def stage_of(task_id: str, *, using: str = "default") -> str | None:
+    """The task's stage, or None when there is no such task."""
+    return Task.objects.using(using).filter(pk=task_id).values_list("stage", flat=True).first()
+
+
+def ids_starting_with(prefix: str, *, stage: str, using: str = "default") -> list[str]:
+    """Ids of the tasks in `stage` whose id starts with `prefix`."""
+    return list(Task.objects.using(using).filter(pk__startswith=prefix, stage=stage).values_list("pk", flat=True))
+
+
+def count_starting_with(prefix: str, *, excluding: Iterable[str] = (), using: str = "default") -> int:
+    """How many tasks whose id starts with `prefix` are in none of the stages `excluding`."""
+    return Task.objects.using(using).filter(pk__startswith=prefix).exclude(stage__in=list(excluding)).count()
