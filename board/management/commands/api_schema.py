@@ -35,17 +35,27 @@ SCHEMA_FILE = Path(settings.BASE_DIR) / "board" / "api" / "openapi.json"
 # DEBUG=1: the development settings, so that it runs in any checkout (no SECRET_KEY needed).
 REGENERATE = "DEBUG=1 .venv/bin/python manage.py api_schema --write"
 METHODS = ("get", "put", "post", "delete", "patch", "head", "options")
-# Where the API writes error codes as literals (the engine's come from its error classes).
-_ERROR_SOURCES = ("board/api/endpoints.py", "board/api/middleware.py", "taskflow_site/serving.py")
+# Where answers are made (the engine's codes come from its error classes): the literal codes of
+# the error helpers' calls and of `{"error": {"code": ...}}` bodies in these packages' modules.
+_ERROR_SOURCES = ("board", "taskflow_site")
 _ERROR_HELPERS = {"error_response": 2, "_json_error": 1}  # the `code` argument's position
 
 
 # -- the schema --------------------------------------------------------------------------------
 
 
+def _literal_key(node: ast.Dict, key: str):
+    """The value under the literal `key` of a dict display, or None."""
+    for k, v in zip(node.keys, node.values):
+        if isinstance(k, ast.Constant) and k.value == key:
+            return v
+    return None
+
+
 def error_codes() -> list[str]:
     """Every `error.code` the API answers: the engine's error classes, the API middleware's
-    codes for Django's own refusals, and the literal codes of the API's error helpers."""
+    codes for Django's own refusals, and the literal codes written where answers are made
+    (tests/test_api_schema.py checks them against the README's list)."""
     from board.api import middleware
     from board.engine import errors
 
@@ -56,19 +66,21 @@ def error_codes() -> list[str]:
         codes.add(cls.code)
         pending += cls.__subclasses__()
     codes |= {code for code, _ in middleware.CODES.values()}
-    for source in _ERROR_SOURCES:
-        tree = ast.parse((Path(settings.BASE_DIR) / source).read_text())
-        for node in ast.walk(tree):
+    base = Path(settings.BASE_DIR)
+    modules = sorted(p for package in _ERROR_SOURCES for p in (base / package).rglob("*.py")
+                     if "migrations" not in p.parent.name)
+    for module in modules:
+        for node in ast.walk(ast.parse(module.read_text())):
             if isinstance(node, ast.Call):
                 name = getattr(node.func, "id", getattr(node.func, "attr", None))
                 at = _ERROR_HELPERS.get(name)
                 if at is not None and len(node.args) > at and isinstance(node.args[at], ast.Constant):
                     codes.add(node.args[at].value)
-            elif isinstance(node, ast.Dict):  # {"code": "validation_error", ...}
-                for key, value in zip(node.keys, node.values):
-                    if (isinstance(key, ast.Constant) and key.value == "code"
-                            and isinstance(value, ast.Constant) and isinstance(value.value, str)):
-                        codes.add(value.value)
+            elif isinstance(node, ast.Dict):
+                error = _literal_key(node, "error")
+                code = _literal_key(error, "code") if isinstance(error, ast.Dict) else None
+                if isinstance(code, ast.Constant) and isinstance(code.value, str):
+                    codes.add(code.value)
     return sorted(codes)
 
 
