@@ -31,6 +31,8 @@ LAYERS = {
     "board.models": 1, "board.mongodb": 1, "board.migrations": 1, "board.mongo_migrations": 1,
     "board.engine": 1,
     "board.access": 2, "board.agent_keys": 2, "board.health": 2, "board.public": 2,
+    # Django's ORM only, on the caller's own model (downstream tables, not the board's).
+    "board.fencing": 2,
     "board.live": 3,
     "board.api": 4, "board.admin": 4, "board.management": 4, "board.apps": 4,
 }
