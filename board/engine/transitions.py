@@ -59,6 +59,7 @@ from board.engine.lifecycle import (
     MAX_DEPENDENCIES,
     MAX_DESCRIPTION_CHARS,
     MAX_ERROR_CHARS,
+    MAX_REASON_CHARS,
     MAX_RETRIES_LIMIT,
     MAX_TITLE_CHARS,
     MAX_TRACEBACK_CHARS,
@@ -69,6 +70,8 @@ from board.engine.lifecycle import (
     Verb,
     attempts_left,
     is_valid_task_id,
+    lease_expired,
+    limit_json_size,
     retry_backoff_seconds,
     target,
     unstorable_text,
@@ -130,10 +133,10 @@ def _mint_token() -> str:
 
 def _ttl(ttl_seconds: float) -> timedelta:
     if isinstance(ttl_seconds, bool) or not isinstance(ttl_seconds, (int, float)):
-        raise errors.InvalidRequest("ttl_seconds must be a number")
+        raise errors.InvalidRequest("ttl_seconds must be a number", field="ttl_seconds")
     if not MIN_TTL_SECONDS <= ttl_seconds <= MAX_TTL_SECONDS:
         raise errors.InvalidRequest(
-            f"ttl_seconds must be between {MIN_TTL_SECONDS} and {MAX_TTL_SECONDS}"
+            f"ttl_seconds must be between {MIN_TTL_SECONDS} and {MAX_TTL_SECONDS}", field="ttl_seconds"
         )
     return timedelta(seconds=ttl_seconds)
 
@@ -144,7 +147,7 @@ def _json_value(name: str, value: Any) -> None:
     try:
         json.dumps(value, allow_nan=False)
     except (TypeError, ValueError) as exc:
-        raise errors.InvalidRequest(f"{name} is not valid JSON: {exc}") from None
+        raise errors.InvalidRequest(f"{name} is not valid JSON: {exc}", field=name) from None
 
 
 def _agent_name(agent: str) -> str:
@@ -286,7 +289,8 @@ def create(specs: TaskSpec | Sequence[TaskSpec], *, actor: str = "", using: str 
     seen: set[str] = set()
     for task_id in ids:
         if task_id in seen:
-            raise errors.InvalidRequest(f"task id {task_id!r} appears twice in the batch", task_id=task_id)
+            raise errors.InvalidRequest(f"task id {task_id!r} appears twice in the batch", field="id",
+                                        task_id=task_id)
         seen.add(task_id)
     _refuse_cycles(batch)
 
@@ -296,7 +300,7 @@ def create(specs: TaskSpec | Sequence[TaskSpec], *, actor: str = "", using: str 
     with write_transaction(using):
         taken = Task.objects.using(using).filter(pk__in=ids).first()
         if taken is not None:
-            raise errors.DuplicateId(f"a task with id {taken.pk!r} already exists", task=taken)
+            raise errors.DuplicateId(f"a task with id {taken.pk!r} already exists", task=taken, field="id")
         if external:
             # Mark the existing tasks these depend on, in this transaction, before reading their
             # stages: completing a task looks for dependents only when its row says it has
@@ -319,7 +323,7 @@ def create(specs: TaskSpec | Sequence[TaskSpec], *, actor: str = "", using: str 
         )
         unknown = sorted(external - dep_stages.keys())
         if unknown:
-            raise errors.InvalidRequest(f"unknown dependencies: {', '.join(unknown)}", unknown=unknown)
+            raise errors.InvalidRequest(f"unknown dependencies: {', '.join(unknown)}", field="deps", unknown=unknown)
         tasks = []
         for spec in batch:
             ready = not spec.hold and all(dep_stages.get(dep) == Stage.COMPLETED for dep in spec.deps)
@@ -350,7 +354,7 @@ def create(specs: TaskSpec | Sequence[TaskSpec], *, actor: str = "", using: str 
             if taken is None:  # not an id collision: let the real error surface
                 raise
             raise errors.DuplicateId(
-                f"a task with id {getattr(taken, 'pk', ids[0])!r} already exists", task=taken
+                f"a task with id {getattr(taken, 'pk', ids[0])!r} already exists", task=taken, field="id"
             ) from None
         _insert_dependencies(using, [(spec.id, dep) for spec in batch for dep in spec.deps])
         TaskEvent.objects.using(using).bulk_create(
@@ -390,38 +394,42 @@ def _validate_spec(spec: TaskSpec) -> None:
     if spec.id is not None and not is_valid_task_id(spec.id):
         raise errors.InvalidRequest(
             f"invalid task id {spec.id!r}: 1-100 characters of letters, digits and ._:- "
-            "starting with a letter or digit"
+            "starting with a letter or digit", field="id",
         )
     if not isinstance(spec.title, str) or not spec.title.strip() or len(spec.title) > MAX_TITLE_CHARS:
-        raise errors.InvalidRequest(f"title must be non-empty text of at most {MAX_TITLE_CHARS} characters")
+        raise errors.InvalidRequest(f"title must be non-empty text of at most {MAX_TITLE_CHARS} characters",
+                                    field="title")
     if not isinstance(spec.description, str) or len(spec.description) > MAX_DESCRIPTION_CHARS:
-        raise errors.InvalidRequest(f"description must be text of at most {MAX_DESCRIPTION_CHARS} characters")
+        raise errors.InvalidRequest(f"description must be text of at most {MAX_DESCRIPTION_CHARS} characters",
+                                    field="description")
     for name in ("title", "description", "payload"):
         if problem := unstorable_text(getattr(spec, name)):
-            raise errors.InvalidRequest(f"{name} {problem}")
+            raise errors.InvalidRequest(f"{name} {problem}", field=name)
     if not is_valid_task_id(spec.queue):
-        raise errors.InvalidRequest(f"invalid queue name {spec.queue!r}")
+        raise errors.InvalidRequest(f"invalid queue name {spec.queue!r}", field="queue")
     if isinstance(spec.priority, bool) or not isinstance(spec.priority, int) or abs(spec.priority) > 2**31 - 1:
-        raise errors.InvalidRequest("priority must be a 32-bit integer")
+        raise errors.InvalidRequest("priority must be a 32-bit integer", field="priority")
     if (
         isinstance(spec.max_retries, bool)
         or not isinstance(spec.max_retries, int)
         or not 0 <= spec.max_retries <= MAX_RETRIES_LIMIT
     ):
-        raise errors.InvalidRequest(f"max_retries must be an integer from 0 to {MAX_RETRIES_LIMIT}")
+        raise errors.InvalidRequest(f"max_retries must be an integer from 0 to {MAX_RETRIES_LIMIT}",
+                                    field="max_retries")
     if not isinstance(spec.hold, bool):
-        raise errors.InvalidRequest("hold must be true or false")
+        raise errors.InvalidRequest("hold must be true or false", field="hold")
+    limit_json_size("payload", spec.payload)
     _json_value("payload", spec.payload)
     deps = list(spec.deps)
     if len(deps) > MAX_DEPENDENCIES:
-        raise errors.InvalidRequest(f"at most {MAX_DEPENDENCIES} dependencies")
+        raise errors.InvalidRequest(f"at most {MAX_DEPENDENCIES} dependencies", field="deps")
     for dep in deps:
         if not is_valid_task_id(dep):
-            raise errors.InvalidRequest(f"invalid dependency id {dep!r}")
+            raise errors.InvalidRequest(f"invalid dependency id {dep!r}", field="deps")
     if len(set(deps)) != len(deps):
-        raise errors.InvalidRequest("a dependency is listed twice")
+        raise errors.InvalidRequest("a dependency is listed twice", field="deps")
     if spec.id is not None and spec.id in deps:
-        raise errors.InvalidRequest(f"task {spec.id} depends on itself", task_id=spec.id)
+        raise errors.InvalidRequest(f"task {spec.id} depends on itself", field="deps", task_id=spec.id)
     spec.deps = tuple(deps)
 
 
@@ -446,7 +454,7 @@ def _refuse_cycles(batch: list[TaskSpec]) -> None:
             elif colour[child] == grey:
                 cycle = path[path.index(child):] + [child]
                 raise errors.InvalidRequest(
-                    f"dependency cycle: {' -> '.join(cycle)}", cycle=cycle, task_id=child
+                    f"dependency cycle: {' -> '.join(cycle)}", field="deps", cycle=cycle, task_id=child
                 )
             elif colour[child] == white:
                 colour[child] = grey
@@ -462,6 +470,7 @@ def _refuse_cycles(batch: list[TaskSpec]) -> None:
 def admit(task_id: str, *, actor: str, version: int | None = None, reason: str = "",
           using: str = "default") -> Task:
     """Operator: admit a PENDING task (held or not) whose dependencies are all COMPLETED."""
+    _check_reason(reason)
 
     def move(task: Task, now: datetime) -> bool:
         if task.stage != Stage.PENDING:
@@ -563,7 +572,7 @@ def _claimable(using: str, task: Task, now: datetime) -> Task | None:
         ok = _swap(using, task, Verb.ADMIT, now=now, actor="system", guard=Q(hold=False))
         return task if ok else None
     if task.stage == Stage.RUNNING:
-        if task.lease_expires_at is not None and task.lease_expires_at > now:
+        if not lease_expired(task.lease_expires_at, now):
             raise errors.Taken(f"task {task.pk} is held by {task.owner}", task=task)
         if not attempts_left(task.attempts, task.max_retries):
             raise errors.InvalidTransition(
@@ -688,7 +697,7 @@ def resume(task_id: str, agent: str, ttl_seconds: float, *, using: str = "defaul
         with write_transaction(using):
             now = clock.now(using)
             task = _get(using, task_id)
-            if task.stage == Stage.RUNNING and task.lease_expires_at and task.lease_expires_at > now:
+            if task.stage == Stage.RUNNING and not lease_expired(task.lease_expires_at, now):
                 raise errors.Taken(f"task {task.pk} is held by {task.owner}", task=task)
             if task.stage != Stage.PAUSED:
                 raise _illegal(task, Verb.RESUME, "only a PAUSED task can be resumed")
@@ -727,7 +736,7 @@ def _holder_move(using: str, task_id: str, token: str, build, *, live_only: bool
 
 def _token_hash(token: str) -> str:
     if not isinstance(token, str) or not token:
-        raise errors.InvalidRequest("token is required")
+        raise errors.InvalidRequest("token is required", field="token")
     return hash_token(token)
 
 
@@ -736,7 +745,7 @@ def _refuse_holder(task: Task, token_hash: str, now: datetime, *, live_only: boo
     read at `now`; return when it may."""
     if task.stage != Stage.RUNNING or not hmac.compare_digest(task.lease_token_hash or "", token_hash):
         raise errors.LeaseLost(f"this token is not task {task.pk}'s current lease", task=task)
-    if live_only and (task.lease_expires_at is None or task.lease_expires_at <= now):
+    if live_only and lease_expired(task.lease_expires_at, now):
         raise errors.LeaseLost(f"the lease on task {task.pk} has expired", task=task)
     if agent is not None and agent != task.owner:
         # A token is a credential, but it was minted for one agent: another agent presenting
@@ -776,6 +785,7 @@ def renew(
     and progress. Wrong token or an expired lease: LeaseLost, nothing changed."""
     ttl = _ttl(ttl_seconds)
     _check_progress(progress)
+    limit_json_size("checkpoint", checkpoint)
     _json_value("checkpoint", checkpoint)
     hot = hot_sql.store(using)
     if hot is not None:
@@ -818,7 +828,8 @@ def complete(task_id: str, token: str, result: Any, *, agent: str | None = None,
     """Commit the result; then admit the dependents this completion unblocks (after commit, each
     by its own CAS, so that two dependencies completing at once cannot both miss the other)."""
     if result is None:
-        raise errors.InvalidRequest("result is required (use {} for a task with no output)")
+        raise errors.InvalidRequest("result is required (use {} for a task with no output)", field="result")
+    limit_json_size("result", result)
     _json_value("result", result)
     hot = hot_sql.store(using)
     if hot is not None:
@@ -869,16 +880,16 @@ def fail(
     The error (and `traceback`, when given) is kept in this failure's history row, not only in
     the task's `last_error`, which the next failure overwrites: every attempt keeps its own."""
     if not isinstance(error, str):
-        raise errors.InvalidRequest("error must be text")
+        raise errors.InvalidRequest("error must be text", field="error")
     if len(error) > MAX_ERROR_CHARS:
-        raise errors.InvalidRequest(f"error must be at most {MAX_ERROR_CHARS} characters")
+        raise errors.InvalidRequest(f"error must be at most {MAX_ERROR_CHARS} characters", field="error")
     if traceback is not None and not isinstance(traceback, str):
-        raise errors.InvalidRequest("traceback must be text")
+        raise errors.InvalidRequest("traceback must be text", field="traceback")
     if traceback is not None and len(traceback) > MAX_TRACEBACK_CHARS:
-        raise errors.InvalidRequest(f"traceback must be at most {MAX_TRACEBACK_CHARS} characters")
+        raise errors.InvalidRequest(f"traceback must be at most {MAX_TRACEBACK_CHARS} characters", field="traceback")
     for name, text in (("error", error), ("traceback", traceback)):
         if problem := unstorable_text(text):
-            raise errors.InvalidRequest(f"{name} {problem}")
+            raise errors.InvalidRequest(f"{name} {problem}", field=name)
     detail = failure_detail(error, traceback, retryable)
 
     def build(task: Task, now: datetime, token_hash: str):
@@ -918,7 +929,8 @@ def _retry(using: str, task: Task, now: datetime) -> None:
 def pause(task_id: str, token: str, checkpoint: Any, *, agent: str | None = None, using: str = "default") -> Task:
     """Release the lease and keep `checkpoint`, so that a later resume continues from it."""
     if checkpoint is None:
-        raise errors.InvalidRequest("checkpoint is required to pause")
+        raise errors.InvalidRequest("checkpoint is required to pause", field="checkpoint")
+    limit_json_size("checkpoint", checkpoint)
     _json_value("checkpoint", checkpoint)
 
     def build(task: Task, now: datetime, token_hash: str):
@@ -933,7 +945,7 @@ def _check_progress(progress: float | None) -> None:
     if progress is None:
         return
     if isinstance(progress, bool) or not isinstance(progress, (int, float)) or not 0 <= progress <= 1:
-        raise errors.InvalidRequest("progress must be a fraction from 0 to 1")
+        raise errors.InvalidRequest("progress must be a fraction from 0 to 1", field="progress")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -965,6 +977,7 @@ def requeue(
 ) -> Task:
     """Operator: put a FAILED or PAUSED task back in the queue (PAUSED keeps its checkpoint).
     With no attempt left it is refused unless `reset_attempts`."""
+    _check_reason(reason)
 
     def move(task: Task, now: datetime) -> bool:
         if task.stage not in (Stage.FAILED, Stage.PAUSED):
@@ -984,6 +997,7 @@ def requeue(
 def cancel(task_id: str, *, actor: str, version: int | None = None, reason: str = "", using: str = "default") -> Task:
     """Operator: cancel a task that has not finished. A live lease is ended: its holder's
     later calls get LeaseLost."""
+    _check_reason(reason)
 
     def move(task: Task, now: datetime) -> bool:
         if target(task.stage, Verb.CANCEL) is None:
@@ -1032,6 +1046,7 @@ def force_release(task_id: str, *, actor: str, version: int | None = None, reaso
     """Operator: take a RUNNING task from its holder, live lease or not, back to QUEUED. The
     holder's later calls get LeaseLost and the next claim gets a higher fence. `held_by`:
     only while that (owner, fence) still holds it (see above)."""
+    _check_reason(reason)
 
     def move(task: Task, now: datetime) -> bool:
         _refuse_another_lease(task, held_by)
@@ -1050,6 +1065,7 @@ def force_pause(task_id: str, *, actor: str, version: int | None = None, reason:
     """Operator: stop a RUNNING task and keep its last saved checkpoint (from its renewals) for
     a later resume. With none saved the checkpoint is {}: a resume starts over. The holder's
     later calls get LeaseLost."""
+    _check_reason(reason)
 
     def move(task: Task, now: datetime) -> bool:
         if task.stage != Stage.RUNNING:
@@ -1071,7 +1087,7 @@ def edit(task_id: str, *, actor: str, version: int, using: str = "default", **fi
     only if it is still at `version`; otherwise VersionConflict and nothing is written."""
     unknown = set(fields) - set(EDITABLE)
     if unknown:
-        raise errors.InvalidRequest(f"not editable: {', '.join(sorted(unknown))}")
+        raise errors.InvalidRequest(f"not editable: {', '.join(sorted(unknown))}", field=min(unknown))
 
     def move(task: Task, now: datetime) -> bool:
         if target(task.stage, Verb.EDIT) is None:
@@ -1082,13 +1098,25 @@ def edit(task_id: str, *, actor: str, version: int, using: str = "default", **fi
         _validate_spec(merged)
         if merged.max_retries + 1 < task.attempts:
             raise errors.InvalidRequest(
-                f"task {task.pk} has run {task.attempts} times; max_retries cannot go below {task.attempts - 1}"
+                f"task {task.pk} has run {task.attempts} times; max_retries cannot go below {task.attempts - 1}",
+                field="max_retries",
             )
         changed = {name: value for name, value in fields.items() if getattr(task, name) != value}
         detail = {"changed": sorted(changed)} if changed else None
         return _swap(using, task, Verb.EDIT, now=now, actor=actor, detail=detail, **changed)
 
     return _operator_move(using, task_id, version, move)
+
+
+def _check_reason(reason: str) -> None:
+    """An operator's reason (kept in the history row) meets its cap, whoever calls: the API's
+    schema checks it too; a command or the admin does not go through that schema."""
+    if not isinstance(reason, str):
+        raise errors.InvalidRequest("reason must be text", field="reason")
+    if len(reason) > MAX_REASON_CHARS:
+        raise errors.InvalidRequest(f"reason must be at most {MAX_REASON_CHARS} characters", field="reason")
+    if problem := unstorable_text(reason):
+        raise errors.InvalidRequest(f"reason {problem}", field="reason")
 
 
 def _reason(reason: str, **extra: Any) -> dict | None:
