@@ -42,7 +42,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, connections, transaction
-from django.db.models import Exists, OuterRef, Q
+from django.db.models import Exists, F, OuterRef, Q
 
 from board.engine import claim_requests, clock, commits, errors, hot_sql, selectors
 from board.engine.claim_requests import ClaimRequest
@@ -173,30 +173,39 @@ def _swap(
     token_hash: str | None = None,
     detail: dict | None = None,
     guard: Q | None = None,
+    pin_version: bool = True,
     **changes: Any,
 ) -> bool:
     """Move `task` (as read at its current stage and version) by `verb`, in one conditional
     UPDATE, and record the TaskEvent. Must run inside `write_transaction(using)`.
+
+    `pin_version=False` is for a move held to something else that `guard` names (force release
+    held to a lease's owner and fence): the version is then incremented in the statement and
+    read back for the history row.
 
     Returns False, having written nothing, when the row no longer matches; on success updates
     `task` in memory to the row as written."""
     to = target(task.stage, verb)
     if to is None:  # a programming error: callers check legality first and raise precisely
         raise errors.InvalidTransition(f"{verb} is not allowed from {task.stage}", task=task)
-    expected = {"pk": task.pk, "stage": task.stage, "version": task.version}
+    expected = {"pk": task.pk, "stage": task.stage}
+    if pin_version:
+        expected["version"] = task.version
     if token_hash is not None:
         expected["lease_token_hash"] = token_hash
     rows = Task.objects.using(using).filter(**expected)
     if guard is not None:
         rows = rows.filter(guard)
-    new_version = task.version + 1
-    # Plain values, not F(): the filter pins the version, so version + 1 is known here, and
+    # Plain values, not F(), when the filter pins the version: version + 1 is known here, and
     # the query builds faster.
-    changes.update(stage=to, version=new_version, updated_at=now)
+    changes.update(stage=to, version=task.version + 1 if pin_version else F("version") + 1, updated_at=now)
     if to != task.stage:  # a renew or an edit stays in its stage: the time in it keeps counting
         changes["stage_changed_at"] = now
     if rows.update(**changes) != 1:
         return False
+    if not pin_version:  # this transaction wrote the row last: it reads its own write
+        changes["version"] = Task.objects.using(using).filter(pk=task.pk).values_list("version", flat=True).get()
+    new_version = changes["version"]
     commits.after_commit(using)
     from_stage = task.stage
     for name, value in changes.items():
@@ -954,11 +963,11 @@ def _check_progress(progress: float | None) -> None:
 # to the task as it is now, if still legal.
 
 
-def _operator_move(using: str, task_id: str, version: int | None, move, *, lock: bool = False) -> Task:
+def _operator_move(using: str, task_id: str, version: int | None, move) -> Task:
     for _ in range(RACE_RETRIES):
         with write_transaction(using):
             now = clock.now(using)
-            task = _get_locked(using, task_id) if lock else _get(using, task_id)
+            task = _get(using, task_id)
             if version is not None and task.version != version:
                 raise errors.VersionConflict(
                     f"task {task.pk} is at version {task.version}, not {version}", task=task
@@ -1014,20 +1023,11 @@ def cancel(task_id: str, *, actor: str, version: int | None = None, reason: str 
 # fence)` the move applies while that same lease (same holder, same fence) is still the task's,
 # however often it was renewed; a lease that changed hands (a new fence, even under the same
 # agent name) or a task no longer RUNNING is a VersionConflict carrying the current row.
-
-
-def _get_locked(using: str, task_id: str) -> Task:
-    """The task, its row locked until the transaction ends where the store has row locks
-    (PostgreSQL). Not for correctness (the CAS is that) but for liveness: a holder renewing in
-    a tight loop commits between an unlocked read and the CAS every time on PostgreSQL (the
-    test saw 50 retries lost in a row); locked, its renew waits, then finds its lease gone. On
-    SQLite writers are already serialised; on MongoDB a conflict is retried."""
-    if not connections[using].features.has_select_for_update:
-        return _get(using, task_id)
-    try:
-        return Task.objects.using(using).select_for_update().get(pk=task_id)
-    except Task.DoesNotExist:
-        raise errors.NotFound(f"no task with id {task_id!r}", task_id=task_id) from None
+#
+# It is one compare-and-swap like every other move, on (stage, owner, fence, attempts) instead
+# of the version: a renew committed between the read and the CAS leaves the lease the same, so
+# the CAS still matches (on PostgreSQL it waits for the renew's row lock and re-checks the row
+# as renewed); the holder's renew after it finds its lease gone. No row lock is taken.
 
 
 def _refuse_another_lease(task: Task, held_by: tuple[str, int] | None) -> None:
@@ -1046,6 +1046,7 @@ def force_release(task_id: str, *, actor: str, version: int | None = None, reaso
     """Operator: take a RUNNING task from its holder, live lease or not, back to QUEUED. The
     holder's later calls get LeaseLost and the next claim gets a higher fence. `held_by`:
     only while that (owner, fence) still holds it (see above)."""
+
     _check_reason(reason)
 
     def move(task: Task, now: datetime) -> bool:
@@ -1053,10 +1054,14 @@ def force_release(task_id: str, *, actor: str, version: int | None = None, reaso
         if task.stage != Stage.RUNNING:
             raise _illegal(task, Verb.FORCE_RELEASE, "only a RUNNING task holds a lease")
         detail = _reason(reason, previous_owner=task.owner)
-        return _swap(using, task, Verb.FORCE_RELEASE, now=now, actor=actor, detail=detail,
-                     attempts=max(0, task.attempts - 1), **NO_LEASE)
+        # Held to the lease (and to the attempts its claim counted, which the release gives
+        # back), not to the version, unless the caller also gave a version.
+        to_lease = held_by is not None and version is None
+        guard = Q(owner=task.owner, fence=task.fence, attempts=task.attempts) if to_lease else None
+        return _swap(using, task, Verb.FORCE_RELEASE, now=now, actor=actor, detail=detail, guard=guard,
+                     pin_version=not to_lease, attempts=max(0, task.attempts - 1), **NO_LEASE)
 
-    return _operator_move(using, task_id, version, move, lock=held_by is not None)
+    return _operator_move(using, task_id, version, move)
 
 
 @retry_conflicts
