@@ -8,7 +8,7 @@ A board of N tasks (default 100,000) in a realistic mix of stages is written onc
 - **check()**: `board.engine.selectors.problems()`, what `GET /api/check`, `manage.py check_board` and
   the live board's problems panel run: seconds per call (best and median of --repeat runs)
   and its tracemalloc peak (measured in a separate run, since tracing slows Python down).
-- **snapshot**: `board.live.events.snapshot_frames()`, everything the server does to answer a
+- **snapshot**: `board.live.frames.snapshot_frames()`, everything the server does to answer a
   websocket's snapshot (the read, the cards, the encoded frames), with the problems it carries
   computed by the same call, and again without them ("cards": the server reuses a check() under
   half a second old, `Tailer.recent_problems`): seconds and tracemalloc peak, plus the frames'
@@ -251,7 +251,7 @@ SNAPSHOT_BASELINE = [
 def measure(backend: str, database_url: str, args: argparse.Namespace) -> None:
     configure_django(database_url)
     from board.engine import selectors
-    from board.live import events
+    from board.live import frames as live_frames
 
     counts, fill_seconds = prepare(database_url, args.tasks)
     print(f"{backend}: {args.tasks:,} tasks written in {fill_seconds:.1f} s "
@@ -262,11 +262,11 @@ def measure(backend: str, database_url: str, args: argparse.Namespace) -> None:
 
     check_times, _ = timed(selectors.problems, args.repeat)
     check_base, _ = timed(lambda: raw_read(database_url, CHECK_BASELINE), args.repeat)
-    snap_times, frames = timed(events.snapshot_frames, args.repeat)
-    cards_times, _ = timed(lambda: events.snapshot_frames(problems=[]), args.repeat)
+    snap_times, frames = timed(live_frames.snapshot_frames, args.repeat)
+    cards_times, _ = timed(lambda: live_frames.snapshot_frames(problems=[]), args.repeat)
     snap_base, _ = timed(lambda: raw_read(database_url, SNAPSHOT_BASELINE), args.repeat)
     check_peak = traced_peak(selectors.problems)
-    snap_peak = traced_peak(events.snapshot_frames)
+    snap_peak = traced_peak(live_frames.snapshot_frames)
     cards = sum(len(json.loads(frame)["tasks"]) for frame in frames)
     size = sum(len(frame) for frame in frames) / 2**20
 

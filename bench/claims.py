@@ -61,7 +61,7 @@ Databases
   server.
 - MongoDB (only with ``--backends ...,mongodb``; not in the default set, see below): the
   database ``taskflow_bench`` on the replica set named by ``--mongo-url``, else by
-  TEST_MONGO_URL, else on a SecantusDB server started for the run (tests/mongodb_server.py,
+  TEST_MONGO_URL, else on a SecantusDB server started for the run (harness/mongodb_server.py,
   stopped at exit); without any, the MongoDB rows are skipped with a line saying why. It is
   migrated, and its board collections are emptied and seeded like the tables above (the
   engine's seed by transitions.create, raw's by insert_many, the same documents), both loops
@@ -981,10 +981,10 @@ def describe_mongodb(url: str) -> tuple[str, bool, str]:
 
 def find_mongodb(args: argparse.Namespace) -> tuple[str | None, str, bool]:
     """(server URL, why none, whether started here): --mongo-url, else TEST_MONGO_URL, else a
-    SecantusDB server started for this run (tests/mongodb_server.py; it stops it at exit)."""
+    SecantusDB server started for this run (harness/mongodb_server.py; it stops it at exit)."""
     if args.mongo_url:
         return args.mongo_url, "", False
-    from tests import mongodb_server
+    from harness import mongodb_server
 
     url, _what, why = mongodb_server.start()
     return url, why, not os.environ.get("TEST_MONGO_URL")

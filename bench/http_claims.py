@@ -15,7 +15,7 @@ the script:
 1. makes a fresh database (SQLite: a new file in a temporary directory; PostgreSQL: the
    database ``taskflow_bench_http``, created when missing, board tables emptied) and migrates it;
 2. mints one API key per agent (``board.agent_keys.create_key("bench-agent-N")``, revoked at
-   the end) and starts the server (``tests.live_server.BoardServer``: ``manage.py serve --host
+   the end) and starts the server (``harness.board_server.BoardServer``: ``manage.py serve --host
    127.0.0.1 --port P --no-reaper --workers N``) with ``DJANGO_SETTINGS_MODULE=taskflow_site.settings``,
    ``DEBUG=0`` (so Django keeps no query log), a throwaway ``SECRET_KEY``,
    ``ALLOWED_HOSTS=127.0.0.1``, ``SECURE_SSL_REDIRECT=0`` and ``DATABASE_URL`` naming that
@@ -115,7 +115,8 @@ import claims  # noqa: E402  (bench/claims.py: Django setup, seeding, the in-pro
 import http_agent  # noqa: E402
 
 sys.path.insert(0, str(BENCH.parent))
-from tests.live_server import BoardServer  # noqa: E402  (the one server launcher)
+from bench.stats import percentile  # nearest-rank: the benchmarks' one percentile
+from harness.board_server import BoardServer  # noqa: E402  (the one server launcher)
 
 PROJECT = claims.PROJECT
 DEFAULT_PG_URL = "postgres://postgres@127.0.0.1:5432/taskflow_bench_http"
@@ -165,7 +166,7 @@ def warm_up_bare(port: int, rounds: int = 20) -> None:
 
 
 class Server(BoardServer):
-    """The board's server as in production (`manage.py serve`, via tests.live_server), with
+    """The board's server as in production (`manage.py serve`, via harness.board_server), with
     `workers` worker processes; `settings_module` replaces taskflow_site.settings (the bare
     view's baseline runs bench.bare_settings)."""
 
@@ -359,14 +360,6 @@ class HttpOutcome:
     def server_ms_per_request(self) -> float:
         rps = self.requests_per_second
         return 1000 * self.server_cpu / rps if rps else math.nan
-
-
-def percentile(values: list[float], pct: float) -> float:
-    """Nearest-rank percentile of `values` (already sorted); NaN when empty."""
-    if not values:
-        return math.nan
-    rank = max(1, math.ceil(pct / 100 * len(values)))
-    return values[min(rank, len(values)) - 1]
 
 
 def run_agents(port: int, keys: list[str], mode: str, seconds: float, server_pid: int) -> HttpOutcome:

@@ -9,7 +9,6 @@ anew each time. It reads the row on every call, never a cache: a key revoked by 
 refused on its very next request."""
 from __future__ import annotations
 
-import hashlib
 import secrets
 from datetime import timedelta
 
@@ -19,15 +18,12 @@ from django.utils import timezone
 
 from board.engine import db, errors
 from board.engine.lifecycle import is_valid_task_id
+from board.engine.tokens import hash_token
 from board.models import AgentKey
 
 KEY_PREFIX = "tfk_"
 # Recording every use would make each API call a write; a minute's precision is plenty.
 LAST_USED_PRECISION = timedelta(seconds=60)
-
-
-def _hash(key: str) -> str:
-    return hashlib.sha256(key.encode()).hexdigest()
 
 
 # The history records who acted by name: agents by their key's name, operators by their
@@ -61,7 +57,7 @@ def create_key(name: str, *, is_operator: bool = False, using: str = "default") 
         raise errors.InvalidRequest(f"agent name {name!r} is reserved: {why}")
     key = KEY_PREFIX + secrets.token_urlsafe(32)
     row = AgentKey.objects.using(using).create(
-        name=name, prefix=key[: len(KEY_PREFIX) + 6], key_hash=_hash(key), is_operator=is_operator,
+        name=name, prefix=key[: len(KEY_PREFIX) + 6], key_hash=hash_token(key), is_operator=is_operator,
         created_at=timezone.now(),
     )
     return row, key
@@ -83,10 +79,10 @@ def authenticate(key: str, *, using: str = "default") -> AgentKey | None:
         return None
     connection = connections[using]
     if not db.speaks_sql(using):  # a store without SQL: the ORM's query
-        row = AgentKey.objects.using(using).filter(key_hash=_hash(key), revoked_at__isnull=True).first()
+        row = AgentKey.objects.using(using).filter(key_hash=hash_token(key), revoked_at__isnull=True).first()
     else:
         with connection.cursor() as cursor:
-            cursor.execute(_LOOKUP, (_hash(key),))
+            cursor.execute(_LOOKUP, (hash_token(key),))
             found = cursor.fetchone()
         if found is None:
             return None

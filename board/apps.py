@@ -10,6 +10,6 @@ class BoardConfig(AppConfig):
         # The engine announces commits (board.engine.commits) without knowing who listens; the
         # live board listens: it wakes this process's outbox tailer and rings the others.
         from board.engine import commits
-        from board.live.events import announce_commit
+        from board.live.doorbell import announce_commit
 
         commits.subscribe(announce_commit)

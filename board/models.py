@@ -88,11 +88,6 @@ class Task(models.Model):
     def __str__(self) -> str:
         return f"{self.id} [{self.stage} v{self.version}]"
 
-    @property
-    def deps(self) -> list[str]:
-        """Ids of the tasks this one waits for (prefetch `dependencies` to avoid a query)."""
-        return [d.depends_on_id for d in self.dependencies.all()]
-
 
 class Dependency(models.Model):
     """`task` may run only once `depends_on` is COMPLETED. Written once, at creation."""

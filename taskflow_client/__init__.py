@@ -30,18 +30,50 @@ What is here:
   `DuplicateId`, `ValidationFailed`, `Unauthorized`, `Forbidden`, `TooLarge`, `TooManyWaiters`) and
   `TransportError` (no definitive answer; never a `TaskflowError`).
 - ``python -m taskflow_client --help`` -- the same from a shell.
+- ``python -m taskflow_client.mcp`` -- the same as MCP tools for LLM agents (the one module that
+  needs a package: the ``mcp`` SDK; nothing here imports it).
 """
 from .client import Client, Lease
 from .errors import (
-    ERROR_CLASSES, Blocked, DuplicateId, Forbidden, InvalidTransition, LeaseLost, NotFound, Taken,
-    TaskflowError, Terminal, TooLarge, TooManyWaiters, TransportError, Unauthorized, ValidationFailed, VersionConflict,
+    ERROR_CLASSES,
+    Blocked,
+    DuplicateId,
+    Forbidden,
+    InvalidTransition,
+    LeaseLost,
+    NotFound,
+    Taken,
+    TaskflowError,
+    Terminal,
+    TooLarge,
+    TooManyWaiters,
+    TransportError,
+    Unauthorized,
+    ValidationFailed,
+    VersionConflict,
 )
 from .hold import Hold, Job
 
 __all__ = [
-    "Client", "Lease", "Job", "Hold",
-    "TaskflowError", "NotFound", "Taken", "Blocked", "Terminal", "LeaseLost", "VersionConflict",
-    "InvalidTransition", "DuplicateId", "ValidationFailed", "Unauthorized", "Forbidden", "TooLarge", "TooManyWaiters",
-    "TransportError", "ERROR_CLASSES",
+    "ERROR_CLASSES",
+    "Blocked",
+    "Client",
+    "DuplicateId",
+    "Forbidden",
+    "Hold",
+    "InvalidTransition",
+    "Job",
+    "Lease",
+    "LeaseLost",
+    "NotFound",
+    "Taken",
+    "TaskflowError",
+    "Terminal",
+    "TooLarge",
+    "TooManyWaiters",
+    "TransportError",
+    "Unauthorized",
+    "ValidationFailed",
+    "VersionConflict",
 ]
 __version__ = "1.0"

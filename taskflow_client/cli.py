@@ -9,7 +9,7 @@ import argparse
 import json
 import os
 import sys
-from typing import Any, List, Optional
+from typing import Any
 
 from .client import Client
 from .errors import TaskflowError, TransportError
@@ -35,7 +35,7 @@ example:
 """
 
 
-def _json_arg(text: Optional[str], what: str, parser: argparse.ArgumentParser, *, stdin_default: bool) -> Any:
+def _json_arg(text: str | None, what: str, parser: argparse.ArgumentParser, *, stdin_default: bool) -> Any:
     if text is None and not stdin_default:
         return None
     if text is None or text == "-":
@@ -127,7 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _print(value: Any) -> None:
-    items: List[Any] = value if isinstance(value, list) else [value]
+    items: list[Any] = value if isinstance(value, list) else [value]
     for item in items:
         sys.stdout.write(json.dumps(item, separators=(",", ":"), ensure_ascii=False) + "\n")
 
@@ -186,7 +186,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     return EXIT_OK
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

@@ -12,6 +12,7 @@ lost does not leave its task held by nobody until the lease expires.
 """
 from __future__ import annotations
 
+import builtins
 import http.client
 import json
 import os
@@ -19,8 +20,9 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Iterator, Sequence
 from datetime import datetime, timezone
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
+from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
 
 from .errors import TaskflowError, TooManyWaiters, TransportError, error_from_body
@@ -40,14 +42,14 @@ def _new_request_id() -> str:
     return uuid.uuid4().hex
 
 
-def _parse_time(value: Optional[str]) -> Optional[datetime]:
+def _parse_time(value: str | None) -> datetime | None:
     """An ISO 8601 time from the API as an aware datetime ('Z' accepted on every Python 3)."""
     if not value:
         return None
     if value.endswith("Z"):
         value = value[:-1] + "+00:00"
     parsed = datetime.fromisoformat(value)
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)  # noqa: UP017 (datetime.UTC is 3.11+; the client runs on older Pythons)
 
 
 class Lease:
@@ -63,29 +65,30 @@ class Lease:
                      they can refuse writes from an older holder.
         expires_at:  when the lease ends unless renewed (aware datetime, the server's clock).
         ttl_seconds: the TTL it was claimed or last renewed with (the default for `renew`).
+        client:      the `Client` that made it; the holder's verbs below go through it.
 
     The holder's verbs are methods: `renew`, `complete`, `fail`, `pause`, `release`; `hold()`
     wraps the lease in a `Job` that renews it in the background (see `taskflow_client.Job`).
     """
 
-    def __init__(self, client: "Client", data: Dict[str, Any], ttl_seconds: float):
-        self._client = client
+    def __init__(self, client: Client, data: dict[str, Any], ttl_seconds: float):
+        self.client = client
         self.ttl_seconds = ttl_seconds
         self._update(data)
 
-    def _update(self, data: Dict[str, Any]) -> None:
+    def _update(self, data: dict[str, Any]) -> None:
         lease = data["lease"]
-        self.task: Dict[str, Any] = data["task"]
+        self.task: dict[str, Any] = data["task"]
         self.token: str = lease["token"]
         self.fence: int = lease["fence"]
-        self.expires_at: Optional[datetime] = _parse_time(lease["expires_at"])
+        self.expires_at: datetime | None = _parse_time(lease["expires_at"])
         self._raw_expires_at = lease["expires_at"]
 
     @property
     def task_id(self) -> str:
         return self.task["id"]
 
-    def as_dict(self) -> Dict[str, Any]:
+    def as_dict(self) -> dict[str, Any]:
         """The API's claim shape: ``{"task": {...}, "lease": {"token", "fence", "expires_at"}}``."""
         return {"task": self.task,
                 "lease": {"token": self.token, "fence": self.fence, "expires_at": self._raw_expires_at}}
@@ -93,34 +96,34 @@ class Lease:
     def __repr__(self) -> str:  # never the token
         return f"<Lease task={self.task_id!r} fence={self.fence} expires_at={self._raw_expires_at}>"
 
-    def renew(self, ttl_seconds: Optional[float] = None, *, checkpoint: Any = None,
-              progress: Optional[float] = None) -> "Lease":
+    def renew(self, ttl_seconds: float | None = None, *, checkpoint: Any = None,
+              progress: float | None = None) -> Lease:
         """Extend this lease to now + `ttl_seconds` (default: its current TTL), optionally
         saving `checkpoint` and/or `progress` (0..1). Updates this object and returns it.
         Raises `LeaseLost` if the lease expired or was taken over."""
         ttl = self.ttl_seconds if ttl_seconds is None else ttl_seconds
-        renewed = self._client.renew(self.task_id, self.token, ttl, checkpoint=checkpoint, progress=progress)
+        renewed = self.client.renew(self.task_id, self.token, ttl, checkpoint=checkpoint, progress=progress)
         self.ttl_seconds = ttl
         self._update(renewed.as_dict())
         return self
 
-    def complete(self, result: Any = None) -> Dict[str, Any]:
+    def complete(self, result: Any = None) -> dict[str, Any]:
         """Commit `result` (any JSON value; None is sent as {}); returns the COMPLETED task."""
-        return self._client.complete(self.task_id, self.token, result)
+        return self.client.complete(self.task_id, self.token, result)
 
-    def fail(self, error: str, *, retryable: bool = True, traceback: Optional[str] = None) -> Dict[str, Any]:
+    def fail(self, error: str, *, retryable: bool = True, traceback: str | None = None) -> dict[str, Any]:
         """Record a failed attempt (see `Client.fail`); returns the task."""
-        return self._client.fail(self.task_id, self.token, error, retryable=retryable, traceback=traceback)
+        return self.client.fail(self.task_id, self.token, error, retryable=retryable, traceback=traceback)
 
-    def pause(self, checkpoint: Any) -> Dict[str, Any]:
+    def pause(self, checkpoint: Any) -> dict[str, Any]:
         """Give the lease up and keep `checkpoint` for a later resume; returns the PAUSED task."""
-        return self._client.pause(self.task_id, self.token, checkpoint)
+        return self.client.pause(self.task_id, self.token, checkpoint)
 
-    def release(self) -> Dict[str, Any]:
+    def release(self) -> dict[str, Any]:
         """Give the task back to the queue without counting the attempt; returns the task."""
-        return self._client.release(self.task_id, self.token)
+        return self.client.release(self.task_id, self.token)
 
-    def hold(self, *, heartbeat: Optional[float] = None):
+    def hold(self, *, heartbeat: float | None = None):
         """A `Job` holding this lease: ``with lease.hold() as job: ...`` renews it in the
         background and completes/fails it on exit, like `Client.hold`."""
         return Job(self, heartbeat=heartbeat)
@@ -161,7 +164,7 @@ class _Http:
         if conn is not None:
             conn.close()
 
-    def request(self, method: str, path: str, headers: Dict[str, str], body: Optional[bytes],
+    def request(self, method: str, path: str, headers: dict[str, str], body: bytes | None,
                 timeout: float):
         url = self.prefix + path
         for attempt in range(2):
@@ -176,7 +179,7 @@ class _Http:
                 if reused and attempt == 0:
                     continue  # the server closed this idle keep-alive connection: send again
                 raise TransportError(f"{method} {url}: connection lost: {exc!r}") from exc
-            except socket.timeout as exc:
+            except socket.timeout as exc:  # noqa: UP041 (not TimeoutError's subclass before 3.10)
                 self.close()
                 raise TransportError(f"{method} {url}: no answer within {timeout:g} s") from exc
             except (OSError, http.client.HTTPException) as exc:
@@ -222,7 +225,7 @@ class Client:
                 job.result = {"n": job.task["payload"]["n"] + 1}
     """
 
-    def __init__(self, base_url: str, key: Optional[str], timeout: float = DEFAULT_TIMEOUT):
+    def __init__(self, base_url: str, key: str | None, timeout: float = DEFAULT_TIMEOUT):
         self.base_url = base_url
         self.timeout = timeout
         self._key = key
@@ -235,7 +238,7 @@ class Client:
         """Close this thread's keep-alive connection (others close when their thread ends)."""
         self._http.close()
 
-    def __enter__(self) -> "Client":
+    def __enter__(self) -> Client:  # noqa: PYI034 (typing.Self is 3.11+; the client runs on older Pythons)
         return self
 
     def __exit__(self, *exc) -> None:
@@ -243,8 +246,8 @@ class Client:
 
     # -- plumbing ---------------------------------------------------------------------------
 
-    def request(self, method: str, path: str, body: Any = None, *, query: Optional[Dict[str, Any]] = None,
-                timeout: Optional[float] = None) -> Any:
+    def request(self, method: str, path: str, body: Any = None, *, query: dict[str, Any] | None = None,
+                timeout: float | None = None) -> Any:
         """Send one request to ``/api{path}`` and return the decoded JSON answer (None for 204).
         Raises the `TaskflowError` subclass of an error answer, or `TransportError`."""
         if query:
@@ -280,7 +283,7 @@ class Client:
 
     # -- tasks ------------------------------------------------------------------------------
 
-    def create(self, task: Union[Dict[str, Any], Sequence[Dict[str, Any]]]) -> Union[Dict[str, Any], List[Dict[str, Any]]]:
+    def create(self, task: dict[str, Any] | Sequence[dict[str, Any]]) -> dict[str, Any] | builtins.list[dict[str, Any]]:
         """Create one task (a dict) and return it, or a batch (a list of dicts, all or
         nothing, may form a DAG through ``deps``) and return the list.
 
@@ -294,13 +297,13 @@ class Client:
         answer = self.request("POST", "/tasks", list(task))
         return answer["items"]
 
-    def get(self, task_id: str) -> Dict[str, Any]:
+    def get(self, task_id: str) -> dict[str, Any]:
         """One task as a dict; `NotFound` if there is none."""
         return self.request("GET", self._path("tasks", task_id))
 
-    def iter_tasks(self, *, stage: Union[str, Sequence[str], None] = None, queue: Optional[str] = None,
-                   owner: Optional[str] = None, text: Optional[str] = None,
-                   page_size: int = 100) -> Iterator[Dict[str, Any]]:
+    def iter_tasks(self, *, stage: str | Sequence[str] | None = None, queue: str | None = None,
+                   owner: str | None = None, text: str | None = None,
+                   page_size: int = 100) -> Iterator[dict[str, Any]]:
         """Every matching task, oldest first, fetching pages lazily through the ``next``
         cursor. `stage`: one stage name or several (e.g. ``["QUEUED", "RUNNING"]``); `text`
         matches id or title."""
@@ -316,12 +319,12 @@ class Client:
             if not cursor:
                 return
 
-    def list(self, **filters: Any) -> List[Dict[str, Any]]:
+    def list(self, **filters: Any) -> builtins.list[dict[str, Any]]:
         """All matching tasks (every page) as a list; filters as in `iter_tasks`:
         ``stage``, ``queue``, ``owner``, ``text``, ``page_size``."""
         return [task for task in self.iter_tasks(**filters)]
 
-    def iter_events(self, task_id: str, *, page_size: int = 100) -> Iterator[Dict[str, Any]]:
+    def iter_events(self, task_id: str, *, page_size: int = 100) -> Iterator[dict[str, Any]]:
         """A task's history, oldest first, one event per transition (``verb``,
         ``from_stage``, ``to_stage``, ``version``, ``fence``, ``actor``, ``at``, ``detail``)."""
         cursor = None
@@ -333,14 +336,14 @@ class Client:
             if not cursor:
                 return
 
-    def events(self, task_id: str) -> List[Dict[str, Any]]:
+    def events(self, task_id: str) -> builtins.list[dict[str, Any]]:
         """A task's whole history as a list (see `iter_events`)."""
         return [event for event in self.iter_events(task_id)]
 
     # -- claiming ---------------------------------------------------------------------------
 
-    def claim_next(self, ttl_seconds: float, queue: Optional[str] = None,
-                   wait_seconds: float = 0) -> Optional[Lease]:
+    def claim_next(self, ttl_seconds: float, queue: str | None = None,
+                   wait_seconds: float = 0) -> Lease | None:
         """Claim the best ready task (highest priority, then oldest; only in `queue` if given)
         with a lease of `ttl_seconds` (1 s .. 24 h). With `wait_seconds` (up to 30) the server
         waits for work to become ready (woken by the board's commits). Returns a `Lease`, or
@@ -352,7 +355,7 @@ class Client:
         request_id = _new_request_id()
         sent_again = False
         while True:
-            body: Dict[str, Any] = {"ttl_seconds": ttl_seconds, "wait_seconds": wait_seconds,
+            body: dict[str, Any] = {"ttl_seconds": ttl_seconds, "wait_seconds": wait_seconds,
                                     "request_id": request_id}
             if queue is not None:
                 body["queue"] = queue
@@ -390,8 +393,8 @@ class Client:
         return Lease(self, self.request("POST", self._path("tasks", task_id, "resume"),
                                         {"ttl_seconds": ttl_seconds}), ttl_seconds)
 
-    def hold(self, ttl_seconds: float = 60, *, queue: Optional[str] = None, wait_seconds: float = 0,
-             heartbeat: Optional[float] = None):
+    def hold(self, ttl_seconds: float = 60, *, queue: str | None = None, wait_seconds: float = 0,
+             heartbeat: float | None = None):
         """Claim the next ready task and hold it for the duration of a ``with`` block.
 
         ``with client.hold(ttl_seconds=30, wait_seconds=5) as job:`` gives a `Job`, or
@@ -400,53 +403,51 @@ class Client:
         lease every `heartbeat` seconds (default ttl/3). On leaving the block the task is
         completed with ``job.result``; an exception fails it (with the traceback summary) and
         propagates; if the lease was lost, nothing is committed. See `Job` for the details."""
-        return Hold(lambda: self.claim_next(ttl_seconds, queue=queue, wait_seconds=wait_seconds),
-                    heartbeat=heartbeat)
+        return Hold(self, ttl_seconds, queue=queue, wait_seconds=wait_seconds, heartbeat=heartbeat)
 
     def hold_task(self, task_id: str, ttl_seconds: float = 60, *, resume: bool = False,
-                  heartbeat: Optional[float] = None):
+                  heartbeat: float | None = None):
         """Like `hold`, for one named task: claims it (or, with ``resume=True``, resumes it
         from PAUSED; its checkpoint is in ``job.task["checkpoint"]``). The claim's refusal
         (`Taken`, `Blocked`, ...) is raised by the ``with`` statement; the job is never None."""
-        take = self.resume if resume else self.claim
-        return Hold(lambda: take(task_id, ttl_seconds), heartbeat=heartbeat)
+        return Hold(self, ttl_seconds, task_id=task_id, resume=resume, heartbeat=heartbeat)
 
     # -- the holder's verbs -----------------------------------------------------------------
 
     def renew(self, task_id: str, token: str, ttl_seconds: float, *, checkpoint: Any = None,
-              progress: Optional[float] = None) -> Lease:
+              progress: float | None = None) -> Lease:
         """Extend a live lease to now + `ttl_seconds` (same token and fence), optionally
         saving `checkpoint` (any JSON but null) and `progress` (0..1). `LeaseLost` if the
         lease has expired or is no longer the task's."""
-        body: Dict[str, Any] = {"token": token, "ttl_seconds": ttl_seconds}
+        body: dict[str, Any] = {"token": token, "ttl_seconds": ttl_seconds}
         if checkpoint is not None:
             body["checkpoint"] = checkpoint
         if progress is not None:
             body["progress"] = progress
         return Lease(self, self.request("POST", self._path("tasks", task_id, "renew"), body), ttl_seconds)
 
-    def release(self, task_id: str, token: str) -> Dict[str, Any]:
+    def release(self, task_id: str, token: str) -> dict[str, Any]:
         """Give the task back to the queue; the attempt is not counted. Returns the task."""
         return self.request("POST", self._path("tasks", task_id, "release"), {"token": token})
 
-    def complete(self, task_id: str, token: str, result: Any = None) -> Dict[str, Any]:
+    def complete(self, task_id: str, token: str, result: Any = None) -> dict[str, Any]:
         """Commit `result` (any JSON value; None is sent as ``{}``). Returns the COMPLETED
         task. `LeaseLost` if someone else holds the task now."""
         body = {"token": token, "result": {} if result is None else result}
         return self.request("POST", self._path("tasks", task_id, "complete"), body)
 
     def fail(self, task_id: str, token: str, error: str, *, retryable: bool = True,
-             traceback: Optional[str] = None) -> Dict[str, Any]:
+             traceback: str | None = None) -> dict[str, Any]:
         """Record a failed attempt with `error` (text, at most 10,000 characters) and, when
         given, `traceback` (at most 64 KiB), both kept in this failure's history row. With
         attempts left and `retryable` the task goes back to QUEUED after a backoff; otherwise
         it stays FAILED. Returns the task."""
-        body: Dict[str, Any] = {"token": token, "error": error, "retryable": retryable}
+        body: dict[str, Any] = {"token": token, "error": error, "retryable": retryable}
         if traceback is not None:
             body["traceback"] = traceback
         return self.request("POST", self._path("tasks", task_id, "fail"), body)
 
-    def pause(self, task_id: str, token: str, checkpoint: Any) -> Dict[str, Any]:
+    def pause(self, task_id: str, token: str, checkpoint: Any) -> dict[str, Any]:
         """Give the lease up and keep `checkpoint` (any JSON but null) so that a later
         `resume` continues from it. Returns the PAUSED task."""
         return self.request("POST", self._path("tasks", task_id, "pause"),
@@ -455,32 +456,32 @@ class Client:
     # -- operators --------------------------------------------------------------------------
 
     @staticmethod
-    def _operator_body(version: Optional[int], reason: str, **extra: Any) -> Dict[str, Any]:
-        body: Dict[str, Any] = {"reason": reason, **extra}
+    def _operator_body(version: int | None, reason: str, **extra: Any) -> dict[str, Any]:
+        body: dict[str, Any] = {"reason": reason, **extra}
         if version is not None:
             body["version"] = version
         return body
 
-    def admit(self, task_id: str, *, version: Optional[int] = None, reason: str = "") -> Dict[str, Any]:
+    def admit(self, task_id: str, *, version: int | None = None, reason: str = "") -> dict[str, Any]:
         """Operator: admit a PENDING (held) task whose dependencies are complete. With
         `version`, refused with `VersionConflict` if the task moved on."""
         return self.request("POST", self._path("tasks", task_id, "admit"), self._operator_body(version, reason))
 
-    def requeue(self, task_id: str, *, version: Optional[int] = None, reset_attempts: bool = False,
-                reason: str = "") -> Dict[str, Any]:
+    def requeue(self, task_id: str, *, version: int | None = None, reset_attempts: bool = False,
+                reason: str = "") -> dict[str, Any]:
         """Operator: put a FAILED or PAUSED task back in the queue (``reset_attempts`` when
         its attempts are spent)."""
         return self.request("POST", self._path("tasks", task_id, "requeue"),
                             self._operator_body(version, reason, reset_attempts=reset_attempts))
 
-    def cancel(self, task_id: str, *, version: Optional[int] = None, reason: str = "") -> Dict[str, Any]:
+    def cancel(self, task_id: str, *, version: int | None = None, reason: str = "") -> dict[str, Any]:
         """Operator: cancel an unfinished task; a live lease on it is ended (its holder gets
         `LeaseLost`)."""
         return self.request("POST", self._path("tasks", task_id, "cancel"), self._operator_body(version, reason))
 
     # -- health -----------------------------------------------------------------------------
 
-    def check(self) -> List[Dict[str, Any]]:
+    def check(self) -> builtins.list[dict[str, Any]]:
         """The board's invariant problems (``[{"task", "code", "text"}, ...]``); empty when
         the board is consistent."""
         return self.request("GET", "/check")["problems"]

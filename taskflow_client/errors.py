@@ -13,12 +13,26 @@ race is never a network fault, and a network fault is never counted as a loser.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Type
+from typing import Any
 
 __all__ = [
-    "TaskflowError", "NotFound", "Taken", "Blocked", "Terminal", "LeaseLost", "VersionConflict",
-    "InvalidTransition", "DuplicateId", "ValidationFailed", "Unauthorized", "Forbidden", "TooLarge",
-    "TooManyWaiters", "TransportError", "ERROR_CLASSES", "error_from_body",
+    "ERROR_CLASSES",
+    "Blocked",
+    "DuplicateId",
+    "Forbidden",
+    "InvalidTransition",
+    "LeaseLost",
+    "NotFound",
+    "Taken",
+    "TaskflowError",
+    "Terminal",
+    "TooLarge",
+    "TooManyWaiters",
+    "TransportError",
+    "Unauthorized",
+    "ValidationFailed",
+    "VersionConflict",
+    "error_from_body",
 ]
 
 
@@ -35,8 +49,8 @@ class TaskflowError(Exception):
 
     code = "error"
 
-    def __init__(self, message: str = "", *, status: int = 0, code: Optional[str] = None,
-                 task: Optional[Dict[str, Any]] = None, details: Any = None):
+    def __init__(self, message: str = "", *, status: int = 0, code: str | None = None,
+                 task: dict[str, Any] | None = None, details: Any = None):
         self.message = message or (type(self).__doc__ or "").strip().splitlines()[0]
         if code is not None:
             self.code = code
@@ -137,21 +151,21 @@ class TransportError(Exception):
     effect. Attributes: ``status`` (the HTTP status if a response arrived, else None),
     ``body`` (the start of that response's text, if any)."""
 
-    def __init__(self, message: str, *, status: Optional[int] = None, body: str = ""):
+    def __init__(self, message: str, *, status: int | None = None, body: str = ""):
         self.message = message
         self.status = status
         self.body = body
         super().__init__(message)
 
 
-ERROR_CLASSES: Dict[str, Type[TaskflowError]] = {
+ERROR_CLASSES: dict[str, type[TaskflowError]] = {
     cls.code: cls
     for cls in (NotFound, Taken, Blocked, Terminal, LeaseLost, VersionConflict, InvalidTransition,
                 DuplicateId, ValidationFailed, Unauthorized, Forbidden, TooLarge, TooManyWaiters)
 }
 
 
-def error_from_body(status: int, body: Dict[str, Any]) -> TaskflowError:
+def error_from_body(status: int, body: dict[str, Any]) -> TaskflowError:
     """The exception for an API error body ``{"error": {...}}``; unknown codes give a plain
     `TaskflowError` carrying the code."""
     error = body["error"]

@@ -35,19 +35,28 @@ after its lease expires -- delivery is at least once, so make the work idempoten
 """
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import threading
 import time
 import traceback
-from typing import Any, Callable, Dict, Optional
+from collections.abc import Callable
+from typing import Any
 
 from .errors import (
-    Forbidden, InvalidTransition, LeaseLost, NotFound, TaskflowError, Terminal, TooLarge,
-    TransportError, ValidationFailed,
+    Forbidden,
+    InvalidTransition,
+    LeaseLost,
+    NotFound,
+    TaskflowError,
+    Terminal,
+    TooLarge,
+    TransportError,
+    ValidationFailed,
 )
 
-__all__ = ["Job", "Hold"]
+__all__ = ["Hold", "Job"]
 
 log = logging.getLogger("taskflow_client")
 
@@ -115,24 +124,24 @@ class Job:
     manager (``with lease.hold() as job``).
     """
 
-    def __init__(self, lease, *, heartbeat: Optional[float] = None):
+    def __init__(self, lease, *, heartbeat: float | None = None):
         self.lease = lease
         self.lost = threading.Event()
         self.result: Any = {}
-        self.outcome: Optional[str] = None
+        self.outcome: str | None = None
         self.renewals = 0
-        self.heartbeat_error: Optional[BaseException] = None
+        self.heartbeat_error: BaseException | None = None
         self.interval = heartbeat if heartbeat is not None else max(lease.ttl_seconds / 3.0, 0.05)
         self._lock = threading.RLock()  # one request about this lease at a time, in order
         self._stop = threading.Event()
-        self._pending: Dict[str, Any] = {}  # checkpoint/progress for the next heartbeat
-        self._thread: Optional[threading.Thread] = None
+        self._pending: dict[str, Any] = {}  # checkpoint/progress for the next heartbeat
+        self._thread: threading.Thread | None = None
         self._lost_reason = ""
 
     # -- what the worker reads ---------------------------------------------------------------
 
     @property
-    def task(self) -> Dict[str, Any]:
+    def task(self) -> dict[str, Any]:
         return self.lease.task
 
     @property
@@ -153,7 +162,7 @@ class Job:
 
     # -- heartbeat ---------------------------------------------------------------------------
 
-    def start(self) -> "Job":
+    def start(self) -> Job:
         """Start the heartbeat thread (the ``with`` statement does this)."""
         if self._thread is None:
             self._thread = threading.Thread(target=self._beat, name=f"taskflow-heartbeat-{self.task_id}",
@@ -167,7 +176,7 @@ class Job:
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             # At most one request is in flight; it ends within the client's timeout.
-            thread.join(self.lease._client.timeout + 5)
+            thread.join(self.lease.client.timeout + 5)
             if thread.is_alive():
                 log.warning("heartbeat of task %s did not stop in time", self.task_id)
 
@@ -175,7 +184,7 @@ class Job:
         try:
             self._beat_until_stopped()
         finally:
-            self.lease._client.close()  # this thread's keep-alive connection
+            self.lease.client.close()  # this thread's keep-alive connection
 
     def _beat_until_stopped(self) -> None:
         wait = self.interval
@@ -203,7 +212,7 @@ class Job:
                 log.exception("heartbeat of task %s", self.task_id)
 
     def _renew(self, *, from_heartbeat: bool = False, checkpoint: Any = _UNSET,
-               progress: Optional[float] = None) -> None:
+               progress: float | None = None) -> None:
         with self._lock:
             if from_heartbeat and self._stop.is_set():
                 return  # the job is finishing: its own call decides now
@@ -235,7 +244,7 @@ class Job:
 
     # -- what the worker calls ---------------------------------------------------------------
 
-    def checkpoint(self, data: Any = None, progress: Optional[float] = None, *, wait: bool = True) -> None:
+    def checkpoint(self, data: Any = None, progress: float | None = None, *, wait: bool = True) -> None:
         """Save `data` (any JSON; None leaves the saved checkpoint as it is) and/or `progress`
         (0..1) on the task, so that a resume (after a pause) can continue from it.
 
@@ -256,7 +265,7 @@ class Job:
         if self.lost.is_set():
             raise LeaseLost(self._lost_reason or f"the lease on task {self.task_id} was lost")
 
-    def _finish(self, outcome: str, call: Callable[[], Dict[str, Any]]) -> Dict[str, Any]:
+    def _finish(self, outcome: str, call: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         self.stop()
         with self._lock:
             if self.outcome is not None:
@@ -271,23 +280,23 @@ class Job:
             self.lease.task = task
             return task
 
-    def pause(self, checkpoint: Any) -> Dict[str, Any]:
+    def pause(self, checkpoint: Any) -> dict[str, Any]:
         """Pause the task now: the lease is given up and `checkpoint` kept, so that
         ``client.hold_task(id, resume=True)`` (or ``client.resume``) continues from it.
         Leaving the block afterwards commits nothing more. Returns the PAUSED task."""
         return self._finish("paused", lambda: self.lease.pause(checkpoint))
 
-    def release(self) -> Dict[str, Any]:
+    def release(self) -> dict[str, Any]:
         """Give the task back to the queue now, without counting the attempt."""
         return self._finish("released", self.lease.release)
 
-    def complete(self, result: Any = _UNSET) -> Dict[str, Any]:
+    def complete(self, result: Any = _UNSET) -> dict[str, Any]:
         """Complete now with `result` (default: ``job.result``) instead of on exit."""
         if result is not _UNSET:
             self.result = result
         return self._finish("completed", lambda: self.lease.complete(self.result))
 
-    def fail(self, error: str, *, retryable: bool = True, traceback: Optional[str] = None) -> Dict[str, Any]:
+    def fail(self, error: str, *, retryable: bool = True, traceback: str | None = None) -> dict[str, Any]:
         """Fail now with `error` (and `traceback`, kept in the task's history); ``retryable=False``
         makes it FAILED even with attempts left (a permanent error). Leaving the block
         afterwards commits nothing more."""
@@ -297,40 +306,42 @@ class Job:
 
     # -- the with statement ------------------------------------------------------------------
 
-    def __enter__(self) -> "Job":
+    def __enter__(self) -> Job:  # noqa: PYI034 (typing.Self is 3.11+; the client runs on older Pythons)
         return self.start()
 
     def __exit__(self, exc_type, exc, tb) -> bool:
+        """Settle the lease for the block that ends; True swallows the block's exception (only
+        a LeaseLost about this job's own lease, once it is known to be lost)."""
         self.stop()
-        ours = (isinstance(exc, LeaseLost) and self.lost.is_set()
-                and (exc.task or {}).get("id", self.task_id) == self.task_id)
-        if self.outcome is not None:  # finished inside the block
-            return ours
-        if self.lost.is_set() and (exc is None or ours):
-            self._say_lost()
-            return True
-        if exc is None:
-            self._complete_on_exit()
-            return False
+        if self.outcome is not None:  # completed, failed, paused or released inside the block
+            return self._is_own_lost_lease(exc)
         if isinstance(exc, LeaseLost) and (exc.task or {}).get("id") == self.task_id:
-            self._mark_lost(exc)  # a LeaseLost about this task from the worker's own call
-            self._say_lost()
-            return True
-        if self.lost.is_set():
+            self._mark_lost(exc)  # the worker's own call found this lease gone
+        if self.lost.is_set():  # nothing can be committed: the task is someone else's now
+            if exc is None or self._is_own_lost_lease(exc):
+                self._say_lost()
+                return True
             self._say_lost(f"; the block's {exc_type.__name__} could not be recorded")
             return False
-        if isinstance(exc, Exception):
+        if exc is None:
+            self._complete_on_exit()
+        elif isinstance(exc, Exception):
             self._settle("failed", lambda: self.lease.fail(error_summary(exc), traceback=full_traceback(exc)))
         else:  # KeyboardInterrupt, SystemExit, ...: not the task's fault
             self._settle("released", self.lease.release)
         return False
+
+    def _is_own_lost_lease(self, exc: BaseException | None) -> bool:
+        """A LeaseLost about this job's lease (one that names no task counts), once lost is set."""
+        return (isinstance(exc, LeaseLost) and self.lost.is_set()
+                and (exc.task or {}).get("id", self.task_id) == self.task_id)
 
     def _say_lost(self, extra: str = "") -> None:
         self.outcome = "lost"
         log.warning("task %s: lease lost (%s); nothing was committed%s", self.task_id,
                     self._lost_reason or "lease_lost", extra)
 
-    def _settle(self, outcome: str, call: Callable[[], Dict[str, Any]]) -> None:
+    def _settle(self, outcome: str, call: Callable[[], dict[str, Any]]) -> None:
         """Fail or release on the way out of a block that raised; never masks its exception."""
         try:
             self.lease.task = call()
@@ -346,7 +357,8 @@ class Job:
         try:
             json.dumps(result, allow_nan=False)
         except (TypeError, ValueError) as exc:
-            self._settle("failed", lambda: self.lease.fail(f"the result is not JSON: {exc}", retryable=False))
+            self._settle("failed", functools.partial(self.lease.fail, f"the result is not JSON: {exc}",
+                                                     retryable=False))
             raise
         # A complete whose answer was lost in transit may have been applied: try again while the
         # lease lasts, and recognise our own completion in the refusal that follows.
@@ -368,7 +380,8 @@ class Job:
                 self._say_lost()
                 return
             except (ValidationFailed, TooLarge) as exc:
-                self._settle("failed", lambda: self.lease.fail(f"the result was refused: {exc}", retryable=False))
+                self._settle("failed", functools.partial(self.lease.fail, f"the result was refused: {exc}",
+                                                         retryable=False))
                 raise
             except _GONE as exc:
                 self._mark_lost(exc)
@@ -382,19 +395,35 @@ class Job:
 
 
 class Hold:
-    """The context manager returned by `Client.hold` / `Client.hold_task`: acquires a lease on
-    entering (`Job`, or None when `Client.hold` found no work), and settles it on exit."""
+    """The context manager returned by `Client.hold` / `Client.hold_task`: on entering it
+    claims with `client` (the next ready task, or `task_id`, or resumes `task_id`) and wraps
+    the lease in a `Job`, or gives None when `Client.hold` found no work; on exit the job
+    settles the lease."""
 
-    def __init__(self, acquire: Callable[[], Any], *, heartbeat: Optional[float] = None):
-        self._acquire = acquire
-        self._heartbeat = heartbeat
-        self.job: Optional[Job] = None
+    def __init__(self, client, ttl_seconds: float, *, task_id: str | None = None, resume: bool = False,
+                 queue: str | None = None, wait_seconds: float = 0, heartbeat: float | None = None):
+        self.client = client
+        self.ttl_seconds = ttl_seconds
+        self.task_id = task_id
+        self.resume = resume
+        self.queue = queue
+        self.wait_seconds = wait_seconds
+        self.heartbeat = heartbeat
+        self.job: Job | None = None
 
-    def __enter__(self) -> Optional[Job]:
-        lease = self._acquire()
+    def _claim(self):
+        """The lease this block holds: None only for `Client.hold` with no work ready."""
+        if self.task_id is None:
+            return self.client.claim_next(self.ttl_seconds, queue=self.queue, wait_seconds=self.wait_seconds)
+        if self.resume:
+            return self.client.resume(self.task_id, self.ttl_seconds)
+        return self.client.claim(self.task_id, self.ttl_seconds)
+
+    def __enter__(self) -> Job | None:
+        lease = self._claim()
         if lease is None:
             return None
-        self.job = Job(lease, heartbeat=self._heartbeat)
+        self.job = Job(lease, heartbeat=self.heartbeat)
         return self.job.__enter__()
 
     def __exit__(self, exc_type, exc, tb) -> bool:

@@ -13,6 +13,7 @@ Variables (all optional in development):
                      in the project folder (WAL, BEGIN IMMEDIATE, busy timeout).
 - ``SECURE_PROXY_SSL_HEADER`` set to "1" when a TLS-terminating proxy sets X-Forwarded-Proto.
 """
+import importlib.util
 import os
 import secrets
 from pathlib import Path
@@ -73,10 +74,17 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
-    "channels",
-    "ninja",
+    # Not Channels nor django-ninja: an installed app is imported by every process as Django
+    # starts, and a process that only moves rows (the reaper, contract_check) must not load
+    # Channels, django-ninja or pydantic (tests/test_layers.py). Neither needs to be one: the
+    # websocket is routed in asgi.py, and the API docs page's files are added below
+    # (NINJA_FILES).
     "board",
 ]
+
+# django-ninja's templates and static files, for the API docs page (board/api/docs.py), found
+# without importing it.
+NINJA_FILES = Path(importlib.util.find_spec("ninja").origin).parent
 
 MIDDLEWARE = [
     # First: it also reshapes what the others answer under /api/ (a disallowed Host's 400).
@@ -95,7 +103,7 @@ ROOT_URLCONF = "taskflow_site.urls"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [BASE_DIR / "templates"],
+        "DIRS": [BASE_DIR / "templates", NINJA_FILES / "templates"],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -195,14 +203,14 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATICFILES_DIRS = [BASE_DIR / "static"]
+STATICFILES_DIRS = [BASE_DIR / "static", NINJA_FILES / "static"]
 STATIC_ROOT = BASE_DIR / ".staticfiles"
 
 # The agents' API refuses bodies over 1 MiB (413 too_large).
 DATA_UPLOAD_MAX_MEMORY_SIZE = 1024 * 1024
 
 # Channel layer: in-memory on one process; Redis when REDIS_URL is set (several processes). The
-# live board does not depend on it delivering every message (see board/live/events.py).
+# live board does not depend on it delivering every message (see board/live/doorbell.py).
 REDIS_URL = os.environ.get("REDIS_URL", "")
 if REDIS_URL:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer",

@@ -5,7 +5,7 @@ line at the end of the run that names exactly what did not run."""
 import pytest
 from django.conf import settings
 
-from tests.browser_support import browser_missing, proxy_missing
+from harness.browser import browser_missing, proxy_missing
 from tests.services import IN_CI
 
 _not_run: dict[str, str] = {}

@@ -1,12 +1,13 @@
 """Settings of the MongoDB test session (`make test` runs it after the main one:
 `pytest --ds=tests.mongodb_settings tests/mongodb`): the default database is a MongoDB replica
-set (tests/mongodb_server.py: TEST_MONGO_URL, or a SecantusDB server started for the run), with
+set (harness/mongodb_server.py: TEST_MONGO_URL, or a SecantusDB server started for the run), with
 a test database of its own per run. When none can be reached, the tests are skipped with a
 NOT RUN line (and fail under CI=true): the settings still load, on a URL nothing answers."""
 import os
 import secrets
 
-from tests import mongodb_server
+from harness import mongodb_server
+from harness.board_server import free_port
 
 os.environ.setdefault("SECRET_KEY", secrets.token_urlsafe(50))
 os.environ.setdefault("DEBUG", "0")
@@ -34,6 +35,6 @@ POSTGRES_AVAILABLE = False
 # A socket timeout bounds any wait for an answer the script never sends (pymongo has none by default).
 from taskflow_site.mongodb import database_from_mongodb_url  # noqa: E402
 
-WIRE_PORT = mongodb_server._free_port()
+WIRE_PORT = free_port()
 DATABASES["wire"] = database_from_mongodb_url(
     f"mongodb://127.0.0.1:{WIRE_PORT}/wire?directConnection=true&socketTimeoutMS=30000")

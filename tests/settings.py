@@ -45,6 +45,11 @@ if POSTGRES_AVAILABLE:
     # Its own test database per run, like the SQLite file: concurrent runs never collide.
     DATABASES["postgres"] = {**database_from_url(POSTGRES_URL), "TEST": {"NAME": f"test_taskflow_{os.getpid()}"}}
 
+# tests/test_fencing.py's downstream table. SQL migrations only: the MongoDB session, whose
+# settings build on these (tests/mongodb_settings.py sets DATABASE_URL first), leaves it out.
+if not os.environ.get("DATABASE_URL", "").startswith("mongodb"):
+    INSTALLED_APPS = [*INSTALLED_APPS, "tests.fenced_sink"]
+
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # speed; test users only
 
 # A store of its own for tests that run outside Django's test-case wrapper (it forbids, for

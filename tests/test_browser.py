@@ -25,7 +25,7 @@ from django.test import Client
 from board.engine import transitions
 from board.models import Dependency, Task
 from board.engine.transitions import TaskSpec
-from tests.browser_support import launch_chromium
+from harness.browser import launch_chromium
 from tests.live_server import BoardServer
 from tests.support import database_url, sqlite_db_mark
 
@@ -301,8 +301,8 @@ def test_a_burst_of_changes_ends_with_the_page_equal_to_the_database(open_board,
                 elif task.stage == "FAILED":
                     transitions.requeue(tid, actor="op", reset_attempts=True)
             except Exception as exc:  # a retry's backoff (Blocked) is fine; anything else is not
-                from board import errors
-                assert isinstance(exc, errors.Blocked, exc
+                from board.engine import errors
+                assert isinstance(exc, errors.Blocked), exc
             if step % 40 == 0:
                 transitions.create(TaskSpec(id=f"n{step}", title="new in the burst"))
 
@@ -408,7 +408,8 @@ def test_a_lost_message_is_noticed_and_repaired_by_a_fresh_snapshot(open_board, 
     orm(transitions.renew, "g1", claim.lease.token, 60)
     expect(card(page, "g1", "RUNNING")).to_have_attribute("data-version", "2", timeout=ARRIVAL)
     assert {"type": "snapshot"} in asked
-    page.wait_for_function("window.taskflowBoard.snapshots() === 2", timeout=SLOW)  # the answer is in
+    # The answer is in: the page has applied its second snapshot (#connection's documented state).
+    expect(page.locator("#connection")).to_have_attribute("data-snapshots", "2", timeout=SLOW)
 
     # 2. The only event of g2 is lost; later events of another task show its id was skipped,
     # and once it is missing for a few seconds the page takes a snapshot.
@@ -419,7 +420,7 @@ def test_a_lost_message_is_noticed_and_repaired_by_a_fresh_snapshot(open_board, 
     expect(card(page, "g3", "RUNNING")).to_be_visible(timeout=ARRIVAL)
     expect(card(page, "g2", "RUNNING")).to_have_attribute("data-version", "1", timeout=SLOW)
     assert {"type": "snapshot"} in asked
-    assert page.evaluate("window.taskflowBoard.snapshots()") == 3
+    assert page.locator("#connection").get_attribute("data-snapshots") == "3"
 
 
 # ---------------------------------------------------------------------------------------------

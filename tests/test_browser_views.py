@@ -115,7 +115,8 @@ def assert_session_ended(page, timeout: float, query: str = ""):
     expect(ended).to_have_text(SESSION_ENDED)
     expect(ended.locator("a")).to_have_attribute("href", "/admin/login/?next=" + _quoted(f"/board/{query}"))
     expect(page.locator("#connection")).to_have_attribute("data-state", "ended")
-    assert page.evaluate("window.taskflowBoard.reconnecting()") is False
+    # No socket open or opening, and no reconnect scheduled.
+    assert page.locator("#connection").get_attribute("data-socket") == "none"
 
 
 def _quoted(path: str) -> str:

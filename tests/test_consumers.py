@@ -20,7 +20,8 @@ from django.test import Client
 from board.engine import db, errors, transitions
 from board.engine.lifecycle import MAX_BATCH_TASKS
 from board.engine.transitions import TaskSpec
-from board.live import events
+from board.live import frames as live_frames
+from board.live import tailer
 from board.models import Dependency
 from taskflow_site.asgi import application
 from tests.support import sqlite_db_mark
@@ -211,13 +212,13 @@ def test_problems_are_recomputed_at_most_twice_a_second(monkeypatch):
     transitions.create([TaskSpec(id=f"t{i}", title="t") for i in range(60)])
     cookie = login_cookie()
     computed = []
-    real = events.problems_message
+    real = live_frames.problems_message
 
     def counted():
         computed.append(time.monotonic())
         return real()
 
-    monkeypatch.setattr(events, "problems_message", counted)
+    monkeypatch.setattr(live_frames, "problems_message", counted)
 
     def burst():
         for i in range(60):
@@ -240,8 +241,8 @@ def test_problems_are_recomputed_at_most_twice_a_second(monkeypatch):
     frames, elapsed = run(scenario())
     assert len(task_frames(frames)) == 120  # every transition arrived
     gaps = [b - a for a, b in zip(computed, computed[1:])]
-    assert all(gap >= events.PROBLEMS_MIN_INTERVAL_SECONDS * 0.95 for gap in gaps), gaps
-    assert len(computed) <= elapsed / events.PROBLEMS_MIN_INTERVAL_SECONDS + 2
+    assert all(gap >= tailer.PROBLEMS_MIN_INTERVAL_SECONDS * 0.95 for gap in gaps), gaps
+    assert len(computed) <= elapsed / tailer.PROBLEMS_MIN_INTERVAL_SECONDS + 2
 
 
 def test_a_large_board_arrives_in_parts_each_under_daphnes_frame_limit():
@@ -269,20 +270,20 @@ def test_a_large_board_arrives_in_parts_each_under_daphnes_frame_limit():
 
 def test_a_socket_whose_snapshot_fails_is_closed_and_leaves_the_tailer(monkeypatch):
     cookie = login_cookie()
-    real = events.snapshot_frames
+    real = live_frames.snapshot_frames
 
     def fails(**kwargs):
         raise DatabaseError("the snapshot's query failed")
 
     async def scenario():
-        monkeypatch.setattr(events, "snapshot_frames", fails)
+        monkeypatch.setattr(live_frames, "snapshot_frames", fails)
         socket, connected, _ = await open_socket(cookie)
         assert connected
         closed = await socket.receive_output(timeout=WAIT)
         assert closed == {"type": "websocket.close", "code": 1011}  # the page reconnects
-        assert events._local_tailer.subscribers == set()  # no frame piles up for it
+        assert tailer._local_tailer.subscribers == set()  # no frame piles up for it
         await socket.disconnect()
-        monkeypatch.setattr(events, "snapshot_frames", real)
+        monkeypatch.setattr(live_frames, "snapshot_frames", real)
         again, connected, _ = await open_socket(cookie)  # and the next socket works
         assert connected
         await receive_until(again, lambda m: m["type"] == "snapshot", [])
@@ -305,8 +306,8 @@ def test_a_hostile_message_is_ignored_and_the_socket_keeps_working():
         await receive_until(socket, lambda m: m["type"] == "snapshot", frames)
         await sync_to_async(transitions.create)(TaskSpec(id="still-live", title="x"))
         await receive_until(socket, lambda m: m["type"] == "task" and m["event"]["task"] == "still-live", frames)
-        assert len(events._local_tailer.subscribers) == 1
+        assert len(tailer._local_tailer.subscribers) == 1
         await socket.disconnect()
-        assert events._local_tailer.subscribers == set()
+        assert tailer._local_tailer.subscribers == set()
 
     run(scenario())

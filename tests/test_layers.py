@@ -16,6 +16,9 @@ counts too) and fails on an upward one.
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -28,6 +31,8 @@ LAYERS = {
     "board.models": 1, "board.mongodb": 1, "board.migrations": 1, "board.mongo_migrations": 1,
     "board.engine": 1,
     "board.access": 2, "board.agent_keys": 2, "board.health": 2, "board.public": 2,
+    # Django's ORM only, on the caller's own model (downstream tables, not the board's).
+    "board.fencing": 2,
     "board.live": 3,
     "board.api": 4, "board.admin": 4, "board.management": 4, "board.apps": 4,
 }
@@ -99,10 +104,25 @@ def test_imports_only_go_downward(path):
 def test_the_rule_catches_an_upward_import():
     """The check itself can fail: an engine module importing the live board is reported."""
     fake = ROOT / "board" / "engine" / "_layer_probe.py"
-    fake.write_text("def f():\n    from board.live import events\n    import channels.layers\n")
+    fake.write_text("def f():\n    from board.live import tailer\n    import channels.layers\n")
     try:
         found = upward_imports(fake)
     finally:
         fake.unlink()
-    assert found == ["line 2: board.live.events (layer 3 above board.engine._layer_probe's 1)",
+    assert found == ["line 2: board.live.tailer (layer 3 above board.engine._layer_probe's 1)",
                      "line 3: channels.layers (a delivery package, below the live board)"]
+
+
+def test_django_startup_and_the_engine_load_no_delivery_package():
+    """What the imports above cannot see: what a process that only moves rows (the reaper,
+    contract_check) loads when Django starts (every installed app, board/apps.py's subscriber:
+    board.live.doorbell) and it imports the engine. A fresh interpreter, so that nothing this
+    test run imported counts."""
+    check = ("import os, sys; os.environ['DJANGO_SETTINGS_MODULE'] = 'tests.settings'; import django; "
+             "django.setup(); import board.engine.transitions; "
+             "print(sorted(m for m in sys.modules if m.startswith(('channels', 'ninja', 'pydantic'))))")
+    env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
+    done = subprocess.run([sys.executable, "-c", check], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=120, check=False)  # its stderr is the failure's message
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

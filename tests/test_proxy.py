@@ -35,8 +35,8 @@ from django.test import override_settings
 
 from board import agent_keys
 from board.models import Task
+from harness.browser import NGINX
 from taskflow_client import Client, TransportError
-from tests.browser_support import NGINX
 from tests.live_server import ROOT, BoardServer, free_port, wait_until
 from tests.support import database_url, sqlite_db_mark
 
@@ -356,7 +356,7 @@ def test_a_staff_user_logs_in_and_the_board_socket_streams_through_the_proxy(pro
     remember(headers)
     assert jar["sessionid"]["secure"] and jar["sessionid"]["httponly"]
     status, _, page = proxy.request("GET", "/board/", headers={"Cookie": cookie_header()})
-    assert status == 200 and b'<script src="/static/board/board.js">' in page  # served by nginx
+    assert status == 200 and b'<script type="module" src="/static/board/main.js">' in page  # served by nginx
 
     socket_url = f"wss://{HOST}:{proxy.port}/ws/board/"
     # The Origin is checked (against ALLOWED_HOSTS) behind the proxy too.
@@ -416,10 +416,10 @@ def test_a_body_over_one_mebibyte_is_refused_by_the_proxy_with_the_apis_error(pr
 
 @proxy_test
 def test_static_files_are_served_by_the_proxy_from_the_collectstatic_folder(proxy):
-    status, headers, data = proxy.request("GET", "/static/board/board.js")
+    status, headers, data = proxy.request("GET", "/static/board/main.js")
     assert status == 200, diagnostics(proxy)
-    assert data == (ROOT / "static" / "board" / "board.js").read_bytes()
-    assert "javascript" in headers["Content-Type"]
+    assert data == (ROOT / "static" / "board" / "main.js").read_bytes()
+    assert "javascript" in headers["Content-Type"]  # a module script of any other type is refused
     assert headers["Cache-Control"] == "max-age=3600"
     status, _, _ = proxy.request("GET", "/static/board/no-such-file.js")
     assert status == 404

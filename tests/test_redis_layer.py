@@ -14,7 +14,7 @@ from django.conf import settings
 from django.db import connections
 from django.test import override_settings
 
-from board.live import events
+from board.live import tailer
 from tests.support import database_url, sqlite_db_mark
 
 pytestmark = [pytest.mark.redis, *sqlite_db_mark()]
@@ -28,7 +28,7 @@ def redis_layer(monkeypatch):
     with override_settings(REDIS_URL=settings.REDIS_TEST_URL, CHANNEL_LAYERS=layers):
         channel_layers.backends.clear()
         # A poll far longer than the test's patience: only the doorbell can wake the tailer in time.
-        monkeypatch.setattr(events, "POLL_SECONDS", 30)
+        monkeypatch.setattr(tailer, "POLL_SECONDS", 30)
         yield
     channel_layers.backends.clear()
 
@@ -37,7 +37,7 @@ def test_a_commit_in_another_process_wakes_this_processs_tailer_through_redis(re
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "taskflow_site.settings", "DEBUG": "1",
            "SECRET_KEY": settings.SECRET_KEY, "REDIS_URL": settings.REDIS_TEST_URL,
            "DATABASE_URL": database_url(connections["default"].settings_dict)}
-    script = "from board import transitions as t; t.create(t.TaskSpec(id='from-afar', title='x'))"
+    script = "from board.engine import transitions as t; t.create(t.TaskSpec(id='from-afar', title='x'))"
 
     class Socket:
         """Stands in for a websocket: the thing under test is the doorbell, not the socket."""
@@ -50,17 +50,17 @@ def test_a_commit_in_another_process_wakes_this_processs_tailer_through_redis(re
 
     async def scenario():
         layer = get_channel_layer()
-        tailer = events.ensure_tailer()
+        running = tailer.ensure_tailer()
         socket = Socket()
-        tailer.subscribers.add(socket)
-        await asyncio.wait_for(tailer.ready.wait(), timeout=10)
+        running.subscribers.add(socket)
+        await asyncio.wait_for(running.ready.wait(), timeout=10)
         writer = await asyncio.create_subprocess_exec(sys.executable, "manage.py", "shell", "-c", script,
                                                       cwd=ROOT, env=env)
         assert await writer.wait() == 0
         committed_at = time.monotonic()
         message = await asyncio.wait_for(socket.frames.get(), timeout=10)
         waited = time.monotonic() - committed_at
-        tailer.task.cancel()
+        running.task.cancel()
         await layer.flush()
         return message, waited
 

@@ -32,7 +32,7 @@ from board.engine import selectors, transitions
 from board.engine.db import read_transaction
 from board.engine.invariants import check
 from board.engine.transitions import TaskSpec
-from board.live import events
+from board.live import frames as live_frames
 from board.models import Dependency, Task
 from tests.live_server import BoardServer, server_for_sessions, wait_until
 from tests.support import db_state, postgres_db_mark, sqlite_db_mark
@@ -254,7 +254,7 @@ def test_check_holds_no_row_per_task_and_finds_what_the_full_snapshot_finds(big_
 
 
 def test_a_snapshot_holds_its_frames_and_one_part_of_the_board_at_a_time(big_board):
-    frames, peak = traced_peak(lambda: events.snapshot_frames(problems=[]))
+    frames, peak = traced_peak(lambda: live_frames.snapshot_frames(problems=[]))
     sent = sum(len(frame) for frame in frames)
     shown = Task.objects.exclude(stage__in=["COMPLETED", "CANCELLED"]).count() + 200 + 200
     cards = [card for frame in frames for card in json.loads(frame)["tasks"]]
@@ -263,7 +263,7 @@ def test_a_snapshot_holds_its_frames_and_one_part_of_the_board_at_a_time(big_boa
     sample = {c["id"]: c for c in cards[:: len(cards) // 50]}
     deps = selectors.deps_of(list(sample))
     for task in Task.objects.filter(pk__in=list(sample)):
-        assert sample[task.pk] == events.jsonable(events.card_task(task, deps[task.pk]))
+        assert sample[task.pk] == json.loads(live_frames.encode(live_frames.card_task(task, deps[task.pk])))
     # The frames themselves, plus one part of the board (SNAPSHOT_PART cards) being built.
     assert peak < sent + 8 * 1024 * 1024, f"snapshot peaked at {peak / 2**20:.1f} MB for {sent / 2**20:.1f} MB of frames"
 
@@ -357,8 +357,8 @@ def test_the_snapshot_reads_every_card_as_card_task_makes_it_from_the_full_row(a
         not_before=whole, created_at=whole, updated_at=whole)])
     parts = selectors.board_parts(using=alias)
     head = next(parts)
-    cards = {row["id"]: events.card_task(SimpleNamespace(**row, description="", payload=None, checkpoint=None,
-                                                         result=None), deps)
+    cards = {row["id"]: live_frames.card_task(SimpleNamespace(**row, description="", payload=None, checkpoint=None,
+                                                              result=None), deps)
              for part in parts for row, deps in part}
     assert head["counts"] == {stage: Task.objects.using(alias).filter(stage=stage).count()
                               for stage in ["PENDING", "QUEUED", "RUNNING", "PAUSED", "COMPLETED", "FAILED", "CANCELLED"]}
@@ -366,7 +366,7 @@ def test_the_snapshot_reads_every_card_as_card_task_makes_it_from_the_full_row(a
     shown += list(Task.objects.using(alias).filter(stage="COMPLETED").order_by("-updated_at", "-id")[:200])
     shown += list(Task.objects.using(alias).filter(stage="CANCELLED").order_by("-updated_at", "-id")[:200])
     deps = selectors.deps_of([t.pk for t in shown], using=alias)
-    assert cards == {t.pk: events.jsonable(events.card_task(t, deps[t.pk])) for t in shown}
+    assert cards == {t.pk: json.loads(live_frames.encode(live_frames.card_task(t, deps[t.pk]))) for t in shown}
     assert cards["whole-second"]["created_at"] == whole.isoformat().replace("+00:00", "Z")
     assert cards["whole-second"]["hold"] is True
 

@@ -227,7 +227,7 @@ def _assert_refused(name: str, verb: Verb, call) -> errors.BoardError:
     assert type(exc) is error, f"{verb} from {name} raised {type(exc).__name__}: {exc}, expected {error.__name__}"
     assert exc.code == error.code
     assert exc.message
-    assert exc.task_id == TASK
+    assert exc.task is not None and exc.task.pk == TASK
     assert exc.task is not None and exc.task.stage == placed.stage  # the row as it is now
     assert db_state() == before
     return exc
@@ -281,7 +281,7 @@ def test_creating_a_task_with_an_existing_id_is_duplicate_id(name):
     before = db_state()
     with pytest.raises(errors.DuplicateId) as caught:
         transitions.create(TaskSpec(id=TASK, title="again"), actor="test")
-    assert caught.value.task_id == TASK and caught.value.task.stage == placed.stage
+    assert caught.value.task.pk == TASK and caught.value.task.stage == placed.stage
     assert db_state() == before
 
 

@@ -28,13 +28,13 @@ from django.core.exceptions import (
     TooManyFieldsSent,
 )
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db.models import Q
 from django.http import HttpResponse
 from ninja import Body, NinjaAPI, Query, Status
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.security import HttpBearer, SessionAuth
 
 from board import access, agent_keys
+from board.api.docs import LocalSwagger
 from board.api.schemas import (
     ClaimIn,
     ClaimNextIn,
@@ -67,7 +67,7 @@ from board.engine.lifecycle import (
 )
 from board.engine.transitions import TaskSpec
 from board.live import waiting
-from board.models import Task, TaskEvent
+from board.models import Task
 from board.public import public_claim, public_event, public_task
 
 # How often a waiting claim looks for work again when it is not served by the board's server
@@ -130,6 +130,7 @@ api = NinjaAPI(
     ),
     auth=[AgentKeyAuth(), StaffSessionAuth()],
     urls_namespace="api",
+    docs=LocalSwagger(),  # from this server's own files (board/api/docs.py)
 )
 
 ERRORS = {401: ErrorOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut, 413: ErrorOut, 422: ErrorOut}
@@ -151,7 +152,7 @@ def error_response(request, status: int, code: str, message: str, *, task: Task 
 @api.exception_handler(errors.BoardError)
 def on_board_error(request, exc: errors.BoardError):
     # Machine-readable specifics the engine gives (a cycle's path, unknown dependency ids).
-    details = {k: v for k, v in exc.details.items() if k != "task_id"} or None
+    details = exc.details or None
     return error_response(request, exc.http_status, exc.code, exc.message, task=exc.task, details=details)
 
 
@@ -174,11 +175,11 @@ def on_validation_error(request, exc: ValidationError):
                            if e.get("type") == "too_long" and not _field_path(e.get("loc", ()))), None)
     if batch_too_long is not None:  # the create body's list, judged by its length alone
         count = batch_too_long.get("ctx", {}).get("actual_length")
-        return error_response(request, 413, "too_large",
+        return error_response(request, errors.TooLarge.http_status, errors.TooLarge.code,
                               f"a batch creates at most {MAX_BATCH_TASKS} tasks; this one has {count}")
     first = details[0] if details else {"loc": [], "msg": "invalid request"}
     where = ".".join(str(part) for part in first["loc"])
-    return error_response(request, 422, "validation_error", f"{where + ': ' if where else ''}{first['msg']}",
+    return error_response(request, errors.InvalidRequest.http_status, errors.InvalidRequest.code, f"{where + ': ' if where else ''}{first['msg']}",
                           details=details)
 
 
@@ -190,7 +191,7 @@ def on_unauthorized(request, exc):
 
 @api.exception_handler(RequestDataTooBig)
 def on_too_big(request, exc):
-    return error_response(request, 413, "too_large",
+    return error_response(request, errors.TooLarge.http_status, errors.TooLarge.code,
                           f"request body over {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes")
 
 
@@ -199,16 +200,17 @@ def on_suspicious(request, exc: SuspiciousOperation):
     """What Django refuses while reading a request (it would answer an HTML 400 or, raised
     inside a view, a 500)."""
     if isinstance(exc, TooManyFieldsSent):
-        return error_response(request, 413, "too_large", f"more than {settings.DATA_UPLOAD_MAX_NUMBER_FIELDS} "
+        return error_response(request, errors.TooLarge.http_status, errors.TooLarge.code, f"more than {settings.DATA_UPLOAD_MAX_NUMBER_FIELDS} "
                               "query parameters or form fields")
     return error_response(request, 400, "bad_request", str(exc) or "malformed request")
 
 
 @api.exception_handler(HttpError)
 def on_http_error(request, exc: HttpError):
-    codes = {400: "validation_error", 401: "unauthorized", 403: "forbidden", 404: "not_found",
-             413: "too_large"}
-    status = 422 if exc.status_code == 400 else exc.status_code
+    # django-ninja's own 400 (a body it cannot parse) is the engine's InvalidRequest on the wire.
+    codes = {400: errors.InvalidRequest.code, 401: "unauthorized", 403: errors.Forbidden.code,
+             404: errors.NotFound.code, 413: errors.TooLarge.code}
+    status = errors.InvalidRequest.http_status if exc.status_code == 400 else exc.status_code
     return error_response(request, status, codes.get(exc.status_code, "error"), str(exc))
 
 
@@ -260,17 +262,14 @@ def _same_as_existing(specs: list[TaskSpec]) -> list[Task] | None:
     idempotent retry of a create); otherwise None."""
     if any(spec.id is None for spec in specs):
         return None
-    existing = {t.pk: t for t in Task.objects.filter(pk__in=[s.id for s in specs])}
+    existing = selectors.tasks_by_id([s.id for s in specs])
     deps = selectors.deps_of(list(existing))
     # `hold` is compared as created (the create event records it): an admit clears it later.
-    created_held = {
-        task_id for task_id, detail in TaskEvent.objects.filter(task_id__in=list(existing), verb="create")
-        .values_list("task_id", "detail") if detail and detail.get("hold")
-    }
+    created_on_hold = selectors.created_on_hold(list(existing))
     for spec in specs:
         task = existing.get(spec.id)
         if task is None or (task.title, task.description, task.payload, task.queue, task.priority,
-                            sorted(deps[task.pk]), task.pk in created_held, task.max_retries) != (
+                            sorted(deps[task.pk]), task.pk in created_on_hold, task.max_retries) != (
                 spec.title, spec.description, spec.payload, spec.queue, spec.priority,
                 sorted(spec.deps), spec.hold, spec.max_retries):
             return None
@@ -365,39 +364,34 @@ def list_tasks(request, stage: list[str] = Query(None), queue: Optional[str] = N
     and a 64 KiB description, so 500 of them could be hundreds of megabytes."""
     _reader(request)
     _query(request, {"stage", "queue", "owner", "text", "cursor", "limit"}, repeatable=frozenset({"stage"}))
-    rows = Task.objects.all()
     if stage:
         unknown = [s for s in stage if s not in Stage.__members__]
         if unknown:
             raise errors.InvalidRequest(f"unknown stage {unknown[0]!r}; one of {', '.join(Stage)}")
-        rows = rows.filter(stage__in=stage)
-    if queue:
-        if not is_valid_task_id(queue):
-            raise errors.InvalidRequest(f"invalid queue name {queue!r}")
-        rows = rows.filter(queue=queue)
+    if queue and not is_valid_task_id(queue):
+        raise errors.InvalidRequest(f"invalid queue name {queue!r}")
     if owner:
-        rows = rows.filter(owner=_filter_text("owner", owner, MAX_OWNER_CHARS))
+        _filter_text("owner", owner, MAX_OWNER_CHARS)
     if text:
-        text = _filter_text("text", text, MAX_TITLE_CHARS)
-        rows = rows.filter(Q(id__icontains=text) | Q(title__icontains=text))
+        _filter_text("text", text, MAX_TITLE_CHARS)
     after = None
     if cursor:
         created_at, last_id = _decode_cursor(cursor, _is_timestamp, is_valid_task_id)
         after = (datetime.fromisoformat(created_at), last_id)
-    items, more = _task_page(rows, after, _limit(limit))
+    filters = {"stages": stage, "queue": queue, "owner": owner, "text": text}
+    items, more = _task_page(filters, after, _limit(limit))
     next_cursor = _encode_cursor(items[-1]["created_at"].isoformat(), items[-1]["id"]) if more else None
     return {"items": items, "next": next_cursor}
 
 
-def _task_page(rows, after: tuple[datetime, str] | None, limit: int) -> tuple[list[dict], bool]:
-    """The rendered tasks of one page (oldest first, after `after`), and whether more follow.
-    Rows are read PAGE_READ_ROWS at a time, so that a page ending early reads little more."""
+def _task_page(filters: dict, after: tuple[datetime, str] | None, limit: int) -> tuple[list[dict], bool]:
+    """The rendered tasks of one page (oldest first, after `after`, matching `filters`:
+    selectors.task_list), and whether more follow. Rows are read PAGE_READ_ROWS at a time, so
+    that a page ending early reads little more."""
     items: list[dict] = []
     size = 0
     while True:
-        chunk_rows = rows if after is None else rows.filter(
-            Q(created_at__gt=after[0]) | Q(created_at=after[0], id__gt=after[1]))
-        chunk = list(chunk_rows.order_by("created_at", "id")[: min(PAGE_READ_ROWS, limit + 1 - len(items))])
+        chunk = selectors.task_list(**filters, after=after, count=min(PAGE_READ_ROWS, limit + 1 - len(items)))
         deps = selectors.deps_of([task.pk for task in chunk])
         for task in chunk:
             if len(items) == limit:
@@ -415,7 +409,7 @@ def _task_page(rows, after: tuple[datetime, str] | None, limit: int) -> tuple[li
 def _one(task_id: str) -> Task:
     task = selectors.get_task(task_id)
     if task is None:
-        raise errors.NotFound(f"no task with id {task_id!r}", task_id=task_id)
+        raise errors.NotFound(f"no task with id {task_id!r}")
     return task
 
 
@@ -447,12 +441,11 @@ def task_events(request, task_id: str, cursor: Optional[str] = None, limit: int 
     _reader(request)
     _query(request, {"cursor", "limit"})
     _one(task_id)
-    rows = TaskEvent.objects.filter(task_id=task_id)
+    after = None
     if cursor:
         (after,) = _decode_cursor(cursor, _is_event_id)
-        rows = rows.filter(id__gt=after)
     limit = _limit(limit)
-    page = list(rows.order_by("id")[: limit + 1])
+    page = selectors.task_events(task_id, after=after, count=limit + 1)
     more = len(page) > limit
     page = page[:limit]
     return {"items": [public_event(e) for e in page], "next": _encode_cursor(page[-1].id) if more else None}
@@ -562,7 +555,7 @@ def pause_task(request, task_id: str, body: PauseIn):
 # Operators' verbs
 
 
-@api.post("/tasks/{task_id}/admit", response={200: TaskOut, **ERRORS}, summary="Operator: admit a held task")
+@api.post("/tasks/{task_id}/admit", response={200: TaskOut, **ERRORS}, summary="Operator: admit a PENDING task (on hold, or whose dependencies have completed)")
 def admit_task(request, task_id: str, body: OperatorIn):
     actor = _operator(request).name
     return _render(transitions.admit(task_id, actor=actor, version=body.version, reason=body.reason))

@@ -13,6 +13,8 @@ from asgiref.sync import iscoroutinefunction
 from django.http import JsonResponse
 from django.utils.decorators import sync_and_async_middleware
 
+from board.engine.errors import InvalidRequest
+
 API_PREFIX = "/api/"
 CODES = {
     # Django's own refusals (a Host not in ALLOWED_HOSTS, a malformed request) before the API.
@@ -41,7 +43,7 @@ def _unreadable_url(request) -> str | None:
 
 def _refusal(request):
     if request.path.startswith(API_PREFIX) and (why := _unreadable_url(request)):
-        return JsonResponse({"error": {"code": "validation_error", "message": why}}, status=422)
+        return JsonResponse({"error": {"code": InvalidRequest.code, "message": why}}, status=InvalidRequest.http_status)
     return None
 
 

@@ -28,6 +28,7 @@ from board.engine.lifecycle import (
     MAX_TRACEBACK_CHARS,
     MAX_TTL_SECONDS,
     MIN_TTL_SECONDS,
+    TASK_ID_PATTERN,
     unstorable_text,
 )
 
@@ -56,11 +57,11 @@ REQUEST_ID = Field(
 
 class TaskIn(StrictIn):
     id: Optional[str] = Field(None, description="client-chosen id; generated when omitted",
-                              pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,99}$")
+                              pattern=TASK_ID_PATTERN)
     title: str = Field(..., min_length=1, max_length=MAX_TITLE_CHARS)
     description: str = Field("", max_length=MAX_DESCRIPTION_CHARS)
     payload: Any = None
-    queue: str = Field("default", pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,99}$")
+    queue: str = Field("default", pattern=TASK_ID_PATTERN)
     priority: int = Field(0, ge=-(2**31) + 1, le=2**31 - 1, description="higher runs first")
     deps: list[str] = Field(default_factory=list, max_length=MAX_DEPENDENCIES,
                             description="ids of tasks that must be COMPLETED first")
@@ -74,7 +75,7 @@ TaskBatchIn = Annotated[list[TaskIn], Field(max_length=MAX_BATCH_TASKS)]
 
 class ClaimNextIn(StrictIn):
     ttl_seconds: float = TTL
-    queue: Optional[str] = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,99}$")
+    queue: Optional[str] = Field(None, pattern=TASK_ID_PATTERN)
     wait_seconds: float = Field(0, ge=0, le=30, description="wait up to this long for work")
     request_id: Optional[str] = REQUEST_ID
 

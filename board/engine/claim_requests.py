@@ -30,7 +30,6 @@ Race safety: two copies of one request must not make two leases.
 """
 from __future__ import annotations
 
-import base64
 import hashlib
 import hmac
 import re
@@ -40,6 +39,7 @@ from datetime import datetime
 
 from board.engine import clock, db, errors
 from board.engine.lifecycle import Stage
+from board.engine.tokens import hash_token, token_text
 from board.models import Task
 
 MAX_LENGTH = 64
@@ -62,15 +62,6 @@ class ClaimRequest:
         return token_text(hmac.new(self.request_id.encode(), seed.encode(), hashlib.sha256).digest())
 
 
-def token_text(secret: bytes) -> str:
-    """A lease token as the API gives it: `secret` in URL-safe base64 without padding, except
-    that it never starts with "-": a token is a command-line argument (`python -m
-    taskflow_client complete ID TOKEN`), and one starting with "-" would be read as an option
-    (1 token in 64). A leading "-" becomes "_" (the alphabet's other symbol)."""
-    text = base64.urlsafe_b64encode(secret).rstrip(b"=").decode()
-    return "_" + text[1:] if text.startswith("-") else text
-
-
 def of(agent: str, request_id: str | None) -> ClaimRequest | None:
     """The claim request `request_id` names for `agent`; None without one. InvalidRequest for
     an id that is not 1-64 printable ASCII characters."""
@@ -78,7 +69,7 @@ def of(agent: str, request_id: str | None) -> ClaimRequest | None:
         return None
     if not isinstance(request_id, str) or not _VALID.fullmatch(request_id):
         raise errors.InvalidRequest(f"request_id must be 1-{MAX_LENGTH} printable ASCII characters (no spaces)")
-    digest = hashlib.sha256(f"{agent}\0{request_id}".encode()).hexdigest()
+    digest = hash_token(f"{agent}\0{request_id}")
     return ClaimRequest(request_id, digest)
 
 
@@ -108,7 +99,7 @@ def _token_of(task: Task, request: ClaimRequest, agent: str) -> str | None:
         return None
     token = request.token(task.claim_token_seed)
     # The stored hash is the proof: never hand out a token that does not hold the lease.
-    if not hmac.compare_digest(hashlib.sha256(token.encode()).hexdigest(), task.lease_token_hash or ""):
+    if not hmac.compare_digest(hash_token(token), task.lease_token_hash or ""):
         return None
     return token
 

@@ -26,11 +26,9 @@ from django.db import connections
 from django.db.models.functions import Now
 from django.utils import timezone
 
+from board.engine import db
+
 POSTGRES_NOW = "statement_timestamp()"
-
-
-def reads_database_clock(using: str) -> bool:
-    return connections[using].vendor in ("postgresql", "mongodb")
 
 
 def in_query(using: str = "default") -> datetime | Now:
@@ -39,17 +37,17 @@ def in_query(using: str = "default") -> datetime | Now:
     MongoDB, the primary's clock read first (`now`): Now() would be `$$NOW`, which the test
     server (SecantusDB 0.7.0b3) compares wrongly in `$expr` ($gt of a later date and $$NOW is
     false), so the board does not depend on it."""
-    if connections[using].vendor == "postgresql":
+    if db.has_own_clock(using) and db.speaks_sql(using):  # PostgreSQL
         return Now()
-    return now(using) if reads_database_clock(using) else timezone.now()
+    return now(using) if db.has_own_clock(using) else timezone.now()
 
 
 def now(using: str = "default") -> datetime:
     """The store's current time (aware, UTC on SQLite; the connection's time zone on PostgreSQL)."""
-    if not reads_database_clock(using):
+    if not db.has_own_clock(using):
         return timezone.now()
     connection = connections[using]
-    if connection.vendor == "mongodb":
+    if not db.speaks_sql(using):  # MongoDB
         connection.ensure_connection()
         # Not part of any transaction (no session): `hello` is not allowed in one.
         return connection.connection.admin.command("hello")["localTime"].replace(tzinfo=UTC)

@@ -26,8 +26,13 @@ of one process queue on the process lock (as on SQLite), so only other processes
 Everything that differs between the stores is asked here, by what it is, not by vendor:
 `speaks_sql` (hand-written statements are possible), `joins_cheaply`, `ids_follow_commit_order`
 (the history's ids are handed out in commit order: SQLite's single writer, MongoDB's counter),
-`number_rows` (MongoDB has no auto-increment: ids from a counter document), `serialise_on`,
-`savepoint`, `in_transaction`, `ping`.
+`has_own_clock` (the store's clock serves every process: board.engine.clock), `skip_locked`
+(row locks skipped where the store has them), `number_rows` (MongoDB has no auto-increment:
+ids from a counter document), `serialise_on`, `savepoint`, `in_transaction`, `ping`, and the
+transactions below. The rest of the engine asks these instead of testing `connection.vendor`;
+the two modules written per store say so by their job: board.engine.hot_sql (its statements, in
+SQLite's and PostgreSQL's dialects, chosen by `hot_sql.store`) and board.engine.clock (how each
+store's clock is read).
 
 Reads never go through any of this (`read_transaction`): on SQLite in WAL mode a reader works on
 the snapshot it started with while one writer commits beside it, so a read, however long, neither
@@ -50,6 +55,7 @@ from contextlib import ExitStack, contextmanager, nullcontext, suppress
 from typing import TypeVar
 
 from django.db import DatabaseError, connections, transaction
+from django.db.models import QuerySet
 
 log = logging.getLogger("board.engine.db")
 
@@ -74,8 +80,25 @@ def ids_follow_commit_order(using: str) -> bool:
     one writer commits before the next takes an id (SQLite), and on MongoDB, where every
     writer increments one counter document (`number_rows`), so a second writer conflicts
     until the first has committed. False on PostgreSQL: a sequence hands ids out at insert
-    time, and transactions commit in any order (board/live/events.py keeps holes for that)."""
+    time, and transactions commit in any order (board/live/outbox.py keeps holes for that)."""
     return connections[using].vendor != "postgresql"
+
+
+def has_own_clock(using: str) -> bool:
+    """The store has a clock every process may read (PostgreSQL's, MongoDB's primary's), which
+    the engine then uses for lease expiries (board.engine.clock). SQLite's is this process's."""
+    return connections[using].vendor in ("postgresql", "mongodb")
+
+
+def skip_locked(rows: QuerySet, using: str) -> QuerySet:
+    """`rows` to be locked by the write transaction that reads them, skipping the rows other
+    transactions have locked, where the store can (PostgreSQL's FOR UPDATE SKIP LOCKED): claimers
+    racing for the best ready task then pick different ones instead of queueing behind one row.
+    Not the concurrency mechanism (the compare-and-swap is): elsewhere `rows` as they are, since
+    SQLite has one writer at a time and MongoDB aborts the second writer of a document."""
+    if connections[using].features.has_select_for_update_skip_locked:
+        return rows.select_for_update(skip_locked=True)
+    return rows
 
 
 def ping(using: str) -> None:

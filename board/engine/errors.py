@@ -22,10 +22,6 @@ class BoardError(Exception):
         self.details = details
         super().__init__(self.message)
 
-    @property
-    def task_id(self) -> str | None:
-        return getattr(self.task, "id", None) or self.details.get("task_id")
-
 
 class NotFound(BoardError):
     """No task has this id."""
@@ -41,7 +37,7 @@ class Taken(BoardError):
 
 
 class Blocked(BoardError):
-    """The task is not ready: a dependency is unfinished, it is held, or it is backing off."""
+    """The task is not ready: a dependency is unfinished, it is on hold, or it is backing off."""
 
     code = "blocked"
 
@@ -77,7 +73,11 @@ class DuplicateId(BoardError):
 
 
 class InvalidRequest(BoardError):
-    """The request is not valid."""
+    """The request is not valid.
+
+    The one "invalid input" error, whoever finds it: the engine, the API's schemas (pydantic's
+    errors) and board.api.middleware (an unreadable URL) all answer 422 with this code,
+    `validation_error`; the Python client raises it as `taskflow_client.ValidationFailed`."""
 
     code = "validation_error"
     http_status = 422

@@ -6,6 +6,11 @@ checker and the tests read it too, so the lifecycle is written down exactly once
 here once too: the engine's verbs enforce those of a task's own fields and of a batch for every
 caller (the API, commands, the admin), raising `errors.InvalidRequest` / `errors.TooLarge` with
 the offending `field`; the API's schemas check them as well, to answer before reading further.
+
+Words: a task created with `hold` (the field's name in the API, the table and TaskSpec) is *on
+hold*: it stays PENDING until an operator admits it. *Holding* a task, its *holder*, *held by*
+are about a lease only (an agent holds a RUNNING task; the Python client's `hold()` holds one
+while it works). The engine's code and messages keep to these words.
 """
 from __future__ import annotations
 
@@ -19,7 +24,7 @@ from board.engine import errors
 
 
 class Stage(enum.StrEnum):
-    PENDING = "PENDING"  # accepted; dependencies unfinished or held for an operator
+    PENDING = "PENDING"  # accepted; dependencies unfinished, or on hold until an operator admits it
     QUEUED = "QUEUED"  # ready: any agent may claim it
     RUNNING = "RUNNING"  # owned by exactly one lease (token, fence, expiry)
     PAUSED = "PAUSED"  # lease released, checkpoint kept for resume
@@ -99,10 +104,6 @@ def target(stage: Stage | str, verb: Verb) -> Stage | None:
         return None
 
 
-def allowed_verbs(stage: Stage | str) -> list[Verb]:
-    return [verb for (s, verb) in TRANSITIONS if s == stage]
-
-
 # Limits every caller meets. The engine (board/engine/transitions.py) enforces the caps on a
 # task's own fields (title, description, payload, result, checkpoint, error, traceback, an
 # operator's reason) and on a batch, whoever calls it; the API's schemas check them all before a
@@ -130,7 +131,10 @@ MAX_TOKEN_CHARS = 100  # a lease token is 43; a longer one cannot match
 # its history and every card of it stay small enough to read and send whole).
 MAX_JSON_FIELD_BYTES = 256 * 1024
 
-TASK_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,99}$")
+# A task id, and a queue or agent name: 1-100 letters, digits and ._:-, starting with a letter or
+# digit. Written here only: the API's schemas take TASK_ID_PATTERN, the engine TASK_ID_RE.
+TASK_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,99}$"
+TASK_ID_RE = re.compile(TASK_ID_PATTERN)
 
 
 def is_valid_task_id(task_id: object) -> bool:

@@ -1,17 +1,29 @@
-"""Read-only queries: snapshots for `check`, task lists and histories. Nothing here writes."""
+"""Read-only queries, the board's read path: check() of the store, the live board's snapshot in
+parts, a task and its dependencies, what claim_next takes first; then, at the end, the reads of
+the engine's moves and passes, of the API (task lists, histories) and of the commands. Nothing
+here writes; a read that needs several queries to agree opens `read_transaction`."""
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import closing
 from datetime import UTC, datetime
 
 from django.db import connections
-from django.db.models import BooleanField, Count, ExpressionWrapper, F, Q
+from django.db.models import (
+    BooleanField,
+    Count,
+    Exists,
+    ExpressionWrapper,
+    F,
+    Max,
+    OuterRef,
+    Q,
+)
 from django.utils import timezone
 
 from board.engine import clock
-from board.engine.db import read_transaction, speaks_sql
+from board.engine.db import joins_cheaply, read_transaction, speaks_sql
 from board.engine.invariants import (
     CLAIMED_AT_LEAST_ONCE,
     DEP_CYCLE,
@@ -22,7 +34,7 @@ from board.engine.invariants import (
     cycle_problem,
     tasks_on_cycles,
 )
-from board.engine.lifecycle import DEAD_ENDS, LEASED, TERMINAL, Stage
+from board.engine.lifecycle import DEAD_ENDS, LEASED, TERMINAL, Stage, Verb
 from board.models import Dependency, Task, TaskEvent
 
 # What check() reads of a task: presence only for checkpoint and result (either may be large,
@@ -213,7 +225,7 @@ def get_task(task_id: str, *, using: str = "default") -> Task | None:
     return Task.objects.using(using).filter(pk=task_id).first()
 
 
-# What a card shows of a task (board.live.events.card_task): every public field but the bulky ones
+# What a card shows of a task (board.live.frames.card_task): every public field but the bulky ones
 # (description, payload, checkpoint, result), which the board never reads.
 CARD_COLUMNS = ("id", "title", "queue", "priority", "hold", "max_retries", "stage", "version", "owner",
                 "fence", "lease_expires_at", "attempts", "not_before", "progress", "last_error",
@@ -339,6 +351,212 @@ def has_ready_task(queue: str | None = None, *, using: str = "default") -> bool:
 
 
 # ---------------------------------------------------------------------------------------------
+# Reads for the live board (board.live: its frames, parked claims and insights panel). The
+# outbox's own cursor query is not here: it is a read path of its own (board.live.outbox).
+
+
+def live_tasks(task_ids: list[str], *, using: str = "default") -> dict[str, tuple[Task, list[str]]]:
+    """The tasks `task_ids` as they are now, each with its dependencies, for the live board's
+    changes frame (board.live.frames.changes_for). A task no longer there is left out."""
+    tasks = Task.objects.using(using).filter(pk__in=task_ids)
+    deps = deps_of(task_ids, using=using)
+    return {task.pk: (task, deps[task.pk]) for task in tasks}
+
+
+def queues_of_queued(task_ids: list[str], *, using: str = "default") -> dict[str, str]:
+    """The queue of each of `task_ids` that is QUEUED now (one query): which parked claims a
+    batch of events may wake (board.live.waiting.newly_ready)."""
+    return dict(Task.objects.using(using).filter(pk__in=set(task_ids), stage=Stage.QUEUED)
+                .values_list("pk", "queue"))
+
+
+def ready_counts(wanted: dict[str | None, int], *, using: str = "default") -> dict[str | None, int]:
+    """How many ready tasks each queue of `wanted` has (None: any queue), counting no further
+    than `wanted[queue]`: the parked claims' poll (board.live.waiting). One bounded query per
+    queue, without a transaction, like has_ready_task."""
+    now = timezone.now()
+    return {queue: len(ready_tasks(now, queue, using=using).values_list("pk", flat=True)[:n])
+            for queue, n in wanted.items()}
+
+
+# The insights panel's reads (board.live.insights.compute). Each is one query and they are not
+# one transaction, on purpose: see that module's docstring (a read transaction over both
+# tables deadlocked with a TRUNCATE of them).
+
+# What counts as an agent's heartbeat: a claim, a resume or a renew.
+HEARTBEAT_VERBS = (Verb.CLAIM, Verb.RESUME, Verb.RENEW)
+
+
+def history_window(start: datetime, *, since_id: int = 0, using: str = "default") -> tuple[list[tuple], dict, int | None]:
+    """The history from `start` on (ids from `since_id` on: the window only moves forward, and
+    the history has no index on `at`): (every move but renews, the bulk of a busy history, oldest
+    first, as (id, task_id, verb, from_stage, to_stage, actor, at) rows; each actor's latest
+    heartbeat; the id of the first renew, or None)."""
+    in_window = TaskEvent.objects.using(using).filter(id__gte=since_id, at__gte=start)
+    moves = list(in_window.exclude(verb=Verb.RENEW).order_by("id").values_list(
+        "id", "task_id", "verb", "from_stage", "to_stage", "actor", "at"))
+    heartbeats = dict(in_window.filter(verb__in=HEARTBEAT_VERBS).order_by()
+                      .values_list("actor").annotate(last=Max("at")).values_list("actor", "last"))
+    first_renew = in_window.filter(verb=Verb.RENEW).order_by("id").values_list("id", flat=True).first()
+    return moves, heartbeats, first_renew
+
+
+def held_tasks(*, using: str = "default") -> list[tuple[str, str]]:
+    """(owner, task id) of every RUNNING task, by owner then id."""
+    return list(Task.objects.using(using).filter(stage=Stage.RUNNING).exclude(owner="")
+                .order_by("owner", "id").values_list("owner", "id"))
+
+
+def queued_per_queue(*, using: str = "default") -> dict[str, int]:
+    """How many tasks each queue has QUEUED now (queues with none are left out)."""
+    return dict(Task.objects.using(using).filter(stage=Stage.QUEUED).order_by()
+                .values_list("queue").annotate(n=Count("id")).values_list("queue", "n"))
+
+
+def queues_of(task_ids: list[str], *, using: str = "default") -> dict[str, str]:
+    """The queue of each task (fixed at creation), by primary key: the join, made here so that
+    it is an indexed read on every store (board.engine.db.joins_cheaply)."""
+    queues: dict[str, str] = {}
+    for begin in range(0, len(task_ids), _CHUNK):  # bounded IN lists, however many ids
+        queues.update(Task.objects.using(using).filter(pk__in=task_ids[begin:begin + _CHUNK])
+                      .values_list("pk", "queue"))
+    return queues
+
+
+# ---------------------------------------------------------------------------------------------
+# Reads for the engine's moves and passes (board.engine.transitions). Inside a move's write
+# transaction they read what that transaction sees; the passes (admission, the reaper) read
+# their candidates first, without a transaction, and each move then re-reads its own row.
+
+
+def unfinished_deps(task_id: str, *, using: str = "default") -> list[str]:
+    """Ids of the tasks `task_id` depends on that have not COMPLETED."""
+    if not joins_cheaply(using):
+        return unfinished_deps_of([task_id], using=using).get(task_id, [])
+    return list(
+        Dependency.objects.using(using)
+        .filter(task_id=task_id)
+        .exclude(depends_on__stage=Stage.COMPLETED)
+        .values_list("depends_on_id", flat=True)
+    )
+
+
+def unfinished_deps_of(task_ids: list[str], *, using: str = "default") -> dict[str, list[str]]:
+    """The dependencies of each of `task_ids` that have not COMPLETED (tasks without any are
+    left out), joined here from two indexed reads: where joins are dear (board.engine.db.joins_cheaply)."""
+    pairs = []
+    for start in range(0, len(task_ids), 1000):
+        pairs += Dependency.objects.using(using).filter(task_id__in=task_ids[start:start + 1000]).values_list(
+            "task_id", "depends_on_id")
+    targets = sorted({dep for _, dep in pairs})
+    done: set[str] = set()
+    for start in range(0, len(targets), 1000):
+        done.update(Task.objects.using(using).filter(pk__in=targets[start:start + 1000], stage=Stage.COMPLETED)
+                    .values_list("pk", flat=True))
+    unfinished: dict[str, list[str]] = {}
+    for task_id, dep in pairs:
+        if dep not in done:
+            unfinished.setdefault(task_id, []).append(dep)
+    return unfinished
+
+
+def admission_candidates(task_ids: Iterable[str] | None = None, *, using: str = "default") -> list[str]:
+    """Ids of the PENDING tasks not on hold whose dependencies have all COMPLETED (only among
+    `task_ids` when given): what transitions.admit_ready tries to admit."""
+    rows = Task.objects.using(using).filter(stage=Stage.PENDING, hold=False)
+    if task_ids is not None:
+        rows = rows.filter(pk__in=list(task_ids))
+    if joins_cheaply(using):
+        unfinished = Dependency.objects.filter(task_id=OuterRef("pk")).exclude(depends_on__stage=Stage.COMPLETED)
+        return list(rows.exclude(Exists(unfinished)).values_list("pk", flat=True))
+    pending = list(rows.values_list("pk", flat=True))
+    blocked = unfinished_deps_of(pending, using=using)
+    return [task_id for task_id in pending if task_id not in blocked]
+
+
+def dependents_of(task_id: str, *, using: str = "default") -> list[str]:
+    """Ids of the tasks that depend on `task_id`."""
+    return list(Dependency.objects.using(using).filter(depends_on_id=task_id).values_list("task_id", flat=True))
+
+
+def expired_leases(now: datetime, *, limit: int, task_ids: Iterable[str] | None = None,
+                   using: str = "default") -> list[str]:
+    """Ids of up to `limit` RUNNING tasks whose lease expired by `now` (only among `task_ids`
+    when given), longest expired first: what the reaper takes back."""
+    expired = Task.objects.using(using).filter(stage=Stage.RUNNING, lease_expires_at__lte=now)
+    if task_ids is not None:
+        expired = expired.filter(pk__in=list(task_ids))
+    return list(expired.order_by("lease_expires_at").values_list("pk", flat=True)[:limit])
+
+
+# ---------------------------------------------------------------------------------------------
+# Reads for the API (board.api.endpoints). Single queries, no transaction: a page is as the
+# store is when each query runs.
+
+
+def tasks_by_id(task_ids: list[str], *, using: str = "default") -> dict[str, Task]:
+    """The existing tasks among `task_ids`, by id."""
+    return {task.pk: task for task in Task.objects.using(using).filter(pk__in=task_ids)}
+
+
+def created_on_hold(task_ids: list[str], *, using: str = "default") -> set[str]:
+    """Those of `task_ids` that were created on hold. Their create event records it: the task's
+    own `hold` is cleared by an admit."""
+    return {
+        task_id for task_id, detail in TaskEvent.objects.using(using)
+        .filter(task_id__in=task_ids, verb=Verb.CREATE).values_list("task_id", "detail")
+        if detail and detail.get("hold")
+    }
+
+
+def task_list(*, stages: list[str] | None = None, queue: str | None = None, owner: str | None = None,
+              text: str | None = None, after: tuple[datetime, str] | None = None, count: int,
+              using: str = "default") -> list[Task]:
+    """Up to `count` tasks, oldest first (created_at, then id), after the (created_at, id)
+    `after` when given, among those in `stages`, in `queue`, held by `owner`, whose id or title
+    contains `text` (case-insensitive), for each filter given. The caller has checked them."""
+    rows = Task.objects.using(using)
+    if stages:
+        rows = rows.filter(stage__in=stages)
+    if queue:
+        rows = rows.filter(queue=queue)
+    if owner:
+        rows = rows.filter(owner=owner)
+    if text:
+        rows = rows.filter(Q(id__icontains=text) | Q(title__icontains=text))
+    if after is not None:
+        rows = rows.filter(Q(created_at__gt=after[0]) | Q(created_at=after[0], id__gt=after[1]))
+    return list(rows.order_by("created_at", "id")[:count])
+
+
+def task_events(task_id: str, *, after: int | None = None, count: int, using: str = "default") -> list[TaskEvent]:
+    """Up to `count` history rows of `task_id`, oldest first, after the row numbered `after`."""
+    rows = TaskEvent.objects.using(using).filter(task_id=task_id)
+    if after is not None:
+        rows = rows.filter(id__gt=after)
+    return list(rows.order_by("id")[:count])
+
+
+# ---------------------------------------------------------------------------------------------
+# Reads for commands (board.management.commands: the demo follows its own run by id prefix).
+
+
+def stage_of(task_id: str, *, using: str = "default") -> str | None:
+    """The task's stage, or None when there is no such task."""
+    return Task.objects.using(using).filter(pk=task_id).values_list("stage", flat=True).first()
+
+
+def ids_starting_with(prefix: str, *, stage: str, using: str = "default") -> list[str]:
+    """Ids of the tasks in `stage` whose id starts with `prefix`."""
+    return list(Task.objects.using(using).filter(pk__startswith=prefix, stage=stage).values_list("pk", flat=True))
+
+
+def count_starting_with(prefix: str, *, excluding: Iterable[str] = (), using: str = "default") -> int:
+    """How many tasks whose id starts with `prefix` are in none of the stages `excluding`."""
+    return Task.objects.using(using).filter(pk__startswith=prefix).exclude(stage__in=list(excluding)).count()
+
+
+# ---------------------------------------------------------------------------------------------
 # Reads for the admin (board/admin/): its filters' choices, the rows an action is held to, what
 # a stale edit missed, a task's dependencies and latest history. Its change lists are Django's
 # own querysets over Task; everything else it reads is here.
@@ -411,7 +629,3 @@ def latest_event_ids(task_id: str, limit: int, *, using: str = "default") -> lis
         TaskEvent.objects.using(using).filter(task_id=task_id).order_by("-id").values_list("id", flat=True)[:limit]
     )
 
-
-def stage_of(task_id: str, *, using: str = "default") -> str | None:
-    """The task's stage, or None when there is no such task."""
-    return Task.objects.using(using).filter(pk=task_id).values_list("stage", flat=True).first()

@@ -17,9 +17,9 @@ match 0 rows: the store aborts the transaction (a WriteConflict). Every public v
 by `board.engine.db.retry_conflicts`, which runs it again from the start, where it reads the winner's
 row and either moves again or raises the same precise error as after a lost CAS.
 
-`select_for_update` is not the concurrency mechanism (it is a no-op on SQLite): the CAS is.
-`claim_next` uses SKIP LOCKED where the database has it only so that concurrent claimers pick
-different candidates instead of queueing behind the same row.
+Row locks are not the concurrency mechanism (SQLite has none): the CAS is. `claim_next` skips
+locked rows where the store can (`board.engine.db.skip_locked`) only so that concurrent
+claimers pick different candidates instead of queueing behind the same row.
 
 The hot verbs (claim_next, renew, complete) have two implementations of the same move: the
 hand-written statements of `board.engine.hot_sql` on SQLite and PostgreSQL (one conditional UPDATE
@@ -30,7 +30,6 @@ same checks as the ORM path (`_refuse_holder`).
 """
 from __future__ import annotations
 
-import hashlib
 import hmac
 import json
 import logging
@@ -42,14 +41,14 @@ from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, connections, transaction
-from django.db.models import Exists, F, OuterRef, Q
+from django.db.models import F, Q
 
 from board.engine import claim_requests, clock, commits, errors, hot_sql, selectors
 from board.engine.claim_requests import ClaimRequest
 from board.engine.db import (
-    joins_cheaply,
     retry_conflicts,
     savepoint,
+    skip_locked,
     speaks_sql,
     write_transaction,
 )
@@ -76,6 +75,7 @@ from board.engine.lifecycle import (
     target,
     unstorable_text,
 )
+from board.engine.tokens import hash_token, token_text
 from board.models import Dependency, Task, TaskEvent
 
 log = logging.getLogger("board.engine.transitions")
@@ -90,8 +90,8 @@ NO_LEASE = {"owner": "", "lease_token_hash": None, "lease_expires_at": None,
 
 @dataclass(frozen=True)
 class Lease:
-    """What the holder of a claim gets back. The token exists only here and in the holder's
-    hands: the database keeps its hash."""
+    """The right to act on a RUNNING task: its token, fence and expiry (see Claim for the
+    names). The token exists only here and in the holder's hands: the database keeps its hash."""
 
     token: str
     fence: int
@@ -100,6 +100,16 @@ class Lease:
 
 @dataclass(frozen=True)
 class Claim:
+    """What claim, claim_next, resume and renew return: the task as written and its Lease.
+
+    The server's names follow the wire: a Claim is the API's `ClaimOut` answer `{"task",
+    "lease"}` (board.public.public_claim), and a Lease is its `"lease"` object (`LeaseOut`:
+    token, fence, expires_at). The Python client names the whole answer a lease:
+    `taskflow_client.Lease` is a Claim (its `.task`, and the Lease's `.token`, `.fence`,
+    `.expires_at` flattened onto it, with the holder's verbs as methods), and `Lease.as_dict()`
+    gives back this shape. The client has no Claim class; its `claim*` methods return a Lease.
+    """
+
     task: Task
     lease: Lease
 
@@ -123,12 +133,8 @@ class TaskSpec:
 # The compare-and-swap and its helpers
 
 
-def hash_token(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
-
-
 def _mint_token() -> str:
-    return claim_requests.token_text(secrets.token_bytes(32))
+    return token_text(secrets.token_bytes(32))
 
 
 def _ttl(ttl_seconds: float) -> timedelta:
@@ -160,7 +166,7 @@ def _get(using: str, task_id: str) -> Task:
     try:
         return Task.objects.using(using).get(pk=task_id)
     except Task.DoesNotExist:
-        raise errors.NotFound(f"no task with id {task_id!r}", task_id=task_id) from None
+        raise errors.NotFound(f"no task with id {task_id!r}") from None
 
 
 def _swap(
@@ -232,42 +238,6 @@ def _illegal(task: Task, verb: Verb, hint: str = "") -> errors.BoardError:
     return errors.InvalidTransition(f"{message}{'; ' + hint if hint else ''}", task=task)
 
 
-def _unfinished_deps(using: str, task_id: str) -> list[str]:
-    if not joins_cheaply(using):
-        return _unfinished_of(using, [task_id]).get(task_id, [])
-    return list(
-        Dependency.objects.using(using)
-        .filter(task_id=task_id)
-        .exclude(depends_on__stage=Stage.COMPLETED)
-        .values_list("depends_on_id", flat=True)
-    )
-
-
-def _unfinished_of(using: str, task_ids: list[str]) -> dict[str, list[str]]:
-    """The dependencies of each of `task_ids` that have not COMPLETED (tasks without any are
-    left out), joined here from two indexed reads: where joins are dear (board.engine.db.joins_cheaply)."""
-    pairs = []
-    for start in range(0, len(task_ids), 1000):
-        pairs += Dependency.objects.using(using).filter(task_id__in=task_ids[start:start + 1000]).values_list(
-            "task_id", "depends_on_id")
-    targets = sorted({dep for _, dep in pairs})
-    done: set[str] = set()
-    for start in range(0, len(targets), 1000):
-        done.update(Task.objects.using(using).filter(pk__in=targets[start:start + 1000], stage=Stage.COMPLETED)
-                    .values_list("pk", flat=True))
-    unfinished: dict[str, list[str]] = {}
-    for task_id, dep in pairs:
-        if dep not in done:
-            unfinished.setdefault(task_id, []).append(dep)
-    return unfinished
-
-
-def _has_unfinished_deps() -> Exists:
-    return Exists(
-        Dependency.objects.filter(task_id=OuterRef("pk")).exclude(depends_on__stage=Stage.COMPLETED)
-    )
-
-
 # ---------------------------------------------------------------------------------------------
 # Creating tasks
 
@@ -276,7 +246,7 @@ def _has_unfinished_deps() -> Exists:
 def create(specs: TaskSpec | Sequence[TaskSpec], *, actor: str = "", using: str = "default") -> list[Task]:
     """Create one task or a batch forming a DAG, all or nothing.
 
-    A task starts QUEUED when it is not held and every dependency is already COMPLETED, and
+    A task starts QUEUED when it is not on hold and every dependency is already COMPLETED, and
     PENDING otherwise. Refused: invalid fields, ids already taken (DuplicateId), unknown
     dependencies, self-dependencies and cycles (InvalidRequest), and a batch over
     MAX_BATCH_TASKS tasks or MAX_BATCH_DEPENDENCIES dependencies (TooLarge), which would hold
@@ -298,8 +268,7 @@ def create(specs: TaskSpec | Sequence[TaskSpec], *, actor: str = "", using: str 
     seen: set[str] = set()
     for task_id in ids:
         if task_id in seen:
-            raise errors.InvalidRequest(f"task id {task_id!r} appears twice in the batch", field="id",
-                                        task_id=task_id)
+            raise errors.InvalidRequest(f"task id {task_id!r} appears twice in the batch", field="id")
         seen.add(task_id)
     _refuse_cycles(batch)
 
@@ -438,7 +407,7 @@ def _validate_spec(spec: TaskSpec) -> None:
     if len(set(deps)) != len(deps):
         raise errors.InvalidRequest("a dependency is listed twice", field="deps")
     if spec.id is not None and spec.id in deps:
-        raise errors.InvalidRequest(f"task {spec.id} depends on itself", field="deps", task_id=spec.id)
+        raise errors.InvalidRequest(f"task {spec.id} depends on itself", field="deps")
     spec.deps = tuple(deps)
 
 
@@ -463,7 +432,7 @@ def _refuse_cycles(batch: list[TaskSpec]) -> None:
             elif colour[child] == grey:
                 cycle = path[path.index(child):] + [child]
                 raise errors.InvalidRequest(
-                    f"dependency cycle: {' -> '.join(cycle)}", field="deps", cycle=cycle, task_id=child
+                    f"dependency cycle: {' -> '.join(cycle)}", field="deps", cycle=cycle
                 )
             elif colour[child] == white:
                 colour[child] = grey
@@ -478,13 +447,13 @@ def _refuse_cycles(batch: list[TaskSpec]) -> None:
 @retry_conflicts
 def admit(task_id: str, *, actor: str, version: int | None = None, reason: str = "",
           using: str = "default") -> Task:
-    """Operator: admit a PENDING task (held or not) whose dependencies are all COMPLETED."""
+    """Operator: admit a PENDING task (on hold or not) whose dependencies are all COMPLETED."""
     _check_reason(reason)
 
     def move(task: Task, now: datetime) -> bool:
         if task.stage != Stage.PENDING:
             raise _illegal(task, Verb.ADMIT)
-        unfinished = _unfinished_deps(using, task.pk)
+        unfinished = selectors.unfinished_deps(task.pk, using=using)
         if unfinished:
             raise errors.Blocked(f"waiting for {', '.join(sorted(unfinished))}", task=task)
         return _swap(using, task, Verb.ADMIT, now=now, actor=actor, detail=_reason(reason), hold=False)
@@ -494,27 +463,19 @@ def admit(task_id: str, *, actor: str, version: int | None = None, reason: str =
 
 @retry_conflicts
 def admit_ready(task_ids: Iterable[str] | None = None, *, using: str = "default") -> list[str]:
-    """Admit every PENDING task, not held, whose dependencies are all COMPLETED (only among
+    """Admit every PENDING task, not on hold, whose dependencies are all COMPLETED (only among
     `task_ids` when given). Each admission is its own CAS; returns the ids admitted.
 
     Called after a completion commits, after a creation commits, and by the reaper's sweep, so
     a task can never stay blocked on a dependency that has completed."""
-    rows = Task.objects.using(using).filter(stage=Stage.PENDING, hold=False)
-    if task_ids is not None:
-        rows = rows.filter(pk__in=list(task_ids))
-    if joins_cheaply(using):
-        candidates = list(rows.exclude(_has_unfinished_deps()).values_list("pk", flat=True))
-    else:
-        pending = list(rows.values_list("pk", flat=True))
-        blocked = _unfinished_of(using, pending)
-        candidates = [task_id for task_id in pending if task_id not in blocked]
+    candidates = selectors.admission_candidates(task_ids, using=using)
     admitted = []
-    for task_id in list(candidates):
+    for task_id in candidates:
         with write_transaction(using):
             task = Task.objects.using(using).filter(pk=task_id).first()
             if task is None or task.stage != Stage.PENDING or task.hold:
                 continue
-            if _unfinished_deps(using, task_id):
+            if selectors.unfinished_deps(task_id, using=using):
                 continue
             if _swap(using, task, Verb.ADMIT, now=clock.now(using), actor="system", guard=Q(hold=False)):
                 admitted.append(task_id)
@@ -532,7 +493,7 @@ def claim(task_id: str, agent: str, ttl_seconds: float, *, request_id: str | Non
 
     A PENDING task whose dependencies have all completed is admitted on the way; a RUNNING task
     whose lease has expired is reclaimed and taken over (a new token, a higher fence). Refused:
-    NotFound, Taken (a live lease), Blocked (dependencies, hold, backoff), Terminal,
+    NotFound, Taken (a live lease), Blocked (dependencies, on hold, backoff), Terminal,
     InvalidTransition (PAUSED: resume it; FAILED: an operator may requeue it).
 
     With `request_id` (board.engine.claim_requests): when the task's live lease was made by this
@@ -554,13 +515,11 @@ def claim(task_id: str, agent: str, ttl_seconds: float, *, request_id: str | Non
                 won = _take(using, task, Verb.CLAIM, agent, ttl, now, request)
                 if won is not None:
                     return won
-    raise errors.VersionConflict(f"task {task_id} kept changing; try again", task_id=task_id)
+    raise errors.VersionConflict(f"task {task_id} kept changing; try again")
 
 
 def _admit_dependents(task_id: str, using: str) -> list[str]:
-    dependents = list(
-        Dependency.objects.using(using).filter(depends_on_id=task_id).values_list("task_id", flat=True)
-    )
+    dependents = selectors.dependents_of(task_id, using=using)
     return admit_ready(dependents, using=using) if dependents else []
 
 
@@ -572,10 +531,11 @@ def _claimable(using: str, task: Task, now: datetime) -> Task | None:
             raise errors.Blocked(f"retry backoff until {task.not_before.isoformat()}", task=task)
         return task
     if task.stage == Stage.PENDING:
-        unfinished = _unfinished_deps(using, task.pk)
+        unfinished = selectors.unfinished_deps(task.pk, using=using)
         if unfinished:
             raise errors.Blocked(f"waiting for {', '.join(sorted(unfinished))}", task=task)
         if task.hold:
+            # The wire's message, kept as agents have read it ("held"); the code says "on hold".
             raise errors.Blocked("held until an operator admits it", task=task)
         # Its last dependency has just completed and the admission pass has not reached it yet.
         ok = _swap(using, task, Verb.ADMIT, now=now, actor="system", guard=Q(hold=False))
@@ -645,7 +605,6 @@ def claim_next(
     hot = hot_sql.store(using)
     if hot is not None:
         return _hot_claim_next(hot, using, agent, ttl, queue, request)
-    features = connections[using].features
     for _ in range(RACE_RETRIES):
         with write_transaction(using):
             if request is not None:
@@ -654,10 +613,7 @@ def claim_next(
                 if made is not None:
                     return _claim_of(*made)
             now = clock.now(using)
-            ready = selectors.ready_tasks(now, queue, using=using)
-            if features.has_select_for_update_skip_locked:
-                ready = ready.select_for_update(skip_locked=True)
-            task = ready.first()
+            task = skip_locked(selectors.ready_tasks(now, queue, using=using), using).first()
             if task is None:
                 return None
             won = _take(using, task, Verb.CLAIM, agent, ttl, now, request)
@@ -713,7 +669,7 @@ def resume(task_id: str, agent: str, ttl_seconds: float, *, using: str = "defaul
             won = _take(using, task, Verb.RESUME, agent, ttl, now)
             if won is not None:
                 return won
-    raise errors.VersionConflict(f"task {task_id} kept changing; try again", task_id=task_id)
+    raise errors.VersionConflict(f"task {task_id} kept changing; try again")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -740,7 +696,7 @@ def _holder_move(using: str, task_id: str, token: str, build, *, live_only: bool
             result = build(task, now, token_hash)
             if result is not None:
                 return result
-    raise errors.VersionConflict(f"task {task_id} kept changing; try again", task_id=task_id)
+    raise errors.VersionConflict(f"task {task_id} kept changing; try again")
 
 
 def _token_hash(token: str) -> str:
@@ -776,7 +732,7 @@ def _hot_holder_move(hot: hot_sql.HotStore, using: str, task_id: str, token_hash
         if row is not None:
             return hot.task(row)  # out of the transaction: see HotStore
         _refuse_holder(_get(using, task_id), token_hash, clock.now(using), live_only=live_only, agent=agent)
-    raise errors.VersionConflict(f"task {task_id} kept changing; try again", task_id=task_id)
+    raise errors.VersionConflict(f"task {task_id} kept changing; try again")
 
 
 @retry_conflicts
@@ -976,7 +932,7 @@ def _operator_move(using: str, task_id: str, version: int | None, move) -> Task:
                 return task
             if version is not None:
                 raise errors.VersionConflict(f"task {task.pk} changed meanwhile", task=_get(using, task_id))
-    raise errors.VersionConflict(f"task {task_id} kept changing; try again", task_id=task_id)
+    raise errors.VersionConflict(f"task {task_id} kept changing; try again")
 
 
 @retry_conflicts
@@ -1148,11 +1104,8 @@ def reclaim_expired(*, now: datetime | None = None, limit: int = 500, task_ids: 
     back to QUEUED, or to FAILED when its attempts are spent. Live leases are never touched.
     Each task is its own CAS; returns what was moved."""
     now = now or clock.now(using)
-    expired = Task.objects.using(using).filter(stage=Stage.RUNNING, lease_expires_at__lte=now)
-    if task_ids is not None:
-        expired = expired.filter(pk__in=list(task_ids))
     moved = []
-    for task_id in list(expired.order_by("lease_expires_at").values_list("pk", flat=True)[:limit]):
+    for task_id in selectors.expired_leases(now, limit=limit, task_ids=task_ids, using=using):
         with write_transaction(using):
             task = Task.objects.using(using).filter(pk=task_id).first()
             if task is None or task.stage != Stage.RUNNING or not task.lease_expires_at or task.lease_expires_at > now:

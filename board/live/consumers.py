@@ -1,5 +1,6 @@
 """The live board's websocket: a logged-in staff user subscribes, gets a snapshot, then every
-change as it commits (batches from this process's tailer, board/live/events.py). It never writes:
+change as it commits (batches from this process's tailer, board/live/tailer.py; every frame is
+built by board/live/frames.py). It never writes:
 human actions go through the API (board/api/endpoints.py).
 
 Who may watch: whoever may read the board (board/access.py: an active staff user with
@@ -41,7 +42,7 @@ from django.contrib.auth.signals import user_logged_out
 from django.dispatch import receiver
 
 from board import access
-from board.live import events
+from board.live import frames, tailer
 
 log = logging.getLogger("board.live.consumers")
 
@@ -114,7 +115,7 @@ class BoardConsumer(AsyncWebsocketConsumer):
         self.work = asyncio.Event()
         # Subscribe before the snapshot is read: a change committed in between is queued behind
         # the snapshot and applied (or ignored, by version), never lost, never overtaken by it.
-        self.tailer = events.ensure_tailer()
+        self.tailer = tailer.ensure_tailer()
         self.tailer.subscribers.add(self)
         with _by_session_lock:
             _by_session.setdefault(self.session_key, set()).add(self)
@@ -181,13 +182,13 @@ class BoardConsumer(AsyncWebsocketConsumer):
             self.drop(INTERNAL_ERROR)
 
     async def _send_snapshot(self) -> None:
-        frames = iter(await database_sync_to_async(events.snapshot_frames)(problems=self.tailer.recent_problems()))
+        snapshot = iter(await database_sync_to_async(frames.snapshot_frames)(problems=self.tailer.recent_problems()))
         # One frame at a time, each built in a sync thread (snapshot_frames may be a generator
         # that reads as it goes) and sent before the next is built.
-        while (frame := await sync_to_async(next)(frames, None)) is not None:
+        while (frame := await sync_to_async(next)(snapshot, None)) is not None:
             await self.send(text_data=frame)
         # The agents and throughput panel, as this process's tailer last computed it (one
-        # computation for every socket, board.live.events); the first socket asks it for one.
+        # computation for every socket, board.live.tailer); the first socket asks it for one.
         if self.tailer.insights_frame is not None:
             await self.send(text_data=self.tailer.insights_frame)
         else:

@@ -1,8 +1,8 @@
 """The board's agents and throughput panel: who works on what, and how the last hour went.
 
 `compute()` reads, in a few ORM queries that run on every store (SQLite, PostgreSQL, MongoDB:
-no join, no vendor function), the history of the last WINDOW_MINUTES minutes and the tasks
-RUNNING and QUEUED now, and returns:
+no join, no vendor function; they are board.engine.selectors' reads for the live board), the
+history of the last WINDOW_MINUTES minutes and the tasks RUNNING and QUEUED now, and returns:
 
 - `agents`: each agent that holds a task now or acted as a holder in the window (claim, resume,
   renew, complete, fail, pause, release): its name, the tasks it holds, its last heartbeat (its
@@ -21,7 +21,7 @@ while the rows are turned into series, deadlocked with a TRUNCATE of them (Postg
 its locks table by table). A change committed between two of the queries may put a series one
 off; it also writes an event, which makes the tailer compute again within seconds. Names of
 agents only: nothing here carries a
-lease token or a key. The tailer (board.live.events) computes it once per server process, at most
+lease token or a key. The tailer (board.live.tailer) computes it once per server process, at most
 every INSIGHTS_MIN_INTERVAL_SECONDS when something changed, and pushes it to every socket.
 
 Reading the window: the history has no index on `at`, so the first computation scans it; the
@@ -34,12 +34,9 @@ from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db.models import Count, Max
-
-from board.engine import clock
+from board.engine import clock, selectors
 from board.engine.lifecycle import Stage, Verb
 from board.engine.selectors import json_time
-from board.models import Task, TaskEvent
 
 WINDOW_MINUTES = 60
 MAX_HELD_IDS = 20  # task ids listed per agent (with the count of all it holds)
@@ -52,8 +49,6 @@ MAX_QUEUES = 20
 # (the reaper's and the operators' events are not an agent's).
 HOLDER_VERBS = frozenset({Verb.CLAIM, Verb.RESUME, Verb.RENEW, Verb.COMPLETE, Verb.FAIL, Verb.PAUSE,
                           Verb.RELEASE})
-HEARTBEAT_VERBS = (Verb.CLAIM, Verb.RESUME, Verb.RENEW)
-_CHUNK = 1000
 
 
 def window_start(now: datetime, minutes: int = WINDOW_MINUTES) -> datetime:
@@ -81,19 +76,13 @@ def compute(now: datetime | None = None, *, using: str = "default", since_id: in
     now = now or clock.now(using)
     start = window_start(now, minutes)
     # No transaction around these reads: see the module's docstring.
-    in_window = TaskEvent.objects.using(using).filter(id__gte=since_id, at__gte=start)
     # Every move but renews (the bulk of a busy history), oldest first.
-    moves = list(in_window.exclude(verb=Verb.RENEW).order_by("id").values_list(
-        "id", "task_id", "verb", "from_stage", "to_stage", "actor", "at"))
-    heartbeats = dict(in_window.filter(verb__in=HEARTBEAT_VERBS).order_by()
-                      .values_list("actor").annotate(last=Max("at")).values_list("actor", "last"))
-    first_renew = in_window.filter(verb=Verb.RENEW).order_by("id").values_list("id", flat=True).first()
-    held = list(Task.objects.using(using).filter(stage=Stage.RUNNING).exclude(owner="")
-                .order_by("owner", "id").values_list("owner", "id"))
-    queued_now = dict(Task.objects.using(using).filter(stage=Stage.QUEUED).order_by()
-                      .values_list("queue").annotate(n=Count("id")).values_list("queue", "n"))
-    queue_of = _queues_of(sorted({task_id for _, task_id, _, from_stage, to_stage, _, _ in moves
-                                  if (from_stage == Stage.QUEUED) != (to_stage == Stage.QUEUED)}), using)
+    moves, heartbeats, first_renew = selectors.history_window(start, since_id=since_id, using=using)
+    held = selectors.held_tasks(using=using)
+    queued_now = selectors.queued_per_queue(using=using)
+    queue_of = selectors.queues_of(sorted({task_id for _, task_id, _, from_stage, to_stage, _, _ in moves
+                                           if (from_stage == Stage.QUEUED) != (to_stage == Stage.QUEUED)}),
+                                   using=using)
 
     def bucket(at: datetime) -> int | None:
         i = int((at - start).total_seconds() // 60)
@@ -172,14 +161,4 @@ def compute(now: datetime | None = None, *, using: str = "default", since_id: in
 def _is_agent(actor: str) -> bool:
     # "system" (retries, admissions, takeovers) and "system:reaper" act for the store.
     return bool(actor) and actor != "system" and not actor.startswith("system:")
-
-
-def _queues_of(task_ids: list[str], using: str) -> dict[str, str]:
-    """The queue of each task (fixed at creation), by primary key: the join, made here so that
-    it is an indexed read on every store (board.engine.db.joins_cheaply)."""
-    queues: dict[str, str] = {}
-    for begin in range(0, len(task_ids), _CHUNK):
-        queues.update(Task.objects.using(using).filter(pk__in=task_ids[begin:begin + _CHUNK])
-                      .values_list("pk", "queue"))
-    return queues
 

@@ -4,14 +4,19 @@ A waiting claim (`POST /api/claim` with `wait_seconds`) that found nothing is pa
 server (taskflow_site/serving.py) as an asyncio future: it holds no thread and no database
 connection while it waits. It is woken:
 
-- by the board's own commit signal: this process's outbox tailer (board/live/events.py) reads every
+- by the board's own commit signal: this process's outbox tailer (board/live/tailer.py) reads every
   committed event, from any process, and calls `notify_ready` with the queues of tasks that have
-  just become QUEUED; one waiter per such task is woken (oldest first), not all of them;
+  just become QUEUED (`newly_ready`); one waiter per such task is woken (oldest first), not all
+  of them;
 - by a short poll (`POLL_SECONDS`) that asks the database, once for every queue waited on, how
   many tasks are ready — what no event announces: a retry backoff ending.
 
 A woken waiter replays its claim, which may lose to another agent; it then waits again. Nothing
-here touches the database but the poll, which runs one bounded query per queue waited on.
+here touches the database but the poll, which runs one bounded query per queue waited on, and
+`newly_ready`, run by the tailer; both reads are board.engine.selectors'.
+
+This module is imported before Django is set up (taskflow_site/serving.py takes its header
+names), hence the imports of the board's modules inside the functions that use them.
 """
 from __future__ import annotations
 
@@ -20,7 +25,6 @@ import logging
 from collections import OrderedDict, defaultdict
 
 from asgiref.sync import sync_to_async
-from django.utils import timezone
 
 log = logging.getLogger("board.live.waiting")
 
@@ -48,9 +52,9 @@ class Waiters:
 
     async def wait(self, queue: str | None, timeout: float) -> bool:
         """Park until woken (True) or `timeout` seconds pass (False)."""
-        from board.live import events
+        from board.live import tailer  # which imports this module
 
-        events.ensure_tailer()  # the commit signal that wakes us
+        tailer.ensure_tailer()  # the commit signal that wakes us
         if self.poller is None or self.poller.done():
             self.poller = asyncio.get_running_loop().create_task(self._poll())
         future = asyncio.get_running_loop().create_future()
@@ -59,7 +63,7 @@ class Waiters:
         try:
             await asyncio.wait_for(future, timeout)
             return True
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return False
         finally:
             parked.pop(future, None)
@@ -101,10 +105,27 @@ class Waiters:
 
 def _ready_counts(wanted: dict[str | None, int]) -> dict[str | None, int]:
     """How many ready tasks each queue has, counting no further than its waiters."""
-    from board.engine.selectors import ready_tasks
+    from board.engine import selectors
 
-    now = timezone.now()
-    return {queue: len(ready_tasks(now, queue).values_list("pk", flat=True)[:n]) for queue, n in wanted.items()}
+    return selectors.ready_counts(wanted)
+
+
+def newly_ready(events: list) -> dict[str, int]:
+    """How many tasks each queue has gained among `events` (history rows, board.models.TaskEvent:
+    moved to QUEUED and still there): as many parked claims of that queue are woken. One query,
+    and only when some task has moved to QUEUED."""
+    from board.engine import selectors
+    from board.engine.lifecycle import Stage
+
+    moved = [e.task_id for e in events if e.to_stage == Stage.QUEUED]
+    if not moved:
+        return {}
+    queues = selectors.queues_of_queued(moved)
+    ready: dict[str, int] = {}
+    for task_id in moved:
+        if task_id in queues:
+            ready[queues[task_id]] = ready.get(queues[task_id], 0) + 1
+    return ready
 
 
 _waiters: Waiters | None = None

@@ -1,12 +1,12 @@
 """Seed a plan of dependent tasks and run a few simulated agents on it, so that a newcomer who runs
 this beside the server sees the board move. The agents use the engine as real agents use the
 API: claim, renew with checkpoints, pause, fail, mostly complete; a simulated operator admits
-the held approval and requeues what failed for good.
+the approval on hold and requeues what failed for good.
 
 At the default speed a run lasts a minute or two, long enough to watch every column; what a
 newcomer should see happens every run, not by chance (SCRIPT): a failure retried after its
 backoff, a failure with no retries left that the operator requeues, a pause resumed later, and
-a task held for approval. `--speed N` runs N times faster (the tests use it)."""
+a task on hold for approval. `--speed N` runs N times faster (the tests use it)."""
 import random
 import secrets
 import threading
@@ -18,7 +18,6 @@ from django.db import connections
 from board.engine import errors, selectors, transitions
 from board.engine.lifecycle import TERMINAL, Stage
 from board.engine.transitions import TaskSpec
-from board.models import Task
 
 SOURCES = ["docs", "issues", "wiki", "mail", "chat", "code"]
 # The demo's own queues: its agents claim only from these, so a demo run next to real work
@@ -37,7 +36,7 @@ REQUEUE_AFTER = 6.0  # how long the operator leaves a FAILED task before requeue
 
 
 def plan(run: str) -> list[TaskSpec]:
-    """27 tasks: fetch -> parse -> index -> check per source, a held approval, the merge of the
+    """27 tasks: fetch -> parse -> index -> check per source, an approval on hold, the merge of the
     checked indexes, then the report (after the merge and the approval)."""
     specs = []
     for name in SOURCES:
@@ -98,7 +97,7 @@ class Command(BaseCommand):
             stop.set()
             for worker in workers:
                 worker.join(timeout=30)
-        left = Task.objects.filter(pk__startswith=run).exclude(stage=Stage.COMPLETED).count()
+        left = selectors.count_starting_with(run, excluding=[Stage.COMPLETED])
         self.say(f"demo {run} finished in {time.monotonic() - started:.0f} s: "
                  f"{len(tasks) - left} of {len(tasks)} tasks completed")
         found = selectors.problems()
@@ -113,19 +112,19 @@ class Command(BaseCommand):
         return task_id.removeprefix(f"{self.run}-")
 
     def supervise(self, stop: threading.Event) -> None:
-        """Play the operator: admit the held approval once every index is checked (the merge is
+        """Play the operator: admit the approval on hold once every index is checked (the merge is
         then ready), requeue what failed for good after a while; end when everything is done."""
         run, failed_since = self.run, {}
         while not stop.is_set():
-            merge = Task.objects.filter(pk=f"{run}-merge").values_list("stage", flat=True).first()
+            merge = selectors.stage_of(f"{run}-merge")
             if merge != Stage.PENDING:
                 try:
                     transitions.admit(f"{run}-approve", actor="demo-operator", reason="every index checked")
-                    self.say("demo-operator admitted the held approve (every index is checked)")
+                    self.say("demo-operator admitted the approve on hold (every index is checked)")
                 except errors.BoardError:
                     pass  # already admitted
             now = time.monotonic()
-            for failed in Task.objects.filter(pk__startswith=run, stage=Stage.FAILED).values_list("pk", flat=True):
+            for failed in selectors.ids_starting_with(run, stage=Stage.FAILED):
                 if now - failed_since.setdefault(failed, now) < REQUEUE_AFTER / self.speed:
                     continue
                 try:
@@ -135,7 +134,7 @@ class Command(BaseCommand):
                 except errors.BoardError:
                     pass
                 failed_since.pop(failed, None)
-            unfinished = Task.objects.filter(pk__startswith=run).exclude(stage__in=TERMINAL).count()
+            unfinished = selectors.count_starting_with(run, excluding=TERMINAL)
             if unfinished == 0:
                 return
             time.sleep(0.5 / self.speed)

@@ -1,7 +1,7 @@
 """Serve the board: uvicorn worker processes on one port (HTTP through Django's WSGI handler,
 websockets through Channels: taskflow_site/asgi.py), and the reaper beside them, restarted if it
 dies. `make run` runs this (with --ensure-admin); so do the tests' and benchmarks' live servers
-(tests/live_server.py).
+(harness/board_server.py).
 
 Start-up ends with one banner, printed once the server answers HTTP (so that nothing it prints
 while starting comes after it): the addresses, and on the first run the administrator and the

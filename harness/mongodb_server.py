@@ -1,44 +1,38 @@
-"""The MongoDB server of the MongoDB test session: a real replica set named by TEST_MONGO_URL,
-or else a SecantusDB server started for this run (requirements-test.txt; a MongoDB-wire-
-compatible replica set with transactions, run here only as a test-time process: it is a beta
-under the GPL, never imported by the product). A pass on SecantusDB is evidence, not proof:
+"""The MongoDB server of the MongoDB test session and of `bench/claims.py --backends mongodb`:
+a real replica set named by TEST_MONGO_URL, or else a SecantusDB server started for this run
+(requirements-test.txt; a MongoDB-wire-compatible replica set with transactions, run here only
+as a test-time process: it is a beta under the GPL, never imported by the product). A pass on SecantusDB is evidence, not proof:
 TEST_MONGO_URL runs the same tests against a real `mongod` replica set.
 
-No Django imports: tests/mongodb_settings.py starts it before Django is configured."""
+No Django imports: tests/mongodb_settings.py (and bench/claims.py --backends mongodb) start it
+before Django is configured."""
 from __future__ import annotations
 
 import atexit
 import os
-import socket
 import subprocess
 import sys
 import time
-from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
+
+from harness import TEST_INSTALL
+from harness.board_server import ROOT, free_port
 
 START_TIMEOUT = 30
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _answers(url: str) -> bool:
     from pymongo import MongoClient
+    from pymongo.errors import PyMongoError
 
     client = MongoClient(url, serverSelectionTimeoutMS=500)
     try:
         client.admin.command("ping")
         return True
-    except Exception:
+    except PyMongoError:  # no server there yet (pymongo wraps socket errors in its own)
         return False
     finally:
         client.close()
-
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def start() -> tuple[str | None, str, str]:
@@ -54,18 +48,20 @@ def start() -> tuple[str | None, str, str]:
     try:
         import pymongo  # noqa: F401
     except ImportError:
-        return None, "", "pymongo is not installed (make test installs requirements-test.txt)"
+        return None, "", "pymongo is not installed (it is in requirements.txt)"
     try:
         import secantus  # noqa: F401  (only to know it is there: it runs in its own process)
     except ImportError:
-        return None, "", "SecantusDB (requirements-test.txt) is not installed"
-    port = _free_port()
-    log = open(os.devnull, "wb")
-    # tests/secantus_server.py: secantusd-py with the fixes the tests need.
+        return None, "", f"TEST_MONGO_URL is not set and SecantusDB is not installed; {TEST_INSTALL}"
+    port = free_port()
+    # harness/secantus_server.py: secantusd-py with the fixes the board's tests need.
     process = subprocess.Popen(
-        [sys.executable, "-m", "tests.secantus_server", "--host", "127.0.0.1", "--port", str(port),
+        [sys.executable, "-m", "harness.secantus_server", "--host", "127.0.0.1", "--port", str(port),
          "--storage-path", ":memory:", "--log-level", "WARNING"],
-        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with_parent)
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True,
+        # Called before the run starts threads of its own (as the settings load, or at the start
+        # of the bench's MongoDB rows), so no lock can be held across the fork.
+        preexec_fn=_die_with_parent)  # noqa: PLW1509
     atexit.register(_stop, process)
     url = f"mongodb://127.0.0.1:{port}/?directConnection=true"
     deadline = time.monotonic() + START_TIMEOUT

@@ -1,19 +1,16 @@
-"""The outbox tailer's cursor: every committed event is read exactly once, even when
+"""The outbox's cursor (board.live.outbox): every committed event is read exactly once, even when
 transactions commit out of id order (PostgreSQL), and nothing rolled back is ever read."""
-import asyncio
-import json
 import threading
 
 import pytest
-from asgiref.sync import sync_to_async
-from django.db import DatabaseError, connections
+from django.db import connections
 
 from board.engine import transitions
 from board.engine.db import write_transaction
 from board.engine.lifecycle import MAX_BATCH_TASKS
 from board.engine.transitions import TaskSpec
-from board.live import events
-from board.live.events import Cursor
+from board.live import outbox
+from board.live.outbox import Cursor
 from board.models import TaskEvent
 from tests.live_server import wait_until
 from tests.support import postgres_db_mark, sqlite_db_mark
@@ -107,7 +104,7 @@ def test_a_hole_is_kept_while_its_transaction_runs_and_given_up_once_it_rolled_b
     # horizon has ended. Transaction ids are the whole server's: other databases' transactions
     # (other test runs) may hold that moment back; the test waits for it, then reads once.
     (horizon,) = set(cursor.holes.values())
-    wait_until(lambda: events._oldest_running_xid(alias) >= horizon, 300, "older transactions ended")
+    wait_until(lambda: outbox._oldest_running_xid(alias) >= horizon, 300, "older transactions ended")
     assert read(cursor) == [] and cursor.holes == {}
     transitions.create(TaskSpec(id="after", title="after"), using=alias)
     assert [e.task_id for e in read(cursor)] == ["after"]
@@ -152,78 +149,11 @@ def test_concurrent_writers_every_event_read_exactly_once(alias):
     assert sorted(seen) == [i for i in all_event_ids(alias) if i > first_id] and len(seen) == 4 * 40 * 3
 
 
-@pytest.mark.parametrize("alias", [BACKENDS[0]])
-def test_parked_claims_are_woken_once_per_move_to_queued_of_a_task_still_queued(alias):
-    from board.live.events import newly_ready
-
-    cursor = cursor_at_the_end(alias)
-    transitions.create([TaskSpec(id="a1", title="a", queue="alpha"), TaskSpec(id="a2", title="a", queue="alpha"),
-                        TaskSpec(id="b1", title="b", queue="beta"),
-                        TaskSpec(id="held", title="h", queue="beta", hold=True)])
-    taken = transitions.claim("a2", "agent", 60)
-    transitions.release("a2", taken.lease.token)  # back to QUEUED: a second event for a2
-    transitions.claim("b1", "agent", 60)  # no longer ready when the tailer reads
-    events = read(cursor)
-    # a1 (create), a2 (create, release: both QUEUED events while it is QUEUED), b1 claimed since
-    assert newly_ready(events) == {"alpha": 3}
-    assert newly_ready([e for e in events if e.to_stage != "QUEUED"]) == {}
-
-
-class Socket:
-    """Stands in for a websocket: what is under test is what the tailer hands out."""
-
-    def __init__(self):
-        self.frames: asyncio.Queue = asyncio.Queue()
-
-    async def deliver(self, frame):
-        await self.frames.put(json.loads(frame))
-
-
-def tailer_scenario(work, expect_tasks: int, timeout: float = 30):
-    """Run this process's tailer with one socket, do `work` (committed, in a thread), and return
-    the task ids of the changes the socket received until it has `expect_tasks` of them."""
-
-    async def scenario():
-        tailer = events.ensure_tailer()
-        socket = Socket()
-        tailer.subscribers.add(socket)
-        try:
-            await asyncio.wait_for(tailer.ready.wait(), timeout=timeout)
-            await sync_to_async(work)()
-            seen: list[str] = []
-            while len(seen) < expect_tasks:
-                frame = await asyncio.wait_for(socket.frames.get(), timeout=timeout)
-                if frame["type"] == "tasks":
-                    seen += [item["event"]["task"] for item in frame["items"]]
-            return seen
-        finally:
-            tailer.task.cancel()
-
-    return asyncio.run(scenario())
-
-
-@pytest.mark.parametrize("alias", [BACKENDS[0]])
-def test_a_pass_that_fails_while_building_its_frame_is_read_again_not_lost(alias, monkeypatch):
-    real, failures = events.changes_for, []
-
-    def fails_once(batch):
-        if not failures:
-            failures.append([e.task_id for e in batch])
-            raise DatabaseError("the connection dropped while the frame was built")
-        return real(batch)
-
-    monkeypatch.setattr(events, "changes_for", fails_once)
-    work = lambda: transitions.create([TaskSpec(id=f"f{i}", title="f") for i in range(3)])
-    seen = tailer_scenario(work, 3)
-    assert failures == [["f0", "f1", "f2"]]  # the first attempt failed...
-    assert seen == ["f0", "f1", "f2"]  # ...and the same events were delivered by the next pass
-
-
 @pytest.mark.parametrize("alias", BACKENDS)
 def test_one_commit_larger_than_a_page_is_read_in_pages_each_event_once(alias):
     cursor = cursor_at_the_end(alias)
     first_id = cursor.last_id
-    total = 2 * events.EVENTS_PER_READ + 5
+    total = 2 * outbox.EVENTS_PER_READ + 5
     with write_transaction(alias):  # one commit, made of requests of at most MAX_BATCH_TASKS
         for start in range(0, total, MAX_BATCH_TASKS):
             transitions.create([TaskSpec(id=f"p{i}", title="p") for i in range(start, min(start + MAX_BATCH_TASKS, total))],
@@ -235,5 +165,5 @@ def test_one_commit_larger_than_a_page_is_read_in_pages_each_event_once(alias):
         pages.append(len(page.events))
         if not page.full:
             break
-    assert pages == [events.EVENTS_PER_READ, events.EVENTS_PER_READ, 5]
-    assert cursor.last_id == all_event_ids(alias)[-1] and cursor.last_id - first_id == 2 * events.EVENTS_PER_READ + 5
+    assert pages == [outbox.EVENTS_PER_READ, outbox.EVENTS_PER_READ, 5]
+    assert cursor.last_id == all_event_ids(alias)[-1] and cursor.last_id - first_id == 2 * outbox.EVENTS_PER_READ + 5

@@ -1,12 +1,16 @@
 """Plumbing for the browser tests and the board benchmark: Debian's Chromium driven by
-Playwright (the server they drive is tests.live_server.BoardServer). Also what the proxy tests
-(tests/test_proxy.py) need: Debian's nginx.
+Playwright (the server they drive is harness.board_server.BoardServer). Also what the proxy
+tests (tests/test_proxy.py) need: Debian's nginx.
 
-No Django import at module level: bench/board.py uses this before configuring Django."""
+Playwright is in requirements-test.txt, not requirements.txt: it is imported only by whoever
+drives the browser, after `browser_missing()` said it is there. No Django import at module
+level: bench/board.py uses this before configuring Django."""
 from __future__ import annotations
 
 import os
 from pathlib import Path
+
+from harness import TEST_INSTALL
 
 PROJECT = Path(__file__).resolve().parent.parent
 CHROMIUM = "/usr/bin/chromium"
@@ -28,7 +32,7 @@ def browser_missing() -> str | None:
     try:
         import playwright.sync_api  # noqa: F401
     except ImportError as exc:
-        return f"the playwright package is not installed ({exc})"
+        return f"playwright does not import ({exc}); {TEST_INSTALL}"
     return None
 
 

@@ -9,7 +9,7 @@ imports SecantusDB.
   user lacked every permission). Such specs are rewritten to the dotted form MongoDB treats as
   the same, before SecantusDB reads them.
 
-Run as `python -m tests.secantus_server --host ... --port ... --storage-path :memory:`."""
+Run as `python -m harness.secantus_server --host ... --port ... --storage-path :memory:`."""
 from __future__ import annotations
 
 import sys

@@ -1,0 +1,120 @@
+"""Every frame the board's websocket sends, built here and only here, from board.public.
+
+A frame is a JSON text, encoded once and handed as the same text to every socket:
+
+- `{"type": "snapshot", "last_event_id", "counts", "tasks", "problems", "more"}` then
+  `{"type": "snapshot_more", "tasks", "more"}` until "more" is false: the board when a socket
+  opens or asks again (`snapshot_frames`);
+- `{"type": "tasks", "items": [{"event", "task"}, ...]}`: a page of committed changes, each
+  event with its task as it is now (`changes_frame`);
+- `{"type": "problems", "problems"}`: the invariant problems, pushed when they change
+  (`problems_frame`);
+- `{"type": "insights", ...}`: the agents and throughput panel (board.live.insights computes its
+  data; `insights_frame` encodes it).
+
+Tasks appear as cards (`card_task`): the public task (board.public.public_task, never a lease
+token) without its bulky fields, which the details panel fetches from the API. Datetimes are
+written as the API writes them (DjangoJSONEncoder: ISO 8601 in UTC, to the millisecond, "Z"),
+which is what the snapshot's rows already hold (board.engine.selectors.json_time): a card reads
+the same whichever frame brought it.
+"""
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+from django.core.serializers.json import DjangoJSONEncoder
+
+from board.engine import selectors
+from board.models import Task, TaskEvent
+from board.public import public_event, public_task
+
+SNAPSHOT_PART = 1000  # tasks per frame: frames stay under 1 MiB (daphne's limit, and a common proxy limit)
+
+
+def encode(frame: dict) -> str:
+    """A frame as the text every socket is sent (datetimes as the API writes them)."""
+    return json.dumps(frame, cls=DjangoJSONEncoder)
+
+
+def card_task(task: Task, deps: list[str]) -> dict:
+    """What a card shows: the public task without its bulky fields (description, payload,
+    checkpoint, result), which the details panel fetches from the API when opened. `task` is a
+    Task or, for the snapshot, any object with its public fields (a row of CARD_COLUMNS)."""
+    card = public_task(task, deps)
+    for bulky in ("description", "payload", "checkpoint", "result"):
+        del card[bulky]
+    return card
+
+
+def live_event(event: TaskEvent) -> dict:
+    """The public event without a failure's traceback (up to 64 KiB each, and a frame carries
+    up to a page of the outbox, board.live.outbox.EVENTS_PER_READ events): the details panel
+    reads it from the API's history."""
+    data = public_event(event)
+    detail = data["detail"]
+    if isinstance(detail, dict) and "traceback" in detail:
+        data["detail"] = {**{k: v for k, v in detail.items() if k != "traceback"}, "has_traceback": True}
+    return data
+
+
+def changes_for(events: list[TaskEvent]) -> list[dict]:
+    """One item per event, in commit-read order, each carrying the task as it is now (its
+    version is at least the event's): the browser applies a task only when its version is newer
+    than what it shows. An event of a task no longer there is left out."""
+    if not events:
+        return []
+    tasks = selectors.live_tasks(list({e.task_id for e in events}))
+    return [{"event": live_event(e), "task": card_task(*tasks[e.task_id])} for e in events if e.task_id in tasks]
+
+
+def changes_frame(events: list[TaskEvent]) -> str | None:
+    """The "tasks" frame of a page of events, or None when none of them is left to show."""
+    changes = changes_for(events)
+    return encode({"type": "tasks", "items": changes}) if changes else None
+
+
+def problem_dicts() -> list[dict]:
+    return [{"task": p.task, "code": p.code, "text": p.text} for p in selectors.problems()]
+
+
+def problems_message() -> dict:
+    """The problems panel's content now (check() of the store), as the "problems" frame holds it."""
+    return {"type": "problems", "problems": problem_dicts()}
+
+
+def problems_frame(message: dict) -> str:
+    return encode(message)
+
+
+def insights_frame(data: dict) -> str:
+    """The agents and throughput panel (board.live.insights.compute's data, typed "insights")."""
+    return encode(data)
+
+
+def snapshot_frames(terminal_limit: int = 200, problems: list | None = None) -> list[str]:
+    """What a browser needs to draw the board, plus the event id it is current to, as encoded
+    frames: {"type": "snapshot", ..., "more": bool} then {"type": "snapshot_more", "tasks",
+    "more"} until "more" is false. `problems`: a recent check() result to reuse.
+
+    Built a part at a time from selectors.board_parts (one read that takes no write lock): only
+    the encoded frames and the part being built are held, never a model instance per task.
+    A frame is encoded once the next part is read (its "more" depends on it)."""
+    parts = selectors.board_parts(terminal_limit=terminal_limit, part_size=SNAPSHOT_PART)
+    head = next(parts)
+    if problems is None:
+        problems = problem_dicts()  # inside the board's read: the problems of the same board
+    frames: list[str] = []
+    frame = {"type": "snapshot", "last_event_id": head["last_event_id"], "counts": head["counts"],
+             "tasks": [], "problems": problems}
+    for part in parts:
+        if frame["tasks"]:
+            frames.append(encode({**frame, "more": True}))
+            frame = {"type": "snapshot_more", "tasks": []}
+        frame["tasks"] = [card_task(SimpleNamespace(**row, **_NOT_ON_CARDS), deps) for row, deps in part]
+    frames.append(encode({**frame, "more": False}))
+    return frames
+
+
+# card_task drops these; rows read for cards (selectors.CARD_COLUMNS) do not carry them.
+_NOT_ON_CARDS = {"description": "", "payload": None, "checkpoint": None, "result": None}

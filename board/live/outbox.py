@@ -1,0 +1,136 @@
+"""The history table read as an outbox: a cursor that reads every committed event exactly once.
+
+Every transition writes its TaskEvent in the same transaction as the change (board.engine.transitions),
+so an event exists exactly when a change committed: a refused or rolled-back change has none.
+The tailer (board.live.tailer) reads new events with a `Cursor`, page by page, and fans them out.
+
+Finding new events: ids are taken at insert, and on PostgreSQL two transactions can commit out of
+id order, so "id > last seen" alone could skip an event that commits late. The cursor remembers
+the ids it has not seen below the highest one it has (holes) and asks for them again on every
+read, however long that takes. A hole is given up only when it is proven never to commit: with
+each new hole the cursor takes a fresh transaction id (`pg_current_xact_id()`, after the events
+were read: the transaction that took the missing id already had its xid, which is therefore
+lower, since every event is written after its task row), and it drops the hole only after a read
+that looked for it began when the oldest running transaction (`pg_current_snapshot()`'s xmin)
+was past that mark: the writer had ended by then, so the id is absent because it rolled back. Transaction ids are the whole
+server's: a long transaction anywhere on it keeps holes (a few bytes each) until it ends. On
+SQLite ids are handed out under the write lock and committed before the next writer starts, so
+there are no holes.
+
+Reading is paged (EVENTS_PER_READ events, holes first as they have the lowest ids), page after
+page until caught up. `Cursor.read` changes nothing; the cursor moves (`Cursor.advance`) only
+once a page's frame was built and handed to the sockets: a pass that fails (a database error)
+reads the same events again next time, so nothing is skipped.
+
+The outbox reader is a read path of its own, apart from board.engine.selectors: its queries (the
+events after the cursor and in its holes, the server's transaction ids) have their own
+consistency rules, stated above: no read transaction, no snapshot of the board, and a result
+that is only trusted together with the transaction ids read around it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from django.db import connections
+from django.db.models import Q
+
+from board.engine import db
+from board.models import TaskEvent
+
+EVENTS_PER_READ = 1000
+MAX_HOLE_RUNS = 200  # runs of consecutive missing ids asked for per read (the rest: next pages)
+
+
+@dataclass
+class Page:
+    """One read of the outbox: its events (id order) and where the cursor would be after them.
+    Nothing moves until `Cursor.advance(page)`, called once the page's frame was handed out."""
+
+    events: list[TaskEvent]
+    last_id: int
+    holes: dict[int, int | None]
+    full: bool  # a whole page came back: more may be waiting, read again at once
+
+
+@dataclass
+class Cursor:
+    """Where a tailer is in the event table: the highest id seen, and the holes below it (ids
+    not seen yet, each with the transaction horizon that proves when it can be given up)."""
+
+    last_id: int
+    holes: dict[int, int | None] = field(default_factory=dict)
+    using: str = "default"
+
+    def read(self) -> Page:
+        """The next page of new events and of late ones filling holes, in id order. Runs in a
+        sync thread; changes nothing (see `advance`)."""
+        late_commits = not db.ids_follow_commit_order(self.using)
+        # Read BEFORE the events: every transaction older than this has ended by the time the
+        # events are read, so a hole it left that is still missing then never commits.
+        settled = _oldest_running_xid(self.using) if late_commits and self.holes else None
+        runs = _runs(sorted(self.holes))[:MAX_HOLE_RUNS]
+        wanted = Q(id__gt=self.last_id)
+        for first, last in runs:
+            wanted |= Q(id__range=(first, last))
+        rows = list(TaskEvent.objects.using(self.using).filter(wanted).order_by("id")[:EVENTS_PER_READ])
+        full = len(rows) == EVENTS_PER_READ
+        holes, last_id, new_holes = dict(self.holes), self.last_id, []
+        for event in rows:
+            holes.pop(event.id, None)
+            if event.id > last_id:
+                new_holes.extend(range(last_id + 1, event.id))
+                last_id = event.id
+        if late_commits:
+            if new_holes:
+                # Taken AFTER the events were read: the transaction that took a missing id had
+                # its xid before a later id committed, so its xid is below this one.
+                horizon = _new_xid(self.using)
+                holes.update(dict.fromkeys(new_holes, horizon))
+            if settled is not None:
+                # Only holes this read looked at may be given up (a full page stops early).
+                looked_up_to = rows[-1].id if full else last_id
+                covered = {i for first, last in runs for i in range(first, min(last, looked_up_to) + 1)}
+                holes = {i: h for i, h in holes.items() if not (i in covered and h is not None and h <= settled)}
+        else:
+            # SQLite hands out ids under the write lock and commits before the next writer
+            # starts, and MongoDB's writers take theirs from one counter document in their
+            # transaction (board.engine.db.number_rows): an id below one already read that is not
+            # there was rolled back.
+            holes = {}
+        return Page(rows, last_id, holes, full)
+
+    def advance(self, page: Page) -> None:
+        self.last_id, self.holes = page.last_id, page.holes
+
+
+def latest_event_id(using: str = "default") -> int:
+    """Where a new cursor starts: after the last event committed so far (a tailer sends only
+    what commits after it started; a socket's snapshot covers the rest)."""
+    return TaskEvent.objects.using(using).order_by("-id").values_list("id", flat=True).first() or 0
+
+
+def _runs(ids: list[int]) -> list[tuple[int, int]]:
+    """Sorted ids as runs of consecutive ids: a big transaction's missing ids are one range."""
+    runs: list[tuple[int, int]] = []
+    for i in ids:
+        if runs and runs[-1][1] == i - 1:
+            runs[-1] = (runs[-1][0], i)
+        else:
+            runs.append((i, i))
+    return runs
+
+
+def _oldest_running_xid(using: str) -> int:
+    """The oldest transaction still running on the server (every older one has ended)."""
+    with connections[using].cursor() as cursor:
+        cursor.execute("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint")
+        return cursor.fetchone()[0]
+
+
+def _new_xid(using: str) -> int:
+    """A transaction id handed out now, so above that of every transaction running already.
+    (Not the snapshot's xmax: that is one past the highest *completed* xid, and a running
+    transaction may have a higher one.) Costs one xid, only on a read that found new holes."""
+    with connections[using].cursor() as cursor:
+        cursor.execute("SELECT pg_current_xact_id()::text::bigint")
+        return cursor.fetchone()[0]

@@ -1,0 +1,238 @@
+"""The tailer: one per server process, it reads the outbox and fans each page out to the sockets.
+
+In each server process one `Tailer` reads new events in id order (board.live.outbox) and fans
+them out to that process's sockets and parked claims. A change made anywhere (another server
+process, the reaper, a management command, the admin) therefore reaches every browser, after
+its commit. It is started by the first socket (board.live.consumers) or parked claim
+(board.live.waiting) of the process (`ensure_tailer`).
+
+The fan-out does not go through a channel layer: the in-memory layer deep-copies every message
+for every socket (about 3 ms per event at 100 sockets) and drops messages once a socket's queue
+is full, and the Redis layer delivers at most once. The tailer encodes one frame per page of
+events (a batch of changes, board.live.frames) and hands that same text to each subscribed
+socket of its process, without waiting for any of them (each socket queues it:
+board.live.consumers).
+
+Reading is paged, page after page until caught up, one frame per page; the cursor moves only
+after a page's frame was built and handed to the sockets, so a pass that fails (a database
+error) reads the same events again next time (board.live.outbox).
+
+Waking up: the tailer polls a few times a second. A commit in this process wakes it at once
+(passes are at least MIN_PASS_SECONDS apart, so a burst of commits is read in one pass);
+with a Redis channel layer (REDIS_URL) a commit in any process wakes every tailer through the
+doorbell (board.live.doorbell), which is never the only carrier of an update: a Redis that
+hangs or refuses only leaves the poll to do it.
+
+Besides the changes, the tailer keeps two panels current for its sockets, each computed once
+per process however many sockets watch: the invariant problems (debounced: at most every
+PROBLEMS_MIN_INTERVAL_SECONDS, and on a timer, since a lease expires without any event) and the
+agents and throughput panel (board.live.insights: at most every INSIGHTS_MIN_INTERVAL_SECONDS,
+in a task of its own).
+
+Nothing here ever carries a lease token: frames are built by board.live.frames from
+board.public.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+import time
+from typing import Protocol
+
+from asgiref.sync import sync_to_async
+from channels.db import database_sync_to_async
+from django.conf import settings
+
+from board.live import doorbell, frames, insights, outbox, waiting
+
+log = logging.getLogger("board.live.tailer")
+
+POLL_SECONDS = 0.1  # one indexed "id > last" query: cheap enough to ask ten times a second
+MIN_PASS_SECONDS = 0.02  # at most 50 passes a second, however often commits ring
+PROBLEMS_MIN_INTERVAL_SECONDS = 0.5  # the problems panel is recomputed at most twice a second
+PROBLEMS_REFRESH_SECONDS = 2.0  # and also on a timer: a lease expires without any event
+# The agents and throughput panel (board.live.insights) reads an hour of history: at most once every
+# few seconds however busy the board, and on a timer too, as its minutes roll on.
+INSIGHTS_MIN_INTERVAL_SECONDS = 3.0
+INSIGHTS_REFRESH_SECONDS = 30.0
+
+
+class Subscriber(Protocol):
+    """What the tailer needs of a socket (board.live.consumers.BoardConsumer implements it)."""
+
+    async def deliver(self, frame: str) -> None: ...
+
+
+class Tailer:
+    def __init__(self) -> None:
+        self.subscribers: set[Subscriber] = set()
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.wake = asyncio.Event()
+        self.ready = asyncio.Event()  # set once it listens (cursor placed, a working doorbell answered)
+        self.task: asyncio.Task | None = None
+        self.problems_sent: list = []  # snapshots carry the problems; push only changes
+        self.problems_at = 0.0
+        self.problems_dirty = True
+        # board.live.insights: computed here once for every socket of this process.
+        self.insights = insights.Insights()
+        self.insights_frame: str | None = None  # the last one computed (a new socket gets it)
+        self.insights_at = 0.0
+        # Nothing is computed before a socket asks (after its snapshot) or a change is read.
+        self.insights_dirty = False
+        self.insights_failing = False
+        self.insights_task: asyncio.Task | None = None
+
+    def want_insights(self) -> None:
+        """A socket has no insights frame yet: compute one on the next pass (rate limits apply)."""
+        self.insights_dirty = True
+        self.wake.set()
+
+    def wake_threadsafe(self) -> None:
+        if self.loop is not None and not self.loop.is_closed():
+            self.loop.call_soon_threadsafe(self.wake.set)
+
+    async def run(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        cursor = outbox.Cursor(await sync_to_async(outbox.latest_event_id)())
+        doorbell_task = None
+        if getattr(settings, "REDIS_URL", ""):
+            listening = asyncio.Event()
+            doorbell_task = asyncio.create_task(doorbell.listen(self.wake, listening))
+            # A working Redis is listening before `ready`; a broken one only delays the start
+            # this long (the poll does not need it).
+            try:
+                await asyncio.wait_for(listening.wait(), timeout=doorbell.DOORBELL_TIMEOUT_SECONDS)
+            except TimeoutError:
+                pass
+        self.ready.set()
+        try:
+            while True:
+                # asgiref's sync_to_async swallows a cancellation that comes while its thread
+                # runs (it waits for the thread and returns its result): honour it here, or
+                # this loop outlives the shutdown of its event loop, which then never ends.
+                if asyncio.current_task().cancelling():
+                    raise asyncio.CancelledError
+                try:
+                    await asyncio.wait_for(self.wake.wait(), timeout=POLL_SECONDS)
+                except TimeoutError:
+                    pass
+                # Under load every commit rings: gather what committed meanwhile into one pass.
+                await asyncio.sleep(MIN_PASS_SECONDS)
+                self.wake.clear()
+                try:
+                    await self._pass(cursor)
+                except Exception:  # a database hiccup must not stop live updates for good
+                    log.exception("live update pass failed; retrying")
+                    await asyncio.sleep(POLL_SECONDS)
+        finally:
+            if doorbell_task is not None:
+                doorbell_task.cancel()
+            if self.insights_task is not None:
+                self.insights_task.cancel()
+
+    async def _pass(self, cursor: outbox.Cursor) -> None:
+        while True:  # page after page until caught up: a big commit is never left half read
+            to_sockets = bool(self.subscribers)
+
+            def read(to_sockets=to_sockets):
+                page = cursor.read()
+                # With no socket to feed, only parked claims listen, and they need no card.
+                frame = frames.changes_frame(page.events) if to_sockets else None
+                return page, frame, waiting.newly_ready(page.events)
+
+            # database_sync_to_async: a connection the database dropped is replaced, not reused.
+            page, frame, ready = await database_sync_to_async(read)()
+            if ready:
+                waiting.waiters().notify_ready(ready)
+            if frame is not None:
+                await self._broadcast(frame)
+                self.problems_dirty = True
+                self.insights_dirty = True
+            # Only now: a pass that failed before this point reads the same events again.
+            cursor.advance(page)
+            if not page.full:
+                break
+        if not self.subscribers:
+            return  # nobody to tell: check() waits for a socket
+        now = time.monotonic()
+        due = self.problems_dirty or now - self.problems_at >= PROBLEMS_REFRESH_SECONDS
+        if due and now - self.problems_at >= PROBLEMS_MIN_INTERVAL_SECONDS:
+            def compute():
+                # The start of the computation is what the interval is measured from (the sync
+                # thread may have kept us waiting since `now`).
+                self.problems_at = time.monotonic()
+                return frames.problems_message()
+
+            self.problems_dirty = False
+            message = await sync_to_async(compute)()
+            if message["problems"] != self.problems_sent:
+                self.problems_sent = message["problems"]
+                await self._broadcast(frames.problems_frame(message))
+        self._start_insights()
+
+    def _start_insights(self) -> None:
+        """Recompute the insights when something changed (or, once sent, on the refresh timer),
+        at most every INSIGHTS_MIN_INTERVAL_SECONDS, in a task of its own: reading an hour of
+        history must not hold up the changes this loop fans out."""
+        if self.insights_task is not None and not self.insights_task.done():
+            return
+        now = time.monotonic()
+        timer = self.insights_frame is not None and now - self.insights_at >= INSIGHTS_REFRESH_SECONDS
+        if not (self.insights_dirty or timer) or now - self.insights_at < INSIGHTS_MIN_INTERVAL_SECONDS:
+            return
+        self.insights_at = now
+        self.insights_dirty = False
+        self.insights_task = asyncio.get_running_loop().create_task(self._push_insights())
+
+    async def _push_insights(self) -> None:
+        """Compute the insights and push them when they differ from the last push. A failure is
+        logged once per run of failures and leaves the other updates alone."""
+        try:
+            # Not in the thread every socket's snapshot and this loop's reads share
+            # (thread-sensitive): a slow computation must not delay them.
+            data = await database_sync_to_async(self.insights.compute, thread_sensitive=False)()
+        except Exception:  # the panel waits for the next try; the board goes on
+            if not self.insights_failing:
+                log.exception("could not compute the insights panel; retrying")
+            self.insights_failing = True
+            return
+        self.insights_failing = False
+        previous = json.loads(self.insights_frame) if self.insights_frame else None
+        self.insights_frame = frames.insights_frame(data)
+        # "now" alone moving is no news.
+        if previous is None or {**previous, "now": None} != {**data, "now": None}:
+            await self._broadcast(self.insights_frame)
+
+    def recent_problems(self) -> list | None:
+        """The last check() result if it is fresh enough to put in a snapshot, else None."""
+        if self.problems_at and not self.problems_dirty and time.monotonic() - self.problems_at < PROBLEMS_REFRESH_SECONDS:
+            return self.problems_sent
+        return None
+
+    async def _broadcast(self, frame: str) -> None:
+        for subscriber in list(self.subscribers):
+            try:
+                await subscriber.deliver(frame)
+            except Exception:  # one broken socket must not starve the others
+                log.exception("could not deliver to a socket; dropping it")
+                self.subscribers.discard(subscriber)
+
+
+_local_tailer: Tailer | None = None
+_local_lock = threading.Lock()
+
+
+def ensure_tailer() -> Tailer:
+    """Start this process's tailer on the running event loop, once; a commit in this process
+    wakes it (board.live.doorbell.announce_commit)."""
+    global _local_tailer
+    with _local_lock:
+        tailer = _local_tailer
+        if tailer is None or tailer.task is None or tailer.task.done() or tailer.loop is not asyncio.get_running_loop():
+            tailer = Tailer()
+            tailer.task = asyncio.get_running_loop().create_task(tailer.run())
+            _local_tailer = tailer
+            doorbell.listen_here(tailer.wake_threadsafe)
+    return tailer

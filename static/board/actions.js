@@ -1,0 +1,174 @@
+// The operator's actions: the buttons of the details panel and drag and drop between columns,
+// offered only to a user who may intervene (data-can-intervene) and only where the lifecycle
+// has the move (the page's MOVES). Each POSTs /api/tasks/<id>/<verb> with the session cookie,
+// the CSRF token and the version the card shows, so a move that lost a race is refused (409)
+// and the card goes back to where the server says it is. Cancel asks first (the dialog): a
+// reason for the history, and which waiting tasks it would strand.
+
+import { CAN_INTERVENE, COLUMN_ELS, el, MOVES, showMessage, STAGES } from "./page.js";
+import { applyTask, strandedBy, tasks } from "./store.js";
+import { cards, cardsOf, detach, markDirty, newChunk } from "./render.js";
+import { openTaskId, renderDetails } from "./details.js";
+
+// The operator's verbs and their endpoints. FAILED -> QUEUED is offered as "retry": a requeue
+// that also gives the task its attempts back (a FAILED task usually has none left).
+const HUMAN_VERBS = {
+  admit: { path: "admit", label: "Admit" },
+  requeue: { path: "requeue", label: "Requeue" },
+  force_release: { path: "force-release", label: "Release" },
+  force_pause: { path: "force-pause", label: "Pause" },
+  cancel: { path: "cancel", label: "Cancel" },
+};
+
+/** The human actions the lifecycle allows from `stage`: [{verb, to, path, label, extra}]. */
+function allowedFrom(stage) {
+  if (!CAN_INTERVENE) return [];
+  const out = [];
+  for (const [from, verb, to] of MOVES) {
+    if (from !== stage || !HUMAN_VERBS[verb]) continue;
+    const action = { verb, to, ...HUMAN_VERBS[verb], extra: {} };
+    if (verb === "requeue" && stage === "FAILED") {
+      action.label = "Retry";
+      action.extra = { reset_attempts: true };
+    }
+    out.push(action);
+  }
+  return out;
+}
+
+const ACTIONS = new Map(STAGES.map((s) => [s, allowedFrom(s)]));
+
+/** The actions offered for a task in `stage` (none to a user who may not intervene). */
+export function actionsFor(stage) {
+  return ACTIONS.get(stage) || [];
+}
+
+function csrfToken() {
+  const match = document.cookie.match(/(?:^|;\s*)csrftoken=([^;]+)/);
+  return match ? decodeURIComponent(match[1]) : "";
+}
+
+// ------------------------------------------------------------------------------------------
+// Cancel asks first: a reason for the history, and which waiting tasks it strands
+
+const cancelDialog = document.getElementById("cancel-dialog");
+
+/** Ask before cancelling `id`: resolves to {reason} when confirmed, null when dismissed. */
+function confirmCancel(id) {
+  const { ids, complete } = strandedBy(id);
+  cancelDialog.querySelector(".cancel-task").textContent = id;
+  const list = cancelDialog.querySelector(".stranded");
+  const shown = ids.slice(0, 50);
+  list.replaceChildren(...shown.map((d) => el("li", null, `${d}: ${tasks.get(d).title}`)));
+  if (ids.length > shown.length) list.append(el("li", null, `and ${ids.length - shown.length} more`));
+  if (!complete) list.append(el("li", "possibly-more", "and possibly more (the board has not loaded every task)"));
+  cancelDialog.querySelector(".stranded-none").hidden = ids.length > 0 || !complete;
+  cancelDialog.querySelector(".stranded-some").hidden = ids.length === 0 && complete;
+  const reason = cancelDialog.querySelector("textarea");
+  reason.value = "";
+  cancelDialog.returnValue = "";
+  return new Promise((resolve) => {
+    cancelDialog.addEventListener("close", () => {
+      resolve(cancelDialog.returnValue === "confirm" ? { reason: reason.value.trim() } : null);
+    }, { once: true });
+    cancelDialog.showModal();
+    reason.focus();
+  });
+}
+
+/** Send `action` for task `id`; the card waits in the target column until the answer. */
+export async function act(id, action) {
+  const task = tasks.get(id);
+  if (!task) return;
+  if (action.verb === "cancel") {
+    const answer = await confirmCancel(id);
+    if (!answer) return; // dismissed: nothing sent, nothing moved
+    action = { ...action, extra: { ...action.extra, ...(answer.reason ? { reason: answer.reason } : {}) } };
+  }
+  const card = cards.get(id);
+  if (card) {
+    card.classList.add("pending");
+    if (action.to !== task.stage) { // shown where it is going until the server answers
+      detach(card);
+      const container = cardsOf(action.to);
+      if (!container.firstElementChild) container.append(newChunk(1));
+      container.firstElementChild.prepend(card);
+    }
+  }
+  let response = null;
+  let body = null;
+  try {
+    response = await fetch(`/api/tasks/${encodeURIComponent(id)}/${action.path}`, {
+      method: "POST",
+      credentials: "same-origin",
+      headers: { "Content-Type": "application/json", "X-CSRFToken": csrfToken() },
+      body: JSON.stringify({ version: task.version, ...action.extra }),
+    });
+    body = await response.json().catch(() => null);
+  } catch (err) {
+    body = { error: { message: `network error: ${err.message || err}` } };
+  }
+  card?.classList.remove("pending");
+  if (response && response.ok && body && body.id) {
+    applyTask(body);
+    showMessage(`${action.label}: ${id} is now ${body.stage}`);
+  } else {
+    const error = (body && body.error) || {};
+    if (error.task) applyTask(error.task);
+    const what = error.message || (response ? `HTTP ${response.status}` : "no answer");
+    showMessage(`${action.label} ${id} refused: ${what}`, "error");
+  }
+  markDirty(id); // back where the state says it is
+  if (openTaskId() === id) renderDetails(true);
+}
+
+// ------------------------------------------------------------------------------------------
+// Drag and drop: a card onto a column its stage has a move to
+
+let dragging = null; // {id, targets: Map stage -> action}
+
+function clearDropTargets() {
+  for (const column of COLUMN_ELS.values()) column.classList.remove("drop-ok", "drop-over", "drop-no");
+  document.body.classList.remove("dragging");
+}
+
+export function startDragAndDrop() {
+  if (!CAN_INTERVENE) return;
+  const columns = document.getElementById("columns");
+  columns.addEventListener("dragstart", (e) => {
+    const card = e.target.closest?.(".card");
+    const task = card && tasks.get(card.dataset.id);
+    if (!task) return;
+    const targets = new Map(actionsFor(task.stage).map((a) => [a.to, a]));
+    dragging = { id: task.id, targets };
+    e.dataTransfer.effectAllowed = "move";
+    e.dataTransfer.setData("text/plain", task.id);
+    document.body.classList.add("dragging");
+    for (const [stage, column] of COLUMN_ELS) {
+      column.classList.add(targets.has(stage) ? "drop-ok" : "drop-no");
+    }
+  });
+  columns.addEventListener("dragend", () => {
+    dragging = null;
+    clearDropTargets();
+  });
+  for (const [stage, column] of COLUMN_ELS) {
+    column.addEventListener("dragover", (e) => {
+      if (!dragging || !dragging.targets.has(stage)) return; // not offered: the drop is refused
+      e.preventDefault();
+      e.dataTransfer.dropEffect = "move";
+      column.classList.add("drop-over");
+    });
+    column.addEventListener("dragleave", (e) => {
+      if (!column.contains(e.relatedTarget)) column.classList.remove("drop-over");
+    });
+    column.addEventListener("drop", (e) => {
+      if (!dragging || !dragging.targets.has(stage)) return;
+      e.preventDefault();
+      const { id, targets } = dragging;
+      dragging = null;
+      clearDropTargets();
+      act(id, targets.get(stage));
+    });
+  }
+}

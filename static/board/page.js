@@ -1,0 +1,44 @@
+// What the page (templates/board/board.html, rendered by board/views.py) hands the board's
+// modules, read once: the columns and stages, the lifecycle's moves, whether this user may act,
+// where the login and the admin are. Plus the few DOM helpers every module uses.
+//
+// Imports nothing: every other module of the board may import it.
+
+/** stage -> its column element, in the order the page lists them (the lifecycle's). */
+export const COLUMN_ELS = new Map([...document.querySelectorAll("#columns .column")].map((c) => [c.dataset.stage, c]));
+export const STAGES = [...COLUMN_ELS.keys()];
+/** Every legal move of the lifecycle as [from stage, verb, to stage] (board.lifecycle.TRANSITIONS). */
+export const MOVES = JSON.parse(document.getElementById("moves").textContent);
+/** Terminal stages are those no move leaves (COMPLETED, CANCELLED): the snapshot carries only
+ * their most recent tasks, and their columns list the most recent first. */
+export const TERMINAL = new Set(STAGES.filter((s) => !MOVES.some(([from]) => from === s)));
+export const CAN_INTERVENE = document.body.dataset.canIntervene === "true";
+export const LOGIN_URL = document.body.dataset.loginUrl;
+export const ADMIN_URL = document.body.dataset.adminUrl;
+
+export const columnsEl = document.getElementById("columns");
+
+export function el(tag, cls, text) {
+  const e = document.createElement(tag);
+  if (cls) e.className = cls;
+  if (text !== undefined && text !== null) e.textContent = text;
+  return e;
+}
+
+let messageTimer = null;
+
+/** A note in the top bar (an action's outcome, a failed load), hidden after a while. */
+export function showMessage(text, kind = "info") {
+  const box = document.getElementById("message");
+  box.textContent = text;
+  box.dataset.kind = kind;
+  box.hidden = false;
+  clearTimeout(messageTimer);
+  messageTimer = setTimeout(() => { box.hidden = true; }, kind === "error" ? 15000 : 6000);
+}
+
+/** The admin's change page of a task: its id quoted as django.contrib.admin.utils.quote does. */
+export function adminUrl(id) {
+  const quoted = id.replace(/[":/_#?;@&=+$,[\]<>%\n\\]/g, (c) => `_${c.charCodeAt(0).toString(16).toUpperCase().padStart(2, "0")}`);
+  return `${ADMIN_URL}board/task/${encodeURIComponent(quoted)}/change/`;
+}

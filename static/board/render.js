@@ -1,0 +1,383 @@
+// Drawing the board from the model (store.js): the cards in their columns, each column's count
+// and "show more", the problems panel. A snapshot builds every column once (DocumentFragment);
+// after that a change redraws only its cards (and those of the tasks that wait for it), batched
+// per animation frame. Leases count down and "3m in RUNNING" ages tick once a second on the
+// client's clock.
+
+import { adminUrl, CAN_INTERVENE, COLUMN_ELS, el, showMessage, STAGES, TERMINAL } from "./page.js";
+import {
+  counts, depDone, getProblems, loadOlder, onChange, order, positionOf, showMoreCursor, tasks,
+} from "./store.js";
+import { openTaskId, renderDetails } from "./details.js";
+import { clearFilters, currentFilter, matches, matchingCounts, refreshFilterChoices } from "./view.js";
+
+export const cards = new Map(); // id -> card element (only for tasks on the board)
+const SHOW_MORE_PAGE = 200;
+
+const dirty = new Set();
+let frameRequested = false;
+let countsDirty = false;
+let highlighted = null; // the card a problem pointed at
+
+export function markDirty(id) {
+  dirty.add(id);
+  countsDirty = true;
+  scheduleFrame();
+}
+
+function scheduleFrame() {
+  if (frameRequested) return;
+  frameRequested = true;
+  const run = () => {
+    if (!frameRequested) return;
+    frameRequested = false;
+    flush();
+  };
+  requestAnimationFrame(run);
+  setTimeout(run, 300); // background tabs get no frames: still keep the DOM current
+}
+
+export function cardsOf(stage) {
+  return COLUMN_ELS.get(stage).querySelector(".cards");
+}
+
+// Cards sit in chunks of about CHUNK: the browser skips the style and layout of every chunk
+// out of view (content-visibility), which makes the first frame of 10,000 cards ~10x faster
+// than with the cards as direct children.
+const CHUNK = 100;
+const CARD_HEIGHT_GUESS = 90; // px, until a chunk has been rendered once
+
+export function newChunk(size) {
+  const chunk = el("div", "chunk");
+  chunk.style.containIntrinsicHeight = `auto ${Math.max(1, size) * CARD_HEIGHT_GUESS}px`;
+  return chunk;
+}
+
+export function detach(card) {
+  const chunk = card.parentNode;
+  card.remove();
+  if (chunk && chunk.classList.contains("chunk") && !chunk.firstChild) chunk.remove();
+}
+
+/** Put `card` right before `next` (a card in `container`), or at the end when null. */
+function place(container, card, next) {
+  if (next) {
+    const chunk = next.parentNode;
+    chunk.insertBefore(card, next);
+    if (chunk.childElementCount >= 2 * CHUNK) { // split a chunk that grew too big
+      const second = newChunk(CHUNK);
+      while (chunk.childElementCount > CHUNK) second.prepend(chunk.lastElementChild);
+      chunk.after(second);
+    }
+    return;
+  }
+  let last = container.lastElementChild;
+  if (!last || last.childElementCount >= CHUNK) container.append((last = newChunk(1)));
+  last.append(card);
+}
+
+/** Every column from scratch (after a snapshot, or when too many cards changed at once). */
+export function renderAll() {
+  dirty.clear();
+  cards.clear();
+  const filter = currentFilter();
+  for (const stage of STAGES) {
+    const fragment = document.createDocumentFragment();
+    const ids = order.get(stage);
+    for (let start = 0; start < ids.length; start += CHUNK) {
+      const chunk = newChunk(Math.min(CHUNK, ids.length - start));
+      for (const id of ids.slice(start, start + CHUNK)) {
+        const card = buildCard(tasks.get(id), filter);
+        cards.set(id, card);
+        chunk.appendChild(card);
+      }
+      fragment.appendChild(chunk);
+    }
+    cardsOf(stage).replaceChildren(fragment);
+  }
+  refreshFilterChoices();
+  renderCounts();
+  renderProblems();
+  renderDetails(false);
+  tickLeases();
+  if (highlighted && cards.has(highlighted)) cards.get(highlighted).classList.add("highlight");
+}
+
+function flush() {
+  if (dirty.size > 2000) {
+    renderAll();
+    return;
+  }
+  const filter = currentFilter();
+  const ids = [...dirty];
+  dirty.clear();
+  // Create or refill every dirty card, then place each.
+  const placed = [];
+  for (const id of ids) {
+    const task = tasks.get(id);
+    if (!task) continue;
+    let card = cards.get(id);
+    if (card) fillCard(card, task, filter);
+    else cards.set(id, (card = buildCard(task, filter)));
+    placed.push(task);
+  }
+  // Take them out first: then every card still in a column is where the order says, and
+  // each dirty card goes right before the nearest following card that is in place.
+  for (const task of placed) detach(cards.get(task.id));
+  for (const task of placed) {
+    const card = cards.get(task.id);
+    const column = order.get(task.stage);
+    const container = cardsOf(task.stage);
+    let i = positionOf(column, task);
+    if (column[i] !== task.id) i = column.indexOf(task.id);
+    let next = null;
+    for (i += 1; i < column.length; i++) {
+      const candidate = cards.get(column[i]);
+      if (candidate && candidate.parentNode && candidate.parentNode.parentNode === container) {
+        next = candidate;
+        break;
+      }
+    }
+    place(container, card, next);
+  }
+  if (countsDirty) {
+    countsDirty = false;
+    renderCounts();
+  }
+  const open = openTaskId();
+  if (open && ids.includes(open)) renderDetails(true);
+  refreshFilterChoices();
+}
+
+export function renderCounts() {
+  const shown = matchingCounts();
+  // A board with no task at all says how to get some (the hints are in board.html).
+  document.getElementById("empty-board").hidden = STAGES.some((s) => counts[s] > 0);
+  for (const stage of STAGES) {
+    const column = COLUMN_ELS.get(stage);
+    column.classList.toggle("empty", !(counts[stage] > 0));
+    column.querySelector("h2 .count").textContent = shown ? `${shown[stage]} of ${counts[stage] || 0}` : counts[stage] || 0;
+    const more = column.querySelector(".show-more");
+    if (more && TERMINAL.has(stage)) {
+      const hidden = (counts[stage] || 0) - order.get(stage).length;
+      more.hidden = hidden <= 0 || showMoreCursor.get(stage) === null;
+      more.textContent = `show more (${hidden} older)`;
+    }
+  }
+}
+
+// ------------------------------------------------------------------------------------------
+// Cards
+
+function formatDuration(ms) {
+  const s = Math.max(0, Math.floor(ms / 1000));
+  if (s < 60) return `${s}s`;
+  const m = Math.floor(s / 60);
+  if (m < 60) return `${m}m ${String(s % 60).padStart(2, "0")}s`;
+  return `${Math.floor(m / 60)}h ${String(m % 60).padStart(2, "0")}m`;
+}
+
+/** A coarse age for "3m in RUNNING": seconds only in the first minute, then minutes, hours, days. */
+function formatAge(ms) {
+  const s = Math.max(0, Math.floor(ms / 1000));
+  if (s < 60) return `${s}s`;
+  const m = Math.floor(s / 60);
+  if (m < 60) return `${m}m`;
+  const h = Math.floor(m / 60);
+  if (h < 24) return `${h}h ${m % 60}m`;
+  return `${Math.floor(h / 24)}d ${h % 24}h`;
+}
+
+function adminLink(id) {
+  const a = el("a", "admin-link", "admin");
+  a.href = adminUrl(id);
+  a.title = `${id} in the admin`;
+  return a;
+}
+
+function buildCard(task, filter) {
+  const card = el("article", "card");
+  card.dataset.id = task.id;
+  card.tabIndex = 0;
+  if (CAN_INTERVENE) card.draggable = true;
+  fillCard(card, task, filter);
+  return card;
+}
+
+// A card is kept small (a few elements): 10,000 of them must build and lay out quickly. The
+// two elements that tick are kept on the card: card.inStageEl ("3m in RUNNING") and
+// card.leaseEl (the lease's countdown, RUNNING only).
+function fillCard(card, task, filter) {
+  card.dataset.stage = task.stage;
+  card.dataset.version = task.version;
+  card.hidden = filter ? !matches(task, filter) : false;
+  const head = el("div", "card-head");
+  head.append(el("b", "card-id", task.id), ` P${task.priority} · ${task.queue}`, adminLink(task.id));
+  const meta = el("div", "card-meta");
+  // Fence and version are in the details panel: the card says who, how often, how long.
+  card.inStageEl = el("span", "in-stage");
+  card.inStageText = "";
+  meta.append(el("span", "owner", task.owner || "—"),
+    ` · attempts ${task.attempts}/${task.max_retries + 1} · `, card.inStageEl);
+  updateInStage(card, task, Date.now());
+  card.leaseEl = null;
+  if (task.stage === "RUNNING" && task.leaseExpiresMs !== null) {
+    card.leaseEl = el("span", "lease");
+    meta.append(" ", card.leaseEl);
+  }
+  const parts = [head, el("div", "card-title", task.title), meta];
+  const progress = task.progress !== null && task.progress !== undefined;
+  const held = task.hold && task.stage === "PENDING";
+  const { error, attempt } = troubleBadges(task);
+  if (error || attempt || held || progress) {
+    const badges = el("div", "badges");
+    if (error) {
+      const b = el("span", "badge bad failed", "error");
+      b.title = task.error;
+      badges.append(b);
+    }
+    if (attempt) badges.append(el("span", "badge bad retried", `attempt ${task.attempts}`));
+    if (held) badges.append(el("span", "badge", "held"));
+    if (progress) badges.append(el("span", "badge", `${Math.round(task.progress * 100)}%`));
+    parts.push(badges);
+  }
+  if (task.deps && task.deps.length) {
+    const deps = el("ul", "deps");
+    for (const dep of task.deps) {
+      const done = depDone(dep);
+      const li = el("li", done ? "dep done" : done === false ? "dep todo" : "dep unknown", `${done ? "✓" : done === false ? "…" : "?"} ${dep}`);
+      li.dataset.dep = dep;
+      deps.append(li);
+    }
+    parts.push(deps);
+  }
+  card.replaceChildren(...parts);
+  card.classList.remove("lease-expired");
+  if (card.leaseEl) updateLease(card, task, Date.now());
+}
+
+/** Which red badges a card wears. The last error and the attempt count stay on a task for
+ * good, but they are news only where they matter: QUEUED again after a failed attempt,
+ * RUNNING on a retry, and FAILED. A task that completed on its second try shows neither. */
+function troubleBadges(task) {
+  const stage = task.stage;
+  const retried = stage === "QUEUED" && task.attempts > 0;
+  return {
+    error: !!task.error && (stage === "FAILED" || retried || (stage === "RUNNING" && task.attempts > 1)),
+    attempt: task.attempts > 1 && (stage === "FAILED" || stage === "RUNNING" || retried),
+  };
+}
+
+/** "3m in RUNNING", from when the task entered its stage, on the client's clock. Written only
+ * when the text changes (once a minute past the first), so ticking 10,000 cards costs little. */
+function updateInStage(card, task, now) {
+  const text = `${formatAge(now - task.inStageSinceMs)} in ${task.stage}`;
+  if (text === card.inStageText) return;
+  card.inStageText = text;
+  card.inStageEl.textContent = text;
+}
+
+function tickStages() {
+  const now = Date.now();
+  for (const [id, card] of cards) {
+    const task = tasks.get(id);
+    if (task && card.inStageEl) updateInStage(card, task, now);
+  }
+}
+
+// The countdown to each lease's expiry, ticking once a second on the client's clock; past
+// zero it turns into a red badge.
+function updateLease(card, task, now) {
+  const lease = card.leaseEl;
+  if (!lease) return;
+  const left = task.leaseExpiresMs - now;
+  const expired = left <= 0;
+  lease.textContent = expired ? `lease expired ${formatDuration(-left)} ago` : `lease ${formatDuration(left)}`;
+  if (expired !== card.classList.contains("lease-expired")) {
+    lease.className = expired ? "lease badge bad" : "lease";
+    card.classList.toggle("lease-expired", expired);
+  }
+}
+
+function tickLeases() {
+  const now = Date.now();
+  for (const id of order.get("RUNNING") || []) {
+    const card = cards.get(id);
+    if (card) updateLease(card, tasks.get(id), now);
+  }
+}
+
+// ------------------------------------------------------------------------------------------
+// Problems
+
+export function renderProblems() {
+  const problems = getProblems();
+  const panel = document.getElementById("problems");
+  panel.querySelector("h2 .count").textContent = problems.length;
+  panel.classList.toggle("has-problems", problems.length > 0);
+  const fragment = document.createDocumentFragment();
+  for (const p of problems) {
+    const li = el("li", "problem");
+    li.dataset.task = p.task;
+    li.dataset.code = p.code;
+    li.tabIndex = 0;
+    li.append(el("code", "problem-code", p.code), " ", el("span", "problem-task", p.task), el("div", "problem-text", p.text));
+    fragment.append(li);
+  }
+  panel.querySelector("ul").replaceChildren(fragment);
+}
+
+/** Show the card a problem names (clearing the filters that hide it). */
+function highlight(id) {
+  if (highlighted) cards.get(highlighted)?.classList.remove("highlight");
+  highlighted = id;
+  const card = cards.get(id);
+  if (!card) {
+    showMessage(`task ${id} is not on the board (finished long ago, or unknown)`, "error");
+    return;
+  }
+  if (card.hidden || card.closest(".column").hidden) clearFilters();
+  card.classList.add("highlight");
+  card.scrollIntoView({ block: "center", inline: "nearest" });
+}
+
+// ------------------------------------------------------------------------------------------
+
+/** Redraw what the model announces, tick the clocks, and wire the problems panel and the
+ * terminal columns' "show more" (older finished tasks from the API). */
+export function startRendering() {
+  onChange((ids, countsChanged) => {
+    for (const id of ids) dirty.add(id);
+    if (countsChanged) countsDirty = true;
+    scheduleFrame();
+  });
+  setInterval(tickStages, 1000);
+  setInterval(tickLeases, 1000);
+
+  const list = document.querySelector("#problems ul");
+  list.addEventListener("click", (e) => {
+    const li = e.target.closest("li.problem");
+    if (li) highlight(li.dataset.task);
+  });
+  list.addEventListener("keydown", (e) => {
+    const li = e.target.closest("li.problem");
+    if (li && (e.key === "Enter" || e.key === " ")) { e.preventDefault(); highlight(li.dataset.task); }
+  });
+
+  for (const stage of TERMINAL) {
+    const button = COLUMN_ELS.get(stage)?.querySelector(".show-more");
+    if (!button) continue;
+    button.addEventListener("click", async () => {
+      button.disabled = true;
+      try {
+        await loadOlder(stage, SHOW_MORE_PAGE);
+        countsDirty = true;
+        scheduleFrame();
+      } catch (err) {
+        showMessage(`could not load more ${stage} tasks: ${err.message || err}`, "error");
+      } finally {
+        button.disabled = false;
+      }
+    });
+  }
+}

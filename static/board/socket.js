@@ -1,0 +1,237 @@
+// The board's websocket, /ws/board/, as the server speaks it today (board/consumers.py,
+// board/events.py, board/insights.py):
+//
+//   on connect  the server accepts, then, for a session that may not watch (board/access.py),
+//               closes at once with 4403. Otherwise it sends a snapshot, in parts:
+//                 {"type": "snapshot", "last_event_id", "counts": {stage: n}, "problems": [...],
+//                  "tasks": [...], "more": bool}
+//                 {"type": "snapshot_more", "tasks": [...], "more": bool}   while "more"
+//               (at most events.SNAPSHOT_PART tasks a frame: every unfinished task, best first,
+//               then the most recent finished ones of each terminal stage), then the agents and
+//               throughput panel's latest {"type": "insights", ...} if the server has one.
+//   then        {"type": "tasks", "items": [{"event", "task"}, ...]}: the changes committed since,
+//               one frame per page of the history table read in id order. "event" is the history
+//               row (id, task, verb, from_stage, to_stage, version, fence, actor, at, detail
+//               without a traceback); "task" is the task as it is now (its version is at least
+//               the event's), a card: the API's task without description, payload, checkpoint
+//               and result.
+//               {"type": "problems", "problems": [{"task", "code", "text"}]} when check()'s
+//               findings change; {"type": "insights", ...} when the panel's figures change.
+//   the page    sends only {"type": "snapshot"}: the server drops what it had queued for this
+//               socket and sends a fresh snapshot (in parts, as above).
+//   closes      4403: the session may not watch (any more: logged out, expired, the user lost
+//               the right; the server re-checks it periodically and on logout). The page stops
+//               and links to the login: reconnecting cannot help. 4408: the page read too slowly
+//               and its queue passed the server's cap; 1011: the server failed on this socket;
+//               1006: the server went away. For those the page greys the cards out ("stale")
+//               and reconnects with a backoff; the snapshot sent on connect starts it afresh.
+//
+// Applying changes: a task replaces the one shown only when its version is newer (store.js),
+// so a change that arrives twice, or after the snapshot that already holds it, changes
+// nothing. Gaps: the server sends a socket's frames in order and never skips one on an open
+// socket (it closes it with 4408 instead), so a gap means something between it and the page
+// lost a frame. A change to a shown task whose version skips one is such a gap: the page asks
+// for a snapshot at once. An event id skipped over is one only if it stays missing: see
+// MISSING_EVENT_PATIENCE_MS.
+//
+// What a test or a person may read of it (the page's documented state, nothing more): on
+// #connection, data-state (connecting, live, reconnecting, ended), data-socket (opening, open,
+// waiting: a reconnect is scheduled; none: the page will not connect again) and data-snapshots
+// (how many snapshots the page has applied); on <body>, data-ready="true" once the first
+// snapshot's cards are on screen (after the frame that follows them).
+
+import { columnsEl, LOGIN_URL } from "./page.js";
+import { applySnapshot, applyTask, setProblems, snapshotCount, tasks } from "./store.js";
+import { renderAll, renderProblems } from "./render.js";
+import { openTaskFromUrl } from "./view.js";
+import { update as updateInsights } from "./insights.js";
+
+const NOT_ALLOWED = 4403; // board/consumers.py NOT_ALLOWED
+const BACKOFF_FIRST_MS = 500;
+const BACKOFF_MAX_MS = 5000;
+// How long an event id skipped over may stay missing before the page takes a fresh snapshot.
+// The server has no such window to derive it from: its tailer waits for a missing id however
+// long the transaction that took it runs, until it is proven rolled back (board/events.py,
+// Cursor), and then delivers it late or never. So an id still missing after a while is a write
+// that rolled back (PostgreSQL hands out ids that never commit), a transaction still open, or a
+// frame lost on the way. The snapshot repairs the last and costs one read for the others (an
+// event that comes after it is applied by version like any other). 3 s is longer than the
+// board's own write transactions take and short enough that a lost change is repaired while
+// someone watches.
+const MISSING_EVENT_PATIENCE_MS = 3000;
+
+const connectionEl = document.getElementById("connection");
+let socket = null;
+let backoff = BACKOFF_FIRST_MS;
+let reconnectTimer = null;
+let sessionEnded = false;
+let snapshotRequested = false;
+let partialSnapshot = null; // the parts of a snapshot received so far
+let readyScheduled = false;
+
+let snapshotEventId = 0; // the last event the current snapshot includes
+let maxEventId = 0; // the highest event id seen since that snapshot
+const missingEvents = new Map(); // event id skipped over -> when it was noticed
+
+function setConnection(state, note) {
+  connectionEl.dataset.state = state;
+  const label = { connecting: "connecting…", live: "live", reconnecting: "reconnecting…", ended: "session ended" }[state];
+  connectionEl.textContent = note ? `${label} (${note})` : label;
+}
+
+function showSocketState() {
+  connectionEl.dataset.socket = socket
+    ? (socket.readyState === WebSocket.OPEN ? "open" : "opening")
+    : reconnectTimer !== null ? "waiting" : "none";
+}
+
+/** The login page, back to this very view afterwards (written as Django's login redirect writes it). */
+function loginUrl() {
+  const next = encodeURIComponent(location.pathname + location.search).replace(/%2F/gi, "/");
+  return `${LOGIN_URL}?next=${next}`;
+}
+
+// The session is gone (logged out, expired, deleted, or the user lost the right to watch):
+// reconnecting cannot help, so stop, and say what would. The server tells it by closing with
+// NOT_ALLOWED after accepting (board/consumers.py): a refusal before the handshake would
+// reach the page as 1006, like an outage.
+function endSession() {
+  if (sessionEnded) return;
+  sessionEnded = true;
+  clearTimeout(reconnectTimer);
+  reconnectTimer = null;
+  if (socket) {
+    const ws = socket;
+    socket = null;
+    ws.close();
+  }
+  showSocketState();
+  columnsEl.classList.add("stale");
+  setConnection("ended");
+  const box = document.getElementById("session-ended");
+  box.querySelector("a").href = loginUrl();
+  box.hidden = false;
+}
+
+export function connect() {
+  reconnectTimer = null;
+  if (sessionEnded) return;
+  setConnection(snapshotCount() > 0 ? "reconnecting" : "connecting");
+  const scheme = location.protocol === "https:" ? "wss://" : "ws://";
+  const ws = new WebSocket(`${scheme}${location.host}/ws/board/`);
+  socket = ws;
+  showSocketState();
+  ws.onopen = () => { if (socket === ws) showSocketState(); };
+  ws.onmessage = (e) => {
+    if (socket !== ws) return;
+    receive(JSON.parse(e.data));
+  };
+  ws.onclose = (e) => {
+    if (socket !== ws) return;
+    socket = null;
+    snapshotRequested = false;
+    partialSnapshot = null;
+    if (e.code === NOT_ALLOWED) {
+      endSession();
+      return;
+    }
+    // Changes made while away are not shown: the cards are greyed until a fresh snapshot.
+    columnsEl.classList.add("stale");
+    setConnection("reconnecting");
+    const delay = Math.min(backoff, BACKOFF_MAX_MS) * (0.75 + Math.random() * 0.5);
+    backoff = Math.min(backoff * 2, BACKOFF_MAX_MS);
+    reconnectTimer = setTimeout(connect, delay);
+    showSocketState();
+  };
+}
+
+function requestSnapshot() {
+  if (snapshotRequested || !socket || socket.readyState !== WebSocket.OPEN) return;
+  snapshotRequested = true;
+  socket.send(JSON.stringify({ type: "snapshot" }));
+}
+
+function receive(message) {
+  switch (message.type) {
+    case "snapshot":
+      partialSnapshot = message.more ? message : null;
+      if (!message.more) onSnapshot(message);
+      break;
+    case "snapshot_more":
+      if (!partialSnapshot) break; // its head was sent on a socket since closed
+      for (const task of message.tasks) partialSnapshot.tasks.push(task);
+      if (!message.more) {
+        const snap = partialSnapshot;
+        partialSnapshot = null;
+        onSnapshot(snap);
+      }
+      break;
+    case "tasks": // oldest first
+      for (const item of message.items) applyChange(item.event, item.task);
+      break;
+    case "problems":
+      setProblems(message.problems);
+      renderProblems();
+      break;
+    case "insights":
+      updateInsights(message);
+      break;
+  }
+}
+
+function onSnapshot(snap) {
+  snapshotRequested = false;
+  backoff = BACKOFF_FIRST_MS;
+  snapshotEventId = snap.last_event_id || 0;
+  maxEventId = snapshotEventId;
+  missingEvents.clear();
+  applySnapshot(snap);
+  renderAll();
+  connectionEl.dataset.snapshots = String(snapshotCount());
+  setConnection("live");
+  columnsEl.classList.remove("stale");
+  openTaskFromUrl();
+  if (!readyScheduled) {
+    // The first snapshot is on screen once the next frame has been drawn.
+    readyScheduled = true;
+    requestAnimationFrame(() => setTimeout(() => { document.body.dataset.ready = "true"; }, 0));
+  }
+}
+
+function applyChange(event, task) {
+  noteEventId(event.id);
+  const shown = tasks.get(task.id);
+  if (!shown && event.id <= snapshotEventId) return; // the snapshot already holds this change
+  if (shown && event.version > shown.version + 1) requestSnapshot(); // a lost frame
+  applyTask(task);
+}
+
+// Event ids arrive in increasing order, but for late commits (see MISSING_EVENT_PATIENCE_MS).
+function noteEventId(id) {
+  if (id > maxEventId) {
+    for (let missing = maxEventId + 1; missing < id && missingEvents.size < 10000; missing++) {
+      missingEvents.set(missing, performance.now());
+    }
+    maxEventId = id;
+  } else {
+    missingEvents.delete(id);
+  }
+}
+
+function checkMissingEvents() {
+  const now = performance.now();
+  for (const [id, at] of missingEvents) {
+    if (now - at > MISSING_EVENT_PATIENCE_MS) {
+      missingEvents.clear();
+      requestSnapshot();
+      return;
+    }
+    if (id <= snapshotEventId) missingEvents.delete(id);
+  }
+}
+
+/** Watch for event ids that stay missing, and open the socket. */
+export function startSocket() {
+  setInterval(checkMissingEvents, 1000);
+  connect();
+}

@@ -1,0 +1,288 @@
+"""The MCP server (`python -m taskflow_client.mcp`) driven by the MCP SDK's own stdio client
+against the REAL board server (manage.py serve) on the test database.
+
+The SDK client starts the MCP server as a subprocess, exactly as Claude Desktop or an IDE
+would; the test code stays synchronous (so that it can read and age rows through the ORM) and
+reaches the async client through an anyio blocking portal. Conditions in other processes are
+awaited with `wait_until`, never a bare sleep.
+"""
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from anyio.from_thread import start_blocking_portal
+from django.utils import timezone
+from mcp import Client as McpClient
+from mcp import StdioServerParameters
+
+from board import agent_keys
+from board.engine import transitions
+from board.models import Task, TaskEvent
+from taskflow_client import Client
+from tests import live_server
+from tests.live_server import ROOT, wait_until
+from tests.support import db_state, end_backoff, sqlite_db_mark
+
+pytestmark = sqlite_db_mark()
+board_server = live_server.board_server  # the module's real server (a fixture), used through `board`
+
+AGENT = "mcp-agent"
+TOOL_NAMES = {"create_tasks", "claim", "checkpoint", "complete", "fail", "pause", "resume", "release",
+              "get_task", "list_ready", "problems"}
+WAIT = 15.0  # deadline for conditions that take a heartbeat or two
+
+
+class McpSession:
+    """A connected MCP client session, called from synchronous test code."""
+
+    def __init__(self, portal, client):
+        self.portal = portal
+        self.client = client
+
+    def tools(self):
+        return self.portal.call(self.client.list_tools).tools
+
+    def call(self, name: str, arguments: dict) -> tuple[bool, dict]:
+        """(is_error, the JSON body) of one tool call; the text and structured forms agree."""
+        result = self.portal.call(self.client.call_tool, name, arguments)
+        body = json.loads(result.content[0].text)
+        assert result.structured_content == body
+        return result.is_error, body
+
+    def ok(self, name: str, arguments: dict) -> dict:
+        is_error, body = self.call(name, arguments)
+        assert not is_error, body
+        return body
+
+    def refused(self, name: str, arguments: dict, code: str) -> dict:
+        is_error, body = self.call(name, arguments)
+        assert is_error and body["error"]["code"] == code, body
+        assert body["error"]["message"]
+        return body["error"]
+
+
+@contextlib.contextmanager
+def mcp_session(command: list[str], env: dict, cwd=ROOT):
+    """Start the MCP server with the SDK's stdio client; closing the session ends the server."""
+    params = StdioServerParameters(command=command[0], args=command[1:], env=env, cwd=str(cwd))
+    with start_blocking_portal() as portal, portal.wrap_async_context_manager(McpClient(params)) as client:
+        yield McpSession(portal, client)
+
+
+def server_env(board, key: str) -> dict:
+    return {"TASKFLOW_URL": board.url, "TASKFLOW_KEY": key, "PYTHONPATH": str(ROOT)}
+
+
+@pytest.fixture
+def board(request):
+    return request.getfixturevalue("board_server")
+
+
+@pytest.fixture
+def key(board):
+    """A fresh agent key (the database is emptied after each test)."""
+    return agent_keys.create_key(AGENT)[1]
+
+
+@pytest.fixture
+def session(board, key):
+    with mcp_session([sys.executable, "-m", "taskflow_client.mcp"], server_env(board, key)) as session:
+        yield session
+
+
+def events(task_id):
+    return list(TaskEvent.objects.filter(task_id=task_id).order_by("id").values_list("verb", "actor"))
+
+
+def verbs(task_id):
+    return [verb for verb, _ in events(task_id)]
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def test_tools_then_the_full_cycle_plan_claim_checkpoint_complete_fail_and_retry(session):
+    tools = session.tools()
+    assert {tool.name for tool in tools} == TOOL_NAMES
+    for tool in tools:
+        assert 0 < len(tool.description) <= 250, tool.name
+        assert tool.input_schema["type"] == "object"
+        assert tool.input_schema["additionalProperties"] is False, tool.name
+    # Tool schemas cost tokens on every request the model makes: keep the whole list small.
+    listing = json.dumps([t.model_dump(by_alias=True, exclude_none=True) for t in tools], separators=(",", ":"))
+    print(f"tools/list: {len(tools)} tools, {len(listing)} characters of JSON")
+    assert len(listing) < 5000
+
+    made = session.ok("create_tasks", {"tasks": [
+        {"id": "fetch", "title": "fetch the pages", "payload": {"url": "https://example.org"}},
+        {"id": "parse", "title": "parse them", "deps": ["fetch"]},
+    ]})
+    assert made == {"tasks": [{"id": "fetch", "stage": "QUEUED"},
+                              {"id": "parse", "stage": "PENDING", "deps": ["fetch"]}]}
+
+    first = session.ok("claim", {"ttl_seconds": 30})["task"]
+    assert (first["id"], first["stage"], first["owner"], first["payload"]) == (
+        "fetch", "RUNNING", AGENT, {"url": "https://example.org"})
+    assert "token" not in json.dumps(first)  # the lease token stays in the MCP server
+
+    saved = session.ok("checkpoint", {"task_id": "fetch", "checkpoint": {"page": 1}, "progress": 0.5})["task"]
+    assert (saved["checkpoint"], saved["progress"]) == ({"page": 1}, 0.5)
+    row = Task.objects.get(pk="fetch")
+    assert (row.checkpoint, row.progress) == ({"page": 1}, 0.5)
+
+    done = session.ok("complete", {"task_id": "fetch", "result": {"pages": 3}})["task"]
+    assert (done["stage"], done["result"]) == ("COMPLETED", {"pages": 3})
+
+    second = session.ok("claim", {"ttl_seconds": 30})["task"]
+    assert (second["id"], second["stage"], second["fence"]) == ("parse", "RUNNING", 1)
+    failed = session.ok("fail", {"task_id": "parse", "error": "the parser crashed"})["task"]
+    assert (failed["stage"], failed["attempts"], failed["error"]) == ("QUEUED", 1, "the parser crashed")
+    assert failed["not_before"]  # backing off: not claimable yet
+    assert session.ok("claim", {})["task"] is None
+    ready = session.ok("list_ready", {})
+    assert ready["tasks"] == [{"id": "parse", "title": "parse them", "queue": "default", "priority": 0,
+                               "attempts": 1, "not_before": failed["not_before"]}]
+    assert ready["held_by_you"] == []
+
+    end_backoff("parse")  # the backoff has passed (written into the row)
+    again = session.ok("claim", {"ttl_seconds": 30})["task"]
+    assert (again["id"], again["stage"], again["attempts"], again["fence"]) == ("parse", "RUNNING", 2, 2)
+    session.ok("complete", {"task_id": "parse", "result": {"rows": 7}})
+
+    shown = session.ok("get_task", {"task_id": "parse"})
+    assert shown["task"]["result"] == {"rows": 7}
+    assert [(e["verb"], e["actor"]) for e in shown["history"] if e["actor"] == AGENT] == [
+        ("create", AGENT), ("claim", AGENT), ("fail", AGENT), ("claim", AGENT), ("complete", AGENT)]
+    assert events("parse") == [("create", AGENT), ("admit", "system"), ("claim", AGENT), ("fail", AGENT),
+                               ("retry", "system"), ("claim", AGENT), ("complete", AGENT)]
+    assert events("fetch") == [("create", AGENT), ("claim", AGENT), ("renew", AGENT), ("complete", AGENT)]
+    assert session.ok("problems", {}) == {"problems": []}
+
+
+def test_held_leases_are_renewed_while_the_model_thinks_and_released_when_the_session_ends(board, key):
+    ttl = 2
+    with mcp_session([sys.executable, "-m", "taskflow_client.mcp"], server_env(board, key)) as session:
+        session.ok("create_tasks", {"tasks": [{"id": "slow", "title": "long thought"},
+                                              {"id": "also", "title": "held too"}]})
+        claimed_at = timezone.now()
+        assert session.ok("claim", {"task_id": "slow", "ttl_seconds": ttl})["task"]["owner"] == AGENT
+        session.ok("claim", {"task_id": "also", "ttl_seconds": 60})
+
+        def renewed_past_three_ttls():
+            return (verbs("slow").count("renew") >= 3
+                    and timezone.now() > claimed_at + timedelta(seconds=3 * ttl))
+
+        # The model does nothing; only the server's heartbeat keeps the lease.
+        wait_until(renewed_past_three_ttls, WAIT, "three renewals past three TTLs")
+        row = Task.objects.get(pk="slow")
+        assert (row.stage, row.owner, row.fence) == ("RUNNING", AGENT, 1)
+        assert row.lease_expires_at > timezone.now()
+        shown = session.ok("get_task", {"task_id": "slow"})
+        renewals = [e for e in shown["history"] if e["verb"] == "renew"]
+        assert len(renewals) == 1 and renewals[0]["count"] >= 3 and renewals[0]["actor"] == AGENT
+        assert session.ok("list_ready", {})["held_by_you"] == ["also", "slow"]
+    # The session is closed: the server released what it held before it exited.
+    for task_id in ("slow", "also"):
+        row = Task.objects.get(pk=task_id)
+        assert (row.stage, row.owner, row.attempts) == ("QUEUED", "", 0)
+        assert events(task_id)[-1] == ("release", AGENT)
+    assert set(verbs("slow")) == {"create", "claim", "renew", "release"}
+
+
+def mcp_server_pid() -> int:
+    """The MCP server the SDK client started: this process's child running taskflow_client.mcp."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            cmdline = (proc / "cmdline").read_bytes().split(b"\0")
+        except (OSError, IndexError, ValueError):
+            continue  # ended meanwhile
+        if ppid == os.getpid() and b"taskflow_client.mcp" in cmdline:
+            found.append(int(proc.name))
+    assert len(found) == 1, found
+    return found[0]
+
+
+def test_sigterm_ends_the_session_and_releases_what_it_held(session):
+    """An MCP client that stops its server with a signal (the SDK's does, after a grace
+    period) gets the leases released too."""
+    session.ok("create_tasks", {"tasks": [{"id": "held", "title": "held when the signal comes"}]})
+    session.ok("claim", {"ttl_seconds": 60})
+    os.kill(mcp_server_pid(), signal.SIGTERM)
+    wait_until(lambda: events("held")[-1] == ("release", AGENT), WAIT, "the lease released")
+    row = Task.objects.get(pk="held")
+    assert (row.stage, row.owner, row.attempts) == ("QUEUED", "", 0)
+
+
+def test_bad_input_is_refused_with_a_tool_error_and_changes_nothing(session, board):
+    session.ok("create_tasks", {"tasks": [{"id": "a", "title": "a"}, {"id": "b", "title": "b"},
+                                          {"id": "gone", "title": "its lease is taken away"}]})
+    bob = agent_keys.create_key("bob")[1]
+    Client(board.url, bob).claim("b", 60)
+    session.ok("claim", {"task_id": "gone", "ttl_seconds": 60})
+    transitions.force_release("gone", actor="operator", reason="test")
+    before, listed = db_state(), session.ok("list_ready", {})
+
+    # Arguments that do not fit the schema: nothing reaches the board.
+    error = session.refused("create_tasks", {"tasks": [{"title": "x", "colour": "red"}]}, "validation_error")
+    assert error["details"] == [{"at": "tasks/0",
+                                 "problem": "Additional properties are not allowed ('colour' was unexpected)"}]
+    session.refused("create_tasks", {"tasks": []}, "validation_error")
+    session.refused("create_tasks", {"tasks": [{"id": "c", "title": "c"}], "dry_run": True}, "validation_error")
+    error = session.refused("claim", {"ttl_seconds": "soon"}, "validation_error")
+    assert error["details"][0]["at"] == "ttl_seconds" and "not of type 'number'" in error["details"][0]["problem"]
+    session.refused("claim", {"ttl_seconds": 0.5}, "validation_error")
+    error = session.refused("complete", {"result": {}}, "validation_error")
+    assert "'task_id' is a required property" in error["details"][0]["problem"]
+    session.refused("checkpoint", {"task_id": "a", "checkpoint": None}, "validation_error")
+    session.refused("fail", {"task_id": "a", "error": ""}, "validation_error")
+    session.refused("claim", {"task_id": "a", "queue": "default"}, "validation_error")
+    session.refused("delete_everything", {}, "unknown_tool")
+    # Well-formed, but the board (or this session) says no: the board's own codes.
+    error = session.refused("claim", {"task_id": "b"}, "taken")
+    assert error["task"] == {"id": "b", "stage": "RUNNING", "owner": "bob"}
+    session.refused("claim", {"task_id": "nope"}, "not_found")
+    session.refused("create_tasks", {"tasks": [{"id": "a", "title": "another a"}]}, "duplicate_id")
+    session.refused("create_tasks", {"tasks": [{"id": "d", "title": "d", "deps": ["missing"]}]}, "validation_error")
+    session.refused("complete", {"task_id": "a"}, "not_held")
+    session.refused("complete", {"task_id": "gone", "result": {"late": True}}, "lease_lost")
+    session.refused("release", {"task_id": "gone"}, "not_held")  # a lost lease leaves the session
+
+    assert db_state() == before
+    after = session.ok("list_ready", {})
+    assert after["tasks"] == listed["tasks"] and [t["id"] for t in after["tasks"]] == ["a", "gone"]
+    assert (listed["held_by_you"], after["held_by_you"]) == (["gone"], [])  # the lost lease was let go
+
+
+def test_the_readme_configuration_starts_the_server(board, key):
+    """The README's mcpServers block is what --print-config prints for this checkout, and that
+    command, run from another directory with only its env, serves the board."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## LLM agents: the MCP server"):]
+    shown = json.loads(re.search(r"```json\n(.*?)```", section, flags=re.DOTALL).group(1))
+    printed = subprocess.run([str(ROOT / ".venv/bin/python"), "-m", "taskflow_client.mcp", "--print-config"],
+                             check=False, capture_output=True, text=True, cwd=ROOT, timeout=60,
+                             env={"PATH": "/usr/bin:/bin", "TASKFLOW_URL": board.url, "TASKFLOW_KEY": key})
+    assert printed.returncode == 0, printed.stderr
+    config = json.loads(printed.stdout)
+    entry = config["mcpServers"]["taskflow"]
+    placeholders = {"/path/to/taskflow": str(ROOT), "http://127.0.0.1:8000": board.url, "tfk_...": key}
+    expected = json.loads(re.sub("|".join(map(re.escape, placeholders)), lambda m: placeholders[m.group()],
+                                 json.dumps(shown)))
+    assert config == expected
+
+    with mcp_session([entry["command"], *entry["args"]], entry["env"], cwd="/") as session:
+        session.ok("create_tasks", {"tasks": [{"id": "hello", "title": "from the README's config"}]})
+        assert session.ok("claim", {})["task"]["owner"] == AGENT
+        session.ok("complete", {"task_id": "hello", "result": {"ok": True}})
+    assert Task.objects.get(pk="hello").stage == "COMPLETED"

@@ -1,0 +1,80 @@
+"""The tailer (board.live.tailer): what it hands to sockets and parked claims, and that a pass
+that fails delivers the same events on the next one."""
+import asyncio
+import json
+
+import pytest
+from asgiref.sync import sync_to_async
+from django.db import DatabaseError
+
+from board.engine import transitions
+from board.engine.transitions import TaskSpec
+from board.live import frames, tailer
+from tests.test_outbox import BACKENDS, cursor_at_the_end, read
+
+
+@pytest.mark.parametrize("alias", [BACKENDS[0]])
+def test_parked_claims_are_woken_once_per_move_to_queued_of_a_task_still_queued(alias):
+    from board.live.waiting import newly_ready
+
+    cursor = cursor_at_the_end(alias)
+    transitions.create([TaskSpec(id="a1", title="a", queue="alpha"), TaskSpec(id="a2", title="a", queue="alpha"),
+                        TaskSpec(id="b1", title="b", queue="beta"),
+                        TaskSpec(id="held", title="h", queue="beta", hold=True)])
+    taken = transitions.claim("a2", "agent", 60)
+    transitions.release("a2", taken.lease.token)  # back to QUEUED: a second event for a2
+    transitions.claim("b1", "agent", 60)  # no longer ready when the tailer reads
+    events = read(cursor)
+    # a1 (create), a2 (create, release: both QUEUED events while it is QUEUED), b1 claimed since
+    assert newly_ready(events) == {"alpha": 3}
+    assert newly_ready([e for e in events if e.to_stage != "QUEUED"]) == {}
+
+
+class Socket:
+    """Stands in for a websocket: what is under test is what the tailer hands out."""
+
+    def __init__(self):
+        self.frames: asyncio.Queue = asyncio.Queue()
+
+    async def deliver(self, frame):
+        await self.frames.put(json.loads(frame))
+
+
+def tailer_scenario(work, expect_tasks: int, timeout: float = 30):
+    """Run this process's tailer with one socket, do `work` (committed, in a thread), and return
+    the task ids of the changes the socket received until it has `expect_tasks` of them."""
+
+    async def scenario():
+        running = tailer.ensure_tailer()
+        socket = Socket()
+        running.subscribers.add(socket)
+        try:
+            await asyncio.wait_for(running.ready.wait(), timeout=timeout)
+            await sync_to_async(work)()
+            seen: list[str] = []
+            while len(seen) < expect_tasks:
+                frame = await asyncio.wait_for(socket.frames.get(), timeout=timeout)
+                if frame["type"] == "tasks":
+                    seen += [item["event"]["task"] for item in frame["items"]]
+            return seen
+        finally:
+            running.task.cancel()
+
+    return asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("alias", [BACKENDS[0]])
+def test_a_pass_that_fails_while_building_its_frame_is_read_again_not_lost(alias, monkeypatch):
+    real, failures = frames.changes_for, []
+
+    def fails_once(batch):
+        if not failures:
+            failures.append([e.task_id for e in batch])
+            raise DatabaseError("the connection dropped while the frame was built")
+        return real(batch)
+
+    monkeypatch.setattr(frames, "changes_for", fails_once)
+    work = lambda: transitions.create([TaskSpec(id=f"f{i}", title="f") for i in range(3)])
+    seen = tailer_scenario(work, 3)
+    assert failures == [["f0", "f1", "f2"]]  # the first attempt failed...
+    assert seen == ["f0", "f1", "f2"]  # ...and the same events were delivered by the next pass
