@@ -1002,7 +1002,6 @@ def force_release(task_id: str, *, actor: str, version: int | None = None, reaso
     """Operator: take a RUNNING task from its holder, live lease or not, back to QUEUED. The
     holder's later calls get LeaseLost and the next claim gets a higher fence. `held_by`:
     only while that (owner, fence) still holds it (see above)."""
-
     _check_reason(reason)
 
     def move(task: Task, now: datetime) -> bool:
