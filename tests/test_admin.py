@@ -8,6 +8,7 @@ exact counts; check() must find nothing after every test. Leases are aged by wri
 from __future__ import annotations
 
 import html
+import json
 import re
 import threading
 import time
@@ -27,7 +28,7 @@ from django.utils import timezone
 from board import agent_keys
 from board.admin import TaskAdmin, TaskEditForm
 from board.engine import errors, selectors, transitions
-from board.engine.lifecycle import Stage
+from board.engine.lifecycle import MAX_DESCRIPTION_CHARS, MAX_JSON_FIELD_BYTES, Stage
 from board.engine.transitions import TaskSpec, hash_token
 from board.models import AgentKey, Task, TaskEvent
 from tests.support import db_state, expire_lease, race, row, sqlite_db_mark
@@ -704,7 +705,7 @@ def test_the_reason_typed_in_the_action_bar_is_kept_in_the_history(op):
 
 
 def test_an_action_over_too_many_tasks_refuses_to_start(op, monkeypatch):
-    monkeypatch.setattr("board.admin.MAX_ACTION_ROWS", 2)
+    monkeypatch.setattr("board.admin.actions.MAX_ACTION_ROWS", 2)
     for n in range(3):
         new(f"t{n}", hold=True)
     before = db_state()
@@ -818,6 +819,44 @@ def test_invalid_input_shows_the_engines_message(op):
     assert response.context["adminform"].form.errors["max_retries"] == ["max_retries must be an integer from 0 to 100"]
     assert db_state() == before
     transitions.complete("e", c.lease.token, {})
+
+
+def test_the_admin_cannot_store_what_the_api_refuses(op):
+    """The caps on a task's own fields are the engine's, so the change and add forms meet them
+    too (they do not go through the API's schemas): 256 KiB of JSON for a payload, the
+    description's characters. Each refusal marks its field; nothing is written."""
+    new("e")
+    big = json.dumps({"blob": "x" * MAX_JSON_FIELD_BYTES})
+    size = len(json.dumps(json.loads(big), separators=(",", ":")))
+    too_large = [f"payload is {size} bytes of JSON; the limit is {MAX_JSON_FIELD_BYTES}"]
+    data = open_form(op, "e")
+    before = db_state()
+    response = op.post(change_url("e"), {**data, "payload": big})
+    assert response.status_code == 200 and response.context["adminform"].form.errors["payload"] == too_large
+    response = op.post(change_url("e"), {**data, "description": "d" * (MAX_DESCRIPTION_CHARS + 1)})
+    assert response.context["adminform"].form.errors["description"] == [
+        f"description must be text of at most {MAX_DESCRIPTION_CHARS} characters"]
+    response = op.post(ADD, {"id": "big", "title": "t", "description": "", "queue": "default", "priority": "0",
+                             "max_retries": "3", "payload": big, "deps": ""})
+    assert response.status_code == 200 and response.context["adminform"].form.errors["payload"] == too_large
+    assert db_state() == before
+
+
+def test_an_engine_refusal_marks_the_field_it_names_whatever_its_wording(op, monkeypatch):
+    """The form field comes from the error's `field`, not from words of its message: a message
+    that names no field (or the wrong one) still marks the right field."""
+    new("e")
+    data = open_form(op, "e")
+
+    def refuse(task_id, **changes):
+        raise errors.InvalidRequest("too much of something (see the title)", field="description")
+
+    monkeypatch.setattr(transitions, "edit", refuse)
+    before = db_state()
+    response = op.post(change_url("e"), {**data, "description": "new text"})
+    form = response.context["adminform"].form
+    assert form.errors == {"description": ["too much of something (see the title)"]}
+    assert db_state() == before
 
 
 def test_a_damaged_form_is_refused(op):

@@ -5,6 +5,8 @@ sequential scan even when scans are forbidden); on SQLite the title's words are 
 README says."""
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 from django.contrib import admin
 from django.db import connections, transaction
@@ -14,7 +16,7 @@ from board.engine import errors, transitions
 from board.engine.lifecycle import Stage
 from board.engine.transitions import TaskSpec, create
 from board.models import Task, TaskEvent
-from tests.support import db_state, postgres_db_mark
+from tests.support import db_state, expire_lease, postgres_db_mark, race
 from tests.test_admin import RenewingAgent
 
 pytestmark = postgres_db_mark()
@@ -109,3 +111,45 @@ def test_force_release_held_to_a_lease_that_changed_hands_writes_nothing(alias):
     assert refused.value.task.fence == second.lease.fence == first.lease.fence + 1
     assert db_state(alias) == before
     transitions.complete("moved", second.lease.token, {}, using=alias)
+
+
+def test_two_operators_and_a_takeover_race_for_an_expired_lease_one_move_wins(alias):
+    """Two operators confirm a force release of the same lease (held to its holder and fence)
+    while an agent claims the task, its lease having expired, all released by one barrier, over
+    many rounds. Exactly one of them ends that lease: an operator's release (the other operator
+    is refused: the lease is gone) or the agent's takeover (both operators refused). The agent's
+    claim always succeeds: either it takes the lease over, or it claims the task released."""
+    outcomes = Counter()
+    for n in range(ROUNDS):
+        task_id = f"three-{n}"
+        create([TaskSpec(id=task_id, title="t")], actor="test", using=alias)
+        first = transitions.claim(task_id, "agent-1", 600, using=alias)
+        expire_lease(task_id, using=alias)
+        seen = ("agent-1", first.lease.fence)
+        results = race([
+            lambda task_id=task_id, seen=seen: transitions.force_release(task_id, actor="op-a", held_by=seen,
+                                                                         using=alias),
+            lambda task_id=task_id, seen=seen: transitions.force_release(task_id, actor="op-b", held_by=seen,
+                                                                         using=alias),
+            lambda task_id=task_id: transitions.claim(task_id, "agent-2", 600, using=alias),
+        ], alias=alias)
+        *released, claimed = results
+        assert isinstance(claimed, transitions.Claim), claimed
+        assert claimed.lease.fence == first.lease.fence + 1
+        wins = [r for r in released if isinstance(r, Task)]
+        assert all(isinstance(r, errors.VersionConflict) for r in released if not isinstance(r, Task)), released
+        verbs = list(TaskEvent.objects.using(alias).filter(task_id=task_id).order_by("id")
+                     .values_list("verb", flat=True))
+        if wins:
+            assert len(wins) == 1 and verbs == ["create", "claim", "force_release", "claim"], (n, verbs)
+            outcomes["an operator's release"] += 1
+        else:
+            assert verbs == ["create", "claim", "reclaim", "claim"], (n, verbs)
+            outcomes["the agent's takeover"] += 1
+        stored = Task.objects.using(alias).get(pk=task_id)
+        # A release gives its attempt back; a takeover does not (that attempt's lease was lost).
+        attempts = 1 if wins else 2
+        assert (stored.stage, stored.owner, stored.fence, stored.attempts) == (Stage.RUNNING, "agent-2", 2, attempts)
+        transitions.complete(task_id, claimed.lease.token, {}, using=alias)
+    assert sum(outcomes.values()) == ROUNDS
+    print(f"two force releases vs a takeover over {ROUNDS} rounds on {alias}: {dict(outcomes)}")

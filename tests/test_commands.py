@@ -14,7 +14,7 @@ from board.engine import transitions
 from board.engine.transitions import TaskSpec
 from board.models import Dependency, Task, TaskEvent
 from tests import live_server
-from tests.support import database_url, sqlite_db_mark
+from tests.support import database_url, db_state, sqlite_db_mark
 
 pytestmark = sqlite_db_mark()
 
@@ -120,3 +120,44 @@ def test_demo_agents_leave_other_queues_alone(capsys, settings):
     assert "27 of 27 tasks completed" in capsys.readouterr().out
     assert list(TaskEvent.objects.filter(task_id="real-work").values_list("verb", flat=True)) == ["create"]
     assert Task.objects.get(pk="real-work").stage == "QUEUED"
+
+
+# What an operator's script run as a command sends (`manage.py shell -c`, another process, the
+# engine called directly as every management command calls it): each over one of the caps.
+OVER_THE_CAPS = """
+from board.engine import errors, transitions
+from board.engine.lifecycle import MAX_JSON_FIELD_BYTES, MAX_REASON_CHARS, MAX_DESCRIPTION_CHARS
+big = "x" * (MAX_JSON_FIELD_BYTES + 1)
+calls = {
+    "create": lambda: transitions.create(transitions.TaskSpec(title="t", payload=big)),
+    "edit": lambda: transitions.edit("q", actor="ops", version=0, description="d" * (MAX_DESCRIPTION_CHARS + 1)),
+    "complete": lambda: transitions.complete("r", TOKEN, [big]),
+    "renew": lambda: transitions.renew("r", TOKEN, 60, checkpoint=big),
+    "cancel": lambda: transitions.cancel("q", actor="ops", reason="r" * (MAX_REASON_CHARS + 1)),
+}
+for name, call in calls.items():
+    try:
+        call()
+    except errors.BoardError as refused:
+        print(name, refused.code, refused.field)
+    else:
+        print(name, "accepted")
+"""
+
+
+def test_a_command_cannot_store_what_the_api_refuses():
+    transitions.create([TaskSpec(id="q", title="queued"), TaskSpec(id="r", title="running")])
+    token = transitions.claim("r", "agent-1", 600).lease.token
+    before = db_state()
+    script = manage("shell", "--no-imports", "-c", OVER_THE_CAPS.replace("TOKEN", repr(token)),
+                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = script.communicate(timeout=120)
+    assert script.returncode == 0, err
+    assert out.splitlines() == [
+        "create too_large payload",
+        "edit validation_error description",
+        "complete too_large result",
+        "renew too_large checkpoint",
+        "cancel validation_error reason",
+    ]
+    assert db_state() == before

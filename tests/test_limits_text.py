@@ -11,12 +11,12 @@ import pytest
 
 from board import agent_keys
 from board.api.endpoints import MAX_PAGE, MAX_PAGE_BYTES
-from board.api.schemas import MAX_JSON_FIELD_BYTES
 from board.engine import errors, transitions
 from board.engine.lifecycle import (
     MAX_BATCH_TASKS,
     MAX_DESCRIPTION_CHARS,
     MAX_ERROR_CHARS,
+    MAX_JSON_FIELD_BYTES,
     MAX_OWNER_CHARS,
     MAX_REASON_CHARS,
     MAX_TITLE_CHARS,
@@ -156,3 +156,51 @@ def test_the_engine_holds_every_caller_to_the_task_caps_on_create_and_edit(alias
         with pytest.raises((errors.InvalidRequest, errors.TooLarge)):
             call()
     assert db_state(alias) == before
+
+
+@pytest.mark.parametrize("alias", ["default", pytest.param("postgres", marks=postgres_db_mark())])
+def test_the_engine_holds_every_caller_to_the_json_and_text_caps_of_every_verb(alias):
+    """What the admin and commands call (they do not go through the API's schemas): each verb
+    refuses a value over its cap before writing, with the field it is about on the error, and
+    the same message the API answers with."""
+    transitions.create([transitions.TaskSpec(title="t", id=task_id) for task_id in ("run", "queued", "held")]
+                       + [transitions.TaskSpec(title="t", id="pending", hold=True)], actor="test", using=alias)
+    token = transitions.claim("run", "agent-a", 600, using=alias).lease.token
+    big = {"blob": "x" * MAX_JSON_FIELD_BYTES}  # 256 KiB of text, and its JSON's braces and key
+    size = len(json.dumps(big, separators=(",", ":")))
+    too_large = f"is {size} bytes of JSON; the limit is {MAX_JSON_FIELD_BYTES}"
+    long_reason = over(MAX_REASON_CHARS)
+    refused = [
+        ("payload", errors.TooLarge, lambda: transitions.create(transitions.TaskSpec(title="t", payload=big),
+                                                                using=alias)),
+        ("payload", errors.TooLarge, lambda: transitions.edit("queued", actor="op", version=0, payload=big,
+                                                              using=alias)),
+        ("result", errors.TooLarge, lambda: transitions.complete("run", token, big, using=alias)),
+        ("checkpoint", errors.TooLarge, lambda: transitions.renew("run", token, 60, checkpoint=big, using=alias)),
+        ("checkpoint", errors.TooLarge, lambda: transitions.pause("run", token, big, using=alias)),
+        ("error", errors.InvalidRequest, lambda: transitions.fail("run", token, over(MAX_ERROR_CHARS), using=alias)),
+        ("title", errors.InvalidRequest, lambda: transitions.edit("queued", actor="op", version=0,
+                                                                  title=over(MAX_TITLE_CHARS), using=alias)),
+        ("reason", errors.InvalidRequest, lambda: transitions.cancel("queued", actor="op", reason=long_reason,
+                                                                     using=alias)),
+        ("reason", errors.InvalidRequest, lambda: transitions.admit("pending", actor="op", reason=long_reason,
+                                                                    using=alias)),
+        ("reason", errors.InvalidRequest, lambda: transitions.force_release("run", actor="op", reason=long_reason,
+                                                                            using=alias)),
+        ("reason", errors.InvalidRequest, lambda: transitions.force_pause("run", actor="op", reason=long_reason,
+                                                                          using=alias)),
+        ("reason", errors.InvalidRequest, lambda: transitions.cancel("queued", actor="op", reason="why\x00",
+                                                                     using=alias)),
+    ]
+    before = db_state(alias)
+    for field, error, call in refused:
+        with pytest.raises(error) as caught:
+            call()
+        assert caught.value.field == field, (field, caught.value.message)
+        if error is errors.TooLarge:
+            assert caught.value.message == f"{field} {too_large}"
+    assert db_state(alias) == before
+    # At its cap each is taken (the refusals above were the caps, not the verbs).
+    transitions.cancel("queued", actor="op", reason="r" * MAX_REASON_CHARS, using=alias)
+    at_cap = {"blob": "x" * (MAX_JSON_FIELD_BYTES - len('{"blob":""}'))}
+    assert transitions.complete("run", token, at_cap, using=alias).result == at_cap

@@ -9,14 +9,13 @@ value, what a database would refuse to store (NUL, lone surrogates), so that suc
 """
 from __future__ import annotations
 
-import json
 from datetime import datetime
 from typing import Annotated, Any, Optional
 
 from ninja import Schema
 from pydantic import ConfigDict, Field, field_validator
 
-from board.engine import claim_requests, errors
+from board.engine import claim_requests
 from board.engine.lifecycle import (
     MAX_BATCH_TASKS,
     MAX_DEPENDENCIES,
@@ -32,8 +31,6 @@ from board.engine.lifecycle import (
     TASK_ID_PATTERN,
     unstorable_text,
 )
-
-MAX_JSON_FIELD_BYTES = 256 * 1024
 
 
 class StrictIn(Schema):
@@ -214,11 +211,3 @@ class ErrorBody(Schema):
 class ErrorOut(Schema):
     error: ErrorBody
 
-
-def limit_json_size(name: str, value: Any) -> None:
-    """payload, result and checkpoint are each capped at 256 KiB of JSON."""
-    if value is None:
-        return
-    size = len(json.dumps(value, separators=(",", ":")).encode())
-    if size > MAX_JSON_FIELD_BYTES:
-        raise errors.TooLarge(f"{name} is {size} bytes of JSON; the limit is {MAX_JSON_FIELD_BYTES}")

@@ -26,8 +26,8 @@ of one process queue on the process lock (as on SQLite), so only other processes
 Everything that differs between the stores is asked here, by what it is, not by vendor:
 `speaks_sql` (hand-written statements are possible), `joins_cheaply`, `ids_follow_commit_order`
 (the history's ids are handed out in commit order: SQLite's single writer, MongoDB's counter),
-`has_own_clock` (the store's clock serves every process: board.engine.clock), `skip_locked` and
-`lock_rows` (row locks where the store has them), `number_rows` (MongoDB has no auto-increment:
+`has_own_clock` (the store's clock serves every process: board.engine.clock), `skip_locked`
+(row locks skipped where the store has them), `number_rows` (MongoDB has no auto-increment:
 ids from a counter document), `serialise_on`, `savepoint`, `in_transaction`, `ping`, and the
 transactions below. The rest of the engine asks these instead of testing `connection.vendor`;
 the two modules written per store say so by their job: board.engine.hot_sql (its statements, in
@@ -98,16 +98,6 @@ def skip_locked(rows: QuerySet, using: str) -> QuerySet:
     SQLite has one writer at a time and MongoDB aborts the second writer of a document."""
     if connections[using].features.has_select_for_update_skip_locked:
         return rows.select_for_update(skip_locked=True)
-    return rows
-
-
-def lock_rows(rows: QuerySet, using: str) -> QuerySet:
-    """`rows` locked until the write transaction ends, where the store has row locks
-    (PostgreSQL): for liveness, never for correctness (see transitions._get_locked). Elsewhere
-    `rows` as they are: SQLite's writers are already serialised, and on MongoDB a conflicting
-    writer is aborted and retried."""
-    if connections[using].features.has_select_for_update:
-        return rows.select_for_update()
     return rows
 
 

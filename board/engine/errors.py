@@ -13,9 +13,12 @@ class BoardError(Exception):
     code = "board_error"
     http_status = 409
 
-    def __init__(self, message: str | None = None, *, task: Any = None, **details: Any):
+    def __init__(self, message: str | None = None, *, task: Any = None, field: str | None = None, **details: Any):
         self.message = message or (self.__doc__ or "").strip().splitlines()[0]
         self.task = task  # the task's current row when one exists (never carries a token)
+        # The argument the refusal is about ("title", "payload", "reason"...), when it is about
+        # one: the admin marks that form field by it, never by searching the message's words.
+        self.field = field
         self.details = details
         super().__init__(self.message)
 

@@ -2,7 +2,10 @@
 (sizes of texts and batches, leases, retries). Pure: no Django, no I/O.
 
 `transitions.py` asks this table whether a move is legal before it writes, and the invariant
-checker and the tests read it too, so the lifecycle is written down exactly once.
+checker and the tests read it too, so the lifecycle is written down exactly once. The limits are
+here once too: the engine's verbs enforce those of a task's own fields and of a batch for every
+caller (the API, commands, the admin), raising `errors.InvalidRequest` / `errors.TooLarge` with
+the offending `field`; the API's schemas check them as well, to answer before reading further.
 
 Words: a task created with `hold` (the field's name in the API, the table and TaskSpec) is *on
 hold*: it stays PENDING until an operator admits it. *Holding* a task, its *holder*, *held by*
@@ -12,7 +15,12 @@ while it works). The engine's code and messages keep to these words.
 from __future__ import annotations
 
 import enum
+import json
 import re
+from datetime import datetime
+from typing import Any
+
+from board.engine import errors
 
 
 class Stage(enum.StrEnum):
@@ -96,8 +104,10 @@ def target(stage: Stage | str, verb: Verb) -> Stage | None:
         return None
 
 
-# Limits every caller meets (the engine enforces them; the API's schemas repeat them). The
-# README's "Limits" table lists each with the error that refuses it.
+# Limits every caller meets. The engine (board/engine/transitions.py) enforces the caps on a
+# task's own fields (title, description, payload, result, checkpoint, error, traceback, an
+# operator's reason) and on a batch, whoever calls it; the API's schemas check them all before a
+# request reaches the engine. The README's "Limits" table lists each with the error that refuses it.
 MIN_TTL_SECONDS = 1
 MAX_TTL_SECONDS = 24 * 3600
 MAX_DEPENDENCIES = 1000  # of one task
@@ -117,6 +127,9 @@ MAX_TRACEBACK_CHARS = 64 * 1024
 MAX_REASON_CHARS = 500
 MAX_OWNER_CHARS = 200
 MAX_TOKEN_CHARS = 100  # a lease token is 43; a longer one cannot match
+# payload, result and checkpoint: each at most this many bytes as compact JSON (a task's row,
+# its history and every card of it stay small enough to read and send whole).
+MAX_JSON_FIELD_BYTES = 256 * 1024
 
 # A task id, and a queue or agent name: 1-100 letters, digits and ._:-, starting with a letter or
 # digit. Written here only: the API's schemas take TASK_ID_PATTERN, the engine TASK_ID_RE.
@@ -160,3 +173,23 @@ def attempts_left(attempts: int, max_retries: int) -> bool:
     """`attempts` counts claims made (a released claim is given back); a task may run
     1 + max_retries times in all."""
     return attempts < max_retries + 1
+
+
+def limit_json_size(name: str, value: Any) -> None:
+    """Refuse (TooLarge, 413 through the API) a payload, result or checkpoint over
+    MAX_JSON_FIELD_BYTES of compact JSON. `name` is the field, carried by the error."""
+    if value is None:
+        return
+    try:
+        size = len(json.dumps(value, separators=(",", ":")).encode())
+    except (TypeError, ValueError) as exc:  # not JSON at all (a Python caller's set, a cycle)
+        raise errors.InvalidRequest(f"{name} is not valid JSON: {exc}", field=name) from None
+    if size > MAX_JSON_FIELD_BYTES:
+        raise errors.TooLarge(f"{name} is {size} bytes of JSON; the limit is {MAX_JSON_FIELD_BYTES}", field=name)
+
+
+def lease_expired(expires_at: datetime | None, now: datetime) -> bool:
+    """The store's rule for a lease: live strictly before its expiry, expired from that instant
+    on (the reaper may take it back, a renew is refused, a claim takes it over). No expiry at
+    all is no live lease either."""
+    return expires_at is None or expires_at <= now

@@ -554,3 +554,78 @@ def ids_starting_with(prefix: str, *, stage: str, using: str = "default") -> lis
 def count_starting_with(prefix: str, *, excluding: Iterable[str] = (), using: str = "default") -> int:
     """How many tasks whose id starts with `prefix` are in none of the stages `excluding`."""
     return Task.objects.using(using).filter(pk__startswith=prefix).exclude(stage__in=list(excluding)).count()
+
+
+# ---------------------------------------------------------------------------------------------
+# Reads for the admin (board/admin/): its filters' choices, the rows an action is held to, what
+# a stale edit missed, a task's dependencies and latest history. Its change lists are Django's
+# own querysets over Task; everything else it reads is here.
+
+
+def queue_names(*, using: str = "default") -> list[str]:
+    """Every queue that holds a task (one DISTINCT, served by the queue index)."""
+    return list(Task.objects.using(using).order_by("queue").values_list("queue", flat=True).distinct())
+
+
+def running_owners(limit: int, *, using: str = "default") -> list[str]:
+    """The agents holding leases now (only RUNNING tasks have an owner), by name, at most `limit`."""
+    return list(
+        Task.objects.using(using).filter(stage=Stage.RUNNING).exclude(owner="")
+        .order_by("owner").values_list("owner", flat=True).distinct()[:limit]
+    )
+
+
+def lease_filter(state: str, now) -> Q | None:
+    """Tasks whose lease is `state` at `now` (a datetime or the store's clock as an expression,
+    `clock.in_query()`): "live", "expired" (a RUNNING task's lease from its expiry on, the rule
+    of lifecycle.lease_expired that the reaper applies), "none"; None for any other state."""
+    if state == "live":
+        return Q(stage=Stage.RUNNING, lease_expires_at__gt=now)
+    if state == "expired":
+        return Q(stage=Stage.RUNNING, lease_expires_at__lte=now)
+    if state == "none":
+        return Q(lease_expires_at__isnull=True)
+    return None
+
+
+# What an operator's action reads of each selected task: the version (or lease) its verb is held
+# to, and what its report says of the task.
+ACTION_ROW_FIELDS = (
+    "id", "title", "stage", "version", "owner", "lease_expires_at", "fence", "attempts", "max_retries",
+    "has_checkpoint",
+)
+
+
+def action_rows(tasks, limit: int) -> list[dict]:
+    """The tasks of the queryset `tasks` as they are now, by id, as dicts of ACTION_ROW_FIELDS
+    (`has_checkpoint`: whether one is saved, without reading it); at most `limit` + 1, so that
+    the caller can tell a selection over its limit."""
+    return list(
+        tasks.annotate(has_checkpoint=ExpressionWrapper(Q(checkpoint__isnull=False), BooleanField()))
+        .order_by("pk").values(*ACTION_ROW_FIELDS)[: limit + 1]
+    )
+
+
+def moves_since(task_id: str, version: int, limit: int, *, using: str = "default") -> list[tuple[str, str]]:
+    """(verb, actor) of the task's moves after `version`, oldest first, at most `limit`."""
+    return list(
+        TaskEvent.objects.using(using).filter(task_id=task_id, version__gt=version)
+        .order_by("id").values_list("verb", "actor")[:limit]
+    )
+
+
+def dependencies_with_stages(task_id: str, *, using: str = "default") -> list[tuple[str, str]]:
+    """(id, stage) of each task `task_id` depends on, by id."""
+    return list(
+        Dependency.objects.using(using).filter(task_id=task_id)
+        .order_by("depends_on_id").values_list("depends_on_id", "depends_on__stage")
+    )
+
+
+def latest_event_ids(task_id: str, limit: int, *, using: str = "default") -> list[int]:
+    """The ids of the task's `limit` most recent history rows. Ids, not a sliced Subquery to
+    filter by: MongoDB's backend drops a subquery's slice."""
+    return list(
+        TaskEvent.objects.using(using).filter(task_id=task_id).order_by("-id").values_list("id", flat=True)[:limit]
+    )
+

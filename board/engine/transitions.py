@@ -41,12 +41,11 @@ from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, connections, transaction
-from django.db.models import Q
+from django.db.models import F, Q
 
 from board.engine import claim_requests, clock, commits, errors, hot_sql, selectors
 from board.engine.claim_requests import ClaimRequest
 from board.engine.db import (
-    lock_rows,
     retry_conflicts,
     savepoint,
     skip_locked,
@@ -59,6 +58,7 @@ from board.engine.lifecycle import (
     MAX_DEPENDENCIES,
     MAX_DESCRIPTION_CHARS,
     MAX_ERROR_CHARS,
+    MAX_REASON_CHARS,
     MAX_RETRIES_LIMIT,
     MAX_TITLE_CHARS,
     MAX_TRACEBACK_CHARS,
@@ -69,6 +69,8 @@ from board.engine.lifecycle import (
     Verb,
     attempts_left,
     is_valid_task_id,
+    lease_expired,
+    limit_json_size,
     retry_backoff_seconds,
     target,
     unstorable_text,
@@ -137,10 +139,10 @@ def _mint_token() -> str:
 
 def _ttl(ttl_seconds: float) -> timedelta:
     if isinstance(ttl_seconds, bool) or not isinstance(ttl_seconds, (int, float)):
-        raise errors.InvalidRequest("ttl_seconds must be a number")
+        raise errors.InvalidRequest("ttl_seconds must be a number", field="ttl_seconds")
     if not MIN_TTL_SECONDS <= ttl_seconds <= MAX_TTL_SECONDS:
         raise errors.InvalidRequest(
-            f"ttl_seconds must be between {MIN_TTL_SECONDS} and {MAX_TTL_SECONDS}"
+            f"ttl_seconds must be between {MIN_TTL_SECONDS} and {MAX_TTL_SECONDS}", field="ttl_seconds"
         )
     return timedelta(seconds=ttl_seconds)
 
@@ -151,7 +153,7 @@ def _json_value(name: str, value: Any) -> None:
     try:
         json.dumps(value, allow_nan=False)
     except (TypeError, ValueError) as exc:
-        raise errors.InvalidRequest(f"{name} is not valid JSON: {exc}") from None
+        raise errors.InvalidRequest(f"{name} is not valid JSON: {exc}", field=name) from None
 
 
 def _agent_name(agent: str) -> str:
@@ -177,30 +179,39 @@ def _swap(
     token_hash: str | None = None,
     detail: dict | None = None,
     guard: Q | None = None,
+    pin_version: bool = True,
     **changes: Any,
 ) -> bool:
     """Move `task` (as read at its current stage and version) by `verb`, in one conditional
     UPDATE, and record the TaskEvent. Must run inside `write_transaction(using)`.
+
+    `pin_version=False` is for a move held to something else that `guard` names (force release
+    held to a lease's owner and fence): the version is then incremented in the statement and
+    read back for the history row.
 
     Returns False, having written nothing, when the row no longer matches; on success updates
     `task` in memory to the row as written."""
     to = target(task.stage, verb)
     if to is None:  # a programming error: callers check legality first and raise precisely
         raise errors.InvalidTransition(f"{verb} is not allowed from {task.stage}", task=task)
-    expected = {"pk": task.pk, "stage": task.stage, "version": task.version}
+    expected = {"pk": task.pk, "stage": task.stage}
+    if pin_version:
+        expected["version"] = task.version
     if token_hash is not None:
         expected["lease_token_hash"] = token_hash
     rows = Task.objects.using(using).filter(**expected)
     if guard is not None:
         rows = rows.filter(guard)
-    new_version = task.version + 1
-    # Plain values, not F(): the filter pins the version, so version + 1 is known here, and
+    # Plain values, not F(), when the filter pins the version: version + 1 is known here, and
     # the query builds faster.
-    changes.update(stage=to, version=new_version, updated_at=now)
+    changes.update(stage=to, version=task.version + 1 if pin_version else F("version") + 1, updated_at=now)
     if to != task.stage:  # a renew or an edit stays in its stage: the time in it keeps counting
         changes["stage_changed_at"] = now
     if rows.update(**changes) != 1:
         return False
+    if not pin_version:  # this transaction wrote the row last: it reads its own write
+        changes["version"] = Task.objects.using(using).filter(pk=task.pk).values_list("version", flat=True).get()
+    new_version = changes["version"]
     commits.after_commit(using)
     from_stage = task.stage
     for name, value in changes.items():
@@ -257,7 +268,7 @@ def create(specs: TaskSpec | Sequence[TaskSpec], *, actor: str = "", using: str 
     seen: set[str] = set()
     for task_id in ids:
         if task_id in seen:
-            raise errors.InvalidRequest(f"task id {task_id!r} appears twice in the batch")
+            raise errors.InvalidRequest(f"task id {task_id!r} appears twice in the batch", field="id")
         seen.add(task_id)
     _refuse_cycles(batch)
 
@@ -267,7 +278,7 @@ def create(specs: TaskSpec | Sequence[TaskSpec], *, actor: str = "", using: str 
     with write_transaction(using):
         taken = Task.objects.using(using).filter(pk__in=ids).first()
         if taken is not None:
-            raise errors.DuplicateId(f"a task with id {taken.pk!r} already exists", task=taken)
+            raise errors.DuplicateId(f"a task with id {taken.pk!r} already exists", task=taken, field="id")
         if external:
             # Mark the existing tasks these depend on, in this transaction, before reading their
             # stages: completing a task looks for dependents only when its row says it has
@@ -290,7 +301,7 @@ def create(specs: TaskSpec | Sequence[TaskSpec], *, actor: str = "", using: str 
         )
         unknown = sorted(external - dep_stages.keys())
         if unknown:
-            raise errors.InvalidRequest(f"unknown dependencies: {', '.join(unknown)}", unknown=unknown)
+            raise errors.InvalidRequest(f"unknown dependencies: {', '.join(unknown)}", field="deps", unknown=unknown)
         tasks = []
         for spec in batch:
             ready = not spec.hold and all(dep_stages.get(dep) == Stage.COMPLETED for dep in spec.deps)
@@ -321,7 +332,7 @@ def create(specs: TaskSpec | Sequence[TaskSpec], *, actor: str = "", using: str 
             if taken is None:  # not an id collision: let the real error surface
                 raise
             raise errors.DuplicateId(
-                f"a task with id {getattr(taken, 'pk', ids[0])!r} already exists", task=taken
+                f"a task with id {getattr(taken, 'pk', ids[0])!r} already exists", task=taken, field="id"
             ) from None
         _insert_dependencies(using, [(spec.id, dep) for spec in batch for dep in spec.deps])
         TaskEvent.objects.using(using).bulk_create(
@@ -361,38 +372,42 @@ def _validate_spec(spec: TaskSpec) -> None:
     if spec.id is not None and not is_valid_task_id(spec.id):
         raise errors.InvalidRequest(
             f"invalid task id {spec.id!r}: 1-100 characters of letters, digits and ._:- "
-            "starting with a letter or digit"
+            "starting with a letter or digit", field="id",
         )
     if not isinstance(spec.title, str) or not spec.title.strip() or len(spec.title) > MAX_TITLE_CHARS:
-        raise errors.InvalidRequest(f"title must be non-empty text of at most {MAX_TITLE_CHARS} characters")
+        raise errors.InvalidRequest(f"title must be non-empty text of at most {MAX_TITLE_CHARS} characters",
+                                    field="title")
     if not isinstance(spec.description, str) or len(spec.description) > MAX_DESCRIPTION_CHARS:
-        raise errors.InvalidRequest(f"description must be text of at most {MAX_DESCRIPTION_CHARS} characters")
+        raise errors.InvalidRequest(f"description must be text of at most {MAX_DESCRIPTION_CHARS} characters",
+                                    field="description")
     for name in ("title", "description", "payload"):
         if problem := unstorable_text(getattr(spec, name)):
-            raise errors.InvalidRequest(f"{name} {problem}")
+            raise errors.InvalidRequest(f"{name} {problem}", field=name)
     if not is_valid_task_id(spec.queue):
-        raise errors.InvalidRequest(f"invalid queue name {spec.queue!r}")
+        raise errors.InvalidRequest(f"invalid queue name {spec.queue!r}", field="queue")
     if isinstance(spec.priority, bool) or not isinstance(spec.priority, int) or abs(spec.priority) > 2**31 - 1:
-        raise errors.InvalidRequest("priority must be a 32-bit integer")
+        raise errors.InvalidRequest("priority must be a 32-bit integer", field="priority")
     if (
         isinstance(spec.max_retries, bool)
         or not isinstance(spec.max_retries, int)
         or not 0 <= spec.max_retries <= MAX_RETRIES_LIMIT
     ):
-        raise errors.InvalidRequest(f"max_retries must be an integer from 0 to {MAX_RETRIES_LIMIT}")
+        raise errors.InvalidRequest(f"max_retries must be an integer from 0 to {MAX_RETRIES_LIMIT}",
+                                    field="max_retries")
     if not isinstance(spec.hold, bool):
-        raise errors.InvalidRequest("hold must be true or false")
+        raise errors.InvalidRequest("hold must be true or false", field="hold")
+    limit_json_size("payload", spec.payload)
     _json_value("payload", spec.payload)
     deps = list(spec.deps)
     if len(deps) > MAX_DEPENDENCIES:
-        raise errors.InvalidRequest(f"at most {MAX_DEPENDENCIES} dependencies")
+        raise errors.InvalidRequest(f"at most {MAX_DEPENDENCIES} dependencies", field="deps")
     for dep in deps:
         if not is_valid_task_id(dep):
-            raise errors.InvalidRequest(f"invalid dependency id {dep!r}")
+            raise errors.InvalidRequest(f"invalid dependency id {dep!r}", field="deps")
     if len(set(deps)) != len(deps):
-        raise errors.InvalidRequest("a dependency is listed twice")
+        raise errors.InvalidRequest("a dependency is listed twice", field="deps")
     if spec.id is not None and spec.id in deps:
-        raise errors.InvalidRequest(f"task {spec.id} depends on itself")
+        raise errors.InvalidRequest(f"task {spec.id} depends on itself", field="deps")
     spec.deps = tuple(deps)
 
 
@@ -417,7 +432,7 @@ def _refuse_cycles(batch: list[TaskSpec]) -> None:
             elif colour[child] == grey:
                 cycle = path[path.index(child):] + [child]
                 raise errors.InvalidRequest(
-                    f"dependency cycle: {' -> '.join(cycle)}", cycle=cycle
+                    f"dependency cycle: {' -> '.join(cycle)}", field="deps", cycle=cycle
                 )
             elif colour[child] == white:
                 colour[child] = grey
@@ -433,6 +448,7 @@ def _refuse_cycles(batch: list[TaskSpec]) -> None:
 def admit(task_id: str, *, actor: str, version: int | None = None, reason: str = "",
           using: str = "default") -> Task:
     """Operator: admit a PENDING task (on hold or not) whose dependencies are all COMPLETED."""
+    _check_reason(reason)
 
     def move(task: Task, now: datetime) -> bool:
         if task.stage != Stage.PENDING:
@@ -525,7 +541,7 @@ def _claimable(using: str, task: Task, now: datetime) -> Task | None:
         ok = _swap(using, task, Verb.ADMIT, now=now, actor="system", guard=Q(hold=False))
         return task if ok else None
     if task.stage == Stage.RUNNING:
-        if task.lease_expires_at is not None and task.lease_expires_at > now:
+        if not lease_expired(task.lease_expires_at, now):
             raise errors.Taken(f"task {task.pk} is held by {task.owner}", task=task)
         if not attempts_left(task.attempts, task.max_retries):
             raise errors.InvalidTransition(
@@ -646,7 +662,7 @@ def resume(task_id: str, agent: str, ttl_seconds: float, *, using: str = "defaul
         with write_transaction(using):
             now = clock.now(using)
             task = _get(using, task_id)
-            if task.stage == Stage.RUNNING and task.lease_expires_at and task.lease_expires_at > now:
+            if task.stage == Stage.RUNNING and not lease_expired(task.lease_expires_at, now):
                 raise errors.Taken(f"task {task.pk} is held by {task.owner}", task=task)
             if task.stage != Stage.PAUSED:
                 raise _illegal(task, Verb.RESUME, "only a PAUSED task can be resumed")
@@ -685,7 +701,7 @@ def _holder_move(using: str, task_id: str, token: str, build, *, live_only: bool
 
 def _token_hash(token: str) -> str:
     if not isinstance(token, str) or not token:
-        raise errors.InvalidRequest("token is required")
+        raise errors.InvalidRequest("token is required", field="token")
     return hash_token(token)
 
 
@@ -694,7 +710,7 @@ def _refuse_holder(task: Task, token_hash: str, now: datetime, *, live_only: boo
     read at `now`; return when it may."""
     if task.stage != Stage.RUNNING or not hmac.compare_digest(task.lease_token_hash or "", token_hash):
         raise errors.LeaseLost(f"this token is not task {task.pk}'s current lease", task=task)
-    if live_only and (task.lease_expires_at is None or task.lease_expires_at <= now):
+    if live_only and lease_expired(task.lease_expires_at, now):
         raise errors.LeaseLost(f"the lease on task {task.pk} has expired", task=task)
     if agent is not None and agent != task.owner:
         # A token is a credential, but it was minted for one agent: another agent presenting
@@ -734,6 +750,7 @@ def renew(
     and progress. Wrong token or an expired lease: LeaseLost, nothing changed."""
     ttl = _ttl(ttl_seconds)
     _check_progress(progress)
+    limit_json_size("checkpoint", checkpoint)
     _json_value("checkpoint", checkpoint)
     hot = hot_sql.store(using)
     if hot is not None:
@@ -776,7 +793,8 @@ def complete(task_id: str, token: str, result: Any, *, agent: str | None = None,
     """Commit the result; then admit the dependents this completion unblocks (after commit, each
     by its own CAS, so that two dependencies completing at once cannot both miss the other)."""
     if result is None:
-        raise errors.InvalidRequest("result is required (use {} for a task with no output)")
+        raise errors.InvalidRequest("result is required (use {} for a task with no output)", field="result")
+    limit_json_size("result", result)
     _json_value("result", result)
     hot = hot_sql.store(using)
     if hot is not None:
@@ -827,16 +845,16 @@ def fail(
     The error (and `traceback`, when given) is kept in this failure's history row, not only in
     the task's `last_error`, which the next failure overwrites: every attempt keeps its own."""
     if not isinstance(error, str):
-        raise errors.InvalidRequest("error must be text")
+        raise errors.InvalidRequest("error must be text", field="error")
     if len(error) > MAX_ERROR_CHARS:
-        raise errors.InvalidRequest(f"error must be at most {MAX_ERROR_CHARS} characters")
+        raise errors.InvalidRequest(f"error must be at most {MAX_ERROR_CHARS} characters", field="error")
     if traceback is not None and not isinstance(traceback, str):
-        raise errors.InvalidRequest("traceback must be text")
+        raise errors.InvalidRequest("traceback must be text", field="traceback")
     if traceback is not None and len(traceback) > MAX_TRACEBACK_CHARS:
-        raise errors.InvalidRequest(f"traceback must be at most {MAX_TRACEBACK_CHARS} characters")
+        raise errors.InvalidRequest(f"traceback must be at most {MAX_TRACEBACK_CHARS} characters", field="traceback")
     for name, text in (("error", error), ("traceback", traceback)):
         if problem := unstorable_text(text):
-            raise errors.InvalidRequest(f"{name} {problem}")
+            raise errors.InvalidRequest(f"{name} {problem}", field=name)
     detail = failure_detail(error, traceback, retryable)
 
     def build(task: Task, now: datetime, token_hash: str):
@@ -876,7 +894,8 @@ def _retry(using: str, task: Task, now: datetime) -> None:
 def pause(task_id: str, token: str, checkpoint: Any, *, agent: str | None = None, using: str = "default") -> Task:
     """Release the lease and keep `checkpoint`, so that a later resume continues from it."""
     if checkpoint is None:
-        raise errors.InvalidRequest("checkpoint is required to pause")
+        raise errors.InvalidRequest("checkpoint is required to pause", field="checkpoint")
+    limit_json_size("checkpoint", checkpoint)
     _json_value("checkpoint", checkpoint)
 
     def build(task: Task, now: datetime, token_hash: str):
@@ -891,7 +910,7 @@ def _check_progress(progress: float | None) -> None:
     if progress is None:
         return
     if isinstance(progress, bool) or not isinstance(progress, (int, float)) or not 0 <= progress <= 1:
-        raise errors.InvalidRequest("progress must be a fraction from 0 to 1")
+        raise errors.InvalidRequest("progress must be a fraction from 0 to 1", field="progress")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -900,11 +919,11 @@ def _check_progress(progress: float | None) -> None:
 # to the task as it is now, if still legal.
 
 
-def _operator_move(using: str, task_id: str, version: int | None, move, *, lock: bool = False) -> Task:
+def _operator_move(using: str, task_id: str, version: int | None, move) -> Task:
     for _ in range(RACE_RETRIES):
         with write_transaction(using):
             now = clock.now(using)
-            task = _get_locked(using, task_id) if lock else _get(using, task_id)
+            task = _get(using, task_id)
             if version is not None and task.version != version:
                 raise errors.VersionConflict(
                     f"task {task.pk} is at version {task.version}, not {version}", task=task
@@ -923,6 +942,7 @@ def requeue(
 ) -> Task:
     """Operator: put a FAILED or PAUSED task back in the queue (PAUSED keeps its checkpoint).
     With no attempt left it is refused unless `reset_attempts`."""
+    _check_reason(reason)
 
     def move(task: Task, now: datetime) -> bool:
         if task.stage not in (Stage.FAILED, Stage.PAUSED):
@@ -942,6 +962,7 @@ def requeue(
 def cancel(task_id: str, *, actor: str, version: int | None = None, reason: str = "", using: str = "default") -> Task:
     """Operator: cancel a task that has not finished. A live lease is ended: its holder's
     later calls get LeaseLost."""
+    _check_reason(reason)
 
     def move(task: Task, now: datetime) -> bool:
         if target(task.stage, Verb.CANCEL) is None:
@@ -958,18 +979,11 @@ def cancel(task_id: str, *, actor: str, version: int | None = None, reason: str 
 # fence)` the move applies while that same lease (same holder, same fence) is still the task's,
 # however often it was renewed; a lease that changed hands (a new fence, even under the same
 # agent name) or a task no longer RUNNING is a VersionConflict carrying the current row.
-
-
-def _get_locked(using: str, task_id: str) -> Task:
-    """The task, its row locked until the transaction ends where the store has row locks
-    (PostgreSQL). Not for correctness (the CAS is that) but for liveness: a holder renewing in
-    a tight loop commits between an unlocked read and the CAS every time on PostgreSQL (the
-    test saw 50 retries lost in a row); locked, its renew waits, then finds its lease gone. On
-    SQLite writers are already serialised; on MongoDB a conflict is retried."""
-    try:
-        return lock_rows(Task.objects.using(using), using).get(pk=task_id)
-    except Task.DoesNotExist:
-        raise errors.NotFound(f"no task with id {task_id!r}") from None
+#
+# It is one compare-and-swap like every other move, on (stage, owner, fence, attempts) instead
+# of the version: a renew committed between the read and the CAS leaves the lease the same, so
+# the CAS still matches (on PostgreSQL it waits for the renew's row lock and re-checks the row
+# as renewed); the holder's renew after it finds its lease gone. No row lock is taken.
 
 
 def _refuse_another_lease(task: Task, held_by: tuple[str, int] | None) -> None:
@@ -988,16 +1002,21 @@ def force_release(task_id: str, *, actor: str, version: int | None = None, reaso
     """Operator: take a RUNNING task from its holder, live lease or not, back to QUEUED. The
     holder's later calls get LeaseLost and the next claim gets a higher fence. `held_by`:
     only while that (owner, fence) still holds it (see above)."""
+    _check_reason(reason)
 
     def move(task: Task, now: datetime) -> bool:
         _refuse_another_lease(task, held_by)
         if task.stage != Stage.RUNNING:
             raise _illegal(task, Verb.FORCE_RELEASE, "only a RUNNING task holds a lease")
         detail = _reason(reason, previous_owner=task.owner)
-        return _swap(using, task, Verb.FORCE_RELEASE, now=now, actor=actor, detail=detail,
-                     attempts=max(0, task.attempts - 1), **NO_LEASE)
+        # Held to the lease (and to the attempts its claim counted, which the release gives
+        # back), not to the version, unless the caller also gave a version.
+        to_lease = held_by is not None and version is None
+        guard = Q(owner=task.owner, fence=task.fence, attempts=task.attempts) if to_lease else None
+        return _swap(using, task, Verb.FORCE_RELEASE, now=now, actor=actor, detail=detail, guard=guard,
+                     pin_version=not to_lease, attempts=max(0, task.attempts - 1), **NO_LEASE)
 
-    return _operator_move(using, task_id, version, move, lock=held_by is not None)
+    return _operator_move(using, task_id, version, move)
 
 
 @retry_conflicts
@@ -1006,6 +1025,7 @@ def force_pause(task_id: str, *, actor: str, version: int | None = None, reason:
     """Operator: stop a RUNNING task and keep its last saved checkpoint (from its renewals) for
     a later resume. With none saved the checkpoint is {}: a resume starts over. The holder's
     later calls get LeaseLost."""
+    _check_reason(reason)
 
     def move(task: Task, now: datetime) -> bool:
         if task.stage != Stage.RUNNING:
@@ -1027,7 +1047,7 @@ def edit(task_id: str, *, actor: str, version: int, using: str = "default", **fi
     only if it is still at `version`; otherwise VersionConflict and nothing is written."""
     unknown = set(fields) - set(EDITABLE)
     if unknown:
-        raise errors.InvalidRequest(f"not editable: {', '.join(sorted(unknown))}")
+        raise errors.InvalidRequest(f"not editable: {', '.join(sorted(unknown))}", field=min(unknown))
 
     def move(task: Task, now: datetime) -> bool:
         if target(task.stage, Verb.EDIT) is None:
@@ -1038,13 +1058,25 @@ def edit(task_id: str, *, actor: str, version: int, using: str = "default", **fi
         _validate_spec(merged)
         if merged.max_retries + 1 < task.attempts:
             raise errors.InvalidRequest(
-                f"task {task.pk} has run {task.attempts} times; max_retries cannot go below {task.attempts - 1}"
+                f"task {task.pk} has run {task.attempts} times; max_retries cannot go below {task.attempts - 1}",
+                field="max_retries",
             )
         changed = {name: value for name, value in fields.items() if getattr(task, name) != value}
         detail = {"changed": sorted(changed)} if changed else None
         return _swap(using, task, Verb.EDIT, now=now, actor=actor, detail=detail, **changed)
 
     return _operator_move(using, task_id, version, move)
+
+
+def _check_reason(reason: str) -> None:
+    """An operator's reason (kept in the history row) meets its cap, whoever calls: the API's
+    schema checks it too; a command or the admin does not go through that schema."""
+    if not isinstance(reason, str):
+        raise errors.InvalidRequest("reason must be text", field="reason")
+    if len(reason) > MAX_REASON_CHARS:
+        raise errors.InvalidRequest(f"reason must be at most {MAX_REASON_CHARS} characters", field="reason")
+    if problem := unstorable_text(reason):
+        raise errors.InvalidRequest(f"reason {problem}", field="reason")
 
 
 def _reason(reason: str, **extra: Any) -> dict | None:

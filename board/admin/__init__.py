@@ -1,0 +1,22 @@
+"""Operators' screens (Django admin). Thin callers of the engine: nothing here writes a task's
+stage, version or lease, or an agent key's hash. Laid out as Django's own apps are:
+
+- `tasks.py`    TaskAdmin: the change list, the task page with its history, the add form
+- `keys.py`     AgentKeyAdmin: keys minted, shown once, revoked
+- `actions.py`  the task actions (each a verb of `board.engine.transitions` per selected task,
+                held to the version read, or to the lease shown for force release) and their
+                report: one summary message per action, each task's line in a collapsed list
+- `forms.py`    engine-backed forms (edit under the version guard, create, mint a key): the
+                engine validates and writes; its error marks the field it names (`exc.field`)
+- `filters.py`  the change lists' filters, and no lookup on a stored hash (`NoHashLookups`)
+- `display.py`  wording: durations, one lease helper (`LeaseState`, by the engine's rule of an
+                expired lease), a task's card on the board
+
+Reads other than the change lists' own querysets are in `board.engine.selectors` ("reads for the
+admin"). Django's admin autodiscovery imports this package, which registers both ModelAdmins.
+"""
+from board.admin.forms import TaskEditForm
+from board.admin.keys import AgentKeyAdmin
+from board.admin.tasks import TaskAdmin
+
+__all__ = ["AgentKeyAdmin", "TaskAdmin", "TaskEditForm"]

@@ -1,0 +1,248 @@
+"""The admin's forms. Validation is the engine's and so is the write: each form calls a verb
+(`transitions.edit`, `transitions.create`, `agent_keys.create_key`) as the last step of its
+validation, so that a refusal shows on the form, and Django's save() writes nothing. An engine
+error is shown on the field it names (`BoardError.field`), or above the form when it names none
+of the form's fields; its message is never searched for a field's name.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from django import forms
+from django.contrib import admin
+from django.core import signing
+
+from board import agent_keys
+from board.engine import errors, selectors, transitions
+from board.engine.lifecycle import MAX_REASON_CHARS
+from board.models import AgentKey, Task
+
+# Fields an operator may edit; the engine's list, so the two can never disagree.
+EDITABLE = tuple(transitions.EDITABLE)
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _digest(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _unix_newlines(text: str | None) -> str | None:
+    """Browsers send a textarea's line breaks as CRLF; the stored text has what the agent sent."""
+    return text.replace("\r\n", "\n") if isinstance(text, str) else text
+
+
+def current(exc: errors.BoardError, task_id: str) -> Task | None:
+    """The task as it is now: the row the engine's error carries, else read it."""
+    if isinstance(exc.task, Task):
+        return exc.task
+    return selectors.get_task(task_id)
+
+
+class _EngineForm(forms.ModelForm):
+    """A ModelForm whose write is an engine call made as the last step of validation (so that a
+    refusal shows as a form error), and whose save() only returns the row the engine wrote."""
+
+    actor = ""  # the operator's username; set per request by the admin's get_form
+
+    def clean_payload(self):
+        # Python's json reads NaN and Infinity; JSON (and the database) does not.
+        value = self.cleaned_data.get("payload")
+        try:
+            json.dumps(value, allow_nan=False)
+        except ValueError:
+            raise forms.ValidationError("payload is not valid JSON: NaN and Infinity are not numbers in JSON")
+        return value
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.written = None
+
+    def _post_clean(self):
+        super()._post_clean()
+        if not self._errors:
+            self.apply()
+
+    def apply(self) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def refused(self, exc: errors.BoardError) -> None:
+        """Show the engine's refusal on the field it names, if this form has that field."""
+        self.add_error(exc.field if exc.field in self.fields else None, exc.message)
+
+    def save(self, commit=True):
+        self.save_m2m = lambda: None
+        return self.written
+
+
+class TaskEditForm(_EngineForm):
+    """Edits a task under the version guard: `opened_version` and the sealed `opened_state` say
+    what the operator saw; saving calls transitions.edit(version=opened_version)."""
+
+    SALT = "board.admin.task-edit"
+
+    opened_version = forms.IntegerField(widget=forms.HiddenInput)
+    opened_state = forms.CharField(widget=forms.HiddenInput)
+
+    class Meta:
+        model = Task
+        fields = EDITABLE
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        for name in ("title", "description"):
+            if name in self.fields:
+                # Text round-trips exactly (an untouched field is not an edit); the engine says
+                # what a title must be (its message is the one shown).
+                self.fields[name].strip = False
+                self.fields[name].required = False
+        if not self.is_bound and self.instance.pk is not None:
+            self.initial["opened_version"] = self.instance.version
+            self.initial["opened_state"] = self.seal(self.instance)
+
+    def clean_title(self):
+        return _unix_newlines(self.cleaned_data.get("title"))
+
+    def clean_description(self):
+        return _unix_newlines(self.cleaned_data.get("description"))
+
+    @classmethod
+    def seal(cls, task: Task) -> str:
+        state = {
+            "version": task.version, "stage": task.stage, "owner": task.owner,
+            "fields": {name: [_digest(getattr(task, name)), _short(getattr(task, name))] for name in EDITABLE},
+        }
+        return signing.dumps(state, salt=cls.SALT, compress=True)
+
+    def apply(self) -> None:
+        data = self.cleaned_data
+        try:
+            opened = signing.loads(data["opened_state"], salt=self.SALT)
+        except signing.BadSignature:
+            opened = None
+        if not opened or opened.get("version") != data["opened_version"]:
+            self.add_error(None, "This form is damaged or was not opened here; reload the page.")
+            return
+        task_id = self.instance.pk
+        task = selectors.get_task(task_id)
+        if task is None or task.version != opened["version"]:
+            self.add_error(None, what_changed(task_id, opened, task))
+            return
+        changes = {
+            name: data[name] for name in EDITABLE
+            if name in self.fields and [_digest(data[name])] != opened["fields"].get(name, [None])[:1]
+        }
+        if not changes:
+            self.written = task
+            return
+        try:
+            self.written = transitions.edit(task_id, actor=self.actor, version=opened["version"], **changes)
+        except errors.VersionConflict as exc:
+            self.add_error(None, what_changed(task_id, opened, current(exc, task_id)))
+        except errors.BoardError as exc:
+            self.refused(exc)
+
+
+def what_changed(task_id: str, opened: dict, task: Task | None) -> str:
+    """The refusal of a stale edit: what moved since the form was opened."""
+    if task is None:
+        return f"Not saved: task {task_id} no longer exists."
+    diffs = []
+    if task.stage != opened["stage"]:
+        diffs.append(f"stage {opened['stage']} → {task.stage}")
+    if task.owner != opened["owner"]:
+        diffs.append(f"owner {opened['owner'] or '(none)'} → {task.owner or '(none)'}")
+    for name in EDITABLE:
+        value = getattr(task, name)
+        was = opened["fields"].get(name)
+        if was is not None and _digest(value) != was[0]:
+            diffs.append(f"{name} {was[1]} → {_short(value)}")
+    moves = selectors.moves_since(task_id, opened["version"], 10)
+    by = ", ".join(f"{verb} by {actor or '(unknown)'}" for verb, actor in moves)
+    return (
+        f"Not saved: task {task_id} changed after you opened it "
+        f"(version {opened['version']} → {task.version}{': ' + by if by else ''}). "
+        f"{'; '.join(diffs) + '. ' if diffs else ''}"
+        "Nothing was written; reload the page to edit the current task."
+    )
+
+
+class TaskCreateForm(_EngineForm):
+    """Creates a task through transitions.create (dependencies as ids separated by commas)."""
+
+    deps = forms.CharField(
+        required=False, label="Dependencies",
+        help_text="Ids of tasks this one waits for, separated by commas or spaces.",
+    )
+
+    class Meta:
+        model = Task
+        fields = ("id", "title", "description", "queue", "priority", "max_retries", "hold", "payload")
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["id"].required = False
+        self.fields["id"].help_text = "Leave empty to have one generated."
+        self.fields["title"].required = False
+
+    def validate_unique(self):
+        pass  # the engine refuses a taken id (DuplicateId), atomically
+
+    def apply(self) -> None:
+        data = self.cleaned_data
+        spec = transitions.TaskSpec(
+            id=data.get("id") or None, title=data.get("title") or "",
+            description=data.get("description") or "", payload=data.get("payload"),
+            queue=data.get("queue") or "default", priority=data.get("priority") or 0,
+            max_retries=data["max_retries"] if data.get("max_retries") is not None else 3,
+            hold=bool(data.get("hold")),
+            deps=tuple(d for d in data.get("deps", "").replace(",", " ").split() if d),
+        )
+        try:
+            self.written = transitions.create(spec, actor=self.actor)[0]
+        except errors.BoardError as exc:
+            self.refused(exc)
+
+
+class AgentKeyCreateForm(_EngineForm):
+    """Mints a key. An operator key acts as an operator through the API, so making one is itself
+    an intervention: without board.intervene the field is not offered, and a request that sends
+    it anyway is refused (never silently turned into a plain key)."""
+
+    may_mint_operator = False  # set per request by the admin's get_form
+
+    class Meta:
+        model = AgentKey
+        fields = ("name", "is_operator")
+
+    def clean(self):
+        cleaned = super().clean()
+        if not self.may_mint_operator and self.data.get("is_operator") not in (None, "", "off", "false", "0"):
+            raise forms.ValidationError(
+                "Only a user with the board.intervene permission may create an operator key.")
+        return cleaned
+
+    def apply(self) -> None:
+        try:
+            row, key = agent_keys.create_key(self.cleaned_data["name"],
+                                             is_operator=bool(self.cleaned_data.get("is_operator")))
+        except errors.BoardError as exc:
+            # The key's name is the one thing this form sends that the engine judges.
+            self.add_error("name", exc.message)
+            return
+        row.minted_key = key  # in memory only, for the one response that shows it
+        self.written = row
+
+
+class TaskActionForm(admin.helpers.ActionForm):
+    """The changelist's action bar, with the reason recorded in each event's detail."""
+
+    reason = forms.CharField(
+        required=False, max_length=MAX_REASON_CHARS, label="Reason:",
+        widget=forms.TextInput(attrs={"placeholder": "why (kept in the history)", "size": 30}),
+    )

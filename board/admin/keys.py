@@ -1,0 +1,81 @@
+"""The agent key admin. Keys are minted by `agent_keys.create_key`, shown once in the response
+to the add form, and revoked by `agent_keys.revoke`; their hashes are never displayed. Minting
+an operator key needs `board.intervene` besides `board.add_agentkey`. A key is never edited or
+deleted: its row says when it was last used."""
+from __future__ import annotations
+
+from django.contrib import admin
+from django.template.response import TemplateResponse
+from django.utils.cache import add_never_cache_headers
+
+from board import agent_keys
+from board.admin.actions import Report
+from board.admin.filters import KeyStateFilter, NoHashLookups
+from board.admin.forms import AgentKeyCreateForm
+from board.models import AgentKey
+
+
+@admin.register(AgentKey)
+class AgentKeyAdmin(NoHashLookups, admin.ModelAdmin):
+    list_display = ("name", "prefix", "is_operator", "created_at", "last_used_at", "revoked_at")
+    list_filter = ("is_operator", KeyStateFilter)
+    search_fields = ("name", "prefix")
+    ordering = ("name", "created_at")
+    exclude = ("key_hash",)
+    readonly_fields = ("name", "prefix", "is_operator", "created_at", "last_used_at", "revoked_at")
+    actions = ("revoke",)
+
+    def get_form(self, request, obj=None, change=False, **kwargs):
+        if obj is None:
+            kwargs["form"] = AgentKeyCreateForm
+            form = super().get_form(request, obj, change=change, **kwargs)
+            return type(form.__name__, (form,), {"may_mint_operator": self.may_mint_operator(request)})
+        return super().get_form(request, obj, change=change, **kwargs)
+
+    @staticmethod
+    def may_mint_operator(request) -> bool:
+        return request.user.has_perm("board.intervene")
+
+    def get_fields(self, request, obj=None):
+        if obj is None:
+            return ("name", "is_operator") if self.may_mint_operator(request) else ("name",)
+        return self.readonly_fields
+
+    def get_readonly_fields(self, request, obj=None):
+        return () if obj is None else self.readonly_fields
+
+    def has_change_permission(self, request, obj=None):
+        # A key is never edited: its page is read-only; revoking is the action (which checks
+        # the model's change permission, asked without an object).
+        return obj is None and super().has_change_permission(request)
+
+    def has_delete_permission(self, request, obj=None):
+        return False  # revoke instead: the row says when the key was last used
+
+    def save_model(self, request, obj, form, change):
+        pass  # agent_keys.create_key wrote it
+
+    def response_add(self, request, obj, post_url_continue=None):
+        """Show the key once, in this response, never in a message (messages may be stored in
+        the session) and never again."""
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Agent key created",
+            "opts": self.opts,
+            "key_row": obj,
+            "key": getattr(obj, "minted_key", ""),
+        }
+        request.current_app = self.admin_site.name
+        response = TemplateResponse(request, "admin/board/agentkey/key_created.html", context)
+        add_never_cache_headers(response)
+        return response
+
+    @admin.action(permissions=["change"], description="Revoke selected keys")
+    def revoke(self, request, queryset):
+        with Report(self, request, "Revoke", "key") as report:
+            for key in queryset.order_by("name", "pk").only("pk", "name", "prefix"):
+                label = f"{key.name} ({key.prefix}…)"
+                if agent_keys.revoke(key.pk):
+                    report.done(label, "revoked")
+                else:
+                    report.skipped(label, "already revoked")

@@ -1,0 +1,226 @@
+"""The task admin: the change list (filters, search, the lease column), the task page (its
+fields read-only but for the few an operator may edit, and its history), the add form, and the
+actions of board/admin/actions.py. Nothing is ever deleted: tasks are history.
+
+Acting (the actions, editing, adding) needs `board.intervene`; staff with `board.view_task`
+without it get a read-only admin (lists, search, task pages with their history, links to the
+board). The lease token is never stored, and its hash is never displayed.
+"""
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.contrib import admin
+from django.contrib.admin.utils import quote, unquote
+from django.contrib.admin.views.main import ChangeList
+from django.core.exceptions import PermissionDenied
+from django.http import HttpResponseRedirect
+from django.urls import reverse
+from django.utils.html import format_html
+
+from board.admin import actions
+from board.admin.display import LeaseState, board_url
+from board.admin.filters import (
+    LeaseStateFilter,
+    NoHashLookups,
+    OwnerFilter,
+    QueueFilter,
+)
+from board.admin.forms import EDITABLE, TaskActionForm, TaskCreateForm, TaskEditForm
+from board.engine import clock as store_clock
+from board.engine import selectors
+from board.engine.lifecycle import TERMINAL
+from board.models import Task, TaskEvent
+
+# Columns the change list reads: never the (possibly large) JSON fields.
+LIST_COLUMNS = (
+    "id", "title", "stage", "owner", "lease_expires_at", "fence", "attempts", "max_retries",
+    "version", "updated_at", "queue",
+)
+# The change form shows this many most recent events of a task (renewals add up).
+HISTORY_LIMIT = 200
+
+
+class TaskEventInline(admin.TabularInline):
+    """The task's history, read-only, oldest first (the most recent HISTORY_LIMIT events)."""
+
+    model = TaskEvent
+    verbose_name = "event"
+    verbose_name_plural = f"history (most recent {HISTORY_LIMIT} events, oldest first)"
+    fields = ("id", "verb", "from_to", "version", "fence", "actor", "at", "detail")
+    readonly_fields = fields
+    ordering = ("id",)
+    extra = 0
+    can_delete = False
+    show_change_link = False
+
+    @admin.display(description="from → to")
+    def from_to(self, event: TaskEvent) -> str:
+        return f"{event.from_stage or '∅'} → {event.to_stage}"
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    def has_view_permission(self, request, obj=None):
+        # Whoever may see the task may see its history.
+        return request.user.has_perm("board.view_task") or request.user.has_perm("board.change_task")
+
+
+class TaskChangeList(ChangeList):
+    def get_queryset(self, request, exclude_parameters=None):
+        # The list reads only its columns: never payload, checkpoint, result or the token hash.
+        return super().get_queryset(request, exclude_parameters).only(*LIST_COLUMNS)
+
+
+@admin.register(Task)
+class TaskAdmin(NoHashLookups, admin.ModelAdmin):
+    list_display = (
+        "id", "title", "stage", "owner", "lease", "fence", "attempts_of_max", "version", "updated_at", "on_board",
+    )
+    list_display_links = ("id", "title")
+    list_filter = ("stage", QueueFilter, OwnerFilter, LeaseStateFilter)
+    # What each word of the search matches, and the index that serves it on each store, are
+    # said in board/migrations/0006_admin_search_indexes.py (and the README).
+    search_fields = ("id__startswith", "title", "owner__exact", "queue__exact")
+    search_help_text = "Each word: the start of a task id (ids are case-sensitive), an exact owner or queue, or a word of the title."
+    ordering = ("-updated_at",)
+    list_per_page = 100
+    show_full_result_count = False
+    show_facets = admin.ShowFacets.NEVER
+    exclude = ("lease_token_hash",)
+    inlines = (TaskEventInline,)
+    action_form = TaskActionForm
+    form = TaskEditForm
+    add_form = TaskCreateForm
+    actions = (
+        actions.release_stale_leases, actions.force_release, actions.requeue, actions.requeue_reset_attempts,
+        actions.cancel, actions.admit, actions.pause,
+    )
+
+    READONLY = (
+        "id", "stage", "version", "queue", "hold", "owner", "fence", "lease", "lease_expires_at", "attempts_of_max",
+        "not_before", "progress", "checkpoint", "result", "last_error_text", "created_at", "updated_at",
+        "dependencies_list",
+    )
+
+    # -- time: a parameter (tests move it; the reaper's rule is "expired by this clock") ------
+
+    def clock(self) -> datetime:
+        return store_clock.now()  # the store's clock, as the reaper's: not this host's
+
+    # -- permissions ---------------------------------------------------------------------------
+
+    def has_intervene_permission(self, request) -> bool:
+        return request.user.has_perm("board.intervene")
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        # Editing goes through the engine's version-guarded edit: an intervention.
+        return super().has_change_permission(request, obj) and self.has_intervene_permission(request)
+
+    def has_add_permission(self, request) -> bool:
+        return super().has_add_permission(request) and self.has_intervene_permission(request)
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False  # tasks are history
+
+    # -- list ----------------------------------------------------------------------------------
+
+    def get_changelist(self, request, **kwargs):
+        return TaskChangeList
+
+    @admin.display(description="lease expires", ordering="lease_expires_at")
+    def lease(self, task: Task) -> str:
+        return LeaseState(task.lease_expires_at, self.clock()).column()
+
+    @admin.display(description="attempts / max", ordering="attempts")
+    def attempts_of_max(self, task: Task) -> str:
+        return f"{task.attempts} / {task.max_retries + 1}"
+
+    @admin.display(description="board")
+    def on_board(self, task: Task) -> str:
+        return format_html('<a href="{}" title="Open this task\'s card on the live board">board</a>', board_url(task.pk))
+
+    @admin.display(description="last error")
+    def last_error_text(self, task: Task) -> str:
+        # In <pre>: a traceback keeps its indentation (Django's read-only text collapses it).
+        if not task.last_error:
+            return "—"
+        return format_html('<pre class="last-error" style="white-space: pre-wrap; margin: 0">{}</pre>', task.last_error)
+
+    @admin.display(description="dependencies")
+    def dependencies_list(self, task: Task) -> str:
+        deps = selectors.dependencies_with_stages(task.pk)
+        return ", ".join(f"{dep} ({stage})" for dep, stage in deps) or "—"
+
+    # -- forms ---------------------------------------------------------------------------------
+
+    def get_fieldsets(self, request, obj=None):
+        if obj is None:
+            return [
+                (None, {"fields": ("id", "title", "description", "queue", "priority", "max_retries",
+                                   "hold", "payload", "deps")}),
+            ]
+        editable = list(EDITABLE)
+        if self.has_change_permission(request, obj):
+            editable += ["opened_version", "opened_state"]
+        return [
+            (None, {"fields": ("id", "stage", "version", "queue", "hold", "dependencies_list")}),
+            ("What the task is (editable, under the version guard)", {"fields": editable}),
+            ("Lease", {"fields": ("owner", "fence", "lease", "lease_expires_at", "attempts_of_max", "not_before")}),
+            ("Progress and outcome", {"fields": ("progress", "checkpoint", "result", "last_error_text",
+                                                 "created_at", "updated_at")}),
+        ]
+
+    def get_readonly_fields(self, request, obj=None):
+        if obj is None:
+            return ()
+        if obj.stage in TERMINAL and request.method != "POST":
+            # Finished tasks are not edited. (On POST the form stays whole so that a task that
+            # finished after the form was opened is reported as a change, not dropped silently.)
+            return self.READONLY + EDITABLE
+        return self.READONLY
+
+    def get_form(self, request, obj=None, change=False, **kwargs):
+        if obj is None:
+            kwargs["form"] = self.add_form
+        form = super().get_form(request, obj, change=change, **kwargs)
+        return type(form.__name__, (form,), {"actor": request.user.get_username()})
+
+    def get_inline_instances(self, request, obj=None):
+        # The history is read-only: a POST carries none of it, so none is built or validated.
+        if obj is None or request.method == "POST":
+            return []
+        return super().get_inline_instances(request, obj)
+
+    def get_formset_kwargs(self, request, obj, inline, prefix):
+        kwargs = super().get_formset_kwargs(request, obj, inline, prefix)
+        if isinstance(inline, TaskEventInline):
+            latest = selectors.latest_event_ids(obj.pk, HISTORY_LIMIT)
+            kwargs["queryset"] = TaskEvent.objects.filter(id__in=latest).order_by("id")
+        return kwargs
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        extra_context = dict(extra_context or {})
+        if selectors.stage_of(unquote(object_id)) in TERMINAL:
+            extra_context.update(show_save=False, show_save_and_continue=False, show_save_and_add_another=False)
+        return super().change_view(request, object_id, form_url, extra_context)
+
+    def history_view(self, request, object_id, extra_context=None):
+        """Django's object history (its LogEntry rows) shows internal field names and none of
+        the engine's moves: the task's history is the inline on its page, so go there."""
+        if not self.has_view_or_change_permission(request):
+            raise PermissionDenied
+        url = reverse("admin:board_task_change", args=[quote(unquote(object_id))], current_app=self.admin_site.name)
+        return HttpResponseRedirect(f"{url}#events-group")
+
+    def save_model(self, request, obj, form, change):
+        pass  # the form's engine call (transitions.edit / create) was the write
+
+    def save_related(self, request, form, formsets, change):
+        pass  # dependencies are written by transitions.create; history only by transitions
