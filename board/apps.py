@@ -13,3 +13,8 @@ class BoardConfig(AppConfig):
         from board.live.doorbell import announce_commit
 
         commits.subscribe(announce_commit)
+        # The engine tells what became of each move (board.engine.outcomes); the metrics count it.
+        from board import metrics
+        from board.engine import outcomes
+
+        outcomes.subscribe(metrics.on_outcome)

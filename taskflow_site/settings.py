@@ -87,6 +87,8 @@ INSTALLED_APPS = [
 NINJA_FILES = Path(importlib.util.find_spec("ninja").origin).parent
 
 MIDDLEWARE = [
+    # Outermost: the API's latency histogram times everything below it (board/metrics.py).
+    "board.metrics.api_latency",
     # First: it also reshapes what the others answer under /api/ (a disallowed Host's 400).
     "board.api.middleware.api_error_shape",
     "django.middleware.security.SecurityMiddleware",
@@ -245,6 +247,9 @@ TASKFLOW = {
     # ends the open boards within a few seconds; the cost is one session read per socket.
     "SOCKET_RECHECK_SECONDS": float(os.environ.get("TASKFLOW_SOCKET_RECHECK", "5")),
     "SOCKET_MAX_UNSENT_BYTES": int(os.environ.get("TASKFLOW_SOCKET_MAX_UNSENT", str(8 * 1024 * 1024))),
+    # The Prometheus scraper's bearer token for /metrics (board/metrics.py); empty: only an
+    # operator key or a staff session may scrape.
+    "METRICS_TOKEN": os.environ.get("TASKFLOW_METRICS_TOKEN", ""),
 }
 
 # Production hardening: on whenever DEBUG is off (what `manage.py check --deploy` asks for).

@@ -5,6 +5,7 @@ from django.views.generic import RedirectView
 from board.api.endpoints import api
 from board.health import healthz
 from board.live.views import board_page
+from board.metrics import metrics_view
 
 # The admin is the operators' side of the board: it says so on every page (not "Django
 # administration"), and its "View site" link leads to the live board.
@@ -19,4 +20,5 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/", api.urls),
     path("healthz", healthz, name="healthz"),
+    path("metrics", metrics_view, name="metrics"),
 ]

@@ -3,6 +3,7 @@
     taskflow_site  (settings, URLs, ASGI/WSGI, serving)
     board.admin    (operators' Django admin)   board.api (agents' JSON API)
     board.live     (the live board: outbox tailer, websocket, board page, parked claims)
+    board.metrics  (Prometheus metrics: /metrics, the engine's outcomes counted)
     board.public   (the one public view of a task, lease and history row)
     board.access, board.agent_keys, board.health  (who may do what; agent keys; /healthz)
     board.engine   (lifecycle, transitions, reads, invariants, contract, store seam, clock)
@@ -34,6 +35,8 @@ LAYERS = {
     # Django's ORM only, on the caller's own model (downstream tables, not the board's).
     "board.fencing": 2,
     "board.live": 3,
+    # Prometheus metrics: fed by the engine's outcome hook, the live board and the API's middleware.
+    "board.metrics": 3,
     "board.api": 4, "board.admin": 4, "board.management": 4, "board.apps": 4,
 }
 # Third-party packages that belong to the delivery layers only.

@@ -17,6 +17,7 @@ from django.db.models import (
     ExpressionWrapper,
     F,
     Max,
+    Min,
     OuterRef,
     Q,
 )
@@ -629,3 +630,27 @@ def latest_event_ids(task_id: str, limit: int, *, using: str = "default") -> lis
         TaskEvent.objects.using(using).filter(task_id=task_id).order_by("-id").values_list("id", flat=True)[:limit]
     )
 
+
+# ---------------------------------------------------------------------------------------------
+# Reads for metrics (board.metrics computes its gauges from these at scrape time: one grouped
+# query each, nothing kept between scrapes).
+
+
+def tasks_by_stage_and_queue(*, using: str = "default") -> dict[tuple[str, str], int]:
+    """How many tasks are in each (stage, queue) that has any."""
+    rows = Task.objects.using(using).values_list("stage", "queue").annotate(n=Count("id")).order_by()
+    return {(stage, queue): n for stage, queue, n in rows}
+
+
+def oldest_queued_by_queue(*, using: str = "default") -> dict[str, datetime]:
+    """For each queue with QUEUED tasks, when its longest-waiting one entered QUEUED (backoff
+    included: a task waiting out its retry delay is waiting too)."""
+    rows = (Task.objects.using(using).filter(stage=Stage.QUEUED).values_list("queue")
+            .annotate(oldest=Min("stage_changed_at")).order_by())
+    return dict(rows)
+
+
+def live_lease_count(now: datetime | None = None, *, using: str = "default") -> int:
+    """RUNNING tasks whose lease has not expired by `now` (default: the store's clock)."""
+    now = now or clock.now(using)
+    return Task.objects.using(using).filter(stage=Stage.RUNNING, lease_expires_at__gt=now).count()

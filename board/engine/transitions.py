@@ -43,7 +43,15 @@ from django.conf import settings
 from django.db import IntegrityError, connections, transaction
 from django.db.models import F, Q
 
-from board.engine import claim_requests, clock, commits, errors, hot_sql, selectors
+from board.engine import (
+    claim_requests,
+    clock,
+    commits,
+    errors,
+    hot_sql,
+    outcomes,
+    selectors,
+)
 from board.engine.claim_requests import ClaimRequest
 from board.engine.db import (
     retry_conflicts,
@@ -208,11 +216,13 @@ def _swap(
     if to != task.stage:  # a renew or an edit stays in its stage: the time in it keeps counting
         changes["stage_changed_at"] = now
     if rows.update(**changes) != 1:
+        outcomes.record(using, verb, outcomes.LOST_RACE)
         return False
     if not pin_version:  # this transaction wrote the row last: it reads its own write
         changes["version"] = Task.objects.using(using).filter(pk=task.pk).values_list("version", flat=True).get()
     new_version = changes["version"]
     commits.after_commit(using)
+    outcomes.record(using, verb, outcomes.WON)
     from_stage = task.stage
     for name, value in changes.items():
         setattr(task, name, value)
@@ -242,6 +252,7 @@ def _illegal(task: Task, verb: Verb, hint: str = "") -> errors.BoardError:
 # Creating tasks
 
 
+@outcomes.refusals(Verb.CREATE)
 @retry_conflicts
 def create(specs: TaskSpec | Sequence[TaskSpec], *, actor: str = "", using: str = "default") -> list[Task]:
     """Create one task or a batch forming a DAG, all or nothing.
@@ -343,6 +354,7 @@ def create(specs: TaskSpec | Sequence[TaskSpec], *, actor: str = "", using: str 
             ]
         )
         commits.after_commit(using)
+        outcomes.record(using, Verb.CREATE, outcomes.WON, count=len(tasks))
         # A dependency may complete while this transaction is open; its own admission pass
         # cannot see these uncommitted tasks, so look again once they are committed.
         waiting = [t.pk for t in tasks if t.stage == Stage.PENDING and not t.hold]
@@ -444,6 +456,7 @@ def _refuse_cycles(batch: list[TaskSpec]) -> None:
 # Admission: PENDING -> QUEUED
 
 
+@outcomes.refusals(Verb.ADMIT)
 @retry_conflicts
 def admit(task_id: str, *, actor: str, version: int | None = None, reason: str = "",
           using: str = "default") -> Task:
@@ -486,6 +499,7 @@ def admit_ready(task_ids: Iterable[str] | None = None, *, using: str = "default"
 # Claiming: QUEUED -> RUNNING, and PAUSED -> RUNNING (resume)
 
 
+@outcomes.refusals(Verb.CLAIM)
 @retry_conflicts
 def claim(task_id: str, agent: str, ttl_seconds: float, *, request_id: str | None = None,
           using: str = "default") -> Claim:
@@ -550,6 +564,8 @@ def _claimable(using: str, task: Task, now: datetime) -> Task | None:
         ok = _swap(using, task, Verb.RECLAIM, now=now, actor="system",
                    guard=Q(lease_expires_at__lte=now),
                    detail={"reason": "lease expired", "previous_owner": task.owner}, **NO_LEASE)
+        if ok:  # a takeover: this claim takes back a lease that expired
+            outcomes.record(using, Verb.RECLAIM, outcomes.EXPIRED, "claim")
         return task if ok else None
     if task.stage == Stage.PAUSED:
         raise _illegal(task, Verb.CLAIM, "resume it to continue from its checkpoint")
@@ -586,6 +602,7 @@ def _take(using: str, task: Task, verb: Verb, agent: str, ttl: timedelta, now: d
     return Claim(task=task, lease=Lease(token=token, fence=fence, expires_at=expires_at))
 
 
+@outcomes.refusals(Verb.CLAIM)
 @retry_conflicts
 def claim_next(
     agent: str, ttl_seconds: float, *, queue: str | None = None, request_id: str | None = None,
@@ -615,6 +632,7 @@ def claim_next(
             now = clock.now(using)
             task = skip_locked(selectors.ready_tasks(now, queue, using=using), using).first()
             if task is None:
+                outcomes.record(using, Verb.CLAIM, outcomes.EMPTY)
                 return None
             won = _take(using, task, Verb.CLAIM, agent, ttl, now, request)
             if won is not None:
@@ -647,11 +665,14 @@ def _hot_claim_next(hot: hot_sql.HotStore, using: str, agent: str, ttl: timedelt
         row = hot.claim_next(agent, hash_token(token), ttl, queue,
                              request.digest if request is not None else None, seed)
         if row is None:
+            outcomes.record(using, Verb.CLAIM, outcomes.EMPTY)
             return None
         commits.after_commit(using)
+        outcomes.record(using, Verb.CLAIM, outcomes.WON)
     return _claim_of(hot.task(row), token)  # the task built out of the transaction: see HotStore
 
 
+@outcomes.refusals(Verb.RESUME)
 @retry_conflicts
 def resume(task_id: str, agent: str, ttl_seconds: float, *, using: str = "default") -> Claim:
     """Take a PAUSED task with a new lease (new token, higher fence); its checkpoint is on the
@@ -719,7 +740,7 @@ def _refuse_holder(task: Task, token_hash: str, now: datetime, *, live_only: boo
 
 
 def _hot_holder_move(hot: hot_sql.HotStore, using: str, task_id: str, token_hash: str, move, *,
-                     live_only: bool, agent: str | None) -> Task:
+                     live_only: bool, agent: str | None, verb: Verb) -> Task:
     """A holder's verb through hot_sql: `move()` runs the verb's one statement and returns
     the row as written, or None when it matched no row. Only then is the row read: it raises
     the error the ORM path would, or, when the move has become legal again (the row changed
@@ -729,12 +750,15 @@ def _hot_holder_move(hot: hot_sql.HotStore, using: str, task_id: str, token_hash
             row = move()
             if row is not None:
                 commits.after_commit(using)
+                outcomes.record(using, verb, outcomes.WON)
         if row is not None:
             return hot.task(row)  # out of the transaction: see HotStore
         _refuse_holder(_get(using, task_id), token_hash, clock.now(using), live_only=live_only, agent=agent)
+        outcomes.record(using, verb, outcomes.LOST_RACE)  # not refused: the row moved between the two
     raise errors.VersionConflict(f"task {task_id} kept changing; try again")
 
 
+@outcomes.refusals(Verb.RENEW)
 @retry_conflicts
 def renew(
     task_id: str,
@@ -758,7 +782,7 @@ def renew(
         task = _hot_holder_move(
             hot, using, task_id, token_hash,
             lambda: hot.renew(task_id, token_hash, agent, ttl, checkpoint, progress),
-            live_only=True, agent=agent)
+            live_only=True, agent=agent, verb=Verb.RENEW)
         return Claim(task=task, lease=Lease(token=token, fence=task.fence, expires_at=task.lease_expires_at))
 
     def build(task: Task, now: datetime, token_hash: str):
@@ -776,6 +800,7 @@ def renew(
     return _holder_move(using, task_id, token, build, live_only=True, agent=agent)
 
 
+@outcomes.refusals(Verb.RELEASE)
 @retry_conflicts
 def release(task_id: str, token: str, *, agent: str | None = None, using: str = "default") -> Task:
     """Hand the task back to the queue. The attempt is given back: releasing is not failing."""
@@ -788,6 +813,7 @@ def release(task_id: str, token: str, *, agent: str | None = None, using: str = 
     return _holder_move(using, task_id, token, build, live_only=False, agent=agent)
 
 
+@outcomes.refusals(Verb.COMPLETE)
 @retry_conflicts
 def complete(task_id: str, token: str, result: Any, *, agent: str | None = None, using: str = "default") -> Task:
     """Commit the result; then admit the dependents this completion unblocks (after commit, each
@@ -802,7 +828,7 @@ def complete(task_id: str, token: str, result: Any, *, agent: str | None = None,
         task = _hot_holder_move(
             hot, using, task_id, token_hash,
             lambda: hot.complete(task_id, token_hash, agent, result),
-            live_only=False, agent=agent)
+            live_only=False, agent=agent, verb=Verb.COMPLETE)
         # has_dependents as written, read under the row's lock. Registered after the move's
         # transaction: outside a caller's transaction it runs now (the move has committed),
         # inside one at its commit.
@@ -833,6 +859,7 @@ def _admit_dependents_after_commit(task_id: str, using: str) -> None:
     transaction.on_commit(lambda: _admit_dependents(task_id, using), using=using, robust=True)
 
 
+@outcomes.refusals(Verb.FAIL)
 @retry_conflicts
 def fail(
     task_id: str, token: str, error: str, *, retryable: bool = True, traceback: str | None = None,
@@ -863,6 +890,8 @@ def fail(
             return None
         if retryable and attempts_left(task.attempts, task.max_retries):
             _retry(using, task, now)
+        else:
+            outcomes.record(using, Verb.FAIL, outcomes.TERMINAL, "attempts_spent" if retryable else "not_retryable")
         return task
 
     return _holder_move(using, task_id, token, build, live_only=False, agent=agent)
@@ -890,6 +919,7 @@ def _retry(using: str, task: Task, now: datetime) -> None:
         raise errors.VersionConflict("task changed inside its own transaction", task=task)
 
 
+@outcomes.refusals(Verb.PAUSE)
 @retry_conflicts
 def pause(task_id: str, token: str, checkpoint: Any, *, agent: str | None = None, using: str = "default") -> Task:
     """Release the lease and keep `checkpoint`, so that a later resume continues from it."""
@@ -935,6 +965,7 @@ def _operator_move(using: str, task_id: str, version: int | None, move) -> Task:
     raise errors.VersionConflict(f"task {task_id} kept changing; try again")
 
 
+@outcomes.refusals(Verb.REQUEUE)
 @retry_conflicts
 def requeue(
     task_id: str, *, actor: str, version: int | None = None, reset_attempts: bool = False,
@@ -958,6 +989,7 @@ def requeue(
     return _operator_move(using, task_id, version, move)
 
 
+@outcomes.refusals(Verb.CANCEL)
 @retry_conflicts
 def cancel(task_id: str, *, actor: str, version: int | None = None, reason: str = "", using: str = "default") -> Task:
     """Operator: cancel a task that has not finished. A live lease is ended: its holder's
@@ -996,6 +1028,7 @@ def _refuse_another_lease(task: Task, held_by: tuple[str, int] | None) -> None:
         )
 
 
+@outcomes.refusals(Verb.FORCE_RELEASE)
 @retry_conflicts
 def force_release(task_id: str, *, actor: str, version: int | None = None, reason: str = "",
                   held_by: tuple[str, int] | None = None, using: str = "default") -> Task:
@@ -1019,6 +1052,7 @@ def force_release(task_id: str, *, actor: str, version: int | None = None, reaso
     return _operator_move(using, task_id, version, move)
 
 
+@outcomes.refusals(Verb.FORCE_PAUSE)
 @retry_conflicts
 def force_pause(task_id: str, *, actor: str, version: int | None = None, reason: str = "",
                 using: str = "default") -> Task:
@@ -1041,6 +1075,7 @@ def force_pause(task_id: str, *, actor: str, version: int | None = None, reason:
 EDITABLE = ("title", "description", "priority", "max_retries", "payload")
 
 
+@outcomes.refusals(Verb.EDIT)
 @retry_conflicts
 def edit(task_id: str, *, actor: str, version: int, using: str = "default", **fields: Any) -> Task:
     """Operator: change what a task is (title, description, priority, max_retries, payload),
@@ -1120,6 +1155,10 @@ def reclaim_expired(*, now: datetime | None = None, limit: int = 500, task_ids: 
                 error = "lease expired on the last attempt"
                 ok = _swap(using, task, Verb.FAIL, now=now, actor=actor, guard=guard,
                            detail={**detail, "error": error, "retryable": False}, last_error=error, **NO_LEASE)
+                if ok:
+                    outcomes.record(using, Verb.FAIL, outcomes.TERMINAL, "lease_expired")
             if ok:
+                outcomes.record(using, Verb.RECLAIM if task.stage == Stage.QUEUED else Verb.FAIL,
+                                outcomes.EXPIRED, "reaper")
                 moved.append(Reclaimed(task_id, Stage(task.stage)))
     return moved

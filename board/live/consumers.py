@@ -41,7 +41,7 @@ from django.contrib import auth
 from django.contrib.auth.signals import user_logged_out
 from django.dispatch import receiver
 
-from board import access
+from board import access, metrics
 from board.live import frames, tailer
 
 log = logging.getLogger("board.live.consumers")
@@ -117,6 +117,7 @@ class BoardConsumer(AsyncWebsocketConsumer):
         # the snapshot and applied (or ignored, by version), never lost, never overtaken by it.
         self.tailer = tailer.ensure_tailer()
         self.tailer.subscribers.add(self)
+        metrics.websocket_opened()  # _leave, which runs once for this socket, says it closed
         with _by_session_lock:
             _by_session.setdefault(self.session_key, set()).add(self)
         await self.accept()
@@ -211,6 +212,7 @@ class BoardConsumer(AsyncWebsocketConsumer):
             return
         self.dropped = True
         self.tailer.subscribers.discard(self)
+        metrics.websocket_closed()
         with _by_session_lock:
             sockets = _by_session.get(self.session_key)
             if sockets is not None:

@@ -45,6 +45,7 @@ from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from django.conf import settings
 
+from board import metrics
 from board.live import doorbell, frames, insights, outbox, waiting
 
 log = logging.getLogger("board.live.tailer")
@@ -152,6 +153,7 @@ class Tailer:
                 self.insights_dirty = True
             # Only now: a pass that failed before this point reads the same events again.
             cursor.advance(page)
+            metrics.tailer_delivered(cursor.last_id, cursor.using)
             if not page.full:
                 break
         if not self.subscribers:

@@ -1,6 +1,8 @@
 """Serve the board: uvicorn worker processes on one port (HTTP through Django's WSGI handler,
 websockets through Channels: taskflow_site/asgi.py), and the reaper beside them, restarted if it
-dies. `make run` runs this (with --ensure-admin); so do the tests' and benchmarks' live servers
+dies. All of them write their metrics to one PROMETHEUS_MULTIPROC_DIR (the one named in the
+environment, emptied at start, or a fresh one removed at the end), so that /metrics shows the
+whole server's numbers (board/metrics.py). `make run` runs this (with --ensure-admin); so do the tests' and benchmarks' live servers
 (harness/board_server.py).
 
 Start-up ends with one banner, printed once the server answers HTTP (so that nothing it prints
@@ -9,6 +11,7 @@ password made for it, which is shown there and nowhere else."""
 import http.client
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -20,6 +23,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from board.management.commands.ensure_admin import FirstAdmin, ensure_first_admin
+from taskflow_site import serving
 
 APP = "taskflow_site.asgi:application"
 
@@ -166,6 +170,11 @@ class Command(BaseCommand):
     def handle(self, *args, host, port, workers, no_reaper, ensure_admin, access_log, **options):
         self.check_pool()
         admin = ensure_first_admin() if ensure_admin else None
+        # Before any child starts: the workers and the reaper inherit it (board/metrics.py).
+        metrics_dir, own_metrics_dir = serving.prepare_metrics_dir()
+        os.environ[serving.METRICS_DIR_ENV] = metrics_dir
+        stop_watching = threading.Event()
+        serving.watch_metrics_dir(metrics_dir, stop_watching)
         reaper = None if no_reaper else ReaperSupervisor().start()
         text = banner(host, port, workers=workers, threads=settings.TASKFLOW["HTTP_THREADS"],
                       reaper=reaper is not None, admin=admin, readme=str(settings.BASE_DIR / "README.md"))
@@ -190,6 +199,9 @@ class Command(BaseCommand):
             stopping.set()
             if reaper is not None:
                 reaper.stop()
+            stop_watching.set()
+            if own_metrics_dir:
+                shutil.rmtree(metrics_dir, ignore_errors=True)
 
     @staticmethod
     def check_pool() -> None:

@@ -1,0 +1,251 @@
+"""Prometheus metrics: `/metrics` in the text format (README, "Metrics").
+
+Counters are fed by the engine's outcome hook (board.engine.outcomes: board/apps.py subscribes
+`on_outcome`), so the engine never imports prometheus; the API's latency histogram by a
+middleware (`api_latency`, in settings.MIDDLEWARE); the websocket gauge by the board's sockets
+(board.live.consumers) and the tailer's position by the tailer (board.live.tailer). What the
+board holds (tasks by stage and queue, the oldest QUEUED task's age per queue, live leases) is
+read at scrape time, one grouped query each (board.engine.selectors, "reads for metrics"), so
+no request pays for it.
+
+Several processes serve one port (`manage.py serve`: uvicorn workers, and the reaper beside
+them). With PROMETHEUS_MULTIPROC_DIR set (serve sets it for its workers and the reaper) every
+process writes its values to files there and a scrape, whichever worker answers it, adds them
+up (prometheus_client's multi-process mode): the numbers are the whole server's. Without it
+(runserver, a test process) a scrape shows this process's.
+
+Who may scrape: a bearer token equal to TASKFLOW_METRICS_TOKEN (the scraper's; compared in
+constant time), an operator agent key, or the session of a staff user who may read the board
+(board.access.may_read). Nobody else: 401 without credentials, 403 with credentials that do not
+allow it.
+"""
+from __future__ import annotations
+
+import hmac
+import os
+import time
+
+from asgiref.sync import iscoroutinefunction
+from django.conf import settings
+from django.http import HttpResponse, JsonResponse
+from django.utils.decorators import sync_and_async_middleware
+from django.views.decorators.http import require_GET
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.multiprocess import MultiProcessCollector
+
+from board import access, agent_keys
+from board.engine import clock, outcomes, selectors
+from board.engine.lifecycle import Stage, Verb
+from board.live import outbox
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+TRANSITIONS = Counter(
+    "taskflow_transitions", "Moves made (won), compare-and-swaps lost to another writer (lost_race) "
+    "and calls refused (refused, with the error code), by lifecycle verb.", ["verb", "outcome", "code"])
+CLAIMS = Counter("taskflow_claims", "Leases made by claim and claim_next (not resume).")
+CLAIM_NEXT_EMPTY = Counter("taskflow_claim_next_empty", "claim_next calls that found no ready task.")
+LEASE_EXPIRIES = Counter(
+    "taskflow_lease_expiries", "Expired leases taken back: by the reaper, or by a claim of the task "
+    "(a takeover).", ["by"])
+RECLAIMS = Counter("taskflow_reclaims", "Tasks put back in the queue after their lease expired.")
+TAKEOVERS = Counter("taskflow_takeovers", "Claims that took a task over from an expired lease.")
+RETRIES = Counter("taskflow_retries", "Failed attempts sent back to the queue behind a backoff.")
+TERMINAL_FAILURES = Counter(
+    "taskflow_terminal_failures", "Failures that left the task FAILED: not_retryable (the holder said so), "
+    "attempts_spent, lease_expired (on the last attempt).", ["reason"])
+# Django's handling of one /api/ request (a parked claim's wait is not in it: serving.py holds it
+# without a thread and replays the request, each replay measured again).
+API_LATENCY = Histogram(
+    "taskflow_api_request_duration_seconds", "API requests by method and route (the URL pattern, "
+    "never the raw path).", ["method", "route"],
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0))
+WEBSOCKETS = Gauge("taskflow_websocket_clients", "Board sockets connected and watching.",
+                   multiprocess_mode="livesum")
+# Labelled by the database alias the tailer reads, so that only a process that runs a tailer
+# has a sample (an unlabelled gauge starts at 0 in every process, the reaper's too).
+TAILER_DELIVERED = Gauge("taskflow_tailer_delivered_event_id",
+                         "The last history row this process's tailer handed to its sockets.", ["alias"],
+                         multiprocess_mode="liveall")
+
+for _by in ("reaper", "claim"):  # present at 0 from the start, so that rate() has a series
+    LEASE_EXPIRIES.labels(by=_by)
+for _reason in ("not_retryable", "attempts_spent", "lease_expired"):
+    TERMINAL_FAILURES.labels(reason=_reason)
+
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
+
+def on_outcome(verb: str, outcome: str, code: str, count: int) -> None:
+    """board.engine.outcomes' observer: a counter increment or two, nothing else."""
+    if outcome in (outcomes.WON, outcomes.LOST_RACE, outcomes.REFUSED):
+        TRANSITIONS.labels(verb, outcome, code).inc(count)
+        if outcome == outcomes.WON:
+            if verb == Verb.CLAIM:
+                CLAIMS.inc(count)
+            elif verb == Verb.RECLAIM:
+                RECLAIMS.inc(count)
+            elif verb == Verb.RETRY:
+                RETRIES.inc(count)
+    elif outcome == outcomes.EMPTY:
+        CLAIM_NEXT_EMPTY.inc(count)
+    elif outcome == outcomes.EXPIRED:
+        LEASE_EXPIRIES.labels(code).inc(count)
+        if code == "claim":
+            TAKEOVERS.inc(count)
+    elif outcome == outcomes.TERMINAL:
+        TERMINAL_FAILURES.labels(code).inc(count)
+
+
+# ---------------------------------------------------------------------------------------------
+# What this process's parts report
+
+
+def websocket_opened() -> None:
+    WEBSOCKETS.inc()
+
+
+def websocket_closed() -> None:
+    WEBSOCKETS.dec()
+
+
+def tailer_delivered(event_id: int, using: str = "default") -> None:
+    TAILER_DELIVERED.labels(using).set(event_id)
+
+
+@sync_and_async_middleware
+def api_latency(get_response):
+    """Time Django's handling of each /api/ request, labelled by its route (URL pattern)."""
+
+    def observe(request, started: float) -> None:
+        match = getattr(request, "resolver_match", None)
+        route = f"/{match.route}" if match is not None else "unmatched"
+        method = request.method if request.method in _METHODS else "other"
+        API_LATENCY.labels(method, route).observe(time.perf_counter() - started)
+
+    if iscoroutinefunction(get_response):
+        async def middleware(request):
+            if not request.path.startswith("/api/"):
+                return await get_response(request)
+            started = time.perf_counter()
+            response = await get_response(request)
+            observe(request, started)
+            return response
+    else:
+        def middleware(request):
+            if not request.path.startswith("/api/"):
+                return get_response(request)
+            started = time.perf_counter()
+            response = get_response(request)
+            observe(request, started)
+            return response
+    return middleware
+
+
+# ---------------------------------------------------------------------------------------------
+# The scrape
+
+
+class _Scrape:
+    """One scrape's metrics: every process's (or this process's) counters and gauges, then the
+    board's gauges read now, and each tailer's lag behind the newest committed history row."""
+
+    def __init__(self, using: str = "default"):
+        self.using = using
+
+    def _process_metrics(self):
+        directory = os.environ.get(MULTIPROC_ENV)
+        if directory:
+            return MultiProcessCollector(None, path=directory).collect()
+        return REGISTRY.collect()
+
+    def collect(self):
+        delivered: list[tuple[str, float]] = []
+        for family in self._process_metrics():
+            if family.name == TAILER_DELIVERED._name:
+                delivered = [(s.labels.get("pid", str(os.getpid())), s.value) for s in family.samples
+                             if s.labels.get("alias") == self.using]
+            yield family
+        using = self.using
+
+        tasks = GaugeMetricFamily("taskflow_tasks", "Tasks by stage and queue.", labels=["stage", "queue"])
+        counts = selectors.tasks_by_stage_and_queue(using=using)
+        for queue in sorted({queue for _, queue in counts}):
+            for stage in Stage:  # every stage of a queue that has tasks, 0 included
+                tasks.add_metric([stage.value, queue], counts.get((stage.value, queue), 0))
+        yield tasks
+
+        now = clock.now(using)
+        oldest = GaugeMetricFamily("taskflow_oldest_queued_age_seconds",
+                                   "Age of the longest-waiting QUEUED task, per queue.", labels=["queue"])
+        for queue, since in sorted(selectors.oldest_queued_by_queue(using=using).items()):
+            oldest.add_metric([queue], max(0.0, (now - since).total_seconds()))
+        yield oldest
+
+        yield GaugeMetricFamily("taskflow_live_leases", "RUNNING tasks whose lease has not expired.",
+                                value=selectors.live_lease_count(now, using=using))
+
+        newest = outbox.latest_event_id(using)
+        lag = GaugeMetricFamily("taskflow_tailer_lag_events", "History rows committed that a process's "
+                                "tailer has not handed to its sockets yet (newest committed id minus "
+                                "the last delivered), per server process.", labels=["pid"])
+        for pid, last in sorted(delivered):
+            lag.add_metric([pid], max(0.0, newest - last))
+        yield lag
+
+
+def scrape(using: str = "default") -> bytes:
+    """The text a scrape answers."""
+    registry = CollectorRegistry()
+    registry.register(_Scrape(using))
+    return generate_latest(registry)
+
+
+def _refuse(status: int, code: str, message: str) -> JsonResponse:
+    response = JsonResponse({"error": {"code": code, "message": message}}, status=status)
+    if status == 401:
+        response["WWW-Authenticate"] = 'Bearer realm="metrics"'
+    return response
+
+
+def _refusal(request) -> JsonResponse | None:
+    """Why this request may not scrape, or None when it may."""
+    header = request.headers.get("Authorization", "")
+    if header:
+        scheme, _, credential = header.partition(" ")
+        credential = credential.strip()
+        if scheme.lower() != "bearer" or not credential:
+            return _refuse(401, "unauthorized", "send Authorization: Bearer <metrics token or operator key>")
+        configured = settings.TASKFLOW.get("METRICS_TOKEN", "")
+        if configured and hmac.compare_digest(credential.encode(), configured.encode()):
+            return None
+        key = agent_keys.authenticate(credential)
+        if key is None:
+            return _refuse(401, "unauthorized", "unknown or revoked credential")
+        if not key.is_operator:
+            return _refuse(403, "forbidden", "metrics need an operator key")
+        return None
+    user = getattr(request, "user", None)
+    if user is None or not user.is_authenticated:
+        return _refuse(401, "unauthorized", "send Authorization: Bearer <metrics token or operator key>, "
+                                            "or log in as staff")
+    if not access.may_read(user):
+        return _refuse(403, "forbidden", "metrics need the board.view_task permission")
+    return None
+
+
+@require_GET
+def metrics_view(request):
+    refusal = _refusal(request)
+    if refusal is not None:
+        return refusal
+    return HttpResponse(scrape(), content_type=CONTENT_TYPE_LATEST)
