@@ -245,6 +245,14 @@ TASKFLOW = {
     # ends the open boards within a few seconds; the cost is one session read per socket.
     "SOCKET_RECHECK_SECONDS": float(os.environ.get("TASKFLOW_SOCKET_RECHECK", "5")),
     "SOCKET_MAX_UNSENT_BYTES": int(os.environ.get("TASKFLOW_SOCKET_MAX_UNSENT", str(8 * 1024 * 1024))),
+    # History retention (board/engine/retention.py, README "History retention"): the reaper started
+    # by `manage.py serve` prunes every PRUNE_INTERVAL_SECONDS (0: never; `manage.py prune` still
+    # works), collapsing renews older than PRUNE_RENEWS_AFTER_SECONDS and deleting terminal tasks
+    # untouched for PRUNE_TERMINAL_AFTER_SECONDS. On by default: renew writes a row per heartbeat, so
+    # an unpruned board grows without bound; an hour keeps each run small.
+    "PRUNE_INTERVAL_SECONDS": float(os.environ.get("TASKFLOW_PRUNE_INTERVAL", "3600")),
+    "PRUNE_RENEWS_AFTER_SECONDS": float(os.environ.get("TASKFLOW_PRUNE_RENEWS_AFTER", str(24 * 3600))),
+    "PRUNE_TERMINAL_AFTER_SECONDS": float(os.environ.get("TASKFLOW_PRUNE_TERMINAL_AFTER", str(30 * 86400))),
 }
 
 # Production hardening: on whenever DEBUG is off (what `manage.py check --deploy` asks for).
