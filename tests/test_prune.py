@@ -6,11 +6,13 @@ board correct, while agents work beside it. Rows are aged by writing their times
 from __future__ import annotations
 
 import io
+import subprocess
 import threading
 from collections import Counter, defaultdict
 from datetime import timedelta
 
 import pytest
+from django.conf import settings
 from django.core.management import CommandError, call_command
 from django.db import connections
 from django.utils import timezone
@@ -19,10 +21,18 @@ from board.engine import clock, invariants, retention, selectors, transitions
 from board.engine.lifecycle import Stage, Verb
 from board.engine.transitions import TaskSpec
 from board.live import outbox
-from board.live.outbox import Cursor
 from board.models import Dependency, Task, TaskEvent
-from tests.live_server import wait_until
-from tests.support import db_state, postgres_db_mark, sqlite_db_mark
+from tests.live_server import manage, server_for_sessions, stop_process, wait_until
+from tests.support import database_url, db_state, postgres_db_mark, sqlite_db_mark
+from tests.test_api import HttpsClient, assert_error, get, used_key
+from tests.test_live_board import (
+    WAIT,
+    BoardSocket,
+    db_versions,
+    staff_session,
+    wait_for_versions,
+)
+from tests.test_outbox import cursor_at_the_end, read
 
 BACKENDS = [pytest.param("default", marks=sqlite_db_mark(), id="sqlite"),
             pytest.param("postgres", marks=postgres_db_mark(), id="postgres")]
@@ -188,6 +198,10 @@ def assert_pruned(using: str, expected: dict, report, before: dict) -> None:
 
 @pytest.mark.parametrize("alias", BACKENDS)
 def test_prune_deletes_old_terminal_tasks_collapses_old_renews_and_keeps_the_rest(alias):
+    check_prune(alias)
+
+
+def check_prune(alias):
     expected = build_board(alias)
     before = board_before(alias)
     report = retention.prune(using=alias)
@@ -201,6 +215,10 @@ def test_prune_deletes_old_terminal_tasks_collapses_old_renews_and_keeps_the_res
 
 @pytest.mark.parametrize("alias", BACKENDS)
 def test_a_dry_run_writes_nothing_and_counts_what_the_real_run_then_does(alias):
+    check_dry_run(alias)
+
+
+def check_dry_run(alias):
     expected = build_board(alias)
     state = db_state(alias)
     dry = retention.prune(dry_run=True, using=alias)
@@ -216,6 +234,10 @@ def test_a_dry_run_writes_nothing_and_counts_what_the_real_run_then_does(alias):
 
 @pytest.mark.parametrize("alias", BACKENDS)
 def test_a_terminal_task_that_a_pending_task_depends_on_is_kept(alias):
+    check_depended_on_is_kept(alias)
+
+
+def check_depended_on_is_kept(alias):
     run_task("dep", alias)
     transitions.create(TaskSpec(id="waiting", title="on hold", deps=("dep",), hold=True), using=alias)
     run_task("lone", alias)
@@ -235,6 +257,10 @@ def test_a_terminal_task_that_a_pending_task_depends_on_is_kept(alias):
 
 @pytest.mark.parametrize("alias", BACKENDS)
 def test_renews_collapsed_twice_still_count_every_renew_and_the_first_time(alias):
+    check_collapsed_twice(alias)
+
+
+def check_collapsed_twice(alias):
     claim = run_task("t", alias, renews=6, end="running")
     age_tasks(["t"], timedelta(days=3), alias)
     first_at = TaskEvent.objects.using(alias).filter(task_id="t", verb=Verb.RENEW).order_by("pk").first().at
@@ -280,3 +306,153 @@ def test_the_command_prints_stable_lines_and_refuses_a_window_under_an_hour():
         with pytest.raises(CommandError, match="shortest window"):
             call_command("prune", option, "59m", stdout=io.StringIO())
     assert db_state() == state
+
+
+# ---------------------------------------------------------------------------------------------
+# Readers of the history across a prune: the outbox's cursor and the API's event cursors
+
+
+@pytest.mark.parametrize("alias", BACKENDS)
+def test_rows_pruned_above_a_tailers_cursor_neither_stall_it_nor_hide_a_live_event(alias):
+    # The worst case for the outbox: the pruned rows were never read (they lie above the cursor),
+    # so they are missing ids between ids it reads. On PostgreSQL they become holes, which must
+    # be given up like rolled-back ids (the tailer would otherwise ask for them forever); on
+    # SQLite a missing id below one read is never waited for.
+    cursor = cursor_at_the_end(alias)
+    start = cursor.last_id
+    expected = build_board(alias)
+    retention.prune(using=alias)
+    run_task("after-prune", alias, renews=2)
+    surviving = list(TaskEvent.objects.using(alias).filter(pk__gt=start).order_by("pk").values_list("pk", flat=True))
+    assert [e.pk for e in read(cursor)] == surviving
+    assert not expected["deleted"] & {e.task_id for e in TaskEvent.objects.using(alias).filter(pk__gt=start)}
+    pruned = set(range(start + 1, surviving[-1])) - set(surviving)
+    assert pruned  # rows above the cursor were deleted before it read them
+    if connections[alias].vendor == "postgresql":
+        assert set(cursor.holes) == pruned  # deleted ids look like ids of running transactions
+        # Transaction ids are the whole server's: wait until every transaction older than the
+        # holes' horizon has ended (other test runs' too), then one read gives them up.
+        horizon = max(cursor.holes.values())
+        wait_until(lambda: outbox._oldest_running_xid(alias) >= horizon, 300, "older transactions ended")
+        assert read(cursor) == [] and cursor.holes == {}
+    assert cursor.holes == {}
+    run_task("later", alias)
+    assert [e.task_id for e in read(cursor)] == ["later"] * 3  # create, claim, complete
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_events_cursor_into_pruned_history_resumes_at_the_next_surviving_event():
+    key = used_key("agent-a")
+    http = HttpsClient()
+    run_task("t", "default", renews=6, end="running")
+    age_tasks(["t"], YESTERDAY, "default")
+    first = get(http, "/tasks/t/events?limit=3", key).json()
+    assert [e["verb"] for e in first["items"]] == ["create", "claim", "renew"]
+    cursor = first["next"]  # "after the first renew", which the prune deletes
+    retention.prune()
+    assert not TaskEvent.objects.filter(pk=first["items"][-1]["id"]).exists()
+    rest = get(http, f"/tasks/t/events?cursor={cursor}", key).json()
+    (kept,) = rest["items"]
+    assert kept["verb"] == "renew" and kept["detail"]["collapsed"] == 5
+    assert kept["id"] == TaskEvent.objects.filter(task_id="t", verb="renew").get().pk
+    assert rest["next"] is None
+    # A cursor of a task that was deleted: the task is gone, the answer says so.
+    run_task("old", "default")
+    age_tasks(["old"], LONG_AGO, "default")
+    old_cursor = get(http, "/tasks/old/events?limit=1", key).json()["next"]
+    retention.prune()
+    assert_error(get(http, f"/tasks/old/events?cursor={old_cursor}", key), 404, "not_found")
+
+
+# ---------------------------------------------------------------------------------------------
+# A prune while agents work and a live board watches
+
+
+AGENTS = 4
+WORK = 40
+
+
+@pytest.mark.parametrize("alias", BACKENDS)
+def test_a_prune_while_agents_work_and_a_socket_watches(alias):
+    expected = build_board(alias)
+    transitions.create([TaskSpec(id=f"work-{i}", title="fresh work") for i in range(WORK)], using=alias)
+    before = board_before(alias)
+    _, session = staff_session(alias)
+    server = server_for_sessions(alias)
+    try:
+        socket = BoardSocket(server, session)
+        wait_for_versions(socket, alias)  # the socket shows every task, the old ones too
+        barrier = threading.Barrier(AGENTS + 1)
+        failures: list = []
+        reports: list = []
+        done = Counter()
+
+        def agent(n):
+            try:
+                barrier.wait(timeout=WAIT)
+                while (claim := transitions.claim_next(f"agent-{n}", 60, using=alias)) is not None:
+                    for _ in range(2):
+                        transitions.renew(claim.task.pk, claim.lease.token, 60, using=alias)
+                    transitions.complete(claim.task.pk, claim.lease.token, {"by": n}, using=alias)
+                    done[n] += 1
+            except BaseException as exc:  # noqa: BLE001 - reported to the test, which fails on it
+                failures.append(exc)
+            finally:
+                connections[alias].close()
+
+        def pruner():
+            try:
+                barrier.wait(timeout=WAIT)
+                reports.append(retention.prune(using=alias))
+            except BaseException as exc:  # noqa: BLE001 - reported to the test, which fails on it
+                failures.append(exc)
+            finally:
+                connections[alias].close()
+
+        threads = [threading.Thread(target=agent, args=(n,)) for n in range(AGENTS)]
+        threads.append(threading.Thread(target=pruner))
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert failures == []
+        assert sum(done.values()) == WORK
+        assert Task.objects.using(alias).filter(pk__startswith="work-", stage=Stage.COMPLETED).count() == WORK
+        (report,) = reports
+        assert_pruned(alias, expected, report, before)
+        # The socket: every task that stays at the database's version; the only cards it has
+        # beyond them are the pruned tasks it was shown before (no frame removes a card; a
+        # reload's snapshot has none of them, as the second socket shows).
+        def in_sync():
+            want = db_versions(alias)
+            return {t: v for t, v in socket.versions.items() if t in want} == want
+        wait_until(in_sync, WAIT, "the socket caught up")
+        assert set(socket.versions) - set(db_versions(alias)) == expected["deleted"]
+        fresh = BoardSocket(server, session)
+        wait_for_versions(fresh, alias)
+        socket.close()
+        fresh.close()
+    finally:
+        server.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# The reaper's schedule
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_reaper_prunes_on_its_schedule():
+    expected = build_board("default")
+    url = database_url(connections["default"].settings_dict)
+    reaper = manage(url, settings.SECRET_KEY, "reap", "--loop", "--interval", "0.5", "--prune-interval", "3600",
+                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        # Another process prunes: poll the rows until its first prune (at start) is done.
+        wait_until(lambda: not Task.objects.filter(pk__in=expected["deleted"]).exists()
+                   and TaskEvent.objects.filter(task_id="live-1", verb=Verb.RENEW).count() == 1 + 3,
+                   WAIT, "the reaper's first prune")
+    finally:
+        stop_process(reaper)
+    _, err = reaper.communicate(timeout=WAIT)
+    assert "prune: write batches: " in err
+    assert selectors.problems() == []
