@@ -288,10 +288,10 @@ def test_the_command_prints_stable_lines_and_refuses_a_window_under_an_hour():
     assert db_state() == state
     assert lines[0].startswith("prune at ") and lines[0].endswith("(dry run: nothing written)")
     tasks = len(expected["deleted"])
-    removed = (f"delete {tasks} (CANCELLED 1, COMPLETED {OLD_DONE + 2}, FAILED 1), with "
+    removed = (f"{tasks} (CANCELLED 1, COMPLETED {OLD_DONE + 2}, FAILED 1), with "
                f"{expected['events_deleted']} history rows and 1 dependency rows")
-    assert lines[1].startswith("terminal tasks older than ") and lines[1].endswith(f": would {removed}")
-    assert lines[2] == "kept: 4 old terminal tasks that other tasks still depend on"
+    assert lines[1].startswith("terminal tasks older than ") and lines[1].endswith(f": would delete {removed}")
+    assert lines[2] == "terminal tasks kept because other tasks depend on them: 4"
     assert lines[3].endswith(f": would collapse {expected['renews_collapsed']} rows into the last renew of "
                              "each of 4 leases")
     assert lines[4] == "write batches: none (dry run)"
@@ -299,7 +299,8 @@ def test_the_command_prints_stable_lines_and_refuses_a_window_under_an_hour():
     out = io.StringIO()
     call_command("prune", "--renews-after", "36h", "--terminal-after", "35d", stdout=out)
     lines = out.getvalue().splitlines()
-    assert lines[1].endswith(f": {removed}")
+    assert lines[1].endswith(f": deleted {removed}")
+    assert lines[3].endswith(f": collapsed {expected['renews_collapsed']} rows into the last renew of each of 4 leases")
     assert lines[4].startswith("write batches: ") and lines[4].endswith(" s")
     state = db_state()
     for option in ("--renews-after", "--terminal-after"):

@@ -110,16 +110,17 @@ class PruneReport:
     longest_batch_seconds: float = 0.0
 
     def lines(self) -> list[str]:
-        would = "would " if self.dry_run else ""
+        """The report as `manage.py prune` prints it: the same lines, in the same order, every run."""
+        delete, collapse = ("would delete", "would collapse") if self.dry_run else ("deleted", "collapsed")
         tasks = sum(self.tasks_deleted.values())
         stages = ", ".join(f"{stage} {n}" for stage, n in sorted(self.tasks_deleted.items()))
         lines = [
             f"prune at {self.now.isoformat()}" + (" (dry run: nothing written)" if self.dry_run else ""),
-            f"terminal tasks older than {self.terminal_cutoff.isoformat()}: {would}delete {tasks}"
-            + (f" ({stages})" if stages else "")
-            + f", with {self.task_events_deleted} history rows and {self.dependencies_deleted} dependency rows",
-            f"kept: {self.kept_depended_on} old terminal tasks that other tasks still depend on",
-            (f"renews older than {self.renew_cutoff.isoformat()}: {would}collapse {self.renews_collapsed} rows "
+            (f"terminal tasks older than {self.terminal_cutoff.isoformat()}: {delete} {tasks}"
+             + (f" ({stages})" if stages else "")
+             + f", with {self.task_events_deleted} history rows and {self.dependencies_deleted} dependency rows"),
+            f"terminal tasks kept because other tasks depend on them: {self.kept_depended_on}",
+            (f"renews older than {self.renew_cutoff.isoformat()}: {collapse} {self.renews_collapsed} rows "
              f"into the last renew of each of {self.leases_collapsed} leases"),
         ]
         if self.dry_run:
