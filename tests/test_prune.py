@@ -23,7 +23,7 @@ from board.engine.transitions import TaskSpec
 from board.live import outbox
 from board.models import Dependency, Task, TaskEvent
 from tests.live_server import manage, server_for_sessions, stop_process, wait_until
-from tests.support import database_url, db_state, postgres_db_mark, sqlite_db_mark
+from tests.support import database_url, db_state, postgres_db_mark, race, sqlite_db_mark
 from tests.test_api import HttpsClient, assert_error, get, used_key
 from tests.test_live_board import (
     WAIT,
@@ -457,3 +457,52 @@ def test_the_reaper_prunes_on_its_schedule():
     _, err = reaper.communicate(timeout=WAIT)
     assert "prune: write batches: " in err
     assert selectors.problems() == []
+
+
+# ---------------------------------------------------------------------------------------------
+# A prune racing a create that depends on the task it deletes
+
+
+RACE_ROUNDS = 25
+
+
+@pytest.mark.parametrize("alias", BACKENDS)
+def test_a_create_racing_the_prune_of_its_dependency_never_leaves_a_dangling_dependency(alias):
+    check_create_races_prune(alias)
+
+
+def check_create_races_prune(alias):
+    # Each round: an old COMPLETED task, and a create of a task that depends on it released
+    # together with a prune. Either the create wins (the task stays, depended on) or the prune
+    # does (the create is refused: unknown dependency); never a dependency on a deleted task.
+    # Odd rounds: the old task had a dependent, also old and deleted by the same prune, so its
+    # has_dependents flag is true and is cleared before it goes (the two-step path).
+    outcomes = Counter()
+    for n in range(RACE_ROUNDS):
+        base, child = f"base-{n}", f"child-{n}"
+        run_task(base, alias)
+        old = [base]
+        if n % 2:
+            transitions.create(TaskSpec(id=f"old-dependent-{n}", title="old", deps=(base,)), using=alias)
+            transitions.cancel(f"old-dependent-{n}", actor="operator", using=alias)
+            old.append(f"old-dependent-{n}")
+        age_tasks(old, LONG_AGO, alias)
+        created, pruned = race([
+            lambda child=child, base=base: transitions.create(TaskSpec(id=child, title="new", deps=(base,)), using=alias),
+            lambda: retention.prune(using=alias),
+        ], alias, jitter=[0.02, 0])  # the create a little later at times: both sides win some rounds
+        assert not isinstance(pruned, BaseException), pruned
+        if isinstance(created, transitions.errors.InvalidRequest):
+            assert "unknown dependencies" in str(created)
+            assert not Task.objects.using(alias).filter(pk__in=[base, child]).exists()
+            outcomes["prune first"] += 1
+        else:
+            assert not isinstance(created, BaseException), created
+            assert Task.objects.using(alias).filter(pk__in=[base, child]).count() == 2
+            outcomes["create first"] += 1
+        dangling = set(Dependency.objects.using(alias).values_list("depends_on_id", flat=True)) - set(
+            Task.objects.using(alias).values_list("pk", flat=True))
+        assert dangling == set()
+        assert selectors.problems(using=alias) == []
+    assert sum(outcomes.values()) == RACE_ROUNDS
+    print(f"{alias}: {dict(outcomes)}")  # which side won how often, for the run's log

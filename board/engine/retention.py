@@ -20,18 +20,24 @@ Renew writes a history row on every heartbeat, so without this the history grows
 Who else writes what this deletes, and why each race is safe:
 - A terminal task's row is written again only by an operator (requeue or cancel of a FAILED
   task) and by `transitions.create` of a task that depends on it, which sets `has_dependents`
-  on it when false. A batch deletes only tasks whose flag is false, locks them first where the
-  store has row locks (PostgreSQL: a racing create's flag UPDATE waits, then finds no row and
-  refuses the dependency as unknown), and on MongoDB both transactions write the same document,
-  so one is aborted and retried (board.engine.db.retry_conflicts) and sees the other's result.
-  A task whose flag is true but whose dependents are all gone gets its flag cleared in one
-  batch and is deleted by a later one (the next pass), so that a create starting in between
-  writes the flag and meets the lock. The only race left: a create that read the flag as true
-  just before the clear commits may add a dependent to a terminal task whose flag then reads
-  false; that dependent still keeps the task (each batch re-reads the dependency rows), and a
-  flag is read only when a task completes, which a COMPLETED or CANCELLED task never does again
-  (a FAILED one requeued by an operator and completed would skip its admission look; the
-  reaper's admission pass, every second, admits the dependent anyway).
+  on it when false (when true, it writes nothing there). A batch deletes only tasks whose flag
+  is false, re-reading them and their dependency rows inside its transaction:
+  - SQLite: transactions are serialised; the create comes wholly before or after the batch.
+  - PostgreSQL: the batch locks the rows first; a racing create's flag UPDATE waits for it,
+    then finds no row, and the create refuses the dependency as unknown.
+  - MongoDB: the batch writes the history's counter document, which every move and create
+    increments (board.engine.db.conflict_with_writers): of two concurrent ones, one is aborted
+    and run again (retry_conflicts), and sees what the other committed.
+  A task whose flag is true but whose dependents are all gone (or go in the same batch) gets
+  its flag cleared, and a later pass deletes it, once every transaction open at the clear has
+  ended (board.engine.db.transactions_open_before, waited for up to
+  OPEN_TRANSACTIONS_PATIENCE_SECONDS): a create that read the flag as true before the clear
+  wrote nothing on the task, so only its end makes its dependency row visible to the delete's
+  re-read. Found by tests/test_prune.py's race (on PostgreSQL the foreign key then failed the
+  create). The clear itself can still leave a flag false under a dependent added by such a
+  create; the flag is read only when a task completes, which a COMPLETED or CANCELLED task never
+  does again (a FAILED one requeued and completed would skip its admission look; the reaper's
+  admission pass, every second, admits the dependent anyway).
 - Renew rows are never written after their insert by anyone but this module. Concurrent prunes
   (a command beside the reaper, several hosts) queue on one key (board.engine.db.serialise_on).
 
@@ -66,7 +72,14 @@ from django.conf import settings
 from django.db.models import Max
 
 from board.engine import clock
-from board.engine.db import lock_rows, retry_conflicts, serialise_on, write_transaction
+from board.engine.db import (
+    conflict_with_writers,
+    lock_rows,
+    retry_conflicts,
+    serialise_on,
+    transactions_open_before,
+    write_transaction,
+)
 from board.engine.lifecycle import Stage, Verb, attempts_left
 from board.models import Dependency, Task, TaskEvent
 
@@ -85,6 +98,10 @@ EVENTS_PER_BATCH = 2000
 # (its flag is cleared first), so a chain of n tasks takes up to about 2n passes. The rest
 # waits for the next run.
 MAX_PASSES = 50
+# After a pass cleared flags, the next one deletes those tasks only once every transaction that
+# was open when they were cleared has ended (a create that read a flag as true, see the module
+# docstring), waiting at most this long; past it they wait for the next run.
+OPEN_TRANSACTIONS_PATIENCE_SECONDS = 10.0
 
 TERMINAL_ISH = (Stage.COMPLETED, Stage.CANCELLED, Stage.FAILED)
 # Concurrent prunes queue on this key (serialise_on wants hex digits).
@@ -211,34 +228,57 @@ class _Run:
     def delete_terminal_tasks(self) -> None:
         for _ in range(MAX_PASSES):
             self.report.passes += 1
-            changed, kept = self._terminal_pass()
+            changed, kept, cleared = self._terminal_pass()
             if not changed:
                 self.report.kept_depended_on = kept
                 return
-        # Out of passes: what is left is counted as kept; the next run goes on.
+            if cleared and not self.dry_run and not self._older_transactions_ended():
+                break
+        # Out of passes (or of patience): what is left is counted as kept; the next run goes on.
         self.report.kept_depended_on = self._terminal_pass(count_only=True)[1]
 
-    def _terminal_pass(self, *, count_only: bool = False) -> tuple[bool, int]:
+    def _older_transactions_ended(self) -> bool:
+        """Whether every transaction open now (just after a pass cleared flags) has ended,
+        waiting up to OPEN_TRANSACTIONS_PATIENCE_SECONDS: a create in one of them may have read
+        a cleared flag as true, and written a dependency the next pass must see."""
+        moment = clock.now(self.using)
+        deadline = time.monotonic() + OPEN_TRANSACTIONS_PATIENCE_SECONDS
+        while transactions_open_before(self.using, moment):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.02)  # other sessions' transactions: nothing to wait on but the clock
+        return True
+
+    def _terminal_pass(self, *, count_only: bool = False) -> tuple[bool, int, bool]:
         """One pass over the old terminal tasks in id order, a batch at a time. Returns whether
-        it deleted or cleared anything, and how many old terminal tasks it left."""
-        changed, kept, last = False, 0, None
+        it deleted or cleared anything, how many old terminal tasks it left, and whether it
+        cleared a flag."""
+        changed, kept, cleared_any, last = False, 0, False, None
         while True:
             page = self._old_terminal().order_by("pk")
             if last is not None:
                 page = page.filter(pk__gt=last)
             ids = list(page.values_list("pk", flat=True)[:TASKS_PER_BATCH])
             if not ids:
-                return changed, kept
+                return changed, kept, cleared_any
             last = ids[-1]
             if count_only:
-                kept += len([pk for pk in ids if pk not in self.gone])
+                kept += len(self._plan(self._rows(ids))[2])
                 continue
+            if not self.dry_run:
+                # Read first, without a transaction: a batch with nothing to delete or clear (the
+                # tasks kept for their dependents, every run) takes no write lock at all.
+                delete, clear, stages = self._plan(self._rows(ids))
+                if not delete and not clear:
+                    kept += len(stages)
+                    continue
             while True:  # the same batch again while its history is deleted in parts
                 if self.dry_run:
                     done, deleted, cleared, left = self._dry_terminal_batch(ids)
                 else:
                     done, deleted, cleared, left = self._timed(self._terminal_batch, ids)
                 changed = changed or bool(deleted or cleared)
+                cleared_any = cleared_any or bool(cleared)
                 if done:
                     kept += left
                     break
@@ -270,6 +310,8 @@ class _Run:
             rows = list(lock_rows(self._old_terminal().filter(pk__in=ids), self.using).values_list(
                 "pk", "stage", "attempts", "max_retries", "has_dependents"))
             delete, clear, stages = self._plan(rows)
+            if delete or clear:
+                conflict_with_writers(self.using)
             events = TaskEvent.objects.using(self.using).filter(task_id__in=delete)
             event_ids = list(events.values_list("pk", flat=True)[:EVENTS_PER_BATCH + 1])
             if len(event_ids) > EVENTS_PER_BATCH:

@@ -6,6 +6,7 @@ from django.db import connections
 
 from tests.test_prune import (
     check_collapsed_twice,
+    check_create_races_prune,
     check_depended_on_is_kept,
     check_dry_run,
     check_prune,
@@ -29,3 +30,7 @@ def test_a_terminal_task_that_a_pending_task_depends_on_is_kept():
 
 def test_renews_collapsed_twice_still_count_every_renew_and_the_first_time():
     check_collapsed_twice("default")
+
+
+def test_a_create_racing_the_prune_of_its_dependency_never_leaves_a_dangling_dependency():
+    check_create_races_prune("default")
