@@ -125,6 +125,8 @@ class TaskEventQuerySet(models.QuerySet):
 
 class TaskEvent(models.Model):
     """Append-only history: one row per transition, written in the transaction that made it.
+    Only history retention (board.engine.retention) removes rows: those of old finished tasks,
+    and old renews folded into the last renew of their lease.
 
     It never holds a lease token. Its ids also order the change feed the live board reads."""
 

@@ -250,6 +250,14 @@ TASKFLOW = {
     # The Prometheus scraper's bearer token for /metrics (board/metrics.py); empty: only an
     # operator key or a staff session may scrape.
     "METRICS_TOKEN": os.environ.get("TASKFLOW_METRICS_TOKEN", ""),
+    # History retention (board/engine/retention.py, README "History retention"): the reaper started
+    # by `manage.py serve` prunes every PRUNE_INTERVAL_SECONDS (0: never; `manage.py prune` still
+    # works), collapsing renews older than PRUNE_RENEWS_AFTER_SECONDS and deleting terminal tasks
+    # untouched for PRUNE_TERMINAL_AFTER_SECONDS. On by default: renew writes a row per heartbeat, so
+    # an unpruned board grows without bound; an hour keeps each run small.
+    "PRUNE_INTERVAL_SECONDS": float(os.environ.get("TASKFLOW_PRUNE_INTERVAL", "3600")),
+    "PRUNE_RENEWS_AFTER_SECONDS": float(os.environ.get("TASKFLOW_PRUNE_RENEWS_AFTER", str(24 * 3600))),
+    "PRUNE_TERMINAL_AFTER_SECONDS": float(os.environ.get("TASKFLOW_PRUNE_TERMINAL_AFTER", str(30 * 86400))),
 }
 
 # Production hardening: on whenever DEBUG is off (what `manage.py check --deploy` asks for).

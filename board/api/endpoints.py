@@ -438,6 +438,10 @@ def get_task(request, task_id: str):
 @api.get("/tasks/{task_id}/events", response={200: EventPage, **ERRORS},
          summary="A task's history, one event per transition, oldest first")
 def task_events(request, task_id: str, cursor: Optional[str] = None, limit: int = 100):
+    """A page of the task's history, oldest first; `next` is the cursor of the rows after it.
+    History retention (`manage.py prune`) deletes old renews and old finished tasks: a cursor
+    whose row was deleted resumes at the next surviving row of the task (a cursor means "after
+    row N"), and a deleted task is 404 not_found."""
     _reader(request)
     _query(request, {"cursor", "limit"})
     _one(task_id)

@@ -422,3 +422,41 @@ def number_rows(using: str, rows: Sequence) -> None:
     first = counter["last"] - len(missing) + 1
     for offset, row in enumerate(missing):
         row.pk = first + offset
+
+
+# ---------------------------------------------------------------------------------------------
+# For deletions (board.engine.retention): a transaction that deletes a row another transaction
+# may have read a moment ago and still be acting on.
+
+
+def conflict_with_writers(using: str) -> None:
+    """Inside a write transaction: make it conflict with every concurrent transaction that moves
+    or creates a task. MongoDB: they all increment the history's counter document
+    (`number_rows`), so a write to it here aborts one of the two (TransactionConflict), and the
+    one run again sees what the other committed. SQL stores: nothing to do (SQLite has one
+    writer at a time; on PostgreSQL see `transactions_open_before`)."""
+    connection = connections[using]
+    if connection.vendor != "mongodb":
+        return
+    from datetime import UTC, datetime
+
+    from board.models import TaskEvent
+
+    connection.get_collection(COUNTERS).update_one(
+        {"_id": TaskEvent._meta.db_table}, {"$set": {"touched_at": datetime.now(UTC)}}, upsert=True,
+        session=connection.session)
+
+
+def transactions_open_before(using: str, moment) -> int:
+    """How many transactions of other sessions on this database, begun before `moment` (the
+    store's clock), are still open. PostgreSQL: pg_stat_activity (the sessions of other roles
+    show no start time and are not counted: the board's own connections share one role).
+    Elsewhere 0: SQLite's transactions are serialised, and MongoDB's conflict instead
+    (`conflict_with_writers`)."""
+    connection = connections[using]
+    if connection.vendor != "postgresql":
+        return 0
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                       "AND pid <> pg_backend_pid() AND xact_start < %s", [moment])
+        return cursor.fetchone()[0]

@@ -1,6 +1,10 @@
 """Take back expired leases and admit unblocked tasks. `manage.py serve` (so `make run`) starts
-it with --loop and restarts it if it dies; each pass is recorded for /healthz (board/health.py)."""
+it with --loop and restarts it if it dies; each pass is recorded for /healthz (board/health.py).
+With --loop it also prunes the history every TASKFLOW["PRUNE_INTERVAL_SECONDS"] (board.engine.retention),
+in a thread of its own: a prune of a big board takes many batches, and lost leases must keep
+coming back every second meanwhile."""
 import logging
+import threading
 import time
 
 from django.conf import settings
@@ -9,7 +13,7 @@ from django.db import DatabaseError, connections
 from django.utils import timezone
 
 from board import health
-from board.engine import transitions
+from board.engine import retention, transitions
 
 log = logging.getLogger("board.reaper")
 
@@ -26,11 +30,19 @@ class Command(BaseCommand):
             "--interval", type=float, default=settings.TASKFLOW["REAP_INTERVAL_SECONDS"],
             help="seconds between passes with --loop (default: %(default)s)",
         )
+        parser.add_argument(
+            "--prune-interval", type=float, default=settings.TASKFLOW["PRUNE_INTERVAL_SECONDS"],
+            help="with --loop: seconds between prunes of the history, the first at start; 0: never "
+                 "(default: %(default)s)",
+        )
         parser.add_argument("--database", default="default")
 
-    def handle(self, *args, loop=False, interval=1.0, database="default", **options):
+    def handle(self, *args, loop=False, interval=1.0, database="default", prune_interval=0.0, **options):
         self.started_at = timezone.now()
         self.passes = 0
+        if loop and prune_interval > 0:
+            threading.Thread(target=self.prune_every, args=(prune_interval, database), name="prune",
+                             daemon=True).start()
         while True:
             try:
                 self.reap_once(database)
@@ -55,3 +67,17 @@ class Command(BaseCommand):
         self.passes += 1
         health.record_reaper_pass(started_at=self.started_at, passes=self.passes, reclaimed=len(reclaimed),
                                   admitted=len(admitted), using=database)
+
+    def prune_every(self, interval: float, database: str) -> None:
+        """Prune now and then every `interval` seconds, with the default windows, logging the
+        report's lines. A failed prune is logged and tried again at the next interval: what it
+        committed stays (each batch is a transaction of its own)."""
+        while True:
+            try:
+                for line in retention.prune(using=database).lines():
+                    log.info("prune: %s", line)
+            except Exception:  # the reaper's thread must outlive any one failure
+                log.exception("prune failed")
+            finally:
+                connections[database].close()  # this thread's own connection
+            time.sleep(interval)

@@ -1,0 +1,421 @@
+"""History retention: what may be deleted from the board, and how (`manage.py prune`, and the
+reaper's schedule: TASKFLOW["PRUNE_INTERVAL_SECONDS"]).
+
+Renew writes a history row on every heartbeat, so without this the history grows without bound.
+`prune` does two things, each in bounded write transactions:
+
+1. Delete old terminal tasks, with their history and their dependency rows: a task untouched
+   (updated_at) for `terminal_after` (default 30 days) that is COMPLETED, CANCELLED, or FAILED
+   with no attempt left (a FAILED task with attempts left is an operator's decision still
+   open: a requeue would use them; it is kept). Never a task that a task which stays depends
+   on, directly or down a chain: a task goes only once nothing depends on it any more.
+2. Collapse heartbeats: of the renew rows older than `renews_after` (default 24 hours; the live
+   board's insights read the last 60 minutes), keep per lease (task + fence) only the last one,
+   whose `detail` then says how many earlier renews it stands for and since when:
+   `{"collapsed": n, "since": "<at of the first>"}`. Every row that is not a renew (every move
+   that changes the stage, and edits) is kept, so a task's stage history stays whole; its
+   versions then have gaps where renews were. check() (board.engine.invariants) reads no
+   history, and a task's stage, version, fence and lease are its row's, untouched here.
+
+Who else writes what this deletes, and why each race is safe:
+- A terminal task's row is written again only by an operator (requeue or cancel of a FAILED
+  task) and by `transitions.create` of a task that depends on it, which sets `has_dependents`
+  on it when false (when true, it writes nothing there). A batch deletes only tasks whose flag
+  is false, re-reading them and their dependency rows inside its transaction:
+  - SQLite: transactions are serialised; the create comes wholly before or after the batch.
+  - PostgreSQL: the batch locks the rows first; a racing create's flag UPDATE waits for it,
+    then finds no row, and the create refuses the dependency as unknown.
+  - MongoDB: the batch writes the history's counter document, which every move and create
+    increments (board.engine.db.conflict_with_writers): of two concurrent ones, one is aborted
+    and run again (retry_conflicts), and sees what the other committed.
+  A task whose flag is true but whose dependents are all gone (or go in the same batch) gets
+  its flag cleared, and a later pass deletes it, once every transaction open at the clear has
+  ended (board.engine.db.transactions_open_before, waited for up to
+  OPEN_TRANSACTIONS_PATIENCE_SECONDS): a create that read the flag as true before the clear
+  wrote nothing on the task, so only its end makes its dependency row visible to the delete's
+  re-read. Found by tests/test_prune.py's race (on PostgreSQL the foreign key then failed the
+  create). The clear itself can still leave a flag false under a dependent added by such a
+  create; the flag is read only when a task completes, which a COMPLETED or CANCELLED task never
+  does again (a FAILED one requeued and completed would skip its admission look; the reaper's
+  admission pass, every second, admits the dependent anyway).
+- Renew rows are never written after their insert by anyone but this module. Concurrent prunes
+  (a command beside the reaper, several hosts) queue on one key (board.engine.db.serialise_on).
+
+The live board's outbox (board.live.outbox) and the API's event cursors read the same rows:
+- Only rows older than the windows are deleted, and a window is at least MIN_WINDOW (an hour).
+  A history row's `at` is taken inside the transaction that inserts it, which commits (or rolls
+  back) within the engine's bounded write transactions (milliseconds; a batch create, the
+  longest, well under a second); every tailer reads the outbox several times a second. So a row
+  old enough to be deleted committed more than MIN_WINDOW minus a transaction ago and has been
+  read by every running tailer: it is below every live cursor, where deleting it changes
+  nothing. (The hot path takes `at` from its process's clock, the cutoff comes from the store's:
+  this holds for any skew under the hour.) A tailer started later begins at the newest id (outbox.latest_event_id), above it.
+- Even a tailer stalled that long (a machine suspended) is not stuck: a deleted id looks
+  exactly like a rolled-back one. On SQLite and MongoDB a missing id below one already read is
+  never waited for; on PostgreSQL a hole is given up once the oldest running transaction is
+  past the horizon taken when the hole was found, which a deleted row's long-ended writer is.
+  Such a tailer would miss only the deleted row's frame, which carried its task as it is now:
+  the task's later events (or its deletion) carry the same task again.
+- `GET /api/tasks/{id}/events?cursor=`: a cursor is "the rows after id N", so a cursor whose
+  row was deleted resumes at the next surviving row of the task (board.api.endpoints).
+- An open live board keeps showing the cards of tasks deleted here until it reloads (no frame
+  says a task went: the snapshot a reload gets has none of them).
+"""
+from __future__ import annotations
+
+import hashlib
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db.models import Max
+
+from board.engine import clock
+from board.engine.db import (
+    conflict_with_writers,
+    lock_rows,
+    retry_conflicts,
+    serialise_on,
+    transactions_open_before,
+    write_transaction,
+)
+from board.engine.lifecycle import Stage, Verb, attempts_left
+from board.models import Dependency, Task, TaskEvent
+
+# Defaults (settings.TASKFLOW: PRUNE_RENEWS_AFTER_SECONDS, PRUNE_TERMINAL_AFTER_SECONDS).
+RENEWS_AFTER = timedelta(hours=24)
+TERMINAL_AFTER = timedelta(days=30)
+# The shortest window accepted: see the outbox argument in the module docstring, and the live
+# board's insights, which read the last hour of history.
+MIN_WINDOW = timedelta(hours=1)
+
+# Bounds of one write transaction: every other writer waits while it runs (on SQLite the whole
+# board's writers queue behind it), so each is small; the report prints the longest.
+TASKS_PER_BATCH = 200
+EVENTS_PER_BATCH = 2000
+# Passes over the old terminal tasks: a task depended on goes one pass after its dependents
+# (its flag is cleared first), so a chain of n tasks takes up to about 2n passes. The rest
+# waits for the next run.
+MAX_PASSES = 50
+# After a pass cleared flags, the next one deletes those tasks only once every transaction that
+# was open when they were cleared has ended (a create that read a flag as true, see the module
+# docstring), waiting at most this long; past it they wait for the next run.
+OPEN_TRANSACTIONS_PATIENCE_SECONDS = 10.0
+
+TERMINAL_ISH = (Stage.COMPLETED, Stage.CANCELLED, Stage.FAILED)
+# Concurrent prunes queue on this key (serialise_on wants hex digits).
+_PRUNE_KEY = hashlib.sha256(b"board.engine.retention").hexdigest()
+
+
+@dataclass
+class PruneReport:
+    """What a prune deleted (or, in a dry run, would delete)."""
+
+    dry_run: bool
+    now: datetime
+    renew_cutoff: datetime
+    terminal_cutoff: datetime
+    tasks_deleted: Counter = field(default_factory=Counter)  # by stage
+    task_events_deleted: int = 0  # history rows of the deleted tasks
+    dependencies_deleted: int = 0
+    renews_collapsed: int = 0  # renew rows deleted, counted in the kept row of their lease
+    leases_collapsed: int = 0  # leases whose old renews now are one row
+    kept_depended_on: int = 0  # old terminal tasks kept: something that stays depends on them
+    passes: int = 0
+    batches: int = 0
+    longest_batch_seconds: float = 0.0
+
+    def lines(self) -> list[str]:
+        """The report as `manage.py prune` prints it: the same lines, in the same order, every run."""
+        delete, collapse = ("would delete", "would collapse") if self.dry_run else ("deleted", "collapsed")
+        tasks = sum(self.tasks_deleted.values())
+        stages = ", ".join(f"{stage} {n}" for stage, n in sorted(self.tasks_deleted.items()))
+        lines = [
+            f"prune at {self.now.isoformat()}" + (" (dry run: nothing written)" if self.dry_run else ""),
+            (f"terminal tasks older than {self.terminal_cutoff.isoformat()}: {delete} {tasks}"
+             + (f" ({stages})" if stages else "")
+             + f", with {self.task_events_deleted} history rows and {self.dependencies_deleted} dependency rows"),
+            f"terminal tasks kept because other tasks depend on them: {self.kept_depended_on}",
+            (f"renews older than {self.renew_cutoff.isoformat()}: {collapse} {self.renews_collapsed} rows "
+             f"into the last renew of each of {self.leases_collapsed} leases"),
+        ]
+        if self.dry_run:
+            lines.append("write batches: none (dry run)")
+        else:
+            lines.append(f"write batches: {self.batches}, longest {self.longest_batch_seconds:.3f} s")
+        return lines
+
+
+def default_windows() -> tuple[timedelta, timedelta]:
+    """(renews_after, terminal_after) from settings.TASKFLOW, or this module's defaults."""
+    knobs = getattr(settings, "TASKFLOW", {})
+    renews = knobs.get("PRUNE_RENEWS_AFTER_SECONDS")
+    terminal = knobs.get("PRUNE_TERMINAL_AFTER_SECONDS")
+    return (timedelta(seconds=renews) if renews is not None else RENEWS_AFTER,
+            timedelta(seconds=terminal) if terminal is not None else TERMINAL_AFTER)
+
+
+def prune(*, renews_after: timedelta | None = None, terminal_after: timedelta | None = None,
+          dry_run: bool = False, now: datetime | None = None, using: str = "default") -> PruneReport:
+    """Delete old terminal tasks, then collapse old renews (module docstring). `now` defaults to
+    the store's clock; the windows to default_windows(). A dry run reads the same batches and
+    counts what they would delete, writing nothing."""
+    default_renews, default_terminal = default_windows()
+    renews_after = default_renews if renews_after is None else renews_after
+    terminal_after = default_terminal if terminal_after is None else terminal_after
+    for name, window in (("renews_after", renews_after), ("terminal_after", terminal_after)):
+        if window < MIN_WINDOW:
+            raise ValueError(f"{name} is {window}; the shortest window is {MIN_WINDOW} "
+                             "(rows younger than that may not have reached the live board yet)")
+    now = clock.now(using) if now is None else now
+    report = PruneReport(dry_run=dry_run, now=now, renew_cutoff=now - renews_after,
+                         terminal_cutoff=now - terminal_after)
+    run = _Run(report, using)
+    run.delete_terminal_tasks()
+    run.collapse_renews()
+    return report
+
+
+class _Run:
+    """One prune: its report, and in a dry run what the batches would have deleted so far (so
+    that later batches read the board as the real run would find it)."""
+
+    def __init__(self, report: PruneReport, using: str):
+        self.report = report
+        self.using = using
+        self.dry_run = report.dry_run
+        self.gone: set[str] = set()  # dry run: tasks deleted so far
+        self.cleared: set[str] = set()  # dry run: tasks whose has_dependents was cleared
+        self.kept_rows: set[int] = set()  # renew rows kept for a lease, counted once each
+
+    def _timed(self, batch, *args):
+        started = time.perf_counter()
+        result = batch(*args, using=self.using)
+        self.report.batches += 1
+        self.report.longest_batch_seconds = max(self.report.longest_batch_seconds, time.perf_counter() - started)
+        return result
+
+    # -----------------------------------------------------------------------------------------
+    # Old terminal tasks
+
+    def _old_terminal(self):
+        return Task.objects.using(self.using).filter(stage__in=TERMINAL_ISH,
+                                                     updated_at__lt=self.report.terminal_cutoff)
+
+    @staticmethod
+    def _deletable_stage(stage: str, attempts: int, max_retries: int) -> bool:
+        return stage != Stage.FAILED or not attempts_left(attempts, max_retries)
+
+    def _plan(self, rows: list[tuple]) -> tuple[list[str], list[str], dict[str, str]]:
+        """Of old terminal `rows` (pk, stage, attempts, max_retries, has_dependents): those to
+        delete now (no dependent and the flag false), those whose flag to clear (every
+        dependent goes in this batch or is gone), and the stage of each."""
+        stages = {pk: stage for pk, stage, attempts, max_retries, _ in rows
+                  if pk not in self.gone and self._deletable_stage(stage, attempts, max_retries)}
+        flagged = {pk for pk, *_, has_dependents in rows
+                   if pk in stages and has_dependents and pk not in self.cleared}
+        dependents: dict[str, set[str]] = defaultdict(set)
+        for task_id, dep in (Dependency.objects.using(self.using)
+                             .filter(depends_on_id__in=list(stages)).values_list("task_id", "depends_on_id")):
+            if task_id not in self.gone:
+                dependents[dep].add(task_id)
+        delete = [pk for pk in stages if pk not in flagged and not dependents[pk]]
+        going = set(delete)
+        clear = [pk for pk in flagged if dependents[pk] <= going]
+        return delete, clear, stages
+
+    def delete_terminal_tasks(self) -> None:
+        for _ in range(MAX_PASSES):
+            self.report.passes += 1
+            changed, kept, cleared = self._terminal_pass()
+            if not changed:
+                self.report.kept_depended_on = kept
+                return
+            if cleared and not self.dry_run and not self._older_transactions_ended():
+                break
+        # Out of passes (or of patience): what is left is counted as kept; the next run goes on.
+        self.report.kept_depended_on = self._terminal_pass(count_only=True)[1]
+
+    def _older_transactions_ended(self) -> bool:
+        """Whether every transaction open now (just after a pass cleared flags) has ended,
+        waiting up to OPEN_TRANSACTIONS_PATIENCE_SECONDS: a create in one of them may have read
+        a cleared flag as true, and written a dependency the next pass must see."""
+        moment = clock.now(self.using)
+        deadline = time.monotonic() + OPEN_TRANSACTIONS_PATIENCE_SECONDS
+        while transactions_open_before(self.using, moment):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.02)  # other sessions' transactions: nothing to wait on but the clock
+        return True
+
+    def _terminal_pass(self, *, count_only: bool = False) -> tuple[bool, int, bool]:
+        """One pass over the old terminal tasks in id order, a batch at a time. Returns whether
+        it deleted or cleared anything, how many old terminal tasks it left, and whether it
+        cleared a flag."""
+        changed, kept, cleared_any, last = False, 0, False, None
+        while True:
+            page = self._old_terminal().order_by("pk")
+            if last is not None:
+                page = page.filter(pk__gt=last)
+            ids = list(page.values_list("pk", flat=True)[:TASKS_PER_BATCH])
+            if not ids:
+                return changed, kept, cleared_any
+            last = ids[-1]
+            if count_only:
+                kept += len(self._plan(self._rows(ids))[2])
+                continue
+            if not self.dry_run:
+                # Read first, without a transaction: a batch with nothing to delete or clear (the
+                # tasks kept for their dependents, every run) takes no write lock at all.
+                delete, clear, stages = self._plan(self._rows(ids))
+                if not delete and not clear:
+                    kept += len(stages)
+                    continue
+            while True:  # the same batch again while its history is deleted in parts
+                if self.dry_run:
+                    done, deleted, cleared, left = self._dry_terminal_batch(ids)
+                else:
+                    done, deleted, cleared, left = self._timed(self._terminal_batch, ids)
+                changed = changed or bool(deleted or cleared)
+                cleared_any = cleared_any or bool(cleared)
+                if done:
+                    kept += left
+                    break
+
+    def _rows(self, ids: list[str]) -> list[tuple]:
+        return list(self._old_terminal().filter(pk__in=ids).values_list(
+            "pk", "stage", "attempts", "max_retries", "has_dependents"))
+
+    def _dry_terminal_batch(self, ids: list[str]) -> tuple[bool, int, int, int]:
+        delete, clear, stages = self._plan(self._rows(ids))
+        report = self.report
+        if delete:
+            report.task_events_deleted += TaskEvent.objects.using(self.using).filter(task_id__in=delete).count()
+            report.dependencies_deleted += Dependency.objects.using(self.using).filter(task_id__in=delete).count()
+        report.tasks_deleted.update(stages[pk] for pk in delete)
+        self.gone.update(delete)
+        self.cleared.update(clear)
+        return True, len(delete), len(clear), len(stages) - len(delete)
+
+    @retry_conflicts
+    def _terminal_batch(self, ids: list[str], *, using: str) -> tuple[bool, int, int, int]:
+        """One write transaction over the batch `ids`: re-read them (locked where the store has
+        row locks) and their dependents, delete what may go, clear the flags that may be
+        cleared. When the history of the tasks to delete exceeds EVENTS_PER_BATCH rows, only
+        that many of their history rows go, and the caller runs the batch again (done=False)."""
+        events_deleted = dependencies_deleted = 0
+        with write_transaction(self.using):
+            serialise_on(self.using, _PRUNE_KEY)
+            rows = list(lock_rows(self._old_terminal().filter(pk__in=ids), self.using).values_list(
+                "pk", "stage", "attempts", "max_retries", "has_dependents"))
+            delete, clear, stages = self._plan(rows)
+            if delete or clear:
+                conflict_with_writers(self.using)
+            events = TaskEvent.objects.using(self.using).filter(task_id__in=delete)
+            event_ids = list(events.values_list("pk", flat=True)[:EVENTS_PER_BATCH + 1])
+            if len(event_ids) > EVENTS_PER_BATCH:
+                # Only the history of tasks about to go: a run that stops here leaves them
+                # terminal with part of their history, and the next run deletes the rest.
+                delete, clear = [], []
+                events_deleted = TaskEvent.objects.using(self.using).filter(
+                    pk__in=event_ids[:EVENTS_PER_BATCH]).delete()[0]
+            elif delete:
+                events_deleted = events.delete()[0]
+                dependencies_deleted = Dependency.objects.using(self.using).filter(task_id__in=delete).delete()[0]
+                Task.objects.using(self.using).filter(pk__in=delete).delete()
+            if clear:
+                Task.objects.using(self.using).filter(pk__in=clear, has_dependents=True).update(
+                    has_dependents=False)
+        # Counted once committed (a conflict runs the whole batch again).
+        report = self.report
+        report.task_events_deleted += events_deleted
+        report.dependencies_deleted += dependencies_deleted
+        report.tasks_deleted.update(stages[pk] for pk in delete)
+        if len(event_ids) > EVENTS_PER_BATCH:
+            return False, 0, 0, 0
+        return True, len(delete), len(clear), len(stages) - len(delete)
+
+    # -----------------------------------------------------------------------------------------
+    # Old renews
+
+    def collapse_renews(self) -> None:
+        """One pass over the history in id order, EVENTS_PER_BATCH rows at a time, up to the
+        newest row when it starts (rows added during the pass are younger than the window)."""
+        history = TaskEvent.objects.using(self.using)
+        newest = history.order_by("-pk").values_list("pk", flat=True).first() or 0
+        cutoff = self.report.renew_cutoff
+        last = 0
+        while last < newest:
+            rows = list(history.filter(pk__gt=last, pk__lte=newest).order_by("pk")
+                        .values_list("pk", "task_id", "verb", "fence", "at")[:EVENTS_PER_BATCH])
+            if not rows:
+                return
+            last = rows[-1][0]
+            old: dict[tuple[str, int], list[int]] = defaultdict(list)
+            for pk, task_id, verb, fence, at in rows:
+                if verb == Verb.RENEW and at < cutoff and task_id not in self.gone:
+                    old[(task_id, fence)].append(pk)
+            if not old:
+                continue
+            # The last old renew of each lease, when it lies beyond this page.
+            later = {
+                (task_id, fence): keep for task_id, fence, keep in
+                history.filter(task_id__in=sorted({task_id for task_id, _ in old}), verb=Verb.RENEW,
+                               at__lt=cutoff, pk__gt=last)
+                .order_by().values_list("task_id", "fence").annotate(keep=Max("pk")).values_list(
+                    "task_id", "fence", "keep")
+            }
+            plan: dict[int, list[int]] = {}  # kept row -> rows folded into it
+            for lease, pks in old.items():
+                keep = later.get(lease)
+                if keep is None:
+                    keep, pks = pks[-1], pks[:-1]
+                if pks:
+                    plan[keep] = pks
+            if not plan:
+                continue
+            if self.dry_run:
+                self.report.renews_collapsed += sum(len(pks) for pks in plan.values())
+                self._count_lease(plan)
+            else:
+                self._timed(self._collapse_batch, plan)
+
+    def _count_lease(self, plan: dict[int, list[int]]) -> None:
+        # A lease spread over several pages keeps the same row: count each kept row once.
+        self.report.leases_collapsed += len(plan.keys() - self.kept_rows)
+        self.kept_rows.update(plan)
+
+    @retry_conflicts
+    def _collapse_batch(self, plan: dict[int, list[int]], *, using: str) -> None:
+        """Delete the renews of `plan` and fold them into the kept row of their lease: its
+        detail counts every renew it stands for (those folded into a row deleted now included)
+        and the `at` of the first."""
+        history = TaskEvent.objects.using(self.using)
+        with write_transaction(self.using):
+            serialise_on(self.using, _PRUNE_KEY)
+            folded = {pk: (at, detail) for pk, at, detail in history.filter(
+                pk__in=[pk for pks in plan.values() for pk in pks], verb=Verb.RENEW).values_list("pk", "at", "detail")}
+            kept = dict(history.filter(pk__in=list(plan), verb=Verb.RENEW).values_list("pk", "detail"))
+            deleted = 0
+            for keep, pks in plan.items():
+                rows = [folded[pk] for pk in pks if pk in folded]
+                if keep not in kept or not rows:
+                    continue  # another prune got here first
+                count, since = _summary(kept[keep])
+                for at, detail in rows:
+                    more, first = _summary(detail)
+                    count += 1 + more
+                    since = min(filter(None, (since, first or at)))
+                history.filter(pk=keep).update(detail={"collapsed": count, "since": since.isoformat()})
+                deleted += history.filter(pk__in=pks, verb=Verb.RENEW).delete()[0]
+        self.report.renews_collapsed += deleted
+        self._count_lease({keep: pks for keep, pks in plan.items() if keep in kept})
+
+
+def _summary(detail) -> tuple[int, datetime | None]:
+    """(renews a kept row already stands for, the `at` of the first) from its detail."""
+    if isinstance(detail, dict) and "collapsed" in detail:
+        return int(detail["collapsed"]), datetime.fromisoformat(detail["since"])
+    return 0, None
