@@ -8,19 +8,19 @@ from django.conf import settings
 from harness.browser import browser_missing, proxy_missing
 from tests.services import IN_CI
 
-_not_run: dict[str, str] = {}
-
 # tests/mongodb runs in a session of its own, on MongoDB settings (make test: the second pytest
 # run); the main session, on SQL stores, does not collect it.
 ON_MONGODB = getattr(settings, "MONGODB_AVAILABLE", None) is not None
 collect_ignore = [] if ON_MONGODB else ["mongodb"]
 
 
+NOT_RUN = "NOT RUN: "
+
+
 def _missing_service(item: pytest.Item, what: str, why: str) -> None:
     if IN_CI:
         pytest.fail(f"{what} is required in CI but {why}", pytrace=False)
-    _not_run[what] = why
-    pytest.skip(f"NOT RUN: {what} ({why})")
+    pytest.skip(f"{NOT_RUN}{what} ({why})")
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -45,5 +45,13 @@ def pytest_collection_modifyitems(items) -> None:
 
 
 def pytest_terminal_summary(terminalreporter) -> None:
-    for what, why in sorted(_not_run.items()):
-        terminalreporter.write_line(f"NOT RUN: {what}: {why}", yellow=True, bold=True)
+    # Read from the skip reports, not from a list kept here: under pytest-xdist (make test) the
+    # tests run in worker processes and only their reports reach this one.
+    missing = set()
+    for report in terminalreporter.stats.get("skipped", []):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        reason = reason.removeprefix("Skipped: ")
+        if reason.startswith(NOT_RUN):
+            missing.add(reason)
+    for line in sorted(missing):
+        terminalreporter.write_line(line, yellow=True, bold=True)

@@ -15,6 +15,7 @@ from django.conf import settings
 from django.db import connections
 
 from board import agent_keys
+from board.live import doorbell
 from tests.live_server import BoardServer, free_port, wait_until
 from tests.support import database_url, sqlite_db_mark
 from tests.test_live_board import WAIT, BoardSocket, staff_session, wait_for_versions
@@ -97,7 +98,9 @@ def test_a_broken_redis_neither_slows_writes_nor_closes_sockets(broken_redis_ser
         thread.join()
     assert [status for status, _ in results] == [201] * WRITERS
     took = sorted(seconds for _, seconds in results)
-    assert took[-1] < 1.0, f"writes waited on the doorbell: {took}"
+    # A write that waited for the ring would take at least the doorbell's timeout (a silent
+    # Redis never answers); anything shorter is the write's own time, however loaded the machine.
+    assert took[-1] < doorbell.DOORBELL_TIMEOUT_SECONDS, f"writes waited on the doorbell: {took}"
     wait_for_versions(board, "default")  # every change arrived, by the poll
     assert board.changes == WRITERS and board.close_code is None, board.close_code
     # And the socket is still there for the next change.
