@@ -27,6 +27,7 @@ from board.models import Task, TaskEvent
 from tests.live_server import (
     ROOT,
     BoardServer,
+    api_call,
     server_env,
     server_for_sessions,
     wait_until,
@@ -60,15 +61,7 @@ def get(server: BoardServer, path: str, headers: dict | None = None) -> tuple[in
 
 
 def call(server: BoardServer, method: str, path: str, key: str, body=None) -> tuple[int, dict | None]:
-    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=WAIT)
-    try:
-        conn.request(method, path, body=None if body is None else json.dumps(body),
-                     headers={"Content-Type": "application/json", "Authorization": f"Bearer {key}"})
-        response = conn.getresponse()
-        raw = response.read()
-        return response.status, json.loads(raw) if raw else None
-    finally:
-        conn.close()
+    return api_call(server, method, path, key, body, timeout=WAIT)
 
 
 def scrape(server: BoardServer, headers: dict | None = None) -> dict:

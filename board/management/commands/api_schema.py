@@ -219,14 +219,18 @@ class _Comparison:
             if "enum" not in o:
                 self.breaking(f"{where}: only {n['enum']} accepted now (enum added)")
             else:
-                for value in o["enum"]:
-                    if value not in n["enum"]:
-                        self.breaking(f"{where}: enum value {value!r} removed")
-                for value in n["enum"]:
-                    if value not in o["enum"]:
-                        self.additive(f"{where}: new enum value {value!r}")
+                self._enum_values(o["enum"], n["enum"], where)
         elif "enum" in o:
             self.additive(f"{where}: enum removed (any value accepted)")
+
+    def _enum_values(self, old: list, new: list, where: str) -> None:
+        """Both directions alike: a value a client may send or read that is gone breaks it."""
+        for value in old:
+            if value not in new:
+                self.breaking(f"{where}: enum value {value!r} removed")
+        for value in new:
+            if value not in old:
+                self.additive(f"{where}: new enum value {value!r}")
 
     def _request_object(self, o: dict, n: dict, where: str) -> None:
         old_props, new_props = o.get("properties", {}), n.get("properties", {})
@@ -262,12 +266,7 @@ class _Comparison:
             if "enum" not in n:
                 self.breaking(f"{where}: no longer limited to {o['enum']}")
             else:
-                for value in o["enum"]:
-                    if value not in n["enum"]:
-                        self.breaking(f"{where}: enum value {value!r} removed")
-                for value in n["enum"]:
-                    if value not in o["enum"]:
-                        self.additive(f"{where}: new enum value {value!r}")
+                self._enum_values(o["enum"], n["enum"], where)
         if o.get("type") in ("object", None) and (o.get("properties") or n.get("properties")):
             self._response_object(o, n, where)
         if "items" in o or "items" in n:
