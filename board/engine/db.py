@@ -27,7 +27,7 @@ Everything that differs between the stores is asked here, by what it is, not by 
 `speaks_sql` (hand-written statements are possible), `joins_cheaply`, `ids_follow_commit_order`
 (the history's ids are handed out in commit order: SQLite's single writer, MongoDB's counter),
 `has_own_clock` (the store's clock serves every process: board.engine.clock), `skip_locked`
-(row locks skipped where the store has them), `number_rows` (MongoDB has no auto-increment:
+(row locks skipped where the store has them), `lock_rows` (row locks where it has them), `number_rows` (MongoDB has no auto-increment:
 ids from a counter document), `serialise_on`, `savepoint`, `in_transaction`, `ping`, and the
 transactions below. The rest of the engine asks these instead of testing `connection.vendor`;
 the two modules written per store say so by their job: board.engine.hot_sql (its statements, in
@@ -98,6 +98,17 @@ def skip_locked(rows: QuerySet, using: str) -> QuerySet:
     SQLite has one writer at a time and MongoDB aborts the second writer of a document."""
     if connections[using].features.has_select_for_update_skip_locked:
         return rows.select_for_update(skip_locked=True)
+    return rows
+
+
+def lock_rows(rows: QuerySet, using: str) -> QuerySet:
+    """`rows` locked until the write transaction ends, where the store has row locks
+    (PostgreSQL: SELECT ... FOR UPDATE). The prune (board.engine.retention) locks the terminal
+    tasks it is about to delete, so that a create naming one as a dependency waits for the
+    batch, then finds no row and refuses the dependency as unknown. Elsewhere `rows` as they are: SQLite's
+    writers are already serialised, and on MongoDB a conflicting writer is aborted and retried."""
+    if connections[using].features.has_select_for_update:
+        return rows.select_for_update()
     return rows
 
 

@@ -127,6 +127,11 @@ class PruneReport:
     batches: int = 0
     longest_batch_seconds: float = 0.0
 
+    @property
+    def pruned_anything(self) -> bool:
+        return bool(sum(self.tasks_deleted.values()) or self.task_events_deleted or self.dependencies_deleted
+                    or self.renews_collapsed)
+
     def lines(self) -> list[str]:
         """The report as `manage.py prune` prints it: the same lines, in the same order, every run."""
         delete, collapse = ("would delete", "would collapse") if self.dry_run else ("deleted", "collapsed")

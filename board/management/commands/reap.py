@@ -70,12 +70,15 @@ class Command(BaseCommand):
 
     def prune_every(self, interval: float, database: str) -> None:
         """Prune now and then every `interval` seconds, with the default windows, logging the
-        report's lines. A failed prune is logged and tried again at the next interval: what it
+        report's lines when it pruned something (a prune that found nothing says nothing: `make
+        run`'s screen keeps its banner). A failed prune is logged and tried again at the next interval: what it
         committed stays (each batch is a transaction of its own)."""
         while True:
             try:
-                for line in retention.prune(using=database).lines():
-                    log.info("prune: %s", line)
+                report = retention.prune(using=database)
+                if report.pruned_anything:
+                    for line in report.lines():
+                        log.info("prune: %s", line)
             except Exception:  # the reaper's thread must outlive any one failure
                 log.exception("prune failed")
             finally:
