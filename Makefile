@@ -42,8 +42,8 @@ run: $(VENV)/.run-deps
 # run, or the replica set at TEST_MONGO_URL). A missing server's tests are skipped with a NOT RUN
 # line (and fail when CI=true). PYTEST_ARGS go to the first session, MONGODB_PYTEST_ARGS to the
 # second. Each session runs on TEST_WORKERS pytest-xdist worker processes (one per core, at most
-# 4; TEST_WORKERS=0 runs in this process): most tests wait on real servers, so two workers on
-# two cores nearly halve the time. Every worker has its own test databases.
+# 4; TEST_WORKERS=0 runs in this process): most tests spend their time waiting on real servers,
+# so workers overlap well even on two cores. Every worker has its own test databases.
 TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -gt 4 ] && n=4; echo $$n)
 test: $(VENV)/.test-deps
 	$(PY) -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
