@@ -252,10 +252,7 @@ async def run_client(client: BoardClient, url: str, origin: str, cookie: str, st
             now = time.time()
             message = json.loads(raw)
             kind = message.get("type")
-            if kind == "task":
-                if client.on_task(message["event"], message["task"], now) or client.stale_gap(now):
-                    await ask()
-            elif kind == "tasks":  # a batch, as the server sends every change (static/board/socket.js)
+            if kind == "tasks":  # a batch, as the server sends every change (board/live/frames.py)
                 gap = False
                 for item in message["items"]:
                     gap = client.on_task(item["event"], item["task"], now) or gap

@@ -8,11 +8,9 @@ level: bench/board.py uses this before configuring Django."""
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from harness import TEST_INSTALL
 
-PROJECT = Path(__file__).resolve().parent.parent
 CHROMIUM = "/usr/bin/chromium"
 NGINX = "/usr/sbin/nginx"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",

@@ -16,7 +16,7 @@ import time
 from urllib.parse import urlsplit, urlunsplit
 
 from harness import TEST_INSTALL
-from harness.board_server import ROOT, free_port
+from harness.board_server import ROOT, free_port, stop_process
 
 START_TIMEOUT = 30
 
@@ -62,7 +62,7 @@ def start() -> tuple[str | None, str, str]:
         # Called before the run starts threads of its own (as the settings load, or at the start
         # of the bench's MongoDB rows), so no lock can be held across the fork.
         preexec_fn=_die_with_parent)  # noqa: PLW1509
-    atexit.register(_stop, process)
+    atexit.register(stop_process, process)
     url = f"mongodb://127.0.0.1:{port}/?directConnection=true"
     deadline = time.monotonic() + START_TIMEOUT
     while time.monotonic() < deadline:
@@ -71,7 +71,7 @@ def start() -> tuple[str | None, str, str]:
         if _answers(url):
             return url, f"SecantusDB {_version()} on port {port}", ""
         time.sleep(0.1)
-    _stop(process)
+    stop_process(process)
     return None, "", f"SecantusDB did not answer within {START_TIMEOUT} s"
 
 
@@ -107,13 +107,3 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
     except (OSError, AttributeError):  # not Linux: atexit still stops it on a normal exit
         pass
-
-
-def _stop(process: subprocess.Popen) -> None:
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()

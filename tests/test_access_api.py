@@ -20,7 +20,7 @@ from django.contrib.auth.hashers import PBKDF2PasswordHasher
 from django.contrib.auth.models import Permission, User
 
 from board import agent_keys
-from tests.live_server import BoardServer, board_server  # noqa: F401  (fixture
+from tests.live_server import BoardServer, board_server  # noqa: F401  (fixture)
 from tests.support import db_state, sqlite_db_mark
 
 pytestmark = sqlite_db_mark()

@@ -109,8 +109,11 @@ def test_the_readme_agent_block_runs_as_written_against_the_server(checkout):
                               text=True, start_new_session=True)
     try:
         lines = LineReader(server.stdout)
-        while not (line := lines.next(timeout=120)).startswith("TaskFlow board is ready"):
-            assert line is not None
+        while True:
+            line = lines.next(timeout=120)
+            assert line is not None, "the server printed no banner within 120 s"
+            if line.startswith("TaskFlow board is ready"):
+                break
         # The only change to the block: the free port this test's server listens on, not 8000.
         script = block.replace("http://127.0.0.1:8000 ", f"http://127.0.0.1:{port} ")
         done = subprocess.run(["bash", "-c", script + "python3 -m taskflow_client get t1\n"], check=False,

@@ -44,8 +44,8 @@ function duration(ms) {
   return `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min`;
 }
 
-/** The attempts of a history (events oldest first): plain objects, for rendering and tests. */
-export function attemptsOf(events, task) {
+/** The attempts of a history (events oldest first), as plain objects for rendering. */
+function attemptsOf(events, task) {
   const attempts = [];
   let current = null;
   for (const e of events) {

@@ -1,5 +1,5 @@
 // The agents and throughput panel of the board's aside (<section id="insights">), fed only by
-// the board's websocket: socket.js hands each {"type": "insights", ...} frame (board/insights.py,
+// the board's websocket: socket.js hands each {"type": "insights", ...} frame (board/live/insights.py,
 // pushed by the server's tailer) to update(). It never polls the API. Charts are inline SVG
 // bars, one per minute of the last hour. The section's data-updates, data-completed and
 // data-failed say what it shows.

@@ -1,4 +1,4 @@
-// What the page (templates/board/board.html, rendered by board/views.py) hands the board's
+// What the page (templates/board/board.html, rendered by board/live/views.py) hands the board's
 // modules, read once: the columns and stages, the lifecycle's moves, whether this user may act,
 // where the login and the admin are. Plus the few DOM helpers every module uses.
 //
@@ -7,14 +7,14 @@
 /** stage -> its column element, in the order the page lists them (the lifecycle's). */
 export const COLUMN_ELS = new Map([...document.querySelectorAll("#columns .column")].map((c) => [c.dataset.stage, c]));
 export const STAGES = [...COLUMN_ELS.keys()];
-/** Every legal move of the lifecycle as [from stage, verb, to stage] (board.lifecycle.TRANSITIONS). */
+/** Every legal move of the lifecycle as [from stage, verb, to stage] (board.engine.lifecycle.TRANSITIONS). */
 export const MOVES = JSON.parse(document.getElementById("moves").textContent);
 /** Terminal stages are those no move leaves (COMPLETED, CANCELLED): the snapshot carries only
  * their most recent tasks, and their columns list the most recent first. */
 export const TERMINAL = new Set(STAGES.filter((s) => !MOVES.some(([from]) => from === s)));
 export const CAN_INTERVENE = document.body.dataset.canIntervene === "true";
 export const LOGIN_URL = document.body.dataset.loginUrl;
-export const ADMIN_URL = document.body.dataset.adminUrl;
+const ADMIN_URL = document.body.dataset.adminUrl;
 
 export const columnsEl = document.getElementById("columns");
 

@@ -1,12 +1,12 @@
-// The board's websocket, /ws/board/, as the server speaks it today (board/consumers.py,
-// board/events.py, board/insights.py):
+// The board's websocket, /ws/board/, as the server speaks it today (board/live/consumers.py,
+// board/live/frames.py, board/live/tailer.py, board/live/insights.py):
 //
 //   on connect  the server accepts, then, for a session that may not watch (board/access.py),
 //               closes at once with 4403. Otherwise it sends a snapshot, in parts:
 //                 {"type": "snapshot", "last_event_id", "counts": {stage: n}, "problems": [...],
 //                  "tasks": [...], "more": bool}
 //                 {"type": "snapshot_more", "tasks": [...], "more": bool}   while "more"
-//               (at most events.SNAPSHOT_PART tasks a frame: every unfinished task, best first,
+//               (at most board/live/frames.py SNAPSHOT_PART tasks a frame: every unfinished task, best first,
 //               then the most recent finished ones of each terminal stage), then the agents and
 //               throughput panel's latest {"type": "insights", ...} if the server has one.
 //   then        {"type": "tasks", "items": [{"event", "task"}, ...]}: the changes committed since,
@@ -46,12 +46,12 @@ import { renderAll, renderProblems } from "./render.js";
 import { openTaskFromUrl } from "./view.js";
 import { update as updateInsights } from "./insights.js";
 
-const NOT_ALLOWED = 4403; // board/consumers.py NOT_ALLOWED
+const NOT_ALLOWED = 4403; // board/live/consumers.py NOT_ALLOWED
 const BACKOFF_FIRST_MS = 500;
 const BACKOFF_MAX_MS = 5000;
 // How long an event id skipped over may stay missing before the page takes a fresh snapshot.
 // The server has no such window to derive it from: its tailer waits for a missing id however
-// long the transaction that took it runs, until it is proven rolled back (board/events.py,
+// long the transaction that took it runs, until it is proven rolled back (board/live/outbox.py,
 // Cursor), and then delivers it late or never. So an id still missing after a while is a write
 // that rolled back (PostgreSQL hands out ids that never commit), a transaction still open, or a
 // frame lost on the way. The snapshot repairs the last and costs one read for the others (an
@@ -93,7 +93,7 @@ function loginUrl() {
 
 // The session is gone (logged out, expired, deleted, or the user lost the right to watch):
 // reconnecting cannot help, so stop, and say what would. The server tells it by closing with
-// NOT_ALLOWED after accepting (board/consumers.py): a refusal before the handshake would
+// NOT_ALLOWED after accepting (board/live/consumers.py): a refusal before the handshake would
 // reach the page as 1006, like an outage.
 function endSession() {
   if (sessionEnded) return;
@@ -113,7 +113,7 @@ function endSession() {
   box.hidden = false;
 }
 
-export function connect() {
+function connect() {
   reconnectTimer = null;
   if (sessionEnded) return;
   setConnection(snapshotCount() > 0 ? "reconnecting" : "connecting");
@@ -226,7 +226,6 @@ function checkMissingEvents() {
       requestSnapshot();
       return;
     }
-    if (id <= snapshotEventId) missingEvents.delete(id);
   }
 }
 

@@ -16,7 +16,7 @@
 import { STAGES, TERMINAL } from "./page.js";
 
 export const tasks = new Map(); // id -> task
-export const dependents = new Map(); // dependency id -> Set of ids of the tasks that wait for it
+const dependents = new Map(); // dependency id -> Set of ids of the tasks that wait for it
 export const order = new Map(STAGES.map((s) => [s, []])); // stage -> ids in display order
 export const counts = Object.fromEntries(STAGES.map((s) => [s, 0])); // stage -> tasks in it (all, not only those loaded)
 export const showMoreCursor = new Map(); // terminal stage -> API cursor, or null once everything was loaded
@@ -69,7 +69,7 @@ export function prepare(task) {
 
 // Display order: live stages as the server lists them (priority, then age, then id); terminal
 // stages most recent first.
-export function compare(a, b) {
+function compare(a, b) {
   if (TERMINAL.has(a.stage)) {
     if (a.updatedMs !== b.updatedMs) return b.updatedMs - a.updatedMs;
     return a.id < b.id ? 1 : a.id > b.id ? -1 : 0;
