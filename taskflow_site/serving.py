@@ -7,7 +7,7 @@ ASGI, so one ASGI server (uvicorn, one worker process per core, sharing the port
 both: `/ws/` goes to Channels (taskflow_site/asgi.py) and every HTTP request comes here, where
 it is handed ONCE to a small pool of threads that run the whole Django request as WSGI.
 
-Three things happen here, before Django sees the request:
+Four things happen here, before Django sees the request:
 
 - **Oversize bodies are refused unread.** A Content-Length over `DATA_UPLOAD_MAX_MEMORY_SIZE`
   is answered 413 at once, before authentication and without reading a byte of the body; a
@@ -36,7 +36,6 @@ import asyncio
 import io
 import json
 import logging
-import os
 import sys
 import threading
 import time
@@ -260,76 +259,3 @@ def http_app() -> HttpApp:
     watch_connection_pool()
     return HttpApp(wsgi, threads=conf["HTTP_THREADS"], max_body=settings.DATA_UPLOAD_MAX_MEMORY_SIZE,
                    max_waiters=conf["MAX_WAITERS"])
-
-
-# ---------------------------------------------------------------------------------------------
-# Metrics across processes (board/metrics.py): prometheus_client's multi-process mode. Each
-# worker and the reaper write their values to files in PROMETHEUS_MULTIPROC_DIR, and a scrape,
-# whichever worker answers it, adds every process's files up.
-
-METRICS_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
-DEAD_WORKER_CHECK_SECONDS = 1.0
-
-
-def prepare_metrics_dir() -> tuple[str, bool]:
-    """The directory this run's processes write their metrics to, emptied, and whether it was
-    made here (then it goes when serve stops). A directory named by PROMETHEUS_MULTIPROC_DIR (a
-    deployment's, e.g. /run/taskflow/metrics) is emptied: the files of an earlier run would
-    otherwise add its counts to this one's. Without one, a fresh temporary directory."""
-    import tempfile
-    from pathlib import Path
-
-    named = os.environ.get(METRICS_DIR_ENV)
-    if not named:
-        return tempfile.mkdtemp(prefix="taskflow-metrics-"), True
-    directory = Path(named)
-    directory.mkdir(parents=True, exist_ok=True)
-    for stale in directory.glob("*.db"):
-        stale.unlink(missing_ok=True)
-    return str(directory), False
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process has this pid now: ours is gone
-        return False
-    try:  # a zombie (exited, not yet reaped) is dead too
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            return stat.read().rsplit(b")", 1)[1].split()[0] != b"Z"
-    except (OSError, IndexError):
-        return True  # no /proc here: kill(0) said it exists
-
-
-def mark_dead_processes(directory: str) -> list[int]:
-    """Drop the live gauges (websocket clients, tailer position) of processes that have exited:
-    uvicorn replaces a worker that dies, and the reaper is restarted, under new pids. Their
-    counters stay: a count made by a process that is gone still happened."""
-    from prometheus_client.multiprocess import mark_process_dead
-
-    dead = set()
-    for name in os.listdir(directory):
-        if name.startswith("gauge_live") and name.endswith(".db"):
-            pid = name[:-3].rsplit("_", 1)[-1]
-            if pid.isdigit() and not _alive(int(pid)):
-                dead.add(int(pid))
-    for pid in sorted(dead):
-        mark_process_dead(pid, directory)
-    return sorted(dead)
-
-
-def watch_metrics_dir(directory: str, stop: threading.Event) -> threading.Thread:
-    """In serve: every DEAD_WORKER_CHECK_SECONDS, mark the processes that exited as dead."""
-
-    def watch() -> None:
-        while not stop.wait(DEAD_WORKER_CHECK_SECONDS):
-            try:
-                mark_dead_processes(directory)
-            except OSError:  # the directory went away under us: serve is stopping
-                log.exception("could not check the metrics directory")
-
-    thread = threading.Thread(target=watch, name="metrics-dir-watch", daemon=True)
-    thread.start()
-    return thread

@@ -23,7 +23,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from board.management.commands.ensure_admin import FirstAdmin, ensure_first_admin
-from taskflow_site import serving
+from taskflow_site import metrics_dir
 
 APP = "taskflow_site.asgi:application"
 
@@ -171,10 +171,10 @@ class Command(BaseCommand):
         self.check_pool()
         admin = ensure_first_admin() if ensure_admin else None
         # Before any child starts: the workers and the reaper inherit it (board/metrics.py).
-        metrics_dir, own_metrics_dir = serving.prepare_metrics_dir()
-        os.environ[serving.METRICS_DIR_ENV] = metrics_dir
+        metrics_path, own_metrics_dir = metrics_dir.prepare_metrics_dir()
+        os.environ[metrics_dir.METRICS_DIR_ENV] = metrics_path
         stop_watching = threading.Event()
-        serving.watch_metrics_dir(metrics_dir, stop_watching)
+        metrics_dir.watch_metrics_dir(metrics_path, stop_watching)
         reaper = None if no_reaper else ReaperSupervisor().start()
         text = banner(host, port, workers=workers, threads=settings.TASKFLOW["HTTP_THREADS"],
                       reaper=reaper is not None, admin=admin, readme=str(settings.BASE_DIR / "README.md"))
@@ -201,7 +201,7 @@ class Command(BaseCommand):
                 reaper.stop()
             stop_watching.set()
             if own_metrics_dir:
-                shutil.rmtree(metrics_dir, ignore_errors=True)
+                shutil.rmtree(metrics_path, ignore_errors=True)
 
     @staticmethod
     def check_pool() -> None:
