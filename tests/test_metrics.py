@@ -301,3 +301,18 @@ def test_a_refused_scrape_changes_nothing(sqlite_server):
     assert_refused(sqlite_server, {}, 401, "unauthorized")
     assert (Task.objects.count(), TaskEvent.objects.count()) == before
 
+
+
+@pytest.mark.django_db
+def test_a_queued_task_written_outside_the_engine_is_aged_by_its_last_write():
+    """A row with no stage_changed_at (written outside the engine: bench/big_board.py does) must
+    not break the scrape: its age counts from its last write, as its public view says."""
+    from board import metrics
+    from board.engine.transitions import TaskSpec
+
+    transitions.create(TaskSpec(id="outside", title="t", queue="oq"))
+    Task.objects.filter(pk="outside").update(stage_changed_at=None)
+    ages = {sample.labels["queue"]: sample.value
+            for family in text_string_to_metric_families(metrics.scrape().decode())
+            for sample in family.samples if sample.name == "taskflow_oldest_queued_age_seconds"}
+    assert set(ages) == {"oq"} and ages["oq"] >= 0

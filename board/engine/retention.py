@@ -63,7 +63,6 @@ The live board's outbox (board.live.outbox) and the API's event cursors read the
 """
 from __future__ import annotations
 
-import hashlib
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -82,6 +81,7 @@ from board.engine.db import (
     write_transaction,
 )
 from board.engine.lifecycle import Stage, Verb, attempts_left
+from board.engine.tokens import hash_token
 from board.models import Dependency, Task, TaskEvent
 
 # Defaults (settings.TASKFLOW: PRUNE_RENEWS_AFTER_SECONDS, PRUNE_TERMINAL_AFTER_SECONDS).
@@ -106,7 +106,7 @@ OPEN_TRANSACTIONS_PATIENCE_SECONDS = 10.0
 
 TERMINAL_ISH = (Stage.COMPLETED, Stage.CANCELLED, Stage.FAILED)
 # Concurrent prunes queue on this key (serialise_on wants hex digits).
-_PRUNE_KEY = hashlib.sha256(b"board.engine.retention").hexdigest()
+_PRUNE_KEY = hash_token("board.engine.retention")
 
 
 @dataclass

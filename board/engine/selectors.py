@@ -21,6 +21,7 @@ from django.db.models import (
     OuterRef,
     Q,
 )
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from board.engine import clock
@@ -644,9 +645,10 @@ def tasks_by_stage_and_queue(*, using: str = "default") -> dict[tuple[str, str],
 
 def oldest_queued_by_queue(*, using: str = "default") -> dict[str, datetime]:
     """For each queue with QUEUED tasks, when its longest-waiting one entered QUEUED (backoff
-    included: a task waiting out its retry delay is waiting too)."""
+    included: a task waiting out its retry delay is waiting too). A row written outside the
+    engine may have no stage_changed_at: its last write bounds it, as in board.public."""
     rows = (Task.objects.using(using).filter(stage=Stage.QUEUED).values_list("queue")
-            .annotate(oldest=Min("stage_changed_at")).order_by())
+            .annotate(oldest=Min(Coalesce("stage_changed_at", "updated_at"))).order_by())
     return dict(rows)
 
 
