@@ -59,8 +59,9 @@ class Task(models.Model):
     # (a bench's or test's bulk insert); readers then fall back to updated_at.
     stage_changed_at = models.DateTimeField(null=True, blank=True, editable=False)
 
-    # Flags that let the hot verbs skip a query (dependencies are fixed at creation). Written
-    # only by transitions.create; db_default too, so that a row inserted by plain SQL is valid.
+    # Flags that let the hot verbs skip a query (dependencies are fixed at creation). Set by
+    # transitions.create; the prune (board.engine.retention) clears has_dependents once a task's
+    # dependents are gone; db_default too, so that a row inserted by plain SQL is valid.
     has_deps = models.BooleanField(
         default=False, db_default=False, editable=False,
         help_text="Depends on at least one task: rendering it needs the dependency table.")

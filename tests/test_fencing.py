@@ -149,6 +149,9 @@ class FencedWriterContract:
                 b.fence, f"B{n}", "holder-b"), f"round {n}"
             seen[order] += 1
         assert sum(seen.values()) == ROUNDS
+        # Both orders happened, so both paths ran (A's write landing first, then refused after
+        # B's; each with a first insert racing the other's in the even rounds).
+        assert set(seen) == {"A first", "A refused"}, seen
         assert SinkRow.objects.using(self.alias).exclude(writer="holder-b").count() == 0
         print(f"\n{self.alias}: {ROUNDS} rounds, {dict(sorted(seen.items()))}")
 
@@ -193,6 +196,7 @@ def race_recipe(alias: str, connect, write, stale: type[Exception], read_row) ->
             write(db, key, a.fence, "late")
         assert read_row(key) == (b.fence, f"B{n}")
     assert sum(seen.values()) == ROUNDS
+    assert set(seen) == {"A first", "A refused"}, seen  # both orders happened
     print(f"\nrecipe on {alias}: {ROUNDS} rounds, {dict(sorted(seen.items()))}")
     return seen
 

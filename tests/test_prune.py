@@ -505,4 +505,5 @@ def check_create_races_prune(alias):
         assert dangling == set()
         assert selectors.problems(using=alias) == []
     assert sum(outcomes.values()) == RACE_ROUNDS
+    assert set(outcomes) == {"prune first", "create first"}, outcomes  # both sides of the race ran
     print(f"{alias}: {dict(outcomes)}")  # which side won how often, for the run's log

@@ -20,7 +20,9 @@ _subscribers: list[Callable[[], None]] = []
 
 
 def subscribe(callback: Callable[[], None]) -> None:
-    """Call `callback()` after every commit that changed the board (once per transaction)."""
+    """Call `callback()` after every commit that changed the board: once per move that the
+    transaction made (a failure and its retry announce twice), so a subscriber must not mind
+    being called again for the same commit (the live board's only wakes a reader up)."""
     if callback not in _subscribers:
         _subscribers.append(callback)
 
