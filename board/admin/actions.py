@@ -279,7 +279,7 @@ def _requeue(model_admin, request, queryset, *, reset_attempts: bool) -> None:
                                        reason=reason)
         except errors.InvalidTransition as exc:
             task = exc.task
-            if task is not None and task.stage in (Stage.FAILED, Stage.PAUSED):
+            if exc.field == "reset_attempts":  # the engine's "no attempt left", in the admin's words
                 raise errors.InvalidTransition(
                     f"no attempt left ({task.attempts} / {task.max_retries + 1}); "
                     "use “Requeue and reset attempts”", task=task, kind="no attempt left",

@@ -981,7 +981,8 @@ def requeue(
         attempts = 0 if reset_attempts else task.attempts
         if not attempts_left(attempts, task.max_retries):
             raise errors.InvalidTransition(
-                f"task {task.pk} has no attempt left; requeue with reset_attempts", task=task
+                f"task {task.pk} has no attempt left; requeue with reset_attempts", task=task,
+                field="reset_attempts",
             )
         return _swap(using, task, Verb.REQUEUE, now=now, actor=actor, attempts=attempts,
                      not_before=None, detail=_reason(reason, reset_attempts=reset_attempts))
