@@ -4,7 +4,7 @@
 // Opened by a click or Enter on a card, or by the URL (view.js); Escape or × closes it.
 
 import { adminUrl, el } from "./page.js";
-import { applyTask, depDone, prepare, tasks, unfinishedDeps } from "./store.js";
+import { applyTask, depDone, fetchTask, prepare, tasks, unfinishedDeps } from "./store.js";
 import { cards } from "./render.js";
 import { writeUrl } from "./view.js";
 import { act, actionsFor } from "./actions.js";
@@ -112,9 +112,9 @@ export function renderDetails(refetch) {
 
 async function loadFull(id, key) {
   try {
-    const response = await fetch(`/api/tasks/${encodeURIComponent(id)}`, { credentials: "same-origin" });
-    if (!response.ok) return;
-    const task = prepare(await response.json());
+    const found = await fetchTask(id);
+    if (!found) return;
+    const task = prepare(found);
     if (historyFor !== key) return;
     detailsFull = task;
     if (!applyTask(task)) renderDetails(false); // a newer version re-renders by itself

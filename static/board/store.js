@@ -216,15 +216,22 @@ function fetchDep(id) {
   pumpDeps();
 }
 
+/** GET /api/tasks/{id} with the page's session: the task, or null when there is none (404);
+ * any other answer throws. */
+export async function fetchTask(id) {
+  const response = await fetch(`/api/tasks/${encodeURIComponent(id)}`, { credentials: "same-origin" });
+  if (response.status === 404) return null;
+  if (!response.ok) throw new Error(`HTTP ${response.status}`);
+  return response.json();
+}
+
 function pumpDeps() {
   while (depFetching < 4 && depQueue.length) {
     const id = depQueue.shift();
     depFetching++;
-    fetch(`/api/tasks/${encodeURIComponent(id)}`, { credentials: "same-origin" })
-      .then((r) => (r.ok ? r.json() : r.status === 404 ? { id, stage: "UNKNOWN" } : null))
+    fetchTask(id)
       .then((task) => {
-        if (!task) return;
-        depInfo.set(id, { stage: task.stage });
+        depInfo.set(id, { stage: task ? task.stage : "UNKNOWN" });
         changed([...(dependents.get(id) || [])], false);
       })
       .catch(() => {})

@@ -4,7 +4,7 @@
 // walk the tasks looked at. Also the choices the queue and owner filters offer.
 
 import { COLUMN_ELS, columnsEl, showMessage, STAGES } from "./page.js";
-import { applyTask, order, snapshotCount, tasks } from "./store.js";
+import { applyTask, fetchTask, order, snapshotCount, tasks } from "./store.js";
 import { cards, renderCounts } from "./render.js";
 import { closeDetails, openDetails, openTaskId } from "./details.js";
 
@@ -150,9 +150,7 @@ export async function openTaskFromUrl() {
   if (!tasks.has(id)) {
     let task = null;
     try {
-      const response = await fetch(`/api/tasks/${encodeURIComponent(id)}`, { credentials: "same-origin" });
-      if (response.ok) task = await response.json();
-      else if (response.status !== 404) throw new Error(`HTTP ${response.status}`);
+      task = await fetchTask(id);
     } catch (err) {
       showMessage(`could not load task ${id}: ${err.message || err}`, "error");
       return;
