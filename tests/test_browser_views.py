@@ -20,14 +20,13 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from django.conf import settings
 from django.contrib.sessions.models import Session
-from django.db import connections
 from django.utils import timezone
 
 from board.engine import transitions
 from board.engine.transitions import TaskSpec
 from tests import test_browser as shared
-from tests.live_server import BoardServer
-from tests.support import database_url, sqlite_db_mark
+from tests.live_server import BoardServer, server_for_sessions
+from tests.support import sqlite_db_mark
 from tests.test_browser import ARRIVAL, SLOW, _session_cookie, _user, card, count
 
 try:
@@ -52,8 +51,7 @@ SESSION_ENDED = "Your session ended — log in again"
 
 
 def _one_process_server(**env) -> BoardServer:
-    url = database_url(connections["default"].settings_dict)
-    return BoardServer(url, secret_key=settings.SECRET_KEY, env=env, args=["--workers", "1"]).start()
+    return server_for_sessions(env=env, args=["--workers", "1"])
 
 
 @pytest.fixture(scope="module")
