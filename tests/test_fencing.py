@@ -171,6 +171,19 @@ class TestFencedWriterPostgres(FencedWriterContract):
 REPORT_TABLE = "CREATE TABLE report (task_id TEXT PRIMARY KEY, fence BIGINT NOT NULL, body TEXT NOT NULL)"
 
 
+def check_recipe(alias: str, connect, code: dict, read_row) -> None:
+    """The doc's recipe (`code`: what its block defines) against the contract: first write, same
+    holder again, newer holder, then an older one, single-threaded; then the two holders' race."""
+    with connect() as db:
+        code["write_report"](db, "solo", 2, "first")
+        code["write_report"](db, "solo", 2, "again")
+        code["write_report"](db, "solo", 3, "newer")
+        with pytest.raises(code["StaleFence"]):
+            code["write_report"](db, "solo", 2, "late")
+    assert read_row("solo") == (3, "newer")
+    race_recipe(alias, connect, code["write_report"], code["StaleFence"], read_row)
+
+
 def race_recipe(alias: str, connect, write, stale: type[Exception], read_row) -> Counter:
     """Two holders of each task write through `write` (the recipe's function) at once, each
     thread on its own connection; returns how the rounds went."""
@@ -221,15 +234,7 @@ def test_the_sqlite3_recipe_refuses_the_superseded_holder_over_200_rounds(tmp_pa
         with connect() as db:
             return db.execute("SELECT fence, body FROM report WHERE task_id = ?", (key,)).fetchone()
 
-    # First write, same holder again, newer holder, then an older one: the contract, single-threaded.
-    with connect() as db:
-        code["write_report"](db, "solo", 2, "first")
-        code["write_report"](db, "solo", 2, "again")
-        code["write_report"](db, "solo", 3, "newer")
-        with pytest.raises(code["StaleFence"]):
-            code["write_report"](db, "solo", 2, "late")
-    assert read_row("solo") == (3, "newer")
-    race_recipe("default", connect, code["write_report"], code["StaleFence"], read_row)
+    check_recipe("default", connect, code, read_row)
 
 
 @pytest.mark.postgres
@@ -251,14 +256,7 @@ def test_the_psycopg_recipe_refuses_the_superseded_holder_over_200_rounds():
     with connect() as db:
         db.execute(REPORT_TABLE)
     try:
-        with connect() as db:
-            code["write_report"](db, "solo", 2, "first")
-            code["write_report"](db, "solo", 2, "again")
-            code["write_report"](db, "solo", 3, "newer")
-            with pytest.raises(code["StaleFence"]):
-                code["write_report"](db, "solo", 2, "late")
-        assert read_row("solo") == (3, "newer")
-        race_recipe("postgres", connect, code["write_report"], code["StaleFence"], read_row)
+        check_recipe("postgres", connect, code, read_row)
     finally:
         with connect() as db:
             db.execute("DROP TABLE report")
