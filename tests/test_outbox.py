@@ -110,6 +110,61 @@ def test_a_hole_is_kept_while_its_transaction_runs_and_given_up_once_it_rolled_b
     assert [e.task_id for e in read(cursor)] == ["after"]
 
 
+@pytest.mark.parametrize("alias", [BACKENDS[1]])
+@pytest.mark.parametrize("ending", ["commit", "rollback"])
+def test_a_cursor_started_while_a_lower_id_is_uncommitted_reads_it_once_it_commits(alias, ending):
+    """A tailer that starts after a later id committed, while a transaction holding a lower one
+    is still open: the lower id is a hole from the start, read when it commits, given up once
+    its writer rolled back."""
+    cursor_at_the_end(alias)  # the table is not empty: the window below the newest id is real
+    inserted, finish = threading.Event(), threading.Event()
+
+    class RolledBack(Exception):
+        pass
+
+    def writer():
+        try:
+            with write_transaction(alias):
+                transitions.create(TaskSpec(id="open", title="open"), using=alias)
+                inserted.set()
+                assert finish.wait(timeout=30)
+                if ending == "rollback":
+                    raise RolledBack
+        except RolledBack:
+            pass
+        finally:
+            connections[alias].close()
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        assert inserted.wait(timeout=30)
+        transitions.create(TaskSpec(id="later", title="later"), using=alias)
+        cursor = outbox.starting_cursor(alias)
+        assert cursor.last_id == all_event_ids(alias)[-1]
+        assert read(cursor) == []  # nothing after the newest id yet; the open one is a hole
+        open_id = cursor.last_id - 1
+        assert open_id in cursor.holes
+    finally:
+        finish.set()
+        thread.join()
+    if ending == "commit":
+        assert [e.task_id for e in read(cursor)] == ["open"] and open_id not in cursor.holes
+    else:
+        horizon = cursor.holes[open_id]
+        wait_until(lambda: outbox._oldest_running_xid(alias) >= horizon, 300, "older transactions ended")
+        assert read(cursor) == [] and cursor.holes == {}
+    assert read(cursor) == []
+
+
+@pytest.mark.parametrize("alias", [BACKENDS[0]])
+def test_a_starting_cursor_on_sqlite_has_no_holes(alias):
+    transitions.create([TaskSpec(id=f"s{i}", title="s") for i in range(3)], using=alias)
+    TaskEvent.objects.using(alias).filter(task_id="s1").delete()  # a gap, as a prune leaves
+    cursor = outbox.starting_cursor(alias)
+    assert cursor.last_id == all_event_ids(alias)[-1] and cursor.holes == {}
+
+
 @pytest.mark.parametrize("alias", BACKENDS)
 def test_concurrent_writers_every_event_read_exactly_once(alias):
     cursor = cursor_at_the_end(alias)

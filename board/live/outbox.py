@@ -104,9 +104,35 @@ class Cursor:
 
 
 def latest_event_id(using: str = "default") -> int:
-    """Where a new cursor starts: after the last event committed so far (a tailer sends only
-    what commits after it started; a socket's snapshot covers the rest)."""
+    """The newest event committed so far (0: none)."""
     return TaskEvent.objects.using(using).order_by("-id").values_list("id", flat=True).first() or 0
+
+
+# How far below the newest event a starting cursor looks for ids that may still commit.
+START_WINDOW = 10_000
+
+
+def starting_cursor(using: str = "default") -> Cursor:
+    """The cursor of a tailer starting now: after the newest event committed so far (a socket's
+    snapshot covers what came before), with the ids below it that may yet commit as holes.
+
+    On PostgreSQL a transaction running now may have taken an id below the newest one and
+    commit later: its change is after every snapshot read before that commit, so the tailer
+    must still send it. Every id missing among the last START_WINDOW is a hole like those a
+    read finds (a rolled-back or pruned id is given up at the first read that proves its
+    writer ended); a transaction that is still open after more than START_WINDOW later events
+    committed is the one case left out."""
+    newest = latest_event_id(using)
+    cursor = Cursor(newest, using=using)
+    if newest and not db.ids_follow_commit_order(using):
+        first = max(1, newest - START_WINDOW + 1)
+        present = set(TaskEvent.objects.using(using).filter(id__gte=first, id__lte=newest)
+                      .values_list("id", flat=True))
+        missing = [i for i in range(first, newest + 1) if i not in present]
+        if missing:
+            # After the read, as in Cursor.read: the writers of the missing ids have lower xids.
+            cursor.holes = dict.fromkeys(missing, _new_xid(using))
+    return cursor
 
 
 def _runs(ids: list[int]) -> list[tuple[int, int]]:

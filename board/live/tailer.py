@@ -96,7 +96,7 @@ class Tailer:
 
     async def run(self) -> None:
         self.loop = asyncio.get_running_loop()
-        cursor = outbox.Cursor(await sync_to_async(outbox.latest_event_id)())
+        cursor = await sync_to_async(outbox.starting_cursor)()
         doorbell_task = None
         if getattr(settings, "REDIS_URL", ""):
             listening = asyncio.Event()

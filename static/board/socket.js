@@ -40,7 +40,7 @@
 // (how many snapshots the page has applied); on <body>, data-ready="true" once the first
 // snapshot's cards are on screen (after the frame that follows them).
 
-import { columnsEl, LOGIN_URL } from "./page.js";
+import { columnsEl, LOGIN_URL, TERMINAL } from "./page.js";
 import { applySnapshot, applyTask, setProblems, snapshotCount, tasks } from "./store.js";
 import { renderAll, renderProblems } from "./render.js";
 import { openTaskFromUrl } from "./view.js";
@@ -201,7 +201,12 @@ function onSnapshot(snap) {
 function applyChange(event, task) {
   noteEventId(event.id);
   const shown = tasks.get(task.id);
-  if (!shown && event.id <= snapshotEventId) return; // the snapshot already holds this change
+  // A task the page does not show, changed at or before the snapshot's last event: the snapshot
+  // left it out on purpose only if it is finished (it holds every unfinished task, and only the
+  // most recent finished ones). An unfinished one committed after the snapshot was read: on
+  // PostgreSQL a transaction takes its event id before it commits, so its id can be below the
+  // snapshot's last one (board/live/outbox.py), and the tailer delivers it once it commits.
+  if (!shown && event.id <= snapshotEventId && TERMINAL.has(task.stage)) return;
   if (shown && event.version > shown.version + 1) requestSnapshot(); // a lost frame
   applyTask(task);
 }
