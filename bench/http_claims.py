@@ -65,8 +65,9 @@ Where the CPU goes: for every run the script also prints the CPU the server used
 process tree: the supervisor and its worker processes, all their threads, from /proc), the
 agents' own CPU (``time.process_time`` in each agent), the local PostgreSQL server's processes
 (exited backends included), and what the whole machine spent (/proc/stat; the kernel and any
-other load are "the rest"), in cores busy over the run, and the server's CPU milliseconds per
-request. It starts by measuring the machine's load for one second: on a shared machine other
+other load are "the rest"; "stolen" is the time the hypervisor gave other guests, which on a
+shared virtual machine can take a good part of a core and depresses every rate of that run),
+in cores busy over the run, and the server's CPU milliseconds per request. It starts by measuring the machine's load for one second: on a shared machine other
 processes depress every figure, and the line says so.
 
 Goals (the issue), at 8 agents: >= 150 cycles/s on SQLite and on PostgreSQL; p99 < 50 ms per
@@ -318,11 +319,26 @@ def postgres_cpu_seconds() -> float:
     return total / os.sysconf("SC_CLK_TCK")
 
 
+def _cpu_line() -> list[int]:
+    """/proc/stat's first line: user, nice, system, idle, iowait, irq, softirq, steal (ticks)."""
+    return [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:9]]
+
+
 def machine_busy_seconds() -> float:
-    """CPU seconds the whole machine spent not idle (summed over its cores)."""
+    """CPU seconds the whole machine spent not idle (summed over its cores), including the time
+    the hypervisor gave to other guests while this one wanted to run (steal)."""
     try:
-        values = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:9]]
+        values = _cpu_line()
         return (sum(values) - values[3] - values[4]) / os.sysconf("SC_CLK_TCK")  # less idle, iowait
+    except (OSError, ValueError, IndexError):
+        return math.nan
+
+
+def machine_stolen_seconds() -> float:
+    """CPU seconds the hypervisor took from this machine (steal): a virtual machine's cores
+    shared with other guests. Large values mean the run measured a busy host, not the board."""
+    try:
+        return _cpu_line()[7] / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError):
         return math.nan
 
@@ -347,6 +363,7 @@ class HttpOutcome:
     agents_cpu: float = math.nan
     postgres_cpu: float = math.nan
     machine_cpu: float = math.nan  # out of os.cpu_count()
+    stolen_cpu: float = math.nan  # of machine_cpu: taken by the hypervisor (steal)
 
     @property
     def rate(self) -> float:
@@ -380,7 +397,7 @@ def run_agents(port: int, keys: list[str], mode: str, seconds: float, server_pid
     except Exception as exc:  # an agent that could not start aborts the barrier
         errors.append(f"start: {type(exc).__name__}: {exc}")
     cpu_before = (process_cpu_seconds(server_pid), machine_busy_seconds(), time.perf_counter(),
-                  postgres_cpu_seconds())
+                  postgres_cpu_seconds(), machine_stolen_seconds())
     reports = []
     for _ in processes:  # drain before joining: a child blocks until its report is read
         try:
@@ -389,7 +406,7 @@ def run_agents(port: int, keys: list[str], mode: str, seconds: float, server_pid
             errors.append(f"an agent sent no report: {type(exc).__name__}: {exc}")
             break
     cpu_after = (process_cpu_seconds(server_pid), machine_busy_seconds(), time.perf_counter(),
-                 postgres_cpu_seconds())
+                 postgres_cpu_seconds(), machine_stolen_seconds())
     wall = cpu_after[2] - cpu_before[2]
     for process in processes:
         process.join(timeout=10)
@@ -412,6 +429,7 @@ def run_agents(port: int, keys: list[str], mode: str, seconds: float, server_pid
         agents_cpu=sum(r["cpu"] for r in reports) / elapsed if elapsed else math.nan,
         machine_cpu=(cpu_after[1] - cpu_before[1]) / wall,
         postgres_cpu=(cpu_after[3] - cpu_before[3]) / wall,
+        stolen_cpu=(cpu_after[4] - cpu_before[4]) / wall,
     )
 
 
@@ -667,17 +685,17 @@ def print_tables(rows: list[Row], probes: list[Probe], bare: list[BareRun], args
     if rows:
         print()
         print(f"CPU during the claim->complete runs (cores busy; this machine has {os.cpu_count()}):")
-        cline = "{:<9} {:>3} {:>6} {:>12} {:>12} {:>10} {:>12} {:>14} {:>22}".format
+        cline = "{:<9} {:>3} {:>6} {:>12} {:>12} {:>10} {:>12} {:>8} {:>14} {:>22}".format
         cheader = cline("backend", "wkr", "agents", "server procs", "agent procs", "postgres", "all the rest",
-                        "whole machine", "server CPU ms/request")
+                        "stolen", "whole machine", "server CPU ms/request")
         print(cheader)
         print("-" * len(cheader))
         for row in rows:
             h = row.http
             print(cline(row.backend, row.workers, row.agents, fmt_cpu(h.server_cpu), fmt_cpu(h.agents_cpu),
                         fmt_cpu(h.postgres_cpu),
-                        fmt_cpu(h.machine_cpu - h.server_cpu - h.agents_cpu - h.postgres_cpu),
-                        fmt_cpu(h.machine_cpu), fmt_ms(h.server_ms_per_request)))
+                        fmt_cpu(h.machine_cpu - h.server_cpu - h.agents_cpu - h.postgres_cpu - h.stolen_cpu),
+                        fmt_cpu(h.stolen_cpu), fmt_cpu(h.machine_cpu), fmt_ms(h.server_ms_per_request)))
     print_workers_comparison(rows, bare)
     for row in rows:
         where = f"{row.backend} w{row.workers} x{row.agents}"
@@ -713,7 +731,9 @@ def print_tables(rows: list[Row], probes: list[Probe], bare: list[BareRun], args
     print("CPU: server procs = the server's supervisor and worker processes (all threads), agent procs = "
           "the agents' own loops,")
     print("     postgres = the local PostgreSQL server's processes, all the rest = the kernel's share and "
-          "any other load; 1.00 = one core busy for the run;")
+          "any other load, stolen = time the hypervisor")
+    print("     gave other guests while this machine wanted to run (steal: figures of a run with much of it "
+          "measured a busy host); 1.00 = one core busy for the run;")
     print(f"goals (issue): at {GOAL_AGENTS} agents >= {GOAL_RATE:g} cycles/s (SQLite and PostgreSQL), "
           f"p99 < {GOAL_P99_MS:g} ms (the worse of claim and complete),")
     print(f"     req/s >= {GOAL_BARE_RATIO} x the bare view's req/s under the same server (p99 and /bare "
