@@ -200,6 +200,49 @@ class Server(BoardServer):
         if self.process.poll() is not None:
             raise RuntimeError(f"the server died during {what}:\n{self.log_tail()}")
 
+    def sqlite_writes(self, key: str) -> dict[str, float]:
+        """The server's SQLite write-lock histograms as they stand (board/metrics.py, summed
+        over its processes): wait and hold sums and counts, and holds of at most 2 ms."""
+        status, data = self.request("GET", "/metrics", key)
+        if status != 200:
+            raise RuntimeError(f"GET /metrics: {status} {data[:300]!r}")
+        from prometheus_client.parser import text_string_to_metric_families
+
+        found: dict[str, float] = {}
+        for family in text_string_to_metric_families(data.decode()):
+            if family.name in ("taskflow_sqlite_write_wait_seconds", "taskflow_sqlite_write_hold_seconds"):
+                what = family.name.split("_")[-2]  # wait, hold
+                for sample in family.samples:
+                    if sample.name.endswith(("_sum", "_count")):
+                        found[f"{what}{sample.name[sample.name.rfind('_'):]}"] = sample.value
+                    elif sample.name.endswith("_bucket") and float(sample.labels["le"]) == HOLD_SHORT_SECONDS:
+                        found[f"{what}_short"] = sample.value
+        return found
+
+
+HOLD_SHORT_SECONDS = 0.002  # a bucket bound of board.metrics' write-lock histograms
+
+
+@dataclass(frozen=True)
+class LockFigures:
+    """SQLite's writers' lock over one HTTP run (from the server's /metrics before and after)."""
+
+    transactions: int
+    wait_ms: float  # mean wait for the lock
+    hold_ms: float  # mean time holding it, commit included
+    long_holds: float  # share of holds over HOLD_SHORT_SECONDS
+    busy: float  # seconds the lock was held per second of the run (1.0: the file is the limit)
+
+    @classmethod
+    def between(cls, before: dict, after: dict, seconds: float) -> LockFigures | None:
+        n = after.get("hold_count", 0) - before.get("hold_count", 0)
+        if n <= 0:
+            return None
+        held = after["hold_sum"] - before["hold_sum"]
+        short = after["hold_short"] - before["hold_short"]
+        return cls(int(n), 1000 * (after["wait_sum"] - before["wait_sum"]) / n, 1000 * held / n,
+                   1 - short / n, held / seconds)
+
 
 class DaphneServer(BoardServer):
     """daphne (one process) serving the bare view through Django's ASGI handler
@@ -483,6 +526,7 @@ class Row:
     agents: int
     http: HttpOutcome
     inproc: claims.Outcome | None  # measured with the first server size only
+    lock: LockFigures | None = None  # SQLite only
 
     @property
     def p99_ms(self) -> float:
@@ -537,6 +581,8 @@ def run_backend(backend: str, database_url: str, args: argparse.Namespace, worke
     most = max(args.agents)
     made = [agent_keys.create_key(f"bench-agent-{n}", using=alias) for n in range(1, most + 1)]
     keys = [key for _row, key in made]
+    made.append(agent_keys.create_key("bench-metrics", is_operator=True, using=alias))  # scrapes /metrics
+    scrape_key = made[-1][1]
     rows: list[Row] = []
     probes: list[Probe] = []
     server = None
@@ -548,7 +594,10 @@ def run_backend(backend: str, database_url: str, args: argparse.Namespace, worke
         for agents in args.agents:
             seed_http_run(alias, args.seconds, args.seed_scale)
             sampler = Sampler(args.py_spy, server.process.pid, f"{backend}-w{workers}-x{agents}", args.seconds)
+            lock_before = server.sqlite_writes(scrape_key) if backend == "sqlite" else None
             outcome = run_agents(server.port, keys[:agents], "cycle", args.seconds, server.process.pid)
+            lock = (LockFigures.between(lock_before, server.sqlite_writes(scrape_key), outcome.seconds)
+                    if lock_before is not None else None)
             sampler.wait()
             if not outcome.errors:
                 outcome.errors.extend(verify_database(alias, outcome))
@@ -562,7 +611,7 @@ def run_backend(backend: str, database_url: str, args: argparse.Namespace, worke
                 connections[alias].close()
                 inproc = claims.run_threads(claims.OursDriver(alias), agents, args.seconds)
             claims.clear(alias)
-            rows.append(Row(backend, workers, agents, outcome, inproc))
+            rows.append(Row(backend, workers, agents, outcome, inproc, lock))
             print(f"  {agents} agent(s): {outcome.rate:,.0f} cycles/s over HTTP"
                   + (f", {inproc.rate:,.0f} in-process" if inproc else ""), flush=True)
         if not args.no_ceiling:
@@ -696,6 +745,21 @@ def print_tables(rows: list[Row], probes: list[Probe], bare: list[BareRun], args
                         fmt_cpu(h.postgres_cpu),
                         fmt_cpu(h.machine_cpu - h.server_cpu - h.agents_cpu - h.postgres_cpu - h.stolen_cpu),
                         fmt_cpu(h.stolen_cpu), fmt_cpu(h.machine_cpu), fmt_ms(h.server_ms_per_request)))
+    locked = [row for row in rows if row.lock is not None]
+    if locked:
+        print()
+        print("SQLite's writers' lock during the claim->complete runs (the server's /metrics, all its processes):")
+        lline = "{:<9} {:>3} {:>6} {:>13} {:>10} {:>10} {:>16} {:>10}".format
+        lheader = lline("backend", "wkr", "agents", "transactions", "wait ms", "hold ms",
+                        f"holds > {HOLD_SHORT_SECONDS * 1000:g} ms", "lock busy")
+        print(lheader)
+        print("-" * len(lheader))
+        for row in locked:
+            lk = row.lock
+            print(lline(row.backend, row.workers, row.agents, f"{lk.transactions:,}", f"{lk.wait_ms:.2f}",
+                        f"{lk.hold_ms:.2f}", f"{100 * lk.long_holds:.1f}%", f"{lk.busy:.2f}"))
+        print("wait/hold ms = mean per write transaction; lock busy = seconds held per second of the run "
+              "(1.00: one writer all the time, the file is the limit)")
     print_workers_comparison(rows, bare)
     for row in rows:
         where = f"{row.backend} w{row.workers} x{row.agents}"

@@ -18,3 +18,7 @@ class BoardConfig(AppConfig):
         from board.engine import outcomes
 
         outcomes.subscribe(metrics.on_outcome)
+        # ...and times SQLite's writers (board.engine.db).
+        from board.engine import db
+
+        db.observe_sqlite_writes(metrics.on_sqlite_write)

@@ -315,3 +315,39 @@ def test_a_queued_task_written_outside_the_engine_is_aged_by_its_last_write():
             for family in text_string_to_metric_families(metrics.scrape().decode())
             for sample in family.samples if sample.name == "taskflow_oldest_queued_age_seconds"}
     assert set(ages) == {"oq"} and ages["oq"] >= 0
+
+
+# ---------------------------------------------------------------------------------------------
+# SQLite's writers: how long each write transaction waited for the lock and held it
+
+
+def _sqlite_write_counts() -> tuple[float, float]:
+    from prometheus_client import REGISTRY
+
+    return (REGISTRY.get_sample_value("taskflow_sqlite_write_wait_seconds_count") or 0.0,
+            REGISTRY.get_sample_value("taskflow_sqlite_write_hold_seconds_count") or 0.0)
+
+
+def test_every_outermost_sqlite_write_transaction_is_timed_once_committed_or_not():
+    from board.engine import db
+
+    seen: list[tuple[float, float]] = []
+    observer = lambda waited, held: seen.append((waited, held))  # noqa: E731
+    db.observe_sqlite_writes(observer)
+    try:
+        before = _sqlite_write_counts()
+        transitions.create(transitions.TaskSpec(id="w1", title="timed"))  # one transaction
+        claim = transitions.claim_next("agent", 60)  # one (the hot path's)
+        transitions.complete(claim.task.id, claim.lease.token, {"ok": True})  # one
+        with db.write_transaction("default"):  # nested ones are the outer one's
+            with db.write_transaction("default"):
+                pass
+        with pytest.raises(ZeroDivisionError), db.write_transaction("default"):
+            1 / 0  # rolled back: still held the lock, still timed
+        assert len(seen) == 5
+        assert all(waited >= 0 and held > 0 for waited, held in seen)
+        # The metrics subscribe at startup (board/apps.py): the same five in this process's histograms.
+        after = _sqlite_write_counts()
+        assert (after[0] - before[0], after[1] - before[1]) == (5.0, 5.0)
+    finally:
+        db._sqlite_write_observers.remove(observer)

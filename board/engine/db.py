@@ -13,6 +13,10 @@ current one ends:
 A writer that takes neither (another program, a migration) still meets SQLite's busy timeout,
 which stays correct. On PostgreSQL this is plain `transaction.atomic`.
 
+Every write transaction on SQLite is the only writer while it runs, so how long writers wait
+for the lock and how long each holds it (commit included) decide how far one SQLite file
+scales: `observe_sqlite_writes` hands both times to an observer (the metrics, board/apps.py).
+
 On MongoDB (a replica set) a transaction is a session's multi-document transaction
 (django-mongodb-backend's; Django's own `transaction.atomic` does nothing there), reading one
 snapshot and committing with write concern "majority" (board/mongodb/base.py). Two
@@ -159,6 +163,18 @@ def in_transaction(using: str) -> bool:
     return connection.in_atomic_block
 
 _sqlite_writers: defaultdict[str, threading.RLock] = defaultdict(threading.RLock)
+# Told (waited, held) in seconds after every outermost SQLite write transaction: see the module.
+_sqlite_write_observers: list[Callable[[float, float], None]] = []
+
+
+def observe_sqlite_writes(observer: Callable[[float, float], None]) -> None:
+    """Call `observer(waited, held)` after every outermost SQLite write transaction: the seconds
+    it waited for the writers' locks (this process's threads', then other processes'), and the
+    seconds it held them (its statements and its commit, or its rollback). Called in the
+    writer's thread after the locks are released; it must return at once and never raise."""
+    if observer not in _sqlite_write_observers:
+        _sqlite_write_observers.append(observer)
+
 _lock_files: dict[tuple[int, str], int | None] = {}
 _registry_lock = threading.Lock()
 
@@ -252,16 +268,32 @@ def write_transaction(using: str) -> Iterator[None]:
         with transaction.atomic(using=using):
             yield
         return
-    with _writer_lock(using):
-        fd = _lock_file(using)
-        if fd is not None:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        try:
-            with transaction.atomic(using=using):
-                yield
-        finally:
+    asked = time.perf_counter()
+    taken = released = 0.0
+    try:
+        with _writer_lock(using):
+            fd = _lock_file(using)
             if fd is not None:
-                fcntl.flock(fd, fcntl.LOCK_UN)
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            taken = time.perf_counter()
+            try:
+                with transaction.atomic(using=using):
+                    yield
+            finally:
+                if fd is not None:
+                    fcntl.flock(fd, fcntl.LOCK_UN)
+                released = time.perf_counter()
+    finally:
+        if released:
+            _tell_sqlite_write(taken - asked, released - taken)
+
+
+def _tell_sqlite_write(waited: float, held: float) -> None:
+    for observer in tuple(_sqlite_write_observers):
+        try:
+            observer(waited, held)
+        except Exception:  # a histogram's failure is not the writer's
+            log.exception("an SQLite write observer failed: %r", observer)
 
 
 # ---------------------------------------------------------------------------------------------
