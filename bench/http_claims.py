@@ -780,15 +780,15 @@ def print_tables(rows: list[Row], probes: list[Probe], bare: list[BareRun], args
         for error in run.outcome.errors:
             print(f"ERROR: bare view {run.server} w{run.workers} x{run.outcome.agents}: {error}")
     print()
-    from django.conf import settings
-
-    threads = settings.TASKFLOW["HTTP_THREADS"]
+    # The servers' own default (taskflow_site/settings.py): one on SQLite, four on PostgreSQL.
+    override = os.environ.get("TASKFLOW_HTTP_THREADS")
+    threads = f"{override} HTTP threads each" if override else "HTTP threads each: 1 on SQLite, 4 on PostgreSQL"
     print(f"cycle = POST /api/claim + POST /api/tasks/{{id}}/complete; {args.seconds:g} s per run "
           f"({args.bare_seconds:g} s per bare-view run, {args.ceiling_seconds:g} s per ceiling run);")
-    print(f"wkr = server worker processes (manage.py serve --workers), {threads} HTTP threads each "
+    print(f"wkr = server worker processes (manage.py serve --workers), {threads} "
           "(TASKFLOW_HTTP_THREADS); req/s = 2 x cycles/s;")
     print("bare = the bare view's req/s under manage.py serve with as many workers, at the same agent "
-          "count; /bare = req/s over it;")
+          "count (on the SQLite settings, so with SQLite's HTTP threads); /bare = req/s over it;")
     print("% ceil = req/s over the 401 ceiling at the same agent count and workers;")
     print("inproc = bench/claims.py 'ours' loop (the engine's claim_next + complete, no HTTP) with as many "
           "threads, same database, same run; ratio = http/in-process (for context);")

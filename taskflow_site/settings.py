@@ -120,10 +120,6 @@ TEMPLATES = [
 ASGI_APPLICATION = "taskflow_site.asgi.application"
 WSGI_APPLICATION = "taskflow_site.wsgi.application"
 
-# Threads per server process that run Django requests (taskflow_site/serving.py). More than
-# a few buys nothing on CPU-bound requests (the GIL) and costs database connections.
-HTTP_THREADS = int(os.environ.get("TASKFLOW_HTTP_THREADS", "4"))
-
 
 def sqlite_options() -> dict:
     """SQLite as a concurrent store: WAL so readers never block the writer, BEGIN IMMEDIATE so
@@ -179,6 +175,18 @@ DATABASES = {
 }
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# Threads per server process that run Django requests (taskflow_site/serving.py). More than a
+# few buys nothing on CPU-bound requests (the GIL) and costs database connections. PostgreSQL
+# and MongoDB requests wait on the network and the log flush: four threads overlap those waits.
+# SQLite has one writer at a time, and its writes take no network wait: a second request thread
+# in a process only competes for the GIL with the thread that holds the write lock, which then
+# holds it longer while the others queue behind it. So one thread per process on SQLite (the
+# README, "Serving", has the figures). The price: a slow request (a large admin page) holds its
+# process's other requests until it ends; raise it for a board that serves such pages to many.
+HTTP_THREADS = int(os.environ.get("TASKFLOW_HTTP_THREADS")
+                   or (1 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3" else 4))
+
 
 # On MongoDB, rows are keyed by ObjectIds, and the contrib apps and the board have migrations of
 # their own (taskflow_site/mongodb.py); the SQL migrations stay as they are.
