@@ -75,7 +75,8 @@ API_LATENCY = Histogram(
 _LOCK_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
 SQLITE_WRITE_WAIT = Histogram(
     "taskflow_sqlite_write_wait_seconds", "SQLite write transactions: time waiting for the writers' "
-    "lock (other threads', then other processes').", buckets=_LOCK_BUCKETS)
+    "lock (other processes'; a verb waits for its own process's threads before, at its start).",
+    buckets=_LOCK_BUCKETS)
 SQLITE_WRITE_HOLD = Histogram(
     "taskflow_sqlite_write_hold_seconds", "SQLite write transactions: time holding the writers' lock, "
     "commit included.", buckets=_LOCK_BUCKETS)

@@ -170,7 +170,8 @@ _sqlite_write_observers: list[Callable[[float, float], None]] = []
 
 def observe_sqlite_writes(observer: Callable[[float, float], None]) -> None:
     """Call `observer(waited, held)` after every outermost SQLite write transaction: the seconds
-    it waited for the writers' locks (this process's threads', then other processes'), and the
+    it waited for the writers' locks (other processes'; and this process's threads' unless a
+    verb already waited for them at its start, `_one_verb_at_a_time`), and the
     seconds it held them (its statements and its commit, or its rollback). Called in the
     writer's thread after the locks are released; it must return at once and never raise."""
     if observer not in _sqlite_write_observers:
