@@ -135,7 +135,7 @@ def banner(host: str, port: int, *, workers: int, threads: int, reaper: bool,
         *(f"              {more}" for more in login[1:]),
         f"  API docs    {base}/api/docs",
         f"  README      {readme}",
-        f"  {workers} server process{'es' if workers != 1 else ''}, {threads} threads each, "
+        f"  {workers} server process{'es' if workers != 1 else ''}, {threads} request thread{'s' if threads != 1 else ''} each, "
         + ("the reaper beside them (restarted if it dies)." if reaper else "no reaper (--no-reaper).")
         + " Ctrl-C stops.",
         rule,
