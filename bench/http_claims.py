@@ -780,9 +780,10 @@ def print_tables(rows: list[Row], probes: list[Probe], bare: list[BareRun], args
         for error in run.outcome.errors:
             print(f"ERROR: bare view {run.server} w{run.workers} x{run.outcome.agents}: {error}")
     print()
-    # The servers' own default (taskflow_site/settings.py): one on SQLite, four on PostgreSQL.
-    override = os.environ.get("TASKFLOW_HTTP_THREADS")
-    threads = f"{override} HTTP threads each" if override else "HTTP threads each: 1 on SQLite, 4 on PostgreSQL"
+    from taskflow_site.settings import http_threads  # what each server ran with, by its database
+
+    threads = (f"HTTP threads each: {http_threads('django.db.backends.sqlite3')} on SQLite, "
+               f"{http_threads('django.db.backends.postgresql')} on PostgreSQL")
     print(f"cycle = POST /api/claim + POST /api/tasks/{{id}}/complete; {args.seconds:g} s per run "
           f"({args.bare_seconds:g} s per bare-view run, {args.ceiling_seconds:g} s per ceiling run);")
     print(f"wkr = server worker processes (manage.py serve --workers), {threads} "

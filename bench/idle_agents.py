@@ -250,7 +250,7 @@ def working_run(what: str, server: http_claims.Server, keys: list[str], args: ar
 
 def print_report(runs: list[WorkRun], idle: IdleOutcome | None, workers: int, pool: int,
                  args: argparse.Namespace) -> None:
-    from django.conf import settings
+    from taskflow_site.settings import http_threads  # the servers run on PostgreSQL
 
     fmt_ms, fmt_cpu = http_claims.fmt_ms, http_claims.fmt_cpu
     capacity = pool * workers
@@ -306,7 +306,7 @@ def print_report(runs: list[WorkRun], idle: IdleOutcome | None, workers: int, po
             print(f"ERROR: idle agents: {error}")
     print()
     print(f"{args.seconds:g} s per working run; {workers} server worker process(es), "
-          f"{settings.TASKFLOW['HTTP_THREADS']} HTTP threads each; idle = POST /api/claim "
+          f"{http_threads('django.db.backends.postgresql')} HTTP threads each; idle = POST /api/claim "
           f'{{"ttl_seconds": 60, "queue": "{IDLE_QUEUE}", "wait_seconds": {args.wait_seconds:g}}} in a loop, '
           f"{args.idle} threads over {args.idle_processes} processes;")
     print(f"server, postgres, machine = CPU of the server's processes, of PostgreSQL, of the whole machine "

@@ -184,8 +184,12 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # holds it longer while the others queue behind it. So one thread per process on SQLite (the
 # README, "Serving", has the figures). The price: a slow request (a large admin page) holds its
 # process's other requests until it ends; raise it for a board that serves such pages to many.
-HTTP_THREADS = int(os.environ.get("TASKFLOW_HTTP_THREADS")
-                   or (1 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3" else 4))
+def http_threads(engine: str) -> int:
+    """TASKFLOW_HTTP_THREADS, or the default for a server on a database of this ENGINE."""
+    return int(os.environ.get("TASKFLOW_HTTP_THREADS") or (1 if engine == "django.db.backends.sqlite3" else 4))
+
+
+HTTP_THREADS = http_threads(DATABASES["default"]["ENGINE"])
 
 
 # On MongoDB, rows are keyed by ObjectIds, and the contrib apps and the board have migrations of
