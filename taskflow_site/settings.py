@@ -182,8 +182,9 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # SQLite has one writer at a time, and its writes take no network wait: a second request thread
 # in a process only competes for the GIL with the thread that holds the write lock, which then
 # holds it longer while the others queue behind it. So one thread per process on SQLite (the
-# README, "Serving", has the figures). The price: a slow request (a large admin page) holds its
-# process's other requests until it ends; raise it for a board that serves such pages to many.
+# README, "Serving", has the figures). The price: a slow request (a large admin page), or a write
+# waiting for another process's (a prune batch), holds its process's other requests until it
+# ends; raise it for a board that serves such pages to many.
 def http_threads(engine: str) -> int:
     """TASKFLOW_HTTP_THREADS, or the default for a server on a database of this ENGINE."""
     return int(os.environ.get("TASKFLOW_HTTP_THREADS") or (1 if engine == "django.db.backends.sqlite3" else 4))

@@ -351,3 +351,25 @@ def test_every_outermost_sqlite_write_transaction_is_timed_once_committed_or_not
         assert (after[0] - before[0], after[1] - before[1]) == (5.0, 5.0)
     finally:
         db._sqlite_write_observers.remove(observer)
+
+
+def test_a_write_made_by_a_commit_hook_counts_in_its_writers_hold_not_apart():
+    """On the ORM path, complete admits the dependents from an on-commit hook of its own
+    transaction, while the locks are still held: one write for the metrics, as it is one hold."""
+    from django.test import override_settings
+
+    from board.engine import db
+
+    transitions.create([transitions.TaskSpec(id="up", title="up"),
+                        transitions.TaskSpec(id="down", title="down", deps=["up"])])
+    seen: list = []
+    observer = lambda waited, held: seen.append(held)  # noqa: E731
+    with override_settings(TASKFLOW={**settings.TASKFLOW, "HOT_PATH": "orm"}):
+        claim = transitions.claim_next("agent", 60)
+        db.observe_sqlite_writes(observer)
+        try:
+            transitions.complete("up", claim.lease.token, {"ok": True})
+        finally:
+            db._sqlite_write_observers.remove(observer)
+    assert Task.objects.get(pk="down").stage == "QUEUED"  # the hook's write happened
+    assert len(seen) == 1

@@ -166,6 +166,7 @@ def in_transaction(using: str) -> bool:
 _sqlite_writers: defaultdict[str, threading.RLock] = defaultdict(threading.RLock)
 # Told (waited, held) in seconds after every outermost SQLite write transaction: see the module.
 _sqlite_write_observers: list[Callable[[float, float], None]] = []
+_timing = threading.local()  # `active` while this thread is inside a timed write transaction
 
 
 def observe_sqlite_writes(observer: Callable[[float, float], None]) -> None:
@@ -270,24 +271,31 @@ def write_transaction(using: str) -> Iterator[None]:
         with transaction.atomic(using=using):
             yield
         return
+    # A write opened by an on-commit hook of this one (admitting a completed task's dependents)
+    # runs while the locks are still held: it is part of this hold, not a write of its own.
+    timed = not getattr(_timing, "active", False)
     asked = time.perf_counter()
     taken = released = 0.0
     try:
+        _timing.active = True
         with _writer_lock(using):
             fd = _lock_file(using)
             if fd is not None:
                 fcntl.flock(fd, fcntl.LOCK_EX)
-            taken = time.perf_counter()
             try:
                 with transaction.atomic(using=using):
+                    # After BEGIN IMMEDIATE: a writer that bypassed the locks (a migration) is waited for.
+                    taken = time.perf_counter()
                     yield
             finally:
                 if fd is not None:
                     fcntl.flock(fd, fcntl.LOCK_UN)
                 released = time.perf_counter()
     finally:
-        if released:
-            _tell_sqlite_write(taken - asked, released - taken)
+        if timed:
+            _timing.active = False
+            if taken and released:
+                _tell_sqlite_write(taken - asked, released - taken)
 
 
 def _tell_sqlite_write(waited: float, held: float) -> None:
