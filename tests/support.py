@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from board.models import Dependency, Task, TaskEvent
 
+
 def postgres_db_mark():
     """Marks for tests on the PostgreSQL alias. When the server is absent the `postgres` marker
     makes them fail (CI) or skip loudly (laptop) before they touch the database."""
@@ -21,6 +22,12 @@ def postgres_db_mark():
 
 def sqlite_db_mark():
     return [pytest.mark.django_db(transaction=True, databases=["default"])]
+
+
+def sql_stores() -> list:
+    """Parameters for a test run on each SQL store: SQLite ("default") and PostgreSQL."""
+    return [pytest.param("default", marks=sqlite_db_mark(), id="sqlite"),
+            pytest.param("postgres", marks=postgres_db_mark(), id="postgres")]
 
 
 def row(task_id: str, using: str = "default") -> dict:

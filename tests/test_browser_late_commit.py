@@ -14,10 +14,8 @@ and are skipped elsewhere with a NOT RUN line."""
 from __future__ import annotations
 
 import threading
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from django.conf import settings
 from django.db import connections
 
 from board.engine import transitions
@@ -25,9 +23,9 @@ from board.engine.db import write_transaction
 from board.engine.transitions import TaskSpec
 from board.models import TaskEvent
 from harness.browser import launch_chromium
-from tests.live_server import server_for_sessions
 from tests.support import postgres_db_mark
-from tests.test_live_board import staff_session
+from tests.test_browser import ARRIVAL, SLOW, card, count, orm  # noqa: F401  (orm: a fixture)
+from tests.test_live_board import pg_server, staff_session  # noqa: F401  (pg_server: a fixture)
 
 try:
     from playwright.sync_api import expect, sync_playwright
@@ -37,38 +35,7 @@ except ImportError:  # reported before each test (the `browser` marker, tests/co
 ALIAS = "postgres"
 pytestmark = [pytest.mark.browser, *postgres_db_mark()]
 
-ARRIVAL = 2000  # ms: a committed change is on the page within this (as tests/test_browser.py)
-SLOW = 10_000  # ms: page load
 WAIT = 60  # s: bound for the holding transaction's steps
-
-
-@pytest.fixture(scope="module")
-def pg_server(django_db_setup, django_db_blocker):
-    if not settings.POSTGRES_AVAILABLE:
-        pytest.skip("NOT RUN: PostgreSQL tests (no server)")
-    with django_db_blocker.unblock():
-        server = server_for_sessions(ALIAS)
-    try:
-        yield server
-    finally:
-        server.close()
-
-
-@pytest.fixture
-def orm():
-    """ORM calls in a worker thread: Playwright's sync API keeps an event loop in this one."""
-    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="orm")
-    yield lambda fn, *args, **kwargs: pool.submit(fn, *args, **kwargs).result(timeout=WAIT)
-    pool.submit(connections.close_all).result(timeout=WAIT)
-    pool.shutdown()
-
-
-def card(page, task_id: str, stage: str):
-    return page.locator(f'.column[data-stage="{stage}"] .card[data-id="{task_id}"]')
-
-
-def count(page, stage: str):
-    return page.locator(f'.column[data-stage="{stage}"] h2 .count')
 
 
 def last_event_id() -> int:

@@ -19,12 +19,10 @@ from tests.support import (
     db_state,
     end_backoff,
     expire_lease,
-    postgres_db_mark,
-    sqlite_db_mark,
+    sql_stores,
 )
 
-STORES = [pytest.param("default", marks=sqlite_db_mark(), id="sqlite"),
-          pytest.param("postgres", marks=postgres_db_mark(), id="postgres")]
+STORES = sql_stores()
 
 
 @pytest.fixture(scope="module")

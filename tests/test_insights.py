@@ -11,10 +11,9 @@ from board.engine import transitions
 from board.engine.transitions import TaskSpec
 from board.live import insights
 from board.models import TaskEvent
-from tests.support import postgres_db_mark, sqlite_db_mark
+from tests.support import sql_stores
 
-STORES = [pytest.param("default", marks=sqlite_db_mark(), id="sqlite"),
-          pytest.param("postgres", marks=postgres_db_mark(), id="postgres")]
+STORES = sql_stores()
 
 NOW = datetime(2026, 1, 1, 12, 30, 20, tzinfo=UTC)  # the window's buckets start at 11:31
 

@@ -13,10 +13,9 @@ from board.live import outbox
 from board.live.outbox import Cursor
 from board.models import TaskEvent
 from tests.live_server import wait_until
-from tests.support import postgres_db_mark, sqlite_db_mark
+from tests.support import sql_stores
 
-BACKENDS = [pytest.param("default", marks=sqlite_db_mark(), id="sqlite"),
-            pytest.param("postgres", marks=postgres_db_mark(), id="postgres")]
+BACKENDS = sql_stores()
 
 
 def all_event_ids(alias):

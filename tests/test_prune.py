@@ -23,7 +23,12 @@ from board.engine.transitions import TaskSpec
 from board.live import outbox
 from board.models import Dependency, Task, TaskEvent
 from tests.live_server import manage, server_for_sessions, stop_process, wait_until
-from tests.support import database_url, db_state, postgres_db_mark, race, sqlite_db_mark
+from tests.support import (
+    database_url,
+    db_state,
+    race,
+    sql_stores,
+)
 from tests.test_api import HttpsClient, assert_error, get, used_key
 from tests.test_live_board import (
     WAIT,
@@ -34,8 +39,7 @@ from tests.test_live_board import (
 )
 from tests.test_outbox import cursor_at_the_end, read
 
-BACKENDS = [pytest.param("default", marks=sqlite_db_mark(), id="sqlite"),
-            pytest.param("postgres", marks=postgres_db_mark(), id="postgres")]
+BACKENDS = sql_stores()
 
 OLD_DONE = 12  # old COMPLETED tasks, each with RENEWS renews: all deleted
 RENEWS = 25

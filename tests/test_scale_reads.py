@@ -35,7 +35,7 @@ from board.engine.transitions import TaskSpec
 from board.live import frames as live_frames
 from board.models import Dependency, Task
 from tests.live_server import BoardServer, server_for_sessions, wait_until
-from tests.support import db_state, postgres_db_mark, sqlite_db_mark
+from tests.support import db_state, sql_stores, sqlite_db_mark
 
 pytestmark = sqlite_db_mark()
 
@@ -268,8 +268,7 @@ def test_a_snapshot_holds_its_frames_and_one_part_of_the_board_at_a_time(big_boa
     assert peak < sent + 8 * 1024 * 1024, f"snapshot peaked at {peak / 2**20:.1f} MB for {sent / 2**20:.1f} MB of frames"
 
 
-BACKENDS = [pytest.param("default", marks=sqlite_db_mark(), id="sqlite"),
-            pytest.param("postgres", marks=postgres_db_mark(), id="postgres")]
+BACKENDS = sql_stores()
 
 
 def plant_every_problem(using: str, now) -> None:
