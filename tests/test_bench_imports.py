@@ -161,7 +161,7 @@ def test_every_readme_benchmark_starts_without_the_test_install(runtime_only_env
 
 
 def test_the_readme_names_the_benchmarks():
-    assert readme_benchmarks() == ["bench/big_board.py", "bench/board.py", "bench/claims.py",
+    assert readme_benchmarks() == ["bench/api_cost.py", "bench/big_board.py", "bench/board.py", "bench/claims.py",
                                    "bench/http_claims.py", "bench/idle_agents.py", "bench/py_spy_summary.py"]
 
 
@@ -178,6 +178,20 @@ def test_http_claims_runs_a_real_server_without_the_test_install(runtime_only_en
     row = re.search(r"^sqlite +\d+ +1 +([\d,]+) ", done.stdout, flags=re.MULTILINE)
     assert row, done.stdout
     assert int(row.group(1).replace(",", "")) > 0  # cycles/s: claims were completed through the server
+
+
+def test_api_cost_splits_a_request_without_the_test_install(runtime_only_env, tmp_path):
+    """bench/api_cost.py at its smallest, on SQLite: it drives real claim and complete requests
+    through Django's WSGI handler (it exits non-zero if one is not answered 200) and prints the
+    split of their CPU."""
+    done = run_bench(runtime_only_env, "bench/api_cost.py", "--backends", "sqlite", "--cycles", "30",
+                     "--dir", str(tmp_path), timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    for label in ("bare view, whole middleware stack", "raw driver cycle", "engine verb", "key check",
+                  "input parsing", "rendering", "the rest"):
+        assert re.search(rf"^ +{label}.* (\d+\.\d+) ms", done.stdout, flags=re.MULTILINE), (label, done.stdout)
+    ratio = re.search(r"^ +bare / ours +(\d+\.\d+)", done.stdout, flags=re.MULTILINE)
+    assert ratio and float(ratio.group(1)) > 0, done.stdout
 
 
 def test_the_board_benchmark_names_the_test_install_when_playwright_is_missing(runtime_only_env):

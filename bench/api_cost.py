@@ -1,0 +1,313 @@
+"""What one API request costs, part by part: the claim→complete cycle through Django's WSGI
+handler in this process, beside a bare view and the plain-driver cycle, in CPU per request.
+
+Why this exists
+---------------
+bench/http_claims.py measures the board over HTTP, where the machine's noise (other processes,
+the hypervisor's steal, the GIL shared by a server's threads) moves the figures from run to
+run. This script takes the server out: one thread calls Django's WSGI handler (the one
+``manage.py serve`` runs every HTTP request through, taskflow_site/serving.py) with the same
+request an agent sends, and reads this process's CPU clock (``time.process_time``) around it. On
+SQLite everything a request costs, the database included, is CPU of this process, so the split
+below adds up; on PostgreSQL the database server's own CPU is not in it (the wall time per
+request is printed beside).
+
+What is measured (each backend in a child process of its own, one thread)
+---------------------------------------------------------------------------
+- **bare view**: ``GET /bare`` of bench/bare_urls.py (a JSON answer, no database) behind the
+  project's whole middleware stack, and again with no middleware at all: the floor that Django
+  itself sets under any view.
+- **ours**: ``POST /api/claim {"ttl_seconds": 60}`` then ``POST /api/tasks/{id}/complete``
+  with a bearer key, on a database seeded with QUEUED tasks, the way bench/http_agent.py sends
+  them. Its CPU is split by timing, inside the same requests:
+  - *engine verb*: ``transitions.claim_next`` / ``transitions.complete`` (the transaction,
+    its statements, the commit);
+  - *key check*: ``board.agent_keys.authenticate``;
+  - *input parsing*: django-ninja's ``Operation._get_values`` (body and path to the schema);
+  - *rendering*: django-ninja's ``NinjaAPI.create_response`` (the answer's JSON);
+  - *the rest*: Django's request cycle, the middleware, URL routing, django-ninja's own
+    dispatch and our endpoint code around the verb.
+  The timers are wrappers put around those functions for the measured loop only; they cost a
+  little themselves, so the loop is run once more without them and both totals are printed.
+- **raw**: bench/claims.py's plain-driver cycle (``RawDriver``: the same moves as one UPDATE +
+  INSERT per transaction, no Django) on the same database: what the statements cost alone.
+
+It then prints, per request: ours / bare (how many bare requests one of ours costs), and what
+ours / bare could at best become if everything but the engine verb cost nothing more than the
+bare view does ("floor": bare + engine verb). bench/http_claims.py's "/bare" goal (issue 8:
+ours >= 0.25 of the bare view's req/s) is, in this process, ``bare / ours >= 0.25``.
+
+Run (from the project folder)
+-----------------------------
+    .venv/bin/python bench/api_cost.py                        # SQLite and PostgreSQL, 2,000 cycles each
+    .venv/bin/python bench/api_cost.py --backends sqlite --cycles 5000
+    .venv/bin/python bench/api_cost.py --pg-url postgres://postgres@127.0.0.1:5432/taskflow_bench
+
+PostgreSQL: the database named by --pg-url (created when missing, board tables emptied); when
+it does not answer, its row is skipped with a line saying so. Figures are printed from this
+run's measurements only; compare within one run.
+"""
+from __future__ import annotations
+
+import argparse
+import functools
+import io
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+PROJECT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(PROJECT))
+
+from bench import claims  # after the path: run as a script from anywhere
+
+WARMUP_CYCLES = 50
+# The parts timed inside our requests: (label, module path, attribute path).
+PARTS = (
+    ("engine verb", "board.engine.transitions", "claim_next"),
+    ("engine verb", "board.engine.transitions", "complete"),
+    ("key check", "board.agent_keys", "authenticate"),
+    ("input parsing", "ninja.operation", "Operation._get_values"),
+    ("rendering", "ninja.main", "NinjaAPI.create_response"),
+)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--backends", default="sqlite,postgres", help="comma-separated: sqlite,postgres")
+    parser.add_argument("--cycles", type=int, default=2000, help="claim→complete cycles per loop (default 2000)")
+    parser.add_argument("--pg-url", default=claims.DEFAULT_PG_URL)
+    parser.add_argument("--dir", default=None, help="folder for the SQLite file (default: the system's temp folder)")
+    parser.add_argument("--child", choices=("sqlite", "postgres"), help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+# ---------------------------------------------------------------------------------------------
+# The child: one backend, Django configured with it as the default database.
+
+
+class Caller:
+    """Requests straight into Django's WSGI handler, as taskflow_site/serving.py hands them."""
+
+    def __init__(self, key: str):
+        from django.core.wsgi import get_wsgi_application
+
+        self.app = get_wsgi_application()
+        self.auth = f"Bearer {key}"
+
+    def __call__(self, method: str, path: str, body: dict | None = None) -> tuple[int, bytes]:
+        data = json.dumps(body).encode() if body is not None else b""
+        environ = {
+            "REQUEST_METHOD": method, "PATH_INFO": path, "SCRIPT_NAME": "", "QUERY_STRING": "",
+            "SERVER_NAME": "127.0.0.1", "SERVER_PORT": "8000", "SERVER_PROTOCOL": "HTTP/1.1",
+            "HTTP_HOST": "127.0.0.1", "CONTENT_TYPE": "application/json", "CONTENT_LENGTH": str(len(data)),
+            "HTTP_AUTHORIZATION": self.auth, "wsgi.input": io.BytesIO(data), "wsgi.url_scheme": "http",
+            "wsgi.errors": sys.stderr, "wsgi.multithread": True, "wsgi.multiprocess": True, "wsgi.run_once": False,
+        }
+        started = {}
+
+        def start_response(status, headers, exc_info=None):
+            started["status"] = int(status.split(" ", 1)[0])
+
+        result = self.app(environ, start_response)
+        try:
+            answer = b"".join(result)
+        finally:
+            result.close()
+        return started["status"], answer
+
+
+def cycle(call: Caller) -> None:
+    status, answer = call("POST", "/api/claim", {"ttl_seconds": claims.TTL_SECONDS})
+    if status != 200:
+        raise SystemExit(f"claim answered {status}: {answer[:200]!r}")
+    claimed = json.loads(answer)
+    task_id, token = claimed["task"]["id"], claimed["lease"]["token"]
+    status, answer = call("POST", f"/api/tasks/{task_id}/complete", {"token": token, "result": claims.RESULT})
+    if status != 200:
+        raise SystemExit(f"complete answered {status}: {answer[:200]!r}")
+
+
+def bare(call: Caller) -> None:
+    from bench.http_agent import BARE_PATH
+
+    status, answer = call("GET", BARE_PATH)
+    if status != 200:
+        raise SystemExit(f"the bare view answered {status}: {answer[:200]!r}")
+
+
+def per_request(loop, count: int, requests_per_call: int) -> tuple[float, float]:
+    """(CPU ms, wall ms) per request over `count` calls of `loop`."""
+    cpu, wall = time.process_time(), time.perf_counter()
+    for _ in range(count):
+        loop()
+    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    requests = count * requests_per_call
+    return cpu * 1000 / requests, wall * 1000 / requests
+
+
+class PartTimers:
+    """CPU spent in each of PARTS, summed per label, while installed (outermost calls only, so
+    that a timed part calling another is not counted twice)."""
+
+    def __init__(self):
+        import importlib
+
+        self.cpu: dict[str, float] = {label: 0.0 for label, _, _ in PARTS}
+        self._depth = 0
+        self._saved = []
+        for label, module_name, attribute in PARTS:
+            owner = importlib.import_module(module_name)
+            *path, name = attribute.split(".")
+            for step in path:
+                owner = getattr(owner, step)
+            self._saved.append((owner, name, owner.__dict__[name]))
+            setattr(owner, name, self._timed(label, owner.__dict__[name]))
+
+    def _timed(self, label: str, function):
+        @functools.wraps(function)
+        def timed(*args, **kwargs):
+            self._depth += 1
+            started = time.process_time()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                self._depth -= 1
+                if self._depth == 0:
+                    self.cpu[label] += time.process_time() - started
+        return timed
+
+    def remove(self) -> None:
+        for owner, name, original in self._saved:
+            setattr(owner, name, original)
+
+
+def child(args: argparse.Namespace) -> int:
+    backend = args.child
+    with tempfile.TemporaryDirectory(dir=args.dir) as folder:
+        sqlite_path = Path(folder) / "api_cost.sqlite3"
+        if backend == "sqlite":
+            url = f"sqlite:///{sqlite_path}"
+        else:
+            why = claims.ensure_postgres_database(args.pg_url)
+            if why:
+                print(f"postgres: skipped, {args.pg_url} did not answer ({why})")
+                return 0
+            url = args.pg_url
+        os.environ.pop("DATABASE_URL", None)
+        project = claims.project_settings()
+        claims._configure(project, {"default": project.database_from_url(url)})
+        from django.test.utils import override_settings
+
+        from board import agent_keys
+
+        claims.migrate("default")
+        claims.clear("default")
+        _, key = agent_keys.create_key(f"api-cost-{os.getpid()}")
+        call = Caller(key)
+        cycles = args.cycles
+        # Three loops of ours (untimed, timed parts, untimed again) and the warm-ups.
+        claims.seed_with_engine("default", 3 * cycles + 2 * WARMUP_CYCLES, tied=False)
+        ours = functools.partial(cycle, call)
+
+        per_request(ours, WARMUP_CYCLES, 2)
+        ours_cpu, ours_wall = per_request(ours, cycles, 2)
+        timers = PartTimers()
+        try:
+            timed_cpu, _ = per_request(ours, cycles, 2)
+        finally:
+            timers.remove()
+        again_cpu, again_wall = per_request(ours, cycles, 2)
+
+        with override_settings(ROOT_URLCONF="bench.bare_urls"):
+            bare_loop = functools.partial(bare, call)
+            per_request(bare_loop, WARMUP_CYCLES, 1)
+            bare_cpu, _ = per_request(bare_loop, 2 * cycles, 1)
+            with override_settings(MIDDLEWARE=[]):
+                call_plain = Caller(key)  # the handler reads MIDDLEWARE when it is built
+                plain_loop = functools.partial(bare, call_plain)
+                per_request(plain_loop, WARMUP_CYCLES, 1)
+                plain_cpu, _ = per_request(plain_loop, 2 * cycles, 1)
+
+        dialect = claims.sqlite_dialect(sqlite_path) if backend == "sqlite" else claims.postgres_dialect(url)
+        raw = claims.RawDriver(dialect)
+        claims.clear("default")
+        raw.seed(cycles + WARMUP_CYCLES, tied=False)
+        conn = raw.open()
+        try:
+            raw_loop = functools.partial(raw.cycle, conn, "api-cost-raw")
+            per_request(raw_loop, WARMUP_CYCLES, 2)
+            raw_cpu, raw_wall = per_request(raw_loop, cycles, 2)
+        finally:
+            raw.close(conn)
+        agent_keys.AgentKey.objects.all().delete()
+
+    ours_cpu = min(ours_cpu, again_cpu)
+    parts = {label: cpu * 1000 / (2 * cycles) for label, cpu in timers.cpu.items()}
+    # The split is of the timed loop; "the rest" is what the timed parts leave of its total.
+    parts["the rest"] = (
+        timed_cpu - sum(parts.values()))
+    print(json.dumps({
+        "backend": backend, "cycles": cycles, "ours_cpu": ours_cpu, "ours_wall": min(ours_wall, again_wall),
+        "timed_cpu": timed_cpu, "parts": parts, "bare_cpu": bare_cpu, "plain_cpu": plain_cpu,
+        "raw_cpu": raw_cpu, "raw_wall": raw_wall,
+    }))
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# The parent: one child per backend, then the table.
+
+
+def report(result: dict) -> None:
+    b = result["backend"]
+    ours, bare_cpu = result["ours_cpu"], result["bare_cpu"]
+    engine = result["parts"]["engine verb"]
+    print(f"\n{b}: {result['cycles']:,} claim→complete cycles, one thread, CPU of this process per request"
+          + ("" if b == "sqlite" else " (PostgreSQL's own CPU not included)"))
+    print(f"  bare view, whole middleware stack        {bare_cpu:7.3f} ms")
+    print(f"  bare view, no middleware                 {result['plain_cpu']:7.3f} ms")
+    print(f"  raw driver cycle (no Django)             {result['raw_cpu']:7.3f} ms   (wall {result['raw_wall']:.3f} ms)")
+    print(f"  ours                                     {ours:7.3f} ms   (wall {result['ours_wall']:.3f} ms)")
+    print(f"  ours, with the parts timed               {result['timed_cpu']:7.3f} ms, of which:")
+    for label, cpu in result["parts"].items():
+        print(f"    {label:<36} {cpu:7.3f} ms  {cpu / result['timed_cpu']:5.0%}")
+    print("    (the rest: Django's request cycle, the middleware, URL routing, django-ninja's dispatch, "
+          "our endpoint code)")
+    print(f"  bare / ours                              {bare_cpu / ours:7.2f}    (issue 8's /bare goal: >= 0.25)")
+    print(f"  bare / (bare + engine verb)              {bare_cpu / (bare_cpu + engine):7.2f}    "
+          "(the best bare / ours if all but the verb cost what the bare view costs)")
+    print(f"  engine verb / raw driver                 {engine / result['raw_cpu']:7.2f}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.child:
+        return child(args)
+    print(f"bench/api_cost.py, {time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} cores")
+    for backend in [b.strip() for b in args.backends.split(",") if b.strip()]:
+        if backend not in ("sqlite", "postgres"):
+            raise SystemExit(f"unknown backend {backend!r}: sqlite or postgres")
+        command = [sys.executable, __file__, "--child", backend, "--cycles", str(args.cycles), "--pg-url", args.pg_url]
+        if args.dir:
+            command += ["--dir", args.dir]
+        # Production settings (DEBUG off: no query log), served on 127.0.0.1 over plain HTTP.
+        env = {**os.environ, "DEBUG": "0", "ALLOWED_HOSTS": "127.0.0.1", "SECURE_SSL_REDIRECT": "0"}
+        done = subprocess.run(command, check=False, capture_output=True, text=True, env=env)
+        if done.returncode != 0:
+            print(f"{backend}: the child failed ({done.returncode}):\n{done.stderr[-3000:]}")
+            return 1
+        for line in done.stdout.splitlines():
+            if line.startswith("{"):
+                report(json.loads(line))
+            else:
+                print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
