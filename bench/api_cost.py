@@ -271,7 +271,7 @@ def report(result: dict) -> None:
           + ("" if b == "sqlite" else " (PostgreSQL's own CPU not included)"))
     print(f"  bare view, whole middleware stack        {bare_cpu:7.3f} ms")
     print(f"  bare view, no middleware                 {result['plain_cpu']:7.3f} ms")
-    print(f"  raw driver cycle (no Django)             {result['raw_cpu']:7.3f} ms   (wall {result['raw_wall']:.3f} ms)")
+    print(f"  raw driver (no Django)                   {result['raw_cpu']:7.3f} ms   (wall {result['raw_wall']:.3f} ms)")
     print(f"  ours                                     {ours:7.3f} ms   (wall {result['ours_wall']:.3f} ms)")
     print(f"  ours, with the parts timed               {result['timed_cpu']:7.3f} ms, of which:")
     for label, cpu in result["parts"].items():
