@@ -3,14 +3,23 @@
 Names that the history could confuse with the board itself (`system`, `system:…`, `admin`) or
 with a user of the admin (any existing username) are refused at minting.
 
-`authenticate` runs on every API request, so it is one indexed SELECT (the unique key_hash
-index) written by hand and sent through the connection's cursor, instead of an ORM query built
-anew each time. It reads the row on every call, never a cache: a key revoked by any process is
-refused on its very next request."""
+`authenticate` runs on every API request but three, so it is one indexed SELECT (the unique
+key_hash index) written by hand and sent through the connection's cursor, instead of an ORM
+query built anew each time. It reads the row on every call, never a cache: a key revoked by any
+process is refused on its very next request.
+
+The three are the agents' hot verbs (claim_next, renew, complete): there a request would spend
+a database round trip on the key and another on the move. `authenticate_deferred` answers from
+this process's memory of the keys it verified in the last minute (`_verified`), and the verb
+checks the key in its own statement instead (board.engine.transitions._require_live_key,
+board.engine.hot_sql): a key revoked or deleted meanwhile is refused by the move itself, which
+writes nothing. Past a minute the key is looked up again, which also records its use."""
 from __future__ import annotations
 
 import secrets
+import time
 from datetime import timedelta
+from typing import NamedTuple
 
 from django.contrib.auth import get_user_model
 from django.db import connections
@@ -78,11 +87,12 @@ def authenticate(key: str, *, using: str = "default") -> AgentKey | None:
     if not key or not key.startswith(KEY_PREFIX) or len(key) > 200:
         return None
     connection = connections[using]
+    key_hash = hash_token(key)
     if not db.speaks_sql(using):  # a store without SQL: the ORM's query
-        row = AgentKey.objects.using(using).filter(key_hash=hash_token(key), revoked_at__isnull=True).first()
+        row = AgentKey.objects.using(using).filter(key_hash=key_hash, revoked_at__isnull=True).first()
     else:
         with connection.cursor() as cursor:
-            cursor.execute(_LOOKUP, (hash_token(key),))
+            cursor.execute(_LOOKUP, (key_hash,))
             found = cursor.fetchone()
         if found is None:
             return None
@@ -97,11 +107,54 @@ def authenticate(key: str, *, using: str = "default") -> AgentKey | None:
     if row.last_used_at is None or now - row.last_used_at >= LAST_USED_PRECISION:
         AgentKey.objects.using(using).filter(pk=row.pk).update(last_used_at=now)
         row.last_used_at = now
+    _remember(key_hash, using, row)
     return row
 
 
+class DeferredKey(NamedTuple):
+    """A key as authenticate_deferred knows it. `key_hash` is set when the key was NOT looked up
+    for this request: whoever acts on it must have the key checked by the move (pass it as the
+    verb's key_hash); None when it was just verified."""
+
+    name: str
+    is_operator: bool
+    key_hash: str | None
+
+
+# Keys verified by this process: key hash -> (alias, name, is_operator, when, by time.monotonic).
+# Bounded: when full it is emptied (each key is then looked up once more), so its size never
+# depends on how many keys agents send. A lookup that finds no live key stores nothing.
+_verified: dict[str, tuple[str, str, bool, float]] = {}
+VERIFIED_MAX = 10_000
+# How long a verified key is taken on trust by the hot verbs: as long as its use may go
+# unrecorded, so last_used_at keeps its precision.
+VERIFIED_SECONDS = LAST_USED_PRECISION.total_seconds()
+
+
+def authenticate_deferred(key: str, *, using: str = "default") -> DeferredKey | None:
+    """For the hot verbs only: the key as this process verified it in the last
+    VERIFIED_SECONDS, without a query, its `key_hash` set so that the verb checks it; otherwise
+    `authenticate` (one query), with `key_hash` None. None: unknown or revoked (when looked up)."""
+    if not key or not key.startswith(KEY_PREFIX) or len(key) > 200:
+        return None
+    key_hash = hash_token(key)
+    known = _verified.get(key_hash)
+    if known is not None and known[0] == using and time.monotonic() - known[3] < VERIFIED_SECONDS:
+        return DeferredKey(known[1], known[2], key_hash)
+    row = authenticate(key, using=using)
+    return DeferredKey(row.name, row.is_operator, None) if row is not None else None
+
+
+def _remember(key_hash: str, using: str, row: AgentKey) -> None:
+    if len(_verified) >= VERIFIED_MAX:
+        _verified.clear()
+    _verified[key_hash] = (using, row.name, row.is_operator, time.monotonic())
+
+
 def revoke(key_id: int, *, using: str = "default") -> bool:
-    """Revoke a key; True if it was live."""
+    """Revoke a key; True if it was live. This process forgets it at once; the others refuse it
+    at their next move with it (their hot verbs check the key in the move: authenticate_deferred)."""
+    _verified.clear()
     return bool(
         AgentKey.objects.using(using).filter(pk=key_id, revoked_at__isnull=True).update(revoked_at=timezone.now())
     )

@@ -1212,6 +1212,27 @@ def test_a_bad_or_revoked_key_is_401(w, running, revoked_key, header, method, pa
     assert key_rows() == keys  # not even last_used_at moves for a refused key
 
 
+def test_a_key_this_process_trusts_but_another_revoked_is_refused_by_the_hot_verbs(w, running):
+    """claim_next, renew and complete take a key verified in the last minute without looking it
+    up again (board.agent_keys.authenticate_deferred); the move checks it. Revoked by another
+    server process (the row alone: this process still remembers the key as live), the very
+    next hot request is 401 like any bad key, and nothing is written."""
+    create(w.http, w.a, id="ready", title="ready to claim")
+    row = AgentKey.objects.get(name="agent-a")
+    assert AgentKey.objects.filter(pk=row.pk).update(revoked_at=timezone.now()) == 1
+    before, keys = db_state(), key_rows()
+    assert_error(post(w.http, "/claim", {"ttl_seconds": 60}, w.a), 401, "unauthorized")
+    assert_error(post(w.http, "/claim", {"ttl_seconds": 60, "wait_seconds": 1}, w.a), 401, "unauthorized")
+    assert_error(post(w.http, f"/tasks/{running.id}/renew", {"token": running.token, "ttl_seconds": 60}, w.a),
+                 401, "unauthorized")
+    response = post(w.http, f"/tasks/{running.id}/complete", {"token": running.token, "result": {}}, w.a)
+    assert_error(response, 401, "unauthorized")
+    assert running.token.encode() not in response.content
+    assert db_state() == before and key_rows() == keys
+    # Another agent's trusted key is unaffected.
+    assert post(w.http, "/claim", {"ttl_seconds": 60}, w.b).json()["task"]["id"] == "ready"
+
+
 def test_the_agent_name_comes_from_the_key(http, agent, agent_b):
     create(http, agent, id="t")
     task = post(http, "/claim", {"ttl_seconds": 60}, agent_b).json()["task"]

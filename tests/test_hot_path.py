@@ -357,3 +357,83 @@ def test_a_key_revoked_elsewhere_is_refused_on_its_next_check(alias):
     thread.start()
     thread.join()
     assert agent_keys.authenticate(key, using=alias) is None
+
+
+# ---------------------------------------------------------------------------------------------
+# A key taken on trust by the API's hot verbs (key_hash) is checked by the move itself
+
+
+def _revoke_behind_the_cache(alias: str, key_id: int) -> None:
+    """Revoke as another server process would: the row only (agent_keys.revoke would also make
+    this process forget the key)."""
+    assert AgentKey.objects.using(alias).filter(pk=key_id).update(revoked_at=timezone.now()) == 1
+
+
+def _board(alias: str) -> tuple[list, list]:
+    return (list(Task.objects.using(alias).order_by("id").values()),
+            list(TaskEvent.objects.using(alias).order_by("id").values()))
+
+
+@pytest.mark.parametrize("mode", ["auto", "orm"])
+def test_a_hot_verb_given_a_revoked_key_is_refused_and_writes_nothing(alias, settings, mode):
+    use_path(settings, mode)
+    row, key = agent_keys.create_key("trusted", using=alias)
+    key_hash = agent_keys.hash_token(key)
+    transitions.create([TaskSpec(title="held", id="held"), TaskSpec(title="ready", id="ready", priority=-1)],
+                       using=alias)
+    held = transitions.claim_next("trusted", TTL, key_hash=key_hash, using=alias)  # live key: claims
+    assert held.task.pk == "held"
+    _revoke_behind_the_cache(alias, row.pk)
+    before = _board(alias)
+    with pytest.raises(errors.KeyRevoked):
+        transitions.claim_next("trusted", TTL, key_hash=key_hash, using=alias)
+    with pytest.raises(errors.KeyRevoked):
+        transitions.claim_next("trusted", TTL, key_hash=key_hash, request_id="r-1", using=alias)
+    with pytest.raises(errors.KeyRevoked):
+        transitions.renew("held", held.lease.token, TTL, agent="trusted", key_hash=key_hash, using=alias)
+    with pytest.raises(errors.KeyRevoked):
+        transitions.complete("held", held.lease.token, {"ok": 1}, agent="trusted", key_hash=key_hash, using=alias)
+    assert _board(alias) == before
+    # The same moves without a key to check (the caller looked the key up itself) still work.
+    assert transitions.complete("held", held.lease.token, {"ok": 1}, agent="trusted", using=alias).stage == "COMPLETED"
+
+
+def test_a_key_is_checked_by_name_too(alias):
+    """The hash alone could outlive its row's owner: the move also asks for the agent's name."""
+    _, key = agent_keys.create_key("named", using=alias)
+    transitions.create([TaskSpec(title="t", id="t")], using=alias)
+    with pytest.raises(errors.KeyRevoked):
+        transitions.claim_next("someone-else", TTL, key_hash=agent_keys.hash_token(key), using=alias)
+    assert Task.objects.using(alias).get(pk="t").stage == "QUEUED"
+
+
+def test_with_no_ready_task_a_live_key_gets_none_and_a_revoked_one_is_refused(alias):
+    row, key = agent_keys.create_key("idle", using=alias)
+    key_hash = agent_keys.hash_token(key)
+    assert transitions.claim_next("idle", TTL, key_hash=key_hash, using=alias) is None
+    _revoke_behind_the_cache(alias, row.pk)
+    with pytest.raises(errors.KeyRevoked):
+        transitions.claim_next("idle", TTL, key_hash=key_hash, using=alias)
+
+
+def test_a_holder_refused_for_its_lease_with_a_live_key_gets_the_leases_error(alias):
+    _, key = agent_keys.create_key("holder", using=alias)
+    key_hash = agent_keys.hash_token(key)
+    transitions.create([TaskSpec(title="t", id="t")], using=alias)
+    transitions.claim_next("holder", TTL, key_hash=key_hash, using=alias)
+    with pytest.raises(errors.LeaseLost):
+        transitions.complete("t", "not-the-token", {}, agent="holder", key_hash=key_hash, using=alias)
+
+
+def test_the_hot_claim_with_a_trusted_key_asks_nothing_of_the_key_table_first(alias):
+    """The point of key_hash: the key is checked inside the move's statement, not by a query of
+    its own (on PostgreSQL that is a round trip saved per request)."""
+    _, key = agent_keys.create_key("fast", using=alias)
+    transitions.create([TaskSpec(title="t", id="t")], using=alias)
+    table = AgentKey._meta.db_table
+    with CaptureQueriesContext(connections[alias]) as queries:
+        claim = transitions.claim_next("fast", TTL, key_hash=agent_keys.hash_token(key), using=alias)
+    assert claim is not None
+    sql = [q["sql"] for q in queries.captured_queries]
+    assert not [s for s in sql if s.lstrip().upper().startswith("SELECT") and table in s], sql
+    assert [s for s in sql if table in s], sql  # ... and the move's own statement does check it

@@ -16,7 +16,7 @@ from board import agent_keys
 from board.engine import transitions
 from board.models import Task, TaskEvent
 from tests.live_server import BoardServer, wait_until
-from tests.support import database_url, postgres_db_mark, sqlite_db_mark
+from tests.support import database_url, db_state, postgres_db_mark, sql_stores, sqlite_db_mark
 
 LIMIT = 1024 * 1024
 
@@ -288,17 +288,35 @@ def test_a_parked_claim_is_woken_by_a_commit_made_in_another_process(capped_serv
     assert [o[0] for o in outcome[1:]] == [204, 204]
 
 
-def test_a_revoked_key_is_refused_on_its_next_request_by_every_server_process(django_db_blocker):
-    # Two one-process servers on the same database: each is known to have seen the key live.
+@pytest.mark.parametrize("alias", sql_stores())
+def test_a_revoked_key_is_refused_on_its_next_request_by_every_server_process(django_db_blocker, alias):
+    """Two one-process servers on the same database: each has seen the key live, and holds a
+    lease taken with it, so each remembers the key as verified (the hot verbs then take it on
+    trust and check it in the move itself: board.agent_keys.authenticate_deferred). After the
+    revoke, every request with it is refused on both, the hot verbs included, and nothing is
+    written."""
     with django_db_blocker.unblock():
-        servers = [start_server(workers=1), start_server(workers=1)]
+        servers = [start_server(alias, workers=1), start_server(alias, workers=1)]
     try:
-        row, key = agent_keys.create_key("soon-revoked")
+        row, key = agent_keys.create_key("soon-revoked", using=alias)
+        transitions.create([transitions.TaskSpec(title=f"t{i}", id=f"t{i}") for i in range(4)], using=alias)
+        leases = []
         for server in servers:
             assert request(server, "GET", "/api/tasks/nothing", key)[0] == 404
-        assert agent_keys.revoke(row.pk)
-        for server in servers:
+            status, _, data = request(server, "POST", "/api/claim", key, {"ttl_seconds": 60})
+            assert status == 200, data
+            leases.append(json.loads(data))
+        assert agent_keys.revoke(row.pk, using=alias)
+        before = db_state(alias)
+        for server, lease in zip(servers, leases, strict=True):
+            task_id, token = lease["task"]["id"], lease["lease"]["token"]
             assert request(server, "GET", "/api/tasks/nothing", key)[0] == 401
+            assert request(server, "POST", "/api/claim", key, {"ttl_seconds": 60})[0] == 401
+            assert request(server, "POST", f"/api/tasks/{task_id}/renew", key,
+                           {"token": token, "ttl_seconds": 60})[0] == 401
+            assert request(server, "POST", f"/api/tasks/{task_id}/complete", key,
+                           {"token": token, "result": {}})[0] == 401
+        assert db_state(alias) == before
     finally:
         for server in servers:
             server.close()

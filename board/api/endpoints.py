@@ -87,9 +87,21 @@ class Principal:
     agent: bool = True  # an agent key; False for a person's session
     can_read: bool = True
     can_create: bool = True
+    # Set when the agent key was not looked up for this request (AgentKeyAuth(deferred=True)):
+    # the verb must check it in its move (transitions' key_hash).
+    key_hash: str | None = None
 
 
 class AgentKeyAuth(HttpBearer):
+    """An agent key in `Authorization: Bearer`. `deferred=True` (the hot verbs only: claim_next,
+    renew, complete): a key this process verified in the last minute is taken without a query,
+    and the Principal carries its hash for the verb to check in its own statement (the endpoint
+    passes `request.auth.key_hash` on). Every other endpoint looks the key up."""
+
+    def __init__(self, *, deferred: bool = False):
+        super().__init__()
+        self.deferred = deferred
+
     def __call__(self, request):
         # django-ninja's own parsing logs a header without "Bearer" (the whole key) when DEBUG
         # is on; this one never logs it.
@@ -99,6 +111,9 @@ class AgentKeyAuth(HttpBearer):
         return self.authenticate(request, credential.strip())
 
     def authenticate(self, request, token):
+        if self.deferred:
+            known = agent_keys.authenticate_deferred(token)
+            return Principal(known.name, known.is_operator, key_hash=known.key_hash) if known else None
         key = agent_keys.authenticate(token)
         return Principal(key.name, key.is_operator) if key else None
 
@@ -183,6 +198,8 @@ def on_validation_error(request, exc: ValidationError):
                           details=details)
 
 
+# A verb that found its deferred key gone (errors.KeyRevoked) answers as any bad key does.
+@api.exception_handler(errors.KeyRevoked)
 @api.exception_handler(AuthenticationError)
 def on_unauthorized(request, exc):
     return error_response(request, 401, "unauthorized", "send 'Authorization: Bearer <agent key>' "
@@ -459,7 +476,11 @@ def task_events(request, task_id: str, cursor: Optional[str] = None, limit: int 
 # Claiming
 
 
-@api.post("/claim", response={200: ClaimOut, 204: None, **ERRORS},
+# The hot verbs' authentication: a key verified in the last minute is checked by the move itself.
+HOT_AUTH = [AgentKeyAuth(deferred=True), StaffSessionAuth()]
+
+
+@api.post("/claim", response={200: ClaimOut, 204: None, **ERRORS}, auth=HOT_AUTH,
           summary="Claim the next ready task (highest priority, then oldest); 204 when none")
 def claim_next(request, body: ClaimNextIn):
     """With `wait_seconds` the request waits (up to 30 s) for work to become ready instead of
@@ -471,7 +492,7 @@ def claim_next(request, body: ClaimNextIn):
     test client) the view polls by itself, holding its worker for the wait."""
     _agent(request)
     claim = transitions.claim_next(request.auth.name, body.ttl_seconds, queue=body.queue,
-                                   request_id=body.request_id)
+                                   request_id=body.request_id, key_hash=request.auth.key_hash)
     if claim is not None:
         return _answer(request, _render_claim(claim))
     if body.wait_seconds <= 0:
@@ -481,17 +502,18 @@ def claim_next(request, body: ClaimNextIn):
         response[waiting.WAIT_HEADER] = str(body.wait_seconds)
         response[waiting.WAIT_QUEUE_HEADER] = body.queue or ""
         return response
-    return _poll_for_work(request.auth.name, body)
+    return _poll_for_work(request.auth, body)
 
 
-def _poll_for_work(agent: str, body: ClaimNextIn):
+def _poll_for_work(agent: Principal, body: ClaimNextIn):
     """A waiting claim outside the board's server: look (without a transaction) a few times a
     second, claim when something is ready."""
     deadline = time.monotonic() + body.wait_seconds
     while (remaining := deadline - time.monotonic()) > 0:
         time.sleep(min(CLAIM_POLL_SECONDS, remaining))
         if selectors.has_ready_task(body.queue):
-            claim = transitions.claim_next(agent, body.ttl_seconds, queue=body.queue, request_id=body.request_id)
+            claim = transitions.claim_next(agent.name, body.ttl_seconds, queue=body.queue, request_id=body.request_id,
+                                           key_hash=agent.key_hash)
             if claim is not None:
                 return Status(200, _render_claim(claim))
     return Status(204, None)
@@ -517,12 +539,12 @@ def resume_task(request, task_id: str, body: ResumeIn):
 # The holder's verbs
 
 
-@api.post("/tasks/{task_id}/renew", response={200: ClaimOut, **ERRORS},
+@api.post("/tasks/{task_id}/renew", response={200: ClaimOut, **ERRORS}, auth=HOT_AUTH,
           summary="Extend a live lease (same token and fence); optionally save checkpoint/progress")
 def renew_task(request, task_id: str, body: RenewIn):
     _agent(request)
     claim = transitions.renew(task_id, body.token, body.ttl_seconds, checkpoint=body.checkpoint,
-                              progress=body.progress, agent=request.auth.name)
+                              progress=body.progress, agent=request.auth.name, key_hash=request.auth.key_hash)
     return _answer(request, _render_claim(claim))
 
 
@@ -533,10 +555,12 @@ def release_task(request, task_id: str, body: TokenIn):
     return _render(transitions.release(task_id, body.token, agent=request.auth.name))
 
 
-@api.post("/tasks/{task_id}/complete", response={200: TaskOut, **ERRORS}, summary="Commit the result")
+@api.post("/tasks/{task_id}/complete", response={200: TaskOut, **ERRORS}, auth=HOT_AUTH,
+          summary="Commit the result")
 def complete_task(request, task_id: str, body: CompleteIn):
     _agent(request)
-    return _answer(request, _render(transitions.complete(task_id, body.token, body.result, agent=request.auth.name)))
+    return _answer(request, _render(transitions.complete(task_id, body.token, body.result, agent=request.auth.name,
+                                                         key_hash=request.auth.key_hash)))
 
 
 @api.post("/tasks/{task_id}/fail", response={200: TaskOut, **ERRORS},

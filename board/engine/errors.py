@@ -90,6 +90,16 @@ class Forbidden(BoardError):
     http_status = 403
 
 
+class KeyRevoked(BoardError):
+    """The agent key this request was sent with is no longer live (revoked or deleted)."""
+
+    # A verb given the caller's key to check (key_hash: the API's hot verbs, which skip the
+    # separate key lookup for a key verified by this process in the last minute) raises this
+    # when its own statement finds the key gone. The API answers it exactly like any bad key.
+    code = "unauthorized"
+    http_status = 401
+
+
 class TooLarge(BoardError):
     """The request, or one of its JSON values, is over the size limit."""
 

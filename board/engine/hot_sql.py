@@ -17,6 +17,11 @@ Nothing is re-read on success. When the statement matches no row, `board.engine.
 the row and raises the same precise error as its ORM path (or tries again when the move has
 become legal): only the failure path reads.
 
+Each statement can also check the caller's agent key (`key_hash`; NULL: no check): the move
+matches only while a live key with that hash and the agent's name exists. The API passes it
+for a key this process verified in the last minute instead of looking the key up again
+(board.agent_keys.authenticate_deferred), so a revoke is still refused at the next move.
+
 "Now" is the store's clock (board.engine.clock): on SQLite this process's, read by the store under the
 write lock; on PostgreSQL the database's, which the statements read themselves
 (`statement_timestamp()`: one reading per statement, when it starts), so that a lease's expiry
@@ -54,7 +59,7 @@ from django.db import connections
 from django.utils import timezone
 
 from board.engine.db import write_transaction
-from board.models import Task, TaskEvent
+from board.models import AgentKey, Task, TaskEvent
 
 TASK = Task._meta.db_table
 EVENT = TaskEvent._meta.db_table
@@ -65,6 +70,17 @@ _COLUMNS = ", ".join(f.column for f in _FIELDS)
 _T_COLUMNS = ", ".join(f"t.{f.column}" for f in _FIELDS)
 _ID, _VERSION, _FENCE, _OWNER = (_ATTNAMES.index(name) for name in ("id", "version", "fence", "owner"))
 _EVENT_COLUMNS = "task_id, verb, from_stage, to_stage, version, fence, actor, at, detail"
+KEY = AgentKey._meta.db_table
+
+# The caller's agent key, when the verb is given one to check (key_hash: see
+# board.agent_keys.authenticate_deferred): the move matches only while a live key with this
+# hash and this agent's name exists, checked by the move's own statement, so a key revoked (or
+# deleted) before the move is refused by it without a separate lookup. NULL: no key to check.
+# SQLite params: key_hash, key_hash, agent.
+_SQLITE_KEY_IS_LIVE = (f"(? IS NULL OR EXISTS (SELECT 1 FROM {KEY} WHERE key_hash = ? AND name = ?"
+                       " AND revoked_at IS NULL))").replace("?", "%s")
+_PG_KEY_IS_LIVE = (f"(%(key_hash)s::text IS NULL OR EXISTS (SELECT 1 FROM {KEY} AS k"
+                   " WHERE k.key_hash = %(key_hash)s AND k.name = %(agent)s AND k.revoked_at IS NULL))")
 
 SQLITE_MIN_VERSION = (3, 35, 0)  # RETURNING
 MODES = ("auto", "orm")
@@ -81,7 +97,8 @@ MODES = ("auto", "orm")
 # token hash, expiry, and the claim request when there is one, else NULL), raises fence and
 # attempts by one, clears the backoff, version + 1.
 # Params: agent, token_hash, lease_expires_at, claim_request_hash, claim_token_seed, updated_at,
-# stage_changed_at, now (the backoff bound) [, queue].
+# stage_changed_at, now (the backoff bound) [, queue], then the key check's (key_hash, key_hash,
+# agent).
 _SQLITE_CLAIM_NEXT = f"""
 UPDATE {TASK}
 SET stage = 'RUNNING', version = version + 1, owner = %s, lease_token_hash = %s,
@@ -92,7 +109,7 @@ WHERE (id, version) = (
         WHERE stage = 'QUEUED' AND (not_before IS NULL OR not_before <= %s){{queue}}
         ORDER BY priority DESC, created_at, id
         LIMIT 1)
-  AND stage = 'QUEUED'
+  AND stage = 'QUEUED' AND {_SQLITE_KEY_IS_LIVE}
 RETURNING {_COLUMNS}
 """
 SQLITE_CLAIM_NEXT = _SQLITE_CLAIM_NEXT.format(queue="")
@@ -103,13 +120,14 @@ SQLITE_CLAIM_NEXT_IN_QUEUE = _SQLITE_CLAIM_NEXT.format(queue=" AND queue = %s")
 # caller names its agent, minted for that agent (owner = COALESCE(agent, owner)). Extends the
 # expiry, keeps token and fence, saves checkpoint/progress when given (NULL keeps them),
 # version + 1.
-# Params: lease_expires_at, checkpoint, progress, updated_at, id, token_hash, now, agent.
+# Params: lease_expires_at, checkpoint, progress, updated_at, id, token_hash, now, agent, then
+# the key check's (key_hash, key_hash, agent).
 SQLITE_RENEW = f"""
 UPDATE {TASK}
 SET version = version + 1, lease_expires_at = %s, checkpoint = COALESCE(%s, checkpoint),
     progress = COALESCE(%s, progress), updated_at = %s
 WHERE id = %s AND stage = 'RUNNING' AND lease_token_hash = %s AND lease_expires_at > %s
-  AND owner = COALESCE(%s, owner)
+  AND owner = COALESCE(%s, owner) AND {_SQLITE_KEY_IS_LIVE}
 RETURNING {_COLUMNS}
 """
 
@@ -117,13 +135,15 @@ RETURNING {_COLUMNS}
 # of step 2 will hold (RUNNING, this lease's token hash, and the agent when named). The event
 # needs the holder's name, which step 2 clears, and SQLite's RETURNING shows only new values:
 # so the history goes first. Under the write lock, step 2 then matches exactly when this
-# inserted a row (checked: otherwise the transaction is rolled back).
-# Params: at, id, token_hash, agent.
+# inserted a row (checked: otherwise the transaction is rolled back). The caller's key, when
+# given, is checked here, so step 2 runs only for a live key.
+# Params: at, id, token_hash, agent, then the key check's (key_hash, key_hash, agent).
 SQLITE_COMPLETE_HISTORY = f"""
 INSERT INTO {EVENT} ({_EVENT_COLUMNS})
 SELECT id, 'complete', 'RUNNING', 'COMPLETED', version + 1, fence, owner, %s, NULL
 FROM {TASK}
 WHERE id = %s AND stage = 'RUNNING' AND lease_token_hash = %s AND owner = COALESCE(%s, owner)
+  AND {_SQLITE_KEY_IS_LIVE}
 """
 
 # complete, step 2 of 2: RUNNING -> COMPLETED. The CAS: still RUNNING with this lease's token
@@ -169,6 +189,7 @@ _PG_CLAIM_NEXT = f"""
 WITH picked AS MATERIALIZED (
     SELECT id, version FROM {TASK}
     WHERE stage = 'QUEUED' AND (not_before IS NULL OR not_before <= statement_timestamp()){{queue}}
+      AND {_PG_KEY_IS_LIVE}
     ORDER BY priority DESC, created_at, id
     LIMIT 1
     FOR UPDATE SKIP LOCKED
@@ -204,6 +225,7 @@ WITH moved AS (
         progress = COALESCE(%(progress)s::double precision, progress), updated_at = statement_timestamp()
     WHERE id = %(id)s AND stage = 'RUNNING' AND lease_token_hash = %(token_hash)s
       AND lease_expires_at > statement_timestamp() AND owner = COALESCE(%(agent)s, owner)
+      AND {_PG_KEY_IS_LIVE}
     RETURNING {_COLUMNS}
 ), history AS (
     INSERT INTO {EVENT} ({_EVENT_COLUMNS})
@@ -221,7 +243,7 @@ PG_COMPLETE = f"""
 WITH held AS MATERIALIZED (
     SELECT id, owner FROM {TASK}
     WHERE id = %(id)s AND stage = 'RUNNING' AND lease_token_hash = %(token_hash)s
-      AND owner = COALESCE(%(agent)s, owner)
+      AND owner = COALESCE(%(agent)s, owner) AND {_PG_KEY_IS_LIVE}
     FOR UPDATE
 ), moved AS (
     UPDATE {TASK} AS t
@@ -355,7 +377,7 @@ class SQLiteStore(HotStore):
     # SQLite's clock is this process's (one machine: see board.engine.clock), read under the write lock.
 
     def claim_next(self, agent: str, token_hash: str, ttl: timedelta, queue: str | None,
-                   request_hash: str | None, seed: str | None) -> Written | None:
+                   request_hash: str | None, seed: str | None, key_hash: str | None = None) -> Written | None:
         connection = connections[self.using]
         now = timezone.now()
         until = now + ttl
@@ -365,6 +387,7 @@ class SQLiteStore(HotStore):
             statement = SQLITE_CLAIM_NEXT
         else:
             statement, params = SQLITE_CLAIM_NEXT_IN_QUEUE, (*params, queue)
+        params = (*params, key_hash, key_hash, agent)
         execute, translated = self._executor(connection)
         with translated:
             rows = execute(statement, params).fetchall()  # to the end: the statement is done
@@ -376,13 +399,13 @@ class SQLiteStore(HotStore):
                              (_STAGE_CHANGED_AT, now)), self._converters["claim"])
 
     def renew(self, task_id: str, token_hash: str, agent: str | None, ttl: timedelta,
-              checkpoint: Any, progress: float | None) -> Written | None:
+              checkpoint: Any, progress: float | None, key_hash: str | None = None) -> Written | None:
         connection = connections[self.using]
         now = timezone.now()
         until = now + ttl
         at = self._dt(now)
         params = (self._dt(until), self._json(self._checkpoint_field, checkpoint, connection), progress, at,
-                  task_id, token_hash, at, agent)
+                  task_id, token_hash, at, agent, key_hash, key_hash, agent)
         execute, translated = self._executor(connection)
         with translated:
             rows = execute(SQLITE_RENEW, params).fetchall()
@@ -393,14 +416,16 @@ class SQLiteStore(HotStore):
                                      row[_OWNER], at))
         return Written(row, ((_LEASE_EXPIRES_AT, until), (_UPDATED_AT, now)), self._converters["renew"])
 
-    def complete(self, task_id: str, token_hash: str, agent: str | None, result: Any) -> Written | None:
+    def complete(self, task_id: str, token_hash: str, agent: str | None, result: Any,
+                 key_hash: str | None = None) -> Written | None:
         connection = connections[self.using]
         now = timezone.now()
         at = self._dt(now)
         result = self._json(self._result_field, result, connection)
         execute, translated = self._executor(connection)
         with translated:
-            if execute(SQLITE_COMPLETE_HISTORY, (at, task_id, token_hash, agent)).rowcount != 1:
+            history = (at, task_id, token_hash, agent, key_hash, key_hash, agent)
+            if execute(SQLITE_COMPLETE_HISTORY, history).rowcount != 1:
                 return None
             rows = execute(SQLITE_COMPLETE, (result, at, at, task_id, token_hash)).fetchall()
         if not rows:  # cannot happen under the write lock; never leave the history row alone
@@ -468,9 +493,9 @@ class PostgresStore(HotStore):
         return cursor
 
     def claim_next(self, agent: str, token_hash: str, ttl: timedelta, queue: str | None,
-                   request_hash: str | None, seed: str | None) -> Written | None:
+                   request_hash: str | None, seed: str | None, key_hash: str | None = None) -> Written | None:
         params = {"agent": agent, "token_hash": token_hash, "ttl": ttl, "request_hash": request_hash,
-                  "seed": seed}
+                  "seed": seed, "key_hash": key_hash}
         if queue is None:
             row = self._one(PG_CLAIM_NEXT, params)
         else:
@@ -481,10 +506,10 @@ class PostgresStore(HotStore):
         return Written(row, ((_NOT_BEFORE, None),), self._converters["claim"])
 
     def renew(self, task_id: str, token_hash: str, agent: str | None, ttl: timedelta,
-              checkpoint: Any, progress: float | None) -> Written | None:
+              checkpoint: Any, progress: float | None, key_hash: str | None = None) -> Written | None:
         connection = connections[self.using]
         row = self._one(PG_RENEW, {
-            "id": task_id, "token_hash": token_hash, "agent": agent, "ttl": ttl,
+            "id": task_id, "token_hash": token_hash, "agent": agent, "ttl": ttl, "key_hash": key_hash,
             "checkpoint": self._json(self._checkpoint_field, checkpoint, connection),
             "progress": progress,
         })
@@ -492,10 +517,11 @@ class PostgresStore(HotStore):
             return None
         return Written(row, (), self._converters["renew"])
 
-    def complete(self, task_id: str, token_hash: str, agent: str | None, result: Any) -> Written | None:
+    def complete(self, task_id: str, token_hash: str, agent: str | None, result: Any,
+                 key_hash: str | None = None) -> Written | None:
         connection = connections[self.using]
         row = self._one(PG_COMPLETE, {
-            "id": task_id, "token_hash": token_hash, "agent": agent,
+            "id": task_id, "token_hash": token_hash, "agent": agent, "key_hash": key_hash,
             "result": self._json(self._result_field, result, connection),
         })
         if row is None:

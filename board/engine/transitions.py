@@ -84,7 +84,7 @@ from board.engine.lifecycle import (
     unstorable_text,
 )
 from board.engine.tokens import hash_token, token_text
-from board.models import Dependency, Task, TaskEvent
+from board.models import AgentKey, Dependency, Task, TaskEvent
 
 log = logging.getLogger("board.engine.transitions")
 
@@ -606,14 +606,17 @@ def _take(using: str, task: Task, verb: Verb, agent: str, ttl: timedelta, now: d
 @retry_conflicts
 def claim_next(
     agent: str, ttl_seconds: float, *, queue: str | None = None, request_id: str | None = None,
-    using: str = "default",
+    key_hash: str | None = None, using: str = "default",
 ) -> Claim | None:
     """Claim the best ready task: highest priority, then oldest, among QUEUED tasks past their
     backoff (in `queue` when given). None when there is no ready task.
 
     With `request_id` (board.engine.claim_requests): when this agent's claim with the same id made a
     lease that is still live, that lease is returned (same task, token and fence) instead of
-    claiming another task. Copies of one request are serialised, so they make one lease."""
+    claiming another task. Copies of one request are serialised, so they make one lease.
+
+    `key_hash`: the agent key the caller acts with, when nobody checked it for this request
+    (_require_live_key): the claim is made only while that key is live; else KeyRevoked."""
     ttl = _ttl(ttl_seconds)
     _agent_name(agent)
     if queue is not None and not is_valid_task_id(queue):
@@ -621,9 +624,10 @@ def claim_next(
     request = claim_requests.of(agent, request_id)
     hot = hot_sql.store(using)
     if hot is not None:
-        return _hot_claim_next(hot, using, agent, ttl, queue, request)
+        return _hot_claim_next(hot, using, agent, ttl, queue, request, key_hash)
     for _ in range(RACE_RETRIES):
         with write_transaction(using):
+            _require_live_key(using, key_hash, agent)
             if request is not None:
                 claim_requests.serialise(using, request)
                 made = claim_requests.made_by(using, request, agent)
@@ -642,7 +646,7 @@ def claim_next(
 
 
 def _hot_claim_next(hot: hot_sql.HotStore, using: str, agent: str, ttl: timedelta,
-                    queue: str | None, request: ClaimRequest | None) -> Claim | None:
+                    queue: str | None, request: ClaimRequest | None, key_hash: str | None) -> Claim | None:
     """claim_next as one statement: pick, CAS and history together, nothing read before. On
     SQLite the pick runs under the write lock; on PostgreSQL it skips rows other claimers have
     locked. So a match count of 0 means no ready task (what the ORM path says after losing
@@ -658,13 +662,16 @@ def _hot_claim_next(hot: hot_sql.HotStore, using: str, agent: str, ttl: timedelt
         context = write_transaction(using)
     with context:
         if request is not None:
+            _require_live_key(using, key_hash, agent)
             claim_requests.serialise(using, request)
             made = claim_requests.made_by(using, request, agent)
             if made is not None:
                 return _claim_of(*made)
         row = hot.claim_next(agent, hash_token(token), ttl, queue,
-                             request.digest if request is not None else None, seed)
+                             request.digest if request is not None else None, seed, key_hash)
         if row is None:
+            # Nothing was ready, or the key is gone (the statement checks both): say which.
+            _require_live_key(using, key_hash, agent)
             outcomes.record(using, Verb.CLAIM, outcomes.EMPTY)
             return None
         commits.after_commit(using)
@@ -698,7 +705,8 @@ def resume(task_id: str, agent: str, ttl_seconds: float, *, using: str = "defaul
 # unless the token is the task's current lease.
 
 
-def _holder_move(using: str, task_id: str, token: str, build, *, live_only: bool, agent: str | None):
+def _holder_move(using: str, task_id: str, token: str, build, *, live_only: bool, agent: str | None,
+                 key_hash: str | None = None):
     """Run a holder's verb: check the token against the row, then CAS on (stage, version, token
     hash). `build(task, now)` performs the swap(s) and returns the result, or None on a lost CAS.
 
@@ -711,6 +719,7 @@ def _holder_move(using: str, task_id: str, token: str, build, *, live_only: bool
     token_hash = _token_hash(token)
     for _ in range(RACE_RETRIES):
         with write_transaction(using):
+            _require_live_key(using, key_hash, agent)
             now = clock.now(using)
             task = _get(using, task_id)
             _refuse_holder(task, token_hash, now, live_only=live_only, agent=agent)
@@ -718,6 +727,23 @@ def _holder_move(using: str, task_id: str, token: str, build, *, live_only: bool
             if result is not None:
                 return result
     raise errors.VersionConflict(f"task {task_id} kept changing; try again")
+
+
+def _require_live_key(using: str, key_hash: str | None, agent: str | None) -> None:
+    """KeyRevoked unless a live agent key with this hash, named `agent`, exists (no check when
+    `key_hash` is None: the caller checked the key itself).
+
+    Why a verb checks a key at all: the API looks a key up on every request (one query), except
+    for the hot verbs (claim_next, renew, complete), which take a key this process verified in
+    the last minute on trust and pass its hash here (board.agent_keys.authenticate_deferred).
+    The hot statements check it in the move itself (hot_sql); this query is for the ORM path
+    and for a move that matched nothing, to tell a gone key from the move's own refusal."""
+    if key_hash is None:
+        return
+    if agent is None:
+        raise ValueError("a key to check needs the agent's name")
+    if not AgentKey.objects.using(using).filter(key_hash=key_hash, name=agent, revoked_at__isnull=True).exists():
+        raise errors.KeyRevoked()
 
 
 def _token_hash(token: str) -> str:
@@ -740,7 +766,7 @@ def _refuse_holder(task: Task, token_hash: str, now: datetime, *, live_only: boo
 
 
 def _hot_holder_move(hot: hot_sql.HotStore, using: str, task_id: str, token_hash: str, move, *,
-                     live_only: bool, agent: str | None, verb: Verb) -> Task:
+                     live_only: bool, agent: str | None, verb: Verb, key_hash: str | None = None) -> Task:
     """A holder's verb through hot_sql: `move()` runs the verb's one statement and returns
     the row as written, or None when it matched no row. Only then is the row read: it raises
     the error the ORM path would, or, when the move has become legal again (the row changed
@@ -753,6 +779,7 @@ def _hot_holder_move(hot: hot_sql.HotStore, using: str, task_id: str, token_hash
                 outcomes.record(using, verb, outcomes.WON)
         if row is not None:
             return hot.task(row)  # out of the transaction: see HotStore
+        _require_live_key(using, key_hash, agent)  # the statement checks it too: say which refused
         _refuse_holder(_get(using, task_id), token_hash, clock.now(using), live_only=live_only, agent=agent)
         outcomes.record(using, verb, outcomes.LOST_RACE)  # not refused: the row moved between the two
     raise errors.VersionConflict(f"task {task_id} kept changing; try again")
@@ -768,10 +795,12 @@ def renew(
     checkpoint: Any = None,
     progress: float | None = None,
     agent: str | None = None,
+    key_hash: str | None = None,
     using: str = "default",
 ) -> Claim:
     """Extend a live lease to now + ttl, keeping token and fence; optionally save a checkpoint
-    and progress. Wrong token or an expired lease: LeaseLost, nothing changed."""
+    and progress. Wrong token or an expired lease: LeaseLost, nothing changed. `key_hash`: as
+    for claim_next (needs `agent`)."""
     ttl = _ttl(ttl_seconds)
     _check_progress(progress)
     limit_json_size("checkpoint", checkpoint)
@@ -781,8 +810,8 @@ def renew(
         token_hash = _token_hash(token)
         task = _hot_holder_move(
             hot, using, task_id, token_hash,
-            lambda: hot.renew(task_id, token_hash, agent, ttl, checkpoint, progress),
-            live_only=True, agent=agent, verb=Verb.RENEW)
+            lambda: hot.renew(task_id, token_hash, agent, ttl, checkpoint, progress, key_hash),
+            live_only=True, agent=agent, verb=Verb.RENEW, key_hash=key_hash)
         return Claim(task=task, lease=Lease(token=token, fence=task.fence, expires_at=task.lease_expires_at))
 
     def build(task: Task, now: datetime, token_hash: str):
@@ -797,7 +826,7 @@ def renew(
             return Claim(task=task, lease=Lease(token=token, fence=task.fence, expires_at=task.lease_expires_at))
         return None
 
-    return _holder_move(using, task_id, token, build, live_only=True, agent=agent)
+    return _holder_move(using, task_id, token, build, live_only=True, agent=agent, key_hash=key_hash)
 
 
 @outcomes.refusals(Verb.RELEASE)
@@ -815,9 +844,11 @@ def release(task_id: str, token: str, *, agent: str | None = None, using: str = 
 
 @outcomes.refusals(Verb.COMPLETE)
 @retry_conflicts
-def complete(task_id: str, token: str, result: Any, *, agent: str | None = None, using: str = "default") -> Task:
+def complete(task_id: str, token: str, result: Any, *, agent: str | None = None, key_hash: str | None = None,
+             using: str = "default") -> Task:
     """Commit the result; then admit the dependents this completion unblocks (after commit, each
-    by its own CAS, so that two dependencies completing at once cannot both miss the other)."""
+    by its own CAS, so that two dependencies completing at once cannot both miss the other).
+    `key_hash`: as for claim_next (needs `agent`)."""
     if result is None:
         raise errors.InvalidRequest("result is required (use {} for a task with no output)", field="result")
     limit_json_size("result", result)
@@ -827,8 +858,8 @@ def complete(task_id: str, token: str, result: Any, *, agent: str | None = None,
         token_hash = _token_hash(token)
         task = _hot_holder_move(
             hot, using, task_id, token_hash,
-            lambda: hot.complete(task_id, token_hash, agent, result),
-            live_only=False, agent=agent, verb=Verb.COMPLETE)
+            lambda: hot.complete(task_id, token_hash, agent, result, key_hash),
+            live_only=False, agent=agent, verb=Verb.COMPLETE, key_hash=key_hash)
         # has_dependents as written, read under the row's lock. Registered after the move's
         # transaction: outside a caller's transaction it runs now (the move has committed),
         # inside one at its commit.
@@ -849,7 +880,7 @@ def complete(task_id: str, token: str, result: Any, *, agent: str | None = None,
             _admit_dependents_after_commit(task.pk, using)
         return task
 
-    return _holder_move(using, task_id, token, build, live_only=False, agent=agent)
+    return _holder_move(using, task_id, token, build, live_only=False, agent=agent, key_hash=key_hash)
 
 
 def _admit_dependents_after_commit(task_id: str, using: str) -> None:
