@@ -3,17 +3,20 @@
 Names that the history could confuse with the board itself (`system`, `system:…`, `admin`) or
 with a user of the admin (any existing username) are refused at minting.
 
-`authenticate` runs on every API request but three, so it is one indexed SELECT (the unique
-key_hash index) written by hand and sent through the connection's cursor, instead of an ORM
-query built anew each time. It reads the row on every call, never a cache: a key revoked by any
-process is refused on its very next request.
+`authenticate` runs on every API request but those of three verbs, so it is one indexed SELECT
+(the unique key_hash index) written by hand and sent through the connection's cursor, instead
+of an ORM query built anew each time. It reads the row on every call, never a cache: a key
+revoked by any process is refused on its very next request.
 
 The three are the agents' hot verbs (claim_next, renew, complete): there a request would spend
 a database round trip on the key and another on the move. `authenticate_deferred` answers from
-this process's memory of the keys it verified in the last minute (`_verified`), and the verb
-checks the key in its own statement instead (board.engine.transitions._require_live_key,
-board.engine.hot_sql): a key revoked or deleted meanwhile is refused by the move itself, which
-writes nothing. Past a minute the key is looked up again, which also records its use."""
+this process's memory of the keys it verified (`_verified`) for up to a minute after the key's
+recorded use, and the verb always checks the key in its own statement (the hash it returns:
+board.engine.transitions._require_live_key, board.engine.hot_sql): a key revoked or deleted
+meanwhile is refused by the move itself, which writes nothing. After that minute the key is
+looked up again, which records its use (last_used_at keeps its one-minute precision). The
+request's body is parsed before the move, so a malformed request with a revoked key may get
+its 422 before the move would have said 401; nothing is written either way."""
 from __future__ import annotations
 
 import secrets
@@ -107,21 +110,22 @@ def authenticate(key: str, *, using: str = "default") -> AgentKey | None:
     if row.last_used_at is None or now - row.last_used_at >= LAST_USED_PRECISION:
         AgentKey.objects.using(using).filter(pk=row.pk).update(last_used_at=now)
         row.last_used_at = now
-    _remember(key_hash, using, row)
+    _remember(key_hash, using, row, now)
     return row
 
 
 class DeferredKey(NamedTuple):
-    """A key as authenticate_deferred knows it. `key_hash` is set when the key was NOT looked up
-    for this request: whoever acts on it must have the key checked by the move (pass it as the
-    verb's key_hash); None when it was just verified."""
+    """A key as authenticate_deferred knows it: whoever acts on it must have the move check
+    `key_hash` (pass it as the verb's key_hash), whether or not it was looked up just now (a
+    waiting claim may act long after)."""
 
     name: str
     is_operator: bool
-    key_hash: str | None
+    key_hash: str
 
 
-# Keys verified by this process: key hash -> (alias, name, is_operator, when, by time.monotonic).
+# Keys verified by this process: key hash -> (alias, name, is_operator, when its use was last
+# recorded, by time.monotonic).
 # Bounded: when full it is emptied (each key is then looked up once more), so its size never
 # depends on how many keys agents send. A lookup that finds no live key stores nothing.
 _verified: dict[str, tuple[str, str, bool, float]] = {}
@@ -132,9 +136,9 @@ VERIFIED_SECONDS = LAST_USED_PRECISION.total_seconds()
 
 
 def authenticate_deferred(key: str, *, using: str = "default") -> DeferredKey | None:
-    """For the hot verbs only: the key as this process verified it in the last
-    VERIFIED_SECONDS, without a query, its `key_hash` set so that the verb checks it; otherwise
-    `authenticate` (one query), with `key_hash` None. None: unknown or revoked (when looked up)."""
+    """For the hot verbs only: the key as this process verified it, without a query, while its
+    recorded use is under VERIFIED_SECONDS old; otherwise `authenticate` (one query). None:
+    unknown or revoked (when looked up). The verb must check the returned key_hash."""
     if not key or not key.startswith(KEY_PREFIX) or len(key) > 200:
         return None
     key_hash = hash_token(key)
@@ -142,19 +146,21 @@ def authenticate_deferred(key: str, *, using: str = "default") -> DeferredKey | 
     if known is not None and known[0] == using and time.monotonic() - known[3] < VERIFIED_SECONDS:
         return DeferredKey(known[1], known[2], key_hash)
     row = authenticate(key, using=using)
-    return DeferredKey(row.name, row.is_operator, None) if row is not None else None
+    return DeferredKey(row.name, row.is_operator, key_hash) if row is not None else None
 
 
-def _remember(key_hash: str, using: str, row: AgentKey) -> None:
+def _remember(key_hash: str, using: str, row: AgentKey, now) -> None:
+    """Trusted until VERIFIED_SECONDS after the use last recorded (now or up to a minute ago),
+    so that the next lookup, which records a use, comes when one is due."""
     if len(_verified) >= VERIFIED_MAX:
         _verified.clear()
-    _verified[key_hash] = (using, row.name, row.is_operator, time.monotonic())
+    recorded_ago = max(0.0, (now - row.last_used_at).total_seconds())
+    _verified[key_hash] = (using, row.name, row.is_operator, time.monotonic() - recorded_ago)
 
 
 def revoke(key_id: int, *, using: str = "default") -> bool:
-    """Revoke a key; True if it was live. This process forgets it at once; the others refuse it
-    at their next move with it (their hot verbs check the key in the move: authenticate_deferred)."""
-    _verified.clear()
-    return bool(
-        AgentKey.objects.using(using).filter(pk=key_id, revoked_at__isnull=True).update(revoked_at=timezone.now())
-    )
+    """Revoke a key; True if it was live. Every process refuses it from its next request: the
+    hot verbs, which may take a key from memory (authenticate_deferred), check it in the move."""
+    revoked = AgentKey.objects.using(using).filter(pk=key_id, revoked_at__isnull=True).update(revoked_at=timezone.now())
+    _verified.clear()  # not needed for safety (see above): spares this process the failed move
+    return bool(revoked)

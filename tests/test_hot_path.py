@@ -11,6 +11,7 @@ revocation from any connection defeats at once.
 from __future__ import annotations
 
 import threading
+import time
 from datetime import datetime, timedelta
 from datetime import timezone as dt_timezone
 
@@ -437,3 +438,22 @@ def test_the_hot_claim_with_a_trusted_key_asks_nothing_of_the_key_table_first(al
     sql = [q["sql"] for q in queries.captured_queries]
     assert not [s for s in sql if s.lstrip().upper().startswith("SELECT") and table in s], sql
     assert [s for s in sql if table in s], sql  # ... and the move's own statement does check it
+
+
+def test_a_key_is_trusted_from_memory_only_until_its_next_use_is_due_for_recording(alias):
+    """authenticate_deferred answers from memory without a query, but only while the key's
+    recorded use is under a minute old: last_used_at keeps its precision. Here the recorded use
+    is 59.5 s old when the key is looked up, so it is trusted for half a second, not a minute."""
+    row, key = agent_keys.create_key("memo", using=alias)
+    key_hash = agent_keys.hash_token(key)
+    AgentKey.objects.using(alias).filter(pk=row.pk).update(last_used_at=timezone.now() - timedelta(seconds=59.5))
+    agent_keys._verified.clear()
+    with CaptureQueriesContext(connections[alias]) as lookup:
+        first = agent_keys.authenticate_deferred(key, using=alias)
+    with CaptureQueriesContext(connections[alias]) as recalled:
+        second = agent_keys.authenticate_deferred(key, using=alias)
+    assert first == second == ("memo", False, key_hash)
+    assert [q["sql"].split()[0] for q in lookup.captured_queries] == ["SELECT"]  # no use recorded: not due
+    assert recalled.captured_queries == []
+    trusted_since = agent_keys._verified[key_hash][3]
+    assert 59.5 <= time.monotonic() - trusted_since < 61  # dated from the recorded use, not from the lookup

@@ -87,8 +87,8 @@ class Principal:
     agent: bool = True  # an agent key; False for a person's session
     can_read: bool = True
     can_create: bool = True
-    # Set when the agent key was not looked up for this request (AgentKeyAuth(deferred=True)):
-    # the verb must check it in its move (transitions' key_hash).
+    # Set by AgentKeyAuth(deferred=True), whose key may not have been looked up for this
+    # request: the verb must check it in its move (transitions' key_hash).
     key_hash: str | None = None
 
 

@@ -669,13 +669,15 @@ def _hot_claim_next(hot: hot_sql.HotStore, using: str, agent: str, ttl: timedelt
                 return _claim_of(*made)
         row = hot.claim_next(agent, hash_token(token), ttl, queue,
                              request.digest if request is not None else None, seed, key_hash)
-        if row is None:
-            # Nothing was ready, or the key is gone (the statement checks both): say which.
-            _require_live_key(using, key_hash, agent)
-            outcomes.record(using, Verb.CLAIM, outcomes.EMPTY)
-            return None
-        commits.after_commit(using)
-        outcomes.record(using, Verb.CLAIM, outcomes.WON)
+        if row is not None:
+            commits.after_commit(using)
+            outcomes.record(using, Verb.CLAIM, outcomes.WON)
+    if row is None:
+        # Nothing was ready, or the key is gone (the statement checks both): say which, out of
+        # the transaction (nothing was written; on SQLite it holds the writers' lock).
+        _require_live_key(using, key_hash, agent)
+        outcomes.record(using, Verb.CLAIM, outcomes.EMPTY)
+        return None
     return _claim_of(hot.task(row), token)  # the task built out of the transaction: see HotStore
 
 
