@@ -43,23 +43,39 @@ def read(cursor: Cursor) -> list[TaskEvent]:
             return found
 
 
-@pytest.mark.parametrize("alias", [BACKENDS[1]])
-def test_an_event_committed_after_a_later_id_is_still_read(alias):
-    cursor = cursor_at_the_end(alias)
-    inserted, commit = threading.Event(), threading.Event()
+class _RolledBack(Exception):
+    pass
 
-    def slow_writer():
+
+def open_writer(alias, task_id: str, *, rollback: bool = False) -> tuple[threading.Thread, threading.Event]:
+    """A writer whose transaction has created task `task_id` (so holds its event's id) and stays
+    open until the returned event is set, then commits (or rolls back). Returns (thread, finish)
+    once the row is inserted."""
+    inserted, finish = threading.Event(), threading.Event()
+
+    def write():
         try:
             with write_transaction(alias):
-                transitions.create(TaskSpec(id="slow", title="slow"), using=alias)
+                transitions.create(TaskSpec(id=task_id, title=task_id), using=alias)
                 inserted.set()
-                assert commit.wait(timeout=30)
+                assert finish.wait(timeout=30)
+                if rollback:
+                    raise _RolledBack
+        except _RolledBack:
+            pass
         finally:
             connections[alias].close()
 
-    writer = threading.Thread(target=slow_writer)
-    writer.start()
+    thread = threading.Thread(target=write)
+    thread.start()
     assert inserted.wait(timeout=30)
+    return thread, finish
+
+
+@pytest.mark.parametrize("alias", [BACKENDS[1]])
+def test_an_event_committed_after_a_later_id_is_still_read(alias):
+    cursor = cursor_at_the_end(alias)
+    writer, commit = open_writer(alias, "slow")
     transitions.create(TaskSpec(id="fast", title="fast"), using=alias)  # a later id, committed first
     first = [e.task_id for e in read(cursor)]
     assert first == ["fast"] and len(cursor.holes) == 1
@@ -73,26 +89,7 @@ def test_an_event_committed_after_a_later_id_is_still_read(alias):
 @pytest.mark.parametrize("alias", [BACKENDS[1]])
 def test_a_hole_is_kept_while_its_transaction_runs_and_given_up_once_it_rolled_back(alias):
     cursor = cursor_at_the_end(alias)
-    inserted, finish = threading.Event(), threading.Event()
-
-    class RolledBack(Exception):
-        pass
-
-    def doomed_writer():
-        try:
-            with write_transaction(alias):
-                transitions.create(TaskSpec(id="doomed", title="doomed"), using=alias)
-                inserted.set()
-                assert finish.wait(timeout=30)
-                raise RolledBack
-        except RolledBack:
-            pass
-        finally:
-            connections[alias].close()
-
-    writer = threading.Thread(target=doomed_writer)
-    writer.start()
-    assert inserted.wait(timeout=30)
+    writer, finish = open_writer(alias, "doomed", rollback=True)
     transitions.create(TaskSpec(id="later", title="later"), using=alias)
     assert [e.task_id for e in read(cursor)] == ["later"]
     for _ in range(50):  # however many passes go by, a hole of a running transaction stays
@@ -116,28 +113,8 @@ def test_a_cursor_started_while_a_lower_id_is_uncommitted_reads_it_once_it_commi
     is still open: the lower id is a hole from the start, read when it commits, given up once
     its writer rolled back."""
     cursor_at_the_end(alias)  # the table is not empty: the window below the newest id is real
-    inserted, finish = threading.Event(), threading.Event()
-
-    class RolledBack(Exception):
-        pass
-
-    def writer():
-        try:
-            with write_transaction(alias):
-                transitions.create(TaskSpec(id="open", title="open"), using=alias)
-                inserted.set()
-                assert finish.wait(timeout=30)
-                if ending == "rollback":
-                    raise RolledBack
-        except RolledBack:
-            pass
-        finally:
-            connections[alias].close()
-
-    thread = threading.Thread(target=writer)
-    thread.start()
+    thread, finish = open_writer(alias, "open", rollback=ending == "rollback")
     try:
-        assert inserted.wait(timeout=30)
         transitions.create(TaskSpec(id="later", title="later"), using=alias)
         cursor = outbox.starting_cursor(alias)
         assert cursor.last_id == all_event_ids(alias)[-1]
