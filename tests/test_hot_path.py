@@ -27,15 +27,12 @@ from board.engine import errors, hot_sql, selectors, transitions
 from board.engine.lifecycle import Stage
 from board.engine.transitions import TaskSpec
 from board.models import AgentKey, Task, TaskEvent
-from tests.support import postgres_db_mark, sqlite_db_mark
+from tests.support import sql_stores
 
 TTL = 60
 FIELDS = [f.name for f in Task._meta.fields]
 
-BACKENDS = [
-    pytest.param("default", marks=sqlite_db_mark(), id="sqlite"),
-    pytest.param("postgres", marks=postgres_db_mark(), id="postgres"),
-]
+BACKENDS = sql_stores()
 
 
 @pytest.fixture(params=BACKENDS)
@@ -273,7 +270,7 @@ def test_the_migration_fills_stage_changed_at_from_updated_at(alias):
 # The race the ORM path's CAS closes (PostgreSQL: SQLite serialises whole transactions)
 
 
-@pytest.mark.parametrize("alias", [pytest.param("postgres", marks=postgres_db_mark(), id="postgres")])
+@pytest.mark.parametrize("alias", [BACKENDS[1]])
 def test_orm_complete_cannot_miss_a_dependent_created_between_its_read_and_its_cas(alias, settings):
     """The ORM path reads the task, then writes it. A dependent created (and committed) in
     between has set has_dependents after the read; the CAS pins the flag, so it fails, the verb
