@@ -84,10 +84,14 @@ _LOOKUP = (f"SELECT {', '.join(AgentKey._meta.get_field(f).column for f in _LOOK
 _LAST_USED = AgentKey._meta.get_field("last_used_at").get_col(_TABLE)
 
 
+def _well_formed(key: str) -> bool:
+    return bool(key) and key.startswith(KEY_PREFIX) and len(key) <= 200
+
+
 def authenticate(key: str, *, using: str = "default") -> AgentKey | None:
     """The live key row for `key`, or None (unknown or revoked). Records the use (at most once
     a minute). The row has id, name, is_operator and last_used_at loaded; the rest is deferred."""
-    if not key or not key.startswith(KEY_PREFIX) or len(key) > 200:
+    if not _well_formed(key):
         return None
     connection = connections[using]
     key_hash = hash_token(key)
@@ -124,11 +128,17 @@ class DeferredKey(NamedTuple):
     key_hash: str
 
 
-# Keys verified by this process: key hash -> (alias, name, is_operator, when its use was last
-# recorded, by time.monotonic).
-# Bounded: when full it is emptied (each key is then looked up once more), so its size never
-# depends on how many keys agents send. A lookup that finds no live key stores nothing.
-_verified: dict[str, tuple[str, str, bool, float]] = {}
+class _Verified(NamedTuple):
+    using: str
+    name: str
+    is_operator: bool
+    use_recorded: float  # when its use was last recorded, by time.monotonic()
+
+
+# Keys verified by this process, by key hash. Bounded: when full it is emptied (each key is
+# then looked up once more), so its size never depends on how many keys agents send. A lookup
+# that finds no live key stores nothing.
+_verified: dict[str, _Verified] = {}
 VERIFIED_MAX = 10_000
 # How long a verified key is taken on trust by the hot verbs: as long as its use may go
 # unrecorded, so last_used_at keeps its precision.
@@ -139,12 +149,12 @@ def authenticate_deferred(key: str, *, using: str = "default") -> DeferredKey | 
     """For the hot verbs only: the key as this process verified it, without a query, while its
     recorded use is under VERIFIED_SECONDS old; otherwise `authenticate` (one query). None:
     unknown or revoked (when looked up). The verb must check the returned key_hash."""
-    if not key or not key.startswith(KEY_PREFIX) or len(key) > 200:
+    if not _well_formed(key):
         return None
     key_hash = hash_token(key)
     known = _verified.get(key_hash)
-    if known is not None and known[0] == using and time.monotonic() - known[3] < VERIFIED_SECONDS:
-        return DeferredKey(known[1], known[2], key_hash)
+    if known is not None and known.using == using and time.monotonic() - known.use_recorded < VERIFIED_SECONDS:
+        return DeferredKey(known.name, known.is_operator, key_hash)
     row = authenticate(key, using=using)
     return DeferredKey(row.name, row.is_operator, key_hash) if row is not None else None
 
@@ -155,7 +165,7 @@ def _remember(key_hash: str, using: str, row: AgentKey, now) -> None:
     if len(_verified) >= VERIFIED_MAX:
         _verified.clear()
     recorded_ago = max(0.0, (now - row.last_used_at).total_seconds())
-    _verified[key_hash] = (using, row.name, row.is_operator, time.monotonic() - recorded_ago)
+    _verified[key_hash] = _Verified(using, row.name, row.is_operator, time.monotonic() - recorded_ago)
 
 
 def revoke(key_id: int, *, using: str = "default") -> bool:

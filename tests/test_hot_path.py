@@ -452,5 +452,5 @@ def test_a_key_is_trusted_from_memory_only_until_its_next_use_is_due_for_recordi
     assert first == second == ("memo", False, key_hash)
     assert [q["sql"].split()[0] for q in lookup.captured_queries] == ["SELECT"]  # no use recorded: not due
     assert recalled.captured_queries == []
-    trusted_since = agent_keys._verified[key_hash][3]
+    trusted_since = agent_keys._verified[key_hash].use_recorded
     assert 59.5 <= time.monotonic() - trusted_since < 61  # dated from the recorded use, not from the lookup
