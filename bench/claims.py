@@ -54,7 +54,10 @@ Databases
 ---------
 - SQLite: a fresh file in a temporary directory, configured like the project's default
   (``taskflow_site.settings.database_from_url("sqlite:///...")``: WAL, synchronous=NORMAL,
-  BEGIN IMMEDIATE, busy timeout). The raw loop sets the same PRAGMAs on its connections.
+  BEGIN IMMEDIATE, busy timeout, no automatic WAL checkpoint). The raw loop sets the same
+  PRAGMAs on its connections and tells the project's checkpointer of its commits
+  (board.engine.checkpoints), so that its WAL is checkpointed as ours is: from a thread of its
+  own, after the same number of transactions.
 - PostgreSQL: the database ``taskflow_bench`` on 127.0.0.1:5432 (user postgres), created when
   missing and migrated; its board tables are emptied, never dropped. When the server does not
   answer, the PostgreSQL rows are skipped with a line saying so. ``--pg-url`` names another
@@ -326,16 +329,20 @@ class Dialect:
     skip_locked: str  # suffix of the claim-next SELECT
     when: Callable[[datetime], Any]
     as_json: Callable[[Any], Any]
+    committed: Callable[[], None] = lambda: None  # told after every commit
 
     def sql(self, text: str) -> str:
         return text.replace("?", self.placeholder)
 
 
 # The project's init_command (taskflow_site.settings.sqlite_options), plus its busy timeout.
-SQLITE_PRAGMAS = ("journal_mode=WAL", "synchronous=NORMAL", "foreign_keys=ON", "busy_timeout=30000")
+SQLITE_PRAGMAS = ("journal_mode=WAL", "synchronous=NORMAL", "foreign_keys=ON", "wal_autocheckpoint=0",
+                  "busy_timeout=30000")
 
 
 def sqlite_dialect(path: Path) -> Dialect:
+    from board.engine.checkpoints import checkpointer
+
     def connect() -> sqlite3.Connection:
         # isolation_level=None: the driver opens no transaction of its own; we BEGIN IMMEDIATE.
         conn = sqlite3.connect(path, isolation_level=None, timeout=30)
@@ -346,8 +353,11 @@ def sqlite_dialect(path: Path) -> Dialect:
     def when(moment: datetime) -> str:  # how Django stores an aware datetime on SQLite: naive UTC
         return moment.astimezone(UTC).replace(tzinfo=None).isoformat(" ")
 
+    def committed() -> None:  # the WAL is checkpointed as the project's is: see the module
+        checkpointer().committed(str(path))
+
     return Dialect(connect=connect, placeholder="?", begin="BEGIN IMMEDIATE", skip_locked="",
-                   when=when, as_json=json.dumps)
+                   when=when, as_json=json.dumps, committed=committed)
 
 
 def postgres_dialect(url: str) -> Dialect:
@@ -470,6 +480,7 @@ class RawDriver:
             cursor.execute(self.event_sql, [task_id, "claim", "QUEUED", "RUNNING", lease.version,
                                             lease.fence, agent, at])
             conn.commit()
+            self.d.committed()
             return lease
 
     def _complete(self, conn: Any, agent: str, lease: RawLease) -> None:
@@ -484,6 +495,7 @@ class RawDriver:
         cursor.execute(self.event_sql, [lease.task_id, "complete", "RUNNING", "COMPLETED",
                                         lease.version + 1, lease.fence, agent, at])
         conn.commit()
+        self.d.committed()
 
 
 class MongoRawDriver:

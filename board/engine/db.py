@@ -17,6 +17,8 @@ which stays correct. On PostgreSQL this is plain `transaction.atomic`.
 Every write transaction on SQLite is the only writer while it runs, so how long writers wait
 for the lock and how long each holds it (commit included) decide how far one SQLite file
 scales: `observe_sqlite_writes` hands both times to an observer (the metrics, board/apps.py).
+That is also why no WAL checkpoint runs inside a commit: after each SQLite write transaction,
+board.engine.checkpoints counts it, and a thread of the process checkpoints out of the locks.
 
 On MongoDB (a replica set) a transaction is a session's multi-document transaction
 (django-mongodb-backend's; Django's own `transaction.atomic` does nothing there), reading one
@@ -61,6 +63,8 @@ from typing import TypeVar
 
 from django.db import DatabaseError, connections, transaction
 from django.db.models import QuerySet
+
+from board.engine import checkpoints
 
 log = logging.getLogger("board.engine.db")
 
@@ -178,7 +182,7 @@ def observe_sqlite_writes(observer: Callable[[float, float], None]) -> None:
     if observer not in _sqlite_write_observers:
         _sqlite_write_observers.append(observer)
 
-_lock_files: dict[tuple[int, str], int | None] = {}
+_sqlite_files: dict[tuple[int, str], tuple[str | None, int | None]] = {}
 _registry_lock = threading.Lock()
 
 
@@ -187,23 +191,25 @@ def _writer_lock(using: str) -> threading.RLock:
         return _sqlite_writers[using]
 
 
-def _lock_file(using: str) -> int | None:
-    """This process's descriptor of the database's writers' lock file (None: an in-memory or
-    unwritable database, where only the process lock and SQLite's own apply). Opened once per
-    process (a forked child opens its own: a shared descriptor would share the lock); the
-    process lock serialises its use among threads."""
+def _sqlite_file(using: str) -> tuple[str | None, int | None]:
+    """This process's (database file, descriptor of its writers' lock file), or None for
+    either: an in-memory database has no file (only the process lock and SQLite's own apply),
+    an unwritable folder no lock file. Opened once per process (a forked child opens its own:
+    a shared descriptor would share the lock); the process lock serialises its use among
+    threads."""
     key = (os.getpid(), using)
     with _registry_lock:
-        if key not in _lock_files:
+        if key not in _sqlite_files:
             name = str(connections[using].settings_dict["NAME"])
-            fd = None
+            path = fd = None
             if name and ":memory:" not in name and not name.startswith("file:"):
+                path = name
                 try:
                     fd = os.open(f"{name}-writers", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
                 except OSError:
                     fd = None
-            _lock_files[key] = fd
-        return _lock_files[key]
+            _sqlite_files[key] = (path, fd)
+        return _sqlite_files[key]
 
 
 _READ_ONLY_FLAG = "board_read_transaction"
@@ -271,22 +277,91 @@ def write_transaction(using: str) -> Iterator[None]:
         with transaction.atomic(using=using):
             yield
         return
+    with _sqlite_writers_lock(using, transaction.atomic(using=using)):
+        yield
+
+
+@contextmanager
+def statement_transaction(using: str) -> Iterator[None]:
+    """A write transaction for hand-written statements only (board.engine.hot_sql): on SQLite,
+    the writers' locks of write_transaction, with BEGIN IMMEDIATE and COMMIT sent on the
+    driver's connection instead of through Django's `transaction.atomic`, whose bookkeeping
+    (autocommit switched off and on again, savepoint ids, on-commit hooks) cost about as much
+    as the claim's own statement. Django's connection stays in autocommit all along, so nothing
+    inside may use Django's transaction API (`atomic`, `on_commit`: the hot verbs tell their
+    commit after the block) or expect Django to know a transaction is open. Inside a caller's
+    transaction, and on the other stores, it is write_transaction."""
+    connection = connections[using]
+    if connection.vendor != "sqlite" or connection.in_atomic_block:
+        with write_transaction(using):
+            yield
+        return
+    connection.ensure_connection()
+    if not connection.autocommit:  # someone turned autocommit off: Django's way, then
+        with write_transaction(using):
+            yield
+        return
+    with _sqlite_writers_lock(using, _driver_transaction(connection)):
+        yield
+
+
+@contextmanager
+def _driver_transaction(connection) -> Iterator[None]:
+    """BEGIN IMMEDIATE ... COMMIT on the driver's connection, errors translated as Django's
+    are; rolled back when the block (or the commit) raises. When queries are being logged
+    (DEBUG, CaptureQueriesContext) or an execute_wrapper is installed, Django's cursor sends
+    both, so that they see them."""
+    if connection.queries_logged or connection.execute_wrappers:
+        def execute(statement: str) -> None:
+            with connection.cursor() as cursor:
+                cursor.execute(statement)
+    else:
+        execute = connection.connection.execute
+    with connection.wrap_database_errors:
+        execute("BEGIN IMMEDIATE")
+    try:
+        yield
+        with connection.wrap_database_errors:
+            execute("COMMIT")
+    except BaseException:
+        _roll_back_driver(connection)
+        raise
+
+
+def _roll_back_driver(connection) -> None:
+    """Roll back what _driver_transaction opened. A connection that cannot even roll back is
+    closed, as Django's atomic does: the next use opens a fresh one."""
+    try:
+        if connection.connection.in_transaction:
+            connection.connection.execute("ROLLBACK")
+    except Exception:  # noqa: BLE001  (the block's own error is the one raised)
+        log.exception("rolling back a hot write failed; closing the connection")
+        connection.close()
+
+
+@contextmanager
+def _sqlite_writers_lock(using: str, inner) -> Iterator[None]:
+    """Run the transaction context `inner` holding SQLite's writers' locks (see the module):
+    this process's, then the database's flock. Tells the observers how long it waited and
+    held them, and the checkpointer of its commit."""
     # A write opened by an on-commit hook of this one (admitting a completed task's dependents)
     # runs while the locks are still held: it is part of this hold, not a write of its own.
     timed = not getattr(_timing, "active", False)
     asked = time.perf_counter()
     taken = released = 0.0
+    path, fd = _sqlite_file(using)
+    committed = False
     try:
         _timing.active = True
         with _writer_lock(using):
-            fd = _lock_file(using)
             if fd is not None:
                 fcntl.flock(fd, fcntl.LOCK_EX)
             try:
-                with transaction.atomic(using=using):
+                with inner:
                     # After BEGIN IMMEDIATE: a writer that bypassed the locks (a migration) is waited for.
                     taken = time.perf_counter()
                     yield
+                committed = True
             finally:
                 if fd is not None:
                     fcntl.flock(fd, fcntl.LOCK_UN)
@@ -296,6 +371,10 @@ def write_transaction(using: str) -> Iterator[None]:
             _timing.active = False
             if taken and released:
                 _tell_sqlite_write(taken - asked, released - taken)
+    if committed and path is not None:
+        # Its pages are copied back into the database by another thread (board.engine.checkpoints),
+        # out of the writers' locks.
+        checkpoints.checkpointer().committed(path)
 
 
 def _tell_sqlite_write(waited: float, held: float) -> None:

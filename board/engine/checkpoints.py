@@ -1,0 +1,124 @@
+"""SQLite's WAL checkpoints, run beside the writers instead of inside one of their commits.
+
+In WAL mode a commit appends the pages it changed to the `-wal` file; a *checkpoint* copies them
+back into the database file and syncs both (with synchronous=NORMAL, the only syncs there are).
+By default SQLite runs one inside the commit that takes the WAL past 1,000 pages. Measured with
+bench/claims.py on SQLite (8 threads of claim + complete), about 1 commit in 100 was such a
+commit: its median was 0.12 ms, the 99th percentile 13.9 ms, and the slowest 1% were 43% of all
+the time spent committing. All of it ran under the writers' locks (board.engine.db), so every
+other writer, of every process, waited for the sync.
+
+So the project's connections turn automatic checkpoints off (`PRAGMA wal_autocheckpoint=0` in
+taskflow_site.settings.sqlite_options), and each process runs them from a thread of its own,
+on a connection of its own: a PASSIVE checkpoint, which takes none of the writers' locks, so
+writers go on while it syncs. It runs after CHECKPOINT_EVERY write transactions of this
+process, or CHECKPOINT_AFTER seconds after the first one it has not checkpointed yet, whichever
+comes first. A claim writes about 15 pages, so 100 transactions are about SQLite's own 1,000
+pages; the time limit bounds how long a quiet board's last commits wait in the WAL (with
+synchronous=NORMAL a power cut, not a crash of the process, may lose commits not yet
+checkpointed: SQLite's documented trade-off, which the time limit keeps short).
+
+Writes that bypass board.engine.db (Django's sessions, the admin's log, a migration) are not
+counted: the next checkpoint takes their pages too, and SQLite checkpoints when the last
+connection to a database closes.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import sqlite3
+import threading
+import time
+from urllib.parse import quote
+
+log = logging.getLogger("board.engine.checkpoints")
+
+CHECKPOINT_EVERY = 100  # write transactions of this process
+CHECKPOINT_AFTER = 5.0  # seconds after the first transaction not yet checkpointed
+
+
+class Checkpointer:
+    """One per process: the databases with commits not yet checkpointed, and the thread that
+    checkpoints them."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self._changed = threading.Condition()
+        self._pending: dict[str, int] = {}  # database file -> its transactions not yet checkpointed
+        self._since: dict[str, float] = {}  # database file -> when the first of them committed
+        self._due: set[str] = set()
+        self.checkpoints = 0  # checkpoints run (or tried) so far; tests wait on it
+        self.last: dict[str, tuple[int, int, int] | None] = {}  # database file -> its last checkpoint's result
+        self._thread = threading.Thread(target=self._run, name="sqlite-checkpoints", daemon=True)
+        self._thread.start()
+
+    def committed(self, path: str) -> None:
+        """A write transaction on the database file `path` has committed."""
+        with self._changed:
+            count = self._pending.get(path, 0) + 1
+            self._pending[path] = count
+            if count == 1:
+                self._since[path] = time.monotonic()
+                self._changed.notify()  # the thread now has a deadline to wait for
+            if count >= CHECKPOINT_EVERY and path not in self._due:
+                self._due.add(path)
+                self._changed.notify()
+
+    def wait_for(self, checkpoints: int, timeout: float) -> bool:
+        """Until at least `checkpoints` have run in all (tests); False after `timeout` seconds."""
+        with self._changed:
+            return self._changed.wait_for(lambda: self.checkpoints >= checkpoints, timeout)
+
+    def _run(self) -> None:
+        while True:
+            with self._changed:
+                while True:
+                    now = time.monotonic()
+                    self._due.update(path for path, since in self._since.items() if now - since >= CHECKPOINT_AFTER)
+                    if self._due:
+                        break
+                    deadline = min(self._since.values(), default=None)
+                    self._changed.wait(None if deadline is None else deadline + CHECKPOINT_AFTER - now)
+                due, self._due = self._due, set()
+                for path in due:
+                    self._pending.pop(path, None)
+                    self._since.pop(path, None)
+            results = {path: checkpoint(path) for path in due}
+            with self._changed:
+                self.last.update(results)
+                self.checkpoints += len(due)
+                self._changed.notify_all()
+
+
+def checkpoint(path: str) -> tuple[int, int, int] | None:
+    """A PASSIVE checkpoint of the database file `path`: (busy, frames in the WAL, frames
+    copied back), as `PRAGMA wal_checkpoint` says; None when it could not run. A database
+    that is gone (a test's, deleted) is not created again (mode=rw)."""
+    if not os.path.exists(path):
+        return None
+    try:
+        connection = sqlite3.connect(f"file:{quote(path)}?mode=rw", uri=True, timeout=5, isolation_level=None)
+        try:
+            return connection.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        finally:
+            connection.close()
+    except sqlite3.Error as exc:
+        log.warning("WAL checkpoint of %s failed: %s", path, exc)
+        return None
+
+
+_checkpointer: Checkpointer | None = None
+_checkpointer_lock = threading.Lock()
+
+
+def checkpointer() -> Checkpointer:
+    """This process's checkpointer, started on first use (a forked child starts its own: the
+    parent's thread did not come with it)."""
+    global _checkpointer
+    current = _checkpointer
+    if current is not None and current.pid == os.getpid():
+        return current
+    with _checkpointer_lock:
+        if _checkpointer is None or _checkpointer.pid != os.getpid():
+            _checkpointer = Checkpointer()
+        return _checkpointer

@@ -1,0 +1,105 @@
+"""SQLite's WAL checkpoints run beside the writers, never inside a commit
+(board.engine.checkpoints): a commit leaves the database file alone, and the process's
+checkpointer copies the WAL back after CHECKPOINT_EVERY transactions or CHECKPOINT_AFTER seconds."""
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from django.db import connections
+
+from board.engine import checkpoints, transitions
+from board.engine.db import write_transaction
+from board.engine.transitions import TaskSpec
+from tests.support import sqlite_db_mark
+
+pytestmark = sqlite_db_mark()
+WAIT = 30
+
+
+def database_file() -> str:
+    return str(connections["default"].settings_dict["NAME"])
+
+
+def contents(path: str) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def create(count: int, prefix: str) -> None:
+    """`count` write transactions (one task each)."""
+    for n in range(count):
+        transitions.create([TaskSpec(id=f"{prefix}-{n}", title="t")])
+
+
+def fresh_checkpointer(monkeypatch, every: int = 10**9, after: float = 3600.0) -> checkpoints.Checkpointer:
+    """A checkpointer of this test's own, with these limits (the defaults: never), as the
+    process's; the database's WAL checkpointed first (what earlier tests left in it)."""
+    monkeypatch.setattr(checkpoints, "CHECKPOINT_EVERY", every)
+    monkeypatch.setattr(checkpoints, "CHECKPOINT_AFTER", after)
+    runner = checkpoints.Checkpointer()
+    monkeypatch.setattr(checkpoints, "_checkpointer", runner)
+    checkpoints.checkpoint(database_file())
+    return runner
+
+
+def test_the_projects_sqlite_connections_run_no_automatic_checkpoint():
+    with connections["default"].cursor() as cursor:
+        cursor.execute("PRAGMA wal_autocheckpoint")
+        assert cursor.fetchone()[0] == 0
+
+
+def test_commits_past_sqlites_own_threshold_leave_the_database_file_untouched(monkeypatch):
+    fresh_checkpointer(monkeypatch)
+    path = database_file()
+    before = contents(path)
+    # Each transaction changes several pages (the task, its indexes, its history row): 400 of
+    # them pass SQLite's default threshold of 1,000 pages, where a commit would checkpoint.
+    create(400, "quiet")
+    assert contents(path) == before, "a commit copied the WAL back into the database file"
+    busy, in_wal, copied = checkpoints.checkpoint(path)
+    assert (busy, copied) == (0, in_wal) and in_wal > 1000
+    assert contents(path) != before
+
+
+def test_the_checkpointer_copies_the_wal_back_after_a_number_of_transactions(monkeypatch):
+    runner = fresh_checkpointer(monkeypatch, every=5)
+    path = database_file()
+    before = contents(path)
+    create(4, "counted")
+    assert runner.checkpoints == 0 and runner._pending == {path: 4}
+    create(1, "fifth")
+    assert runner.wait_for(1, WAIT), "no checkpoint after CHECKPOINT_EVERY transactions"
+    busy, in_wal, copied = runner.last[path]
+    assert busy == 0 and copied == in_wal > 0
+    assert contents(path) != before
+
+
+def test_the_checkpointer_copies_a_quiet_boards_last_commit_back_after_a_while(monkeypatch):
+    runner = fresh_checkpointer(monkeypatch, after=0.05)
+    path = database_file()
+    before = contents(path)
+    create(1, "lone")
+    assert runner.wait_for(1, WAIT), "the lone commit was never checkpointed"
+    busy, in_wal, copied = runner.last[path]
+    assert busy == 0 and copied == in_wal > 0
+    assert contents(path) != before
+
+
+def test_a_rolled_back_transaction_is_not_counted(monkeypatch):
+    runner = fresh_checkpointer(monkeypatch)
+    path = database_file()
+    create(1, "seen")
+
+    try:
+        with write_transaction("default"):
+            transitions.create([TaskSpec(id="undone", title="t")])
+            raise LookupError("roll back")
+    except LookupError:
+        pass
+    assert runner._pending == {path: 1}
+
+
+def test_a_database_that_is_gone_is_not_made_again(tmp_path):
+    gone = tmp_path / "gone.sqlite3"
+    assert checkpoints.checkpoint(str(gone)) is None
+    assert not gone.exists()
