@@ -10,8 +10,9 @@ the Task the caller gets. The TaskEvent goes in with it, in the same transaction
 - PostgreSQL: one statement. The UPDATE and the history INSERT are one data-modifying WITH,
   so one round trip is the whole move, and outside a caller's transaction (autocommit) it
   commits by itself: no BEGIN, no COMMIT.
-- SQLite (>= 3.35 for RETURNING): two statements inside `board.engine.db.write_transaction` (this
-  process's writer lock, then BEGIN IMMEDIATE), so the pair is serialised with every writer.
+- SQLite (>= 3.35 for RETURNING): two statements inside `board.engine.db.statement_transaction`
+  (write_transaction's writers' locks, then BEGIN IMMEDIATE sent on the driver's connection),
+  so the pair is serialised with every writer.
 
 Nothing is re-read on success. When the statement matches no row, `board.engine.transitions` reloads
 the row and raises the same precise error as its ORM path (or tries again when the move has
@@ -58,7 +59,7 @@ from django.core.signals import setting_changed
 from django.db import connections
 from django.utils import timezone
 
-from board.engine.db import write_transaction
+from board.engine.db import statement_transaction
 from board.models import AgentKey, Task, TaskEvent
 
 TASK = Task._meta.db_table
@@ -88,7 +89,7 @@ MODES = ("auto", "orm")
 
 # =============================================================================================
 # SQLite. Parameters are positional (%s, as Django's cursor takes them). Every statement runs
-# inside write_transaction: BEGIN IMMEDIATE holds the database's only write lock, so the WHERE
+# inside statement_transaction: BEGIN IMMEDIATE holds the database's only write lock, so the WHERE
 # of each UPDATE and the row it changes are the same row state.
 
 # claim_next: QUEUED -> RUNNING. The inner SELECT picks the best ready task (QUEUED, past any
@@ -350,7 +351,7 @@ class SQLiteStore(HotStore):
         return self._adapt_dt(value)
 
     def transaction(self):
-        return write_transaction(self.using)
+        return statement_transaction(self.using)
 
     @staticmethod
     def _executor(connection):
@@ -360,7 +361,7 @@ class SQLiteStore(HotStore):
         layers), so the driver's cursor runs them, inside Django's error translation and
         after its broken-transaction check. When queries are being logged (DEBUG,
         CaptureQueriesContext) or an execute_wrapper is installed, Django's cursor runs them,
-        so that both still see every statement. Always inside write_transaction: the
+        so that both still see every statement. Always inside statement_transaction: the
         connection is open and this thread's own."""
         if connection.queries_logged or connection.execute_wrappers:
             cursor = connection.cursor()

@@ -669,15 +669,13 @@ def _hot_claim_next(hot: hot_sql.HotStore, using: str, agent: str, ttl: timedelt
                 return _claim_of(*made)
         row = hot.claim_next(agent, hash_token(token), ttl, queue,
                              request.digest if request is not None else None, seed, key_hash)
-        if row is not None:
-            commits.after_commit(using)
-            outcomes.record(using, Verb.CLAIM, outcomes.WON)
     if row is None:
         # Nothing was ready, or the key is gone (the statement checks both): say which, out of
         # the transaction (nothing was written; on SQLite it holds the writers' lock).
         _require_live_key(using, key_hash, agent)
         outcomes.record(using, Verb.CLAIM, outcomes.EMPTY)
         return None
+    _tell_hot_move(using, Verb.CLAIM)
     return _claim_of(hot.task(row), token)  # the task built out of the transaction: see HotStore
 
 
@@ -731,6 +729,15 @@ def _holder_move(using: str, task_id: str, token: str, build, *, live_only: bool
     raise errors.VersionConflict(f"task {task_id} kept changing; try again")
 
 
+def _tell_hot_move(using: str, verb: Verb) -> None:
+    """A hot verb's move has been made: tell the board (board.engine.commits) and the counters
+    (outcomes). After its transaction, which Django does not see on SQLite
+    (db.statement_transaction): outside a caller's transaction both run now, after the move's
+    commit; inside one, at the caller's commit."""
+    commits.after_commit(using)
+    outcomes.record(using, verb, outcomes.WON)
+
+
 def _require_live_key(using: str, key_hash: str | None, agent: str | None) -> None:
     """KeyRevoked unless a live agent key with this hash, named `agent`, exists (no check when
     `key_hash` is None: the caller checked the key itself).
@@ -776,10 +783,8 @@ def _hot_holder_move(hot: hot_sql.HotStore, using: str, task_id: str, token_hash
     for _ in range(RACE_RETRIES):
         with hot.transaction():
             row = move()
-            if row is not None:
-                commits.after_commit(using)
-                outcomes.record(using, verb, outcomes.WON)
         if row is not None:
+            _tell_hot_move(using, verb)
             return hot.task(row)  # out of the transaction: see HotStore
         _require_live_key(using, key_hash, agent)  # the statement checks it too: say which refused
         _refuse_holder(_get(using, task_id), token_hash, clock.now(using), live_only=live_only, agent=agent)
