@@ -165,8 +165,9 @@ def database_from_url(url: str) -> dict:
         config["OPTIONS"] = {**postgres_options(), **config.get("OPTIONS", {})}
         # A pooled connection the server dropped (restart, pg_terminate_backend, idle timeout)
         # is noticed when it is handed out and replaced, instead of failing the next requests
-        # (with a pool this is psycopg_pool's check; it costs one empty round trip). The server
-        # then checks all the idle ones at once (taskflow_site/serving.py).
+        # (with a pool this is psycopg_pool's check, which the board makes cheaper:
+        # taskflow_site/pool_check.py). The server then checks all the idle ones at once
+        # (taskflow_site/serving.py).
         config["CONN_HEALTH_CHECKS"] = True
     return config
 
