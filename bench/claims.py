@@ -55,9 +55,14 @@ Databases
 - SQLite: a fresh file in a temporary directory, configured like the project's default
   (``taskflow_site.settings.database_from_url("sqlite:///...")``: WAL, synchronous=NORMAL,
   BEGIN IMMEDIATE, busy timeout, no automatic WAL checkpoint). The raw loop sets the same
-  PRAGMAs on its connections and tells the project's checkpointer of its commits
-  (board.engine.checkpoints), so that its WAL is checkpointed as ours is: from a thread of its
-  own, after the same number of transactions.
+  PRAGMAs on its connections but one: by default its WAL is checkpointed as a plain program's
+  is, by SQLite, inside the commit that takes it past 1,000 pages (a sync every ~70 commits,
+  under the write lock), while ours is checkpointed by the project's thread, out of the
+  writers' locks (board.engine.checkpoints). ``--raw-wal offloaded`` gives raw the project's
+  checkpointer thread instead; raw's writers take none of the project's locks, so its step that
+  holds them (starting a long WAL over) never holds raw up: raw then pays no checkpoint cost in
+  its own threads at all, and its WAL grows through the run. The two raw figures bracket a
+  fair baseline.
 - PostgreSQL: the database ``taskflow_bench`` on 127.0.0.1:5432 (user postgres), created when
   missing and migrated; its board tables are emptied, never dropped. When the server does not
   answer, the PostgreSQL rows are skipped with a line saying so. ``--pg-url`` names another
@@ -335,29 +340,35 @@ class Dialect:
         return text.replace("?", self.placeholder)
 
 
-# The project's init_command (taskflow_site.settings.sqlite_options), plus its busy timeout.
-SQLITE_PRAGMAS = ("journal_mode=WAL", "synchronous=NORMAL", "foreign_keys=ON", "wal_autocheckpoint=0",
-                  "busy_timeout=30000")
+# The project's init_command (taskflow_site.settings.sqlite_options), plus its busy timeout,
+# but for its automatic checkpoint (see --raw-wal).
+SQLITE_PRAGMAS = ("journal_mode=WAL", "synchronous=NORMAL", "foreign_keys=ON", "busy_timeout=30000")
+RAW_WAL = ("sqlite", "offloaded")
 
 
-def sqlite_dialect(path: Path) -> Dialect:
+def sqlite_dialect(path: Path, wal: str = "sqlite") -> Dialect:
+    """`wal`: who checkpoints raw's WAL (--raw-wal): "sqlite", SQLite's default (the commit that
+    takes the WAL past 1,000 pages); "offloaded", the project's checkpointer thread alone."""
     from board.engine.checkpoints import checkpointer
+
+    pragmas = SQLITE_PRAGMAS + (("wal_autocheckpoint=0",) if wal == "offloaded" else ())
 
     def connect() -> sqlite3.Connection:
         # isolation_level=None: the driver opens no transaction of its own; we BEGIN IMMEDIATE.
         conn = sqlite3.connect(path, isolation_level=None, timeout=30)
-        for pragma in SQLITE_PRAGMAS:
+        for pragma in pragmas:
             conn.execute(f"PRAGMA {pragma}")
         return conn
 
     def when(moment: datetime) -> str:  # how Django stores an aware datetime on SQLite: naive UTC
         return moment.astimezone(UTC).replace(tzinfo=None).isoformat(" ")
 
-    def committed() -> None:  # the WAL is checkpointed as the project's is: see the module
-        checkpointer().committed(str(path))
+    def offloaded() -> None:
+        checkpointer().committed(str(path), contextlib.nullcontext)
 
     return Dialect(connect=connect, placeholder="?", begin="BEGIN IMMEDIATE", skip_locked="",
-                   when=when, as_json=json.dumps, committed=committed)
+                   when=when, as_json=json.dumps,
+                   committed=offloaded if wal == "offloaded" else (lambda: None))
 
 
 def postgres_dialect(url: str) -> Dialect:
@@ -1085,6 +1096,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="folder in which to make the SQLite temp dir (default: the system's "
                              "temp folder; /dev/shm takes the disk out of the SQLite figures)")
     parser.add_argument("--pg-url", default=DEFAULT_PG_URL, help=f"default {DEFAULT_PG_URL}")
+    parser.add_argument("--raw-wal", choices=RAW_WAL, default="sqlite",
+                        help="who checkpoints the raw loop's SQLite WAL: sqlite (its default, in the "
+                             "commit) or offloaded (the project's checkpointer thread; see Databases)")
     parser.add_argument("--mongo-url", default=None,
                         help="a MongoDB replica set (mongodb://host:port/?replicaSet=...); default: "
                              "TEST_MONGO_URL, else a SecantusDB server started for the run")
@@ -1138,7 +1152,7 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 print(f"NOT RUN: the PostgreSQL rows ({args.pg_url} unreachable: {why})")
         configure_django(sqlite_path, pg_url, max(args.threads))
-        dialects = {"sqlite": sqlite_dialect(sqlite_path)}
+        dialects = {"sqlite": sqlite_dialect(sqlite_path, args.raw_wal)}
         if pg_url:
             dialects["postgres"] = postgres_dialect(pg_url)
         backends = [b for b in args.backends if b in dialects]
@@ -1168,6 +1182,10 @@ def main(argv: list[str] | None = None) -> int:
             ran_on.append("mongodb: the ORM path (django-mongodb-backend; no hot path there)")
         if ran_on:
             print("ours ran on: " + ", ".join(ran_on))
+        if "sqlite" in backends:
+            print("SQLite's WAL: ours checkpointed by the project's thread (board.engine.checkpoints); raw's "
+                  + ("by SQLite inside its commits (--raw-wal sqlite)" if args.raw_wal == "sqlite"
+                     else "by the project's thread, never started over (--raw-wal offloaded)"))
         if mongo is not None and mongo.rows:
             print(f"mongodb rows ran on: {mongo.server} (a child process; {mongo.seconds:.1f} s in all, "
                   f"migration and seeding included)")

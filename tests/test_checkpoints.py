@@ -4,6 +4,7 @@ checkpointer copies the WAL back after CHECKPOINT_EVERY transactions or CHECKPOI
 from __future__ import annotations
 
 import hashlib
+import threading
 from pathlib import Path
 
 from django.db import connections
@@ -83,6 +84,69 @@ def test_the_checkpointer_copies_a_quiet_boards_last_commit_back_after_a_while(m
     busy, in_wal, copied = runner.last[path]
     assert busy == 0 and copied == in_wal > 0
     assert contents(path) != before
+
+
+def copy_with_a_writer_meanwhile(monkeypatch) -> list:
+    """Make the checkpointer's first copy meet a writer, as the board's writers go on while it
+    copies: another thread's write transaction has begun before the copy, and commits right
+    after it. Returns the copies' results."""
+    real = checkpoints.checkpoint
+    inside, go = threading.Event(), threading.Event()
+    copies: list = []
+
+    def write():
+        try:
+            with write_transaction("default"):
+                create(1, "meanwhile")
+                inside.set()
+                assert go.wait(WAIT)
+        finally:
+            connections.close_all()
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    assert inside.wait(WAIT)
+
+    def copy(path):
+        result = real(path)
+        if not copies:
+            go.set()
+            writer.join(WAIT)
+        copies.append(result)
+        return result
+
+    monkeypatch.setattr(checkpoints, "checkpoint", copy)
+    return copies
+
+
+def test_a_wal_past_the_limit_is_started_over_though_a_writer_appended_during_the_copy(monkeypatch):
+    runner = fresh_checkpointer(monkeypatch)
+    monkeypatch.setattr(checkpoints, "RESTART_AT_FRAMES", 1)
+    path = database_file()
+    create(20, "before")
+    copies = copy_with_a_writer_meanwhile(monkeypatch)
+    runner._checkpoint(path)
+    monkeypatch.undo()
+    # The second copy, holding the writers' locks, took the page the writer appended.
+    assert len(copies) == 2 and copies[1][1] == copies[1][2] > copies[0][1]
+    create(1, "after")
+    busy, in_wal, copied = checkpoints.checkpoint(path)
+    assert in_wal < copies[0][1]  # started over: the WAL holds only the last transaction's pages
+
+
+def test_below_the_limit_the_wal_goes_on_growing(monkeypatch):
+    """The other side of the limit: without the locked copy, the page appended during the copy
+    keeps the WAL from starting over."""
+    runner = fresh_checkpointer(monkeypatch)
+    path = database_file()
+    create(20, "before")
+    copies = copy_with_a_writer_meanwhile(monkeypatch)
+    runner._checkpoint(path)
+    monkeypatch.undo()
+    assert len(copies) == 1
+    create(1, "after")
+    busy, in_wal, copied = checkpoints.checkpoint(path)
+    assert in_wal > copies[0][1]
 
 
 def test_a_rolled_back_transaction_is_not_counted(monkeypatch):

@@ -18,6 +18,11 @@ pages; the time limit bounds how long a quiet board's last commits wait in the W
 synchronous=NORMAL a power cut, not a crash of the process, may lose commits not yet
 checkpointed: SQLite's documented trade-off, which the time limit keeps short).
 
+One step still holds the writers: starting the WAL over, which needs it wholly copied back
+while no writer appends (Checkpointer._checkpoint). It runs once the WAL holds
+RESTART_AT_FRAMES pages, so the WAL file stays near 16 MiB (SQLite's own default keeps it
+near 4 MiB).
+
 Writes that bypass board.engine.db (Django's sessions, the admin's log, a migration) are not
 counted: the next checkpoint takes their pages too, and SQLite checkpoints when the last
 connection to a database closes.
@@ -29,12 +34,15 @@ import os
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager as ContextManager
 from urllib.parse import quote
 
 log = logging.getLogger("board.engine.checkpoints")
 
 CHECKPOINT_EVERY = 100  # write transactions of this process
 CHECKPOINT_AFTER = 5.0  # seconds after the first transaction not yet checkpointed
+RESTART_AT_FRAMES = 4_000  # pages in the WAL (16 MiB at SQLite's 4 KiB) past which it is started over
 
 
 class Checkpointer:
@@ -47,14 +55,17 @@ class Checkpointer:
         self._pending: dict[str, int] = {}  # database file -> its transactions not yet checkpointed
         self._since: dict[str, float] = {}  # database file -> when the first of them committed
         self._due: set[str] = set()
+        self._writers: dict[str, Callable[[], ContextManager]] = {}  # database file -> its writers' locks
         self.checkpoints = 0  # checkpoints run (or tried) so far; tests wait on it
         self.last: dict[str, tuple[int, int, int] | None] = {}  # database file -> its last checkpoint's result
         self._thread = threading.Thread(target=self._run, name="sqlite-checkpoints", daemon=True)
         self._thread.start()
 
-    def committed(self, path: str) -> None:
-        """A write transaction on the database file `path` has committed."""
+    def committed(self, path: str, holding_writers: Callable[[], ContextManager]) -> None:
+        """A write transaction on the database file `path` has committed; `holding_writers()`
+        holds the database's writers' locks of this process (board.engine.db)."""
         with self._changed:
+            self._writers[path] = holding_writers
             count = self._pending.get(path, 0) + 1
             self._pending[path] = count
             if count == 1:
@@ -83,11 +94,27 @@ class Checkpointer:
                 for path in due:
                     self._pending.pop(path, None)
                     self._since.pop(path, None)
-            results = {path: checkpoint(path) for path in due}
+            results = {path: self._checkpoint(path) for path in due}
             with self._changed:
                 self.last.update(results)
                 self.checkpoints += len(due)
                 self._changed.notify_all()
+
+
+    def _checkpoint(self, path: str) -> tuple[int, int, int] | None:
+        """Copy the WAL back: first without any lock, the bulk and its syncs, while the writers
+        go on. SQLite starts the WAL over from its beginning only when a writer begins with the
+        whole WAL copied back, which the writers' own pages, appended meanwhile, prevent: a
+        busy board's WAL would grow without end. So once it holds RESTART_AT_FRAMES pages, a
+        second checkpoint runs holding the writers' locks: it copies what they wrote during
+        the first (a few hundred pages, but two syncs: about as long as SQLite's own
+        checkpoint took, every few checkpoints instead of every one), and the next writer
+        starts the WAL over."""
+        bulk = checkpoint(path)
+        if bulk is None or bulk[1] < RESTART_AT_FRAMES:
+            return bulk
+        with self._writers[path]():
+            return checkpoint(path)
 
 
 def checkpoint(path: str) -> tuple[int, int, int] | None:

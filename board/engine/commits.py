@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from django.db import transaction
+from board.engine import db
 
 log = logging.getLogger("board.engine.commits")
 
@@ -30,7 +30,7 @@ def subscribe(callback: Callable[[], None]) -> None:
 def after_commit(using: str) -> None:
     """Inside a write transaction: announce the change once the transaction commits (nothing
     is announced if it rolls back)."""
-    transaction.on_commit(_announce, using=using)
+    db.on_commit(_announce, using)
 
 
 def _announce() -> None:

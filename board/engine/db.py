@@ -167,6 +167,19 @@ def in_transaction(using: str) -> bool:
         return connection.in_atomic_block_mongo
     return connection.in_atomic_block
 
+
+def on_commit(callback: Callable[[], None], using: str) -> None:
+    """Call `callback()` once the transaction open on `using` commits (never if it rolls back),
+    or now when none is open. Django's `transaction.on_commit` says the same, but even with no
+    transaction open it first makes sure of the connection, through its thread-safety checks:
+    a cost the hot verbs paid twice per move (board.engine.commits and outcomes). On MongoDB
+    either kind of transaction defers it, as before."""
+    if connections[using].in_atomic_block or in_transaction(using):
+        transaction.on_commit(callback, using=using)
+    else:
+        callback()
+
+
 _sqlite_writers: defaultdict[str, threading.RLock] = defaultdict(threading.RLock)
 # Told (waited, held) in seconds after every outermost SQLite write transaction: see the module.
 _sqlite_write_observers: list[Callable[[float, float], None]] = []
@@ -182,7 +195,7 @@ def observe_sqlite_writes(observer: Callable[[float, float], None]) -> None:
     if observer not in _sqlite_write_observers:
         _sqlite_write_observers.append(observer)
 
-_sqlite_files: dict[tuple[int, str], tuple[str | None, int | None]] = {}
+_sqlite_files: dict[tuple[int, str], tuple[str | None, int | None, Callable]] = {}
 _registry_lock = threading.Lock()
 
 
@@ -191,11 +204,12 @@ def _writer_lock(using: str) -> threading.RLock:
         return _sqlite_writers[using]
 
 
-def _sqlite_file(using: str) -> tuple[str | None, int | None]:
-    """This process's (database file, descriptor of its writers' lock file), or None for
-    either: an in-memory database has no file (only the process lock and SQLite's own apply),
-    an unwritable folder no lock file. Opened once per process (a forked child opens its own:
-    a shared descriptor would share the lock); the process lock serialises its use among
+def _sqlite_file(using: str) -> tuple[str | None, int | None, Callable]:
+    """This process's (database file, descriptor of its writers' lock file, a function that
+    returns a context holding both writers' locks), None for either of the first two: an
+    in-memory database has no file (only the process lock and SQLite's own apply), an
+    unwritable folder no lock file. Opened once per process (a forked child opens its own: a
+    shared descriptor would share the lock); the process lock serialises its use among
     threads."""
     key = (os.getpid(), using)
     with _registry_lock:
@@ -208,8 +222,21 @@ def _sqlite_file(using: str) -> tuple[str | None, int | None]:
                     fd = os.open(f"{name}-writers", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
                 except OSError:
                     fd = None
-            _sqlite_files[key] = (path, fd)
+            _sqlite_files[key] = (path, fd, functools.partial(_holding_sqlite_writers, using, fd))
         return _sqlite_files[key]
+
+
+@contextmanager
+def _holding_sqlite_writers(using: str, fd: int | None) -> Iterator[None]:
+    """This process's writers' lock, then the database's flock (`fd`, when it has one)."""
+    with _writer_lock(using):
+        if fd is not None:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            if fd is not None:
+                fcntl.flock(fd, fcntl.LOCK_UN)
 
 
 _READ_ONLY_FLAG = "board_read_transaction"
@@ -349,23 +376,18 @@ def _sqlite_writers_lock(using: str, inner) -> Iterator[None]:
     timed = not getattr(_timing, "active", False)
     asked = time.perf_counter()
     taken = released = 0.0
-    path, fd = _sqlite_file(using)
+    path, fd, holding = _sqlite_file(using)
     committed = False
     try:
         _timing.active = True
-        with _writer_lock(using):
-            if fd is not None:
-                fcntl.flock(fd, fcntl.LOCK_EX)
-            try:
-                with inner:
-                    # After BEGIN IMMEDIATE: a writer that bypassed the locks (a migration) is waited for.
-                    taken = time.perf_counter()
-                    yield
-                committed = True
-            finally:
-                if fd is not None:
-                    fcntl.flock(fd, fcntl.LOCK_UN)
-                released = time.perf_counter()
+        try:
+            with holding(), inner:
+                # After BEGIN IMMEDIATE: a writer that bypassed the locks (a migration) is waited for.
+                taken = time.perf_counter()
+                yield
+            committed = True
+        finally:
+            released = time.perf_counter()
     finally:
         if timed:
             _timing.active = False
@@ -374,7 +396,7 @@ def _sqlite_writers_lock(using: str, inner) -> Iterator[None]:
     if committed and path is not None:
         # Its pages are copied back into the database by another thread (board.engine.checkpoints),
         # out of the writers' locks.
-        checkpoints.checkpointer().committed(path)
+        checkpoints.checkpointer().committed(path, holding)
 
 
 def _tell_sqlite_write(waited: float, held: float) -> None:

@@ -24,9 +24,7 @@ import functools
 import logging
 from collections.abc import Callable
 
-from django.db import transaction
-
-from board.engine import errors
+from board.engine import db, errors
 
 log = logging.getLogger("board.engine.outcomes")
 
@@ -47,7 +45,7 @@ def record(using: str, verb: str, outcome: str, code: str = "", count: int = 1) 
     if not _observers:
         return
     if outcome in _AFTER_COMMIT:
-        transaction.on_commit(lambda: _tell(str(verb), outcome, code, count), using=using)
+        db.on_commit(lambda: _tell(str(verb), outcome, code, count), using)
     else:
         _tell(str(verb), outcome, code, count)
 
