@@ -2,10 +2,10 @@
 
 In WAL mode a commit appends the pages it changed to the `-wal` file; a *checkpoint* copies them
 back into the database file and syncs both (with synchronous=NORMAL, the only syncs there are).
-By default SQLite runs one inside the commit that takes the WAL past 1,000 pages. Measured with
-bench/claims.py on SQLite (8 threads of claim + complete), about 1 commit in 100 was such a
-commit: its median was 0.12 ms, the 99th percentile 13.9 ms, and the slowest 1% were 43% of all
-the time spent committing. All of it ran under the writers' locks (board.engine.db), so every
+By default SQLite runs one inside the commit that takes the WAL past 1,000 pages. Timing every
+commit of bench/claims.py's engine loop on SQLite (an instrumented run, 1 and 8 threads of claim
++ complete), about 1 commit in 100 was such a commit: the median commit took 0.12 ms, the 99th
+percentile 13.9 ms, and the slowest 1% were 43% of all the time spent committing. All of it ran under the writers' locks (board.engine.db), so every
 other writer, of every process, waited for the sync.
 
 So the project's connections turn automatic checkpoints off (`PRAGMA wal_autocheckpoint=0` in
