@@ -39,5 +39,12 @@ def use_quiet_check(sender, connection, **kwargs) -> None:
     if connection.vendor != "postgresql":
         return
     pool = connection.pool
-    if pool is not None and pool._check is not check_quiet_connection:
+    # Only in place of Django's check: with CONN_HEALTH_CHECKS off the pool has none, and keeps none.
+    if pool is not None and pool._check is _djangos_check():
         pool._check = check_quiet_connection  # psycopg_pool keeps it there; no public setter
+
+
+def _djangos_check():
+    from psycopg_pool import ConnectionPool
+
+    return ConnectionPool.check_connection

@@ -124,14 +124,15 @@ WSGI_APPLICATION = "taskflow_site.wsgi.application"
 def sqlite_options() -> dict:
     """SQLite as a concurrent store: WAL so readers never block the writer, BEGIN IMMEDIATE so
     a transaction takes the write lock up front (no upgrade deadlock between two readers that
-    both want to write), and a busy timeout so writers queue instead of failing. No automatic
-    WAL checkpoint: it would run inside a commit, under the writers' locks; each process runs
-    them from a thread of its own instead (board.engine.checkpoints)."""
+    both want to write), and a busy timeout so writers queue instead of failing. SQLite's
+    automatic WAL checkpoint (inside a commit, under the writers' locks) only as a backstop, at
+    10,000 pages: each process runs checkpoints from a thread of its own
+    (board.engine.checkpoints, WAL_BACKSTOP_PAGES)."""
     return {
         "transaction_mode": "IMMEDIATE",
         "timeout": 30,
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON; "
-                        "PRAGMA wal_autocheckpoint=0;",
+                        "PRAGMA wal_autocheckpoint=10000;",
     }
 
 

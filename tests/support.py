@@ -30,6 +30,11 @@ def sql_stores() -> list:
             pytest.param("postgres", marks=postgres_db_mark(), id="postgres")]
 
 
+def database_file(using: str = "default") -> str:
+    """The SQLite database file of `using` (the test database's, inside a test)."""
+    return str(connections[using].settings_dict["NAME"])
+
+
 def row(task_id: str, using: str = "default") -> dict:
     """Every column of a task, as stored."""
     return model_to_dict(Task.objects.using(using).get(pk=task_id), fields=[f.name for f in Task._meta.fields])

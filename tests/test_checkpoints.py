@@ -7,19 +7,17 @@ import hashlib
 import threading
 from pathlib import Path
 
+import pytest
 from django.db import connections
 
 from board.engine import checkpoints, transitions
 from board.engine.db import write_transaction
 from board.engine.transitions import TaskSpec
-from tests.support import sqlite_db_mark
+from tests.support import database_file, sqlite_db_mark
 
 pytestmark = sqlite_db_mark()
 WAIT = 30
 
-
-def database_file() -> str:
-    return str(connections["default"].settings_dict["NAME"])
 
 
 def contents(path: str) -> str:
@@ -32,25 +30,38 @@ def create(count: int, prefix: str) -> None:
         transitions.create([TaskSpec(id=f"{prefix}-{n}", title="t")])
 
 
-def fresh_checkpointer(monkeypatch, every: int = 10**9, after: float = 3600.0) -> checkpoints.Checkpointer:
-    """A checkpointer of this test's own, with these limits (the defaults: never), as the
-    process's; the database's WAL checkpointed first (what earlier tests left in it)."""
-    monkeypatch.setattr(checkpoints, "CHECKPOINT_EVERY", every)
-    monkeypatch.setattr(checkpoints, "CHECKPOINT_AFTER", after)
-    runner = checkpoints.Checkpointer()
-    monkeypatch.setattr(checkpoints, "_checkpointer", runner)
-    checkpoints.checkpoint(database_file())
-    return runner
+@pytest.fixture
+def own_checkpointer(monkeypatch):
+    """make(every=..., after=...): a checkpointer of the test's own, with these limits (the
+    defaults: never), as the process's; the process's own is stopped first (it could checkpoint
+    the same database file mid-test), and the database's WAL checkpointed (what earlier tests
+    left in it). Each one made is stopped at the end; the next user starts a fresh one."""
+    made: list[checkpoints.Checkpointer] = []
+
+    def make(every: int = 10**9, after: float = 3600.0) -> checkpoints.Checkpointer:
+        if checkpoints._checkpointer is not None:
+            checkpoints._checkpointer.stop()
+        monkeypatch.setattr(checkpoints, "CHECKPOINT_EVERY", every)
+        monkeypatch.setattr(checkpoints, "CHECKPOINT_AFTER", after)
+        runner = checkpoints.Checkpointer()
+        made.append(runner)
+        monkeypatch.setattr(checkpoints, "_checkpointer", runner)
+        checkpoints.checkpoint(database_file())
+        return runner
+
+    yield make
+    for runner in made:
+        runner.stop()
 
 
-def test_the_projects_sqlite_connections_run_no_automatic_checkpoint():
+def test_the_projects_sqlite_connections_checkpoint_in_a_commit_only_as_a_backstop():
     with connections["default"].cursor() as cursor:
         cursor.execute("PRAGMA wal_autocheckpoint")
-        assert cursor.fetchone()[0] == 0
+        assert cursor.fetchone()[0] == checkpoints.WAL_BACKSTOP_PAGES > 4 * checkpoints.RESTART_AT_FRAMES / 2
 
 
-def test_commits_past_sqlites_own_threshold_leave_the_database_file_untouched(monkeypatch):
-    fresh_checkpointer(monkeypatch)
+def test_commits_past_sqlites_own_threshold_leave_the_database_file_untouched(own_checkpointer):
+    own_checkpointer()
     path = database_file()
     before = contents(path)
     # Each transaction changes several pages (the task, its indexes, its history row): 400 of
@@ -62,8 +73,8 @@ def test_commits_past_sqlites_own_threshold_leave_the_database_file_untouched(mo
     assert contents(path) != before
 
 
-def test_the_checkpointer_copies_the_wal_back_after_a_number_of_transactions(monkeypatch):
-    runner = fresh_checkpointer(monkeypatch, every=5)
+def test_the_checkpointer_copies_the_wal_back_after_a_number_of_transactions(own_checkpointer):
+    runner = own_checkpointer(every=5)
     path = database_file()
     before = contents(path)
     create(4, "counted")
@@ -75,8 +86,8 @@ def test_the_checkpointer_copies_the_wal_back_after_a_number_of_transactions(mon
     assert contents(path) != before
 
 
-def test_the_checkpointer_copies_a_quiet_boards_last_commit_back_after_a_while(monkeypatch):
-    runner = fresh_checkpointer(monkeypatch, after=0.05)
+def test_the_checkpointer_copies_a_quiet_boards_last_commit_back_after_a_while(own_checkpointer):
+    runner = own_checkpointer(after=0.05)
     path = database_file()
     before = contents(path)
     create(1, "lone")
@@ -119,8 +130,8 @@ def copy_with_a_writer_meanwhile(monkeypatch) -> list:
     return copies
 
 
-def test_a_wal_past_the_limit_is_started_over_though_a_writer_appended_during_the_copy(monkeypatch):
-    runner = fresh_checkpointer(monkeypatch)
+def test_a_wal_past_the_limit_is_started_over_though_a_writer_appended_during_the_copy(own_checkpointer, monkeypatch):
+    runner = own_checkpointer()
     monkeypatch.setattr(checkpoints, "RESTART_AT_FRAMES", 1)
     path = database_file()
     create(20, "before")
@@ -134,10 +145,10 @@ def test_a_wal_past_the_limit_is_started_over_though_a_writer_appended_during_th
     assert in_wal < copies[0][1]  # started over: the WAL holds only the last transaction's pages
 
 
-def test_below_the_limit_the_wal_goes_on_growing(monkeypatch):
+def test_below_the_limit_the_wal_goes_on_growing(own_checkpointer, monkeypatch):
     """The other side of the limit: without the locked copy, the page appended during the copy
     keeps the WAL from starting over."""
-    runner = fresh_checkpointer(monkeypatch)
+    runner = own_checkpointer()
     path = database_file()
     create(20, "before")
     copies = copy_with_a_writer_meanwhile(monkeypatch)
@@ -149,8 +160,8 @@ def test_below_the_limit_the_wal_goes_on_growing(monkeypatch):
     assert in_wal > copies[0][1]
 
 
-def test_a_rolled_back_transaction_is_not_counted(monkeypatch):
-    runner = fresh_checkpointer(monkeypatch)
+def test_a_rolled_back_transaction_is_not_counted(own_checkpointer):
+    runner = own_checkpointer()
     path = database_file()
     create(1, "seen")
 
@@ -167,3 +178,24 @@ def test_a_database_that_is_gone_is_not_made_again(tmp_path):
     gone = tmp_path / "gone.sqlite3"
     assert checkpoints.checkpoint(str(gone)) is None
     assert not gone.exists()
+
+
+def test_a_checkpointer_whose_thread_ended_is_replaced(own_checkpointer):
+    runner = own_checkpointer()
+    runner.stop()
+    replacement = checkpoints.checkpointer()
+    try:
+        assert replacement is not runner and replacement.running
+    finally:
+        replacement.stop()
+
+
+def test_a_failing_checkpoint_does_not_end_the_thread(own_checkpointer, monkeypatch):
+    runner = own_checkpointer(every=1)
+
+    def broken(path):
+        raise OSError("the lock file is gone")
+
+    monkeypatch.setattr(runner, "_checkpoint", broken)
+    create(1, "first")
+    assert runner.wait_for(1, WAIT) and runner.running

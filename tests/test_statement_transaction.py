@@ -6,22 +6,22 @@ transaction it joins that one; a BEGIN that cannot get the lock fails with Djang
 leaves the writers' locks free."""
 from __future__ import annotations
 
+import fcntl
+import os
 import sqlite3
+import threading
 from contextlib import contextmanager
 
 import pytest
-from django.db import OperationalError, connections, transaction
+from django.db import IntegrityError, OperationalError, connections, transaction
 
 from board.engine import commits, db, outcomes, transitions
 from board.engine.transitions import TaskSpec
-from tests.support import db_state, sqlite_db_mark
+from tests.support import database_file, db_state, sqlite_db_mark
 
 pytestmark = sqlite_db_mark()
 TTL = 60
 
-
-def database_file() -> str:
-    return str(connections["default"].settings_dict["NAME"])
 
 
 def stage_seen_by_another_connection(task_id: str) -> str:
@@ -109,7 +109,7 @@ def test_inside_a_callers_transaction_the_move_joins_it_and_is_told_at_its_commi
     try:
         with told_moves() as told:
             with pytest.raises(LookupError), transaction.atomic():
-                assert transitions.claim("hot", "agent", TTL).task.stage == "RUNNING"
+                assert transitions.claim_next("agent", TTL).task.stage == "RUNNING"
                 raise LookupError("the caller rolls back")
             assert stage_seen_by_another_connection("hot") == "QUEUED" and told == [] and rings == []
             with transaction.atomic():
@@ -137,7 +137,61 @@ def test_a_begin_that_cannot_get_the_lock_fails_with_djangos_error_and_frees_the
         other.execute("ROLLBACK")
         other.close()
     assert db_state() == before
-    assert db._writer_lock("default").acquire(blocking=False)  # the process's lock is free
-    db._writer_lock("default").release()
+    assert_the_writers_locks_are_free()
     connection.connection.execute("PRAGMA busy_timeout = 30000")
     assert transitions.claim_next("agent", TTL).task.pk == "hot"
+
+
+def assert_the_writers_locks_are_free() -> None:
+    """Both writers' locks, tried from elsewhere: the process's lock from another thread (it is
+    reentrant, so this thread would get it even if it still held it), the flock through a
+    descriptor of its own."""
+    taken: list[bool] = []
+
+    def try_the_process_lock():
+        lock = db._writer_lock("default")
+        taken.append(lock.acquire(blocking=False))
+        if taken[-1]:
+            lock.release()
+
+    other = threading.Thread(target=try_the_process_lock)
+    other.start()
+    other.join()
+    assert taken == [True]
+    fd = os.open(f"{database_file()}-writers", os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises BlockingIOError if held
+        fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+def test_a_commit_that_fails_rolls_the_move_back_and_frees_the_locks():
+    """A deferred foreign key (Django's, on SQLite) is checked at COMMIT: a trigger makes the
+    claim's transaction break one, so its COMMIT fails."""
+    transitions.create(TaskSpec(id="hot", title="hot"))
+    before = db_state()
+    with connections["default"].cursor() as cursor:
+        cursor.execute("CREATE TRIGGER break_a_key AFTER INSERT ON board_taskevent WHEN NEW.verb = 'claim' BEGIN "
+                       "INSERT INTO board_dependency (task_id, depends_on_id) VALUES (NEW.task_id, 'nowhere'); END")
+    try:
+        with pytest.raises(IntegrityError, match="FOREIGN KEY"):
+            transitions.claim_next("agent", TTL)
+    finally:
+        with connections["default"].cursor() as cursor:
+            cursor.execute("DROP TRIGGER break_a_key")
+    assert db_state() == before
+    assert not connections["default"].connection.in_transaction
+    assert_the_writers_locks_are_free()
+    assert transitions.claim_next("agent", TTL).task.pk == "hot"
+
+
+def test_no_transaction_may_open_inside_one():
+    with db.statement_transaction("default"):
+        with pytest.raises(RuntimeError, match="inside db.statement_transaction"):
+            with db.write_transaction("default"):
+                pass
+        with pytest.raises(RuntimeError, match="inside db.statement_transaction"):
+            with db.statement_transaction("default"):
+                pass
+    assert_the_writers_locks_are_free()

@@ -172,12 +172,28 @@ def on_commit(callback: Callable[[], None], using: str) -> None:
     """Call `callback()` once the transaction open on `using` commits (never if it rolls back),
     or now when none is open. Django's `transaction.on_commit` says the same, but even with no
     transaction open it first makes sure of the connection, through its thread-safety checks:
-    a cost the hot verbs paid twice per move (board.engine.commits and outcomes). On MongoDB
-    either kind of transaction defers it, as before."""
-    if connections[using].in_atomic_block or in_transaction(using):
-        transaction.on_commit(callback, using=using)
-    else:
+    a cost the hot verbs paid twice per move (board.engine.commits and outcomes). So on SQL
+    stores, an open connection in autocommit outside any atomic block runs it here; everything
+    else (MongoDB, a closed connection, autocommit turned off) is Django's to decide."""
+    connection = connections[using]
+    if (connection.vendor in SQL_VENDORS and not connection.in_atomic_block
+            and connection.connection is not None and connection.autocommit):
         callback()
+    else:
+        transaction.on_commit(callback, using=using)
+
+
+def in_statements(connection) -> bool:
+    """Whether the SQL a connection runs is being watched (DEBUG or CaptureQueriesContext's query
+    log, an execute_wrapper): then Django's cursor must run it, not the driver's."""
+    return connection.queries_logged or bool(connection.execute_wrappers)
+
+
+def _refuse_inside_a_driver_transaction(connection) -> None:
+    """A transaction statement_transaction opened is not Django's: a transaction opened inside it
+    would send a second BEGIN (and release the writers' flock the outer one holds)."""
+    if not connection.in_atomic_block and connection.connection is not None and connection.connection.in_transaction:
+        raise RuntimeError("a transaction inside db.statement_transaction: only its statements may run there")
 
 
 _sqlite_writers: defaultdict[str, threading.RLock] = defaultdict(threading.RLock)
@@ -304,6 +320,7 @@ def write_transaction(using: str) -> Iterator[None]:
         with transaction.atomic(using=using):
             yield
         return
+    _refuse_inside_a_driver_transaction(connection)
     with _sqlite_writers_lock(using, transaction.atomic(using=using)):
         yield
 
@@ -319,16 +336,14 @@ def statement_transaction(using: str) -> Iterator[None]:
     commit after the block) or expect Django to know a transaction is open. Inside a caller's
     transaction, and on the other stores, it is write_transaction."""
     connection = connections[using]
-    if connection.vendor != "sqlite" or connection.in_atomic_block:
-        with write_transaction(using):
-            yield
-        return
-    connection.ensure_connection()
-    if not connection.autocommit:  # someone turned autocommit off: Django's way, then
-        with write_transaction(using):
-            yield
-        return
-    with _sqlite_writers_lock(using, _driver_transaction(connection)):
+    if connection.vendor == "sqlite" and not connection.in_atomic_block:
+        connection.ensure_connection()
+        _refuse_inside_a_driver_transaction(connection)
+        if connection.autocommit:  # else someone turned it off: Django's way, then
+            with _sqlite_writers_lock(using, _driver_transaction(connection)):
+                yield
+            return
+    with write_transaction(using):
         yield
 
 
@@ -338,7 +353,7 @@ def _driver_transaction(connection) -> Iterator[None]:
     are; rolled back when the block (or the commit) raises. When queries are being logged
     (DEBUG, CaptureQueriesContext) or an execute_wrapper is installed, Django's cursor sends
     both, so that they see them."""
-    if connection.queries_logged or connection.execute_wrappers:
+    if in_statements(connection):
         def execute(statement: str) -> None:
             with connection.cursor() as cursor:
                 cursor.execute(statement)

@@ -59,7 +59,7 @@ from django.core.signals import setting_changed
 from django.db import connections
 from django.utils import timezone
 
-from board.engine.db import statement_transaction
+from board.engine.db import in_statements, statement_transaction
 from board.models import AgentKey, Task, TaskEvent
 
 TASK = Task._meta.db_table
@@ -363,7 +363,7 @@ class SQLiteStore(HotStore):
         CaptureQueriesContext) or an execute_wrapper is installed, Django's cursor runs them,
         so that both still see every statement. Always inside statement_transaction: the
         connection is open and this thread's own."""
-        if connection.queries_logged or connection.execute_wrappers:
+        if in_statements(connection):
             cursor = connection.cursor()
 
             def execute(statement, params):
@@ -474,7 +474,7 @@ class PostgresStore(HotStore):
         translation and broken-transaction check. When queries are being logged or an
         execute_wrapper is installed, Django's own cursor runs it, so both still see it."""
         connection = connections[self.using]
-        if not self._prepare or connection.queries_logged or connection.execute_wrappers:
+        if not self._prepare or in_statements(connection):
             with connection.cursor() as cursor:
                 cursor.execute(statement, params)
                 return cursor.fetchone()
