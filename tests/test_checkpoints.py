@@ -81,9 +81,7 @@ def test_the_checkpointer_copies_the_wal_back_after_a_number_of_transactions(own
     assert runner.checkpoints == 0 and runner._pending == {path: 4}
     create(1, "fifth")
     assert runner.wait_for(1, WAIT), "no checkpoint after CHECKPOINT_EVERY transactions"
-    busy, in_wal, copied = runner.last[path]
-    assert busy == 0 and copied == in_wal > 0
-    assert contents(path) != before
+    assert_copied_back(runner, path, before)
 
 
 def test_the_checkpointer_copies_a_quiet_boards_last_commit_back_after_a_while(own_checkpointer):
@@ -92,6 +90,11 @@ def test_the_checkpointer_copies_a_quiet_boards_last_commit_back_after_a_while(o
     before = contents(path)
     create(1, "lone")
     assert runner.wait_for(1, WAIT), "the lone commit was never checkpointed"
+    assert_copied_back(runner, path, before)
+
+
+def assert_copied_back(runner: checkpoints.Checkpointer, path: str, before: str) -> None:
+    """The runner's last checkpoint copied the whole WAL back: the database file changed."""
     busy, in_wal, copied = runner.last[path]
     assert busy == 0 and copied == in_wal > 0
     assert contents(path) != before
