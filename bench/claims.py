@@ -350,9 +350,9 @@ RAW_WAL = ("sqlite", "offloaded")
 def sqlite_dialect(path: Path, wal: str = "sqlite") -> Dialect:
     """`wal`: who checkpoints raw's WAL (--raw-wal): "sqlite", SQLite's default (the commit that
     takes the WAL past 1,000 pages); "offloaded", the project's checkpointer thread alone."""
-    from board.engine.checkpoints import checkpointer
+    from board.engine.checkpoints import WAL_BACKSTOP_PAGES, checkpointer
 
-    pragmas = SQLITE_PRAGMAS + (("wal_autocheckpoint=10000",) if wal == "offloaded" else ())
+    pragmas = SQLITE_PRAGMAS + ((f"wal_autocheckpoint={WAL_BACKSTOP_PAGES}",) if wal == "offloaded" else ())
 
     def connect() -> sqlite3.Connection:
         # isolation_level=None: the driver opens no transaction of its own; we BEGIN IMMEDIATE.

@@ -126,13 +126,15 @@ def sqlite_options() -> dict:
     a transaction takes the write lock up front (no upgrade deadlock between two readers that
     both want to write), and a busy timeout so writers queue instead of failing. SQLite's
     automatic WAL checkpoint (inside a commit, under the writers' locks) only as a backstop, at
-    10,000 pages: each process runs checkpoints from a thread of its own
-    (board.engine.checkpoints, WAL_BACKSTOP_PAGES)."""
+    WAL_BACKSTOP_PAGES: each process runs checkpoints from a thread of its own
+    (board.engine.checkpoints, a module without Django imports)."""
+    from board.engine.checkpoints import WAL_BACKSTOP_PAGES
+
     return {
         "transaction_mode": "IMMEDIATE",
         "timeout": 30,
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON; "
-                        "PRAGMA wal_autocheckpoint=10000;",
+                        f"PRAGMA wal_autocheckpoint={WAL_BACKSTOP_PAGES};",
     }
 
 

@@ -123,7 +123,6 @@ class Checkpointer:
                 self.checkpoints += len(due)
                 self._changed.notify_all()
 
-
     def _checkpoint_logged(self, path: str) -> tuple[int, int, int] | None:
         """_checkpoint, its failure logged: the thread must outlive any one checkpoint (SQLite's
         own checkpoint, at WAL_BACKSTOP_PAGES, covers the time until the next one works)."""

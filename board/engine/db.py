@@ -211,7 +211,7 @@ def observe_sqlite_writes(observer: Callable[[float, float], None]) -> None:
     if observer not in _sqlite_write_observers:
         _sqlite_write_observers.append(observer)
 
-_sqlite_files: dict[tuple[int, str], tuple[str | None, int | None, Callable]] = {}
+_sqlite_files: dict[tuple[int, str], tuple[str | None, int | None]] = {}
 _registry_lock = threading.Lock()
 
 
@@ -220,10 +220,9 @@ def _writer_lock(using: str) -> threading.RLock:
         return _sqlite_writers[using]
 
 
-def _sqlite_file(using: str) -> tuple[str | None, int | None, Callable]:
-    """This process's (database file, descriptor of its writers' lock file, a function that
-    returns a context holding both writers' locks), None for either of the first two: an
-    in-memory database has no file (only the process lock and SQLite's own apply), an
+def _sqlite_file(using: str) -> tuple[str | None, int | None]:
+    """This process's (database file, descriptor of its writers' lock file), None for either:
+    an in-memory database has no file (only the process lock and SQLite's own apply), an
     unwritable folder no lock file. Opened once per process (a forked child opens its own: a
     shared descriptor would share the lock); the process lock serialises its use among
     threads."""
@@ -238,7 +237,7 @@ def _sqlite_file(using: str) -> tuple[str | None, int | None, Callable]:
                     fd = os.open(f"{name}-writers", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
                 except OSError:
                     fd = None
-            _sqlite_files[key] = (path, fd, functools.partial(_holding_sqlite_writers, using, fd))
+            _sqlite_files[key] = (path, fd)
         return _sqlite_files[key]
 
 
@@ -391,12 +390,12 @@ def _sqlite_writers_lock(using: str, inner) -> Iterator[None]:
     timed = not getattr(_timing, "active", False)
     asked = time.perf_counter()
     taken = released = 0.0
-    path, fd, holding = _sqlite_file(using)
+    path, fd = _sqlite_file(using)
     committed = False
     try:
         _timing.active = True
         try:
-            with holding(), inner:
+            with _holding_sqlite_writers(using, fd), inner:
                 # After BEGIN IMMEDIATE: a writer that bypassed the locks (a migration) is waited for.
                 taken = time.perf_counter()
                 yield
@@ -411,7 +410,7 @@ def _sqlite_writers_lock(using: str, inner) -> Iterator[None]:
     if committed and path is not None:
         # Its pages are copied back into the database by another thread (board.engine.checkpoints),
         # out of the writers' locks.
-        checkpoints.checkpointer().committed(path, holding)
+        checkpoints.checkpointer().committed(path, functools.partial(_holding_sqlite_writers, using, fd))
 
 
 def _tell_sqlite_write(waited: float, held: float) -> None:
