@@ -177,6 +177,37 @@ def test_the_hot_verbs_send_one_statement_each_and_read_nothing_first(alias):
         assert "board_dependency" not in sql  # no dependents: nobody looks for them
 
 
+def _prepared_here(alias: str) -> list[str]:
+    """The statements this connection's server session has prepared (their first words)."""
+    with connections[alias].cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements ORDER BY prepare_time")
+        return [" ".join(text.split()[:2]) for (text,) in cursor.fetchall()]
+
+
+@pytest.mark.parametrize("alias", [BACKENDS[1]])
+def test_on_postgresql_each_hot_statement_is_prepared_once_and_django_s_queries_never(alias):
+    """Django turns psycopg's preparing off; the hot statements are prepared all the same
+    (parsed and planned once per connection), and nothing else is."""
+    assert connections[alias].settings_dict["OPTIONS"].get("pool"), "the suite's PostgreSQL is pooled"
+    transitions.create([TaskSpec(id=f"p{i}", title="p") for i in range(4)], using=alias)
+
+    def cycle(i: int) -> None:
+        claim = transitions.claim_next("a", TTL, using=alias)
+        transitions.renew(claim.task.pk, claim.lease.token, TTL, using=alias)
+        transitions.complete(claim.task.pk, claim.lease.token, {"i": i}, using=alias)
+        assert Task.objects.using(alias).get(pk=claim.task.pk).stage == Stage.COMPLETED  # a Django query
+
+    cycle(0)
+    prepared = _prepared_here(alias)
+    # The session may hold variants from earlier tests (another parameter type is another
+    # statement to psycopg); these three calls' statements are among them, and nothing else is.
+    assert {"WITH held", "WITH moved", "WITH picked"} == set(prepared), prepared
+    for i in range(1, 4):
+        cycle(i)
+    assert _prepared_here(alias) == prepared  # prepared once: the same calls add none
+    assert connections[alias].connection.prepare_threshold is None  # Django's setting, back as it was
+
+
 def test_completing_a_task_with_dependents_admits_them_after_commit(alias):
     transitions.create([TaskSpec(id="parent", title="p"), TaskSpec(id="child", title="c", deps=["parent"])],
                        using=alias)

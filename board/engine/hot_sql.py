@@ -467,11 +467,11 @@ class PostgresStore(HotStore):
 
     def _one(self, statement: str, params: dict) -> tuple | None:
         """Run one statement; the row it returns, or None. Django's cursors bind parameters
-        on the client (and Django turns psycopg's automatic preparing off, for PgBouncer), so
-        the server would parse and plan each of these WITHs anew on every call. Here a
-        server-binding cursor of the same connection prepares each statement once per
-        connection (what a plain psycopg program gets by default), with Django's error
-        translation and broken-transaction check. When queries are being logged or an
+        on the client, and Django turns psycopg's preparing off (prepare_threshold None, for
+        PgBouncer), so the server would parse and plan each of these WITHs anew on every
+        call. Here a server-binding cursor of the same connection prepares each statement
+        once per connection (what a plain psycopg program gets by default), with Django's
+        error translation and broken-transaction check. When queries are being logged or an
         execute_wrapper is installed, Django's own cursor runs it, so both still see it."""
         connection = connections[self.using]
         if not self._prepare or in_statements(connection):
@@ -481,8 +481,18 @@ class PostgresStore(HotStore):
         connection.close_if_health_check_failed()
         connection.ensure_connection()
         connection.validate_no_broken_transaction()
+        driver = connection.connection
+        threshold = driver.prepare_threshold
         with connection.wrap_database_errors, self._cursor(connection) as cursor:
-            cursor.execute(statement, params, prepare=True)
+            # psycopg ignores prepare=True while the connection's prepare_threshold is None
+            # (Django's setting): turned on for this one call only, so Django's own queries
+            # stay unprepared. psycopg keeps its record of what the session has prepared in
+            # step with the server (a rollback forgets both), whatever the threshold.
+            driver.prepare_threshold = 0 if threshold is None else threshold
+            try:
+                cursor.execute(statement, params, prepare=True)
+            finally:
+                driver.prepare_threshold = threshold
             return cursor.fetchone()
 
     def _cursor(self, connection):
