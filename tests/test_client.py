@@ -426,11 +426,14 @@ class ReplyDropper:
 
     def __exit__(self, *exc) -> None:
         # close() alone does not wake a thread blocked in accept() on Linux (the join would
-        # wait its whole timeout); shutdown() does, and accept() then raises.
-        self._listener.shutdown(socket.SHUT_RDWR)
+        # wait its whole timeout); shutdown() does, and accept() then raises. (Elsewhere a
+        # listening socket may refuse shutdown: the join's timeout then ends the wait.)
+        with contextlib.suppress(OSError):
+            self._listener.shutdown(socket.SHUT_RDWR)
         self._listener.close()
         self._thread.join(10)
-        assert not self._thread.is_alive(), "the proxy's accept loop did not end"
+        if exc[0] is None:
+            assert not self._thread.is_alive(), "the proxy's accept loop did not end"
 
 
 @pytest.mark.parametrize("how", ["claim_next", "claim"])

@@ -177,11 +177,13 @@ def test_the_hot_verbs_send_one_statement_each_and_read_nothing_first(alias):
         assert "board_dependency" not in sql  # no dependents: nobody looks for them
 
 
-def _prepared_here(alias: str) -> list[str]:
-    """The statements this connection's server session has prepared (their first words)."""
+def _prepared_here(alias: str) -> list[tuple[str, str, object, int]]:
+    """The statements this connection's server session has prepared: (first words, name,
+    when prepared, times run)."""
     with connections[alias].cursor() as cursor:
-        cursor.execute("SELECT statement FROM pg_prepared_statements ORDER BY prepare_time")
-        return [" ".join(text.split()[:2]) for (text,) in cursor.fetchall()]
+        cursor.execute("SELECT statement, name, prepare_time, generic_plans + custom_plans"
+                       " FROM pg_prepared_statements ORDER BY prepare_time")
+        return [(" ".join(text.split()[:2]), name, at, runs) for text, name, at, runs in cursor.fetchall()]
 
 
 @pytest.mark.parametrize("alias", [BACKENDS[1]])
@@ -201,10 +203,13 @@ def test_on_postgresql_each_hot_statement_is_prepared_once_and_django_s_queries_
     prepared = _prepared_here(alias)
     # The session may hold variants from earlier tests (another parameter type is another
     # statement to psycopg); these three calls' statements are among them, and nothing else is.
-    assert {"WITH held", "WITH moved", "WITH picked"} == set(prepared), prepared
+    assert {words for words, *_ in prepared} == {"WITH held", "WITH moved", "WITH picked"}, prepared
     for i in range(1, 4):
         cycle(i)
-    assert _prepared_here(alias) == prepared  # prepared once: the same calls add none
+    again = _prepared_here(alias)
+    # Prepared once: the same statements (name, time prepared), each run again by the 3 cycles.
+    assert [p[:3] for p in again] == [p[:3] for p in prepared]
+    assert sum(p[3] for p in again) - sum(p[3] for p in prepared) == 3 * 3
     assert connections[alias].connection.prepare_threshold is None  # Django's setting, back as it was
 
 

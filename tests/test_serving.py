@@ -185,6 +185,11 @@ def park(server, key, queue: str, n: int, wait: float) -> tuple[list, list[threa
     return outcome, threads
 
 
+# Claims parked by a test that then wakes them (wake_the_rest): long enough that none runs out
+# first on a loaded machine, and costing nothing, since they are woken.
+LONG_WAIT = 30  # the most a claim may wait (board/api/schemas.py)
+
+
 def wake_the_rest(server, key, queue: str, outcome: list, threads: list[threading.Thread], n: int) -> list[str]:
     """Create `n` tasks in `queue` for the `n` claims still parked there, wait for every claim
     to answer, and return the ids of the tasks the `n` got (sorted). Each must answer 200: one
@@ -195,7 +200,7 @@ def wake_the_rest(server, key, queue: str, outcome: list, threads: list[threadin
         status, _, data = request(server, "POST", "/api/tasks", key, {"id": f"{queue}-{i}", "title": "w", "queue": queue})
         assert status == 201, data
     for thread in threads:
-        thread.join(40)
+        thread.join(LONG_WAIT)
         assert not thread.is_alive(), "a parked claim never answered"
     rest = outcome[answered:]
     assert len(rest) == n and all(not isinstance(o, Exception) and o[0] == 200 for o in rest), rest
@@ -215,7 +220,7 @@ def capped_server(django_db_setup, django_db_blocker):
 
 def test_past_the_cap_a_wait_is_503_with_retry_after_and_other_requests_are_unaffected(capped_server, key):
     server = capped_server
-    outcome, threads = park(server, key, "idle", 3, 20)
+    outcome, threads = park(server, key, "idle", 3, LONG_WAIT)
     # Everything else still works at once: create, claim without waiting, complete.
     before = time.monotonic()
     assert request(server, "POST", "/api/tasks", key, {"id": "busy", "title": "work", "queue": "busy"})[0] == 201
@@ -288,12 +293,12 @@ def test_a_client_that_leaves_while_parked_is_forgotten_and_never_claims(capped_
 
 def test_a_parked_claim_is_woken_by_a_commit_made_in_another_process(capped_server, key):
     server = capped_server
-    outcome, threads = park(server, key, "late-work", 3, 20)
+    outcome, threads = park(server, key, "late-work", 3, LONG_WAIT)
     started = time.monotonic()
     # Created by this process, not the server's: only the outbox (its tailer) can tell it.
     transitions.create(transitions.TaskSpec(title="arrives", id="late", queue="late-work"), actor="test")
     wait_until(lambda: len(outcome) >= 1, 15, "a parked claim got the task")
-    assert time.monotonic() - started < 5  # the commit woke it; the wait had 20 s to go
+    assert time.monotonic() - started < 5  # the commit woke it; the wait had 30 s to go
     status, headers, data, _ = outcome[0]
     assert status == 200, data
     assert json.loads(data)["task"]["id"] == "late"
@@ -355,7 +360,7 @@ def small_pool_server(django_db_setup, django_db_blocker):
 def test_more_waiting_claims_than_pool_connections_starve_nobody(small_pool_server):
     server = small_pool_server
     _, key = agent_keys.create_key("pg-agent", using="postgres")
-    outcome, threads = park(server, key, "idle", 25, 10)
+    outcome, threads = park(server, key, "idle", 25, LONG_WAIT)
     started = time.monotonic()
     for i in range(10):  # ordinary work beside 25 parked claims and a pool of 4
         status, _, data = request(server, "POST", "/api/tasks", key, {"id": f"w{i}", "title": "w", "queue": "work"})

@@ -486,8 +486,12 @@ class PostgresStore(HotStore):
         with connection.wrap_database_errors, self._cursor(connection) as cursor:
             # psycopg ignores prepare=True while the connection's prepare_threshold is None
             # (Django's setting): turned on for this one call only, so Django's own queries
-            # stay unprepared. psycopg keeps its record of what the session has prepared in
-            # step with the server (a rollback forgets both), whatever the threshold.
+            # stay unprepared. psycopg records what it prepared on the connection; its
+            # rollback() forgets that record and deallocates them on the server, and the
+            # server keeps them through anything else the board sends (ROLLBACK TO SAVEPOINT,
+            # DDL). Nothing here may send DISCARD ALL or DEALLOCATE through a Django cursor
+            # (psycopg would not notice, and the next hot call would name a statement the
+            # server no longer has); Django's pool resets no connection that way.
             driver.prepare_threshold = 0 if threshold is None else threshold
             try:
                 cursor.execute(statement, params, prepare=True)
