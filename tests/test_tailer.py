@@ -2,6 +2,7 @@
 that fails delivers the same events on the next one."""
 import asyncio
 import json
+import time
 
 import pytest
 from asgiref.sync import sync_to_async
@@ -78,3 +79,41 @@ def test_a_pass_that_fails_while_building_its_frame_is_read_again_not_lost(alias
     seen = tailer_scenario(work, 3)
     assert failures == [["f0", "f1", "f2"]]  # the first attempt failed...
     assert seen == ["f0", "f1", "f2"]  # ...and the same events were delivered by the next pass
+
+
+@pytest.mark.parametrize("alias", [BACKENDS[0]])
+def test_with_only_parked_claims_listening_passes_are_a_poll_apart_however_often_commits_ring(alias, monkeypatch):
+    """No socket: the tailer serves parked claims only, and passes at most every
+    WAITERS_ONLY_PASS_SECONDS while this process commits (each commit rings it) as fast as it can."""
+    passes: list[float] = []
+    real_pass = tailer.Tailer._pass
+
+    async def counted(self, cursor):
+        passes.append(time.monotonic())
+        return await real_pass(self, cursor)
+
+    monkeypatch.setattr(tailer.Tailer, "_pass", counted)
+
+    def commit_for(seconds: float) -> int:
+        n, until = 0, time.monotonic() + seconds
+        while time.monotonic() < until:
+            transitions.create(TaskSpec(title="ring"))
+            n += 1
+        return n
+
+    async def scenario():
+        running = tailer.ensure_tailer()
+        assert not running.subscribers
+        try:
+            await asyncio.wait_for(running.ready.wait(), timeout=30)
+            started = time.monotonic()
+            # A thread of its own: the tailer's reads run in asgiref's one sync thread.
+            commits = await asyncio.to_thread(commit_for, 1.0)
+            return commits, time.monotonic() - started
+        finally:
+            running.task.cancel()
+
+    commits, elapsed = asyncio.run(scenario())
+    assert commits >= 20  # the commits rang far more often than the passes ran
+    during = [t for t in passes if t <= passes[0] + elapsed]
+    assert len(during) <= elapsed / tailer.WAITERS_ONLY_PASS_SECONDS + 2, (len(during), elapsed, commits)

@@ -18,7 +18,8 @@ after a page's frame was built and handed to the sockets, so a pass that fails (
 error) reads the same events again next time (board.live.outbox).
 
 Waking up: the tailer polls a few times a second. A commit in this process wakes it at once
-(passes are at least MIN_PASS_SECONDS apart, so a burst of commits is read in one pass);
+(passes are at least MIN_PASS_SECONDS apart, so a burst of commits is read in one pass; with
+no socket, only parked claims, WAITERS_ONLY_PASS_SECONDS);
 with a Redis channel layer (REDIS_URL) a commit in any process wakes every tailer through the
 doorbell (board.live.doorbell), which is never the only carrier of an update: a Redis that
 hangs or refuses only leaves the poll to do it.
@@ -52,6 +53,11 @@ log = logging.getLogger("board.live.tailer")
 
 POLL_SECONDS = 0.1  # one indexed "id > last" query: cheap enough to ask ten times a second
 MIN_PASS_SECONDS = 0.02  # at most 50 passes a second, however often commits ring
+# With no socket to feed, only parked claims listen (board.live.waiting): for an agent's long
+# poll a pass every POLL_SECONDS is soon enough, and on a busy board it saves most passes (each a
+# database read and a thread hand-off in every server process), which the working agents'
+# requests would otherwise pay for.
+WAITERS_ONLY_PASS_SECONDS = POLL_SECONDS
 PROBLEMS_MIN_INTERVAL_SECONDS = 0.5  # the problems panel is recomputed at most twice a second
 PROBLEMS_REFRESH_SECONDS = 2.0  # and also on a timer: a lease expires without any event
 # The agents and throughput panel (board.live.insights) reads an hour of history: at most once every
@@ -120,7 +126,7 @@ class Tailer:
                 except TimeoutError:
                     pass
                 # Under load every commit rings: gather what committed meanwhile into one pass.
-                await asyncio.sleep(MIN_PASS_SECONDS)
+                await asyncio.sleep(MIN_PASS_SECONDS if self.subscribers else WAITERS_ONLY_PASS_SECONDS)
                 self.wake.clear()
                 try:
                     await self._pass(cursor)
