@@ -23,23 +23,20 @@ from django.db import migrations
 ANALYZE_AFTER_CHANGED_ROWS = 1000
 
 
-def set_statistics_options(apps, schema_editor):
+def _alter_task_table(apps, schema_editor, change: str) -> None:
     if schema_editor.connection.vendor != "postgresql":
         return
     table = apps.get_model("board", "Task")._meta.db_table
-    schema_editor.execute(
-        f'ALTER TABLE "{table}" SET (autovacuum_analyze_scale_factor = 0, '
-        f"autovacuum_analyze_threshold = {ANALYZE_AFTER_CHANGED_ROWS})"
-    )
+    schema_editor.execute(f'ALTER TABLE "{table}" {change}')
+
+
+def set_statistics_options(apps, schema_editor):
+    _alter_task_table(apps, schema_editor, "SET (autovacuum_analyze_scale_factor = 0, "
+                      f"autovacuum_analyze_threshold = {ANALYZE_AFTER_CHANGED_ROWS})")
 
 
 def reset_statistics_options(apps, schema_editor):
-    if schema_editor.connection.vendor != "postgresql":
-        return
-    table = apps.get_model("board", "Task")._meta.db_table
-    schema_editor.execute(
-        f'ALTER TABLE "{table}" RESET (autovacuum_analyze_scale_factor, autovacuum_analyze_threshold)'
-    )
+    _alter_task_table(apps, schema_editor, "RESET (autovacuum_analyze_scale_factor, autovacuum_analyze_threshold)")
 
 
 class Migration(migrations.Migration):
