@@ -13,6 +13,7 @@ import pytest
 from django.db import connections
 
 from board import agent_keys
+from board.api.schemas import MAX_WAIT_SECONDS
 from board.engine import transitions
 from board.models import Task, TaskEvent
 from tests.live_server import BoardServer, wait_until
@@ -187,7 +188,7 @@ def park(server, key, queue: str, n: int, wait: float) -> tuple[list, list[threa
 
 # Claims parked by a test that then wakes them (wake_the_rest): long enough that none runs out
 # first on a loaded machine, and costing nothing, since they are woken.
-LONG_WAIT = 30  # the most a claim may wait (board/api/schemas.py)
+LONG_WAIT = MAX_WAIT_SECONDS
 
 
 def wake_the_rest(server, key, queue: str, outcome: list, threads: list[threading.Thread], n: int) -> list[str]:

@@ -73,10 +73,14 @@ class TaskIn(StrictIn):
 TaskBatchIn = Annotated[list[TaskIn], Field(max_length=MAX_BATCH_TASKS)]
 
 
+# The longest a claim may wait for work (the server holds it parked meanwhile).
+MAX_WAIT_SECONDS = 30
+
+
 class ClaimNextIn(StrictIn):
     ttl_seconds: float = TTL
     queue: Optional[str] = Field(None, pattern=TASK_ID_PATTERN)
-    wait_seconds: float = Field(0, ge=0, le=30, description="wait up to this long for work")
+    wait_seconds: float = Field(0, ge=0, le=MAX_WAIT_SECONDS, description="wait up to this long for work")
     request_id: Optional[str] = REQUEST_ID
 
 
