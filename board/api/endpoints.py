@@ -104,8 +104,9 @@ class AgentKeyAuth(HttpBearer):
 
     def __call__(self, request):
         # django-ninja's own parsing logs a header without "Bearer" (the whole key) when DEBUG
-        # is on; this one never logs it.
-        scheme, _, credential = request.headers.get(self.header, "").partition(" ")
+        # is on; this one never logs it. Read from META: `request.headers` would first copy every
+        # header of the request into a new dict, for this one.
+        scheme, _, credential = request.META.get("HTTP_AUTHORIZATION", "").partition(" ")
         if scheme.lower() != self.openapi_scheme or not credential:
             return None
         return self.authenticate(request, credential.strip())
