@@ -96,7 +96,8 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
-    "django.contrib.messages.middleware.MessageMiddleware",
+    # Django's MessageMiddleware, skipped under /api/ (whose answers never carry a message).
+    "board.api.middleware.MessagesOutsideApi",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
 

@@ -1502,6 +1502,18 @@ def test_an_unknown_api_path_answers_in_the_error_shape(http, agent):
     assert_error(get(http, "/nothing-here", agent), 404, "no_such_endpoint")
 
 
+def test_api_requests_skip_the_messages_store_that_pages_still_get(http, agent):
+    """board.api.middleware.MessagesOutsideApi: an API answer never carries a message, so no
+    message store is built for one; the admin's pages (whose actions report through messages)
+    still get theirs."""
+    api_answer = get(http, "/tasks", agent)
+    assert api_answer.status_code == 200
+    assert not hasattr(api_answer.wsgi_request, "_messages")
+    http.force_login(staff_user("messages-reader"))
+    page = http.get("/admin/login/")
+    assert hasattr(page.wsgi_request, "_messages")
+
+
 def test_a_wrong_method_answers_in_the_error_shape(http, agent):
     response = get(http, "/claim", agent)
     assert response.status_code == 405
