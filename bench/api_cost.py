@@ -14,7 +14,7 @@ request is printed beside).
 
 What is measured (each backend in a child process of its own, one thread)
 ---------------------------------------------------------------------------
-- **bare view**: ``GET /bare`` of bench/bare_urls.py (a JSON answer, no database) behind the
+- **bare view**: ``GET /api/bare`` of bench/bare_urls.py (a JSON answer, no database) behind the
   project's whole middleware stack, and again with no middleware at all: the floor that Django
   itself sets under any view.
 - **ours**: ``POST /api/claim {"ttl_seconds": 60}`` then ``POST /api/tasks/{id}/complete``

@@ -10,7 +10,7 @@ barrier with its siblings, then loops for a fixed time:
   any database work);
 - ``probe-404``: the same with the agent's key (401-free: one AgentKey lookup by its hash,
   one task lookup by primary key, then 404);
-- ``probe-bare``: ``GET /bare`` (``BARE_PATH``) without a key, expecting 200: the bare Django
+- ``probe-bare``: ``GET /api/bare`` (``BARE_PATH``) without a key, expecting 200: the bare Django
   JSON view of bench/bare_urls.py (no database), served by a server running
   ``bench.bare_settings`` (the baseline of the serving stack).
 
@@ -36,7 +36,10 @@ from typing import Any
 TTL_SECONDS = 60
 RESULT = {"ok": True}
 MISSING_TASK = "/api/tasks/does-not-exist"
-BARE_PATH = "/bare"  # bench/bare_urls.py routes it to the bare view
+# bench/bare_urls.py routes it to the bare view. Under /api/, so that the baseline goes through
+# exactly the middleware work an API request does (the latency histogram, the API's error shape,
+# no messages: board/api/middleware.py), not more and not less.
+BARE_PATH = "/api/bare"
 
 
 class UnexpectedAnswer(Exception):

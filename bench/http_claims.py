@@ -36,8 +36,8 @@ the script:
    the engine as the API calls it, no HTTP) and prints the ratio http/in-process.
 
 The bare view baseline (unless ``--no-bare``), measured once per run before the board: the same
-agent processes loop ``GET /bare`` (``probe-bare``), a JSON view with no database behind the
-project's whole middleware stack (bench/bare_urls.py, settings bench/bare_settings.py), for
+agent processes loop ``GET /api/bare`` (``probe-bare``), a JSON view with no database behind the
+project's middleware stack as an API request meets it (bench/bare_urls.py, settings bench/bare_settings.py), for
 ``--bare-seconds`` at each agent count, served
 
 - by the production server exactly as the board is (``manage.py serve``, same workers and
