@@ -36,7 +36,10 @@ connection, closed at the end) for a fixed time, in rounds that alternate ours a
 cycles are timed. The tables are emptied
 and seeded afresh before every slice. Every claimed task id is recorded per thread: a task id
 claimed more than once is a *double claim* and makes the script exit with status 1 (so does a
-thread stopped by an error: its figures would not be valid).
+thread stopped by an error: its figures would not be valid). Each thread also counts how often it
+went to sleep during its loop (Linux: its voluntary context switches, from /proc), printed per
+cycle: on SQLite, where every write is serialised, these hand-overs between threads are what
+more threads cost.
 
 Seeding: "ours" is seeded by ``transitions.create`` in batches of 500; "raw" gets the same rows
 (same columns, one created_at per batch, a 'create' history row each) by plain SQL, because the
@@ -693,6 +696,7 @@ class Tally:
     ids: list[str] = field(default_factory=list)
     ran_dry: bool = False
     error: BaseException | None = None
+    sleeps: int | None = None  # the thread's voluntary context switches in its loop (Linux)
 
 
 @dataclass(frozen=True)
@@ -702,10 +706,15 @@ class Outcome:
     double_claims: int
     ran_dry: bool
     errors: list[str]
+    sleeps: int | None = None  # voluntary context switches of the threads; None: not measured
 
     @property
     def rate(self) -> float:
         return self.cycles / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def sleeps_per_cycle(self) -> float | None:
+        return self.sleeps / self.cycles if self.sleeps is not None and self.cycles else None
 
     @staticmethod
     def total(parts: list[Outcome]) -> Outcome:
@@ -713,8 +722,26 @@ class Outcome:
         return Outcome(
             cycles=sum(p.cycles for p in parts), seconds=sum(p.seconds for p in parts),
             double_claims=sum(p.double_claims for p in parts), ran_dry=any(p.ran_dry for p in parts),
-            errors=[e for p in parts for e in p.errors],
+            errors=[e for p in parts for e in p.errors], sleeps=_sum_known(p.sleeps for p in parts),
         )
+
+
+def _sum_known(counts) -> int | None:
+    counts = list(counts)
+    return None if any(c is None for c in counts) else sum(counts)
+
+
+def _thread_sleeps() -> int | None:
+    """How many times this thread has gone to sleep (blocked on a lock, the GIL, I/O, a sleep):
+    Linux's voluntary context switches of the calling thread, None where /proc does not say."""
+    try:
+        with open("/proc/thread-self/status") as status:
+            for line in status:
+                if line.startswith("voluntary_ctxt_switches:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
 
 
 def _worker(driver: Any, agent: str, seconds: float, barrier: threading.Barrier, tally: Tally) -> None:
@@ -723,6 +750,7 @@ def _worker(driver: Any, agent: str, seconds: float, barrier: threading.Barrier,
         context = driver.open()
         opened = True
         barrier.wait()
+        slept = _thread_sleeps()
         deadline = time.perf_counter() + seconds
         while time.perf_counter() < deadline:
             task_id = driver.cycle(context, agent)
@@ -730,6 +758,8 @@ def _worker(driver: Any, agent: str, seconds: float, barrier: threading.Barrier,
                 tally.ran_dry = True
                 break
             tally.ids.append(task_id)
+        if slept is not None and (now := _thread_sleeps()) is not None:
+            tally.sleeps = now - slept
     except BaseException as exc:  # reported, and fails the run: a fault is never a result
         tally.error = exc
         barrier.abort()
@@ -764,6 +794,7 @@ def run_threads(driver: Any, threads: int, seconds: float) -> Outcome:
         double_claims=sum(1 for times in claimed.values() if times > 1),
         ran_dry=any(tally.ran_dry for tally in tallies),
         errors=[f"{type(t.error).__name__}: {t.error}" for t in tallies if t.error is not None],
+        sleeps=_sum_known(tally.sleeps for tally in tallies),
     )
 
 
@@ -819,9 +850,9 @@ def rate_text(rate: float) -> str:
 
 def print_table(rows: list[Row]) -> None:
     width = max([9] + [len(row.label or row.backend) for row in rows])
-    line = f"{{:<{width}}} {{:>7}} {{:>11}} {{:>10}} {{:>6}}  {{:<25}} {{}}".format
+    line = f"{{:<{width}}} {{:>7}} {{:>11}} {{:>10}} {{:>6}}  {{:<25}} {{:<19}} {{}}".format
     header = line("backend", "threads", "ours cyc/s", "raw cyc/s", "ratio",
-                  "double claims (ours/raw)", "goal")
+                  "double claims (ours/raw)", "sleeps/cycle (o/r)", "goal")
     print(header)
     print("-" * len(header))
     for row in rows:
@@ -830,6 +861,7 @@ def print_table(rows: list[Row]) -> None:
             row.label or row.backend, row.threads, rate_text(row.ours.rate), rate_text(row.raw.rate),
             f"{row.ratio:.2f}",
             f"{row.ours.double_claims}/{row.raw.double_claims}",
+            "/".join("-" if o.sleeps_per_cycle is None else f"{o.sleeps_per_cycle:.2f}" for o in (row.ours, row.raw)),
             "none set" if goal is None else f">= {goal}: {'met' if row.ratio >= goal else 'NOT met'}",
         ))
     for row in rows:
@@ -842,6 +874,8 @@ def print_table(rows: list[Row]) -> None:
                 print(f"ERROR: {where}: {error}")
     print()
     print("goals (issue 8): ours/raw >= 0.5 on SQLite and on PostgreSQL; none for MongoDB")
+    print("sleeps/cycle: how often a thread went to sleep per cycle (its voluntary context switches: waiting for "
+          "a lock, the GIL or the database); each is a hand-over between threads, what running more of them costs")
 
 
 # ---------------------------------------------------------------------------------------------
