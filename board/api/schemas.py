@@ -13,7 +13,13 @@ from datetime import datetime
 from typing import Annotated, Any, Optional
 
 from ninja import Schema
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import (
+    ConfigDict,
+    Field,
+    ModelWrapValidatorHandler,
+    field_validator,
+    model_validator,
+)
 
 from board.engine import claim_requests
 from board.engine.lifecycle import (
@@ -33,14 +39,21 @@ from board.engine.lifecycle import (
 )
 
 
-class StrictIn(BaseModel):
-    """Inputs are plain pydantic models, not django-ninja's Schema: Schema exists to read Django
-    objects (from_attributes, its DjangoGetter) and, with extra="forbid", validates every body
-    twice (once as is, once through the getter). A request body is a dict: once is enough, and
-    it was about 8% of a claim's or a complete's CPU (bench/api_cost.py). The OpenAPI document
-    is the same (tests/test_api_schema.py)."""
+class StrictIn(Schema):
+    """django-ninja's Schema validates a body twice when extra="forbid": once as is, then again
+    through its DjangoGetter (which exists to read Django objects, never a request's JSON). Once
+    is enough: the second pass was about 8% of a claim's or a complete's CPU (bench/api_cost.py).
+    The validator keeps Schema's name, so it replaces Schema's rather than adding one: errors
+    keep their shape (a union branch is still named `function-wrap[...]`, which the API's error
+    handler drops from a location), and so does the OpenAPI document (tests/test_api_schema.py,
+    tests/test_api.py's validation error tests)."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _run_root_validator(cls, values: Any, handler: ModelWrapValidatorHandler) -> Any:
+        return handler(values)
 
     @field_validator("*")
     @classmethod
