@@ -213,6 +213,30 @@ def test_on_postgresql_each_hot_statement_is_prepared_once_and_django_s_queries_
     assert connections[alias].connection.prepare_threshold is None  # Django's setting, back as it was
 
 
+@pytest.mark.parametrize("alias", [BACKENDS[1]])
+def test_on_postgresql_the_hot_verbs_read_times_as_django_does_with_psycopgs_own_loader(alias):
+    """When the session's time zone is Django's (UTC, the default), the hot statements' rows are
+    read with psycopg's compiled timestamptz loader rather than Django's Python one: the Task a
+    verb returns has the times a fresh ORM read has, same instants and same tzinfo."""
+    import psycopg
+    from psycopg.pq import Format
+
+    transitions.create(TaskSpec(id="tz", title="tz"), using=alias)
+    claim = transitions.claim_next("a", TTL, using=alias)
+    returned = [claim.task, Task.objects.using(alias).get(pk="tz")]
+    done = transitions.complete("tz", claim.lease.token, {"ok": True}, using=alias)
+    returned += [done, Task.objects.using(alias).get(pk="tz")]
+    for made, read in (returned[:2], returned[2:]):
+        for name in ("created_at", "updated_at", "lease_expires_at", "stage_changed_at", "not_before"):
+            mine, django_s = getattr(made, name), getattr(read, name)
+            assert mine == django_s, name
+            assert mine is None or mine.tzinfo is django_s.tzinfo is dt_timezone.utc, name
+    assert returned[0].lease_expires_at is not None and returned[2].stage == Stage.COMPLETED
+    oid = 1184  # timestamptz
+    cursor = hot_sql.store(alias)._cursor(connections[alias])
+    assert cursor.adapters.get_loader(oid, Format.TEXT) is psycopg.adapters.get_loader(oid, Format.TEXT)
+
+
 def test_completing_a_task_with_dependents_admits_them_after_commit(alias):
     transitions.create([TaskSpec(id="parent", title="p"), TaskSpec(id="child", title="c", deps=["parent"])],
                        using=alias)
