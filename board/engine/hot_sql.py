@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import os
 import sqlite3
-import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from datetime import datetime, timedelta
@@ -460,11 +459,6 @@ class PostgresStore(HotStore):
         # psycopg's own timestamptz loader (compiled, with psycopg-binary), from its defaults:
         # Django's connection loader is a Python subclass of psycopg's Python one.
         self._fast_tz_loader = psycopg.adapters.get_loader(TIMESTAMPTZ_OID, psycopg.pq.Format.TEXT)
-        # One server-binding cursor per driver connection, made on its first hot statement and
-        # kept while the connection lives (the pool hands each to one thread at a time): making
-        # a cursor, its adapters map and its loaders on every call was about 6% of a request's
-        # CPU. Kept with the zones it was made for, so that a change of either makes a new one.
-        self._cursors: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         # Prepared statements live in a server session: only where the sessions are this
         # process's own, i.e. behind Django's pool (the project's default). Without it
         # (DATABASE_POOL=0, e.g. behind PgBouncer in transaction mode) nothing is prepared.
@@ -511,15 +505,24 @@ class PostgresStore(HotStore):
                 driver.prepare_threshold = threshold
             return cursor.fetchone()
 
+    # Where a driver connection keeps its cursor for the hot statements: on the connection
+    # itself, so that it goes with it. (A registry keyed by connection would keep every
+    # connection the pool ever dropped alive: its cursor refers to it.)
+    _KEPT = "_taskflow_hot_cursor"
+
     def _cursor(self, connection):
-        """This driver connection's cursor for the hot statements (see __init__)."""
+        """This driver connection's cursor for the hot statements: made on its first one and
+        kept while the connection lives (the pool lends a connection to one thread at a time).
+        Making a cursor, its adapters map and its loaders for every statement was about 5% of
+        a hot request's CPU. Kept with the zones it reads in: a change of Django's zone for the
+        connection, or of the session's, makes a new one."""
         driver = connection.connection
         zones = (connection.timezone, driver.info.timezone)
-        kept = self._cursors.get(driver)
+        kept = getattr(driver, self._KEPT, None)
         if kept is not None and not kept[0].closed and kept[1] == zones:
             return kept[0]
         cursor = self._new_cursor(connection)
-        self._cursors[driver] = (cursor, zones)
+        setattr(driver, self._KEPT, (cursor, zones))
         return cursor
 
     def _new_cursor(self, connection):
