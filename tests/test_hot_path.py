@@ -219,6 +219,7 @@ def test_on_postgresql_the_hot_verbs_read_times_as_django_does_with_psycopgs_own
     read with psycopg's compiled timestamptz loader rather than Django's Python one: the Task a
     verb returns has the times a fresh ORM read has, same instants and same tzinfo."""
     import psycopg
+    from django.db.backends.postgresql.base import TIMESTAMPTZ_OID
     from psycopg.pq import Format
 
     transitions.create(TaskSpec(id="tz", title="tz"), using=alias)
@@ -232,9 +233,9 @@ def test_on_postgresql_the_hot_verbs_read_times_as_django_does_with_psycopgs_own
             assert mine == django_s, name
             assert mine is None or mine.tzinfo is django_s.tzinfo is dt_timezone.utc, name
     assert returned[0].lease_expires_at is not None and returned[2].stage == Stage.COMPLETED
-    oid = 1184  # timestamptz
     cursor = hot_sql.store(alias)._cursor(connections[alias])
-    assert cursor.adapters.get_loader(oid, Format.TEXT) is psycopg.adapters.get_loader(oid, Format.TEXT)
+    assert cursor.adapters.get_loader(TIMESTAMPTZ_OID, Format.TEXT) is psycopg.adapters.get_loader(
+        TIMESTAMPTZ_OID, Format.TEXT)
 
 
 @pytest.mark.parametrize("alias", [BACKENDS[1]])
@@ -245,6 +246,7 @@ def test_on_postgresql_the_hot_statements_keep_one_cursor_per_connection_and_its
     (the session's zone differs), as Django's own cursors do."""
     from zoneinfo import ZoneInfo
 
+    from django.db.backends.postgresql.base import TIMESTAMPTZ_OID
     from psycopg.pq import Format
 
     store, connection = hot_sql.store(alias), connections[alias]
@@ -252,7 +254,7 @@ def test_on_postgresql_the_hot_statements_keep_one_cursor_per_connection_and_its
     transitions.renew(*_claimed(alias), TTL, using=alias)  # the connection's cursor is made here
     made = []
     new_cursor = store._new_cursor
-    monkeypatch.setattr(store, "_new_cursor", lambda conn: made.append(conn) or new_cursor(conn))
+    monkeypatch.setattr(store, "_new_cursor", lambda *args: made.append(args) or new_cursor(*args))
     for _ in range(2):
         task_id, token = _claimed(alias)
         transitions.renew(task_id, token, TTL, using=alias)
@@ -263,7 +265,7 @@ def test_on_postgresql_the_hot_statements_keep_one_cursor_per_connection_and_its
     monkeypatch.setitem(connection.__dict__, "timezone", paris)  # Django's cached zone of the connection
     task_id, token = _claimed(alias)
     assert len(made) == 1
-    assert store._cursor(connection).adapters.get_loader(1184, Format.TEXT).timezone is paris  # Django's, for Paris
+    assert store._cursor(connection).adapters.get_loader(TIMESTAMPTZ_OID, Format.TEXT).timezone is paris  # Django's
     renewed = transitions.renew(task_id, token, TTL, using=alias)
     assert len(made) == 1
     assert renewed.lease.expires_at.tzinfo is paris
@@ -286,9 +288,9 @@ def test_on_postgresql_a_dropped_connection_takes_its_kept_cursor_with_it(alias)
     import psycopg
 
     store = hot_sql.store(alias)
-    settings_dict = connections[alias].get_connection_params()
-    settings_dict.pop("cursor_factory", None)
-    driver = psycopg.connect(**settings_dict)
+    params = connections[alias].get_connection_params()
+    params.pop("cursor_factory", None)  # Django's own cursor class: not needed by a bare connection
+    driver = psycopg.connect(**params)
     store._cursor(SimpleNamespace(connection=driver, timezone=dt_timezone.utc))
     gone = weakref.ref(driver)
     driver.close()

@@ -521,20 +521,23 @@ class PostgresStore(HotStore):
         kept = getattr(driver, self._KEPT, None)
         if kept is not None and not kept[0].closed and kept[1] == zones:
             return kept[0]
-        cursor = self._new_cursor(connection)
+        cursor = self._new_cursor(driver, zones)
         setattr(driver, self._KEPT, (cursor, zones))
         return cursor
 
-    def _new_cursor(self, connection):
-        cursor = self._server_binding_cursor(connection.connection)
+    def _new_cursor(self, driver, zones: tuple) -> Any:
+        """A server-binding cursor of `driver` reading times in Django's zone, `zones` being
+        (Django's zone for the connection, the session's)."""
+        cursor = self._server_binding_cursor(driver)
         # As Django's own cursors do: times in the connection's time zone.
         oid, text, register_tzloader = self._tz_loader
-        if connection.timezone is connection.connection.info.timezone:
+        django_zone, session_zone = zones
+        if django_zone is session_zone:
             # The session's time zone is Django's (the usual case: UTC both): psycopg's own loader
             # makes the very datetimes Django's would, several times faster.
             cursor.adapters.register_loader(oid, self._fast_tz_loader)
-        elif connection.timezone != connection.connection.adapters.get_loader(oid, text).timezone:
-            register_tzloader(connection.timezone, cursor)
+        elif django_zone != driver.adapters.get_loader(oid, text).timezone:
+            register_tzloader(django_zone, cursor)
         return cursor
 
     def claim_next(self, agent: str, token_hash: str, ttl: timedelta, queue: str | None,
