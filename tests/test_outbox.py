@@ -1,11 +1,12 @@
 """The outbox's cursor (board.live.outbox): every committed event is read exactly once, even when
 transactions commit out of id order (PostgreSQL), and nothing rolled back is ever read."""
 import threading
+from datetime import timedelta
 
 import pytest
 from django.db import connections
 
-from board.engine import transitions
+from board.engine import clock, retention, transitions
 from board.engine.db import write_transaction
 from board.engine.lifecycle import MAX_BATCH_TASKS
 from board.engine.transitions import TaskSpec
@@ -131,6 +132,29 @@ def test_a_cursor_started_while_a_lower_id_is_uncommitted_reads_it_once_it_commi
         wait_until(lambda: outbox._oldest_running_xid(alias) >= horizon, 300, "older transactions ended")
         assert read(cursor) == [] and cursor.holes == {}
     assert read(cursor) == []
+
+
+@pytest.mark.parametrize("alias", [BACKENDS[1]])
+def test_a_starting_cursor_takes_no_hole_below_an_event_older_than_the_prune_window(alias):
+    """On a quiet board the last ids are old and the prune has deleted many of them: none of
+    them can still commit, so none is a hole (each would be asked for on every read while any
+    older transaction stays open on the server). A recent missing id still is one."""
+    cursor_at_the_end(alias)
+    old = [f"old{i}" for i in range(6)]
+    for task_id in old:
+        transitions.create(TaskSpec(id=task_id, title="old"), using=alias)
+    ancient = clock.now(alias) - retention.MIN_WINDOW - timedelta(minutes=1)
+    TaskEvent.objects.using(alias).filter(task_id__in=old).update(at=ancient)
+    TaskEvent.objects.using(alias).filter(task_id__in=["old1", "old3", "old4"]).delete()  # as a prune does
+    for i in range(3):
+        transitions.create(TaskSpec(id=f"new{i}", title="new"), using=alias)
+    recent_gap = TaskEvent.objects.using(alias).get(task_id="new1").id
+    TaskEvent.objects.using(alias).filter(id=recent_gap).delete()  # as a transaction still open leaves
+
+    cursor = outbox.starting_cursor(alias)
+
+    assert cursor.last_id == all_event_ids(alias)[-1]
+    assert set(cursor.holes) == {recent_gap}
 
 
 @pytest.mark.parametrize("alias", [BACKENDS[0]])

@@ -49,7 +49,9 @@ The live board's outbox (board.live.outbox) and the API's event cursors read the
   old enough to be deleted committed more than MIN_WINDOW minus a transaction ago and has been
   read by every running tailer: it is below every live cursor, where deleting it changes
   nothing. (The hot path takes `at` from its process's clock, the cutoff comes from the store's:
-  this holds for any skew under the hour.) A tailer started later begins at the newest id (outbox.starting_cursor), above it, and a pruned id it takes for a hole is given up like a rolled-back one.
+  this holds for any skew under the hour.) A tailer started later begins at the newest id
+  (outbox.starting_cursor), above it, and takes no id at or below the newest event older than
+  MIN_WINDOW for a hole: every deleted id is there.
 - Even a tailer stalled that long (a machine suspended) is not stuck: a deleted id looks
   exactly like a rolled-back one. On SQLite and MongoDB a missing id below one already read is
   never waited for; on PostgreSQL a hole is given up once the oldest running transaction is

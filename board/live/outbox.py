@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from django.db import connections
 from django.db.models import Q
 
-from board.engine import db
+from board.engine import clock, db, retention
 from board.models import TaskEvent
 
 EVENTS_PER_READ = 1000
@@ -110,6 +110,12 @@ def latest_event_id(using: str = "default") -> int:
 
 # How far below the newest event a starting cursor looks for ids that may still commit.
 START_WINDOW = 10_000
+# An event this old was written by a transaction that has long ended, and so has every
+# transaction that took a lower id (it took it earlier, and the engine's write transactions last
+# milliseconds): no id below it can still commit. It is also the shortest age at which the prune
+# deletes history rows (board.engine.retention), so every id it deleted is at or below such an
+# event.
+SETTLED_AFTER = retention.MIN_WINDOW
 
 
 def starting_cursor(using: str = "default") -> Cursor:
@@ -119,13 +125,21 @@ def starting_cursor(using: str = "default") -> Cursor:
     On PostgreSQL a transaction running now may have taken an id below the newest one and
     commit later: its change is after every snapshot read before that commit, so the tailer
     must still send it. Every id missing among the last START_WINDOW is a hole like those a
-    read finds (a rolled-back or pruned id is given up at the first read that proves its
-    writer ended); a transaction that is still open after more than START_WINDOW later events
-    committed is the one case left out."""
+    read finds (a rolled-back id is given up at the first read that proves its writer ended);
+    a transaction that is still open after more than START_WINDOW later events committed is
+    the one case left out. The window starts above the newest event older than SETTLED_AFTER:
+    on a quiet board the last START_WINDOW ids are old, and the prune has deleted many of them
+    (collapsed renews); taken for holes, thousands of them would be asked for on every read for
+    as long as any older transaction stays open anywhere on the server (a backup, say)."""
     newest = latest_event_id(using)
     cursor = Cursor(newest, using=using)
     if newest and not db.ids_follow_commit_order(using):
         first = max(1, newest - START_WINDOW + 1)
+        settled = (TaskEvent.objects.using(using)
+                   .filter(id__gte=first, id__lte=newest, at__lt=clock.now(using) - SETTLED_AFTER)
+                   .order_by("-id").values_list("id", flat=True).first())
+        if settled is not None:
+            first = settled + 1
         present = set(TaskEvent.objects.using(using).filter(id__gte=first, id__lte=newest)
                       .values_list("id", flat=True))
         missing = [i for i in range(first, newest + 1) if i not in present]
