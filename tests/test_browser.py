@@ -23,8 +23,8 @@ from django.db import connections
 from django.test import Client
 
 from board.engine import transitions
-from board.models import Dependency, Task
 from board.engine.transitions import TaskSpec
+from board.models import Dependency, Task
 from harness.browser import launch_chromium
 from tests.live_server import BoardServer
 from tests.support import database_url, sqlite_db_mark
@@ -421,6 +421,60 @@ def test_a_lost_message_is_noticed_and_repaired_by_a_fresh_snapshot(open_board, 
     expect(card(page, "g2", "RUNNING")).to_have_attribute("data-version", "1", timeout=SLOW)
     assert {"type": "snapshot"} in asked
     assert page.locator("#connection").get_attribute("data-snapshots") == "3"
+
+
+def finish_in_turn(task_ids: list[str]) -> None:
+    """Claim and complete each task, one after the other (each finishes after the one before)."""
+    for task_id in task_ids:
+        claim = transitions.claim(task_id, "agent-busy", 60)
+        transitions.complete(task_id, claim.lease.token, {})
+
+
+def test_a_change_the_snapshot_already_holds_leaves_no_ghost_card(open_board, orm):
+    """A frame the server built before a snapshot can reach the page after it (the tailer hands
+    a frame to the socket's queue when its read returns, which can be after the socket's fresh
+    snapshot was read). Here: the frame that showed "ghost" RUNNING, delivered after a snapshot
+    read once "ghost" had finished and 200 later finishes had pushed it out of the finished
+    tasks a snapshot sends. The snapshot already holds that change: the page must show no card
+    for it (before the fix: a RUNNING card that stayed, and a RUNNING count one too high)."""
+    busy = [f"zz-{i:03d}" for i in range(200)]
+    orm(transitions.create, [TaskSpec(id="ghost", title="finishes unseen")] + [TaskSpec(id=t, title="busy") for t in busy])
+    sides: dict = {}
+    stale: list[str] = []
+
+    def record(page):
+        def route(ws):
+            sides["page"], sides["server"] = ws, ws.connect_to_server()
+
+            def from_server(message):
+                frame = json.loads(message)
+                if frame.get("type") == "tasks" and any(
+                        item["task"]["id"] == "ghost" and item["task"]["stage"] == "RUNNING" for item in frame["items"]):
+                    stale.append(message)
+                ws.send(message)
+
+            sides["server"].on_message(from_server)
+
+        page.route_web_socket(re.compile(r"/ws/board/$"), route)
+
+    page = open_board(before_load=record)
+    claim = orm(transitions.claim, "ghost", "agent-1", 60)
+    expect(card(page, "ghost", "RUNNING")).to_be_visible(timeout=ARRIVAL)
+    assert len(stale) == 1  # recorded before the page drew it
+    orm(transitions.complete, "ghost", claim.lease.token, {})
+    orm(finish_in_turn, busy)
+    expect(count(page, "COMPLETED")).to_have_text("201", timeout=SLOW)
+
+    sides["server"].send(json.dumps({"type": "snapshot"}))  # as the page asks when it sees a gap
+    expect(page.locator("#connection")).to_have_attribute("data-snapshots", "2", timeout=SLOW)
+    expect(card(page, "ghost")).to_have_count(0)  # 200 finished after it: the snapshot left it out
+    sides["page"].send(stale[0])  # the frame built before that snapshot, arriving after it
+    orm(transitions.create, TaskSpec(id="after", title="a change after the stale frame"))
+    expect(card(page, "after", "QUEUED")).to_be_visible(timeout=ARRIVAL)  # so the stale frame was read
+
+    expect(card(page, "ghost")).to_have_count(0)
+    expect(count(page, "RUNNING")).to_have_text("0")
+    expect(count(page, "COMPLETED")).to_have_text("201")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -2,7 +2,8 @@
 
 A frame is a JSON text, encoded once and handed as the same text to every socket:
 
-- `{"type": "snapshot", "last_event_id", "counts", "tasks", "problems", "more"}` then
+- `{"type": "snapshot", "last_event_id", "unseen_event_ids", "counts", "tasks", "problems",
+  "more"}` then
   `{"type": "snapshot_more", "tasks", "more"}` until "more" is false: the board when a socket
   opens or asks again (`snapshot_frames`);
 - `{"type": "tasks", "items": [{"event", "task"}, ...]}`: a page of committed changes, each
@@ -26,6 +27,7 @@ from types import SimpleNamespace
 from django.core.serializers.json import DjangoJSONEncoder
 
 from board.engine import selectors
+from board.live import outbox
 from board.models import Task, TaskEvent
 from board.public import public_event, public_task
 
@@ -74,8 +76,8 @@ def changes_frame(events: list[TaskEvent]) -> str | None:
     return encode({"type": "tasks", "items": changes}) if changes else None
 
 
-def problem_dicts() -> list[dict]:
-    return [{"task": p.task, "code": p.code, "text": p.text} for p in selectors.problems()]
+def problem_dicts(using: str = "default") -> list[dict]:
+    return [{"task": p.task, "code": p.code, "text": p.text} for p in selectors.problems(using=using)]
 
 
 def problems_message() -> dict:
@@ -92,21 +94,28 @@ def insights_frame(data: dict) -> str:
     return encode(data)
 
 
-def snapshot_frames(terminal_limit: int = 200, problems: list | None = None) -> list[str]:
-    """What a browser needs to draw the board, plus the event id it is current to, as encoded
-    frames: {"type": "snapshot", ..., "more": bool} then {"type": "snapshot_more", "tasks",
-    "more"} until "more" is false. `problems`: a recent check() result to reuse.
+def snapshot_frames(terminal_limit: int = 200, problems: list | None = None, using: str = "default") -> list[str]:
+    """What a browser needs to draw the board, plus the event id it is current to and the ids
+    below it that it does not hold yet (`unseen_event_ids`), as encoded frames: {"type":
+    "snapshot", ..., "more": bool} then {"type": "snapshot_more", "tasks", "more"} until "more"
+    is false. `problems`: a recent check() result to reuse.
 
     Built a part at a time from selectors.board_parts (one read that takes no write lock): only
     the encoded frames and the part being built are held, never a model instance per task.
     A frame is encoded once the next part is read (its "more" depends on it)."""
-    parts = selectors.board_parts(terminal_limit=terminal_limit, part_size=SNAPSHOT_PART)
+    parts = selectors.board_parts(terminal_limit=terminal_limit, part_size=SNAPSHOT_PART, using=using)
     head = next(parts)
+    # Inside the board's read (the generator holds it open), as the problems below: the ids at
+    # or below last_event_id that this read does not see. Every other event up to last_event_id
+    # is in the snapshot, so the page ignores a change it brings to a task the snapshot left out
+    # (a frame built before this read can arrive after it); a change of one of these ids
+    # committed after the read, and the page applies it (board.live.outbox: PostgreSQL).
+    unseen = outbox.unseen_below(head["last_event_id"], using)
     if problems is None:
-        problems = problem_dicts()  # inside the board's read: the problems of the same board
+        problems = problem_dicts(using)  # inside the board's read: the problems of the same board
     frames: list[str] = []
-    frame = {"type": "snapshot", "last_event_id": head["last_event_id"], "counts": head["counts"],
-             "tasks": [], "problems": problems}
+    frame = {"type": "snapshot", "last_event_id": head["last_event_id"], "unseen_event_ids": unseen,
+             "counts": head["counts"], "tasks": [], "problems": problems}
     for part in parts:
         if frame["tasks"]:
             frames.append(encode({**frame, "more": True}))

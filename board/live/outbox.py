@@ -120,33 +120,44 @@ SETTLED_AFTER = retention.MIN_WINDOW
 
 def starting_cursor(using: str = "default") -> Cursor:
     """The cursor of a tailer starting now: after the newest event committed so far (a socket's
-    snapshot covers what came before), with the ids below it that may yet commit as holes.
+    snapshot covers what came before), with the ids below it that may yet commit as holes
+    (`unseen_below`)."""
+    newest = latest_event_id(using)
+    cursor = Cursor(newest, using=using)
+    missing = unseen_below(newest, using)
+    if missing:
+        # After the read, as in Cursor.read: the writers of the missing ids have lower xids.
+        cursor.holes = dict.fromkeys(missing, _new_xid(using))
+    return cursor
+
+
+def unseen_below(newest: int, using: str = "default") -> list[int]:
+    """The event ids at or below `newest` that this read does not see but that may yet commit:
+    the holes of a tailer that starts at `newest`, and what a snapshot whose last event is
+    `newest` does not hold (board.live.frames: the page still applies their changes). Inside a
+    read transaction it answers for that transaction's snapshot. Empty where ids follow commit
+    order (SQLite, MongoDB).
 
     On PostgreSQL a transaction running now may have taken an id below the newest one and
     commit later: its change is after every snapshot read before that commit, so the tailer
-    must still send it. Every id missing among the last START_WINDOW is a hole like those a
-    read finds (a rolled-back id is given up at the first read that proves its writer ended);
-    a transaction that is still open after more than START_WINDOW later events committed is
-    the one case left out. The window starts above the newest event older than SETTLED_AFTER:
-    on a quiet board the last START_WINDOW ids are old, and the prune has deleted many of them
-    (collapsed renews); taken for holes, thousands of them would be asked for on every read for
-    as long as any older transaction stays open anywhere on the server (a backup, say)."""
-    newest = latest_event_id(using)
-    cursor = Cursor(newest, using=using)
-    if newest and not db.ids_follow_commit_order(using):
-        first = max(1, newest - START_WINDOW + 1)
-        settled = (TaskEvent.objects.using(using)
-                   .filter(id__gte=first, id__lte=newest, at__lt=clock.now(using) - SETTLED_AFTER)
-                   .order_by("-id").values_list("id", flat=True).first())
-        if settled is not None:
-            first = settled + 1
-        present = set(TaskEvent.objects.using(using).filter(id__gte=first, id__lte=newest)
-                      .values_list("id", flat=True))
-        missing = [i for i in range(first, newest + 1) if i not in present]
-        if missing:
-            # After the read, as in Cursor.read: the writers of the missing ids have lower xids.
-            cursor.holes = dict.fromkeys(missing, _new_xid(using))
-    return cursor
+    must still send it. Every id missing among the last START_WINDOW is one (a rolled-back id
+    is given up at the first read of the outbox that proves its writer ended); a transaction
+    that is still open after more than START_WINDOW later events committed is the one case left
+    out. The window starts above the newest event older than SETTLED_AFTER: on a quiet board the
+    last START_WINDOW ids are old, and the prune has deleted many of them (collapsed renews);
+    taken for holes, thousands of them would be asked for on every read for as long as any older
+    transaction stays open anywhere on the server (a backup, say)."""
+    if not newest or db.ids_follow_commit_order(using):
+        return []
+    first = max(1, newest - START_WINDOW + 1)
+    settled = (TaskEvent.objects.using(using)
+               .filter(id__gte=first, id__lte=newest, at__lt=clock.now(using) - SETTLED_AFTER)
+               .order_by("-id").values_list("id", flat=True).first())
+    if settled is not None:
+        first = settled + 1
+    present = set(TaskEvent.objects.using(using).filter(id__gte=first, id__lte=newest)
+                  .values_list("id", flat=True))
+    return [i for i in range(first, newest + 1) if i not in present]
 
 
 def _runs(ids: list[int]) -> list[tuple[int, int]]:

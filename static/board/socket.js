@@ -3,8 +3,8 @@
 //
 //   on connect  the server accepts, then, for a session that may not watch (board/access.py),
 //               closes at once with 4403. Otherwise it sends a snapshot, in parts:
-//                 {"type": "snapshot", "last_event_id", "counts": {stage: n}, "problems": [...],
-//                  "tasks": [...], "more": bool}
+//                 {"type": "snapshot", "last_event_id", "unseen_event_ids": [...],
+//                  "counts": {stage: n}, "problems": [...], "tasks": [...], "more": bool}
 //                 {"type": "snapshot_more", "tasks": [...], "more": bool}   while "more"
 //               (at most board/live/frames.py SNAPSHOT_PART tasks a frame: every unfinished task, best first,
 //               then the most recent finished ones of each terminal stage), then the agents and
@@ -40,7 +40,7 @@
 // (how many snapshots the page has applied); on <body>, data-ready="true" once the first
 // snapshot's cards are on screen (after the frame that follows them).
 
-import { columnsEl, LOGIN_URL, TERMINAL } from "./page.js";
+import { columnsEl, LOGIN_URL } from "./page.js";
 import { applySnapshot, applyTask, setProblems, snapshotCount, tasks } from "./store.js";
 import { renderAll, renderProblems } from "./render.js";
 import { openTaskFromUrl } from "./view.js";
@@ -70,6 +70,10 @@ let partialSnapshot = null; // the parts of a snapshot received so far
 let readyScheduled = false;
 
 let snapshotEventId = 0; // the last event the current snapshot includes
+// Ids at or below it whose events the snapshot does not hold (on PostgreSQL, transactions that
+// had taken an id and not committed yet when it was read): every other event up to
+// snapshotEventId is in the snapshot.
+let unseenAtSnapshot = new Set();
 let maxEventId = 0; // the highest event id seen since that snapshot
 const missingEvents = new Map(); // event id skipped over -> when it was noticed
 
@@ -183,6 +187,7 @@ function onSnapshot(snap) {
   snapshotRequested = false;
   backoff = BACKOFF_FIRST_MS;
   snapshotEventId = snap.last_event_id || 0;
+  unseenAtSnapshot = new Set(snap.unseen_event_ids || []);
   maxEventId = snapshotEventId;
   missingEvents.clear();
   applySnapshot(snap);
@@ -201,12 +206,14 @@ function onSnapshot(snap) {
 function applyChange(event, task) {
   noteEventId(event.id);
   const shown = tasks.get(task.id);
-  // A task the page does not show, changed at or before the snapshot's last event: the snapshot
-  // left it out on purpose only if it is finished (it holds every unfinished task, and only the
-  // most recent finished ones). An unfinished one committed after the snapshot was read: on
-  // PostgreSQL a transaction takes its event id before it commits, so its id can be below the
-  // snapshot's last one (board/live/outbox.py), and the tailer delivers it once it commits.
-  if (!shown && event.id <= snapshotEventId && TERMINAL.has(task.stage)) return;
+  // A change the snapshot already holds, to a task it left out (a finished one older than the
+  // most recent it sends, or one deleted since): nothing to show. Such a frame was built before
+  // the snapshot was read and reached the page after it; its task may be an older state (a
+  // RUNNING card that has finished since). The snapshot holds every event up to its last one
+  // but those it lists as unseen: on PostgreSQL a transaction takes its event id before it
+  // commits, so a change committed after the snapshot was read can have a lower id
+  // (board/live/outbox.py), and the page applies it.
+  if (!shown && event.id <= snapshotEventId && !unseenAtSnapshot.has(event.id)) return;
   if (shown && event.version > shown.version + 1) requestSnapshot(); // a lost frame
   applyTask(task);
 }
