@@ -108,7 +108,7 @@ class Dependency(models.Model):
         return f"{self.task_id} -> {self.depends_on_id}"
 
 
-class TaskEventQuerySet(models.QuerySet):
+class NumberedQuerySet(models.QuerySet):
     """Where the store has no auto-increment (MongoDB), new rows get their ids from the store's
     counter (board.engine.db.number_rows) before they are inserted."""
 
@@ -132,7 +132,7 @@ class TaskEvent(models.Model):
     It never holds a lease token. Its ids also order the change feed the live board reads."""
 
     id = models.BigIntegerField(primary_key=True, db_column="_id") if _ON_MONGODB else models.BigAutoField(primary_key=True)
-    objects = TaskEventQuerySet.as_manager()
+    objects = NumberedQuerySet.as_manager()
     task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="events")
     verb = models.CharField(max_length=20)
     from_stage = models.CharField(max_length=16, blank=True, default="")
@@ -149,6 +149,26 @@ class TaskEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.task_id} {self.verb} {self.from_stage}->{self.to_stage} v{self.version}"
+
+
+class RemovedTask(models.Model):
+    """A task the prune deleted (board.engine.retention), written in the transaction that
+    deleted it: how open live boards learn that its card is gone (board.live.outbox reads these
+    in id order, as it reads the history). Their ids follow commit order: the prune's batches
+    run one at a time (board.engine.db.serialise_on), and on MongoDB they are numbered from the
+    store's counter (number_rows). The prune deletes them once older than its shortest window."""
+
+    id = models.BigIntegerField(primary_key=True, db_column="_id") if _ON_MONGODB else models.BigAutoField(primary_key=True)
+    objects = NumberedQuerySet.as_manager()
+    task_id = models.CharField(max_length=100)
+    stage = models.CharField(max_length=16, help_text="The stage it was deleted in (its column on the board).")
+    at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return f"{self.task_id} removed ({self.stage})"
 
 
 class AgentKey(models.Model):

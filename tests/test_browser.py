@@ -22,12 +22,13 @@ from django.contrib.auth.models import Permission
 from django.db import connections
 from django.test import Client
 
-from board.engine import transitions
+from board.engine import retention, transitions
 from board.engine.transitions import TaskSpec
 from board.models import Dependency, Task
 from harness.browser import launch_chromium
 from tests.live_server import BoardServer
 from tests.support import database_url, sqlite_db_mark
+from tests.test_prune import LONG_AGO, age_tasks
 
 try:
     from playwright.sync_api import expect, sync_playwright
@@ -475,6 +476,57 @@ def test_a_change_the_snapshot_already_holds_leaves_no_ghost_card(open_board, or
     expect(card(page, "ghost")).to_have_count(0)
     expect(count(page, "RUNNING")).to_have_text("0")
     expect(count(page, "COMPLETED")).to_have_text("201")
+
+
+def test_tasks_the_prune_deletes_leave_the_open_board(open_board, orm):
+    """The prune deletes old finished tasks; an open page drops their cards and counts them out
+    of their column ("removed" frames). One that arrives again after a snapshot that already
+    accounts for it changes nothing."""
+    for task_id in ("old-1", "old-2", "recent"):
+        orm(finish_in_turn_created, task_id)
+    orm(age_tasks, ["old-1", "old-2"], LONG_AGO, "default")
+    sides: dict = {}
+    removals: list[str] = []
+
+    def record(page):
+        def route(ws):
+            sides["page"], sides["server"] = ws, ws.connect_to_server()
+
+            def from_server(message):
+                if json.loads(message).get("type") == "removed":
+                    removals.append(message)
+                ws.send(message)
+
+            sides["server"].on_message(from_server)
+
+        page.route_web_socket(re.compile(r"/ws/board/$"), route)
+
+    page = open_board(before_load=record)
+    expect(card(page, "old-1", "COMPLETED")).to_be_visible()
+    expect(count(page, "COMPLETED")).to_have_text("3")
+    card(page, "old-1").click()  # its details are open when it goes
+
+    report = orm(retention.prune)
+    assert sum(report.tasks_deleted.values()) == 2
+    expect(card(page, "old-1")).to_have_count(0, timeout=SLOW)
+    expect(card(page, "old-2")).to_have_count(0)
+    expect(card(page, "recent", "COMPLETED")).to_be_visible()
+    expect(count(page, "COMPLETED")).to_have_text("1")
+    expect(page.locator("#details")).to_be_hidden()
+
+    sides["server"].send(json.dumps({"type": "snapshot"}))
+    expect(page.locator("#connection")).to_have_attribute("data-snapshots", "2", timeout=SLOW)
+    for frame in removals:  # already accounted for by that snapshot
+        sides["page"].send(frame)
+    orm(transitions.create, TaskSpec(id="after", title="a change after the repeated removals"))
+    expect(card(page, "after", "QUEUED")).to_be_visible(timeout=ARRIVAL)  # so they were read
+    expect(count(page, "COMPLETED")).to_have_text("1")
+    expect(card(page, "recent", "COMPLETED")).to_be_visible()
+
+
+def finish_in_turn_created(task_id: str) -> None:
+    transitions.create(TaskSpec(id=task_id, title=task_id))
+    finish_in_turn([task_id])
 
 
 # ---------------------------------------------------------------------------------------------

@@ -61,7 +61,8 @@ def staff_session(using: str, *, permission: bool = True) -> tuple:
 
 class BoardSocket:
     """A websocket client of the board, read in a thread: keeps, like the page, each task's
-    newest (id -> version) from snapshots and change frames, and how the socket closed."""
+    newest (id -> version) from snapshots and change frames, drops the tasks the prune deleted
+    (those the snapshot did not already leave out), and how the socket closed."""
 
     def __init__(self, server: BoardServer, session_key: str | None, *, read: bool = True):
         headers = {"Origin": server.url}
@@ -71,6 +72,8 @@ class BoardSocket:
                              open_timeout=WAIT, max_size=None, close_timeout=5).__enter__()
         self.versions: dict[str, int] = {}
         self.max_event_id = 0
+        self.snapshot_removal_id = 0
+        self.removed: set[str] = set()  # tasks dropped by "removed" frames
         self.snapshots = 0
         self.changes = 0
         self.closed = threading.Event()
@@ -93,9 +96,15 @@ class BoardSocket:
                 if message["type"] == "snapshot":
                     self.snapshots += 1
                     self.max_event_id = max(self.max_event_id, message["last_event_id"] or 0)
+                    self.snapshot_removal_id = message["last_removal_id"]
                 if message["type"] in ("snapshot", "snapshot_more"):
                     for task in message["tasks"]:
                         self._apply(task)
+                elif message["type"] == "removed":
+                    for removal in message["tasks"]:
+                        if removal["id"] > self.snapshot_removal_id:
+                            self.versions.pop(removal["task"], None)
+                            self.removed.add(removal["task"])
                 elif message["type"] == "tasks":
                     for item in message["items"]:
                         self.changes += 1

@@ -21,7 +21,7 @@ from board.engine import clock, invariants, retention, selectors, transitions
 from board.engine.lifecycle import Stage, Verb
 from board.engine.transitions import TaskSpec
 from board.live import outbox
-from board.models import Dependency, Task, TaskEvent
+from board.models import Dependency, RemovedTask, Task, TaskEvent
 from tests.live_server import manage, server_for_sessions, stop_process, wait_until
 from tests.support import (
     database_url,
@@ -33,7 +33,6 @@ from tests.test_api import HttpsClient, assert_error, get, used_key
 from tests.test_live_board import (
     WAIT,
     BoardSocket,
-    db_versions,
     staff_session,
     wait_for_versions,
 )
@@ -187,6 +186,10 @@ def assert_pruned(using: str, expected: dict, report, before: dict) -> None:
     assert kept.pk == before["last_old_renew_live_1"]
     assert kept.detail["collapsed"] == RENEWS - 1 and kept.detail["since"]
     assert report.tasks_deleted == expected["stages"]
+    # Each deleted task recorded once, with the stage it was deleted in, for open live boards.
+    records = list(RemovedTask.objects.using(using).values_list("task_id", "stage"))
+    assert {task for task, _ in records} == expected["deleted"] and len(records) == len(expected["deleted"])
+    assert Counter(stage for _, stage in records) == expected["stages"]
     assert report.task_events_deleted == expected["events_deleted"]
     assert report.dependencies_deleted == expected["dependencies_deleted"]
     assert report.renews_collapsed == expected["renews_collapsed"]
@@ -215,6 +218,28 @@ def check_prune(alias):
     # A second run finds nothing more to do.
     again = retention.prune(using=alias)
     assert (sum(again.tasks_deleted.values()), again.renews_collapsed, again.kept_depended_on) == (0, 0, 4)
+
+
+@pytest.mark.parametrize("alias", BACKENDS)
+def test_records_of_deleted_tasks_older_than_the_shortest_window_go_with_a_later_batch(alias):
+    check_removal_records_trimmed(alias)
+
+
+def check_removal_records_trimmed(alias):
+    """The prune's records of deleted tasks are read by tailers within seconds: a later batch
+    that deletes tasks also deletes those older than MIN_WINDOW (aged here by writing them)."""
+    run_task("first", alias)
+    age_tasks(["first"], LONG_AGO, alias)
+    retention.prune(using=alias)
+    (old,) = RemovedTask.objects.using(alias).values_list("pk", flat=True)
+    RemovedTask.objects.using(alias).filter(pk=old).update(at=clock.now(alias) - retention.MIN_WINDOW - timedelta(minutes=1))
+    run_task("young", alias)
+    retention.prune(using=alias)  # deletes nothing: records stay
+    assert list(RemovedTask.objects.using(alias).values_list("pk", flat=True)) == [old]
+    age_tasks(["young"], LONG_AGO, alias)
+    retention.prune(using=alias)
+    assert list(RemovedTask.objects.using(alias).values_list("task_id", "stage")) == [("young", Stage.COMPLETED)]
+    assert RemovedTask.objects.using(alias).get().pk > old
 
 
 @pytest.mark.parametrize("alias", BACKENDS)
@@ -425,14 +450,11 @@ def test_a_prune_while_agents_work_and_a_socket_watches(alias):
         assert Task.objects.using(alias).filter(pk__startswith="work-", stage=Stage.COMPLETED).count() == WORK
         (report,) = reports
         assert_pruned(alias, expected, report, before)
-        # The socket: every task that stays at the database's version; the only cards it has
-        # beyond them are the pruned tasks it was shown before (no frame removes a card; a
-        # reload's snapshot has none of them, as the second socket shows).
-        def in_sync():
-            want = db_versions(alias)
-            return {t: v for t, v in socket.versions.items() if t in want} == want
-        wait_until(in_sync, WAIT, "the socket caught up")
-        assert set(socket.versions) - set(db_versions(alias)) == expected["deleted"]
+        # The socket: every task that stays, at the database's version, and none of the pruned
+        # ones it was shown before: "removed" frames took them away, as a reload's snapshot
+        # (the second socket) has none of them.
+        wait_for_versions(socket, alias)
+        assert socket.removed == expected["deleted"]
         fresh = BoardSocket(server, session)
         wait_for_versions(fresh, alias)
         socket.close()

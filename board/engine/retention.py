@@ -60,8 +60,9 @@ The live board's outbox (board.live.outbox) and the API's event cursors read the
   the task's later events (or its deletion) carry the same task again.
 - `GET /api/tasks/{id}/events?cursor=`: a cursor is "the rows after id N", so a cursor whose
   row was deleted resumes at the next surviving row of the task (board.api.endpoints).
-- An open live board keeps showing the cards of tasks deleted here until it reloads (no frame
-  says a task went: the snapshot a reload gets has none of them).
+- Open live boards drop the cards of the tasks deleted here: each batch records them
+  (RemovedTask, in its own transaction), and every tailer reads the records in id order and
+  tells its sockets (board.live.outbox, board.live.tailer).
 """
 from __future__ import annotations
 
@@ -84,7 +85,7 @@ from board.engine.db import (
 )
 from board.engine.lifecycle import Stage, Verb, attempts_left
 from board.engine.tokens import hash_token
-from board.models import Dependency, Task, TaskEvent
+from board.models import Dependency, RemovedTask, Task, TaskEvent
 
 # Defaults (settings.TASKFLOW: PRUNE_RENEWS_AFTER_SECONDS, PRUNE_TERMINAL_AFTER_SECONDS).
 RENEWS_AFTER = timedelta(hours=24)
@@ -332,6 +333,7 @@ class _Run:
                 events_deleted = events.delete()[0]
                 dependencies_deleted = Dependency.objects.using(self.using).filter(task_id__in=delete).delete()[0]
                 Task.objects.using(self.using).filter(pk__in=delete).delete()
+                _record_removals(delete, stages, self.using)
             if clear:
                 Task.objects.using(self.using).filter(pk__in=clear, has_dependents=True).update(
                     has_dependents=False)
@@ -419,6 +421,20 @@ class _Run:
                 deleted += history.filter(pk__in=pks, verb=Verb.RENEW).delete()[0]
         self.report.renews_collapsed += deleted
         self._count_lease({keep: pks for keep, pks in plan.items() if keep in kept})
+
+
+def _record_removals(deleted: list[str], stages: dict[str, str], using: str) -> None:
+    """Inside the batch that deleted them: a RemovedTask per task, which every open live board
+    reads (board.live.outbox) to drop the task's card and count it out of its column. Records
+    older than MIN_WINDOW are deleted here too, a batch's worth at a time (so the table holds
+    about an hour of deletions): every tailer has read them long ago, as with history rows
+    (module docstring)."""
+    now = clock.now(using)
+    records = RemovedTask.objects.using(using)
+    old = list(records.filter(at__lt=now - MIN_WINDOW).order_by("pk").values_list("pk", flat=True)[:TASKS_PER_BATCH])
+    if old:
+        records.filter(pk__in=old).delete()
+    records.bulk_create([RemovedTask(task_id=pk, stage=stages[pk], at=now) for pk in deleted])
 
 
 def _summary(detail) -> tuple[int, datetime | None]:

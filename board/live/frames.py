@@ -2,12 +2,15 @@
 
 A frame is a JSON text, encoded once and handed as the same text to every socket:
 
-- `{"type": "snapshot", "last_event_id", "unseen_event_ids", "counts", "tasks", "problems",
-  "more"}` then
+- `{"type": "snapshot", "last_event_id", "unseen_event_ids", "last_removal_id", "counts", "tasks",
+  "problems", "more"}` then
   `{"type": "snapshot_more", "tasks", "more"}` until "more" is false: the board when a socket
   opens or asks again (`snapshot_frames`);
 - `{"type": "tasks", "items": [{"event", "task"}, ...]}`: a page of committed changes, each
   event with its task as it is now (`changes_frame`);
+- `{"type": "removed", "tasks": [{"id", "task", "stage"}, ...]}`: tasks the prune deleted (each
+  record's id, the task's id, the stage it was deleted in), to be dropped from the board
+  (`removals_frame`); the snapshot's "last_removal_id" is the last record it accounts for;
 - `{"type": "problems", "problems"}`: the invariant problems, pushed when they change
   (`problems_frame`);
 - `{"type": "insights", ...}`: the agents and throughput panel (board.live.insights computes its
@@ -28,7 +31,7 @@ from django.core.serializers.json import DjangoJSONEncoder
 
 from board.engine import selectors
 from board.live import outbox
-from board.models import Task, TaskEvent
+from board.models import RemovedTask, Task, TaskEvent
 from board.public import public_event, public_task
 
 SNAPSHOT_PART = 1000  # tasks per frame: frames stay under 1 MiB (daphne's limit, and a common proxy limit)
@@ -76,6 +79,11 @@ def changes_frame(events: list[TaskEvent]) -> str | None:
     return encode({"type": "tasks", "items": changes}) if changes else None
 
 
+def removals_frame(records: list[RemovedTask]) -> str:
+    """The "removed" frame of records of deleted tasks (board.live.outbox.Removals)."""
+    return encode({"type": "removed", "tasks": [{"id": r.id, "task": r.task_id, "stage": r.stage} for r in records]})
+
+
 def problem_dicts(using: str = "default") -> list[dict]:
     return [{"task": p.task, "code": p.code, "text": p.text} for p in selectors.problems(using=using)]
 
@@ -95,8 +103,9 @@ def insights_frame(data: dict) -> str:
 
 
 def snapshot_frames(terminal_limit: int = 200, problems: list | None = None, using: str = "default") -> list[str]:
-    """What a browser needs to draw the board, plus the event id it is current to and the ids
-    below it that it does not hold yet (`unseen_event_ids`), as encoded frames: {"type":
+    """What a browser needs to draw the board, plus the event id it is current to, the ids
+    below it that it does not hold yet (`unseen_event_ids`) and the last record of a deleted
+    task it accounts for (`last_removal_id`), as encoded frames: {"type":
     "snapshot", ..., "more": bool} then {"type": "snapshot_more", "tasks", "more"} until "more"
     is false. `problems`: a recent check() result to reuse.
 
@@ -111,11 +120,12 @@ def snapshot_frames(terminal_limit: int = 200, problems: list | None = None, usi
     # (a frame built before this read can arrive after it); a change of one of these ids
     # committed after the read, and the page applies it (board.live.outbox: PostgreSQL).
     unseen = outbox.unseen_below(head["last_event_id"], using)
+    last_removal_id = outbox.latest_removal_id(using)  # the deletions this read already shows
     if problems is None:
         problems = problem_dicts(using)  # inside the board's read: the problems of the same board
     frames: list[str] = []
     frame = {"type": "snapshot", "last_event_id": head["last_event_id"], "unseen_event_ids": unseen,
-             "counts": head["counts"], "tasks": [], "problems": problems}
+             "last_removal_id": last_removal_id, "counts": head["counts"], "tasks": [], "problems": problems}
     for part in parts:
         if frame["tasks"]:
             frames.append(encode({**frame, "more": True}))

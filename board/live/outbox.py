@@ -35,7 +35,7 @@ from django.db import connections
 from django.db.models import Q
 
 from board.engine import clock, db, retention
-from board.models import TaskEvent
+from board.models import RemovedTask, TaskEvent
 
 EVENTS_PER_READ = 1000
 MAX_HOLE_RUNS = 200  # runs of consecutive missing ids asked for per read (the rest: next pages)
@@ -101,6 +101,30 @@ class Cursor:
 
     def advance(self, page: Page) -> None:
         self.last_id, self.holes = page.last_id, page.holes
+
+
+@dataclass
+class Removals:
+    """Where a tailer is in the prune's records of deleted tasks (RemovedTask). Their ids follow
+    commit order (the prune's batches run one at a time), so "id > last" reads each record
+    exactly once, with no holes to keep."""
+
+    last_id: int
+    using: str = "default"
+
+    def read(self) -> list[RemovedTask]:
+        """The next records, oldest first (at most EVENTS_PER_READ); changes nothing."""
+        return list(RemovedTask.objects.using(self.using).filter(id__gt=self.last_id).order_by("id")[:EVENTS_PER_READ])
+
+    def advance(self, records: list[RemovedTask]) -> None:
+        if records:
+            self.last_id = records[-1].id
+
+
+def latest_removal_id(using: str = "default") -> int:
+    """The newest record of a deleted task so far (0: none): where a starting tailer's Removals
+    begin, and what a snapshot already accounts for."""
+    return RemovedTask.objects.using(using).order_by("-id").values_list("id", flat=True).first() or 0
 
 
 def latest_event_id(using: str = "default") -> int:

@@ -24,6 +24,9 @@ with a Redis channel layer (REDIS_URL) a commit in any process wakes every taile
 doorbell (board.live.doorbell), which is never the only carrier of an update: a Redis that
 hangs or refuses only leaves the poll to do it.
 
+Every REMOVALS_POLL_SECONDS it also reads the prune's records of deleted tasks
+(board.live.outbox.Removals) and tells its sockets, whose pages drop those cards.
+
 Besides the changes, the tailer keeps two panels current for its sockets, each computed once
 per process however many sockets watch: the invariant problems (debounced: at most every
 PROBLEMS_MIN_INTERVAL_SECONDS, and on a timer, since a lease expires without any event) and the
@@ -63,6 +66,9 @@ PROBLEMS_REFRESH_SECONDS = 2.0  # and also on a timer: a lease expires without a
 # The agents and throughput panel (board.live.insights) reads an hour of history: at most once every
 # few seconds however busy the board, and on a timer too, as its minutes roll on.
 INSIGHTS_MIN_INTERVAL_SECONDS = 3.0
+# Tasks the prune deleted (hourly, tasks untouched for weeks) are read this often: their cards
+# may go a little late, and a busy board's passes pay no extra query.
+REMOVALS_POLL_SECONDS = 2.0
 INSIGHTS_REFRESH_SECONDS = 30.0
 
 
@@ -90,6 +96,8 @@ class Tailer:
         self.insights_dirty = False
         self.insights_failing = False
         self.insights_task: asyncio.Task | None = None
+        self.removals: outbox.Removals | None = None  # placed when the tailer starts
+        self.removals_at = 0.0
 
     def want_insights(self) -> None:
         """A socket has no insights frame yet: compute one on the next pass (rate limits apply)."""
@@ -103,6 +111,7 @@ class Tailer:
     async def run(self) -> None:
         self.loop = asyncio.get_running_loop()
         cursor = await sync_to_async(outbox.starting_cursor)()
+        self.removals = outbox.Removals(await sync_to_async(outbox.latest_removal_id)())
         doorbell_task = None
         if getattr(settings, "REDIS_URL", ""):
             listening = asyncio.Event()
@@ -163,7 +172,8 @@ class Tailer:
             if not page.full:
                 break
         if not self.subscribers:
-            return  # nobody to tell: check() waits for a socket
+            return  # nobody to tell: check() and the prune's removals wait for a socket
+        await self._pass_removals()
         now = time.monotonic()
         due = self.problems_dirty or now - self.problems_at >= PROBLEMS_REFRESH_SECONDS
         if due and now - self.problems_at >= PROBLEMS_MIN_INTERVAL_SECONDS:
@@ -179,6 +189,22 @@ class Tailer:
                 self.problems_sent = message["problems"]
                 await self._broadcast(frames.problems_frame(message))
         self._start_insights()
+
+    async def _pass_removals(self) -> None:
+        """Every REMOVALS_POLL_SECONDS: the tasks the prune deleted since the last read, one
+        "removed" frame per read (board.live.frames), so that open pages drop their cards. The
+        records are read on from where the last frame left off, as the outbox is."""
+        now = time.monotonic()
+        if now - self.removals_at < REMOVALS_POLL_SECONDS:
+            return
+        self.removals_at = now
+        while True:
+            records = await database_sync_to_async(self.removals.read)()
+            if records:
+                await self._broadcast(frames.removals_frame(records))
+                self.removals.advance(records)
+            if len(records) < outbox.EVENTS_PER_READ:
+                return
 
     def _start_insights(self) -> None:
         """Recompute the insights when something changed (or, once sent, on the refresh timer),

@@ -115,7 +115,12 @@ function flush() {
   const placed = [];
   for (const id of ids) {
     const task = tasks.get(id);
-    if (!task) continue;
+    if (!task) { // no longer on the board (the prune deleted it): its card goes
+      const gone = cards.get(id);
+      if (gone) detach(gone);
+      cards.delete(id);
+      continue;
+    }
     let card = cards.get(id);
     if (card) fillCard(card, task, filter);
     else cards.set(id, (card = buildCard(task, filter)));

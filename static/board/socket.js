@@ -4,7 +4,8 @@
 //   on connect  the server accepts, then, for a session that may not watch (board/access.py),
 //               closes at once with 4403. Otherwise it sends a snapshot, in parts:
 //                 {"type": "snapshot", "last_event_id", "unseen_event_ids": [...],
-//                  "counts": {stage: n}, "problems": [...], "tasks": [...], "more": bool}
+//                  "last_removal_id", "counts": {stage: n}, "problems": [...], "tasks": [...],
+//                  "more": bool}
 //                 {"type": "snapshot_more", "tasks": [...], "more": bool}   while "more"
 //               (at most board/live/frames.py SNAPSHOT_PART tasks a frame: every unfinished task, best first,
 //               then the most recent finished ones of each terminal stage), then the agents and
@@ -15,6 +16,10 @@
 //               without a traceback); "task" is the task as it is now (its version is at least
 //               the event's), a card: the API's task without description, payload, checkpoint
 //               and result.
+//               {"type": "removed", "tasks": [{"id", "task", "stage"}, ...]}: tasks the prune
+//               deleted (record id, task id, the stage it was deleted in); the page drops their
+//               cards and counts, unless the snapshot already did (record id <= its
+//               "last_removal_id").
 //               {"type": "problems", "problems": [{"task", "code", "text"}]} when check()'s
 //               findings change; {"type": "insights", ...} when the panel's figures change.
 //   the page    sends only {"type": "snapshot"}: the server drops what it had queued for this
@@ -41,7 +46,7 @@
 // snapshot's cards are on screen (after the frame that follows them).
 
 import { columnsEl, LOGIN_URL } from "./page.js";
-import { applySnapshot, applyTask, setProblems, snapshotCount, tasks } from "./store.js";
+import { applySnapshot, applyTask, removeTask, setProblems, snapshotCount, tasks } from "./store.js";
 import { renderAll, renderProblems } from "./render.js";
 import { openTaskFromUrl } from "./view.js";
 import { update as updateInsights } from "./insights.js";
@@ -74,6 +79,7 @@ let snapshotEventId = 0; // the last event the current snapshot includes
 // had taken an id and not committed yet when it was read): every other event up to
 // snapshotEventId is in the snapshot.
 let unseenAtSnapshot = new Set();
+let snapshotRemovalId = 0; // the last record of a deleted task the current snapshot accounts for
 let maxEventId = 0; // the highest event id seen since that snapshot
 const missingEvents = new Map(); // event id skipped over -> when it was noticed
 
@@ -173,6 +179,11 @@ function receive(message) {
     case "tasks": // oldest first
       for (const item of message.items) applyChange(item.event, item.task);
       break;
+    case "removed": // oldest first
+      for (const removal of message.tasks) {
+        if (removal.id > snapshotRemovalId) removeTask(removal.task, removal.stage);
+      }
+      break;
     case "problems":
       setProblems(message.problems);
       renderProblems();
@@ -188,6 +199,7 @@ function onSnapshot(snap) {
   backoff = BACKOFF_FIRST_MS;
   snapshotEventId = snap.last_event_id || 0;
   unseenAtSnapshot = new Set(snap.unseen_event_ids || []);
+  snapshotRemovalId = snap.last_removal_id || 0;
   maxEventId = snapshotEventId;
   missingEvents.clear();
   applySnapshot(snap);

@@ -4,8 +4,9 @@
 // those cards on the next frame).
 //
 // What it is fed: the snapshot (`applySnapshot`, socket.js), changed tasks from the socket and
-// from the API's answers (`applyTask`), older finished tasks from the API (`loadOlder`, "show
-// more"), the stage of dependencies not on the board (fetched by `depDone`).
+// from the API's answers (`applyTask`), tasks the prune deleted (`removeTask`, socket.js), older
+// finished tasks from the API (`loadOlder`, "show more"), the stage of dependencies not on the
+// board (fetched by `depDone`).
 //
 // One rule keeps it right whatever order things arrive in: a task replaces the one shown only
 // when its version is newer. A task as the server sends it (the API's task; the socket's cards
@@ -166,6 +167,22 @@ export function applyTask(task, { older = false } = {}) {
   if (older) olderTerminal.set(task.id, task);
   changed(redraw, true);
   return true;
+}
+
+/** A task the prune deleted: its card goes, and it leaves the count of its column (`stage`:
+ * the stage it was deleted in, for a task the page never loaded; a loaded one is counted where
+ * the page shows it). */
+export function removeTask(id, stage) {
+  const shown = tasks.get(id);
+  const from = shown ? shown.stage : stage;
+  counts[from] = Math.max(0, (counts[from] || 0) - 1);
+  if (shown) {
+    removeFromOrder(shown);
+    tasks.delete(id);
+    for (const dep of shown.deps || []) dependents.get(dep)?.delete(id);
+  }
+  olderTerminal.delete(id);
+  changed([id], true);
 }
 
 /** "show more" of a terminal column: older finished tasks from the API, until at least one is

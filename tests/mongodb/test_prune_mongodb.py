@@ -10,6 +10,7 @@ from tests.test_prune import (
     check_depended_on_is_kept,
     check_dry_run,
     check_prune,
+    check_removal_records_trimmed,
 )
 
 pytestmark = [pytest.mark.mongodb, pytest.mark.django_db(transaction=True)]
@@ -34,3 +35,7 @@ def test_renews_collapsed_twice_still_count_every_renew_and_the_first_time():
 
 def test_a_create_racing_the_prune_of_its_dependency_never_leaves_a_dangling_dependency():
     check_create_races_prune("default")
+
+
+def test_records_of_deleted_tasks_older_than_the_shortest_window_go_with_a_later_batch():
+    check_removal_records_trimmed("default")
