@@ -373,3 +373,11 @@ def test_a_write_made_by_a_commit_hook_counts_in_its_writers_hold_not_apart():
             db._sqlite_write_observers.remove(observer)
     assert Task.objects.get(pk="down").stage == "QUEUED"  # the hook's write happened
     assert len(seen) == 1
+
+
+def test_the_latency_middleware_times_the_api_under_the_apis_own_prefix():
+    """metrics spells the prefix itself (it sits below the API's layer): the two must agree."""
+    from board import metrics
+    from board.api.middleware import API_PREFIX
+
+    assert metrics._API_PREFIX == API_PREFIX
