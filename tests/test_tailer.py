@@ -117,3 +117,80 @@ def test_with_only_parked_claims_listening_passes_are_a_poll_apart_however_often
     assert commits >= 20  # the commits rang far more often than the passes ran
     during = [t for t in passes if t <= passes[0] + elapsed]
     assert len(during) <= elapsed / tailer.WAITERS_ONLY_PASS_SECONDS + 2, (len(during), elapsed, commits)
+
+
+@pytest.mark.parametrize("alias", [BACKENDS[0]])
+def test_deleted_tasks_reach_the_sockets_even_after_a_read_of_them_failed(alias, monkeypatch, caplog):
+    """The prune's records of deleted tasks go out as a "removed" frame; a read of them that
+    fails is logged, leaves the rest of the pass alone, and the next read delivers them."""
+    from board.engine import retention
+    from board.live import outbox
+    from tests.test_prune import LONG_AGO, age_tasks, run_task
+
+    real, failures = outbox.Removals.read, []
+
+    def fails_once(self):
+        if not failures:
+            failures.append(self.last_id)
+            raise DatabaseError("the connection dropped while reading the records")
+        return real(self)
+
+    monkeypatch.setattr(outbox.Removals, "read", fails_once)
+    for task_id in ("old-a", "old-b"):
+        run_task(task_id, alias)
+    age_tasks(["old-a", "old-b"], LONG_AGO, alias)
+
+    async def scenario():
+        running = tailer.ensure_tailer()
+        socket = Socket()
+        running.subscribers.add(socket)
+        try:
+            await asyncio.wait_for(running.ready.wait(), timeout=30)
+            await sync_to_async(retention.prune)(using=alias)
+            await sync_to_async(transitions.create)(TaskSpec(id="after", title="after the prune"))
+            kinds = []
+            while True:
+                frame = await asyncio.wait_for(socket.frames.get(), timeout=30)
+                kinds.append(frame["type"])
+                if frame["type"] == "removed":
+                    return frame, kinds
+        finally:
+            running.task.cancel()
+
+    frame, kinds = asyncio.run(scenario())
+    assert failures  # a read failed first...
+    assert sorted((r["task"], r["stage"]) for r in frame["tasks"]) == [("old-a", "COMPLETED"), ("old-b", "COMPLETED")]
+    assert "tasks" in kinds[:-1]  # ...and the pass went on: the change after the prune came first
+    said = [r.getMessage() for r in caplog.records if r.name == "board.live.tailer"]
+    assert said == ["could not read the records of deleted tasks; retrying"]  # not a failed pass
+
+
+@pytest.mark.parametrize("alias", [BACKENDS[0]])
+def test_a_socket_waits_for_the_tailers_cursors_and_is_told_when_they_never_come(alias, monkeypatch):
+    """A socket reads its snapshot only once its tailer's cursors are placed (wait_placed); a
+    tailer that fails as it starts makes wait_placed raise instead of hanging (the socket then
+    closes and the page reconnects)."""
+    from board.live import outbox
+
+    async def placed():
+        running = tailer.ensure_tailer()
+        try:
+            await asyncio.wait_for(running.wait_placed(), timeout=30)
+            return running.removals is not None
+        finally:
+            running.task.cancel()
+
+    assert asyncio.run(placed())
+
+    def unreachable(using="default"):
+        raise DatabaseError("the database is away")
+
+    monkeypatch.setattr(outbox, "starting_cursor", unreachable)
+
+    async def never():
+        running = tailer.ensure_tailer()
+        with pytest.raises(RuntimeError, match="before its cursors were placed"):
+            await asyncio.wait_for(running.wait_placed(), timeout=30)
+        assert running.task.done()
+
+    asyncio.run(never())

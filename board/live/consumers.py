@@ -183,6 +183,7 @@ class BoardConsumer(AsyncWebsocketConsumer):
             self.drop(INTERNAL_ERROR)
 
     async def _send_snapshot(self) -> None:
+        await self.tailer.wait_placed()  # raises if it never will: this socket closes (1011)
         snapshot = iter(await database_sync_to_async(frames.snapshot_frames)(problems=self.tailer.recent_problems()))
         # One frame at a time, each built in a sync thread (snapshot_frames may be a generator
         # that reads as it goes) and sent before the next is built.

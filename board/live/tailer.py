@@ -84,6 +84,7 @@ class Tailer:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.wake = asyncio.Event()
         self.ready = asyncio.Event()  # set once it listens (cursor placed, a working doorbell answered)
+        self.placed = asyncio.Event()  # set once its cursors are placed (`wait_placed`)
         self.task: asyncio.Task | None = None
         self.problems_sent: list = []  # snapshots carry the problems; push only changes
         self.problems_at = 0.0
@@ -98,11 +99,27 @@ class Tailer:
         self.insights_task: asyncio.Task | None = None
         self.removals: outbox.Removals | None = None  # placed when the tailer starts
         self.removals_at = 0.0
+        self.removals_failing = False
 
     def want_insights(self) -> None:
         """A socket has no insights frame yet: compute one on the next pass (rate limits apply)."""
         self.insights_dirty = True
         self.wake.set()
+
+    async def wait_placed(self) -> None:
+        """Until this tailer's cursors are placed. A socket reads its snapshot after that: a
+        change or a deletion committed after the snapshot's read is then after the cursors too,
+        so the tailer sends it. Raises when the tailer ended without placing them (the database
+        failed as it started): the socket closes, and the page's reconnection starts a new one."""
+        if self.placed.is_set():
+            return
+        placed = asyncio.ensure_future(self.placed.wait())
+        try:
+            await asyncio.wait([placed, self.task], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            placed.cancel()
+        if not self.placed.is_set():
+            raise RuntimeError("the live board's tailer ended before its cursors were placed")
 
     def wake_threadsafe(self) -> None:
         if self.loop is not None and not self.loop.is_closed():
@@ -110,8 +127,12 @@ class Tailer:
 
     async def run(self) -> None:
         self.loop = asyncio.get_running_loop()
-        cursor = await sync_to_async(outbox.starting_cursor)()
-        self.removals = outbox.Removals(await sync_to_async(outbox.latest_removal_id)())
+        def place():
+            return outbox.latest_removal_id(), outbox.starting_cursor()
+
+        removal_id, cursor = await sync_to_async(place)()
+        self.removals = outbox.Removals(removal_id)
+        self.placed.set()
         doorbell_task = None
         if getattr(settings, "REDIS_URL", ""):
             listening = asyncio.Event()
@@ -199,7 +220,14 @@ class Tailer:
             return
         self.removals_at = now
         while True:
-            records = await database_sync_to_async(self.removals.read)()
+            try:
+                records = await database_sync_to_async(self.removals.read)()
+            except Exception:  # the cards wait for the next read; the board goes on
+                if not self.removals_failing:
+                    log.exception("could not read the records of deleted tasks; retrying")
+                self.removals_failing = True
+                return
+            self.removals_failing = False
             if records:
                 await self._broadcast(frames.removals_frame(records))
                 self.removals.advance(records)
