@@ -176,6 +176,7 @@ class BoardClient:
     def __init__(self) -> None:
         self.tasks: dict[str, tuple[str, int]] = {}
         self.snapshot_event_id = 0
+        self.unseen: set[int] = set()  # ids at or below snapshot_event_id the snapshot does not hold
         self.max_event_id = 0
         self.missing: dict[int, float] = {}
         self.received: dict[str, float] = {}  # "task@version" -> receive time (first receipt)
@@ -189,6 +190,7 @@ class BoardClient:
         self.snapshots += 1
         self.tasks = {t["id"]: (t["stage"], t["version"]) for t in message["tasks"]}
         self.snapshot_event_id = self.max_event_id = message["last_event_id"]
+        self.unseen = set(message.get("unseen_event_ids", ()))
         self.missing.clear()
         self.ready.set()
 
@@ -204,8 +206,8 @@ class BoardClient:
         else:
             self.missing.pop(eid, None)
         shown = self.tasks.get(task["id"])
-        if shown is None and eid <= self.snapshot_event_id:
-            return False
+        if shown is None and eid <= self.snapshot_event_id and eid not in self.unseen:
+            return False  # the snapshot holds it, and left the task out (static/board/socket.js)
         if shown is not None and event["version"] > shown[1] + 1:
             want_snapshot = True
         if shown is None or task["version"] > shown[1]:

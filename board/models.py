@@ -113,10 +113,10 @@ class NumberedQuerySet(models.QuerySet):
     counter (board.engine.db.number_rows) before they are inserted."""
 
     def create(self, **kwargs):
-        event = self.model(**kwargs)
-        db.number_rows(self.db, [event])
-        event.save(force_insert=True, using=self.db)
-        return event
+        row = self.model(**kwargs)
+        db.number_rows(self.db, [row])
+        row.save(force_insert=True, using=self.db)
+        return row
 
     def bulk_create(self, objs, *args, **kwargs):
         objs = list(objs)

@@ -593,17 +593,18 @@ SERIALISED = "board_serialised"
 
 
 def number_rows(using: str, rows: Sequence) -> None:
-    """Give new rows of the board's history their ids where the store has no auto-increment
-    (MongoDB), from the counter document of their table, incremented in the row's own
-    transaction. Two transactions that both increment it conflict, so one commits before the
-    other takes its ids: ids follow commit order (`ids_follow_commit_order`), which is what the
-    live board's tailer needs to never skip an event. On SQL stores: nothing to do."""
+    """Give new rows of the board's history (and the prune's records of deleted tasks) their ids
+    where the store has no auto-increment (MongoDB), from the counter document of their table,
+    incremented in the row's own transaction. Two transactions that both increment it conflict,
+    so one commits before the other takes its ids: ids follow commit order
+    (`ids_follow_commit_order`), which is what the live board's tailer needs to never skip an
+    event or a deletion. On SQL stores: nothing to do."""
     missing = [row for row in rows if row.pk is None]
     connection = connections[using]
     if not missing or connection.vendor != "mongodb":
         return
     if not connection.in_atomic_block_mongo:
-        raise RuntimeError("history rows numbered outside a transaction: their ids would not follow commit order")
+        raise RuntimeError("rows numbered outside a transaction: their ids would not follow commit order")
     from pymongo import ReturnDocument
 
     counter = connection.get_collection(COUNTERS).find_one_and_update(

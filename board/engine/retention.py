@@ -50,8 +50,9 @@ The live board's outbox (board.live.outbox) and the API's event cursors read the
   read by every running tailer: it is below every live cursor, where deleting it changes
   nothing. (The hot path takes `at` from its process's clock, the cutoff comes from the store's:
   this holds for any skew under the hour.) A tailer started later begins at the newest id
-  (outbox.starting_cursor), above it, and takes no id at or below the newest event older than
-  MIN_WINDOW for a hole: every deleted id is there.
+  (outbox.starting_cursor), above it, and takes no id at or below the newest surviving event
+  older than MIN_WINDOW for a hole (a deleted id above that one, when every later event has
+  been deleted too, is given up like a rolled-back one).
 - Even a tailer stalled that long (a machine suspended) is not stuck: a deleted id looks
   exactly like a rolled-back one. On SQLite and MongoDB a missing id below one already read is
   never waited for; on PostgreSQL a hole is given up once the oldest running transaction is
@@ -426,9 +427,9 @@ class _Run:
 def _record_removals(deleted: list[str], stages: dict[str, str], using: str) -> None:
     """Inside the batch that deleted them: a RemovedTask per task, which every open live board
     reads (board.live.outbox) to drop the task's card and count it out of its column. Records
-    older than MIN_WINDOW are deleted here too, a batch's worth at a time (so the table holds
-    about an hour of deletions): every tailer has read them long ago, as with history rows
-    (module docstring)."""
+    older than MIN_WINDOW are deleted here too, a batch's worth at a time: every tailer has read
+    them long ago, as with history rows (module docstring). So a record is kept at least an
+    hour, and until later batches that delete tasks trim it."""
     now = clock.now(using)
     records = RemovedTask.objects.using(using)
     old = list(records.filter(at__lt=now - MIN_WINDOW).order_by("pk").values_list("pk", flat=True)[:TASKS_PER_BATCH])

@@ -25,7 +25,13 @@ reads the same events again next time, so nothing is skipped.
 The outbox reader is a read path of its own, apart from board.engine.selectors: its queries (the
 events after the cursor and in its holes, the server's transaction ids) have their own
 consistency rules, stated above: no read transaction, no snapshot of the board, and a result
-that is only trusted together with the transaction ids read around it.
+that is only trusted together with the transaction ids read around it. Two of its reads also
+serve a socket's snapshot, inside the snapshot's read transaction (board.live.frames):
+`unseen_below` (which ids below the snapshot's last event it does not hold) and
+`latest_removal_id`.
+
+The prune's records of deleted tasks (RemovedTask) are read the same way, by `Removals`: their
+ids follow commit order (the prune's batches run one at a time), so there are no holes to keep.
 """
 from __future__ import annotations
 
@@ -167,10 +173,11 @@ def unseen_below(newest: int, using: str = "default") -> list[int]:
     must still send it. Every id missing among the last START_WINDOW is one (a rolled-back id
     is given up at the first read of the outbox that proves its writer ended); a transaction
     that is still open after more than START_WINDOW later events committed is the one case left
-    out. The window starts above the newest event older than SETTLED_AFTER: on a quiet board the
-    last START_WINDOW ids are old, and the prune has deleted many of them (collapsed renews);
-    taken for holes, thousands of them would be asked for on every read for as long as any older
-    transaction stays open anywhere on the server (a backup, say)."""
+    out. The window starts above the newest surviving event older than SETTLED_AFTER: on a quiet
+    board the last START_WINDOW ids are old, and the prune has deleted many of them (collapsed
+    renews); taken for holes, thousands of them would be asked for on every read for as long as
+    any older transaction stays open anywhere on the server (a backup, say). Deleted ids above
+    that event (every later one deleted too) are still taken, and given up as rolled back."""
     if not newest or db.ids_follow_commit_order(using):
         return []
     first = max(1, newest - START_WINDOW + 1)
