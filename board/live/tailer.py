@@ -220,14 +220,11 @@ class Tailer:
             return
         self.removals_at = now
         while True:
-            try:
-                records = await database_sync_to_async(self.removals.read)()
-            except Exception:  # the cards wait for the next read; the board goes on
-                if not self.removals_failing:
-                    log.exception("could not read the records of deleted tasks; retrying")
-                self.removals_failing = True
+            # A failure: the cards wait for the next read; the board goes on.
+            records = await self._logged_once("removals_failing", "read the records of deleted tasks",
+                                              self.removals.read)
+            if records is None:
                 return
-            self.removals_failing = False
             if records:
                 await self._broadcast(frames.removals_frame(records))
                 self.removals.advance(records)
@@ -251,21 +248,31 @@ class Tailer:
     async def _push_insights(self) -> None:
         """Compute the insights and push them when they differ from the last push. A failure is
         logged once per run of failures and leaves the other updates alone."""
-        try:
-            # Not in the thread every socket's snapshot and this loop's reads share
-            # (thread-sensitive): a slow computation must not delay them.
-            data = await database_sync_to_async(self.insights.compute, thread_sensitive=False)()
-        except Exception:  # the panel waits for the next try; the board goes on
-            if not self.insights_failing:
-                log.exception("could not compute the insights panel; retrying")
-            self.insights_failing = True
+        # Not in the thread every socket's snapshot and this loop's reads share
+        # (thread-sensitive): a slow computation must not delay them. A failure: the panel
+        # waits for the next try; the board goes on.
+        data = await self._logged_once("insights_failing", "compute the insights panel", self.insights.compute,
+                                       thread_sensitive=False)
+        if data is None:
             return
-        self.insights_failing = False
         previous = json.loads(self.insights_frame) if self.insights_frame else None
         self.insights_frame = frames.insights_frame(data)
         # "now" alone moving is no news.
         if previous is None or {**previous, "now": None} != {**data, "now": None}:
             await self._broadcast(self.insights_frame)
+
+    async def _logged_once(self, flag: str, what: str, call, **how):
+        """`call()` (which returns something other than None) in a sync thread, or None when it
+        failed: a failure is logged once per run of failures, counted by the attribute `flag`."""
+        try:
+            result = await database_sync_to_async(call, **how)()
+        except Exception:
+            if not getattr(self, flag):
+                log.exception("could not %s; retrying", what)
+            setattr(self, flag, True)
+            return None
+        setattr(self, flag, False)
+        return result
 
     def recent_problems(self) -> list | None:
         """The last check() result if it is fresh enough to put in a snapshot, else None."""
