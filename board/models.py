@@ -108,6 +108,15 @@ class Dependency(models.Model):
         return f"{self.task_id} -> {self.depends_on_id}"
 
 
+def numbered_id():
+    """The primary key of a table whose ids follow commit order (the history, the prune's
+    records): an auto-increment on SQL stores; on MongoDB, numbers from the store's counter
+    (NumberedQuerySet)."""
+    if _ON_MONGODB:
+        return models.BigIntegerField(primary_key=True, db_column="_id")
+    return models.BigAutoField(primary_key=True)
+
+
 class NumberedQuerySet(models.QuerySet):
     """Where the store has no auto-increment (MongoDB), new rows get their ids from the store's
     counter (board.engine.db.number_rows) before they are inserted."""
@@ -131,7 +140,7 @@ class TaskEvent(models.Model):
 
     It never holds a lease token. Its ids also order the change feed the live board reads."""
 
-    id = models.BigIntegerField(primary_key=True, db_column="_id") if _ON_MONGODB else models.BigAutoField(primary_key=True)
+    id = numbered_id()
     objects = NumberedQuerySet.as_manager()
     task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="events")
     verb = models.CharField(max_length=20)
@@ -158,7 +167,7 @@ class RemovedTask(models.Model):
     run one at a time (board.engine.db.serialise_on), and on MongoDB they are numbered from the
     store's counter (number_rows). The prune deletes them once older than its shortest window."""
 
-    id = models.BigIntegerField(primary_key=True, db_column="_id") if _ON_MONGODB else models.BigAutoField(primary_key=True)
+    id = numbered_id()
     objects = NumberedQuerySet.as_manager()
     task_id = models.CharField(max_length=100)
     stage = models.CharField(max_length=16, help_text="The stage it was deleted in (its column on the board).")

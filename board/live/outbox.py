@@ -130,12 +130,16 @@ class Removals:
 def latest_removal_id(using: str = "default") -> int:
     """The newest record of a deleted task so far (0: none): where a starting tailer's Removals
     begin, and what a snapshot already accounts for."""
-    return RemovedTask.objects.using(using).order_by("-id").values_list("id", flat=True).first() or 0
+    return _newest_id(RemovedTask, using)
 
 
 def latest_event_id(using: str = "default") -> int:
     """The newest event committed so far (0: none)."""
-    return TaskEvent.objects.using(using).order_by("-id").values_list("id", flat=True).first() or 0
+    return _newest_id(TaskEvent, using)
+
+
+def _newest_id(model, using: str) -> int:
+    return model.objects.using(using).order_by("-id").values_list("id", flat=True).first() or 0
 
 
 # How far below the newest event a starting cursor looks for ids that may still commit.

@@ -66,10 +66,10 @@ PROBLEMS_REFRESH_SECONDS = 2.0  # and also on a timer: a lease expires without a
 # The agents and throughput panel (board.live.insights) reads an hour of history: at most once every
 # few seconds however busy the board, and on a timer too, as its minutes roll on.
 INSIGHTS_MIN_INTERVAL_SECONDS = 3.0
+INSIGHTS_REFRESH_SECONDS = 30.0
 # Tasks the prune deleted (hourly, tasks untouched for weeks) are read this often: their cards
 # may go a little late, and a busy board's passes pay no extra query.
 REMOVALS_POLL_SECONDS = 2.0
-INSIGHTS_REFRESH_SECONDS = 30.0
 
 
 class Subscriber(Protocol):
@@ -127,6 +127,7 @@ class Tailer:
 
     async def run(self) -> None:
         self.loop = asyncio.get_running_loop()
+
         def place():
             return outbox.latest_removal_id(), outbox.starting_cursor()
 
