@@ -221,6 +221,25 @@ def test_focus_moves_into_the_details_and_back_to_the_card(open_board, orm):
     expect(card(page, "focus-me")).to_be_focused()
 
 
+def test_a_redrawn_details_panel_keeps_the_focus_on_its_button(open_board, orm):
+    """The panel is drawn again when the full task arrives and when the task changes. A keyboard
+    user on one of its buttons must stay on it (before: the button was replaced and the focus
+    fell out of the page; the test above failed that way when the full task came late)."""
+    orm(transitions.create, TaskSpec(id="focus-kept", title="keyboard"))
+    claim = orm(transitions.claim, "focus-kept", "agent-1", 60)
+    page = open_board()
+    card(page, "focus-kept").focus()
+    page.keyboard.press("Enter")
+    expect(page.locator("#details .details-title")).to_be_focused()
+    pause = page.locator('#details button[data-verb="force_pause"]')
+    pause.focus()
+    expect(pause).to_be_focused()
+    orm(transitions.renew, "focus-kept", claim.lease.token, 60)  # a new version: the panel is drawn again
+    expect(card(page, "focus-kept")).to_have_attribute("data-version", "2", timeout=5000)
+    expect(page.locator("#details")).to_have_attribute("data-id", "focus-kept")
+    expect(pause).to_be_focused()
+
+
 def _board_of_every_kind(orm, settings):
     """Tasks in every column, with every kind of chip: held, error and attempt badges, an
     expired lease, done and unfinished dependencies, a problem (dead_dep)."""

@@ -101,7 +101,15 @@ export function renderDetails(refetch) {
       buttons.push(note);
     }
   }
-  details.querySelector(".details-actions").replaceChildren(...buttons);
+  // The panel is drawn again when the full task arrives or the task changes: a keyboard user
+  // on one of its buttons stays on that verb's new button, not on a button taken out of the page.
+  const actions = details.querySelector(".details-actions");
+  const focusedVerb = actions.contains(document.activeElement) ? document.activeElement.dataset.verb : null;
+  actions.replaceChildren(...buttons);
+  if (focusedVerb) {
+    const same = actions.querySelector(`button[data-verb="${focusedVerb}"]:not(:disabled)`);
+    (same || details.querySelector(".details-title")).focus();
+  }
   const key = `${shown.id}@${shown.version}`;
   if (refetch && historyFor !== key) {
     historyFor = key;
