@@ -44,9 +44,13 @@ from concurrent.futures import ThreadPoolExecutor
 from django.conf import settings
 from django.db import connections
 
-from board.live.waiting import CAN_WAIT, WAIT_HEADER, WAIT_QUEUE_HEADER
+from board.live.waiting import CAN_WAIT, WAIT_CLAIM_HEADER, WAIT_HEADER, WAIT_KEY_HEADER, WAIT_QUEUE_HEADER
 
-_PRIVATE = {WAIT_HEADER.lower().encode(), WAIT_QUEUE_HEADER.lower().encode()}
+_PRIVATE = {h.lower().encode() for h in (WAIT_HEADER, WAIT_QUEUE_HEADER, WAIT_KEY_HEADER, WAIT_CLAIM_HEADER)}
+# The claim endpoints, whose bodies have a smaller cap (spelt here: this module is imported
+# before Django is set up, and the API's URLs are the API's).
+CLAIM_PATH = "/api/claim"
+TASKS_PATH = "/api/tasks/"
 
 
 def _json_error(status: int, code: str, message: str, extra_headers=()) -> tuple[int, list, bytes]:
@@ -57,16 +61,27 @@ def _json_error(status: int, code: str, message: str, extra_headers=()) -> tuple
 
 
 class BodyTooLarge(Exception):
-    pass
+    def __init__(self, limit: int):
+        super().__init__(limit)
+        self.limit = limit
+
+
+def _is_claim(scope) -> bool:
+    """POST /api/claim or /api/tasks/{id}/claim: a few small fields."""
+    path = scope["path"]
+    return scope["method"] == "POST" and (path == CLAIM_PATH or (path.startswith(TASKS_PATH) and path.endswith("/claim")))
 
 
 class HttpApp:
     """ASGI app for the `http` scope: Django's WSGI handler run in a bounded thread pool."""
 
-    def __init__(self, wsgi_app, *, threads: int, max_body: int, max_waiters: int):
+    def __init__(self, wsgi_app, *, threads: int, max_body: int, max_claim_body: int, max_waiters: int,
+                 max_waiters_per_key: int):
         self.wsgi_app = wsgi_app
         self.max_body = max_body
+        self.max_claim_body = max_claim_body
         self.max_waiters = max_waiters
+        self.max_waiters_per_key = max_waiters_per_key
         self.executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="http")
 
     async def __call__(self, scope, receive, send):
@@ -74,31 +89,37 @@ class HttpApp:
             raise ValueError(f"HttpApp serves http, not {scope['type']}")
         try:
             body = await self._read_body(scope, receive)
-        except BodyTooLarge:
-            limit = self.max_body
-            status, headers, data = _json_error(413, "too_large", f"request body over {limit} bytes")
-            # The rest of the body is never read: the server closes the connection after this.
+        except BodyTooLarge as refused:
+            status, headers, data = _json_error(413, "too_large", f"request body over {refused.limit} bytes")
+            # The body is not read; the server drains what the client still sends, bounded, then
+            # closes (taskflow_site/http_protocol.py: the client reads this answer, not a reset).
             headers.append((b"connection", b"close"))
             await self._send(send, status, headers, data)
             return
-        environ = self._environ(scope, body)
+        if body is None:
+            return  # the client left (or was cut) before its body was whole: nothing runs
         loop = asyncio.get_running_loop()
-        status, headers, data = await loop.run_in_executor(self.executor, self._call_wsgi, environ)
+        # The environ is built in the pool thread too: nothing per request on the event loop
+        # beyond reading the body.
+        environ, (status, headers, data) = await loop.run_in_executor(self.executor, self._first_call, scope, body)
         wait = _header(headers, WAIT_HEADER)
         if wait is not None:
-            answer = await self._wait_and_replay(
-                environ, body, float(wait), _header(headers, WAIT_QUEUE_HEADER) or None, headers, receive)
+            answer = await self._wait_and_replay(environ, float(wait), headers, receive)
             if answer is None:
                 return  # the client left while its claim waited
             status, headers, data = answer
         await self._send(send, status, [h for h in headers if h[0].lower() not in _PRIVATE], data)
 
-    async def _read_body(self, scope, receive) -> bytes:
+    async def _read_body(self, scope, receive) -> bytes | None:
+        """The whole body; None if the client left before it was whole. BodyTooLarge past the
+        limit, which is smaller for the claim endpoints (their answer may be parked, and a parked
+        claim keeps what it needs to be replayed)."""
+        limit = self.max_claim_body if _is_claim(scope) else self.max_body
         length = _header(scope["headers"], "content-length")
         if length is not None:
             try:
-                if int(length) > self.max_body:
-                    raise BodyTooLarge
+                if int(length) > limit:
+                    raise BodyTooLarge(limit)
             except ValueError:
                 pass  # Django answers a malformed length itself
         chunks, size = [], 0
@@ -106,16 +127,21 @@ class HttpApp:
         while more:
             message = await receive()
             if message["type"] == "http.disconnect":
-                break
+                return None
             chunk = message.get("body", b"")
             size += len(chunk)
-            if size > self.max_body:  # chunked (or lying) body: stop at the limit
-                raise BodyTooLarge
+            if size > limit:  # chunked (or lying) body: stop at the limit
+                raise BodyTooLarge(limit)
             chunks.append(chunk)
             more = message.get("more_body", False)
         return b"".join(chunks)
 
-    def _environ(self, scope, body: bytes) -> dict:
+    def _first_call(self, scope, body: bytes) -> tuple[dict, tuple[int, list, bytes]]:
+        environ = self._environ(scope, body)
+        return environ, self._call_wsgi(environ)
+
+    @staticmethod
+    def _environ(scope, body: bytes) -> dict:
         """The WSGI environ of an ASGI http scope (as asgiref.wsgi builds it)."""
         script_name = scope.get("root_path", "").encode("utf8").decode("latin1")
         path_info = scope["path"].encode("utf8").decode("latin1")
@@ -141,12 +167,17 @@ class HttpApp:
         }
         if scope.get("client"):
             environ["REMOTE_ADDR"] = scope["client"][0]
+        repeated: dict[str, list[str]] = {}
         for name, value in scope.get("headers", ()):
             key = name.decode("latin1").upper().replace("-", "_")
             if key not in ("CONTENT_LENGTH", "CONTENT_TYPE"):
                 key = "HTTP_" + key
             value = value.decode("latin1")
-            environ[key] = f"{environ[key]},{value}" if key in environ else value
+            if key in environ:  # joined once at the end: linear in the number of repeats
+                repeated.setdefault(key, [environ[key]]).append(value)
+            environ[key] = value
+        for key, values in repeated.items():
+            environ[key] = ("; " if key == "HTTP_COOKIE" else ",").join(values)
         return environ
 
     def _call_wsgi(self, environ: dict) -> tuple[int, list, bytes]:
@@ -167,18 +198,30 @@ class HttpApp:
                 close()
         return started["status"], started["headers"], data
 
-    async def _wait_and_replay(self, environ, body, wait_seconds, queue, headers, receive):
+    async def _wait_and_replay(self, environ, wait_seconds, headers, receive):
         """The claim found no work: wait on the process's waiting list (no thread, no
         connection), replay the claim when woken, answer 204 when the wait is over. Returns
         None when the client went away meanwhile: nothing is replayed then, so a task is never
-        claimed for an agent that is no longer there to take it."""
+        claimed for an agent that is no longer there to take it.
+
+        A parked claim keeps its request head (at most the head cap) and the claim as the view
+        parsed it (WAIT_CLAIM_HEADER, a few hundred bytes), not the body the client sent."""
         from board.live import waiting
 
+        queue = _header(headers, WAIT_QUEUE_HEADER) or None
+        key = _header(headers, WAIT_KEY_HEADER) or ""
         waiters = waiting.waiters()
         if waiters.count >= self.max_waiters:
             return _json_error(503, "too_many_waiters",
                                f"this server already holds {self.max_waiters} waiting claims; retry "
                                "shortly or claim without wait_seconds", [(b"retry-after", b"1")])
+        if waiters.count_of(key) >= self.max_waiters_per_key:
+            return _json_error(503, "too_many_waiters",
+                               f"this agent already has {self.max_waiters_per_key} waiting claims on this "
+                               "server; retry shortly or claim without wait_seconds", [(b"retry-after", b"1")])
+        claim = (_header(headers, WAIT_CLAIM_HEADER) or "").encode("latin1")
+        environ = dict(environ, CONTENT_LENGTH=str(len(claim)))
+        environ.pop("wsgi.input", None)
         deadline = time.monotonic() + wait_seconds
         loop = asyncio.get_running_loop()
         # The body has been read: the next message can only be the client's disconnect.
@@ -188,14 +231,14 @@ class HttpApp:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return 204, [h for h in headers if h[0] != b"content-length"], b""
-                parked = asyncio.ensure_future(waiters.wait(queue, remaining))
+                parked = asyncio.ensure_future(waiters.wait(queue, remaining, key))
                 await asyncio.wait({parked, gone}, return_when=asyncio.FIRST_COMPLETED)
                 if gone.done():
                     parked.cancel()
                     return None
                 if deadline - time.monotonic() <= 0:
                     continue
-                replay = dict(environ, **{"wsgi.input": io.BytesIO(body)})
+                replay = dict(environ, **{"wsgi.input": io.BytesIO(claim)})
                 status, headers, data = await loop.run_in_executor(self.executor, self._call_wsgi, replay)
                 if _header(headers, WAIT_HEADER) is None:
                     return status, headers, data
@@ -258,4 +301,5 @@ def http_app() -> HttpApp:
     conf = settings.TASKFLOW
     watch_connection_pool()
     return HttpApp(wsgi, threads=conf["HTTP_THREADS"], max_body=settings.DATA_UPLOAD_MAX_MEMORY_SIZE,
-                   max_waiters=conf["MAX_WAITERS"])
+                   max_claim_body=conf["MAX_CLAIM_BODY_BYTES"], max_waiters=conf["MAX_WAITERS"],
+                   max_waiters_per_key=conf["MAX_WAITERS_PER_KEY"])

@@ -261,6 +261,22 @@ TASKFLOW = {
     # Waiting claims (wait_seconds) parked at once per server process; past it a new wait is
     # refused with 503 + Retry-After. A parked claim costs a few KB and no connection.
     "MAX_WAITERS": int(os.environ.get("TASKFLOW_MAX_WAITERS", "1000")),
+    # ... and per agent (key name) per process, so that one agent cannot take every slot.
+    "MAX_WAITERS_PER_KEY": int(os.environ.get("TASKFLOW_MAX_WAITERS_PER_KEY", "32")),
+    # Under a plain WSGI server (taskflow_site/wsgi.py) a waiting claim holds a worker thread for
+    # its whole wait: at most this many at once per process.
+    "WSGI_MAX_WAITERS": int(os.environ.get("TASKFLOW_WSGI_MAX_WAITERS", "2")),
+    # The claim endpoints' bodies: a few small fields (a waiting claim is kept while it waits).
+    "MAX_CLAIM_BODY_BYTES": int(os.environ.get("TASKFLOW_MAX_CLAIM_BODY", "4096")),
+    # The server's connections (taskflow_site/http_protocol.py, README "Limits" and "Deploying"): a
+    # request head (request line + headers) of at most MAX_HEAD_BYTES and MAX_HEAD_FIELDS fields
+    # (else 431), arriving within HEADER_TIMEOUT_SECONDS of its first byte; a body never silent
+    # for BODY_TIMEOUT_SECONDS (else 408); an idle connection closed after KEEPALIVE_TIMEOUT_SECONDS.
+    "MAX_HEAD_BYTES": int(os.environ.get("TASKFLOW_MAX_HEAD_BYTES", str(64 * 1024))),
+    "MAX_HEAD_FIELDS": int(os.environ.get("TASKFLOW_MAX_HEAD_FIELDS", "100")),
+    "HEADER_TIMEOUT_SECONDS": float(os.environ.get("TASKFLOW_HEADER_TIMEOUT", "10")),
+    "BODY_TIMEOUT_SECONDS": float(os.environ.get("TASKFLOW_BODY_TIMEOUT", "10")),
+    "KEEPALIVE_TIMEOUT_SECONDS": float(os.environ.get("TASKFLOW_KEEPALIVE_TIMEOUT", "5")),
     # The live board's socket (board/live/consumers.py): how often an open socket checks that its
     # session and user may still watch, and how far (characters of frames not yet sent) a client
     # may fall behind before its socket is dropped (it reconnects and resyncs from a snapshot).

@@ -502,13 +502,33 @@ def claim_next(request, body: ClaimNextIn):
         response = HttpResponse(status=204)
         response[waiting.WAIT_HEADER] = str(body.wait_seconds)
         response[waiting.WAIT_QUEUE_HEADER] = body.queue or ""
+        response[waiting.WAIT_KEY_HEADER] = request.auth.name
+        response[waiting.WAIT_CLAIM_HEADER] = body.model_dump_json(exclude_defaults=True)
         return response
-    return _poll_for_work(request.auth, body)
+    conf = settings.TASKFLOW
+    if not waiting.thread_wait_slots.take(request.auth.name, conf["WSGI_MAX_WAITERS"], conf["MAX_WAITERS_PER_KEY"]):
+        return _too_many_waiters(request, conf["WSGI_MAX_WAITERS"])
+    try:
+        return _poll_for_work(request.auth, body)
+    finally:
+        waiting.thread_wait_slots.give_back(request.auth.name)
+
+
+def _too_many_waiters(request, cap: int):
+    """503 + Retry-After: this process already holds its waiting claims' worth of threads."""
+    response = api.create_response(request, {"error": {
+        "code": "too_many_waiters",
+        "message": (f"this server process already holds its cap of waiting claims ({cap}, or this agent's "
+                    f"{settings.TASKFLOW['MAX_WAITERS_PER_KEY']}); retry shortly or claim without wait_seconds")}},
+        status=503)
+    response["Retry-After"] = "1"
+    return response
 
 
 def _poll_for_work(agent: Principal, body: ClaimNextIn):
-    """A waiting claim outside the board's server: look (without a transaction) a few times a
-    second, claim when something is ready."""
+    """A waiting claim outside the board's server (which parks it instead): look (without a
+    transaction) a few times a second, claim when something is ready. It holds its thread for
+    the wait, so the view lets at most WSGI_MAX_WAITERS of them run at once per process."""
     deadline = time.monotonic() + body.wait_seconds
     while (remaining := deadline - time.monotonic()) > 0:
         time.sleep(min(CLAIM_POLL_SECONDS, remaining))

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections import OrderedDict, defaultdict
 
 from asgiref.sync import sync_to_async
@@ -36,6 +37,8 @@ POLL_SECONDS = 1.0
 CAN_WAIT = "taskflow.can_wait"
 WAIT_HEADER = "X-Taskflow-Wait"
 WAIT_QUEUE_HEADER = "X-Taskflow-Wait-Queue"
+WAIT_KEY_HEADER = "X-Taskflow-Wait-Key"  # whose claim it is: waiting claims are capped per agent
+WAIT_CLAIM_HEADER = "X-Taskflow-Wait-Claim"  # the claim as parsed: what a replay sends again
 ANY_QUEUE = None  # the key of waiters that take work from every queue
 
 
@@ -43,6 +46,7 @@ class Waiters:
     def __init__(self) -> None:
         # queue (or ANY_QUEUE) -> futures in arrival order (an OrderedDict as an ordered set)
         self.by_queue: dict[str | None, OrderedDict[asyncio.Future, None]] = defaultdict(OrderedDict)
+        self.by_key: dict[str, int] = {}
         self.poller: asyncio.Task | None = None
 
     @property
@@ -50,8 +54,22 @@ class Waiters:
         """Claims parked now (a woken one leaves its queue's list at once)."""
         return sum(len(parked) for parked in self.by_queue.values())
 
-    async def wait(self, queue: str | None, timeout: float) -> bool:
+    def count_of(self, key: str) -> int:
+        """Claims of this agent parked now."""
+        return self.by_key.get(key, 0)
+
+    async def wait(self, queue: str | None, timeout: float, key: str = "") -> bool:
         """Park until woken (True) or `timeout` seconds pass (False)."""
+        self.by_key[key] = self.by_key.get(key, 0) + 1
+        try:
+            return await self._wait(queue, timeout)
+        finally:
+            if self.by_key[key] == 1:
+                del self.by_key[key]
+            else:
+                self.by_key[key] -= 1
+
+    async def _wait(self, queue: str | None, timeout: float) -> bool:
         from board.live import tailer  # which imports this module
 
         tailer.ensure_tailer()  # the commit signal that wakes us
@@ -137,3 +155,30 @@ def waiters() -> Waiters:
     if _waiters is None:
         _waiters = Waiters()
     return _waiters
+
+
+class ThreadWaitSlots:
+    """Waiting claims outside the board's server (a plain WSGI server, Django's test client),
+    where each one holds its worker thread for the whole wait: at most `total` at once per
+    process and `per_key` per agent; the view answers 503 too_many_waiters past them."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_key: dict[str, int] = {}
+
+    def take(self, key: str, total: int, per_key: int) -> bool:
+        with self._lock:
+            if sum(self._by_key.values()) >= total or self._by_key.get(key, 0) >= per_key:
+                return False
+            self._by_key[key] = self._by_key.get(key, 0) + 1
+            return True
+
+    def give_back(self, key: str) -> None:
+        with self._lock:
+            if self._by_key[key] == 1:
+                del self._by_key[key]
+            else:
+                self._by_key[key] -= 1
+
+
+thread_wait_slots = ThreadWaitSlots()

@@ -189,7 +189,11 @@ class Command(BaseCommand):
         try:
             uvicorn.run(
                 APP, host=host, port=port, workers=workers,
-                loop="uvloop", http="httptools", ws="websockets-sansio", lifespan="off",
+                # httptools with the caps and clocks of taskflow_site/http_protocol.py (head size,
+                # slow clients, lingering close), which also keeps idle connections 5 s by default.
+                loop="uvloop", http="taskflow_site.http_protocol:BoundedHttpToolsProtocol",
+                ws="websockets-sansio", lifespan="off",
+                timeout_keep_alive=settings.TASKFLOW["KEEPALIVE_TIMEOUT_SECONDS"],
                 access_log=access_log, log_level="info" if access_log else "warning",
                 # The board's socket sends big snapshots in 1 MiB frames; the page sends little.
                 ws_max_size=4 * 1024 * 1024, ws_per_message_deflate=False,
