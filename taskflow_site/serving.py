@@ -7,20 +7,23 @@ ASGI, so one ASGI server (uvicorn, one worker process per core, sharing the port
 both: `/ws/` goes to Channels (taskflow_site/asgi.py) and every HTTP request comes here, where
 it is handed ONCE to a small pool of threads that run the whole Django request as WSGI.
 
-Four things happen here, before Django sees the request:
+The connection itself (head size, slow clients, the lingering close after an early answer) is
+taskflow_site/http_protocol.py's. Four things happen here, before Django sees the request:
 
 - **Oversize bodies are refused unread.** A Content-Length over `DATA_UPLOAD_MAX_MEMORY_SIZE`
-  is answered 413 at once, before authentication and without reading a byte of the body; a
-  chunked body is counted as it arrives and refused as soon as it passes the limit. Memory does
-  not grow with the size of a refused body.
+  (`MAX_CLAIM_BODY_BYTES` for the claim endpoints) is answered 413 at once, before
+  authentication and without reading a byte of the body; a chunked body is counted as it
+  arrives and refused as soon as it passes the limit. Memory does not grow with the size of a
+  refused body. A client that leaves (or is cut) before its body is whole runs nothing.
 - **Waiting claims wait here, holding nothing.** `POST /api/claim` with `wait_seconds` tries
   once in Django. When there is no work the view answers with a private marker header
   (`WAIT_HEADER`) instead of blocking; this module then parks the request on the process's
   waiting list (board.live.waiting) — no thread, no database connection — and replays it when a
   commit makes a task ready in its queue (or at the list's short poll), until the wait is over.
   A client that disconnects while parked is forgotten: its claim is never replayed.
-  Past `TASKFLOW_MAX_WAITERS` waiting requests per process, a new wait is refused with 503 and
-  `Retry-After`, so idle agents can never starve the others.
+  Past `TASKFLOW_MAX_WAITERS` waiting requests per process, or `TASKFLOW_MAX_WAITERS_PER_KEY` of
+  one agent, a new wait is refused with 503 and `Retry-After`, so idle agents (or one agent) can
+  never starve the others. A parked claim keeps the claim as the view parsed it, not its body.
 - **Threads are bounded** (`TASKFLOW_HTTP_THREADS` per process): the database pool per process
   is sized from it, so no request ever waits for a connection.
 - **Dropped database connections are replaced together.** When PostgreSQL drops the server's
