@@ -61,16 +61,14 @@ def error_answer(status: int, code: str, message: str) -> bytes:
 
 class _CycleTransport:
     """The transport as a request's cycle sees it: the cycle closes the connection after an
-    answer with `Connection: close`; that close becomes the protocol's lingering close."""
-
-    __slots__ = ("_transport", "_protocol")
+    answer with `Connection: close`; that close becomes the protocol's lingering close. The
+    methods an answer calls are the transport's own (bound once per connection: no cost)."""
 
     def __init__(self, transport, protocol: BoundedHttpToolsProtocol):
         self._transport = transport
-        self._protocol = protocol
-
-    def close(self) -> None:
-        self._protocol.close_lingering()
+        self.write = transport.write
+        self.is_closing = transport.is_closing
+        self.close = protocol.close_lingering
 
     def __getattr__(self, name):
         return getattr(self._transport, name)
@@ -135,12 +133,19 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             else:
                 self._unsupported_upgrade_warning()
             return
-        if self._in_head and head_under_way:
-            # Counted from the second read of a head (the first may hold the end of the previous
-            # request): httptools keeps an unfinished header whole until its end arrives.
-            self._head_read += len(data)
-            if self._head_read > self.limits.head_bytes:
-                self._refuse_head()
+        if self._in_head:
+            if head_under_way:
+                # Counted from the second read of a head (the first may hold the end of the
+                # previous request): httptools keeps an unfinished header whole until it ends.
+                self._head_read += len(data)
+                if self._head_read > self.limits.head_bytes:
+                    self._refuse_head()
+                    return
+            if self._deadline_timer is None:  # the head's clock runs from its first byte
+                self._deadline_timer = self.loop.call_at(self._last_read + self.limits.head_timeout,
+                                                         self._deadline, self.limits.head_timeout)
+        elif self._in_body and self._deadline_timer is None:
+            self._arm_deadline(self.limits.body_timeout)
 
     # -- parser callbacks ------------------------------------------------------------------
 
@@ -148,7 +153,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         super().on_message_begin()
         self._in_head = True
         self._head_size = self._head_fields = self._head_read = 0
-        self._arm_deadline(self.limits.head_timeout)
+        # The clocks are armed after the read, only for a head or body that is still arriving:
+        # a request that came whole in one read costs no timer.
 
     def on_url(self, url: bytes) -> None:
         self._head_size += len(url)
@@ -172,7 +178,6 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         super().on_headers_complete()
         if self.cycle is not None:
             self.cycle.transport = self._cycle_transport
-        self._arm_deadline(self.limits.body_timeout)
 
     def on_message_complete(self) -> None:
         self._in_body = False
