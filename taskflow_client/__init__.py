@@ -23,7 +23,7 @@ What is here:
   `claim`, `resume`, `renew`, `release`, `complete`, `fail`, `pause`, `admit`, `requeue`,
   `cancel`, `check`) and the context managers `hold` / `hold_task`.
 - `Lease` -- what a claim returns (task, token, fence, expires_at) with the holder's verbs.
-- `Job` -- a lease held by a ``with`` block: background renewal every ttl/3, ``job.lost``,
+- `Job` -- a lease held by a ``with`` block: background renewal every ttl/3, ``job.lost`` (a bool),
   ``job.checkpoint()``, ``job.pause()``, complete on success, fail on an exception.
 - Errors: `TaskflowError` (the board refused; one subclass per error code: `NotFound`,
   `Taken`, `Blocked`, `Terminal`, `LeaseLost`, `VersionConflict`, `InvalidTransition`,

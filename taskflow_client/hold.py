@@ -4,7 +4,7 @@
         if job is None:               # no task became ready within 5 s
             ...
         for step in steps_from(job.task["payload"], job.task["checkpoint"]):
-            if job.lost.is_set():     # someone took the task away: stop working
+            if job.lost:              # someone took the task away: stop working
                 break
             do(step)
             job.checkpoint({"done": step}, progress=...)   # saved at once; LeaseLost ends the block
@@ -111,8 +111,8 @@ class Job:
         lease:    the `Lease` (token, fence, expires_at).
         task:     the task dict as last returned by the server (payload, checkpoint, ...).
         task_id, payload, fence: shortcuts.
-        lost:     a `threading.Event`, set once the lease is known to be lost. Check it between
-                  steps (``job.lost.is_set()``), or sleep on it (``job.lost.wait(5)``).
+        lost:     True once the lease is known to be lost (``if job.lost: break`` between steps).
+        lost_event: the `threading.Event` behind it, to sleep on (``job.lost_event.wait(5)``).
         result:   what is committed on a normal exit (default ``{}``; set it in the block).
         outcome:  None while held; then "completed", "failed", "released", "paused" or "lost".
         renewals: how many renewals succeeded so far.
@@ -126,7 +126,7 @@ class Job:
 
     def __init__(self, lease, *, heartbeat: float | None = None):
         self.lease = lease
-        self.lost = threading.Event()
+        self.lost_event = threading.Event()
         self.result: Any = {}
         self.outcome: str | None = None
         self.renewals = 0
@@ -139,6 +139,11 @@ class Job:
         self._lost_reason = ""
 
     # -- what the worker reads ---------------------------------------------------------------
+
+    @property
+    def lost(self) -> bool:
+        """True once the lease is known to be lost: stop working, nothing will be committed."""
+        return self.lost_event.is_set()
 
     @property
     def task(self) -> dict[str, Any]:
@@ -157,7 +162,7 @@ class Job:
         return self.lease.fence
 
     def __repr__(self) -> str:
-        state = self.outcome or ("lost" if self.lost.is_set() else "held")
+        state = self.outcome or ("lost" if self.lost_event.is_set() else "held")
         return f"<Job task={self.task_id!r} fence={self.fence} {state}>"
 
     # -- heartbeat ---------------------------------------------------------------------------
@@ -218,7 +223,7 @@ class Job:
                 return  # the job is finishing: its own call decides now
             if self.outcome is not None:
                 raise RuntimeError(f"task {self.task_id} is no longer held ({self.outcome})")
-            if self.lost.is_set():
+            if self.lost_event.is_set():
                 raise LeaseLost(self._lost_reason or f"the lease on task {self.task_id} was lost")
             pending, self._pending = self._pending, {}
             if checkpoint is not _UNSET:
@@ -237,9 +242,9 @@ class Job:
             self.renewals += 1
 
     def _mark_lost(self, exc: BaseException) -> None:
-        if not self.lost.is_set():
+        if not self.lost_event.is_set():
             self._lost_reason = str(exc)
-            self.lost.set()
+            self.lost_event.set()
             log.warning("lost the lease on task %s: %s", self.task_id, exc)
 
     # -- what the worker calls ---------------------------------------------------------------
@@ -262,7 +267,7 @@ class Job:
 
     def raise_if_lost(self) -> None:
         """Raise `LeaseLost` if the lease is gone (the ``with`` statement swallows it)."""
-        if self.lost.is_set():
+        if self.lost_event.is_set():
             raise LeaseLost(self._lost_reason or f"the lease on task {self.task_id} was lost")
 
     def _finish(self, outcome: str, call: Callable[[], dict[str, Any]]) -> dict[str, Any]:
@@ -317,7 +322,7 @@ class Job:
             return self._is_own_lost_lease(exc)
         if isinstance(exc, LeaseLost) and (exc.task or {}).get("id") == self.task_id:
             self._mark_lost(exc)  # the worker's own call found this lease gone
-        if self.lost.is_set():  # nothing can be committed: the task is someone else's now
+        if self.lost_event.is_set():  # nothing can be committed: the task is someone else's now
             if exc is None or self._is_own_lost_lease(exc):
                 self._say_lost()
                 return True
@@ -333,7 +338,7 @@ class Job:
 
     def _is_own_lost_lease(self, exc: BaseException | None) -> bool:
         """A LeaseLost about this job's lease (one that names no task counts), once lost is set."""
-        return (isinstance(exc, LeaseLost) and self.lost.is_set()
+        return (isinstance(exc, LeaseLost) and self.lost_event.is_set()
                 and (exc.task or {}).get("id", self.task_id) == self.task_id)
 
     def _say_lost(self, extra: str = "") -> None:

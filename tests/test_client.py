@@ -470,7 +470,7 @@ def test_hold_completes_with_the_result_and_gives_none_without_work(alice):
     alice.create({"id": "work", "title": "double it", "payload": {"n": 21}})
     with alice.hold(ttl_seconds=30) as job:
         assert (job.task_id, job.payload, job.fence) == ("work", {"n": 21}, 1)
-        assert job.task["stage"] == "RUNNING" and not job.lost.is_set()
+        assert job.task["stage"] == "RUNNING" and not job.lost
         job.result = {"double": job.payload["n"] * 2}
     assert job.outcome == "completed"
     task = alice.get("work")
@@ -491,9 +491,9 @@ def test_hold_renews_in_the_background_past_the_ttl(alice):
             return len(renewals) >= 2 and timezone.now() > first_expiry
 
         # The job "works" until the API shows two renewals and its first lease would have ended.
-        wait_until(lambda: job.lost.is_set() or renewed_twice_past_first_expiry(), WAIT,
+        wait_until(lambda: job.lost or renewed_twice_past_first_expiry(), WAIT,
                    "two renewals past the first expiry")
-        assert not job.lost.is_set()
+        assert not job.lost
         live = alice.get("slow")
         assert (live["checkpoint"], live["progress"]) == ({"at": "heartbeat"}, 0.5)
         assert (live["stage"], live["owner"]) == ("RUNNING", "alice")
@@ -542,12 +542,32 @@ def test_hold_releases_on_keyboard_interrupt(alice):
     assert (task["stage"], task["attempts"]) == ("QUEUED", 0)
 
 
+def test_the_readme_pattern_if_job_lost_works_as_written(alice):
+    """`if job.lost:` is the obvious test; `job.lost` used to be a threading.Event, always true."""
+    alice.create([{"id": "kept", "title": "works to the end"}, {"id": "gone", "title": "taken away"}])
+    done = []
+    with alice.hold_task("kept", ttl_seconds=30) as job:
+        for step in range(3):
+            if job.lost:
+                break
+            done.append(step)
+        job.result = {"steps": done}
+    assert done == [0, 1, 2] and job.outcome == "completed" and job.lost is False
+    with alice.hold_task("gone", ttl_seconds=2) as job:
+        transitions.force_release("gone", actor="operator", reason="test")
+        assert job.lost_event.wait(WAIT), "the heartbeat did not notice the lost lease"
+        if not job.lost:
+            job.result = {"would": "be wrong"}
+    assert job.lost is True and job.outcome == "lost"
+    assert alice.get("gone")["result"] is None and "complete" not in verbs("gone")
+
+
 def test_a_lost_lease_sets_lost_and_is_not_completed(alice, caplog):
     alice.create({"id": "taken-away", "title": "an operator takes it back"})
     caplog.set_level(logging.WARNING, logger="taskflow_client")
     with alice.hold(ttl_seconds=2) as job:
         transitions.force_release("taken-away", actor="operator", reason="test")
-        assert job.lost.wait(WAIT), "the heartbeat did not notice the lost lease"
+        assert job.lost_event.wait(WAIT), "the heartbeat did not notice the lost lease"
         job.result = {"would": "be wrong"}
     assert job.outcome == "lost"
     task = alice.get("taken-away")
@@ -568,7 +588,7 @@ def test_a_lease_lost_to_the_reaper_ends_the_block_at_the_next_checkpoint(alice,
         takeover = bob.claim("expired", 30)  # someone else works on it now
         job.checkpoint({"step": 2})  # LeaseLost: the with statement ends the block quietly
         reached.append("after the lost checkpoint")
-    assert reached == [] and job.outcome == "lost" and job.lost.is_set()
+    assert reached == [] and job.outcome == "lost" and job.lost
     with pytest.raises(LeaseLost):
         job.raise_if_lost()
     task = alice.get("expired")
