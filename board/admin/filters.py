@@ -1,26 +1,26 @@
 """The change lists' filters (each a cheap query: no scan over all tasks for its choices beyond
-one DISTINCT), and the rule that no list is filtered on a stored hash."""
+one DISTINCT), and the rule that no list is filtered on a secret-derived column
+(board/admin/secret_columns.py says which they are)."""
 from __future__ import annotations
 
 from django.contrib import admin
 
+from board.admin.secret_columns import names_a_secret
 from board.engine import clock as store_clock
 from board.engine import selectors
 
 # How many owners the owner filter offers (the search box finds any owner).
 OWNER_FILTER_LIMIT = 50
 
-# Columns holding a secret's hash. A query-string filter on one (?key_hash__startswith=) would
-# let whoever sees a list recover the hash a few digits at a time by watching it narrow.
-HASH_FIELDS = frozenset({"key_hash", "lease_token_hash"})
 
 
 class NoHashLookups:
-    """A ModelAdmin mixin: any changelist lookup that names a hash column, on this model or
-    through a relation, is refused (Django answers 400); other lookups follow Django's rules."""
+    """A ModelAdmin mixin: any changelist lookup that names a secret-derived column (a hash, a
+    seed), on this model or through a relation, is refused (Django answers 400, and lists
+    nothing); other lookups follow Django's rules."""
 
     def lookup_allowed(self, lookup, value, request=None):
-        if any(part in HASH_FIELDS for part in lookup.split("__")):
+        if names_a_secret(lookup):
             return False
         return super().lookup_allowed(lookup, value, request)
 
