@@ -11,6 +11,10 @@ from board.engine import selectors
 
 # How many owners the owner filter offers (the search box finds any owner).
 OWNER_FILTER_LIMIT = 50
+# How many queues the queue filter offers, the first by name: queue names are the clients' choice,
+# and one choice per queue let 5,000 one-task queues take the list page from 30 KB to 384 KB.
+# The search box finds any queue by its exact name, and ?queue= filters on any.
+QUEUE_FILTER_LIMIT = 50
 
 
 
@@ -39,11 +43,19 @@ class LeaseStateFilter(admin.SimpleListFilter):
 
 
 class QueueFilter(admin.SimpleListFilter):
+    """The first QUEUE_FILTER_LIMIT queues by name, and the queue chosen (wherever it sorts)."""
+
     title = "queue"
     parameter_name = "queue"
 
     def lookups(self, request, model_admin):
-        return [(q, q) for q in selectors.queue_names()]
+        names = selectors.queue_names(QUEUE_FILTER_LIMIT + 1)
+        if len(names) > QUEUE_FILTER_LIMIT:
+            names = names[:QUEUE_FILTER_LIMIT]
+            self.title = f"queue (the first {QUEUE_FILTER_LIMIT} by name; search finds any)"
+        if self.value() and self.value() not in names:
+            names.append(self.value())
+        return [(q, q) for q in names]
 
     def queryset(self, request, queryset):
         return queryset.filter(queue=self.value()) if self.value() else queryset
