@@ -268,3 +268,52 @@ def test_every_admin_refuses_every_lookup_on_every_secret_column():
                 assert not model_admin.lookup_allowed(path + suffix, "x", request), (model._meta.label, path + suffix)
                 checked += 1
     assert checked > 100  # Task's three secrets (and through its relations), AgentKey's, User's password
+
+
+@pytest.fixture(scope="module")
+def session_server(django_db_setup, django_db_blocker):
+    from tests.live_server import server_for_sessions
+
+    with django_db_blocker.unblock():
+        server = server_for_sessions("default", args=["--workers", "1"])
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def test_the_real_server_refuses_secret_lookups_to_a_viewer(session_server):
+    """The same attack over HTTP against `manage.py serve`, with a browser's session of a staff
+    user who has only board.view_task: every secret column, with a narrowing and a widening
+    value for each lookup, answers 400 and lists no task; a harmless filter still lists."""
+    import http.client
+    from urllib.parse import urlencode
+
+    from board.admin.secret_columns import SECRET_COLUMNS
+    from tests.test_live_board import staff_session
+
+    target = seeded_lease()
+    _, session = staff_session("default")
+
+    def get(query: dict) -> tuple[int, bytes]:
+        conn = http.client.HTTPConnection("127.0.0.1", session_server.port, timeout=30)
+        try:
+            conn.request("GET", f"{TASKS}?{urlencode(query)}", headers={"Cookie": f"sessionid={session}"})
+            response = conn.getresponse()
+            return response.status, response.read()
+        finally:
+            conn.close()
+
+    status, page = get({"stage__exact": "RUNNING"})
+    assert status == 200 and b"/task/x1/change/" in page and b"/task/x2/change/" not in page  # the list, filtered
+    columns = [name for label, name in SECRET_COLUMNS if label == "board.Task"]
+    for column in columns:
+        secret = getattr(target, column)
+        for suffix, value in (("__gte", secret[:4]), ("__gte", "~"), ("__lt", secret[:4]), ("__startswith", secret[:2]),
+                              ("__regex", f"^{secret[:2]}"), ("__iregex", "."), ("", secret), ("__isnull", "False"),
+                              ("__in", secret)):
+            status, page = get({f"{column}{suffix}": value})
+            assert status == 400, (column + suffix, status)
+            # (The answer under DEBUG is Django's technical page: it quotes source, not rows.)
+            assert b"/task/x1/change/" not in page and b"/task/x2/change/" not in page, column + suffix
+    assert sorted(columns) == ["claim_request_hash", "claim_token_seed", "lease_token_hash"]
