@@ -33,9 +33,6 @@ TOKEN = "scraper-" + secrets.token_urlsafe(24)
 SINGLE_QUEUES = 5000
 # big-01 holds 31 tasks, big-02 32, ... big-25 55: all busier than any single-task queue.
 BIG_QUEUES = {f"big-{n:02d}": 30 + n for n in range(1, 26)}
-# What the page weighed before the attack (the review measured 30 KB); its queue filter may
-# add a bounded number of choices, never one per queue.
-ADMIN_PAGE_BUDGET = 64 * 1024
 WAIT = 120
 
 

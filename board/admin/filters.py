@@ -17,7 +17,6 @@ OWNER_FILTER_LIMIT = 50
 QUEUE_FILTER_LIMIT = 50
 
 
-
 class NoHashLookups:
     """A ModelAdmin mixin: any changelist lookup that names a secret-derived column (a hash, a
     seed), on this model or through a relation, is refused (Django answers 400, and lists
