@@ -1143,18 +1143,50 @@ def test_the_changelist_shows_the_columns_operators_need(op):
     transitions.reclaim_expired()
 
 
+def test_the_queue_filter_offers_the_first_queues_by_name_and_the_chosen_one(viewer):
+    """Queue names are the clients' choice: the filter offers QUEUE_FILTER_LIMIT of them, the
+    first by name (one DISTINCT with a limit), plus the one chosen; any other is found by
+    ?queue= or the search box (issue 27)."""
+    from board.admin.filters import QUEUE_FILTER_LIMIT
+
+    transitions.create([TaskSpec(id=f"t{n:03}", title="t", queue=f"q{n:03}") for n in range(QUEUE_FILTER_LIMIT + 10)],
+                       actor="test")
+
+    def offered(response) -> list[str]:
+        return [html.unescape(q) for q in re.findall(r'href="\?queue=([^"&]+)"', response.content.decode())]
+
+    page = viewer.get(CHANGELIST)
+    assert offered(page) == [f"q{n:03}" for n in range(QUEUE_FILTER_LIMIT)]
+    assert f"queue (the first {QUEUE_FILTER_LIMIT} by name; search finds any)" in page.content.decode()
+    last = f"q{QUEUE_FILTER_LIMIT + 9:03}"
+    chosen = viewer.get(CHANGELIST, {"queue": last})
+    # (The other filters' "All" links keep the chosen queue: count distinct names.)
+    assert set(offered(chosen)) == {f"q{n:03}" for n in range(QUEUE_FILTER_LIMIT)} | {last}
+    assert re.search(rf'<li class="selected">\s*<a href="\?queue={last}"', chosen.content.decode())
+    assert [t.pk for t in chosen.context["cl"].result_list] == [f"t{QUEUE_FILTER_LIMIT + 9:03}"]
+    transitions.create([TaskSpec(id="few", title="t", queue="q000")], actor="test")
+    Task.objects.filter(queue__gt="q001").delete()
+    assert offered(viewer.get(CHANGELIST)) == ["q000", "q001"]  # under the cap: all, as before
+    assert "queue (the first" not in viewer.get(CHANGELIST).content.decode()
+
+
 def test_no_admin_page_shows_a_lease_token_or_its_hash(op):
     claims = [running("a", "agent-1"), running("b", "agent-2")]
     expire_lease("b")
     secrets = []
     for c in claims:
         secrets += [c.lease.token, hash_token(c.lease.token)]
+    # A lease made by a claim request keeps its seed and the request's hash (issue 27).
+    new("c")
+    claims.append(transitions.claim("c", "agent-3", 600, request_id="a-request-id"))
+    seeded = Task.objects.get(pk="c")
+    secrets += [claims[-1].lease.token, seeded.lease_token_hash, seeded.claim_token_seed, seeded.claim_request_hash]
     key_row, key = agent_keys.create_key("agent-1")
     pages = [
         op.get(CHANGELIST), op.get(CHANGELIST + "?lease=live"), op.get(CHANGELIST + "?q=a"),
-        op.get(change_url("a")), op.get(change_url("b")),
+        op.get(change_url("a")), op.get(change_url("b")), op.get(change_url("c")),
         op.get(reverse("admin:board_task_history", args=["a"]), follow=True),
-        op.post(CHANGELIST, {"action": "force_release", "index": "0", "_selected_action": ["a", "b"]}),
+        op.post(CHANGELIST, {"action": "force_release", "index": "0", "_selected_action": ["a", "b", "c"]}),
         op.get(KEYS), op.get(reverse("admin:board_agentkey_change", args=[key_row.pk])),
         op.get(reverse("admin:index")), op.get(reverse("admin:app_list", args=["board"])),
     ]
@@ -1165,6 +1197,7 @@ def test_no_admin_page_shows_a_lease_token_or_its_hash(op):
         for secret in secrets:
             assert secret.encode() not in body
         assert b"lease_token_hash" not in body and b"key_hash" not in body
+        assert b"claim_token_seed" not in body and b"claim_request_hash" not in body
     transitions.reclaim_expired()
 
 

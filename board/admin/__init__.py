@@ -8,7 +8,8 @@ stage, version or lease, or an agent key's hash. Laid out as Django's own apps a
                 report: one summary message per action, each task's line in a collapsed list
 - `forms.py`    engine-backed forms (edit under the version guard, create, mint a key): the
                 engine validates and writes; its error marks the field it names (`exc.field`)
-- `filters.py`  the change lists' filters, and no lookup on a stored hash (`NoHashLookups`)
+- `filters.py`  the change lists' filters, and no lookup on a secret-derived column (`NoHashLookups`)
+- `secret_columns.py` which columns are secret-derived (hashes, a claim's seed), which only sound so
 - `display.py`  wording: durations, one lease helper (`LeaseState`, by the engine's rule of an
                 expired lease), a task's card on the board
 

@@ -564,9 +564,11 @@ def count_starting_with(prefix: str, *, excluding: Iterable[str] = (), using: st
 # own querysets over Task; everything else it reads is here.
 
 
-def queue_names(*, using: str = "default") -> list[str]:
-    """Every queue that holds a task (one DISTINCT, served by the queue index)."""
-    return list(Task.objects.using(using).order_by("queue").values_list("queue", flat=True).distinct())
+def queue_names(limit: int | None = None, *, using: str = "default") -> list[str]:
+    """The queues that hold a task, by name, at most `limit` of them (one DISTINCT, served by
+    the queue index)."""
+    names = Task.objects.using(using).order_by("queue").values_list("queue", flat=True).distinct()
+    return list(names if limit is None else names[:limit])
 
 
 def running_owners(limit: int, *, using: str = "default") -> list[str]:
