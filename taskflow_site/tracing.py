@@ -77,13 +77,27 @@ def setup(span_processor: Any = None, *, process: str = "server", set_global: bo
     if set_global:
         trace.set_tracer_provider(provider)
     excluded = os.environ.get("OTEL_PYTHON_DJANGO_EXCLUDED_URLS", DEFAULT_EXCLUDED_URLS)
-    DjangoInstrumentor().instrument(tracer_provider=provider, excluded_urls=excluded)
+    DjangoInstrumentor().instrument(tracer_provider=provider, excluded_urls=excluded,
+                                    middleware_position=_request_span_position())
     if _uses_postgresql():
         from opentelemetry.instrumentation.psycopg import PsycopgInstrumentor
 
         PsycopgInstrumentor().instrument(tracer_provider=provider)
     engine_tracing.enable(provider.get_tracer("board.engine"))
     return provider
+
+
+def _request_span_position() -> int:
+    """Where the request's span starts in MIDDLEWARE: just inside the API's error shape. The
+    instrumentation reads the request's host as it starts (Django's get_host): a disallowed
+    Host raises there, and only the middlewares outside it would answer Django's HTML 400
+    instead of the API's JSON one."""
+    from django.conf import settings
+
+    return settings.MIDDLEWARE.index(API_ERROR_SHAPE) + 1
+
+
+API_ERROR_SHAPE = "board.api.middleware.api_error_shape"
 
 
 def _no_lone_statements() -> Any:

@@ -260,6 +260,27 @@ def test_the_real_server_exports_its_spans_over_otlp_http(receiver, exporting_se
 
 
 @on_postgres
+def test_with_tracing_on_a_disallowed_host_still_gets_the_apis_error_shape(receiver, exporting_server):
+    """Django's instrumentation reads the request's host (build_absolute_uri) as it starts:
+    below the API's error shape, so that a disallowed Host is refused as any other request is."""
+    import http.client
+
+    _, key = agent_keys.create_key(AGENT, using=PG)
+    before = Task.objects.using(PG).count()
+    conn = http.client.HTTPConnection("127.0.0.1", exporting_server.port, timeout=30)
+    try:
+        conn.request("POST", "/api/tasks", body=b'{"title": "t"}', headers={
+            "Host": "evil.example", "Content-Type": "application/json", "Authorization": f"Bearer {key}"})
+        response = conn.getresponse()
+        status, content_type, body = response.status, response.getheader("Content-Type"), response.read()
+    finally:
+        conn.close()
+    assert status == 400 and content_type.startswith("application/json"), (status, content_type, body[:300])
+    assert set(json.loads(body)["error"]) >= {"code", "message"}
+    assert Task.objects.using(PG).count() == before
+
+
+@on_postgres
 def test_the_mcp_server_carries_the_mcp_clients_trace_to_the_board(receiver, exporting_server):
     from anyio.from_thread import start_blocking_portal
     from mcp import Client as McpClient
