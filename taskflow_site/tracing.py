@@ -64,10 +64,11 @@ def setup(span_processor: Any = None, *, process: str = "server", set_global: bo
 
     from board.engine import tracing as engine_tracing
 
-    attributes = {"taskflow.process": process}
-    if not os.environ.get("OTEL_SERVICE_NAME"):  # the variable, when set, names the service
-        attributes["service.name"] = DEFAULT_SERVICE_NAME
-    provider = TracerProvider(resource=Resource.create(attributes), sampler=_no_lone_statements())
+    resource = Resource.create({"taskflow.process": process})
+    # Unnamed by OTEL_SERVICE_NAME or OTEL_RESOURCE_ATTRIBUTES, the SDK says "unknown_service...".
+    if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):
+        resource = resource.merge(Resource({"service.name": DEFAULT_SERVICE_NAME}))
+    provider = TracerProvider(resource=resource, sampler=_no_lone_statements())
     if span_processor is None:
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
