@@ -394,7 +394,8 @@ def test_without_the_variable_no_opentelemetry_module_is_loaded(tracing, receive
         assert found["middleware"] == []
     else:
         assert "opentelemetry.sdk.trace" in found["opentelemetry"]
-        assert found["middleware"] == ["opentelemetry.instrumentation.django.middleware.otel_middleware._DjangoMiddleware"]
+        assert found["middleware"] == [
+            "opentelemetry.instrumentation.django.middleware.otel_middleware._DjangoMiddleware"]
     assert Task.objects.get(pk="plain-1").stage == "COMPLETED"
 
 

@@ -12,15 +12,15 @@ included, so that the database's spans (opentelemetry-instrumentation-psycopg) a
 children and it is the child of the request's span (opentelemetry-instrumentation-django).
 Its attributes (docs/tracing.md):
 
-| attribute              | value                                                                |
-|------------------------|----------------------------------------------------------------------|
-| `taskflow.verb`        | the move's verb as the history writes it (`claim` for claim_next too) |
-| `taskflow.task.id`     | the task's id, when the call names one or the move found one         |
-| `taskflow.queue`       | the task's queue, once the task is known                             |
-| `taskflow.fence`       | the task's fence after the move (or as the refusal found it)        |
-| `taskflow.outcome`     | `won` (the move was made), `empty` (claim_next found nothing ready), `skipped` (reclaim: renewed or finished meanwhile), `refused` (a BoardError) or `error` (anything else: recorded as the span's exception) |
-| `taskflow.error.code`  | a refusal's code (`lease_lost`, `taken`, ...)                        |
-| `taskflow.task.count`  | create: how many tasks the batch made                                |
+- `taskflow.verb`: the move's verb as the history writes it (`claim` for claim_next too)
+- `taskflow.task.id`: the task's id, when the call names one or the move found one
+- `taskflow.queue`: the task's queue, once the task is known
+- `taskflow.fence`: the task's fence after the move (or as the refusal found it)
+- `taskflow.outcome`: `won` (the move was made), `empty` (claim_next found nothing ready),
+  `skipped` (reclaim: renewed or finished meanwhile), `refused` (a BoardError) or `error`
+  (anything else: recorded as the span's exception, status ERROR)
+- `taskflow.error.code`: a refusal's code (`lease_lost`, `taken`, ...)
+- `taskflow.task.count`: create: how many tasks the batch made
 
 Never a lease token, an agent key, a payload or a result: only the fields above are read, and
 only from the task row the verb returns or the refusal carries (which hold a token's hash at
