@@ -55,8 +55,8 @@ _provider: Any = None
 def setup(span_processor: Any = None, *, process: str = "server", set_global: bool = True) -> Any:
     """Build the tracer provider (spans to `span_processor`; default: batched to the OTLP/HTTP
     exporter), instrument Django and psycopg with it, and turn the engine's spans on. Returns
-    the provider. The tests pass their own processor (an in-memory exporter's) and
-    `set_global=False`, and undo it all with `teardown()`."""
+    the provider. harness/traced_board.py passes its own processor (an in-memory exporter's)
+    and `set_global=False`."""
     from opentelemetry import trace
     from opentelemetry.instrumentation.django import DjangoInstrumentor
     from opentelemetry.sdk.resources import Resource
@@ -124,20 +124,6 @@ def _no_lone_statements() -> Any:
             return f"NoLoneStatements{{{self.base.get_description()}}}"
 
     return NoLoneStatements(_get_from_env_or_default())
-
-
-def teardown(provider: Any) -> None:
-    """Undo `setup()` (tests): the engine's spans off, the instrumentations removed, the
-    provider's spans flushed and its processors shut down."""
-    from opentelemetry.instrumentation.django import DjangoInstrumentor
-    from opentelemetry.instrumentation.psycopg import PsycopgInstrumentor
-
-    from board.engine import tracing as engine_tracing
-
-    engine_tracing.disable()
-    DjangoInstrumentor().uninstrument()
-    PsycopgInstrumentor().uninstrument()
-    provider.shutdown()
 
 
 def _uses_postgresql() -> bool:
