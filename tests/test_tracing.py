@@ -39,7 +39,7 @@ from board.engine import tracing as engine_tracing
 from board.models import Task
 from taskflow_client import Client
 from tests.live_server import ROOT, BoardServer, server_env, wait_until
-from tests.support import database_url, expire_lease, postgres_db_mark, sqlite_db_mark
+from tests.support import database_url, end_backoff, expire_lease, postgres_db_mark, sqlite_db_mark
 
 pytestmark = sqlite_db_mark()
 
@@ -515,6 +515,38 @@ def test_engine_spans_of_a_refusal_a_reclaim_and_an_operators_cancel(engine_span
     assert held.lease.token not in json.dumps([dict(s.attributes) for s in engine_spans.get_finished_spans()])
     # A refusal is an answer, not an error of the board; its span's status stays unset.
     assert {span.status.status_code.name for span in engine_spans.get_finished_spans()} == {"UNSET"}
+
+
+@pytest.mark.django_db(transaction=True, databases=["default"])
+def test_every_verb_of_holders_and_operators_makes_its_span(engine_spans):
+    transitions.create([transitions.TaskSpec(id="v1", title="t", queue="q"),
+                        transitions.TaskSpec(id="v2", title="t", queue="q", hold=True)])
+    lease = transitions.claim("v1", "a", 30).lease
+    transitions.renew("v1", lease.token, 30)
+    transitions.pause("v1", lease.token, {"step": 1})
+    lease = transitions.resume("v1", "a", 30).lease
+    transitions.fail("v1", lease.token, "boom")
+    end_backoff("v1")
+    lease = transitions.claim_next("a", 30, queue="q").lease
+    transitions.release("v1", lease.token)
+    lease = transitions.claim("v1", "a", 30).lease
+    transitions.force_pause("v1", actor="op")
+    transitions.requeue("v1", actor="op")
+    transitions.claim("v1", "a", 30)
+    transitions.force_release("v1", actor="op")
+    lease = transitions.claim("v1", "a", 30).lease
+    transitions.complete("v1", lease.token, {})
+    transitions.edit("v2", actor="op", version=0, title="renamed")
+    transitions.admit("v2", actor="op")
+
+    spans = engine_spans.get_finished_spans()
+    assert [span.name for span in spans] == [f"taskflow.{name}" for name in (
+        "create", "claim", "renew", "pause", "resume", "fail", "claim_next", "release", "claim", "force_pause",
+        "requeue", "claim", "force_release", "claim", "complete", "edit", "admit")]
+    assert {span.attributes["taskflow.outcome"] for span in spans} == {"won"}
+    assert {span.attributes["taskflow.task.id"] for span in spans[1:]} == {"v1", "v2"}
+    fences = [span.attributes["taskflow.fence"] for span in spans if span.attributes.get("taskflow.task.id") == "v1"]
+    assert fences == [1, 1, 1, 2, 2, 3, 3, 4, 4, 4, 5, 5, 6, 6]  # rises with each new holder, never on renew
 
 
 @pytest.mark.django_db(transaction=True, databases=["default"])
