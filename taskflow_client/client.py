@@ -9,6 +9,10 @@ was idle is sent again once on a fresh connection; every other network failure r
 error, sends the same request once more. The server answers a copy of a claim that already
 took effect with the lease it made (same task, token and fence), so a claim whose answer was
 lost does not leave its task held by nobody until the lease expires.
+
+Every request carries a W3C `traceparent` header (`trace_headers`): the calling program's
+current OpenTelemetry span when it has one, else a fresh trace; a board that traces
+(docs/tracing.md) makes its spans of the request children of it.
 """
 from __future__ import annotations
 
@@ -16,7 +20,9 @@ import builtins
 import http.client
 import json
 import os
+import secrets
 import socket
+import sys
 import threading
 import time
 import uuid
@@ -40,6 +46,27 @@ def _new_request_id() -> str:
     """A claim's id, sent again with its retry (unguessable: while its lease lives it gets the
     lease's token back)."""
     return uuid.uuid4().hex
+
+
+def trace_headers() -> dict[str, str]:
+    """The W3C trace context a request carries (``traceparent``, and ``tracestate`` when the
+    span has one), so that the board's spans of the request join the caller's trace.
+
+    When the calling program uses OpenTelemetry and a span is current (the MCP server's tool
+    call, an agent's own span), its trace and span ids; otherwise a fresh trace of its own,
+    sampled, so that a board that traces records the request. OpenTelemetry is never imported
+    here: a program with a current span has already imported its API."""
+    trace = sys.modules.get("opentelemetry.trace")
+    if trace is not None:
+        context = trace.get_current_span().get_span_context()
+        if context.is_valid:
+            headers = {"traceparent": f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}"}
+            if context.trace_state:
+                headers["tracestate"] = context.trace_state.to_header()
+            return headers
+    trace_id = secrets.randbits(128) or 1  # all zeros is invalid
+    span_id = secrets.randbits(64) or 1
+    return {"traceparent": f"00-{trace_id:032x}-{span_id:016x}-01"}
 
 
 def _parse_time(value: str | None) -> datetime | None:
@@ -254,7 +281,7 @@ class Client:
             pairs = {k: v for k, v in query.items() if v is not None}
             if pairs:
                 path = f"{path}?{urlencode(pairs, doseq=True)}"
-        headers = {"Accept": "application/json", "User-Agent": USER_AGENT}
+        headers = {"Accept": "application/json", "User-Agent": USER_AGENT, **trace_headers()}
         if self._key:
             headers["Authorization"] = f"Bearer {self._key}"
         data = None

@@ -17,6 +17,12 @@ server's own codes are ``validation_error`` (the arguments do not fit the tool's
 nothing was sent), ``not_held`` (this session holds no lease on the task), ``unknown_tool``
 and ``transport_error`` (no definitive answer from the board).
 
+A tool call's trace goes on into the board's: the MCP SDK runs each call under a span made from
+its ``_meta.traceparent`` (recording nothing unless this process configures an OpenTelemetry
+SDK, but carrying the caller's ids), the call runs in a worker thread that inherits that
+context, and the client's requests send it as their ``traceparent`` (taskflow_client.client.
+trace_headers; docs/tracing.md).
+
 This module needs the ``mcp`` SDK (requirements.txt pins it); the rest of `taskflow_client`
 needs only the standard library.
 """

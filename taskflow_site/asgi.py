@@ -6,8 +6,12 @@ import os
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "taskflow_site.settings")
 
+from taskflow_site import tracing  # noqa: E402
 from taskflow_site.serving import http_app  # noqa: E402  (sets Django up)
 
+# Traces when OTEL_EXPORTER_OTLP_ENDPOINT is set (taskflow_site/tracing.py): in this worker
+# process, before Django builds its middleware; otherwise nothing is imported.
+tracing.setup_from_environment("server")
 http = http_app()
 
 # Imported after Django is set up.

@@ -4,6 +4,9 @@ import os
 
 from django.core.wsgi import get_wsgi_application
 
+from taskflow_site import tracing
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "taskflow_site.settings")
 
+tracing.setup_from_environment("server")  # only with OTEL_EXPORTER_OTLP_ENDPOINT set
 application = get_wsgi_application()

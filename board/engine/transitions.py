@@ -27,6 +27,9 @@ with RETURNING each, no read before it), and the ORM path below for any other ba
 settings.TASKFLOW["HOT_PATH"] is "orm". `hot_sql.store(using)` chooses. Both raise the same
 errors: on a statement that matched nothing the hot path reloads the row and judges it with the
 same checks as the ORM path (`_refuse_holder`).
+
+Each public verb wears `tracing.traced` (outermost): a span per call while tracing is on
+(board.engine.tracing); off, one test of a global.
 """
 from __future__ import annotations
 
@@ -51,6 +54,7 @@ from board.engine import (
     hot_sql,
     outcomes,
     selectors,
+    tracing,
 )
 from board.engine.claim_requests import ClaimRequest
 from board.engine.db import (
@@ -252,6 +256,7 @@ def _illegal(task: Task, verb: Verb, hint: str = "") -> errors.BoardError:
 # Creating tasks
 
 
+@tracing.traced(Verb.CREATE, names_task=False)
 @outcomes.refusals(Verb.CREATE)
 @retry_conflicts
 def create(specs: TaskSpec | Sequence[TaskSpec], *, actor: str = "", using: str = "default") -> list[Task]:
@@ -456,6 +461,7 @@ def _refuse_cycles(batch: list[TaskSpec]) -> None:
 # Admission: PENDING -> QUEUED
 
 
+@tracing.traced(Verb.ADMIT)
 @outcomes.refusals(Verb.ADMIT)
 @retry_conflicts
 def admit(task_id: str, *, actor: str, version: int | None = None, reason: str = "",
@@ -499,6 +505,7 @@ def admit_ready(task_ids: Iterable[str] | None = None, *, using: str = "default"
 # Claiming: QUEUED -> RUNNING, and PAUSED -> RUNNING (resume)
 
 
+@tracing.traced(Verb.CLAIM)
 @outcomes.refusals(Verb.CLAIM)
 @retry_conflicts
 def claim(task_id: str, agent: str, ttl_seconds: float, *, request_id: str | None = None,
@@ -602,6 +609,7 @@ def _take(using: str, task: Task, verb: Verb, agent: str, ttl: timedelta, now: d
     return Claim(task=task, lease=Lease(token=token, fence=fence, expires_at=expires_at))
 
 
+@tracing.traced(Verb.CLAIM, names_task=False)
 @outcomes.refusals(Verb.CLAIM)
 @retry_conflicts
 def claim_next(
@@ -679,6 +687,7 @@ def _hot_claim_next(hot: hot_sql.HotStore, using: str, agent: str, ttl: timedelt
     return _claim_of(hot.task(row), token)  # the task built out of the transaction: see HotStore
 
 
+@tracing.traced(Verb.RESUME)
 @outcomes.refusals(Verb.RESUME)
 @retry_conflicts
 def resume(task_id: str, agent: str, ttl_seconds: float, *, using: str = "default") -> Claim:
@@ -792,6 +801,7 @@ def _hot_holder_move(hot: hot_sql.HotStore, using: str, task_id: str, token_hash
     raise errors.VersionConflict(f"task {task_id} kept changing; try again")
 
 
+@tracing.traced(Verb.RENEW)
 @outcomes.refusals(Verb.RENEW)
 @retry_conflicts
 def renew(
@@ -836,6 +846,7 @@ def renew(
     return _holder_move(using, task_id, token, build, live_only=True, agent=agent, key_hash=key_hash)
 
 
+@tracing.traced(Verb.RELEASE)
 @outcomes.refusals(Verb.RELEASE)
 @retry_conflicts
 def release(task_id: str, token: str, *, agent: str | None = None, using: str = "default") -> Task:
@@ -849,6 +860,7 @@ def release(task_id: str, token: str, *, agent: str | None = None, using: str = 
     return _holder_move(using, task_id, token, build, live_only=False, agent=agent)
 
 
+@tracing.traced(Verb.COMPLETE)
 @outcomes.refusals(Verb.COMPLETE)
 @retry_conflicts
 def complete(task_id: str, token: str, result: Any, *, agent: str | None = None, key_hash: str | None = None,
@@ -897,6 +909,7 @@ def _admit_dependents_after_commit(task_id: str, using: str) -> None:
     transaction.on_commit(lambda: _admit_dependents(task_id, using), using=using, robust=True)
 
 
+@tracing.traced(Verb.FAIL)
 @outcomes.refusals(Verb.FAIL)
 @retry_conflicts
 def fail(
@@ -957,6 +970,7 @@ def _retry(using: str, task: Task, now: datetime) -> None:
         raise errors.VersionConflict("task changed inside its own transaction", task=task)
 
 
+@tracing.traced(Verb.PAUSE)
 @outcomes.refusals(Verb.PAUSE)
 @retry_conflicts
 def pause(task_id: str, token: str, checkpoint: Any, *, agent: str | None = None, using: str = "default") -> Task:
@@ -1003,6 +1017,7 @@ def _operator_move(using: str, task_id: str, version: int | None, move) -> Task:
     raise errors.VersionConflict(f"task {task_id} kept changing; try again")
 
 
+@tracing.traced(Verb.REQUEUE)
 @outcomes.refusals(Verb.REQUEUE)
 @retry_conflicts
 def requeue(
@@ -1028,6 +1043,7 @@ def requeue(
     return _operator_move(using, task_id, version, move)
 
 
+@tracing.traced(Verb.CANCEL)
 @outcomes.refusals(Verb.CANCEL)
 @retry_conflicts
 def cancel(task_id: str, *, actor: str, version: int | None = None, reason: str = "", using: str = "default") -> Task:
@@ -1067,6 +1083,7 @@ def _refuse_another_lease(task: Task, held_by: tuple[str, int] | None) -> None:
         )
 
 
+@tracing.traced(Verb.FORCE_RELEASE)
 @outcomes.refusals(Verb.FORCE_RELEASE)
 @retry_conflicts
 def force_release(task_id: str, *, actor: str, version: int | None = None, reason: str = "",
@@ -1091,6 +1108,7 @@ def force_release(task_id: str, *, actor: str, version: int | None = None, reaso
     return _operator_move(using, task_id, version, move)
 
 
+@tracing.traced(Verb.FORCE_PAUSE)
 @outcomes.refusals(Verb.FORCE_PAUSE)
 @retry_conflicts
 def force_pause(task_id: str, *, actor: str, version: int | None = None, reason: str = "",
@@ -1114,6 +1132,7 @@ def force_pause(task_id: str, *, actor: str, version: int | None = None, reason:
 EDITABLE = ("title", "description", "priority", "max_retries", "payload")
 
 
+@tracing.traced(Verb.EDIT)
 @outcomes.refusals(Verb.EDIT)
 @retry_conflicts
 def edit(task_id: str, *, actor: str, version: int, using: str = "default", **fields: Any) -> Task:
@@ -1179,7 +1198,7 @@ def reclaim_expired(*, now: datetime | None = None, limit: int = 500, task_ids: 
     now = now or clock.now(using)
     moved = []
     for task_id in selectors.expired_leases(now, limit=limit, task_ids=task_ids, using=using):
-        with write_transaction(using):
+        with tracing.moving(Verb.RECLAIM, task_id) as span, write_transaction(using):
             task = Task.objects.using(using).filter(pk=task_id).first()
             if task is None or task.stage != Stage.RUNNING or not task.lease_expires_at or task.lease_expires_at > now:
                 continue  # renewed or finished meanwhile
@@ -1197,6 +1216,7 @@ def reclaim_expired(*, now: datetime | None = None, limit: int = 500, task_ids: 
                 if ok:
                     outcomes.record(using, Verb.FAIL, outcomes.TERMINAL, "lease_expired")
             if ok:
+                span.made(task)
                 outcomes.record(using, Verb.RECLAIM if task.stage == Stage.QUEUED else Verb.FAIL,
                                 outcomes.EXPIRED, "reaper")
                 moved.append(Reclaimed(task_id, Stage(task.stage)))

@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from board import health
 from board.engine import retention, transitions
+from taskflow_site import tracing
 
 log = logging.getLogger("board.reaper")
 
@@ -38,6 +39,7 @@ class Command(BaseCommand):
         parser.add_argument("--database", default="default")
 
     def handle(self, *args, loop=False, interval=1.0, database="default", prune_interval=0.0, **options):
+        tracing.setup_from_environment("reaper")  # a span per lease taken back (OTEL_EXPORTER_OTLP_ENDPOINT)
         self.started_at = timezone.now()
         self.passes = 0
         if loop and prune_interval > 0:
