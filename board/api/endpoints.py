@@ -35,6 +35,7 @@ from ninja.security import HttpBearer, SessionAuth
 
 from board import access, agent_keys
 from board.api.docs import LocalSwagger
+from board.api.json_body import BodyParser
 from board.api.schemas import (
     ClaimIn,
     ClaimNextIn,
@@ -147,6 +148,7 @@ api = NinjaAPI(
     auth=[AgentKeyAuth(), StaffSessionAuth()],
     urls_namespace="api",
     docs=LocalSwagger(),  # from this server's own files (board/api/docs.py)
+    parser=BodyParser(),  # reads a body of any depth, for the schemas to judge (board/api/json_body.py)
 )
 
 ERRORS = {401: ErrorOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut, 413: ErrorOut, 422: ErrorOut}
