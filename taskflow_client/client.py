@@ -40,6 +40,7 @@ DEFAULT_TIMEOUT = 30.0
 USER_AGENT = "taskflow-client/1"
 BUSY_RETRY_SECONDS = 1.0  # the server's Retry-After for a refused wait
 _ERROR_BODY_PREVIEW = 500
+MAX_PAGE = 500  # the most tasks or events the server sends in one page
 
 
 def _new_request_id() -> str:
@@ -329,26 +330,34 @@ class Client:
         return self.request("GET", self._path("tasks", task_id))
 
     def iter_tasks(self, *, stage: str | Sequence[str] | None = None, queue: str | None = None,
-                   owner: str | None = None, text: str | None = None,
-                   page_size: int = 100) -> Iterator[dict[str, Any]]:
+                   owner: str | None = None, text: str | None = None, order: str | None = None,
+                   limit: int | None = None, page_size: int = 100) -> Iterator[dict[str, Any]]:
         """Every matching task, oldest first, fetching pages lazily through the ``next``
         cursor. `stage`: one stage name or several (e.g. ``["QUEUED", "RUNNING"]``); `text`
-        matches id or title."""
+        matches id or title. `order`: ``"created"`` (oldest first, the default) or ``"claim"``
+        (the order claim_next takes tasks in: highest priority, then oldest). `limit`: at most
+        this many tasks, asked for in pages of that size (up to the server's 500), so that the
+        first `limit` tasks of the order cost one request when they fit one page."""
         if isinstance(stage, str):
             stage = [stage]
         cursor = None
-        while True:
+        remaining = limit
+        while remaining is None or remaining > 0:
+            size = page_size if remaining is None else min(remaining, MAX_PAGE)
             page = self.request("GET", "/tasks", query={
                 "stage": list(stage) if stage else None, "queue": queue, "owner": owner, "text": text,
-                "cursor": cursor, "limit": page_size})
-            yield from page["items"]
+                "order": order, "cursor": cursor, "limit": size})
+            items = page["items"] if remaining is None else page["items"][:remaining]
+            yield from items
+            if remaining is not None:
+                remaining -= len(items)
             cursor = page.get("next")
             if not cursor:
                 return
 
     def list(self, **filters: Any) -> builtins.list[dict[str, Any]]:
-        """All matching tasks (every page) as a list; filters as in `iter_tasks`:
-        ``stage``, ``queue``, ``owner``, ``text``, ``page_size``."""
+        """All matching tasks (every page, or the first `limit`) as a list; filters as in
+        `iter_tasks`: ``stage``, ``queue``, ``owner``, ``text``, ``order``, ``limit``, ``page_size``."""
         return [task for task in self.iter_tasks(**filters)]
 
     def iter_events(self, task_id: str, *, page_size: int = 100) -> Iterator[dict[str, Any]]:
@@ -363,8 +372,11 @@ class Client:
             if not cursor:
                 return
 
-    def events(self, task_id: str) -> builtins.list[dict[str, Any]]:
-        """A task's whole history as a list (see `iter_events`)."""
+    def events(self, task_id: str, *, last: int | None = None) -> builtins.list[dict[str, Any]]:
+        """A task's whole history as a list (see `iter_events`); with `last`, only its `last`
+        most recent events (1-500), oldest first, in one request."""
+        if last is not None:
+            return self.request("GET", self._path("tasks", task_id, "events"), query={"last": last})["items"]
         return [event for event in self.iter_events(task_id)]
 
     # -- claiming ---------------------------------------------------------------------------

@@ -56,6 +56,7 @@ log = logging.getLogger("taskflow_client.mcp")
 
 DEFAULT_TTL = 60.0  # seconds; the heartbeat renews every ttl/3, so a dead server's leases end soon
 LIST_LIMIT = 20
+HISTORY_EVENTS = 50  # the most recent events get_task shows (each renewal is one)
 INSTRUCTIONS = (
     "TaskFlow board tools. Claiming gives you a lease that this server renews in the background "
     "(you never see a token); finish every task you claim with complete, fail, pause or release. "
@@ -266,15 +267,20 @@ def release(holdings: Holdings, task_id: str) -> dict[str, Any]:
 def get_task(holdings: Holdings, task_id: str, history: bool = True) -> dict[str, Any]:
     answer: dict[str, Any] = {"task": brief(holdings.client.get(task_id))}
     if history:
-        answer["history"] = brief_history(holdings.client.events(task_id))
+        # The recent history only, in one request (a task renewed every second for a day has
+        # ~86,000 events): one more than shown tells whether earlier ones were left out.
+        events = holdings.client.events(task_id, last=HISTORY_EVENTS + 1)
+        answer["history"] = brief_history(events[-HISTORY_EVENTS:])
+        if len(events) > HISTORY_EVENTS:
+            answer["history_truncated"] = True
     return answer
 
 
 def list_ready(holdings: Holdings, queue: str | None = None, limit: int = LIST_LIMIT) -> dict[str, Any]:
-    # QUEUED in the board's claim order (priority, then age); one backing off after a failure
-    # shows its not_before.
-    queued = holdings.client.list(stage="QUEUED", queue=queue)
-    queued.sort(key=lambda t: (-t["priority"], t["created_at"], t["id"]))
+    # QUEUED in the board's claim order (priority, then age), sorted and cut by the board: one
+    # request for `limit` + 1 tasks (the one more says whether there are more). One backing off
+    # after a failure shows its not_before.
+    queued = holdings.client.list(stage="QUEUED", queue=queue, order="claim", limit=limit + 1)
     fields = ("id", "title", "queue", "priority", "attempts", "not_before")
     tasks = [{k: t[k] for k in fields if t.get(k) not in (None, "")} for t in queued[:limit]]
     return {"tasks": tasks, "more": len(queued) > limit, "held_by_you": holdings.held()}
@@ -325,7 +331,8 @@ TOOLS: dict[str, ToolSpec] = {spec.name: spec for spec in (
              _schema(("task_id",), task_id=_ID, ttl_seconds=_TTL), resume),
     ToolSpec("release", "Give a task you hold back to the queue without counting an attempt.",
              _schema(("task_id",), task_id=_ID), release),
-    ToolSpec("get_task", "A task and (unless history is false) its history.",
+    ToolSpec("get_task", "A task and (unless history is false) its last 50 events; history_truncated "
+             "when there were more.",
              _schema(("task_id",), task_id=_ID, history={"type": "boolean"}), get_task),
     ToolSpec("list_ready", "QUEUED tasks in claim order (priority, then oldest), and the ids you hold.",
              _schema(queue={"type": "string"}, limit={"type": "integer", "minimum": 1, "maximum": 100}),

@@ -529,6 +529,94 @@ def test_a_bad_events_limit_is_422(http, agent, limit):
     assert_error(get(http, f"/tasks/t/events?limit={limit}", agent), 422, "validation_error")
 
 
+def claim_order_board(http, agent) -> list[str]:
+    """QUEUED tasks of mixed priorities, some created in one batch (one created_at: the id breaks
+    the tie), and tasks in other stages; returns the QUEUED ids in the order claims take them."""
+    create(http, agent, id="low-old", priority=-1)
+    create(http, agent, id="mid-old", priority=5)
+    post(http, "/tasks", [{"id": i, "title": i, "priority": 5} for i in ("mid-b3", "mid-b1", "mid-b2")], agent)
+    create(http, agent, id="high-new", priority=9)
+    create(http, agent, id="zero", priority=0)
+    create(http, agent, id="held", priority=100, hold=True)
+    create(http, agent, id="running", priority=100)
+    claim(http, agent, "running")
+    return ["high-new", "mid-old", "mid-b1", "mid-b2", "mid-b3", "zero", "low-old"]
+
+
+def test_order_claim_lists_queued_tasks_in_the_order_claim_next_takes_them(http, agent):
+    expected = claim_order_board(http, agent)
+    body = get(http, "/tasks?stage=QUEUED&order=claim&limit=500", agent).json()
+    assert [t["id"] for t in body["items"]] == expected and body["next"] is None
+    top = get(http, "/tasks?stage=QUEUED&order=claim&limit=3", agent).json()
+    assert [t["id"] for t in top["items"]] == expected[:3] and top["next"]
+    # Paged through its cursor (which carries the claim-order key), the same order.
+    paged, pages = walk(http, agent, "/tasks?stage=QUEUED&order=claim", limit=2)
+    assert [t["id"] for t in paged] == expected and pages == 4
+    # The default order is unchanged (oldest first), and `order=created` names it.
+    oldest_first = [t["id"] for t in get(http, "/tasks?stage=QUEUED", agent).json()["items"]]
+    assert oldest_first == ["low-old", "mid-old", "mid-b1", "mid-b2", "mid-b3", "high-new", "zero"]
+    assert [t["id"] for t in get(http, "/tasks?stage=QUEUED&order=created", agent).json()["items"]] == oldest_first
+    # What the claims take, one after another, is the listed order.
+    taken = []
+    while (response := post(http, "/claim", {"ttl_seconds": 60}, agent)).status_code == 200:
+        taken.append(response.json()["task"]["id"])
+    assert taken == expected
+
+
+@pytest.mark.parametrize("query", [
+    "order=bogus", "order=CLAIM", "order=", "order=claim&order=claim", "order=claim&order=created",
+])
+def test_a_bad_order_is_422(http, agent, query):
+    create(http, agent, id="t")
+    before = db_state()
+    assert_error(get(http, f"/tasks?stage=QUEUED&{query}", agent), 422, "validation_error")
+    assert db_state() == before
+
+
+def test_a_cursor_is_good_only_for_the_order_that_gave_it_out(http, agent):
+    claim_order_board(http, agent)
+    by_claim = get(http, "/tasks?stage=QUEUED&order=claim&limit=1", agent).json()["next"]
+    by_age = get(http, "/tasks?stage=QUEUED&limit=1", agent).json()["next"]
+    assert by_claim and by_age
+    assert_error(get(http, f"/tasks?stage=QUEUED&cursor={by_claim}", agent), 422, "validation_error")
+    assert_error(get(http, f"/tasks?stage=QUEUED&order=claim&cursor={by_age}", agent), 422, "validation_error")
+    for forged in (b64(["claim", "5", "2026-01-01T00:00:00+00:00", "t"]), b64(["claim", 2**40, "2026-01-01T00:00:00+00:00", "t"]),
+                   b64(["claim", 5, "not a date", "t"]), b64(["claim", 5, "2026-01-01T00:00:00+00:00", "bad id"])):
+        assert_error(get(http, f"/tasks?order=claim&cursor={forged}", agent), 422, "validation_error")
+
+
+def history_of_seven(http, agent) -> list[str]:
+    create(http, agent, id="t")
+    create(http, agent, id="noise")  # another task's history interleaved with this one's
+    for _ in range(3):
+        for task_id in ("t", "noise"):
+            _, token = claim(http, agent, task_id)
+            assert post(http, f"/tasks/{task_id}/release", {"token": token}, agent).status_code == 200
+    return ["create"] + ["claim", "release"] * 3
+
+
+def test_events_last_gives_the_most_recent_in_chronological_order(http, agent):
+    verbs = history_of_seven(http, agent)
+    everything = get(http, "/tasks/t/events?limit=500", agent).json()["items"]
+    for last in (1, 3, 7, 500):
+        body = get(http, f"/tasks/t/events?last={last}", agent).json()
+        assert set(body) == {"items", "next"} and body["next"] is None
+        assert body["items"] == everything[-last:], last
+        assert [e["verb"] for e in body["items"]] == verbs[-last:]
+        assert [e["id"] for e in body["items"]] == sorted(e["id"] for e in body["items"])
+
+
+@pytest.mark.parametrize("query", [
+    "last=0", "last=501", "last=-1", "last=abc", "last=1.5", "last=", "last=1&last=2",
+    "last=2&limit=2", f"last=2&cursor={b64([1])}",
+])
+def test_a_bad_events_last_is_422(http, agent, query):
+    create(http, agent, id="t")
+    before = db_state()
+    assert_error(get(http, f"/tasks/t/events?{query}", agent), 422, "validation_error")
+    assert db_state() == before
+
+
 # ---------------------------------------------------------------------------------------------
 # POST /api/claim (the next ready task)
 

@@ -137,6 +137,22 @@ def test_create_get_list_and_events(alice):
     assert [e["verb"] for e in alice.iter_events("parse", page_size=1)] == ["create", "admit"]
 
 
+def test_list_in_claim_order_with_a_limit_and_the_last_events(alice):
+    alice.create([{"id": f"t{i}", "title": f"t{i}", "priority": i % 3} for i in range(7)])
+    by_claim = alice.list(stage="QUEUED", order="claim")
+    assert [t["id"] for t in by_claim] == ["t2", "t5", "t1", "t4", "t0", "t3", "t6"]
+    assert alice.list(stage="QUEUED", order="claim", limit=3) == by_claim[:3]
+    assert alice.list(stage="QUEUED", order="claim", limit=5, page_size=2) == by_claim[:5]
+    assert [t["id"] for t in alice.list(limit=2)] == ["t0", "t1"]  # the default order: oldest first
+    lease = alice.claim_next(30)
+    assert lease.task_id == "t2"
+    for i in range(3):
+        lease.renew(checkpoint={"step": i})
+    lease.complete({"ok": True})
+    assert [e["verb"] for e in alice.events("t2", last=2)] == ["renew", "complete"]
+    assert alice.events("t2", last=500) == alice.events("t2")
+
+
 # ---------------------------------------------------------------------------------------------
 # Claiming and the holder's verbs
 

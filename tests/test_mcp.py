@@ -13,6 +13,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -286,3 +287,81 @@ def test_the_readme_configuration_starts_the_server(board, key):
         assert session.ok("claim", {})["task"]["owner"] == AGENT
         session.ok("complete", {"task_id": "hello", "result": {"ok": True}})
     assert Task.objects.get(pk="hello").stage == "COMPLETED"
+
+
+# ---------------------------------------------------------------------------------------------
+# What the reading tools cost the board: one request each, however big the queue or the history.
+
+QUEUED_TASKS = 5_100  # more than ten pages of the API's largest (500): paging would show
+
+
+def make_queued(count: int) -> None:
+    """`count` QUEUED tasks of priorities 0-6, created in batches (a batch shares its
+    created_at, so the id breaks ties as in a claim)."""
+    for start in range(0, count, 1000):
+        transitions.create([transitions.TaskSpec(title=f"task {i}", id=f"q{i:05d}", priority=i % 7)
+                            for i in range(start, min(count, start + 1000))], actor="test")
+
+
+@contextlib.contextmanager
+def counted_session(board, key):
+    """An MCP session whose every request to the board goes through a proxy that lists them."""
+    from tests.test_client import ReplyDropper  # a proxy that here drops nothing and records every path
+
+    with ReplyDropper(board.port, paths=(), drop=0) as proxy, \
+            mcp_session([sys.executable, "-m", "taskflow_client.mcp"],
+                        {**server_env(board, key), "TASKFLOW_URL": proxy.url}) as session:
+        yield session, proxy.forwarded
+
+
+def test_list_ready_is_one_request_in_claim_order_however_long_the_queue(board, key):
+    make_queued(QUEUED_TASKS)
+    with counted_session(board, key) as (session, requests):
+        started = time.perf_counter()
+        ready = session.ok("list_ready", {"limit": 5})
+        first = time.perf_counter() - started
+        assert len(requests) == 1 and requests[0].startswith("/api/tasks?"), requests
+        assert ready["more"] is True and ready["held_by_you"] == []
+        listed = [t["id"] for t in ready["tasks"]]
+        assert len(listed) == 5 and all(t["priority"] == 6 for t in ready["tasks"])
+        started = time.perf_counter()
+        assert session.ok("list_ready", {"limit": 5}) == ready and len(requests) == 2
+        print(f"list_ready limit=5 on {QUEUED_TASKS} QUEUED tasks: 1 request a call; {first:.3f} s the "
+              f"session's first call, {time.perf_counter() - started:.3f} s the next (through the counting proxy)")
+        # The order is what claims take, one after another.
+        taken = [session.ok("claim", {"ttl_seconds": 30})["task"]["id"] for _ in listed]
+        assert taken == listed
+        requests.clear()
+        everything = session.ok("list_ready", {"limit": 100})
+        assert len(requests) == 1 and len(everything["tasks"]) == 100, requests
+        assert set(everything["held_by_you"]) == set(listed)
+        ids = [t["id"] for t in everything["tasks"]]
+        assert not set(ids) & set(listed)
+        assert ids == list(Task.objects.filter(stage="QUEUED").order_by("-priority", "created_at", "id")
+                           .values_list("id", flat=True)[:100])
+
+
+HISTORY_RENEWS = 450  # with the create and the claim, more than four pages of 100 events
+
+
+def test_get_task_reads_the_recent_history_in_one_request_however_long_it_is(board, key):
+    transitions.create([transitions.TaskSpec(title="long runner", id="long")], actor="test")
+    token = transitions.claim("long", AGENT, 600).lease.token
+    for i in range(HISTORY_RENEWS):
+        transitions.renew("long", token, 600, progress=i / HISTORY_RENEWS)
+    transitions.release("long", token)
+    with counted_session(board, key) as (session, requests):
+        shown = session.ok("get_task", {"task_id": "long"})
+        history_reads = [path for path in requests if path.startswith("/api/tasks/long/events")]
+        assert len(history_reads) == 1 and len(requests) == 2, requests
+    # The most recent events, oldest first: the renews end in the release, and the answer says
+    # that earlier events were left out.
+    assert [line["verb"] for line in shown["history"]] == ["renew", "release"]
+    assert shown["history"][-1]["to"] == "QUEUED"
+    assert shown["history_truncated"] is True
+    short = transitions.create([transitions.TaskSpec(title="short", id="short")], actor="test")
+    assert short
+    with counted_session(board, key) as (session, requests):
+        shown = session.ok("get_task", {"task_id": "short"})
+        assert len(requests) == 2, requests
+    assert [line["verb"] for line in shown["history"]] == ["create"] and "history_truncated" not in shown

@@ -19,7 +19,7 @@ import json
 import time
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Optional, Union
+from typing import Literal, Optional, Union
 
 from django.conf import settings
 from django.core.exceptions import (
@@ -35,6 +35,7 @@ from ninja.security import HttpBearer, SessionAuth
 
 from board import access, agent_keys
 from board.api.docs import LocalSwagger
+from board.api.json_body import BodyParser
 from board.api.schemas import (
     ClaimIn,
     ClaimNextIn,
@@ -147,6 +148,7 @@ api = NinjaAPI(
     auth=[AgentKeyAuth(), StaffSessionAuth()],
     urls_namespace="api",
     docs=LocalSwagger(),  # from this server's own files (board/api/docs.py)
+    parser=BodyParser(),  # reads a body of any depth, for the schemas to judge (board/api/json_body.py)
 )
 
 ERRORS = {401: ErrorOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut, 413: ErrorOut, 422: ErrorOut}
@@ -373,15 +375,56 @@ def _filter_text(name: str, value: str, max_chars: int) -> str:
     return value
 
 
-@api.get("/tasks", response={200: TaskPage, **ERRORS}, summary="List tasks, oldest first, a page at a time")
+def _is_priority(value) -> bool:
+    return type(value) is int and abs(value) < 2**31
+
+
+# A page's cursor is the sort key of its last task: (created_at, id) for the default order,
+# ("claim", priority, created_at, id) for order=claim. The leading "claim" (and the length)
+# keep a cursor to the order that gave it out: passed with the other order it is refused.
+_CURSOR_CHECKS = {
+    "created": (_is_timestamp, is_valid_task_id),
+    "claim": ("claim".__eq__, _is_priority, _is_timestamp, is_valid_task_id),
+}
+
+
+def _cursor_after(cursor: str, order: str) -> tuple:
+    """The list_key (selectors) a cursor of `order` resumes after."""
+    parts = _decode_cursor(cursor, *_CURSOR_CHECKS[order])
+    if order == "claim":
+        _, priority, created_at, last_id = parts
+        return priority, datetime.fromisoformat(created_at), last_id
+    created_at, last_id = parts
+    return datetime.fromisoformat(created_at), last_id
+
+
+def _cursor_of(task: Task, order: str) -> str:
+    key = [value.isoformat() if isinstance(value, datetime) else value for value in selectors.list_key(task, order)]
+    return _encode_cursor(*(["claim", *key] if order == "claim" else key))
+
+
+# The task list's orders, as the engine names them (its schema lists them as an enum).
+ListOrder = Literal[tuple(selectors.LIST_ORDERS)]
+
+
+@api.get("/tasks", response={200: TaskPage, **ERRORS},
+         summary="List tasks, oldest first (or in claim order), a page at a time")
 def list_tasks(request, stage: list[str] = Query(None), queue: Optional[str] = None,
                owner: Optional[str] = None, text: Optional[str] = None,
+               order: ListOrder = Query("created", description="created: oldest first (the default); claim: the order "
+                                  "claim-next takes tasks in (highest priority, then oldest, then id)"),
                cursor: Optional[str] = None, limit: int = 100):
     """A page holds at most `limit` tasks, and ends early (with `next`) before the task that
     would take it past MAX_PAGE_BYTES of JSON: a task carries up to three 256 KiB JSON values
-    and a 64 KiB description, so 500 of them could be hundreds of megabytes."""
+    and a 64 KiB description, so 500 of them could be hundreds of megabytes.
+
+    `order=claim` sorts as claim_next does (selectors.CLAIM_ORDER): with `stage=QUEUED`, the
+    tasks claims would take, first one first. A task backing off after a failure (its
+    `not_before` still ahead) is listed at its place; claims skip it until then. Its pages go
+    on through `next` like the default order's (the cursor carries the claim-order key of the
+    page's last task), and a cursor is good only for the order that gave it out."""
     _reader(request)
-    _query(request, {"stage", "queue", "owner", "text", "cursor", "limit"}, repeatable=frozenset({"stage"}))
+    _query(request, {"stage", "queue", "owner", "text", "order", "cursor", "limit"}, repeatable=frozenset({"stage"}))
     if stage:
         unknown = [s for s in stage if s not in Stage.__members__]
         if unknown:
@@ -392,36 +435,35 @@ def list_tasks(request, stage: list[str] = Query(None), queue: Optional[str] = N
         _filter_text("owner", owner, MAX_OWNER_CHARS)
     if text:
         _filter_text("text", text, MAX_TITLE_CHARS)
-    after = None
-    if cursor:
-        created_at, last_id = _decode_cursor(cursor, _is_timestamp, is_valid_task_id)
-        after = (datetime.fromisoformat(created_at), last_id)
+    after = _cursor_after(cursor, order) if cursor else None
     filters = {"stages": stage, "queue": queue, "owner": owner, "text": text}
-    items, more = _task_page(filters, after, _limit(limit))
-    next_cursor = _encode_cursor(items[-1]["created_at"].isoformat(), items[-1]["id"]) if more else None
-    return {"items": items, "next": next_cursor}
+    items, last = _task_page(filters, order, after, _limit(limit))
+    return {"items": items, "next": _cursor_of(last, order) if last is not None else None}
 
 
-def _task_page(filters: dict, after: tuple[datetime, str] | None, limit: int) -> tuple[list[dict], bool]:
-    """The rendered tasks of one page (oldest first, after `after`, matching `filters`:
-    selectors.task_list), and whether more follow. Rows are read PAGE_READ_ROWS at a time, so
-    that a page ending early reads little more."""
+def _task_page(filters: dict, order: str, after: tuple | None, limit: int) -> tuple[list[dict], Task | None]:
+    """The rendered tasks of one page (in `order`, after the list_key `after`, matching
+    `filters`: selectors.task_list), and its last task when more follow (None at the end). Rows
+    are read PAGE_READ_ROWS at a time, so that a page ending early reads little more."""
     items: list[dict] = []
     size = 0
+    last = None
     while True:
-        chunk = selectors.task_list(**filters, after=after, count=min(PAGE_READ_ROWS, limit + 1 - len(items)))
+        chunk = selectors.task_list(**filters, order=order, after=after,
+                                    count=min(PAGE_READ_ROWS, limit + 1 - len(items)))
         deps = selectors.deps_of([task.pk for task in chunk])
         for task in chunk:
             if len(items) == limit:
-                return items, True
+                return items, last
             rendered = public_task(task, deps[task.pk])
             size += len(json.dumps(rendered, cls=DjangoJSONEncoder))
             if items and size > MAX_PAGE_BYTES:
-                return items, True
+                return items, last
             items.append(rendered)
+            last = task
         if len(chunk) < PAGE_READ_ROWS:
-            return items, False
-        after = (chunk[-1].created_at, chunk[-1].pk)
+            return items, None
+        after = selectors.list_key(chunk[-1], order)
 
 
 def _one(task_id: str) -> Task:
@@ -454,15 +496,26 @@ def get_task(request, task_id: str):
 
 
 @api.get("/tasks/{task_id}/events", response={200: EventPage, **ERRORS},
-         summary="A task's history, one event per transition, oldest first")
-def task_events(request, task_id: str, cursor: Optional[str] = None, limit: int = 100):
+         summary="A task's history, one event per transition, oldest first (or only its last N)")
+def task_events(request, task_id: str, cursor: Optional[str] = None, limit: int = 100,
+                last: Optional[int] = Query(None, description="only the N most recent events (1-500), oldest "
+                                            "first, in one page (next is null); not with cursor or limit")):
     """A page of the task's history, oldest first; `next` is the cursor of the rows after it.
     History retention (`manage.py prune`) deletes old renews and old finished tasks: a cursor
     whose row was deleted resumes at the next surviving row of the task (a cursor means "after
-    row N"), and a deleted task is 404 not_found."""
+    row N"), and a deleted task is 404 not_found.
+
+    `last=N`: the N most recent events instead (a task renewed every second for a day has ~86,000),
+    oldest first, in one page: paging on from them would be paging the whole history again."""
     _reader(request)
-    _query(request, {"cursor", "limit"})
+    _query(request, {"cursor", "limit", "last"})
+    if last is not None and ("cursor" in request.GET or "limit" in request.GET):
+        raise errors.InvalidRequest("last gives the most recent events in one page: send it without cursor or limit")
     _one(task_id)
+    if last is not None:
+        if not 1 <= last <= MAX_PAGE:
+            raise errors.InvalidRequest(f"last must be from 1 to {MAX_PAGE}")
+        return {"items": [public_event(e) for e in selectors.latest_events(task_id, last)], "next": None}
     after = None
     if cursor:
         (after,) = _decode_cursor(cursor, _is_event_id)

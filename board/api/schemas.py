@@ -14,6 +14,7 @@ from typing import Annotated, Any, Optional
 
 from ninja import Schema
 from pydantic import (
+    AfterValidator,
     ConfigDict,
     Field,
     ModelWrapValidatorHandler,
@@ -35,6 +36,7 @@ from board.engine.lifecycle import (
     MAX_TTL_SECONDS,
     MIN_TTL_SECONDS,
     TASK_ID_PATTERN,
+    json_too_deep,
     unstorable_text,
 )
 
@@ -64,6 +66,16 @@ class StrictIn(Schema):
         return value
 
 
+def _not_too_deep(value: Any) -> Any:
+    if problem := json_too_deep(value):
+        raise ValueError(problem)
+    return value
+
+
+# A client's JSON value (payload, result, checkpoint): any JSON, nested at most MAX_JSON_DEPTH
+# deep (the engine checks it too, for every caller; here it is a 422 naming the field).
+JsonValue = Annotated[Any, AfterValidator(_not_too_deep)]
+
 TTL = Field(..., ge=MIN_TTL_SECONDS, le=MAX_TTL_SECONDS, description="lease length in seconds")
 TOKEN = Field(..., max_length=MAX_TOKEN_CHARS, description="the lease token the claim returned")
 REQUEST_ID = Field(
@@ -79,7 +91,7 @@ class TaskIn(StrictIn):
                               pattern=TASK_ID_PATTERN)
     title: str = Field(..., min_length=1, max_length=MAX_TITLE_CHARS)
     description: str = Field("", max_length=MAX_DESCRIPTION_CHARS)
-    payload: Any = None
+    payload: JsonValue = None
     queue: str = Field("default", pattern=TASK_ID_PATTERN)
     priority: int = Field(0, ge=-(2**31) + 1, le=2**31 - 1, description="higher runs first")
     deps: list[str] = Field(default_factory=list, max_length=MAX_DEPENDENCIES,
@@ -115,7 +127,7 @@ class ResumeIn(StrictIn):
 class RenewIn(StrictIn):
     token: str = TOKEN
     ttl_seconds: float = TTL
-    checkpoint: Any = None
+    checkpoint: JsonValue = None
     progress: Optional[float] = Field(None, ge=0, le=1)
 
 
@@ -125,7 +137,7 @@ class TokenIn(StrictIn):
 
 class CompleteIn(StrictIn):
     token: str = TOKEN
-    result: Any = Field(..., description="any JSON value but null")
+    result: JsonValue = Field(..., description="any JSON value but null")
 
 
 class FailIn(StrictIn):
@@ -138,7 +150,7 @@ class FailIn(StrictIn):
 
 class PauseIn(StrictIn):
     token: str = TOKEN
-    checkpoint: Any = Field(..., description="what a resume needs to continue; not null")
+    checkpoint: JsonValue = Field(..., description="what a resume needs to continue; not null")
 
 
 class OperatorIn(StrictIn):

@@ -130,6 +130,10 @@ MAX_TOKEN_CHARS = 100  # a lease token is 43; a longer one cannot match
 # payload, result and checkpoint: each at most this many bytes as compact JSON (a task's row,
 # its history and every card of it stay small enough to read and send whole).
 MAX_JSON_FIELD_BYTES = 256 * 1024
+# ... and nest at most this many arrays/objects deep. Past a few hundred levels Python's JSON
+# encoder (and the admin's rendering) runs out of recursion: a 500, not a refusal. 64 is room
+# for any real document.
+MAX_JSON_DEPTH = 64
 
 # A task id, and a queue or agent name: 1-100 letters, digits and ._:-, starting with a letter or
 # digit. Written here only: the API's schemas take TASK_ID_PATTERN, the engine TASK_ID_RE.
@@ -175,11 +179,33 @@ def attempts_left(attempts: int, max_retries: int) -> bool:
     return attempts < max_retries + 1
 
 
+def json_too_deep(value: Any) -> str | None:
+    """Why `value` nests too deep (more than MAX_JSON_DEPTH arrays/objects), or None. Walked
+    without recursion, so a value nested as deep as any parser takes is judged, not crashed on."""
+    pending = [(value, 1)]
+    while pending:
+        item, depth = pending.pop()
+        if isinstance(item, dict):
+            children = item.values()
+        elif isinstance(item, (list, tuple)):
+            children = item
+        else:
+            continue
+        if depth > MAX_JSON_DEPTH:
+            return f"nests arrays/objects more than {MAX_JSON_DEPTH} deep"
+        pending.extend((child, depth + 1) for child in children)
+    return None
+
+
 def limit_json_size(name: str, value: Any) -> None:
-    """Refuse (TooLarge, 413 through the API) a payload, result or checkpoint over
-    MAX_JSON_FIELD_BYTES of compact JSON. `name` is the field, carried by the error."""
+    """Refuse a payload, result or checkpoint nested more than MAX_JSON_DEPTH deep
+    (InvalidRequest, 422 through the API), or over MAX_JSON_FIELD_BYTES of compact JSON
+    (TooLarge, 413). The depth first: encoding a value nested ~1,000 deep raises RecursionError.
+    `name` is the field, carried by the error."""
     if value is None:
         return
+    if problem := json_too_deep(value):
+        raise errors.InvalidRequest(f"{name} {problem}", field=name)
     try:
         size = len(json.dumps(value, separators=(",", ":")).encode())
     except (TypeError, ValueError) as exc:  # not JSON at all (a Python caller's set, a cycle)

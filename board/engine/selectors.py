@@ -250,7 +250,7 @@ def board_parts(*, terminal_limit: int = 200, part_size: int = 1000, using: str 
         for stage, n in tasks.values_list("stage").annotate(n=Count("id")).order_by():
             counts[stage] = n
         yield {"counts": counts, "last_event_id": last_event_id}
-        queries = [tasks.exclude(stage__in=list(TERMINAL)).order_by("-priority", "created_at", "id")]
+        queries = [tasks.exclude(stage__in=list(TERMINAL)).order_by(*CLAIM_ORDER)]
         queries += [tasks.filter(stage=stage).order_by("-updated_at", "-id")[:terminal_limit] for stage in sorted(TERMINAL)]
         part: list[dict] = []
         # closing(): the cursor is closed inside the read even when the caller stops early.
@@ -336,6 +336,15 @@ def board_tasks(*, terminal_limit: int = 200, using: str = "default") -> dict:
     return board
 
 
+# The order claim_next takes ready tasks in: highest priority, then oldest, then id. Written here
+# once: ready_tasks (claim_next's ORM path), the live board's snapshot and the API's
+# `?order=claim` sort by it; hot_sql's claim statements spell it in SQL ("ORDER BY priority
+# DESC, created_at, id"), and tests/test_api.py holds the listed order to what claims take.
+CLAIM_ORDER = ("-priority", "created_at", "pk")
+# The orders the API's task list offers: oldest first (its default), and the claim order.
+LIST_ORDERS = {"created": ("created_at", "pk"), "claim": CLAIM_ORDER}
+
+
 def ready_tasks(now: datetime, queue: str | None = None, *, using: str = "default"):
     """QUEUED tasks past their retry backoff (in `queue` when given), best first: highest
     priority, then oldest. The order claim_next takes them in."""
@@ -343,7 +352,7 @@ def ready_tasks(now: datetime, queue: str | None = None, *, using: str = "defaul
         Q(not_before__isnull=True) | Q(not_before__lte=now))
     if queue is not None:
         rows = rows.filter(queue=queue)
-    return rows.order_by("-priority", "created_at", "pk")
+    return rows.order_by(*CLAIM_ORDER)
 
 
 def has_ready_task(queue: str | None = None, *, using: str = "default") -> bool:
@@ -512,11 +521,12 @@ def created_on_hold(task_ids: list[str], *, using: str = "default") -> set[str]:
 
 
 def task_list(*, stages: list[str] | None = None, queue: str | None = None, owner: str | None = None,
-              text: str | None = None, after: tuple[datetime, str] | None = None, count: int,
+              text: str | None = None, order: str = "created", after: tuple | None = None, count: int,
               using: str = "default") -> list[Task]:
-    """Up to `count` tasks, oldest first (created_at, then id), after the (created_at, id)
-    `after` when given, among those in `stages`, in `queue`, held by `owner`, whose id or title
-    contains `text` (case-insensitive), for each filter given. The caller has checked them."""
+    """Up to `count` tasks in `order` (LIST_ORDERS: "created", oldest first; "claim", the order
+    claim_next takes them in), after the task whose `list_key` is `after` when given, among
+    those in `stages`, in `queue`, held by `owner`, whose id or title contains `text`
+    (case-insensitive), for each filter given. The caller has checked them."""
     rows = Task.objects.using(using)
     if stages:
         rows = rows.filter(stage__in=stages)
@@ -526,9 +536,26 @@ def task_list(*, stages: list[str] | None = None, queue: str | None = None, owne
         rows = rows.filter(owner=owner)
     if text:
         rows = rows.filter(Q(id__icontains=text) | Q(title__icontains=text))
+    fields = LIST_ORDERS[order]
     if after is not None:
-        rows = rows.filter(Q(created_at__gt=after[0]) | Q(created_at=after[0], id__gt=after[1]))
-    return list(rows.order_by("created_at", "id")[:count])
+        rows = rows.filter(_after(fields, after))
+    return list(rows.order_by(*fields)[:count])
+
+
+def list_key(task: Task, order: str) -> tuple:
+    """The values of `task` that task_list's `order` sorts by: a page's cursor."""
+    return tuple(getattr(task, field.lstrip("-")) for field in LIST_ORDERS[order])
+
+
+def _after(fields: tuple[str, ...], key: tuple) -> Q:
+    """The rows after `key` in the order `fields` ("-name": descending): after on the first
+    field, or equal on it and after on the rest."""
+    after = Q()
+    for position in reversed(range(len(fields))):
+        name = fields[position].lstrip("-")
+        beyond = Q(**{f"{name}__{'lt' if fields[position].startswith('-') else 'gt'}": key[position]})
+        after = beyond if position == len(fields) - 1 else beyond | Q(**{name: key[position]}) & after
+    return after
 
 
 def task_events(task_id: str, *, after: int | None = None, count: int, using: str = "default") -> list[TaskEvent]:
@@ -537,6 +564,12 @@ def task_events(task_id: str, *, after: int | None = None, count: int, using: st
     if after is not None:
         rows = rows.filter(id__gt=after)
     return list(rows.order_by("id")[:count])
+
+
+def latest_events(task_id: str, count: int, *, using: str = "default") -> list[TaskEvent]:
+    """The `count` most recent history rows of `task_id`, oldest first (read newest first
+    through the (task, id) index, then turned around)."""
+    return list(TaskEvent.objects.using(using).filter(task_id=task_id).order_by("-id")[:count])[::-1]
 
 
 # ---------------------------------------------------------------------------------------------
