@@ -34,7 +34,11 @@ from board.live import outbox
 from board.models import RemovedTask, Task, TaskEvent
 from board.public import public_event, public_task
 
-SNAPSHOT_PART = 1000  # tasks per frame: frames stay under 1 MiB (daphne's limit, and a common proxy limit)
+# Tasks per snapshot frame: frames stay well under 1 MiB (daphne's limit, and a common proxy
+# limit), and small, because a socket that stops reading keeps the frame it was being sent in the
+# server's write buffer (with 300-character titles 250 cards are ~170 KiB; 1000 made 40 such
+# sockets cost 28 MB more: board.live.consumers, "Backpressure").
+SNAPSHOT_PART = 250
 
 
 def encode(frame: dict) -> str:
