@@ -22,7 +22,6 @@ from board import agent_keys
 from board.engine import transitions
 from board.engine.lifecycle import MAX_BATCH_TASKS
 from board.engine.transitions import TaskSpec
-from board.models import Task
 from tests.live_server import api_call, server_for_sessions, wait_until
 from tests.test_live_board import WAIT, BoardSocket, staff_session
 
