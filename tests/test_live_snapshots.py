@@ -3,14 +3,15 @@ socket that asked before it started (board.live.snapshots): driven through the r
 application with Channels' WebsocketCommunicator, against the real SQLite test database. A build
 is held on a threading.Event to make the overlap certain (no timing)."""
 import asyncio
+import json
 import threading
 
 from board.engine import transitions
 from board.engine.transitions import TaskSpec
 from board.live import frames as live_frames
-from board.live import snapshots
+from board.live import snapshots, tailer
 from tests.support import sqlite_db_mark
-from tests.test_consumers import WAIT, login_cookie, open_socket, receive_until, run
+from tests.test_consumers import WAIT, drain, login_cookie, open_socket, receive_until, run
 
 pytestmark = sqlite_db_mark()
 SOCKETS = 6
@@ -90,3 +91,32 @@ def test_a_socket_gets_its_changes_while_another_sockets_snapshot_is_being_built
         await asker.disconnect()
 
     run(scenario())
+
+
+def test_a_socket_that_asks_again_and_again_while_its_snapshot_is_built_gets_one_more(monkeypatch):
+    transitions.create(TaskSpec(id="only", title="t"))
+    cookie = login_cookie()
+    started, release = held_builds(monkeypatch)
+
+    async def scenario():
+        socket, connected, _ = await open_socket(cookie)
+        assert connected
+        await until(started.is_set, "the socket's build started")
+        builds = snapshots.builds()
+        for _ in range(11):
+            await socket.send_to(text_data=json.dumps({"type": "snapshot"}))
+        # The socket took every request while its first snapshot is held (one consumer here).
+        consumer = next(iter(tailer._local_tailer.subscribers))
+        await until(lambda: socket.input_queue.empty() and consumer.snapshot_wanted, "the requests were read")
+        assert builds.requests == 1
+        release.set()
+        heads = []
+        while len(heads) < 2:
+            heads.append(await receive_until(socket, lambda m: m["type"] == "snapshot", []))
+        later = [json.loads(f)["type"] for f in await drain(socket, 0.5)]  # problems, insights, ...
+        assert "snapshot" not in later  # and no third snapshot
+        await socket.disconnect()
+        return builds.builds
+
+    # Eleven requests during the first build: one more snapshot, not eleven.
+    assert run(scenario()) == 2
