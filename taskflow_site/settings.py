@@ -284,6 +284,7 @@ TASKFLOW = {
     # ends the open boards within a few seconds; the cost is one session read per socket.
     "SOCKET_RECHECK_SECONDS": float(os.environ.get("TASKFLOW_SOCKET_RECHECK", "5")),
     "SOCKET_MAX_UNSENT_BYTES": int(os.environ.get("TASKFLOW_SOCKET_MAX_UNSENT", str(8 * 1024 * 1024))),
+    "SOCKET_SEND_TIMEOUT_SECONDS": float(os.environ.get("TASKFLOW_SOCKET_SEND_TIMEOUT", "30")),
     # The Prometheus scraper's bearer token for /metrics (board/metrics.py); empty: only an
     # operator key or a staff session may scrape.
     "METRICS_TOKEN": os.environ.get("TASKFLOW_METRICS_TOKEN", ""),

@@ -228,10 +228,12 @@ def get_task(task_id: str, *, using: str = "default") -> Task | None:
 
 
 # What a card shows of a task (board.live.frames.card_task): every public field but the bulky ones
-# (description, payload, checkpoint, result), which the board never reads.
+# (NOT_ON_CARDS: up to 256 KiB each), which the board never reads. The live board's reads (the
+# snapshot's, `board_parts`, and the tailer's, `live_tasks`) select these columns and no other.
 CARD_COLUMNS = ("id", "title", "queue", "priority", "hold", "max_retries", "stage", "version", "owner",
                 "fence", "lease_expires_at", "attempts", "not_before", "progress", "last_error",
                 "created_at", "updated_at", "stage_changed_at")
+NOT_ON_CARDS = ("description", "payload", "checkpoint", "result")
 
 
 def board_parts(*, terminal_limit: int = 200, part_size: int = 1000, using: str = "default") -> Iterator:
@@ -366,12 +368,14 @@ def has_ready_task(queue: str | None = None, *, using: str = "default") -> bool:
 # outbox's own cursor query is not here: it is a read path of its own (board.live.outbox).
 
 
-def live_tasks(task_ids: list[str], *, using: str = "default") -> dict[str, tuple[Task, list[str]]]:
-    """The tasks `task_ids` as they are now, each with its dependencies, for the live board's
-    changes frame (board.live.frames.changes_for). A task no longer there is left out."""
-    tasks = Task.objects.using(using).filter(pk__in=task_ids)
-    deps = deps_of(task_ids, using=using)
-    return {task.pk: (task, deps[task.pk]) for task in tasks}
+def live_tasks(task_ids: list[str], *, using: str = "default") -> dict[str, tuple[dict, list[str]]]:
+    """The tasks `task_ids` as they are now, as card rows (dicts of CARD_COLUMNS as JSON values,
+    as `board_parts` yields them), each with its dependencies, for the live board's changes frame
+    (board.live.frames.changes_for). A task no longer there is left out. Only the card columns
+    are read: a page of 1000 events of tasks with 256 KiB checkpoints would otherwise load
+    hundreds of MB into every server process."""
+    rows = Task.objects.using(using).filter(pk__in=task_ids).values_list(*_ROW_COLUMNS)
+    return {row["id"]: (row, deps) for row, deps in _with_deps([_card_row(values) for values in rows], using)}
 
 
 def queues_of_queued(task_ids: list[str], *, using: str = "default") -> dict[str, str]:

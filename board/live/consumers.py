@@ -15,9 +15,15 @@ NOT_ALLOWED.
 Backpressure: the tailer never waits for a socket. It puts a frame in the socket's own queue
 and a sender task writes it out (waiting when the client reads slowly). When the frames waiting
 there pass `TASKFLOW["SOCKET_MAX_UNSENT_BYTES"]`, the socket is dropped (closed with TOO_SLOW,
-queue emptied): a client that stops reading costs at most that much memory (plus the server's
-transport buffer, which holds the close frame until the client reads or goes). The page
-reconnects and starts again from a snapshot.
+queue emptied); so is a socket the server could not hand a frame for
+`TASKFLOW["SOCKET_SEND_TIMEOUT_SECONDS"]` (its write buffer stayed full: the client is not
+reading). Its snapshot is shared with every socket that asked at about the same time
+(board.live.snapshots: built once, on a thread of its own, one build at a time per process), and
+its repeated requests for one count once (`snapshot_wanted`). So a client that stops reading
+costs at most its queue, its share of a snapshot until the send timeout drops it, and the
+server's transport buffer (one frame, board.live.frames.SNAPSHOT_PART cards at most for a
+snapshot's, plus the 64 KiB write buffer; it also holds the close frame until the client reads
+or goes). The page reconnects and starts again from a snapshot.
 
 Failures stay with one socket: a snapshot that fails closes the socket (1011; the page
 reconnects), a message the page would never send (too large, not JSON, nested too deep) is
@@ -33,7 +39,6 @@ from collections import deque
 from importlib import import_module
 from types import SimpleNamespace
 
-from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
@@ -42,7 +47,7 @@ from django.contrib.auth.signals import user_logged_out
 from django.dispatch import receiver
 
 from board import access, metrics
-from board.live import frames, tailer
+from board.live import snapshots, tailer
 
 log = logging.getLogger("board.live.consumers")
 
@@ -108,6 +113,7 @@ class BoardConsumer(AsyncWebsocketConsumer):
         self.loop = asyncio.get_running_loop()
         self.session_key = self.scope["session"].session_key
         self.max_unsent = conf["SOCKET_MAX_UNSENT_BYTES"]
+        self.send_timeout = conf["SOCKET_SEND_TIMEOUT_SECONDS"]
         self.outbox: deque[str] = deque()
         self.unsent = 0  # characters of the frames in the outbox (= bytes: json.dumps writes ASCII)
         self.dropped = False
@@ -172,7 +178,7 @@ class BoardConsumer(AsyncWebsocketConsumer):
                 elif self.outbox:
                     frame = self.outbox.popleft()
                     self.unsent -= len(frame)
-                    await self.send(text_data=frame)
+                    await self._send_in_time(frame)
                 else:
                     self.work.clear()
                     await self.work.wait()
@@ -184,17 +190,32 @@ class BoardConsumer(AsyncWebsocketConsumer):
 
     async def _send_snapshot(self) -> None:
         await self.tailer.wait_placed()  # raises if it never will: this socket closes (1011)
-        snapshot = iter(await database_sync_to_async(frames.snapshot_frames)(problems=self.tailer.recent_problems()))
-        # One frame at a time, each built in a sync thread (snapshot_frames may be a generator
-        # that reads as it goes) and sent before the next is built.
-        while (frame := await sync_to_async(next)(snapshot, None)) is not None:
-            await self.send(text_data=frame)
+        # Built on the snapshots' own thread, one build shared by every socket that asked
+        # meanwhile (board.live.snapshots): this socket holds the same frames as they do.
+        snapshot = await snapshots.builds().get(self.tailer.recent_problems)
+        for frame in snapshot:
+            await self._send_in_time(frame)
         # The agents and throughput panel, as this process's tailer last computed it (one
         # computation for every socket, board.live.tailer); the first socket asks it for one.
         if self.tailer.insights_frame is not None:
-            await self.send(text_data=self.tailer.insights_frame)
+            await self._send_in_time(self.tailer.insights_frame)
         else:
             self.tailer.want_insights()
+
+    async def _send_in_time(self, frame: str) -> None:
+        """Send one frame, or drop this socket (TOO_SLOW) when the server could not take it within
+        `SOCKET_SEND_TIMEOUT_SECONDS` (its write buffer for this client stayed full: the client
+        is not reading). Dropping cancels this sender and lets go of what the socket held (its
+        snapshot, its queue). A timer, not wait_for: no task per frame sent."""
+        timer = self.loop.call_later(self.send_timeout, self._stalled)
+        try:
+            await self.send(text_data=frame)
+        finally:
+            timer.cancel()
+
+    def _stalled(self) -> None:
+        log.warning("dropping a board socket that took no frame for %g s", self.send_timeout)
+        self.drop(TOO_SLOW)
 
     async def _recheck_access(self, period: float) -> None:
         while not self.dropped:

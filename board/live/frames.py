@@ -34,7 +34,11 @@ from board.live import outbox
 from board.models import RemovedTask, Task, TaskEvent
 from board.public import public_event, public_task
 
-SNAPSHOT_PART = 1000  # tasks per frame: frames stay under 1 MiB (daphne's limit, and a common proxy limit)
+# Tasks per snapshot frame: frames stay well under 1 MiB (daphne's limit, and a common proxy
+# limit), and small, because a socket that stops reading keeps the frame it was being sent in the
+# server's write buffer (with 300-character titles 250 cards are ~170 KiB; 1000 made 40 such
+# sockets cost 28 MB more: board.live.consumers, "Backpressure").
+SNAPSHOT_PART = 250
 
 
 def encode(frame: dict) -> str:
@@ -43,13 +47,19 @@ def encode(frame: dict) -> str:
 
 
 def card_task(task: Task, deps: list[str]) -> dict:
-    """What a card shows: the public task without its bulky fields (description, payload,
-    checkpoint, result), which the details panel fetches from the API when opened. `task` is a
-    Task or, for the snapshot, any object with its public fields (a row of CARD_COLUMNS)."""
+    """What a card shows: the public task without its bulky fields (selectors.NOT_ON_CARDS:
+    description, payload, checkpoint, result), which the details panel fetches from the API when
+    opened. `task` is a Task or any object with its card fields (`card_of_row`)."""
     card = public_task(task, deps)
-    for bulky in ("description", "payload", "checkpoint", "result"):
+    for bulky in selectors.NOT_ON_CARDS:
         del card[bulky]
     return card
+
+
+def card_of_row(row: dict, deps: list[str]) -> dict:
+    """The card of a row the live board's reads return (a dict of selectors.CARD_COLUMNS, no
+    bulky field read): the same card as `card_task` makes of the whole Task."""
+    return card_task(SimpleNamespace(**row, **_NOT_ON_CARDS), deps)
 
 
 def live_event(event: TaskEvent) -> dict:
@@ -63,14 +73,15 @@ def live_event(event: TaskEvent) -> dict:
     return data
 
 
-def changes_for(events: list[TaskEvent]) -> list[dict]:
+def changes_for(events: list[TaskEvent], using: str = "default") -> list[dict]:
     """One item per event, in commit-read order, each carrying the task as it is now (its
     version is at least the event's): the browser applies a task only when its version is newer
     than what it shows. An event of a task no longer there is left out."""
     if not events:
         return []
-    tasks = selectors.live_tasks(list({e.task_id for e in events}))
-    return [{"event": live_event(e), "task": card_task(*tasks[e.task_id])} for e in events if e.task_id in tasks]
+    # Card columns only (selectors.live_tasks): never the checkpoints the details panel reads.
+    tasks = selectors.live_tasks(list({e.task_id for e in events}), using=using)
+    return [{"event": live_event(e), "task": card_of_row(*tasks[e.task_id])} for e in events if e.task_id in tasks]
 
 
 def changes_frame(events: list[TaskEvent]) -> str | None:
@@ -130,10 +141,10 @@ def snapshot_frames(terminal_limit: int = 200, problems: list | None = None, usi
         if frame["tasks"]:
             frames.append(encode({**frame, "more": True}))
             frame = {"type": "snapshot_more", "tasks": []}
-        frame["tasks"] = [card_task(SimpleNamespace(**row, **_NOT_ON_CARDS), deps) for row, deps in part]
+        frame["tasks"] = [card_of_row(row, deps) for row, deps in part]
     frames.append(encode({**frame, "more": False}))
     return frames
 
 
 # card_task drops these; rows read for cards (selectors.CARD_COLUMNS) do not carry them.
-_NOT_ON_CARDS = {"description": "", "payload": None, "checkpoint": None, "result": None}
+_NOT_ON_CARDS = dict.fromkeys(selectors.NOT_ON_CARDS)

@@ -1,0 +1,237 @@
+"""Snapshots under backpressure (issue 27, item 10), against the real server (`manage.py serve`,
+one worker process) and real sockets:
+
+- sockets that never read cost the server a bounded amount of memory, snapshots included
+  (the worker's VmRSS is read from /proc);
+- sockets asking for snapshots back to back do not hold up another socket's changes.
+"""
+from __future__ import annotations
+
+import base64
+import json
+import os
+import socket as net
+import statistics
+import threading
+import time
+
+import pytest
+from websockets.sync.client import connect as ws_connect
+
+from board import agent_keys
+from board.engine import transitions
+from board.engine.lifecycle import MAX_BATCH_TASKS
+from board.engine.transitions import TaskSpec
+from tests.live_server import api_call, server_for_sessions, wait_until
+from tests.test_live_board import WAIT, BoardSocket, staff_session
+
+pytestmark = pytest.mark.django_db(transaction=True, databases=["default"])
+
+BOARD_TASKS = 6000  # titles of 300 characters: a snapshot of about 2.5 MB (the issue's board: 2 MB)
+STUCK_SOCKETS = 40
+SEND_TIMEOUT = 8  # TASKFLOW_SOCKET_SEND_TIMEOUT of this module's server (default 30 s)
+TRANSPORT_HIGH_WATER = 64 * 1024  # asyncio's (and uvloop's) default for a transport's write buffer
+
+
+@pytest.fixture(scope="module")
+def big_board_server(django_db_setup, django_db_blocker):
+    """One worker process (the sockets, the changes made through its API and its tailer all meet
+    in it)."""
+    with django_db_blocker.unblock():
+        server = server_for_sessions("default", args=["--workers", "1"],
+                                     env={"TASKFLOW_SOCKET_SEND_TIMEOUT": str(SEND_TIMEOUT)})
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def big_board(big_board_server):
+    """A board whose snapshot is a few MB (each test's rows are flushed after it), and an agent
+    key for the server's API."""
+    title = "t" * 300
+    for start in range(0, BOARD_TASKS, MAX_BATCH_TASKS):
+        transitions.create([TaskSpec(id=f"big-{n}", title=title) for n in range(start, start + MAX_BATCH_TASKS)])
+    return big_board_server, agent_keys.create_key("latency")[1]
+
+
+def rss_of_tree(pid: int) -> int:
+    """VmRSS (bytes) of process `pid` and every process below it (the worker serving sockets)."""
+    total, pids = 0, [pid]
+    while pids:
+        current = pids.pop()
+        try:
+            with open(f"/proc/{current}/status") as status:
+                total += next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmRSS:"))
+            with open(f"/proc/{current}/task/{current}/children") as children:
+                pids += [int(child) for child in children.read().split()]
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+    return total
+
+
+def stuck_socket(port: int, session_key: str) -> net.socket:
+    """A websocket to the board that completes its handshake and then never reads (a tiny
+    receive buffer, so that the kernel holds little for it)."""
+    sock = net.socket()
+    sock.setsockopt(net.SOL_SOCKET, net.SO_RCVBUF, 4096)
+    sock.connect(("127.0.0.1", port))
+    key = base64.b64encode(os.urandom(16)).decode()
+    sock.sendall((f"GET /ws/board/ HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\n"
+                  f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
+                  f"Origin: http://127.0.0.1:{port}\r\nCookie: sessionid={session_key}\r\n\r\n").encode())
+    answer = b""
+    while b"\r\n\r\n" not in answer:  # the handshake's answer only, byte by byte: no frame read
+        answer += sock.recv(1)
+    assert answer.startswith(b"HTTP/1.1 101"), answer
+    return sock
+
+
+STALLED = "dropping a board socket that took no frame"
+
+
+def full_snapshot(socket: BoardSocket, before: int) -> None:
+    wait_until(lambda: socket.snapshots > before and socket.snapshot_done, WAIT, "a snapshot arrived whole")
+
+
+class CountingSocket(BoardSocket):
+    """A board socket that knows when its last snapshot arrived whole, and when each task first
+    appeared."""
+
+    def __init__(self, *args, **kwargs):
+        self.snapshot_done = False
+        self.snapshot_bytes = 0  # of the last snapshot
+        self.max_frame = 0
+        self.first_seen: dict[str, float] = {}
+        super().__init__(*args, **kwargs)
+
+    def _apply(self, task: dict) -> None:
+        self.first_seen.setdefault(task["id"], time.monotonic())
+        super()._apply(task)
+
+    def _read(self) -> None:
+        real_recv = self.ws.recv
+
+        def recv():
+            text = real_recv()
+            message = json.loads(text)
+            if message["type"] == "snapshot":
+                self.snapshot_done = False
+                self.snapshot_bytes = 0
+            if message["type"] in ("snapshot", "snapshot_more"):
+                self.snapshot_bytes += len(text)
+                self.max_frame = max(self.max_frame, len(text))
+            if message["type"] in ("snapshot", "snapshot_more") and not message["more"]:
+                self.snapshot_done = True
+            return text
+
+        self.ws.recv = recv
+        super()._read()
+
+
+def test_sockets_that_never_read_do_not_grow_the_servers_memory_past_a_bound(big_board):
+    big_board_server, _ = big_board
+    _, key = staff_session("default")
+    probe = CountingSocket(big_board_server, key)
+    stuck: list[net.socket] = []
+    try:
+        full_snapshot(probe, 0)
+        # Warm: a few snapshots built and sent, so that the allocator has its working set.
+        for n in range(1, 4):
+            probe.ws.send(json.dumps({"type": "snapshot"}))
+            full_snapshot(probe, n)
+        before = rss_of_tree(big_board_server.process.pid)
+        stuck = [stuck_socket(big_board_server.port, key) for _ in range(STUCK_SOCKETS)]
+        # A snapshot asked for after the stuck sockets opened is built after theirs were: once it
+        # arrived, every stuck socket had its snapshot built and handed out.
+        probe.ws.send(json.dumps({"type": "snapshot"}))
+        full_snapshot(probe, 4)
+        probe.ws.send(json.dumps({"type": "snapshot"}))
+        full_snapshot(probe, 5)
+        grown = rss_of_tree(big_board_server.process.pid) - before
+        # The bound (README, Limits): the snapshot the stuck sockets share, one more being built
+        # (the probe's), and per stuck socket one frame and the transport's high-water mark,
+        # twice over for the allocator's slack (freed frames do not give their pages back at once)
+        # and each socket's own objects.
+        bound = 2 * (2 * probe.snapshot_bytes + STUCK_SOCKETS * (probe.max_frame + TRANSPORT_HIGH_WATER))
+        print(f"RSS grew {grown / 2**20:.1f} MB with {STUCK_SOCKETS} sockets that never read "
+              f"(bound {bound / 2**20:.1f} MB; snapshot {probe.snapshot_bytes / 2**20:.1f} MB, "
+              f"frames up to {probe.max_frame / 1024:.0f} KiB)")
+        assert grown < bound, f"{STUCK_SOCKETS} sockets that never read grew the server by {grown / 2**20:.1f} MB"
+        # A socket that took no frame for SEND_TIMEOUT seconds is dropped, and lets go of its
+        # snapshot: the next stuck socket to come does not add one more.
+        wait_until(lambda: big_board_server.log_tail(10**7).count(STALLED) == STUCK_SOCKETS, SEND_TIMEOUT + WAIT,
+                   "every stuck socket was dropped")
+        # And the server still serves: a change reaches the probe.
+        transitions.create(TaskSpec(id=f"after-stuck-{time.monotonic_ns()}", title="after"))
+        wait_until(lambda: any(t.startswith("after-stuck-") for t in probe.versions), WAIT, "a change arrived")
+    finally:
+        for sock in stuck:
+            sock.close()
+        probe.close()
+
+
+SNAPSHOT_LOOPERS = 4
+CHANGES = 20
+# The median time from an API request creating a task to its card on another socket. On an idle
+# server it is ~0.03 s (the issue: 0.05 s): the request, the commit waking the tailer at once, a
+# pass at least MIN_PASS_SECONDS (0.02 s) after it. The bound is twice the issue's idle figure,
+# room for a 2-core machine shared with other work, and half the lowest latency seen while four
+# sockets asked for snapshots back to back on the thread the tailer reads with (0.2-0.56 s in the
+# issue, a median of 0.13 s here).
+LATENCY_BOUND = 0.1
+
+
+def change_latencies(server, agent_key: str, watcher: CountingSocket, prefix: str) -> list[float]:
+    """Create CHANGES new tasks one at a time through the server's API (its commit wakes the
+    worker's tailer at once); the seconds from each request until the task appeared on
+    `watcher`."""
+    latencies = []
+    for n in range(CHANGES):
+        task_id = f"{prefix}-{n}"
+        started = time.monotonic()
+        status, _ = api_call(server, "POST", "/api/tasks", agent_key, {"id": task_id, "title": "latency"})
+        assert status == 201
+        wait_until(lambda task_id=task_id: task_id in watcher.first_seen, WAIT, f"{task_id} arrived", interval=0.005)
+        latencies.append(watcher.first_seen[task_id] - started)
+    return latencies
+
+
+def test_sockets_asking_for_snapshots_back_to_back_do_not_delay_another_sockets_changes(big_board):
+    big_board_server, agent_key = big_board
+    _, key = staff_session("default")
+    watcher = CountingSocket(big_board_server, key)
+    stop = threading.Event()
+    loopers: list[threading.Thread] = []
+    asked = [0] * SNAPSHOT_LOOPERS
+
+    def loop_snapshots(n: int) -> None:
+        headers = {"Origin": big_board_server.url, "Cookie": f"sessionid={key}"}
+        with ws_connect(f"ws://127.0.0.1:{big_board_server.port}/ws/board/", additional_headers=headers,
+                        max_size=None) as ws:
+            while not stop.is_set():
+                message = json.loads(ws.recv(timeout=WAIT))
+                if message["type"] in ("snapshot", "snapshot_more") and not message["more"]:
+                    asked[n] += 1
+                    ws.send(json.dumps({"type": "snapshot"}))
+
+    try:
+        full_snapshot(watcher, 0)
+        quiet = change_latencies(big_board_server, agent_key, watcher, f"quiet-{time.monotonic_ns()}")
+        loopers = [threading.Thread(target=loop_snapshots, args=(n,), daemon=True) for n in range(SNAPSHOT_LOOPERS)]
+        for thread in loopers:
+            thread.start()
+        wait_until(lambda: min(asked) >= 2, WAIT, "every looper received snapshots")
+        busy = change_latencies(big_board_server, agent_key, watcher, f"busy-{time.monotonic_ns()}")
+        snapshots = sum(asked)
+        print(f"change latency, median / max: quiet {statistics.median(quiet):.3f} / {max(quiet):.3f} s; "
+              f"{SNAPSHOT_LOOPERS} sockets asking for snapshots back to back "
+              f"{statistics.median(busy):.3f} / {max(busy):.3f} s ({snapshots} snapshots sent)")
+        assert min(asked) >= 2
+        assert statistics.median(busy) < LATENCY_BOUND, f"median change latency {statistics.median(busy):.3f} s"
+    finally:
+        stop.set()
+        for thread in loopers:
+            thread.join(timeout=WAIT)
+        watcher.close()
