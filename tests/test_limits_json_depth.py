@@ -27,6 +27,17 @@ def nested(depth: int, leaf=1):
     return value
 
 
+def nested_text(depth: int, leaf: str = "1") -> str:
+    """nested(depth) as JSON text, written without recursion: json.dumps of 950 levels may pass
+    the interpreter's recursion limit in a test process whose stack is already deep (pytest-xdist)."""
+    opening = "".join('{"k": ' if level % 2 else "[" for level in reversed(range(depth)))
+    closing = "".join("}" if level % 2 else "]" for level in range(depth))
+    return opening + leaf + closing
+
+
+PLACEHOLDER = "\u0001nested\u0001"
+
+
 def test_the_engine_caps_json_at_the_documented_depth():
     from board.engine import lifecycle
 
@@ -36,6 +47,7 @@ def test_the_engine_caps_json_at_the_documented_depth():
 def test_nested_builds_exactly_the_depth_it_says():
     assert nested(0) == 1 and nested(1) == [1] and nested(2) == {"k": [1]}
     assert json.dumps(nested(3)) == '[{"k": [1]}]'
+    assert all(json.loads(nested_text(depth)) == nested(depth) for depth in range(6))
 
 
 def server_for(alias: str, request) -> BoardServer:
@@ -44,7 +56,7 @@ def server_for(alias: str, request) -> BoardServer:
 
 def requests_with(board: Board, depth: int) -> list[tuple[str, str, str, dict | list]]:
     """(field, path, body) for every API input that carries a client's JSON value."""
-    value = nested(depth)
+    value = PLACEHOLDER  # replaced by nested_text(depth) in the encoded body (encode_with)
     return [
         ("payload", "/api/tasks", {"title": "t", "payload": value}),
         ("payload", "/api/tasks", [{"title": "ok"}, {"title": "t", "payload": value}]),
@@ -62,7 +74,8 @@ def test_json_deeper_than_the_cap_is_a_422_naming_the_field_and_writes_nothing(a
     before = db_state(alias)
     for field, path, body in requests_with(board, depth):
         what = f"{path} {field} nested {depth} deep"
-        error = assert_json_4xx(send(server, "POST", path, board.agent, json.dumps(body).encode()), what)
+        encoded = json.dumps(body).replace(json.dumps(PLACEHOLDER), nested_text(depth))
+        error = assert_json_4xx(send(server, "POST", path, board.agent, encoded.encode()), what)
         assert error["code"] == "validation_error", f"{what}: {error}"
         assert field in error["message"] and f"{MAX_JSON_DEPTH}" in error["message"], f"{what}: {error}"
         assert error["details"][0]["loc"][-1] == field, f"{what}: {error}"
