@@ -87,7 +87,9 @@ INSTALLED_APPS = [
 NINJA_FILES = Path(importlib.util.find_spec("ninja").origin).parent
 
 MIDDLEWARE = [
-    # Outermost: the API's latency histogram times everything below it (board/metrics.py).
+    # The response names its request's id (X-Request-ID; taskflow_site/server_log.py).
+    "taskflow_site.server_log.request_id_header",
+    # Outermost but one: the API's latency histogram times everything below it (board/metrics.py).
     "board.metrics.api_latency",
     # First: it also reshapes what the others answer under /api/ (a disallowed Host's 400).
     "board.api.middleware.api_error_shape",
@@ -295,16 +297,40 @@ if not DEBUG:
     if env_flag("SECURE_PROXY_SSL_HEADER"):
         SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 
-# No log line and no error page ever holds an agent key, a lease token or a password
-# (taskflow_site/redaction.py): every log record is scrubbed when it is made, whichever logger
-# and handler (uvicorn's access log too), and Django's DEBUG page and error reports hide them.
-LOGGING_CONFIG = "taskflow_site.redaction.configure_logging"
+# The server's log (taskflow_site/server_log.py, README "Deploying"): every line to stderr, DEBUG
+# on or off, so that a 500's traceback reaches the output of `manage.py serve` in production
+# (Django's default writes it only to a DEBUG console, or mails ADMINS). No log line and no error
+# page ever holds an agent key, a lease token or a password (taskflow_site/redaction.py): every
+# log record is scrubbed when it is made, whichever logger and handler (uvicorn's access log
+# too), and Django's DEBUG page and error reports hide them.
+LOGGING_CONFIG = "taskflow_site.server_log.configure_logging"
 DEFAULT_EXCEPTION_REPORTER_FILTER = "taskflow_site.redaction.SecretsReporterFilter"
 DEFAULT_EXCEPTION_REPORTER = "taskflow_site.redaction.SecretsReporter"
+
+# LOG_FORMAT: "text" (a line per record, the traceback after it) or "json" (one object per line,
+# with the request's id, method, path, status and duration: for log shippers).
+LOG_FORMAT = os.environ.get("LOG_FORMAT", "text").strip().lower() or "text"
+if LOG_FORMAT not in ("text", "json"):
+    raise ImproperlyConfigured(f"LOG_FORMAT must be text or json, not {LOG_FORMAT!r}")
 
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "loggers": {"board": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")}},
+    "formatters": {"text": {"()": "taskflow_site.server_log.TextFormatter"},
+                   "json": {"()": "taskflow_site.server_log.JsonFormatter"}},
+    "handlers": {"stderr": {"class": "logging.StreamHandler", "stream": "ext://sys.stderr",
+                            "formatter": LOG_FORMAT}},
+    # Every library's warnings and errors (psycopg's pool, Channels, redis) in the same format.
+    "root": {"handlers": ["stderr"], "level": "WARNING"},
+    "loggers": {
+        "board": {"level": os.environ.get("LOG_LEVEL", "INFO")},
+        # Replaces Django's own handlers (a console only when DEBUG, mail to ADMINS): a 5xx and
+        # its traceback (django.request, ERROR) reach stderr through the root's handler. In
+        # production ERROR and up only: a 4xx is the client's business, and a scan must not
+        # flood the log.
+        "django": {"handlers": [], "level": "INFO" if DEBUG else "ERROR"},
+        # uvicorn's lines (its errors; the access log, TASKFLOW_ACCESS_LOG=1) in JSON too.
+        **({"uvicorn": {"handlers": ["stderr"], "propagate": False},
+            "uvicorn.access": {"handlers": ["stderr"], "propagate": False}} if LOG_FORMAT == "json" else {}),
+    },
 }
