@@ -10,7 +10,8 @@ Variables (all optional in development):
 - ``DATABASE_URL``   e.g. ``postgres://user@host:5432/taskflow``, or
                      ``mongodb://host:27017/taskflow?replicaSet=rs0`` (a replica set:
                      taskflow_site/mongodb.py); default is the embedded SQLite file ``db.sqlite3``
-                     in the project folder (WAL, BEGIN IMMEDIATE, busy timeout).
+                     in the project folder (WAL, BEGIN IMMEDIATE, busy timeout, synchronous=FULL;
+                     ``SQLITE_SYNCHRONOUS=normal`` trades power-cut durability for speed).
 - ``SECURE_PROXY_SSL_HEADER`` set to "1" when a TLS-terminating proxy sets X-Forwarded-Proto.
 """
 import importlib.util
@@ -124,10 +125,25 @@ ASGI_APPLICATION = "taskflow_site.asgi.application"
 WSGI_APPLICATION = "taskflow_site.wsgi.application"
 
 
+# SQLITE_SYNCHRONOUS: "full" (default) syncs the WAL at every commit, so a commit the API has
+# acknowledged survives a power cut; "normal" syncs only at checkpoints (faster commits; a power
+# cut, not a crash of the process, may lose the commits since the last checkpoint: up to
+# board.engine.checkpoints.CHECKPOINT_AFTER seconds of them). README "Deploying" has the cost.
+SQLITE_SYNCHRONOUS_CHOICES = {"full": "FULL", "normal": "NORMAL"}
+
+
+def sqlite_synchronous() -> str:
+    chosen = os.environ.get("SQLITE_SYNCHRONOUS", "").strip().lower() or "full"
+    if chosen not in SQLITE_SYNCHRONOUS_CHOICES:
+        raise ImproperlyConfigured(f"SQLITE_SYNCHRONOUS must be full or normal, not {chosen!r}")
+    return SQLITE_SYNCHRONOUS_CHOICES[chosen]
+
+
 def sqlite_options() -> dict:
     """SQLite as a concurrent store: WAL so readers never block the writer, BEGIN IMMEDIATE so
     a transaction takes the write lock up front (no upgrade deadlock between two readers that
-    both want to write), and a busy timeout so writers queue instead of failing. SQLite's
+    both want to write), a busy timeout so writers queue instead of failing, and
+    synchronous=FULL unless SQLITE_SYNCHRONOUS says normal (above). SQLite's
     automatic WAL checkpoint (inside a commit, under the writers' locks) only as a backstop, at
     WAL_BACKSTOP_PAGES: each process runs checkpoints from a thread of its own
     (board.engine.checkpoints, a module without Django imports)."""
@@ -136,7 +152,7 @@ def sqlite_options() -> dict:
     return {
         "transaction_mode": "IMMEDIATE",
         "timeout": 30,
-        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON; "
+        "init_command": f"PRAGMA journal_mode=WAL; PRAGMA synchronous={sqlite_synchronous()}; PRAGMA foreign_keys=ON; "
                         f"PRAGMA wal_autocheckpoint={WAL_BACKSTOP_PAGES};",
     }
 
