@@ -7,6 +7,8 @@ Variables (all optional in development):
 - ``SECRET_KEY``     required when DEBUG is off. In development, when unset, a key is generated
                      once into ``.secret_key`` (git-ignored) so sessions survive restarts.
 - ``ALLOWED_HOSTS``  comma-separated; defaults to localhost names in development.
+- ``CSRF_TRUSTED_ORIGINS`` comma-separated origins trusted beside a request's own (CSRF, and
+                     the board socket's Origin check).
 - ``DATABASE_URL``   e.g. ``postgres://user@host:5432/taskflow``, or
                      ``mongodb://host:27017/taskflow?replicaSet=rs0`` (a replica set:
                      taskflow_site/mongodb.py); default is the embedded SQLite file ``db.sqlite3``
@@ -66,6 +68,10 @@ def _secret_key() -> str:
 SECRET_KEY = _secret_key()
 
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"] if DEBUG else [])
+# Origins (scheme://host[:port]) other than a request's own that Django's CSRF check and the board
+# socket's Origin check accept (taskflow_site/ws_origin.py): e.g. the public https origin, when
+# the TLS proxy in front says the scheme to neither. Comma-separated; none by default.
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 
 INSTALLED_APPS = [
     "daphne",
