@@ -58,9 +58,13 @@ def test_log_format_json_writes_one_object_per_line_with_the_requests_fields():
         assert status == 500
         assert headers.get("x-request-id") == "probe-4.2_a"
         log = server.log_tail(10**7)
-        # Every line of the log is one JSON object: the traceback is inside one, never loose.
-        assert "Traceback (most recent call last)" not in log.replace("\\n", "\n").split("{")[0]
-        assert not [line for line in log.splitlines() if line.startswith(("Traceback", "  File "))]
+        # Every line but serve's banner (its stdout, between two rules of "=") is one JSON object:
+        # the traceback is inside one, never loose.
+        lines = log.splitlines()
+        rules = [i for i, line in enumerate(lines) if line.startswith("=" * 20)]
+        assert len(rules) == 2, log[:3000]
+        loose = [line for line in lines[:rules[0]] + lines[rules[1] + 1:] if not line.startswith("{")]
+        assert loose == [], loose[:20]
         mine = [line for line in json_lines(log) if line.get("request_id") == "probe-4.2_a"]
         # (Django names the 500 twice under /api/: once with the traceback, and once more because
         # board/api/middleware.py reshapes the response into one it has not marked as logged.)
@@ -90,5 +94,21 @@ def test_a_request_id_is_minted_when_absent_or_malformed_and_echoed():
         logged = {line.get("request_id") for line in json_lines(server.log_tail(10**7))}
         assert set(minted) <= logged
         assert LEAKED_KEY not in server.log_tail(10**7)
+    finally:
+        server.close()
+
+
+def test_with_the_access_log_on_json_has_a_line_per_request_too():
+    server = crashing_server(LOG_FORMAT="json", TASKFLOW_ACCESS_LOG="1")
+    try:
+        status, _, _ = get(server, f"/api/tasks/{LEAKED_KEY}?token=lease-token-value-42")
+        assert status == 500
+        access = [line for line in json_lines(server.log_tail(10**7)) if line["logger"] == "uvicorn.access"
+                  and line["path"].startswith("/api/tasks/")]
+        assert len(access) == 1, access
+        [line] = access
+        assert line["method"] == "GET" and line["status"] == 500 and line["level"] == "INFO"
+        assert line["path"] == "/api/tasks/tfk_********?token=********", line
+        assert LEAKED_KEY not in server.log_tail(10**7) and "lease-token-value-42" not in server.log_tail(10**7)
     finally:
         server.close()

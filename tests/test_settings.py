@@ -99,3 +99,9 @@ def test_the_test_runs_own_sqlite_connection_is_full():
     with connection.cursor() as cursor:
         cursor.execute("PRAGMA synchronous")
         assert cursor.fetchone()[0] == 2
+
+
+def test_an_unknown_log_format_is_refused(tmp_path):
+    done = manage("check", DEBUG="0", SECRET_KEY=secrets.token_urlsafe(50), LOG_FORMAT="xml",
+                  DATABASE_URL=f"sqlite:///{tmp_path / 'db.sqlite3'}")
+    assert done.returncode != 0 and "LOG_FORMAT must be text or json" in done.stderr, done.stderr
