@@ -203,9 +203,10 @@ class Checker:
             deadline = self.started_at + FIRST_WAIT_SECONDS
             while (self.latest is None or self.latest[1] < self.started_at) and time.monotonic() < deadline:
                 self.done.wait(deadline - time.monotonic())
-            latest = self.latest
-        if latest is None:
-            return {name: {"ok": False, "error": "unknown: no answer yet"} for name in self.names}, 0.0
+            latest, started = self.latest, self.started_at
+        if latest is None:  # its first run has not finished: waiting since the first probe
+            waited = max(0.0, time.monotonic() - started)
+            return {name: {"ok": False, "error": f"unknown: no answer for {waited:.1f} s"} for name in self.names}, waited
         results, finished = latest
         age = max(0.0, time.monotonic() - finished)
         if age > MAX_AGE_SECONDS:
