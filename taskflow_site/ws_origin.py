@@ -26,6 +26,7 @@ from urllib.parse import urlsplit
 from channels.security.websocket import WebsocketDenier
 from django.conf import settings
 from django.http.request import split_domain_port, validate_host
+from django.utils.http import is_same_domain
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
 
@@ -93,8 +94,8 @@ def _trusted(origin: Origin) -> bool:
         trusted = parse_origin(entry)
         if trusted is None or trusted[0] != scheme or trusted[2] != port:
             continue
-        if trusted[1].startswith("*."):  # its subdomains: "*.example.com" takes "a.example.com"
-            if host.endswith(trusted[1][1:]):
+        if trusted[1].startswith("*."):  # as Django's CSRF check: "*.example.com" takes a.example.com
+            if is_same_domain(host, trusted[1][1:]):
                 return True
         elif trusted[1] == host:
             return True

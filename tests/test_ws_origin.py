@@ -75,3 +75,41 @@ def test_an_origin_listed_in_csrf_trusted_origins_is_accepted_exactly(django_db_
             assert open_board(trusted, foreign, session, host=host) == "refused 403", foreign
     finally:
         trusted.close()
+
+
+def scope(host: str, origin: str | None, scheme: str = "ws") -> dict:
+    headers = [(b"host", host.encode())] + ([(b"origin", origin.encode())] if origin else [])
+    return {"type": "websocket", "scheme": scheme, "headers": headers}
+
+
+def test_the_rule_on_scopes(settings):
+    """The rule itself (taskflow_site.ws_origin.origin_allowed), case by case."""
+    from taskflow_site.ws_origin import origin_allowed
+
+    settings.ALLOWED_HOSTS = ["board.example", "localhost", "[::1]"]
+    settings.CSRF_TRUSTED_ORIGINS = ["https://*.trusted.example", "https://public.example"]
+    accepted = [
+        scope("board.example", "http://board.example"),
+        scope("board.example:80", "http://board.example"),  # default ports filled in
+        scope("board.example", "https://board.example", scheme="wss"),
+        scope("BOARD.example:8000", "http://board.example:8000"),  # names are case-insensitive
+        scope("[::1]:8000", "http://[::1]:8000"),
+        scope("localhost:8000", "https://a.trusted.example"),  # listed, by wildcard
+        scope("localhost:8000", "https://trusted.example"),  # Django's wildcard takes the domain too
+        scope("localhost:8000", "https://public.example:443"),
+    ]
+    refused = [
+        scope("board.example", "https://board.example"),  # scheme
+        scope("board.example", "http://board.example", scheme="wss"),
+        scope("board.example", "http://board.example:8080"),  # port
+        scope("board.example:8000", "http://board.example"),
+        scope("board.example", None),  # no Origin
+        scope("board.example", "null"),
+        scope("board.example", "http://user:pw@board.example"),
+        scope("evil.example", "http://evil.example"),  # Host not allowed
+        scope("localhost:8000", "http://a.trusted.example"),  # listed with https only
+        scope("localhost:8000", "https://public.example:8443"),
+        scope("localhost:8000", "https://xtrusted.example"),
+    ]
+    assert [s["headers"] for s in accepted if not origin_allowed(s)] == []
+    assert [s["headers"] for s in refused if origin_allowed(s)] == []
