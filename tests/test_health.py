@@ -359,3 +359,27 @@ def test_a_database_that_stops_answering_is_reported_within_about_a_second_and_n
         relay.flowing.set()
         server.close()
         relay.close()
+
+
+def test_a_checker_pauses_without_probes_and_a_probe_restarts_it_with_a_fresh_result(monkeypatch):
+    """The checks run only while probes come (IDLE_AFTER_SECONDS, shortened here); the probe
+    that finds them paused waits (bounded) for a result made after it arrived."""
+    from board import health
+
+    monkeypatch.setattr(health, "IDLE_AFTER_SECONDS", 0.3)
+    runs = []
+
+    def check():
+        runs.append(time.monotonic())
+        return {"probe": {"ok": True, "run": len(runs)}}
+
+    checker = health.Checker("test", check, ("probe",))
+    checker.ask(time.monotonic())
+    results, age = checker.results(time.monotonic())
+    assert results["probe"]["ok"] is True and age <= health.MAX_AGE_SECONDS
+    wait_until(lambda: not checker.wake.is_set(), 10, "the checker pausing without probes")
+    paused_after = len(runs)
+    asked = time.monotonic()
+    checker.ask(asked)
+    results, _ = checker.results(asked)
+    assert results["probe"]["run"] > paused_after and runs[results["probe"]["run"] - 1] >= asked
