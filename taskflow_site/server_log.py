@@ -71,7 +71,9 @@ def _begin(sender, environ=None, scope=None, **kwargs) -> None:
         sent = dict(scope.get("headers") or ()).get(b"x-request-id", b"").decode("latin-1") or None
     else:
         return
-    _current.set(RequestContext(request_id_from(sent), method, scrub(path[:_MAX_PATH]), time.perf_counter()))
+    # Escaped as Django escapes the path in its own lines: a %0A in a URL never starts a new line.
+    shown = scrub(path[:_MAX_PATH]).encode("unicode_escape").decode("ascii")
+    _current.set(RequestContext(request_id_from(sent), method, shown, time.perf_counter()))
 
 
 def _end(sender, **kwargs) -> None:

@@ -43,6 +43,12 @@ def test_a_crash_is_logged_with_its_traceback_and_no_secret_debug_on_or_off(debu
         assert "Traceback (most recent call last)" in log, log[-2000:]
         assert "OperationalError" in log and "Internal Server Error: /api/tasks/tfk_********" in log
         assert LEAKED_KEY not in log and "lease-token-value-42" not in log
+        # A line break in the URL never starts a line of its own (a forged log line).
+        status, _, _ = get(server, "/api/tasks/x%0A2026-01-01T00:00:00.000Z%20ERROR%20forged")
+        assert status == 500
+        log = server.log_tail(10**7)
+        assert "x\\n2026-01-01" in log
+        assert not [line for line in log.splitlines() if line.startswith("2026-01-01T00:00:00.000Z ERROR forged")]
     finally:
         server.close()
 
