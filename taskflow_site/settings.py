@@ -7,10 +7,13 @@ Variables (all optional in development):
 - ``SECRET_KEY``     required when DEBUG is off. In development, when unset, a key is generated
                      once into ``.secret_key`` (git-ignored) so sessions survive restarts.
 - ``ALLOWED_HOSTS``  comma-separated; defaults to localhost names in development.
+- ``CSRF_TRUSTED_ORIGINS`` comma-separated origins trusted beside a request's own (CSRF, and
+                     the board socket's Origin check).
 - ``DATABASE_URL``   e.g. ``postgres://user@host:5432/taskflow``, or
                      ``mongodb://host:27017/taskflow?replicaSet=rs0`` (a replica set:
                      taskflow_site/mongodb.py); default is the embedded SQLite file ``db.sqlite3``
-                     in the project folder (WAL, BEGIN IMMEDIATE, busy timeout).
+                     in the project folder (WAL, BEGIN IMMEDIATE, busy timeout, synchronous=FULL;
+                     ``SQLITE_SYNCHRONOUS=normal`` trades power-cut durability for speed).
 - ``SECURE_PROXY_SSL_HEADER`` set to "1" when a TLS-terminating proxy sets X-Forwarded-Proto.
 """
 import importlib.util
@@ -65,6 +68,10 @@ def _secret_key() -> str:
 SECRET_KEY = _secret_key()
 
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"] if DEBUG else [])
+# Origins (scheme://host[:port]) other than a request's own that Django's CSRF check and the board
+# socket's Origin check accept (taskflow_site/ws_origin.py): e.g. the public https origin, when
+# the TLS proxy in front says the scheme to neither. Comma-separated; none by default.
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 
 INSTALLED_APPS = [
     "daphne",
@@ -87,7 +94,9 @@ INSTALLED_APPS = [
 NINJA_FILES = Path(importlib.util.find_spec("ninja").origin).parent
 
 MIDDLEWARE = [
-    # Outermost: the API's latency histogram times everything below it (board/metrics.py).
+    # The response names its request's id (X-Request-ID; taskflow_site/server_log.py).
+    "taskflow_site.server_log.request_id_header",
+    # Outermost but one: the API's latency histogram times everything below it (board/metrics.py).
     "board.metrics.api_latency",
     # First: it also reshapes what the others answer under /api/ (a disallowed Host's 400).
     "board.api.middleware.api_error_shape",
@@ -122,10 +131,25 @@ ASGI_APPLICATION = "taskflow_site.asgi.application"
 WSGI_APPLICATION = "taskflow_site.wsgi.application"
 
 
+# SQLITE_SYNCHRONOUS: "full" (default) syncs the WAL at every commit, so a commit the API has
+# acknowledged survives a power cut; "normal" syncs only at checkpoints (faster commits; a power
+# cut, not a crash of the process, may lose the commits since the last checkpoint: up to
+# board.engine.checkpoints.CHECKPOINT_AFTER seconds of them). README "Deploying" has the cost.
+SQLITE_SYNCHRONOUS_CHOICES = {"full": "FULL", "normal": "NORMAL"}
+
+
+def sqlite_synchronous() -> str:
+    chosen = os.environ.get("SQLITE_SYNCHRONOUS", "").strip().lower() or "full"
+    if chosen not in SQLITE_SYNCHRONOUS_CHOICES:
+        raise ImproperlyConfigured(f"SQLITE_SYNCHRONOUS must be full or normal, not {chosen!r}")
+    return SQLITE_SYNCHRONOUS_CHOICES[chosen]
+
+
 def sqlite_options() -> dict:
     """SQLite as a concurrent store: WAL so readers never block the writer, BEGIN IMMEDIATE so
     a transaction takes the write lock up front (no upgrade deadlock between two readers that
-    both want to write), and a busy timeout so writers queue instead of failing. SQLite's
+    both want to write), a busy timeout so writers queue instead of failing, and
+    synchronous=FULL unless SQLITE_SYNCHRONOUS says normal (above). SQLite's
     automatic WAL checkpoint (inside a commit, under the writers' locks) only as a backstop, at
     WAL_BACKSTOP_PAGES: each process runs checkpoints from a thread of its own
     (board.engine.checkpoints, a module without Django imports)."""
@@ -134,7 +158,7 @@ def sqlite_options() -> dict:
     return {
         "transaction_mode": "IMMEDIATE",
         "timeout": 30,
-        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON; "
+        "init_command": f"PRAGMA journal_mode=WAL; PRAGMA synchronous={sqlite_synchronous()}; PRAGMA foreign_keys=ON; "
                         f"PRAGMA wal_autocheckpoint={WAL_BACKSTOP_PAGES};",
     }
 
@@ -312,16 +336,41 @@ if not DEBUG:
     if env_flag("SECURE_PROXY_SSL_HEADER"):
         SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 
-# No log line and no error page ever holds an agent key, a lease token or a password
-# (taskflow_site/redaction.py): every log record is scrubbed when it is made, whichever logger
-# and handler (uvicorn's access log too), and Django's DEBUG page and error reports hide them.
-LOGGING_CONFIG = "taskflow_site.redaction.configure_logging"
+# The server's log (taskflow_site/server_log.py, README "Deploying"): every line to stderr, DEBUG
+# on or off, so that a 500's traceback reaches the output of `manage.py serve` in production
+# (Django's default writes it only to a DEBUG console, or mails ADMINS). No log line and no error
+# page ever holds an agent key, a lease token or a password (taskflow_site/redaction.py): every
+# log record is scrubbed when it is made, whichever logger and handler (uvicorn's access log
+# too), and Django's DEBUG page and error reports hide them.
+LOGGING_CONFIG = "taskflow_site.server_log.configure_logging"
 DEFAULT_EXCEPTION_REPORTER_FILTER = "taskflow_site.redaction.SecretsReporterFilter"
 DEFAULT_EXCEPTION_REPORTER = "taskflow_site.redaction.SecretsReporter"
+
+# LOG_FORMAT: "text" (a line per record, the traceback after it) or "json" (one object per line,
+# with the request's id, method, path, status and duration: for log shippers).
+LOG_FORMAT = os.environ.get("LOG_FORMAT", "text").strip().lower() or "text"
+if LOG_FORMAT not in ("text", "json"):
+    raise ImproperlyConfigured(f"LOG_FORMAT must be text or json, not {LOG_FORMAT!r}")
 
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "loggers": {"board": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")}},
+    "formatters": {"text": {"()": "taskflow_site.server_log.TextFormatter"},
+                   "json": {"()": "taskflow_site.server_log.JsonFormatter"}},
+    "handlers": {"stderr": {"class": "logging.StreamHandler", "stream": "ext://sys.stderr",
+                            "formatter": LOG_FORMAT}},
+    # Every library's warnings and errors (psycopg's pool, Channels, redis) in the same format.
+    "root": {"handlers": ["stderr"], "level": "WARNING"},
+    "loggers": {
+        "board": {"level": os.environ.get("LOG_LEVEL", "INFO")},
+        # Replaces Django's own handlers (a console only when DEBUG, mail to ADMINS): a 5xx and
+        # its traceback (django.request, ERROR) reach stderr through the root's handler. In
+        # production ERROR and up only: an ordinary 4xx (WARNING) is the client's business and a
+        # scan must not flood the log; a Host that ALLOWED_HOSTS refuses is still logged
+        # (django.security.DisallowedHost, ERROR): it is how a wrong ALLOWED_HOSTS shows.
+        "django": {"handlers": [], "level": "INFO" if DEBUG else "ERROR"},
+        # uvicorn's lines (its errors; the access log, TASKFLOW_ACCESS_LOG=1) in JSON too.
+        **({"uvicorn": {"handlers": ["stderr"], "propagate": False},
+            "uvicorn.access": {"handlers": ["stderr"], "propagate": False}} if LOG_FORMAT == "json" else {}),
+    },
 }

@@ -52,7 +52,7 @@ def run(coro):
 
 
 async def open_socket(cookie: str | None, origin: bytes = b"http://localhost"):
-    headers = [(b"origin", origin)]
+    headers = [(b"host", b"localhost"), (b"origin", origin)]  # a page of http://localhost
     if cookie:
         headers.append((b"cookie", f"sessionid={cookie}".encode()))
     socket = WebsocketCommunicator(application, "/ws/board/", headers=headers)
@@ -115,10 +115,35 @@ def test_a_foreign_origin_is_refused_even_when_logged_in():
     cookie = login_cookie()
 
     async def scenario():
-        for origin in (b"http://evil.example", b"https://localhost.evil.example"):
+        for origin in (b"http://evil.example", b"https://localhost.evil.example", b"https://localhost",
+                       b"http://localhost:8000", b"null"):
             socket, connected, _ = await open_socket(cookie, origin)
-            assert not connected
+            assert not connected, origin
             await socket.disconnect()
+
+    run(scenario())
+
+
+def test_behind_a_tls_proxy_the_https_origin_is_the_pages_own(settings):
+    """With SECURE_PROXY_SSL_HEADER (a TLS proxy that says X-Forwarded-Proto), the page was
+    served over https: its https origin is accepted, the http one no longer is."""
+    settings.SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    cookie = login_cookie()
+
+    async def opens(origin: bytes, proto: bytes | None) -> bool:
+        headers = [(b"host", b"localhost"), (b"origin", origin), (b"cookie", f"sessionid={cookie}".encode())]
+        if proto:
+            headers.append((b"x-forwarded-proto", proto))
+        socket = WebsocketCommunicator(application, "/ws/board/", headers=headers)
+        connected, _ = await socket.connect(timeout=WAIT)
+        await socket.disconnect()
+        return connected
+
+    async def scenario():
+        assert await opens(b"https://localhost", b"https")
+        assert not await opens(b"http://localhost", b"https")
+        assert not await opens(b"https://localhost", b"http")
+        assert await opens(b"http://localhost", None)
 
     run(scenario())
 

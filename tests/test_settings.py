@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -64,3 +66,42 @@ def test_production_settings_on_mongodb_pass_check_deploy():
                   DATABASE_URL="mongodb://127.0.0.1:1/taskflow?replicaSet=rs0")  # no server needed
     assert done.returncode == 0, done.stdout + done.stderr
     assert "no issues" in done.stdout
+
+
+# Issue 27, item 12: an acknowledged commit survives a power cut on the default store.
+READ_SYNCHRONOUS = ("from django.db import connection; c = connection.cursor(); "
+                    "c.execute('PRAGMA synchronous'); print('synchronous', c.fetchone()[0])")
+
+
+@pytest.mark.parametrize(("chosen", "expected"), [(None, 2), ("full", 2), ("normal", 1), ("NORMAL", 1)])
+def test_sqlite_connections_run_with_the_chosen_synchronous_full_by_default(tmp_path, chosen, expected):
+    """Read through the connection Django makes from the settings, in a process started the way
+    the server's are (DATABASE_URL in the environment): 2 is FULL (every commit synced before it
+    is acknowledged), 1 is NORMAL."""
+    env = {"DEBUG": "0", "SECRET_KEY": secrets.token_urlsafe(50), "DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}"}
+    if chosen is not None:
+        env["SQLITE_SYNCHRONOUS"] = chosen
+    done = manage("shell", "-c", READ_SYNCHRONOUS, **env)
+    assert done.returncode == 0, done.stderr
+    assert f"synchronous {expected}" in done.stdout, done.stdout + done.stderr
+
+
+def test_an_unknown_sqlite_synchronous_is_refused(tmp_path):
+    done = manage("check", DEBUG="0", SECRET_KEY=secrets.token_urlsafe(50), SQLITE_SYNCHRONOUS="off",
+                  DATABASE_URL=f"sqlite:///{tmp_path / 'db.sqlite3'}")
+    assert done.returncode != 0 and "SQLITE_SYNCHRONOUS" in done.stderr, done.stderr
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_test_runs_own_sqlite_connection_is_full():
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("PRAGMA synchronous")
+        assert cursor.fetchone()[0] == 2
+
+
+def test_an_unknown_log_format_is_refused(tmp_path):
+    done = manage("check", DEBUG="0", SECRET_KEY=secrets.token_urlsafe(50), LOG_FORMAT="xml",
+                  DATABASE_URL=f"sqlite:///{tmp_path / 'db.sqlite3'}")
+    assert done.returncode != 0 and "LOG_FORMAT must be text or json" in done.stderr, done.stderr
