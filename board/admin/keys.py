@@ -1,7 +1,11 @@
 """The agent key admin. Keys are minted by `agent_keys.create_key`, shown once in the response
 to the add form, and revoked by `agent_keys.revoke`; their hashes are never displayed. Minting
 an operator key needs `board.intervene` besides `board.add_agentkey`. A key is never edited or
-deleted: its row says when it was last used."""
+deleted: its row says when it was last used.
+
+One live key per agent name: the add form refuses a name that has one, unless the user rotates
+it, which needs `board.change_agentkey` (the old key then ends after the grace chosen; its end
+shows as "Revoked at", ahead of time until then)."""
 from __future__ import annotations
 
 from django.contrib import admin
@@ -29,16 +33,22 @@ class AgentKeyAdmin(NoHashLookups, admin.ModelAdmin):
         if obj is None:
             kwargs["form"] = AgentKeyCreateForm
             form = super().get_form(request, obj, change=change, **kwargs)
-            return type(form.__name__, (form,), {"may_mint_operator": self.may_mint_operator(request)})
+            return type(form.__name__, (form,), {"may_mint_operator": self.may_mint_operator(request),
+                                                 "may_rotate": self.may_rotate(request)})
         return super().get_form(request, obj, change=change, **kwargs)
 
     @staticmethod
     def may_mint_operator(request) -> bool:
         return request.user.has_perm("board.intervene")
 
+    @staticmethod
+    def may_rotate(request) -> bool:
+        return request.user.has_perm("board.change_agentkey")
+
     def get_fields(self, request, obj=None):
         if obj is None:
-            return ("name", "is_operator") if self.may_mint_operator(request) else ("name",)
+            fields = ("name", "is_operator") if self.may_mint_operator(request) else ("name",)
+            return (*fields, "rotate", "grace_seconds") if self.may_rotate(request) else fields
         return self.readonly_fields
 
     def get_readonly_fields(self, request, obj=None):

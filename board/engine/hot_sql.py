@@ -79,11 +79,14 @@ KEY = AgentKey._meta.db_table
 # board.agent_keys.authenticate_deferred): the move matches only while a live key with this
 # hash and this agent's name exists, checked by the move's own statement, so a key revoked (or
 # deleted) before the move is refused by it without a separate lookup. NULL: no key to check.
-# SQLite params: key_hash, key_hash, agent.
+# A key is live while its end (revoked_at) is unset or ahead: a rotated key's end, set ahead of
+# time, is honoured by the move from that moment (board.agent_keys).
+# SQLite params: key_hash, key_hash, agent, now.
 _SQLITE_KEY_IS_LIVE = (f"(? IS NULL OR EXISTS (SELECT 1 FROM {KEY} WHERE key_hash = ? AND name = ?"
-                       " AND revoked_at IS NULL))").replace("?", "%s")
+                       " AND (revoked_at IS NULL OR revoked_at > ?)))").replace("?", "%s")
 _PG_KEY_IS_LIVE = (f"(%(key_hash)s::text IS NULL OR EXISTS (SELECT 1 FROM {KEY} AS k"
-                   " WHERE k.key_hash = %(key_hash)s AND k.name = %(agent)s AND k.revoked_at IS NULL))")
+                   " WHERE k.key_hash = %(key_hash)s AND k.name = %(agent)s"
+                   " AND (k.revoked_at IS NULL OR k.revoked_at > statement_timestamp())))")
 
 SQLITE_MIN_VERSION = (3, 35, 0)  # RETURNING
 MODES = ("auto", "orm")
@@ -101,7 +104,7 @@ MODES = ("auto", "orm")
 # attempts by one, clears the backoff, version + 1.
 # Params: agent, token_hash, lease_expires_at, claim_request_hash, claim_token_seed, updated_at,
 # stage_changed_at, now (the backoff bound) [, queue], then the key check's (key_hash, key_hash,
-# agent).
+# agent, now).
 _SQLITE_CLAIM_NEXT = f"""
 UPDATE {TASK}
 SET stage = 'RUNNING', version = version + 1, owner = %s, lease_token_hash = %s,
@@ -124,7 +127,7 @@ SQLITE_CLAIM_NEXT_IN_QUEUE = _SQLITE_CLAIM_NEXT.format(queue=" AND queue = %s")
 # expiry, keeps token and fence, saves checkpoint/progress when given (NULL keeps them),
 # version + 1.
 # Params: lease_expires_at, checkpoint, progress, updated_at, id, token_hash, now, agent, then
-# the key check's (key_hash, key_hash, agent).
+# the key check's (key_hash, key_hash, agent, now).
 SQLITE_RENEW = f"""
 UPDATE {TASK}
 SET version = version + 1, lease_expires_at = %s, checkpoint = COALESCE(%s, checkpoint),
@@ -140,7 +143,7 @@ RETURNING {_COLUMNS}
 # so the history goes first. Under the write lock, step 2 then matches exactly when this
 # inserted a row (checked: otherwise the transaction is rolled back). The caller's key, when
 # given, is checked here, so step 2 runs only for a live key.
-# Params: at, id, token_hash, agent, then the key check's (key_hash, key_hash, agent).
+# Params: at, id, token_hash, agent, then the key check's (key_hash, key_hash, agent, now).
 SQLITE_COMPLETE_HISTORY = f"""
 INSERT INTO {EVENT} ({_EVENT_COLUMNS})
 SELECT id, 'complete', 'RUNNING', 'COMPLETED', version + 1, fence, owner, %s, NULL
@@ -390,7 +393,7 @@ class SQLiteStore(HotStore):
             statement = SQLITE_CLAIM_NEXT
         else:
             statement, params = SQLITE_CLAIM_NEXT_IN_QUEUE, (*params, queue)
-        params = (*params, key_hash, key_hash, agent)
+        params = (*params, key_hash, key_hash, agent, at)
         execute, translated = self._executor(connection)
         with translated:
             rows = execute(statement, params).fetchall()  # to the end: the statement is done
@@ -408,7 +411,7 @@ class SQLiteStore(HotStore):
         until = now + ttl
         at = self._dt(now)
         params = (self._dt(until), self._json(self._checkpoint_field, checkpoint, connection), progress, at,
-                  task_id, token_hash, at, agent, key_hash, key_hash, agent)
+                  task_id, token_hash, at, agent, key_hash, key_hash, agent, at)
         execute, translated = self._executor(connection)
         with translated:
             rows = execute(SQLITE_RENEW, params).fetchall()
@@ -427,7 +430,7 @@ class SQLiteStore(HotStore):
         result = self._json(self._result_field, result, connection)
         execute, translated = self._executor(connection)
         with translated:
-            history = (at, task_id, token_hash, agent, key_hash, key_hash, agent)
+            history = (at, task_id, token_hash, agent, key_hash, key_hash, agent, at)
             if execute(SQLITE_COMPLETE_HISTORY, history).rowcount != 1:
                 return None
             rows = execute(SQLITE_COMPLETE, (result, at, at, task_id, token_hash)).fetchall()
