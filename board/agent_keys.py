@@ -38,7 +38,7 @@ from django.db import IntegrityError, connections
 from django.db.models import Q
 from django.utils import timezone
 
-from board.engine import clock, db, errors
+from board.engine import clock, db, errors, scopes
 from board.engine.lifecycle import is_valid_task_id
 from board.engine.tokens import hash_token
 from board.models import AgentKey
@@ -76,7 +76,7 @@ class NameHasLiveKey(errors.InvalidRequest):
 
 
 def create_key(name: str, *, is_operator: bool = False, rotate: timedelta | None = None,
-               using: str = "default") -> tuple[AgentKey, str]:
+               queues: str | None = None, using: str = "default") -> tuple[AgentKey, str]:
     """Mint a key for agent `name`; returns the row and the key, which is never shown again.
     Whether the caller may mint an operator key, or rotate, is the caller's check (the admin
     asks for board.intervene, and board.change_agentkey to rotate; the command is run by
@@ -84,7 +84,10 @@ def create_key(name: str, *, is_operator: bool = False, rotate: timedelta | None
 
     A name with a live key (one without an end set) is refused with NameHasLiveKey, unless
     `rotate` is given: then, in one transaction, that key's end is set to now + `rotate` and
-    the new key takes the name. The unique `live_name` decides between concurrent mints."""
+    the new key takes the name. The unique `live_name` decides between concurrent mints.
+
+    `queues`: comma-separated glob patterns (`ci-*,docs`, board.engine.scopes) limiting the key
+    to those queues; None or empty: every queue. A key's scope never changes: rotate to change it."""
     if not is_valid_task_id(name):
         raise errors.InvalidRequest(
             "agent name: 1-100 letters, digits and ._:- starting with a letter or digit"
@@ -92,11 +95,15 @@ def create_key(name: str, *, is_operator: bool = False, rotate: timedelta | None
     why = reserved_because(name, using=using)
     if why:
         raise errors.InvalidRequest(f"agent name {name!r} is reserved: {why}")
+    try:
+        scope = scopes.parse(queues)
+    except scopes.BadScope as exc:
+        raise errors.InvalidRequest(str(exc)) from None
     if rotate is not None and not timedelta(0) <= rotate <= MAX_ROTATION_GRACE:
         raise errors.InvalidRequest(f"a rotation's grace is from 0 to {int(MAX_ROTATION_GRACE.total_seconds())} seconds")
     key = KEY_PREFIX + secrets.token_urlsafe(32)
     try:
-        row = _mint(name, key, is_operator, rotate, using=using)
+        row = _mint(name, key, is_operator, rotate, scopes.stored(scope), using=using)
     except IntegrityError:  # live_name: another key took the name first (or still has it)
         raise NameHasLiveKey(f"agent {name!r} already has a live key; revoke it, or rotate it "
                              "(create_agent_key --rotate[=SECONDS], or the admin's rotate choice)") from None
@@ -105,7 +112,7 @@ def create_key(name: str, *, is_operator: bool = False, rotate: timedelta | None
 
 
 @db.retry_conflicts
-def _mint(name: str, key: str, is_operator: bool, rotate: timedelta | None, *, using: str) -> AgentKey:
+def _mint(name: str, key: str, is_operator: bool, rotate: timedelta | None, queues: str, *, using: str) -> AgentKey:
     keys = AgentKey.objects.using(using)
     with db.write_transaction(using):
         now = clock.now(using)
@@ -114,7 +121,7 @@ def _mint(name: str, key: str, is_operator: bool, rotate: timedelta | None, *, u
             keys.filter(live_name=name).update(live_name=None, revoked_at=now + rotate)
         return keys.create(
             name=name, live_name=name, prefix=key[: len(KEY_PREFIX) + 6], key_hash=hash_token(key),
-            is_operator=is_operator, created_at=now,
+            is_operator=is_operator, queues=queues, created_at=now,
         )
 
 
@@ -124,8 +131,9 @@ def live(using: str = "default") -> Q:
 
 
 _TABLE = AgentKey._meta.db_table
-# What a request needs of its key; the other columns stay deferred on the returned row.
-_LOOKUP_FIELDS = ("id", "name", "is_operator", "last_used_at")
+# What a request needs of its key; the other columns stay deferred on the returned row. In the
+# model's field order, as Model.from_db takes them.
+_LOOKUP_FIELDS = ("id", "name", "is_operator", "last_used_at", "queues")
 # The live key with this hash: an index lookup on key_hash (unique), live while its end is
 # unset or ahead. Params: key_hash, now (SQLite: this process's clock; PostgreSQL reads its own).
 _LOOKUP = (f"SELECT {', '.join(AgentKey._meta.get_field(f).column for f in _LOOKUP_FIELDS)} "
@@ -141,7 +149,8 @@ def _well_formed(key: str) -> bool:
 
 def authenticate(key: str, *, using: str = "default") -> AgentKey | None:
     """The live key row for `key`, or None (unknown or revoked). Records the use (at most once
-    a minute). The row has id, name, is_operator and last_used_at loaded; the rest is deferred."""
+    a minute). The row has id, name, is_operator, queues and last_used_at loaded; the rest is
+    deferred. Its scope: `scope_of(row)`."""
     if not _well_formed(key):
         return None
     connection = connections[using]
@@ -157,11 +166,11 @@ def authenticate(key: str, *, using: str = "default") -> AgentKey | None:
             found = cursor.fetchone()
         if found is None:
             return None
-        key_id, name, is_operator, last_used_at = found
+        key_id, name, is_operator, last_used_at, queues = found
         # Stored values as the ORM would read them (SQLite: text and 0/1).
         for convert in connection.ops.get_db_converters(_LAST_USED):
             last_used_at = convert(last_used_at, _LAST_USED, connection)
-        row = AgentKey.from_db(using, _LOOKUP_FIELDS, (key_id, name, bool(is_operator), last_used_at))
+        row = AgentKey.from_db(using, _LOOKUP_FIELDS, (key_id, name, bool(is_operator), last_used_at, queues))
     if row is None:
         return None
     now = timezone.now()
@@ -180,12 +189,19 @@ class DeferredKey(NamedTuple):
     name: str
     is_operator: bool
     key_hash: str
+    scope: scopes.Scope
+
+
+def scope_of(row: AgentKey) -> scopes.Scope:
+    """The queues `row` may use (its stored patterns were checked at minting)."""
+    return scopes.parse(row.queues)
 
 
 class _Verified(NamedTuple):
     using: str
     name: str
     is_operator: bool
+    scope: scopes.Scope  # a key's scope never changes, so remembering it is safe
     use_recorded: float  # when its use was last recorded, by time.monotonic()
 
 
@@ -208,9 +224,9 @@ def authenticate_deferred(key: str, *, using: str = "default") -> DeferredKey | 
     key_hash = hash_token(key)
     known = _verified.get(key_hash)
     if known is not None and known.using == using and time.monotonic() - known.use_recorded < VERIFIED_SECONDS:
-        return DeferredKey(known.name, known.is_operator, key_hash)
+        return DeferredKey(known.name, known.is_operator, key_hash, known.scope)
     row = authenticate(key, using=using)
-    return DeferredKey(row.name, row.is_operator, key_hash) if row is not None else None
+    return DeferredKey(row.name, row.is_operator, key_hash, scope_of(row)) if row is not None else None
 
 
 def _remember(key_hash: str, using: str, row: AgentKey, now) -> None:
@@ -219,7 +235,7 @@ def _remember(key_hash: str, using: str, row: AgentKey, now) -> None:
     if len(_verified) >= VERIFIED_MAX:
         _verified.clear()
     recorded_ago = max(0.0, (now - row.last_used_at).total_seconds())
-    _verified[key_hash] = _Verified(using, row.name, row.is_operator, time.monotonic() - recorded_ago)
+    _verified[key_hash] = _Verified(using, row.name, row.is_operator, scope_of(row), time.monotonic() - recorded_ago)
 
 
 def revoke(key_id: int, *, using: str = "default") -> bool:

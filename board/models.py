@@ -200,6 +200,10 @@ class AgentKey(models.Model):
     # {$type: "string"}), so a second key for a live name fails whoever writes it, concurrent
     # mints included (board.agent_keys.create_key).
     live_name = models.CharField(max_length=100, null=True, blank=True, unique=True, editable=False)
+    # The queues this key may use (board.engine.scopes): comma-separated glob patterns such as
+    # `ci-*,docs`; empty for every queue. Set at minting, never changed (rotate to change it).
+    queues = models.CharField(max_length=2100, blank=True, default="",
+                              help_text="Queue patterns this key is limited to (e.g. ci-*,docs); empty: every queue.")
 
     class Meta:
         ordering = ["name", "created_at"]

@@ -232,7 +232,7 @@ class AgentKeyCreateForm(_EngineForm):
 
     class Meta:
         model = AgentKey
-        fields = ("name", "is_operator")
+        fields = ("name", "is_operator", "queues")
 
     def clean(self):
         cleaned = super().clean()
@@ -250,10 +250,12 @@ class AgentKeyCreateForm(_EngineForm):
             rotate = timedelta(seconds=self.cleaned_data.get("grace_seconds") or 0)
         try:
             row, key = agent_keys.create_key(self.cleaned_data["name"],
-                                             is_operator=bool(self.cleaned_data.get("is_operator")), rotate=rotate)
+                                             is_operator=bool(self.cleaned_data.get("is_operator")), rotate=rotate,
+                                             queues=self.cleaned_data.get("queues") or None)
         except errors.BoardError as exc:
-            # The key's name is the one thing this form sends that the engine judges.
-            self.add_error("name", exc.message)
+            # The key's name and queues are what this form sends that agent_keys judges.
+            self.add_error("queues" if "queue pattern" in exc.message or "patterns" in exc.message else "name",
+                           exc.message)
             return
         row.minted_key = key  # in memory only, for the one response that shows it
         self.written = row

@@ -5,7 +5,8 @@ deleted: its row says when it was last used.
 
 One live key per agent name: the add form refuses a name that has one, unless the user rotates
 it, which needs `board.change_agentkey` (the old key then ends after the grace chosen; its end
-shows as "Revoked at", ahead of time until then)."""
+shows as "Revoked at", ahead of time until then). A key may be limited to some queues (glob
+patterns, board.engine.scopes), set at minting and shown in the list."""
 from __future__ import annotations
 
 from django.contrib import admin
@@ -21,12 +22,12 @@ from board.models import AgentKey
 
 @admin.register(AgentKey)
 class AgentKeyAdmin(NoHashLookups, admin.ModelAdmin):
-    list_display = ("name", "prefix", "is_operator", "created_at", "last_used_at", "revoked_at")
+    list_display = ("name", "prefix", "is_operator", "scope", "created_at", "last_used_at", "revoked_at")
     list_filter = ("is_operator", KeyStateFilter)
     search_fields = ("name", "prefix")
     ordering = ("name", "created_at")
     exclude = ("key_hash",)
-    readonly_fields = ("name", "prefix", "is_operator", "created_at", "last_used_at", "revoked_at")
+    readonly_fields = ("name", "prefix", "is_operator", "queues", "created_at", "last_used_at", "revoked_at")
     actions = ("revoke",)
 
     def get_form(self, request, obj=None, change=False, **kwargs):
@@ -41,13 +42,18 @@ class AgentKeyAdmin(NoHashLookups, admin.ModelAdmin):
     def may_mint_operator(request) -> bool:
         return request.user.has_perm("board.intervene")
 
+    @admin.display(description="queues", ordering="queues")
+    def scope(self, key: AgentKey) -> str:
+        """The queues the key is limited to (board.engine.scopes), or that it has none."""
+        return key.queues.replace(",", ", ") if key.queues else "every queue"
+
     @staticmethod
     def may_rotate(request) -> bool:
         return request.user.has_perm("board.change_agentkey")
 
     def get_fields(self, request, obj=None):
         if obj is None:
-            fields = ("name", "is_operator") if self.may_mint_operator(request) else ("name",)
+            fields = ("name", "is_operator", "queues") if self.may_mint_operator(request) else ("name", "queues")
             return (*fields, "rotate", "grace_seconds") if self.may_rotate(request) else fields
         return self.readonly_fields
 

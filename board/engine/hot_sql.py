@@ -48,6 +48,7 @@ settings.TASKFLOW["HOT_PATH"] (env TASKFLOW_HOT_PATH when the setting is absent)
 """
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 from collections.abc import Iterator
@@ -62,6 +63,7 @@ from django.db import connections
 from django.utils import timezone
 
 from board.engine.db import in_statements, statement_transaction
+from board.engine.scopes import as_glob, as_like
 from board.models import AgentKey, Task, TaskEvent
 
 TASK = Task._meta.db_table
@@ -120,6 +122,11 @@ RETURNING {_COLUMNS}
 """
 SQLITE_CLAIM_NEXT = _SQLITE_CLAIM_NEXT.format(queue="")
 SQLITE_CLAIM_NEXT_IN_QUEUE = _SQLITE_CLAIM_NEXT.format(queue=" AND queue = %s")
+# A scoped key's claim (issue 27; board.engine.scopes): only tasks whose queue matches one of
+# the key's patterns, in the pick itself. The param is the patterns as a JSON array of GLOB
+# patterns (case-sensitive, unlike SQLite's LIKE).
+SQLITE_CLAIM_NEXT_IN_SCOPE = _SQLITE_CLAIM_NEXT.format(
+    queue=" AND EXISTS (SELECT 1 FROM json_each(%s) AS scope WHERE queue GLOB scope.value)")
 
 # renew: RUNNING -> RUNNING. The WHERE is the CAS: still RUNNING, the same lease (token hash),
 # that lease still live (expiry after now: an expired lease is never extended), and, when the
@@ -173,7 +180,7 @@ SQLITE_HISTORY = f"INSERT INTO {EVENT} ({_EVENT_COLUMNS}) VALUES (%s, %s, %s, %s
 # The same statements in sqlite3's own placeholder style, for the driver's cursor (below).
 _QMARK = {
     statement: statement.replace("%s", "?")
-    for statement in (SQLITE_CLAIM_NEXT, SQLITE_CLAIM_NEXT_IN_QUEUE, SQLITE_RENEW,
+    for statement in (SQLITE_CLAIM_NEXT, SQLITE_CLAIM_NEXT_IN_QUEUE, SQLITE_CLAIM_NEXT_IN_SCOPE, SQLITE_RENEW,
                       SQLITE_COMPLETE_HISTORY, SQLITE_COMPLETE, SQLITE_HISTORY)
 }
 
@@ -217,6 +224,9 @@ SELECT {_COLUMNS} FROM moved
 """
 PG_CLAIM_NEXT = _PG_CLAIM_NEXT.format(queue="")
 PG_CLAIM_NEXT_IN_QUEUE = _PG_CLAIM_NEXT.format(queue=" AND queue = %(queue)s")
+# A scoped key's claim (issue 27; board.engine.scopes): the key's patterns as LIKE patterns (a
+# text array: `_` escaped, `*` -> `%`), in the pick itself.
+PG_CLAIM_NEXT_IN_SCOPE = _PG_CLAIM_NEXT.format(queue=" AND queue LIKE ANY(%(scope)s::text[])")
 
 # renew: RUNNING -> RUNNING. The CAS: still RUNNING, the same lease (token hash), that lease
 # still live (expiry after the database's clock as the statement starts), and minted for the
@@ -383,16 +393,19 @@ class SQLiteStore(HotStore):
     # SQLite's clock is this process's (one machine: see board.engine.clock), read under the write lock.
 
     def claim_next(self, agent: str, token_hash: str, ttl: timedelta, queue: str | None,
-                   request_hash: str | None, seed: str | None, key_hash: str | None = None) -> Written | None:
+                   request_hash: str | None, seed: str | None, key_hash: str | None = None,
+                   scope: tuple[str, ...] | None = None) -> Written | None:
         connection = connections[self.using]
         now = timezone.now()
         until = now + ttl
         at = self._dt(now)
         params = (agent, token_hash, self._dt(until), request_hash, seed, at, at, at)
-        if queue is None:
-            statement = SQLITE_CLAIM_NEXT
-        else:
+        if queue is not None:
             statement, params = SQLITE_CLAIM_NEXT_IN_QUEUE, (*params, queue)
+        elif scope is not None:
+            statement, params = SQLITE_CLAIM_NEXT_IN_SCOPE, (*params, json.dumps([as_glob(p) for p in scope]))
+        else:
+            statement = SQLITE_CLAIM_NEXT
         params = (*params, key_hash, key_hash, agent, at)
         execute, translated = self._executor(connection)
         with translated:
@@ -544,14 +557,18 @@ class PostgresStore(HotStore):
         return cursor
 
     def claim_next(self, agent: str, token_hash: str, ttl: timedelta, queue: str | None,
-                   request_hash: str | None, seed: str | None, key_hash: str | None = None) -> Written | None:
+                   request_hash: str | None, seed: str | None, key_hash: str | None = None,
+                   scope: tuple[str, ...] | None = None) -> Written | None:
         params = {"agent": agent, "token_hash": token_hash, "ttl": ttl, "request_hash": request_hash,
                   "seed": seed, "key_hash": key_hash}
-        if queue is None:
-            row = self._one(PG_CLAIM_NEXT, params)
-        else:
+        if queue is not None:
             params["queue"] = queue
             row = self._one(PG_CLAIM_NEXT_IN_QUEUE, params)
+        elif scope is not None:
+            params["scope"] = [as_like(p) for p in scope]
+            row = self._one(PG_CLAIM_NEXT_IN_SCOPE, params)
+        else:
+            row = self._one(PG_CLAIM_NEXT, params)
         if row is None:
             return None
         return Written(row, ((_NOT_BEFORE, None),), self._converters["claim"])

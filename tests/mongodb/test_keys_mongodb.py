@@ -64,3 +64,25 @@ def test_processes_minting_one_name_at_once_make_one_key():
     assert winners == Counter(range(rounds)), "every round must have exactly one key minted"
     for n in range(rounds):
         assert AgentKey.objects.filter(name=f"minted-{n}").count() == 1
+
+
+# Queue scopes (issue 27, item 17): on MongoDB claim-next takes the ORM path, whose pick (inside
+# the write transaction, then the CAS on the task's version) filters by the scope's patterns as
+# $regex; the same checks as on the SQL stores.
+
+def test_claim_next_with_a_scope_matches_patterns_exactly():
+    from tests.test_key_scopes import check_patterns_match_exactly
+
+    check_patterns_match_exactly("default")
+
+
+def test_scoped_claimers_racing_take_only_their_queues_each_once():
+    from tests.test_key_scopes import check_scoped_claimers_race
+
+    check_scoped_claimers_race("default")
+
+
+def test_a_scoped_key_is_stored_and_read_back_with_its_scope():
+    _, key = agent_keys.create_key("ci-agent", queues="ci-*,docs")
+    assert agent_keys.scope_of(agent_keys.authenticate(key)) == ("ci-*", "docs")
+    assert agent_keys.authenticate_deferred(key).scope == ("ci-*", "docs")
