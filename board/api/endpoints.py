@@ -173,11 +173,21 @@ def error_response(request, status: int, code: str, message: str, *, task: Task 
     return api.create_response(request, {"error": body}, status=status)
 
 
+def _may_see(request, task: Task | None) -> bool:
+    """Whether the caller may be shown `task` in an error (issue 27): only a principal that may
+    read tasks (a session without board.view_task may not), and, for a key limited to some
+    queues, only a task of those queues. Everyone else gets the refusal without the task."""
+    principal = getattr(request, "auth", None)
+    return (task is not None and isinstance(principal, Principal) and principal.can_read
+            and scopes.allows(principal.scope, task.queue))
+
+
 @api.exception_handler(errors.BoardError)
 def on_board_error(request, exc: errors.BoardError):
     # Machine-readable specifics the engine gives (a cycle's path, unknown dependency ids).
     details = exc.details or None
-    return error_response(request, exc.http_status, exc.code, exc.message, task=exc.task, details=details)
+    task = exc.task if _may_see(request, exc.task) else None
+    return error_response(request, exc.http_status, exc.code, exc.message, task=task, details=details)
 
 
 def _field_path(loc) -> list:
@@ -368,7 +378,9 @@ def create_tasks(request, body: Union[TaskIn, TaskBatchIn] = Body(...)):
     try:
         tasks = transitions.create(specs, actor=request.auth.name)
     except errors.DuplicateId:
-        tasks = _same_as_existing(specs)
+        # The retry's answer is the existing task: only for a caller who may read it (a
+        # session with board.add_task alone gets duplicate_id, without the task).
+        tasks = _same_as_existing(specs) if principal.can_read else None
         if tasks is None:
             raise
         status = 200
