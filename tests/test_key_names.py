@@ -233,3 +233,65 @@ def test_revoking_frees_the_name_and_a_scheduled_end_can_be_brought_forward(alia
     agent_keys.create_key("freed", using=alias)
     assert AgentKey.objects.using(alias).filter(live_name="freed").count() == 1
 
+
+
+# The hot verbs' own statements (board.engine.hot_sql, "auto") and the ORM path ("orm") on each
+# SQL store: a key whose end has passed is refused by the move, which writes nothing.
+
+PATHS = [pytest.param(alias, path, marks=store.marks, id=f"{store.id}-{path}")
+         for store in sql_stores() for alias in [store.values[0]] for path in ("auto", "orm")]
+
+
+@pytest.mark.parametrize(("alias", "path"), PATHS)
+def test_the_moves_refuse_a_key_whose_scheduled_end_has_passed(alias, path, settings):
+    from board.engine import transitions
+    from board.engine.tokens import hash_token
+    from board.engine.transitions import TaskSpec
+    from board.models import Task
+
+    settings.TASKFLOW = {**settings.TASKFLOW, "HOT_PATH": path}
+    transitions.create([TaskSpec(id="a", title="a"), TaskSpec(id="b", title="b")], actor="t", using=alias)
+    _, old_key = agent_keys.create_key("mover", using=alias)
+    old_hash = hash_token(old_key)
+    claim = transitions.claim_next("mover", 60, key_hash=old_hash, using=alias)
+    assert claim is not None
+    agent_keys.create_key("mover", rotate=timedelta(hours=1), using=alias)
+    # Within the grace the old key still moves.
+    transitions.renew(claim.task.pk, claim.lease.token, 60, agent="mover", key_hash=old_hash, using=alias)
+    assert AgentKey.objects.using(alias).filter(key_hash=old_hash).update(
+        revoked_at=timezone.now() - timedelta(seconds=1)) == 1
+    before = list(Task.objects.using(alias).order_by("pk").values_list("pk", "version", "stage"))
+    with pytest.raises(errors.KeyRevoked):
+        transitions.claim_next("mover", 60, key_hash=old_hash, using=alias)
+    with pytest.raises(errors.KeyRevoked):
+        transitions.renew(claim.task.pk, claim.lease.token, 60, agent="mover", key_hash=old_hash, using=alias)
+    with pytest.raises(errors.KeyRevoked):
+        transitions.complete(claim.task.pk, claim.lease.token, 1, agent="mover", key_hash=old_hash, using=alias)
+    assert list(Task.objects.using(alias).order_by("pk").values_list("pk", "version", "stage")) == before
+
+
+@pytest.mark.parametrize("alias", sql_stores())
+def test_the_migration_keeps_the_oldest_live_key_of_a_shared_name_and_ends_the_others_in_a_day(alias):
+    from django.db.migrations.executor import MigrationExecutor
+
+    connection = connections[alias]
+    executor = MigrationExecutor(connection)
+    latest = executor.loader.graph.leaf_nodes("board")
+    before = ("board", "0008_removed_task")
+    now = timezone.now()
+    try:
+        executor.migrate([before])
+        OldKey = executor.loader.project_state([before]).apps.get_model("board", "AgentKey")
+        for n, (name, revoked) in enumerate([("dup", None), ("dup", None), ("dup", None), ("solo", None),
+                                             ("gone", now), ("gone", None)]):
+            OldKey.objects.using(alias).create(name=name, prefix=f"tfk_{n}", key_hash=f"h{n}", revoked_at=revoked,
+                                               created_at=now + timedelta(seconds=n))
+    finally:
+        executor = MigrationExecutor(connection)
+        executor.migrate(latest)
+    keys = {k.key_hash: k for k in AgentKey.objects.using(alias).all()}
+    assert {h: k.live_name for h, k in keys.items()} == {
+        "h0": "dup", "h1": None, "h2": None, "h3": "solo", "h4": None, "h5": "gone"}
+    for ended in ("h1", "h2"):
+        assert timedelta(hours=23) < keys[ended].revoked_at - now <= timedelta(days=1, minutes=5)
+    assert keys["h4"].revoked_at == now and keys["h0"].revoked_at is None

@@ -21,7 +21,7 @@ from board.engine import scopes, transitions
 from board.engine.transitions import TaskSpec
 from board.models import AgentKey, Task
 from tests.live_server import api_call, board_server  # noqa: F401  (fixture)
-from tests.support import db_state, race, sql_stores, sqlite_db_mark
+from tests.support import db_state, expire_lease, race, sql_stores, sqlite_db_mark
 
 SCOPE = "ci-*,docs"
 
@@ -132,6 +132,19 @@ def test_a_scoped_key_creates_only_in_its_queues(scoped):
     status, made = api_call(server, "POST", "/api/tasks", key, {"id": "n4", "title": "ok", "queue": "ci-x",
                                                                "deps": ["c1"]})
     assert (status, made["queue"]) == (201, "ci-x"), made
+
+
+def test_a_scoped_key_hears_only_of_its_queues_problems(scoped):
+    server, key, _ = scoped
+    status, claim = api_call(server, "POST", "/api/claim", key, {"ttl_seconds": 60})
+    assert (status, claim["task"]["id"]) == (200, "c1")
+    expire_lease("c1")
+    expire_lease("s2")  # held by the other agent, in the secret queue
+    _, plain = agent_keys.create_key("plain")
+    status, everything = api_call(server, "GET", "/api/check", plain)
+    assert status == 200 and {p["task"] for p in everything["problems"]} == {"c1", "s2"}, everything
+    status, mine = api_call(server, "GET", "/api/check", key)
+    assert status == 200 and {p["task"] for p in mine["problems"]} == {"c1"}, mine
 
 
 def test_a_scoped_operator_key_intervenes_only_in_its_queues(board_server):  # noqa: F811
