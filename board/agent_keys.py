@@ -16,7 +16,16 @@ board.engine.transitions._require_live_key, board.engine.hot_sql): a key revoked
 meanwhile is refused by the move itself, which writes nothing. After that minute the key is
 looked up again, which records its use (last_used_at keeps its one-minute precision). The
 request's body is parsed before the move, so a malformed request with a revoked key may get
-its 422 before the move would have said 401; nothing is written either way."""
+its 422 before the move would have said 401; nothing is written either way.
+
+One live key per agent name (issue 27): the history and the holder's checks know an agent by
+name only, so a second key for a live name would be that agent. `create_key` refuses a name
+that has a live key unless it rotates: the new key is made and the old one ends at now + a
+grace (`revoked_at` ahead of time). The database holds the rule: `live_name` (the name while
+the key has no end set) is unique, so two concurrent mints cannot both win. A key is live
+while `revoked_at` is NULL or still ahead, by the store's clock (board.engine.clock): every
+lookup and the hot verbs' own statements compare it, so a scheduled end is honoured by every
+process from that moment, without waiting for this module's one-minute memory to lapse."""
 from __future__ import annotations
 
 import secrets
@@ -25,10 +34,11 @@ from datetime import timedelta
 from typing import NamedTuple
 
 from django.contrib.auth import get_user_model
-from django.db import connections
+from django.db import IntegrityError, connections
+from django.db.models import Q
 from django.utils import timezone
 
-from board.engine import db, errors
+from board.engine import clock, db, errors, scopes
 from board.engine.lifecycle import is_valid_task_id
 from board.engine.tokens import hash_token
 from board.models import AgentKey
@@ -56,10 +66,28 @@ def reserved_because(name: str, *, using: str = "default") -> str | None:
     return None
 
 
-def create_key(name: str, *, is_operator: bool = False, using: str = "default") -> tuple[AgentKey, str]:
+# The longest grace a rotation may give the old key (the command's --rotate=SECONDS, the admin's
+# field): a rotation is meant to end the old key, not to keep two keys alive indefinitely.
+MAX_ROTATION_GRACE = timedelta(days=7)
+
+
+class NameHasLiveKey(errors.InvalidRequest):
+    """This agent name already has a live key."""
+
+
+def create_key(name: str, *, is_operator: bool = False, rotate: timedelta | None = None,
+               queues: str | None = None, using: str = "default") -> tuple[AgentKey, str]:
     """Mint a key for agent `name`; returns the row and the key, which is never shown again.
-    Whether the caller may mint an operator key is the caller's check (the admin asks for
-    board.intervene; the command is run by whoever runs the server)."""
+    Whether the caller may mint an operator key, or rotate, is the caller's check (the admin
+    asks for board.intervene, and board.change_agentkey to rotate; the command is run by
+    whoever runs the server).
+
+    A name with a live key (one without an end set) is refused with NameHasLiveKey, unless
+    `rotate` is given: then, in one transaction, that key's end is set to now + `rotate` and
+    the new key takes the name. The unique `live_name` decides between concurrent mints.
+
+    `queues`: comma-separated glob patterns (`ci-*,docs`, board.engine.scopes) limiting the key
+    to those queues; None or empty: every queue. A key's scope never changes: rotate to change it."""
     if not is_valid_task_id(name):
         raise errors.InvalidRequest(
             "agent name: 1-100 letters, digits and ._:- starting with a letter or digit"
@@ -67,20 +95,51 @@ def create_key(name: str, *, is_operator: bool = False, using: str = "default") 
     why = reserved_because(name, using=using)
     if why:
         raise errors.InvalidRequest(f"agent name {name!r} is reserved: {why}")
+    try:
+        scope = scopes.parse(queues)
+    except scopes.BadScope as exc:
+        raise errors.InvalidRequest(str(exc)) from None
+    if rotate is not None and not timedelta(0) <= rotate <= MAX_ROTATION_GRACE:
+        raise errors.InvalidRequest(f"a rotation's grace is from 0 to {int(MAX_ROTATION_GRACE.total_seconds())} seconds")
     key = KEY_PREFIX + secrets.token_urlsafe(32)
-    row = AgentKey.objects.using(using).create(
-        name=name, prefix=key[: len(KEY_PREFIX) + 6], key_hash=hash_token(key), is_operator=is_operator,
-        created_at=timezone.now(),
-    )
+    try:
+        row = _mint(name, key, is_operator, rotate, scopes.stored(scope), using=using)
+    except IntegrityError:  # live_name: another key took the name first (or still has it)
+        raise NameHasLiveKey(f"agent {name!r} already has a live key; revoke it, or rotate it "
+                             "(create_agent_key --rotate[=SECONDS], or the admin's rotate choice)") from None
+    _verified.clear()  # spares this process a failed move with a key it just ended (not needed for safety)
     return row, key
 
 
+@db.retry_conflicts
+def _mint(name: str, key: str, is_operator: bool, rotate: timedelta | None, queues: str, *, using: str) -> AgentKey:
+    keys = AgentKey.objects.using(using)
+    with db.write_transaction(using):
+        now = clock.now(using)
+        if rotate is not None:
+            # The old key keeps working until its end; from now on the name is the new key's.
+            keys.filter(live_name=name).update(live_name=None, revoked_at=now + rotate)
+        return keys.create(
+            name=name, live_name=name, prefix=key[: len(KEY_PREFIX) + 6], key_hash=hash_token(key),
+            is_operator=is_operator, queues=queues, created_at=now,
+        )
+
+
+def live(using: str = "default") -> Q:
+    """The filter of live keys: no end set, or an end still ahead by the store's clock."""
+    return Q(revoked_at__isnull=True) | Q(revoked_at__gt=clock.in_query(using))
+
+
 _TABLE = AgentKey._meta.db_table
-# What a request needs of its key; the other columns stay deferred on the returned row.
-_LOOKUP_FIELDS = ("id", "name", "is_operator", "last_used_at")
-# The live key with this hash: an index lookup on key_hash (unique). Params: key_hash.
+# What a request needs of its key; the other columns stay deferred on the returned row. In the
+# model's field order, as Model.from_db takes them.
+_LOOKUP_FIELDS = ("id", "name", "is_operator", "last_used_at", "queues")
+# The live key with this hash: an index lookup on key_hash (unique), live while its end is
+# unset or ahead. Params: key_hash, now (SQLite: this process's clock; PostgreSQL reads its own).
 _LOOKUP = (f"SELECT {', '.join(AgentKey._meta.get_field(f).column for f in _LOOKUP_FIELDS)} "
-           f"FROM {_TABLE} WHERE key_hash = %s AND revoked_at IS NULL")
+           f"FROM {_TABLE} WHERE key_hash = %s AND (revoked_at IS NULL OR revoked_at > {{now}})")
+_SQLITE_LOOKUP = _LOOKUP.format(now="%s")
+_PG_LOOKUP = _LOOKUP.format(now=clock.POSTGRES_NOW)
 _LAST_USED = AgentKey._meta.get_field("last_used_at").get_col(_TABLE)
 
 
@@ -90,24 +149,28 @@ def _well_formed(key: str) -> bool:
 
 def authenticate(key: str, *, using: str = "default") -> AgentKey | None:
     """The live key row for `key`, or None (unknown or revoked). Records the use (at most once
-    a minute). The row has id, name, is_operator and last_used_at loaded; the rest is deferred."""
+    a minute). The row has id, name, is_operator, queues and last_used_at loaded; the rest is
+    deferred. Its scope: `scope_of(row)`."""
     if not _well_formed(key):
         return None
     connection = connections[using]
     key_hash = hash_token(key)
     if not db.speaks_sql(using):  # a store without SQL: the ORM's query
-        row = AgentKey.objects.using(using).filter(key_hash=key_hash, revoked_at__isnull=True).first()
+        row = AgentKey.objects.using(using).filter(live(using), key_hash=key_hash).first()
     else:
         with connection.cursor() as cursor:
-            cursor.execute(_LOOKUP, (key_hash,))
+            if db.has_own_clock(using):  # PostgreSQL
+                cursor.execute(_PG_LOOKUP, (key_hash,))
+            else:
+                cursor.execute(_SQLITE_LOOKUP, (key_hash, connection.ops.adapt_datetimefield_value(timezone.now())))
             found = cursor.fetchone()
         if found is None:
             return None
-        key_id, name, is_operator, last_used_at = found
+        key_id, name, is_operator, last_used_at, queues = found
         # Stored values as the ORM would read them (SQLite: text and 0/1).
         for convert in connection.ops.get_db_converters(_LAST_USED):
             last_used_at = convert(last_used_at, _LAST_USED, connection)
-        row = AgentKey.from_db(using, _LOOKUP_FIELDS, (key_id, name, bool(is_operator), last_used_at))
+        row = AgentKey.from_db(using, _LOOKUP_FIELDS, (key_id, name, bool(is_operator), last_used_at, queues))
     if row is None:
         return None
     now = timezone.now()
@@ -126,12 +189,19 @@ class DeferredKey(NamedTuple):
     name: str
     is_operator: bool
     key_hash: str
+    scope: scopes.Scope
+
+
+def scope_of(row: AgentKey) -> scopes.Scope:
+    """The queues `row` may use (its stored patterns were checked at minting)."""
+    return scopes.parse(row.queues)
 
 
 class _Verified(NamedTuple):
     using: str
     name: str
     is_operator: bool
+    scope: scopes.Scope  # a key's scope never changes, so remembering it is safe
     use_recorded: float  # when its use was last recorded, by time.monotonic()
 
 
@@ -154,9 +224,9 @@ def authenticate_deferred(key: str, *, using: str = "default") -> DeferredKey | 
     key_hash = hash_token(key)
     known = _verified.get(key_hash)
     if known is not None and known.using == using and time.monotonic() - known.use_recorded < VERIFIED_SECONDS:
-        return DeferredKey(known.name, known.is_operator, key_hash)
+        return DeferredKey(known.name, known.is_operator, key_hash, known.scope)
     row = authenticate(key, using=using)
-    return DeferredKey(row.name, row.is_operator, key_hash) if row is not None else None
+    return DeferredKey(row.name, row.is_operator, key_hash, scope_of(row)) if row is not None else None
 
 
 def _remember(key_hash: str, using: str, row: AgentKey, now) -> None:
@@ -165,12 +235,14 @@ def _remember(key_hash: str, using: str, row: AgentKey, now) -> None:
     if len(_verified) >= VERIFIED_MAX:
         _verified.clear()
     recorded_ago = max(0.0, (now - row.last_used_at).total_seconds())
-    _verified[key_hash] = _Verified(using, row.name, row.is_operator, time.monotonic() - recorded_ago)
+    _verified[key_hash] = _Verified(using, row.name, row.is_operator, scope_of(row), time.monotonic() - recorded_ago)
 
 
 def revoke(key_id: int, *, using: str = "default") -> bool:
-    """Revoke a key; True if it was live. Every process refuses it from its next request: the
-    hot verbs, which may take a key from memory (authenticate_deferred), check it in the move."""
-    revoked = AgentKey.objects.using(using).filter(pk=key_id, revoked_at__isnull=True).update(revoked_at=timezone.now())
+    """Revoke a key now (a rotated key's later end is brought forward); True if it was live.
+    Its name is free again. Every process refuses it from its next request: the hot verbs,
+    which may take a key from memory (authenticate_deferred), check it in the move."""
+    revoked = AgentKey.objects.using(using).filter(live(using), pk=key_id).update(
+        revoked_at=clock.now(using), live_name=None)
     _verified.clear()  # not needed for safety (see above): spares this process the failed move
     return bool(revoked)

@@ -191,7 +191,19 @@ class AgentKey(models.Model):
     is_operator = models.BooleanField(default=False, help_text="May admit, requeue and cancel tasks.")
     created_at = models.DateTimeField()
     last_used_at = models.DateTimeField(null=True, blank=True)
-    revoked_at = models.DateTimeField(null=True, blank=True)
+    # When the key stops being taken: set at once by a revoke, or ahead of time by a rotation
+    # (the old key's grace). The key is live while this is NULL or still in the future.
+    revoked_at = models.DateTimeField(null=True, blank=True, help_text="Refused from this time on.")
+    # One live key per agent name, held by the database: the name while the key has no end
+    # set, NULL from its revocation or rotation on. Unique: SQL stores allow many NULLs, and
+    # on MongoDB the backend's unique index covers only string values (partialFilterExpression
+    # {$type: "string"}), so a second key for a live name fails whoever writes it, concurrent
+    # mints included (board.agent_keys.create_key).
+    live_name = models.CharField(max_length=100, null=True, blank=True, unique=True, editable=False)
+    # The queues this key may use (board.engine.scopes): comma-separated glob patterns such as
+    # `ci-*,docs`; empty for every queue. Set at minting, never changed (rotate to change it).
+    queues = models.CharField(max_length=2100, blank=True, default="",
+                              help_text="Queue patterns this key is limited to (e.g. ci-*,docs); empty: every queue.")
 
     class Meta:
         ordering = ["name", "created_at"]

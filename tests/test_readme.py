@@ -119,7 +119,7 @@ def test_the_readme_agent_block_runs_as_written_against_the_server(checkout):
         done = subprocess.run(["bash", "-c", script + "python3 -m taskflow_client get t1\n"], check=False,
                               cwd=checkout, env=nothing_exported(), capture_output=True, text=True, timeout=120)
         # stderr: only create_agent_key's note that the key is shown once (the key is on stdout)
-        noted = [line for line in done.stderr.splitlines() if not re.fullmatch(r"key tfk_\S+ for agent 'worker-1'.*", line)]
+        noted = [line for line in done.stderr.splitlines() if not re.fullmatch(r"key tfk_\S+ for agent 'py-worker'.*", line)]
         assert done.returncode == 0 and noted == [], f"{script}\n{done.stdout}\n{done.stderr}"
         out = done.stdout.splitlines()
         assert json.loads(out[0])["id"] == "t1"  # created

@@ -6,6 +6,7 @@ from __future__ import annotations
 from django.contrib import admin
 
 from board.admin.secret_columns import names_a_secret
+from board import agent_keys
 from board.engine import clock as store_clock
 from board.engine import selectors
 
@@ -81,8 +82,9 @@ class KeyStateFilter(admin.SimpleListFilter):
         return [("live", "live"), ("revoked", "revoked")]
 
     def queryset(self, request, queryset):
+        # A rotated key is live until its end (revoked_at, set ahead of time): board.agent_keys.
         if self.value() == "live":
-            return queryset.filter(revoked_at__isnull=True)
+            return queryset.filter(agent_keys.live(queryset.db))
         if self.value() == "revoked":
-            return queryset.filter(revoked_at__isnull=False)
+            return queryset.exclude(agent_keys.live(queryset.db))
         return queryset

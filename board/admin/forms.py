@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from datetime import timedelta
 from typing import Any
 
 from django import forms
@@ -212,28 +213,49 @@ class TaskCreateForm(_EngineForm):
 class AgentKeyCreateForm(_EngineForm):
     """Mints a key. An operator key acts as an operator through the API, so making one is itself
     an intervention: without board.intervene the field is not offered, and a request that sends
-    it anyway is refused (never silently turned into a plain key)."""
+    it anyway is refused (never silently turned into a plain key).
+
+    One live key per agent name (board.agent_keys): a name that has one is refused, unless
+    "rotate" is chosen, which ends the old key after `grace_seconds`. Rotating changes a key,
+    so it needs board.change_agentkey; without it the fields are not offered, and a request
+    that sends them anyway is refused."""
 
     may_mint_operator = False  # set per request by the admin's get_form
+    may_rotate = False  # likewise
+
+    rotate = forms.BooleanField(
+        required=False, label="Rotate",
+        help_text="This name has a live key: replace it. The old key is refused after the grace below.")
+    grace_seconds = forms.IntegerField(
+        required=False, min_value=0, max_value=int(agent_keys.MAX_ROTATION_GRACE.total_seconds()), initial=0,
+        label="Grace (seconds)", help_text="How long the old key keeps working after a rotation (0: it stops now).")
 
     class Meta:
         model = AgentKey
-        fields = ("name", "is_operator")
+        fields = ("name", "is_operator", "queues")
 
     def clean(self):
         cleaned = super().clean()
         if not self.may_mint_operator and self.data.get("is_operator") not in (None, "", "off", "false", "0"):
             raise forms.ValidationError(
                 "Only a user with the board.intervene permission may create an operator key.")
+        if not self.may_rotate and self.data.get("rotate") not in (None, "", "off", "false", "0"):
+            raise forms.ValidationError(
+                "Only a user with the board.change_agentkey permission may rotate a key.")
         return cleaned
 
     def apply(self) -> None:
+        rotate = None
+        if self.may_rotate and self.cleaned_data.get("rotate"):
+            rotate = timedelta(seconds=self.cleaned_data.get("grace_seconds") or 0)
         try:
             row, key = agent_keys.create_key(self.cleaned_data["name"],
-                                             is_operator=bool(self.cleaned_data.get("is_operator")))
+                                             is_operator=bool(self.cleaned_data.get("is_operator")), rotate=rotate,
+                                             queues=self.cleaned_data.get("queues") or None)
         except errors.BoardError as exc:
-            # The key's name is the one thing this form sends that the engine judges.
-            self.add_error("name", exc.message)
+            # The key's name and queues are what this form sends that agent_keys judges.
+            self.add_error("queues" if "queue pattern" in exc.message or "patterns" in exc.message else "name",
+                           exc.message)
             return
         row.minted_key = key  # in memory only, for the one response that shows it
         self.written = row

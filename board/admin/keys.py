@@ -1,7 +1,12 @@
 """The agent key admin. Keys are minted by `agent_keys.create_key`, shown once in the response
 to the add form, and revoked by `agent_keys.revoke`; their hashes are never displayed. Minting
 an operator key needs `board.intervene` besides `board.add_agentkey`. A key is never edited or
-deleted: its row says when it was last used."""
+deleted: its row says when it was last used.
+
+One live key per agent name: the add form refuses a name that has one, unless the user rotates
+it, which needs `board.change_agentkey` (the old key then ends after the grace chosen; its end
+shows as "Revoked at", ahead of time until then). A key may be limited to some queues (glob
+patterns, board.engine.scopes), set at minting and shown in the list."""
 from __future__ import annotations
 
 from django.contrib import admin
@@ -17,28 +22,39 @@ from board.models import AgentKey
 
 @admin.register(AgentKey)
 class AgentKeyAdmin(NoHashLookups, admin.ModelAdmin):
-    list_display = ("name", "prefix", "is_operator", "created_at", "last_used_at", "revoked_at")
+    list_display = ("name", "prefix", "is_operator", "scope", "created_at", "last_used_at", "revoked_at")
     list_filter = ("is_operator", KeyStateFilter)
     search_fields = ("name", "prefix")
     ordering = ("name", "created_at")
     exclude = ("key_hash",)
-    readonly_fields = ("name", "prefix", "is_operator", "created_at", "last_used_at", "revoked_at")
+    readonly_fields = ("name", "prefix", "is_operator", "queues", "created_at", "last_used_at", "revoked_at")
     actions = ("revoke",)
 
     def get_form(self, request, obj=None, change=False, **kwargs):
         if obj is None:
             kwargs["form"] = AgentKeyCreateForm
             form = super().get_form(request, obj, change=change, **kwargs)
-            return type(form.__name__, (form,), {"may_mint_operator": self.may_mint_operator(request)})
+            return type(form.__name__, (form,), {"may_mint_operator": self.may_mint_operator(request),
+                                                 "may_rotate": self.may_rotate(request)})
         return super().get_form(request, obj, change=change, **kwargs)
 
     @staticmethod
     def may_mint_operator(request) -> bool:
         return request.user.has_perm("board.intervene")
 
+    @admin.display(description="queues", ordering="queues")
+    def scope(self, key: AgentKey) -> str:
+        """The queues the key is limited to (board.engine.scopes), or that it has none."""
+        return key.queues.replace(",", ", ") if key.queues else "every queue"
+
+    @staticmethod
+    def may_rotate(request) -> bool:
+        return request.user.has_perm("board.change_agentkey")
+
     def get_fields(self, request, obj=None):
         if obj is None:
-            return ("name", "is_operator") if self.may_mint_operator(request) else ("name",)
+            fields = ("name", "is_operator", "queues") if self.may_mint_operator(request) else ("name", "queues")
+            return (*fields, "rotate", "grace_seconds") if self.may_rotate(request) else fields
         return self.readonly_fields
 
     def get_readonly_fields(self, request, obj=None):

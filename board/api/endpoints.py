@@ -57,7 +57,7 @@ from board.api.schemas import (
     TaskPage,
     TokenIn,
 )
-from board.engine import errors, selectors, transitions
+from board.engine import errors, scopes, selectors, transitions
 from board.engine.lifecycle import (
     MAX_BATCH_TASKS,
     MAX_OWNER_CHARS,
@@ -91,6 +91,8 @@ class Principal:
     # Set by AgentKeyAuth(deferred=True), whose key may not have been looked up for this
     # request: the verb must check it in its move (transitions' key_hash).
     key_hash: str | None = None
+    # The queues an agent key is limited to (board.engine.scopes); None: every queue.
+    scope: scopes.Scope = None
 
 
 class AgentKeyAuth(HttpBearer):
@@ -115,9 +117,9 @@ class AgentKeyAuth(HttpBearer):
     def authenticate(self, request, token):
         if self.deferred:
             known = agent_keys.authenticate_deferred(token)
-            return Principal(known.name, known.is_operator, key_hash=known.key_hash) if known else None
+            return Principal(known.name, known.is_operator, key_hash=known.key_hash, scope=known.scope) if known else None
         key = agent_keys.authenticate(token)
-        return Principal(key.name, key.is_operator) if key else None
+        return Principal(key.name, key.is_operator, scope=agent_keys.scope_of(key)) if key else None
 
 
 class StaffSessionAuth(SessionAuth):
@@ -143,7 +145,13 @@ api = NinjaAPI(
     description=(
         "Coordinate work between agents: create tasks (with dependencies), claim ready work "
         "with a lease, renew it while working, then complete, fail, pause or release it. "
-        "Every error is `{\"error\": {\"code\", \"message\", \"task\"?}}`."
+        "Every error is `{\"error\": {\"code\", \"message\", \"task\"?}}`.\n\n"
+        "**Queue scopes.** An agent key may be limited to some queues (glob patterns such as "
+        "`ci-*,docs`: `create_agent_key --queues`, or the Keys admin). Such a key lists, reads, "
+        "claims and acts only on tasks of those queues: any other task is absent to it (404 "
+        "`not_found`, the answer an unknown id gets; left out of lists and of `/api/check`; a "
+        "dependency on it is unknown), and a claim without `queue` takes from any of its queues, "
+        "with a `queue` outside them answers 204. Creating a task in another queue is 403 `forbidden`."
     ),
     auth=[AgentKeyAuth(), StaffSessionAuth()],
     urls_namespace="api",
@@ -167,11 +175,21 @@ def error_response(request, status: int, code: str, message: str, *, task: Task 
     return api.create_response(request, {"error": body}, status=status)
 
 
+def _may_see(request, task: Task | None) -> bool:
+    """Whether the caller may be shown `task` in an error (issue 27): only a principal that may
+    read tasks (a session without board.view_task may not), and, for a key limited to some
+    queues, only a task of those queues. Everyone else gets the refusal without the task."""
+    principal = getattr(request, "auth", None)
+    return (task is not None and isinstance(principal, Principal) and principal.can_read
+            and scopes.allows(principal.scope, task.queue))
+
+
 @api.exception_handler(errors.BoardError)
 def on_board_error(request, exc: errors.BoardError):
     # Machine-readable specifics the engine gives (a cycle's path, unknown dependency ids).
     details = exc.details or None
-    return error_response(request, exc.http_status, exc.code, exc.message, task=exc.task, details=details)
+    task = exc.task if _may_see(request, exc.task) else None
+    return error_response(request, exc.http_status, exc.code, exc.message, task=task, details=details)
 
 
 def _field_path(loc) -> list:
@@ -264,6 +282,55 @@ def _agent(request) -> Principal:
                                       "('Authorization: Bearer <key>'), not a browser session")
 
 
+# Queue scopes (issue 27; board.engine.scopes): a scoped agent key sees and acts only on tasks
+# of its queues. Every other task is absent to it: the very 404 an id that exists nowhere gets.
+# Claim-next filters in its own statement (transitions.claim_next's `scope`); the reads filter
+# in their query; a verb on one task reads the task's queue first, which cannot go stale before
+# the verb's move: a task's queue is fixed at creation (transitions.EDITABLE leaves it out).
+
+
+def _absent(task_id: str) -> errors.NotFound:
+    return errors.NotFound(f"no task with id {task_id!r}")
+
+
+def _visible(request, task: Task) -> Task:
+    """`task`, if the caller's scope covers its queue; else 404 as if absent."""
+    if not scopes.allows(request.auth.scope, task.queue):
+        raise _absent(task.pk)
+    return task
+
+
+def _in_scope(request, task_id: str) -> None:
+    """Before a verb on `task_id`: 404 as if absent unless the caller's scope covers its queue.
+    One indexed read, for scoped keys only."""
+    scope = request.auth.scope
+    if scope is None:
+        return
+    queue = selectors.queues_of([task_id]).get(task_id)
+    if queue is None or not scopes.allows(scope, queue):
+        raise _absent(task_id)
+
+
+def _may_create_in(principal: Principal, specs: list[TaskSpec]) -> None:
+    """A scoped key creates only in its queues (403: its own scope is no secret to it), and a
+    dependency on a task it cannot see is unknown to it, as an absent one is."""
+    scope = principal.scope
+    if scope is None:
+        return
+    foreign = sorted({spec.queue for spec in specs if not scopes.allows(scope, spec.queue)})
+    if foreign:
+        raise errors.Forbidden(f"this key may create tasks only in queues matching {scopes.stored(scope)}; "
+                               f"not in {', '.join(foreign)}")
+    batch = {spec.id for spec in specs if spec.id is not None}
+    external = sorted({dep for spec in specs for dep in spec.deps} - batch)
+    if external:
+        queues = selectors.queues_of(external)
+        hidden = [dep for dep in external if dep in queues and not scopes.allows(scope, queues[dep])]
+        if hidden:  # reported as the engine reports absent ones, together with them
+            unknown = sorted(set(hidden) | {dep for dep in external if dep not in queues})
+            raise errors.InvalidRequest(f"unknown dependencies: {', '.join(unknown)}", field="deps", unknown=unknown)
+
+
 # ---------------------------------------------------------------------------------------------
 # Tasks
 
@@ -300,17 +367,22 @@ def _same_as_existing(specs: list[TaskSpec]) -> list[Task] | None:
           summary="Create a task, or a list of tasks forming a DAG (all or nothing)")
 def create_tasks(request, body: Union[TaskIn, TaskBatchIn] = Body(...)):
     """An existing id with an identical body returns the existing task (200): a client may
-    retry a create safely. A different body under an existing id is `duplicate_id`."""
-    _creator(request)
+    retry a create safely. A different body under an existing id is `duplicate_id`. A key
+    limited to some queues creates only in them (403 `forbidden` otherwise), and a dependency on
+    a task outside them is unknown to it."""
+    principal = _creator(request)
     batch = isinstance(body, list)
     specs = [_spec(item) for item in (body if batch else [body])]
     if not specs:
         raise errors.InvalidRequest("an empty list creates nothing")
+    _may_create_in(principal, specs)
     status = 201
     try:
         tasks = transitions.create(specs, actor=request.auth.name)
     except errors.DuplicateId:
-        tasks = _same_as_existing(specs)
+        # The retry's answer is the existing task: only for a caller who may read it (a
+        # session with board.add_task alone gets duplicate_id, without the task).
+        tasks = _same_as_existing(specs) if principal.can_read else None
         if tasks is None:
             raise
         status = 200
@@ -436,7 +508,7 @@ def list_tasks(request, stage: list[str] = Query(None), queue: Optional[str] = N
     if text:
         _filter_text("text", text, MAX_TITLE_CHARS)
     after = _cursor_after(cursor, order) if cursor else None
-    filters = {"stages": stage, "queue": queue, "owner": owner, "text": text}
+    filters = {"stages": stage, "queue": queue, "owner": owner, "text": text, "scope": request.auth.scope}
     items, last = _task_page(filters, order, after, _limit(limit))
     return {"items": items, "next": _cursor_of(last, order) if last is not None else None}
 
@@ -492,7 +564,7 @@ def _answer(request, data: dict):
 @api.get("/tasks/{task_id}", response={200: TaskOut, **ERRORS}, summary="One task")
 def get_task(request, task_id: str):
     _reader(request)
-    return _render(_one(task_id))
+    return _render(_visible(request, _one(task_id)))
 
 
 @api.get("/tasks/{task_id}/events", response={200: EventPage, **ERRORS},
@@ -511,7 +583,7 @@ def task_events(request, task_id: str, cursor: Optional[str] = None, limit: int 
     _query(request, {"cursor", "limit", "last"})
     if last is not None and ("cursor" in request.GET or "limit" in request.GET):
         raise errors.InvalidRequest("last gives the most recent events in one page: send it without cursor or limit")
-    _one(task_id)
+    _visible(request, _one(task_id))
     if last is not None:
         if not 1 <= last <= MAX_PAGE:
             raise errors.InvalidRequest(f"last must be from 1 to {MAX_PAGE}")
@@ -543,14 +615,18 @@ def claim_next(request, body: ClaimNextIn):
     Served by the board's own server (taskflow_site/serving.py), a claim that finds nothing
     hands the wait back to the server, which parks the request without a thread or a database
     connection and replays it when a task becomes ready. Under another WSGI server (or Django's
-    test client) the view polls by itself, holding its worker for the wait."""
+    test client) the view polls by itself, holding its worker for the wait.
+
+    A key limited to some queues takes only from them, without `queue` from any of them; a
+    `queue` outside them has no work for it (204)."""
     _agent(request)
     claim = transitions.claim_next(request.auth.name, body.ttl_seconds, queue=body.queue,
-                                   request_id=body.request_id, key_hash=request.auth.key_hash)
+                                   request_id=body.request_id, key_hash=request.auth.key_hash,
+                                   scope=request.auth.scope)
     if claim is not None:
         return _answer(request, _render_claim(claim))
-    if body.wait_seconds <= 0:
-        return Status(204, None)
+    if body.wait_seconds <= 0 or (body.queue is not None and not scopes.allows(request.auth.scope, body.queue)):
+        return Status(204, None)  # (a queue outside a scoped key's queues never has work for it)
     if request.META.get(waiting.CAN_WAIT):
         response = HttpResponse(status=204)
         response[waiting.WAIT_HEADER] = str(body.wait_seconds)
@@ -585,9 +661,9 @@ def _poll_for_work(agent: Principal, body: ClaimNextIn):
     deadline = time.monotonic() + body.wait_seconds
     while (remaining := deadline - time.monotonic()) > 0:
         time.sleep(min(CLAIM_POLL_SECONDS, remaining))
-        if selectors.has_ready_task(body.queue):
+        if selectors.has_ready_task(body.queue, scope=agent.scope):
             claim = transitions.claim_next(agent.name, body.ttl_seconds, queue=body.queue, request_id=body.request_id,
-                                           key_hash=agent.key_hash)
+                                           key_hash=agent.key_hash, scope=agent.scope)
             if claim is not None:
                 return Status(200, _render_claim(claim))
     return Status(204, None)
@@ -598,6 +674,7 @@ def claim_task(request, task_id: str, body: ClaimIn):
     """With `request_id`, a retry of this claim (same agent, same id) while its lease is live
     gets that lease back instead of `taken`."""
     _agent(request)
+    _in_scope(request, task_id)
     return _render_claim(transitions.claim(task_id, request.auth.name, body.ttl_seconds,
                                            request_id=body.request_id))
 
@@ -606,6 +683,7 @@ def claim_task(request, task_id: str, body: ClaimIn):
           summary="Take a PAUSED task with a new lease; its checkpoint is on the task")
 def resume_task(request, task_id: str, body: ResumeIn):
     _agent(request)
+    _in_scope(request, task_id)
     return _render_claim(transitions.resume(task_id, request.auth.name, body.ttl_seconds))
 
 
@@ -617,6 +695,7 @@ def resume_task(request, task_id: str, body: ResumeIn):
           summary="Extend a live lease (same token and fence); optionally save checkpoint/progress")
 def renew_task(request, task_id: str, body: RenewIn):
     _agent(request)
+    _in_scope(request, task_id)
     claim = transitions.renew(task_id, body.token, body.ttl_seconds, checkpoint=body.checkpoint,
                               progress=body.progress, agent=request.auth.name, key_hash=request.auth.key_hash)
     return _answer(request, _render_claim(claim))
@@ -626,6 +705,7 @@ def renew_task(request, task_id: str, body: RenewIn):
           summary="Give the task back to the queue (the attempt is not counted)")
 def release_task(request, task_id: str, body: TokenIn):
     _agent(request)
+    _in_scope(request, task_id)
     return _render(transitions.release(task_id, body.token, agent=request.auth.name))
 
 
@@ -633,6 +713,7 @@ def release_task(request, task_id: str, body: TokenIn):
           summary="Commit the result")
 def complete_task(request, task_id: str, body: CompleteIn):
     _agent(request)
+    _in_scope(request, task_id)
     return _answer(request, _render(transitions.complete(task_id, body.token, body.result, agent=request.auth.name,
                                                          key_hash=request.auth.key_hash)))
 
@@ -642,6 +723,7 @@ def complete_task(request, task_id: str, body: CompleteIn):
                   "(and retryable), else FAILED")
 def fail_task(request, task_id: str, body: FailIn):
     _agent(request)
+    _in_scope(request, task_id)
     return _render(transitions.fail(task_id, body.token, body.error, retryable=body.retryable,
                                     traceback=body.traceback, agent=request.auth.name))
 
@@ -650,6 +732,7 @@ def fail_task(request, task_id: str, body: FailIn):
           summary="Release the lease and keep a checkpoint for a later resume")
 def pause_task(request, task_id: str, body: PauseIn):
     _agent(request)
+    _in_scope(request, task_id)
     return _render(transitions.pause(task_id, body.token, body.checkpoint, agent=request.auth.name))
 
 
@@ -660,6 +743,7 @@ def pause_task(request, task_id: str, body: PauseIn):
 @api.post("/tasks/{task_id}/admit", response={200: TaskOut, **ERRORS}, summary="Operator: admit a PENDING task (on hold, or whose dependencies have completed)")
 def admit_task(request, task_id: str, body: OperatorIn):
     actor = _operator(request).name
+    _in_scope(request, task_id)
     return _render(transitions.admit(task_id, actor=actor, version=body.version, reason=body.reason))
 
 
@@ -667,6 +751,7 @@ def admit_task(request, task_id: str, body: OperatorIn):
           summary="Operator: FAILED or PAUSED back to QUEUED")
 def requeue_task(request, task_id: str, body: RequeueIn):
     actor = _operator(request).name
+    _in_scope(request, task_id)
     return _render(transitions.requeue(task_id, actor=actor, version=body.version,
                                        reset_attempts=body.reset_attempts, reason=body.reason))
 
@@ -674,6 +759,7 @@ def requeue_task(request, task_id: str, body: RequeueIn):
 @api.post("/tasks/{task_id}/cancel", response={200: TaskOut, **ERRORS}, summary="Operator: cancel a task")
 def cancel_task(request, task_id: str, body: OperatorIn):
     actor = _operator(request).name
+    _in_scope(request, task_id)
     return _render(transitions.cancel(task_id, actor=actor, version=body.version, reason=body.reason))
 
 
@@ -681,6 +767,7 @@ def cancel_task(request, task_id: str, body: OperatorIn):
           summary="Operator: take a RUNNING task from its holder back to QUEUED")
 def force_release_task(request, task_id: str, body: OperatorIn):
     actor = _operator(request).name
+    _in_scope(request, task_id)
     return _render(transitions.force_release(task_id, actor=actor, version=body.version, reason=body.reason))
 
 
@@ -688,6 +775,7 @@ def force_release_task(request, task_id: str, body: OperatorIn):
           summary="Operator: pause a RUNNING task, keeping its last saved checkpoint")
 def force_pause_task(request, task_id: str, body: OperatorIn):
     actor = _operator(request).name
+    _in_scope(request, task_id)
     return _render(transitions.force_pause(task_id, actor=actor, version=body.version, reason=body.reason))
 
 
@@ -698,4 +786,9 @@ def force_pause_task(request, task_id: str, body: OperatorIn):
 @api.get("/check", response={200: ProblemsOut, **ERRORS}, summary="Invariant problems found by check()")
 def check(request):
     _reader(request)
-    return {"problems": [{"task": p.task, "code": p.code, "text": p.text} for p in selectors.problems()]}
+    found = selectors.problems()
+    scope = request.auth.scope
+    if scope is not None:  # a scoped key hears only of its queues' tasks
+        queues = selectors.queues_of(sorted({p.task for p in found}))
+        found = [p for p in found if p.task in queues and scopes.allows(scope, queues[p.task])]
+    return {"problems": [{"task": p.task, "code": p.code, "text": p.text} for p in found]}

@@ -48,6 +48,7 @@ settings.TASKFLOW["HOT_PATH"] (env TASKFLOW_HOT_PATH when the setting is absent)
 """
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 from collections.abc import Iterator
@@ -62,6 +63,7 @@ from django.db import connections
 from django.utils import timezone
 
 from board.engine.db import in_statements, statement_transaction
+from board.engine.scopes import as_glob, as_like
 from board.models import AgentKey, Task, TaskEvent
 
 TASK = Task._meta.db_table
@@ -79,11 +81,14 @@ KEY = AgentKey._meta.db_table
 # board.agent_keys.authenticate_deferred): the move matches only while a live key with this
 # hash and this agent's name exists, checked by the move's own statement, so a key revoked (or
 # deleted) before the move is refused by it without a separate lookup. NULL: no key to check.
-# SQLite params: key_hash, key_hash, agent.
+# A key is live while its end (revoked_at) is unset or ahead: a rotated key's end, set ahead of
+# time, is honoured by the move from that moment (board.agent_keys).
+# SQLite params: key_hash, key_hash, agent, now.
 _SQLITE_KEY_IS_LIVE = (f"(? IS NULL OR EXISTS (SELECT 1 FROM {KEY} WHERE key_hash = ? AND name = ?"
-                       " AND revoked_at IS NULL))").replace("?", "%s")
+                       " AND (revoked_at IS NULL OR revoked_at > ?)))").replace("?", "%s")
 _PG_KEY_IS_LIVE = (f"(%(key_hash)s::text IS NULL OR EXISTS (SELECT 1 FROM {KEY} AS k"
-                   " WHERE k.key_hash = %(key_hash)s AND k.name = %(agent)s AND k.revoked_at IS NULL))")
+                   " WHERE k.key_hash = %(key_hash)s AND k.name = %(agent)s"
+                   " AND (k.revoked_at IS NULL OR k.revoked_at > statement_timestamp())))")
 
 SQLITE_MIN_VERSION = (3, 35, 0)  # RETURNING
 MODES = ("auto", "orm")
@@ -101,7 +106,7 @@ MODES = ("auto", "orm")
 # attempts by one, clears the backoff, version + 1.
 # Params: agent, token_hash, lease_expires_at, claim_request_hash, claim_token_seed, updated_at,
 # stage_changed_at, now (the backoff bound) [, queue], then the key check's (key_hash, key_hash,
-# agent).
+# agent, now).
 _SQLITE_CLAIM_NEXT = f"""
 UPDATE {TASK}
 SET stage = 'RUNNING', version = version + 1, owner = %s, lease_token_hash = %s,
@@ -117,6 +122,11 @@ RETURNING {_COLUMNS}
 """
 SQLITE_CLAIM_NEXT = _SQLITE_CLAIM_NEXT.format(queue="")
 SQLITE_CLAIM_NEXT_IN_QUEUE = _SQLITE_CLAIM_NEXT.format(queue=" AND queue = %s")
+# A scoped key's claim (issue 27; board.engine.scopes): only tasks whose queue matches one of
+# the key's patterns, in the pick itself. The param is the patterns as a JSON array of GLOB
+# patterns (case-sensitive, unlike SQLite's LIKE).
+SQLITE_CLAIM_NEXT_IN_SCOPE = _SQLITE_CLAIM_NEXT.format(
+    queue=" AND EXISTS (SELECT 1 FROM json_each(%s) AS scope WHERE queue GLOB scope.value)")
 
 # renew: RUNNING -> RUNNING. The WHERE is the CAS: still RUNNING, the same lease (token hash),
 # that lease still live (expiry after now: an expired lease is never extended), and, when the
@@ -124,7 +134,7 @@ SQLITE_CLAIM_NEXT_IN_QUEUE = _SQLITE_CLAIM_NEXT.format(queue=" AND queue = %s")
 # expiry, keeps token and fence, saves checkpoint/progress when given (NULL keeps them),
 # version + 1.
 # Params: lease_expires_at, checkpoint, progress, updated_at, id, token_hash, now, agent, then
-# the key check's (key_hash, key_hash, agent).
+# the key check's (key_hash, key_hash, agent, now).
 SQLITE_RENEW = f"""
 UPDATE {TASK}
 SET version = version + 1, lease_expires_at = %s, checkpoint = COALESCE(%s, checkpoint),
@@ -140,7 +150,7 @@ RETURNING {_COLUMNS}
 # so the history goes first. Under the write lock, step 2 then matches exactly when this
 # inserted a row (checked: otherwise the transaction is rolled back). The caller's key, when
 # given, is checked here, so step 2 runs only for a live key.
-# Params: at, id, token_hash, agent, then the key check's (key_hash, key_hash, agent).
+# Params: at, id, token_hash, agent, then the key check's (key_hash, key_hash, agent, now).
 SQLITE_COMPLETE_HISTORY = f"""
 INSERT INTO {EVENT} ({_EVENT_COLUMNS})
 SELECT id, 'complete', 'RUNNING', 'COMPLETED', version + 1, fence, owner, %s, NULL
@@ -170,7 +180,7 @@ SQLITE_HISTORY = f"INSERT INTO {EVENT} ({_EVENT_COLUMNS}) VALUES (%s, %s, %s, %s
 # The same statements in sqlite3's own placeholder style, for the driver's cursor (below).
 _QMARK = {
     statement: statement.replace("%s", "?")
-    for statement in (SQLITE_CLAIM_NEXT, SQLITE_CLAIM_NEXT_IN_QUEUE, SQLITE_RENEW,
+    for statement in (SQLITE_CLAIM_NEXT, SQLITE_CLAIM_NEXT_IN_QUEUE, SQLITE_CLAIM_NEXT_IN_SCOPE, SQLITE_RENEW,
                       SQLITE_COMPLETE_HISTORY, SQLITE_COMPLETE, SQLITE_HISTORY)
 }
 
@@ -214,6 +224,9 @@ SELECT {_COLUMNS} FROM moved
 """
 PG_CLAIM_NEXT = _PG_CLAIM_NEXT.format(queue="")
 PG_CLAIM_NEXT_IN_QUEUE = _PG_CLAIM_NEXT.format(queue=" AND queue = %(queue)s")
+# A scoped key's claim (issue 27; board.engine.scopes): the key's patterns as LIKE patterns (a
+# text array: `_` escaped, `*` -> `%`), in the pick itself.
+PG_CLAIM_NEXT_IN_SCOPE = _PG_CLAIM_NEXT.format(queue=" AND queue LIKE ANY(%(scope)s::text[])")
 
 # renew: RUNNING -> RUNNING. The CAS: still RUNNING, the same lease (token hash), that lease
 # still live (expiry after the database's clock as the statement starts), and minted for the
@@ -380,17 +393,20 @@ class SQLiteStore(HotStore):
     # SQLite's clock is this process's (one machine: see board.engine.clock), read under the write lock.
 
     def claim_next(self, agent: str, token_hash: str, ttl: timedelta, queue: str | None,
-                   request_hash: str | None, seed: str | None, key_hash: str | None = None) -> Written | None:
+                   request_hash: str | None, seed: str | None, key_hash: str | None = None,
+                   scope: tuple[str, ...] | None = None) -> Written | None:
         connection = connections[self.using]
         now = timezone.now()
         until = now + ttl
         at = self._dt(now)
         params = (agent, token_hash, self._dt(until), request_hash, seed, at, at, at)
-        if queue is None:
-            statement = SQLITE_CLAIM_NEXT
-        else:
+        if queue is not None:
             statement, params = SQLITE_CLAIM_NEXT_IN_QUEUE, (*params, queue)
-        params = (*params, key_hash, key_hash, agent)
+        elif scope is not None:
+            statement, params = SQLITE_CLAIM_NEXT_IN_SCOPE, (*params, json.dumps([as_glob(p) for p in scope]))
+        else:
+            statement = SQLITE_CLAIM_NEXT
+        params = (*params, key_hash, key_hash, agent, at)
         execute, translated = self._executor(connection)
         with translated:
             rows = execute(statement, params).fetchall()  # to the end: the statement is done
@@ -408,7 +424,7 @@ class SQLiteStore(HotStore):
         until = now + ttl
         at = self._dt(now)
         params = (self._dt(until), self._json(self._checkpoint_field, checkpoint, connection), progress, at,
-                  task_id, token_hash, at, agent, key_hash, key_hash, agent)
+                  task_id, token_hash, at, agent, key_hash, key_hash, agent, at)
         execute, translated = self._executor(connection)
         with translated:
             rows = execute(SQLITE_RENEW, params).fetchall()
@@ -427,7 +443,7 @@ class SQLiteStore(HotStore):
         result = self._json(self._result_field, result, connection)
         execute, translated = self._executor(connection)
         with translated:
-            history = (at, task_id, token_hash, agent, key_hash, key_hash, agent)
+            history = (at, task_id, token_hash, agent, key_hash, key_hash, agent, at)
             if execute(SQLITE_COMPLETE_HISTORY, history).rowcount != 1:
                 return None
             rows = execute(SQLITE_COMPLETE, (result, at, at, task_id, token_hash)).fetchall()
@@ -541,14 +557,18 @@ class PostgresStore(HotStore):
         return cursor
 
     def claim_next(self, agent: str, token_hash: str, ttl: timedelta, queue: str | None,
-                   request_hash: str | None, seed: str | None, key_hash: str | None = None) -> Written | None:
+                   request_hash: str | None, seed: str | None, key_hash: str | None = None,
+                   scope: tuple[str, ...] | None = None) -> Written | None:
         params = {"agent": agent, "token_hash": token_hash, "ttl": ttl, "request_hash": request_hash,
                   "seed": seed, "key_hash": key_hash}
-        if queue is None:
-            row = self._one(PG_CLAIM_NEXT, params)
-        else:
+        if queue is not None:
             params["queue"] = queue
             row = self._one(PG_CLAIM_NEXT_IN_QUEUE, params)
+        elif scope is not None:
+            params["scope"] = [as_like(p) for p in scope]
+            row = self._one(PG_CLAIM_NEXT_IN_SCOPE, params)
+        else:
+            row = self._one(PG_CLAIM_NEXT, params)
         if row is None:
             return None
         return Written(row, ((_NOT_BEFORE, None),), self._converters["claim"])

@@ -24,7 +24,7 @@ from django.db.models import (
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from board.engine import clock
+from board.engine import clock, scopes
 from board.engine.db import joins_cheaply, read_transaction, speaks_sql
 from board.engine.invariants import (
     CLAIMED_AT_LEAST_ONCE,
@@ -347,20 +347,34 @@ CLAIM_ORDER = ("-priority", "created_at", "pk")
 LIST_ORDERS = {"created": ("created_at", "pk"), "claim": CLAIM_ORDER}
 
 
-def ready_tasks(now: datetime, queue: str | None = None, *, using: str = "default"):
-    """QUEUED tasks past their retry backoff (in `queue` when given), best first: highest
-    priority, then oldest. The order claim_next takes them in."""
+def in_scope(scope: scopes.Scope) -> Q:
+    """The tasks a key with this queue scope may see (issue 27; board.engine.scopes): each
+    pattern as an anchored regex (the same in SQLite's Python REGEXP, PostgreSQL and MongoDB),
+    a plain name as an equality. Q() for an unscoped key."""
+    if scope is None:
+        return Q()
+    match = Q(pk__in=[])
+    for pattern in scope:
+        match |= Q(queue__regex=scopes.as_regex(pattern)) if any(c in pattern for c in "*?") else Q(queue=pattern)
+    return match
+
+
+def ready_tasks(now: datetime, queue: str | None = None, *, scope: scopes.Scope = None, using: str = "default"):
+    """QUEUED tasks past their retry backoff (in `queue` when given, in a key's `scope` when
+    given), best first: highest priority, then oldest. The order claim_next takes them in."""
     rows = Task.objects.using(using).filter(stage=Stage.QUEUED).filter(
         Q(not_before__isnull=True) | Q(not_before__lte=now))
     if queue is not None:
         rows = rows.filter(queue=queue)
+    if scope is not None:
+        rows = rows.filter(in_scope(scope))
     return rows.order_by(*CLAIM_ORDER)
 
 
-def has_ready_task(queue: str | None = None, *, using: str = "default") -> bool:
+def has_ready_task(queue: str | None = None, *, scope: scopes.Scope = None, using: str = "default") -> bool:
     """Whether some task is ready to claim, read without a transaction: a waiting claim asks
     this first, so that idle agents do not take SQLite's write lock several times a second."""
-    return ready_tasks(timezone.now(), queue, using=using).exists()
+    return ready_tasks(timezone.now(), queue, scope=scope, using=using).exists()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -526,12 +540,13 @@ def created_on_hold(task_ids: list[str], *, using: str = "default") -> set[str]:
 
 def task_list(*, stages: list[str] | None = None, queue: str | None = None, owner: str | None = None,
               text: str | None = None, order: str = "created", after: tuple | None = None, count: int,
-              using: str = "default") -> list[Task]:
+              scope: scopes.Scope = None, using: str = "default") -> list[Task]:
     """Up to `count` tasks in `order` (LIST_ORDERS: "created", oldest first; "claim", the order
     claim_next takes them in), after the task whose `list_key` is `after` when given, among
     those in `stages`, in `queue`, held by `owner`, whose id or title contains `text`
-    (case-insensitive), for each filter given. The caller has checked them."""
-    rows = Task.objects.using(using)
+    (case-insensitive), for each filter given. The caller has checked them. `scope`: a key's
+    queue patterns; the others' tasks are not listed."""
+    rows = Task.objects.using(using).filter(in_scope(scope))
     if stages:
         rows = rows.filter(stage__in=stages)
     if queue:

@@ -53,6 +53,7 @@ from board.engine import (
     errors,
     hot_sql,
     outcomes,
+    scopes,
     selectors,
     tracing,
 )
@@ -614,7 +615,7 @@ def _take(using: str, task: Task, verb: Verb, agent: str, ttl: timedelta, now: d
 @retry_conflicts
 def claim_next(
     agent: str, ttl_seconds: float, *, queue: str | None = None, request_id: str | None = None,
-    key_hash: str | None = None, using: str = "default",
+    key_hash: str | None = None, scope: scopes.Scope = None, using: str = "default",
 ) -> Claim | None:
     """Claim the best ready task: highest priority, then oldest, among QUEUED tasks past their
     backoff (in `queue` when given). None when there is no ready task.
@@ -624,15 +625,28 @@ def claim_next(
     claiming another task. Copies of one request are serialised, so they make one lease.
 
     `key_hash`: the agent key the caller acts with, when nobody checked it for this request
-    (_require_live_key): the claim is made only while that key is live; else KeyRevoked."""
+    (_require_live_key): the claim is made only while that key is live; else KeyRevoked.
+
+    `scope`: the queue patterns of a scoped key (board.engine.scopes; issue 27): only a task of
+    a matching queue is taken, and the filter is in the query that picks and claims it (the
+    hot statement, or the ORM path's pick inside its write transaction), never checked before.
+    A `queue` outside the scope has no task for this key: None. (A task's queue never changes,
+    and a key's scope neither, so that answer needs no reading.)"""
     ttl = _ttl(ttl_seconds)
     _agent_name(agent)
     if queue is not None and not is_valid_task_id(queue):
         raise errors.InvalidRequest(f"invalid queue name {queue!r}")
+    # --- queue scope (issue 27): a named queue is either wholly in scope or has nothing.
+    if scope is not None and queue is not None:
+        if not scopes.allows(scope, queue):
+            _require_live_key(using, key_hash, agent)
+            outcomes.record(using, Verb.CLAIM, outcomes.EMPTY)
+            return None
+        scope = None  # `queue = %s` alone picks only that queue's tasks
     request = claim_requests.of(agent, request_id)
     hot = hot_sql.store(using)
     if hot is not None:
-        return _hot_claim_next(hot, using, agent, ttl, queue, request, key_hash)
+        return _hot_claim_next(hot, using, agent, ttl, queue, request, key_hash, scope)
     for _ in range(RACE_RETRIES):
         with write_transaction(using):
             _require_live_key(using, key_hash, agent)
@@ -642,7 +656,7 @@ def claim_next(
                 if made is not None:
                     return _claim_of(*made)
             now = clock.now(using)
-            task = skip_locked(selectors.ready_tasks(now, queue, using=using), using).first()
+            task = skip_locked(selectors.ready_tasks(now, queue, scope=scope, using=using), using).first()
             if task is None:
                 outcomes.record(using, Verb.CLAIM, outcomes.EMPTY)
                 return None
@@ -654,7 +668,8 @@ def claim_next(
 
 
 def _hot_claim_next(hot: hot_sql.HotStore, using: str, agent: str, ttl: timedelta,
-                    queue: str | None, request: ClaimRequest | None, key_hash: str | None) -> Claim | None:
+                    queue: str | None, request: ClaimRequest | None, key_hash: str | None,
+                    scope: scopes.Scope = None) -> Claim | None:
     """claim_next as one statement: pick, CAS and history together, nothing read before. On
     SQLite the pick runs under the write lock; on PostgreSQL it skips rows other claimers have
     locked. So a match count of 0 means no ready task (what the ORM path says after losing
@@ -676,7 +691,7 @@ def _hot_claim_next(hot: hot_sql.HotStore, using: str, agent: str, ttl: timedelt
             if made is not None:
                 return _claim_of(*made)
         row = hot.claim_next(agent, hash_token(token), ttl, queue,
-                             request.digest if request is not None else None, seed, key_hash)
+                             request.digest if request is not None else None, seed, key_hash, scope)
     if row is None:
         # Nothing was ready, or the key is gone (the statement checks both): say which, out of
         # the transaction (nothing was written; on SQLite it holds the writers' lock).
@@ -760,7 +775,9 @@ def _require_live_key(using: str, key_hash: str | None, agent: str | None) -> No
         return
     if agent is None:
         raise ValueError("a key to check needs the agent's name")
-    if not AgentKey.objects.using(using).filter(key_hash=key_hash, name=agent, revoked_at__isnull=True).exists():
+    # Live: no end set, or its end (a rotated key's grace) still ahead by the store's clock.
+    live = Q(revoked_at__isnull=True) | Q(revoked_at__gt=clock.in_query(using))
+    if not AgentKey.objects.using(using).filter(live, key_hash=key_hash, name=agent).exists():
         raise errors.KeyRevoked()
 
 

@@ -1,9 +1,26 @@
 """Mint an API key for an agent and print it (the only time it is ever shown). Reserved names
-(`system`, `system:…`, `admin`, any existing username) are refused: board.agent_keys."""
+(`system`, `system:…`, `admin`, any existing username) are refused: board.agent_keys.
+
+One live key per agent name: a name that has a live key is refused (exit status 1) unless
+`--rotate[=SECONDS]` is given, which makes the new key and ends the old one SECONDS from now
+(0, at once, when no value is given; at most agent_keys.MAX_ROTATION_GRACE).
+
+`--queues ci-*,docs` limits the key to those queues (board.engine.scopes): it creates, lists,
+reads, claims and acts only on their tasks; the others are absent to it."""
+from datetime import timedelta
+
 from django.core.management.base import BaseCommand, CommandError
 
 from board import agent_keys
 from board.engine import errors
+
+
+def _grace(value: str) -> timedelta:
+    try:
+        seconds = int(value)
+    except ValueError:
+        raise CommandError(f"--rotate takes a whole number of seconds, not {value!r}") from None
+    return timedelta(seconds=seconds)
 
 
 class Command(BaseCommand):
@@ -13,13 +30,22 @@ class Command(BaseCommand):
         parser.add_argument("name", help="the agent name the key acts as (not system, system:..., admin "
                                          "or an existing username)")
         parser.add_argument("--operator", action="store_true", help="may also admit, requeue and cancel tasks")
+        parser.add_argument("--rotate", nargs="?", const="0", default=None, metavar="SECONDS",
+                            help="replace the name's live key: it is refused SECONDS from now (default 0: "
+                                 f"at once; at most {int(agent_keys.MAX_ROTATION_GRACE.total_seconds())})")
+        parser.add_argument("--queues", default=None, metavar="PATTERNS",
+                            help="limit the key to these queues: comma-separated glob patterns, e.g. 'ci-*,docs' "
+                                 "(default: every queue)")
         parser.add_argument("--database", default="default")
 
-    def handle(self, *args, name, operator=False, database="default", **options):
+    def handle(self, *args, name, operator=False, rotate=None, queues=None, database="default", **options):
+        grace = _grace(rotate) if rotate is not None else None
         try:
-            row, key = agent_keys.create_key(name, is_operator=operator, using=database)
+            row, key = agent_keys.create_key(name, is_operator=operator, rotate=grace, queues=queues, using=database)
         except errors.InvalidRequest as exc:
             raise CommandError(exc.message) from None
-        self.stderr.write(f"key {row.prefix}… for agent {row.name!r}{' (operator)' if operator else ''}; "
+        rotated = f"; the name's previous key ends in {int(grace.total_seconds())} s" if grace is not None else ""
+        scoped = f", queues {row.queues}" if row.queues else ""
+        self.stderr.write(f"key {row.prefix}… for agent {row.name!r}{' (operator)' if operator else ''}{scoped}{rotated}; "
                           "store it now, it is not shown again:")
         self.stdout.write(key)
