@@ -164,9 +164,10 @@ def sqlite_options() -> dict:
 
 
 def postgres_options() -> dict:
-    """A connection pool per process. A server process holds at most TASKFLOW_HTTP_THREADS + 2
-    connections at once (its request threads, plus the one thread of the live board's tailer,
-    the waiting claims' poll and the websockets' session lookups); a waiting claim holds none
+    """A connection pool per process. A server process holds at most TASKFLOW_HTTP_THREADS + 4
+    connections at once (its request threads, plus asgiref's thread of the live board's tailer,
+    the waiting claims' poll and the websockets' session lookups, the snapshot builder, the
+    /healthz checker and one spare: serve.BACKGROUND_CONNECTIONS); a waiting claim holds none
     while it waits, so no request ever waits for a connection (`manage.py serve` refuses a pool
     smaller than that). The default also covers `contract_check`'s 16 racing threads; the pool
     opens connections only as they are needed. DATABASE_POOL=0 turns it off (e.g. behind

@@ -347,9 +347,10 @@ def test_a_revoked_key_is_refused_on_its_next_request_by_every_server_process(dj
 
 @pytest.fixture
 def small_pool_server(django_db_setup, django_db_blocker):
-    """One worker process, 2 request threads, a pool of 4 connections, parking up to 25 claims."""
+    """One worker process, 2 request threads, a pool of 6 connections (the least serve takes), parking
+    up to 25 claims."""
     with django_db_blocker.unblock():
-        server = start_server("postgres", workers=1, TASKFLOW_HTTP_THREADS="2", DATABASE_POOL_MAX="4",
+        server = start_server("postgres", workers=1, TASKFLOW_HTTP_THREADS="2", DATABASE_POOL_MAX="6",
                               TASKFLOW_MAX_WAITERS="25")
     try:
         yield server
@@ -363,7 +364,7 @@ def test_more_waiting_claims_than_pool_connections_starve_nobody(small_pool_serv
     _, key = agent_keys.create_key("pg-agent", using="postgres")
     outcome, threads = park(server, key, "idle", 25, LONG_WAIT)
     started = time.monotonic()
-    for i in range(10):  # ordinary work beside 25 parked claims and a pool of 4
+    for i in range(10):  # ordinary work beside 25 parked claims and a pool of 6
         status, _, data = request(server, "POST", "/api/tasks", key, {"id": f"w{i}", "title": "w", "queue": "work"})
         assert status == 201, data
         status, _, data = request(server, "POST", "/api/claim", key, {"ttl_seconds": 60, "queue": "work"})
@@ -373,6 +374,6 @@ def test_more_waiting_claims_than_pool_connections_starve_nobody(small_pool_serv
         assert status == 200, data
     assert time.monotonic() - started < 5  # no request waited for a connection (the pool waits 5 s)
     assert not outcome, outcome  # the 25 are still parked
-    # All 25 woken at once claim through the same pool of 4, each its own task.
+    # All 25 woken at once claim through the same pool of 6, each its own task.
     assert wake_the_rest(server, key, "idle", outcome, threads, 25) == sorted(f"idle-{i}" for i in range(25))
     assert Task.objects.using("postgres").filter(stage="COMPLETED").count() == 10

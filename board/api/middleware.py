@@ -59,6 +59,8 @@ def _reshape(request, response):
                                 status=response.status_code)
         if response.has_header("Allow"):
             reshaped["Allow"] = response["Allow"]
+        # Django logs a 5xx once, when it is made; the reshaped answer is the same 5xx.
+        reshaped._has_been_logged = getattr(response, "_has_been_logged", False)
         return reshaped
     return response
 

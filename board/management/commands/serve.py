@@ -27,6 +27,12 @@ from taskflow_site import metrics_dir
 
 APP = "taskflow_site.asgi:application"
 
+# Connections a server process may hold beside its request threads': asgiref's one sync thread
+# (the live board's tailer, the waiting claims' poll, the websockets' session lookups), the
+# board's snapshot builder (board/live/snapshots.py), the /healthz checker (board/health.py), and
+# one to spare, as before those two threads existed.
+BACKGROUND_CONNECTIONS = 4
+
 log = logging.getLogger("board.reaper")
 
 # `manage.py reap --loop` with SIGINT ignored: Ctrl-C in `make run`'s terminal reaches the whole
@@ -198,6 +204,9 @@ class Command(BaseCommand):
                 # The board's socket sends big snapshots in 1 MiB frames; the page sends little.
                 ws_max_size=4 * 1024 * 1024, ws_per_message_deflate=False,
                 server_header=False, timeout_graceful_shutdown=5,
+                # LOG_FORMAT=json: this process's own uvicorn lines (a worker that died) go through
+                # settings.LOGGING as JSON too, instead of uvicorn's text configuration.
+                **({"log_config": None} if settings.LOG_FORMAT == "json" else {}),
             )
         finally:
             stopping.set()
@@ -209,11 +218,11 @@ class Command(BaseCommand):
 
     @staticmethod
     def check_pool() -> None:
-        """Every request thread, and the one thread of the tailer, the waiting claims' poll and
-        the websockets' session lookups, must find a connection without waiting."""
+        """Every thread of a server process that uses the database must find a connection without
+        waiting: the request threads, and BACKGROUND_CONNECTIONS more."""
         pool = settings.DATABASES["default"].get("OPTIONS", {}).get("pool")
-        needed = settings.TASKFLOW["HTTP_THREADS"] + 2
+        needed = settings.TASKFLOW["HTTP_THREADS"] + BACKGROUND_CONNECTIONS
         if isinstance(pool, dict) and pool.get("max_size", needed) < needed:
             raise CommandError(
                 f"DATABASE_POOL_MAX={pool['max_size']} is below what a server process can hold at "
-                f"once ({needed}: TASKFLOW_HTTP_THREADS + 2); raise it or lower the threads")
+                f"once ({needed}: TASKFLOW_HTTP_THREADS + {BACKGROUND_CONNECTIONS}); raise it or lower the threads")
