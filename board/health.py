@@ -87,7 +87,6 @@ def passed(name: str) -> None:
         log.warning("health: the %s check passes again", name)
 
 
-
 def check_database(using: str = "default") -> dict:
     try:
         db.ping(using)
