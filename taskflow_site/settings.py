@@ -365,11 +365,12 @@ LOGGING = {
     "loggers": {
         "board": {"level": os.environ.get("LOG_LEVEL", "INFO")},
         # Replaces Django's own handlers (a console only when DEBUG, mail to ADMINS): a 5xx and
-        # its traceback (django.request, ERROR) reach stderr through the root's handler. In
-        # production ERROR and up only: an ordinary 4xx (WARNING) is the client's business and a
-        # scan must not flood the log; a Host that ALLOWED_HOSTS refuses is still logged
+        # its traceback (django.request, ERROR) reach stderr through the root's handler. ERROR
+        # and up only, DEBUG on or off: an ordinary 4xx (WARNING) is the client's business, a
+        # scan must not flood the log, and under `make run` the banner (with the first run's
+        # password) must not scroll away; a Host that ALLOWED_HOSTS refuses is still logged
         # (django.security.DisallowedHost, ERROR): it is how a wrong ALLOWED_HOSTS shows.
-        "django": {"handlers": [], "level": "INFO" if DEBUG else "ERROR"},
+        "django": {"handlers": [], "level": "ERROR"},
         # uvicorn's lines (its errors; the access log, TASKFLOW_ACCESS_LOG=1) in JSON too.
         **({"uvicorn": {"handlers": ["stderr"], "propagate": False},
             "uvicorn.access": {"handlers": ["stderr"], "propagate": False}} if LOG_FORMAT == "json" else {}),

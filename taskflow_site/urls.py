@@ -4,7 +4,7 @@ from django.views.generic import RedirectView
 
 from board.api.endpoints import api
 from board.health import healthz
-from board.live.views import board_page
+from board.live.views import board_page, favicon
 from board.metrics import metrics_view
 
 # The admin is the operators' side of the board: it says so on every page (not "Django
@@ -21,4 +21,5 @@ urlpatterns = [
     path("api/", api.urls),
     path("healthz", healthz, name="healthz"),
     path("metrics", metrics_view, name="metrics"),
+    path("favicon.ico", favicon, name="favicon"),
 ]

@@ -3,11 +3,16 @@
 Who may open it: an active staff user allowed to read tasks (board/access.py); the page offers
 the operators' actions only to a user with board.intervene, and those actions are the only
 writes it makes (through the API, with the session and its CSRF token)."""
+from pathlib import Path
+
 from django.conf import settings
 from django.contrib.admin.views.decorators import staff_member_required
-from django.core.exceptions import PermissionDenied
+from django.contrib.auth import get_user_model
+from django.http import HttpResponse
 from django.shortcuts import render, resolve_url
+from django.views.decorators.cache import cache_control
 from django.views.decorators.csrf import ensure_csrf_cookie
+from django.views.decorators.http import require_GET
 
 from board import access
 from board.engine.lifecycle import TRANSITIONS, Stage
@@ -29,7 +34,7 @@ EMPTY_COLUMN_HINTS = {
 @ensure_csrf_cookie  # the page's actions call the API with the session and this token
 def board_page(request):
     if not access.may_read(request.user):
-        raise PermissionDenied("viewing the board needs the board.view_task permission")
+        return missing_permission(request)
     moves = sorted({(s.value, verb.value, to.value) for (s, verb), to in TRANSITIONS.items()})
     return render(request, "board/board.html", {
         "stages": [s.value for s in Stage],
@@ -38,3 +43,29 @@ def board_page(request):
         "can_intervene": access.may_intervene(request.user),
         "login_url": resolve_url(settings.LOGIN_URL),  # where the page sends a person whose session ended
     })
+
+
+ASK_AT_MOST = 5  # administrators a refused user is told to ask
+
+
+def missing_permission(request):
+    """403 for a staff user who may not read tasks: which permission is missing and who can grant
+    it (Django's bare "403 Forbidden" said neither; the reason was only in the server's log)."""
+    administrators = list(get_user_model().objects.filter(is_superuser=True, is_active=True)
+                          .order_by("username").values_list("username", flat=True)[:ASK_AT_MOST])
+    return render(request, "board/forbidden.html", {
+        "user": request.user,
+        "permission": access.READ[0],
+        "administrators": administrators,
+    }, status=403)
+
+
+FAVICON = (Path(__file__).resolve().parents[2] / "static" / "board" / "favicon.ico").read_bytes()
+
+
+@require_GET
+@cache_control(public=True, max_age=86400)
+def favicon(request):
+    """/favicon.ico, which every browser asks for on every page, the admin's included: served,
+    not a 404 in the log under `make run`'s banner."""
+    return HttpResponse(FAVICON, content_type="image/x-icon")
