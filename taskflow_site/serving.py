@@ -214,7 +214,7 @@ class HttpApp:
         queue = _header(headers, WAIT_QUEUE_HEADER) or None
         key = _header(headers, WAIT_KEY_HEADER) or ""
         waiters = waiting.waiters()
-        if waiters.count >= self.max_waiters:
+        if waiters.waiting >= self.max_waiters:
             return _json_error(503, "too_many_waiters",
                                f"this server already holds {self.max_waiters} waiting claims; retry "
                                "shortly or claim without wait_seconds", [(b"retry-after", b"1")])
@@ -227,6 +227,7 @@ class HttpApp:
         environ.pop("wsgi.input", None)
         deadline = time.monotonic() + wait_seconds
         loop = asyncio.get_running_loop()
+        waiters.enter(key)  # no await since the checks above: they and this are one step
         # The body has been read: the next message can only be the client's disconnect.
         gone = asyncio.ensure_future(receive())
         try:
@@ -234,7 +235,7 @@ class HttpApp:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return 204, [h for h in headers if h[0] != b"content-length"], b""
-                parked = asyncio.ensure_future(waiters.wait(queue, remaining, key))
+                parked = asyncio.ensure_future(waiters.wait(queue, remaining))
                 await asyncio.wait({parked, gone}, return_when=asyncio.FIRST_COMPLETED)
                 if gone.done():
                     parked.cancel()
@@ -247,6 +248,7 @@ class HttpApp:
                     return status, headers, data
         finally:
             gone.cancel()
+            waiters.leave(key)
 
     @staticmethod
     async def _send(send, status: int, headers: list, data: bytes) -> None:

@@ -47,6 +47,7 @@ class Waiters:
         # queue (or ANY_QUEUE) -> futures in arrival order (an OrderedDict as an ordered set)
         self.by_queue: dict[str | None, OrderedDict[asyncio.Future, None]] = defaultdict(OrderedDict)
         self.by_key: dict[str, int] = {}
+        self._waiting = 0
         self.poller: asyncio.Task | None = None
 
     @property
@@ -54,22 +55,30 @@ class Waiters:
         """Claims parked now (a woken one leaves its queue's list at once)."""
         return sum(len(parked) for parked in self.by_queue.values())
 
+    @property
+    def waiting(self) -> int:
+        """Waiting claims now, parked or being replayed (the caps count these)."""
+        return self._waiting
+
     def count_of(self, key: str) -> int:
-        """Claims of this agent parked now."""
+        """This agent's waiting claims now, parked or being replayed."""
         return self.by_key.get(key, 0)
 
-    async def wait(self, queue: str | None, timeout: float, key: str = "") -> bool:
-        """Park until woken (True) or `timeout` seconds pass (False)."""
+    def enter(self, key: str) -> None:
+        """A waiting claim of `key` begins: counted at once, in the same step as the caller's check
+        of the caps (no await between them), so concurrent claims cannot both pass a full cap."""
+        self._waiting += 1
         self.by_key[key] = self.by_key.get(key, 0) + 1
-        try:
-            return await self._wait(queue, timeout)
-        finally:
-            if self.by_key[key] == 1:
-                del self.by_key[key]
-            else:
-                self.by_key[key] -= 1
 
-    async def _wait(self, queue: str | None, timeout: float) -> bool:
+    def leave(self, key: str) -> None:
+        self._waiting -= 1
+        if self.by_key[key] == 1:
+            del self.by_key[key]
+        else:
+            self.by_key[key] -= 1
+
+    async def wait(self, queue: str | None, timeout: float) -> bool:
+        """Park until woken (True) or `timeout` seconds pass (False)."""
         from board.live import tailer  # which imports this module
 
         tailer.ensure_tailer()  # the commit signal that wakes us
