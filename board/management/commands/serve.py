@@ -217,11 +217,13 @@ class Command(BaseCommand):
                 shutil.rmtree(metrics_path, ignore_errors=True)
 
     @staticmethod
-    def check_pool() -> None:
+    def check_pool(pool=None, threads: int | None = None) -> None:
         """Every thread of a server process that uses the database must find a connection without
-        waiting: the request threads, and BACKGROUND_CONNECTIONS more."""
-        pool = settings.DATABASES["default"].get("OPTIONS", {}).get("pool")
-        needed = settings.TASKFLOW["HTTP_THREADS"] + BACKGROUND_CONNECTIONS
+        waiting: the request threads, and BACKGROUND_CONNECTIONS more. (From the settings unless
+        given.)"""
+        if pool is None:
+            pool = settings.DATABASES["default"].get("OPTIONS", {}).get("pool")
+        needed = (threads or settings.TASKFLOW["HTTP_THREADS"]) + BACKGROUND_CONNECTIONS
         if isinstance(pool, dict) and pool.get("max_size", needed) < needed:
             raise CommandError(
                 f"DATABASE_POOL_MAX={pool['max_size']} is below what a server process can hold at "
