@@ -75,12 +75,14 @@ def assert_exact(scripted: str) -> None:
     failed[39] = 1  # 12:10:20 (a2)
     assert data["throughput"] == {"completed": completed, "failed": failed}
 
-    # alpha: a1 and a2 queued before the window; a1 claimed (minute 9), a2 claimed (34) and
-    # back after its failure (39). beta: b1 claimed in minute 54.
+    # Each minute's most: alpha: a1 and a2 queued before the window; a1 claimed (minute 9: 2
+    # then 1), a2 claimed (34: 1 then 0) and back after its failure (39: 0 then 1). beta: b1
+    # claimed in minute 54 (1 then 0).
     assert data["queue_depth"] == {
-        "alpha": [2] * 9 + [1] * 25 + [0] * 5 + [1] * 21,
-        "beta": [1] * 54 + [0] * 6,
+        "alpha": [2] * 10 + [1] * 25 + [0] * 4 + [1] * 21,
+        "beta": [1] * 55 + [0] * 5,
     }
+    assert data["queued_now"] == {"alpha": 1, "beta": 0}
     assert data["agents"] == [
         {"name": "ann", "holds": [], "holding": 0, "last_heartbeat": "2026-01-01T11:40:20Z",
          "completed": 1, "failed": 0},
@@ -92,6 +94,22 @@ def assert_exact(scripted: str) -> None:
     first_in_window = TaskEvent.objects.using(scripted).filter(at__gte=datetime(2026, 1, 1, 11, 31, tzinfo=UTC))
     assert first_id == min(first_in_window.values_list("id", flat=True))
     assert "token" not in repr(data).lower()
+
+
+@pytest.mark.parametrize("using", STORES)
+def test_a_peak_inside_one_minute_is_the_minutes_depth(using):
+    """Two tasks queued and claimed within the same minute: the queue held 2 during it, although
+    it ended that minute (and every other) empty. Sampled at each minute's end, the chart said
+    "at most 0" for a queue that had just had work waiting."""
+    s = Script(using)
+    s.at(ago(10.9), lambda: transitions.create([TaskSpec(id=f"p{i}", title="peak", queue="peaks") for i in (1, 2)],
+                                               actor="creator", using=using))
+    s.at(ago(10.8), lambda: transitions.claim("p1", "ann", 60, using=using))
+    s.at(ago(10.7), lambda: transitions.claim("p2", "ann", 60, using=using))
+    data, _ = insights.compute(NOW, using=using)
+    depth = data["queue_depth"]["peaks"]
+    assert depth == [0] * 48 + [2] + [0] * 11  # 12:19:26-12:19:38 is in minute 48 (from 11:31)
+    assert data["queued_now"] == {"peaks": 0}
 
 
 @pytest.mark.parametrize("scripted", STORES, indirect=True)
@@ -161,7 +179,9 @@ def test_an_insights_frame_follows_the_snapshot_and_changes_after_a_completion(b
         assert before[0] == "snapshot"  # after the snapshot
         agents = {a["name"]: a for a in first["agents"]}
         assert agents["live-agent"]["holds"] == ["w1"] and agents["live-agent"]["completed"] == 0
-        assert first["queue_depth"]["live"][-1] == 1 and sum(first["throughput"]["completed"]) == 0
+        # Two queued, then one claimed: 1 now, and 2 at the most of this minute (or the last).
+        assert first["queued_now"]["live"] == 1 and max(first["queue_depth"]["live"][-2:]) == 2
+        assert sum(first["throughput"]["completed"]) == 0
 
         transitions.complete("w1", claim.lease.token, {"ok": True})
         while True:  # frames with nothing new are not sent; the next one shows the completion

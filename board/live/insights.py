@@ -8,10 +8,12 @@ history of the last WINDOW_MINUTES minutes and the tasks RUNNING and QUEUED now,
   renew, complete, fail, pause, release): its name, the tasks it holds, its last heartbeat (its
   latest claim, resume or renew in the window) and its completions and failures in the window;
 - `throughput`: completions and failures per minute;
-- `queue_depth`: QUEUED tasks per queue at the end of each minute, reconstructed from today's
-  counts backwards: each event that moved a task into QUEUED after a minute ended was one task
-  fewer in its queue then, each that moved one out one more. Renews never change stage and are
-  not read for this.
+- `queue_depth`: the most QUEUED tasks each queue held at any moment of each minute (a queue
+  that filled and emptied within one minute shows its peak, not the empty end), reconstructed
+  from today's counts: the level at the window's start is today's less every move into QUEUED
+  since, plus every move out; the window's moves are then replayed in order. Renews never change
+  stage and are not read for this. A level read one off (see below) is never shown below 0.
+- `queued_now`: QUEUED tasks per queue now (the queues of `queue_depth`).
 
 Bucket i of each series covers [start + i min, start + (i + 1) min); the last bucket is the
 current, partial minute (its depth is today's).
@@ -91,8 +93,8 @@ def compute(now: datetime | None = None, *, using: str = "default", since_id: in
     completed, failed = [0] * minutes, [0] * minutes
     done: dict[str, list[int]] = defaultdict(lambda: [0, 0])  # agent -> [completed, failed]
     acted: set[str] = set()
-    # Net change of each queue's depth within each minute (index `minutes`: after now).
-    net: dict[str, list[int]] = defaultdict(lambda: [0] * (minutes + 1))
+    # Each queue's depth changes in history order: (bucket, +1 or -1); bucket `minutes`: after now.
+    changes: dict[str, list[tuple[int, int]]] = defaultdict(list)
     for _, task_id, verb, from_stage, to_stage, actor, at in moves:
         i = bucket(at)
         if verb == Verb.COMPLETE and i is not None:
@@ -107,20 +109,14 @@ def compute(now: datetime | None = None, *, using: str = "default", since_id: in
                 done[actor][1] += 1
         delta = (to_stage == Stage.QUEUED) - (from_stage == Stage.QUEUED)
         if delta and task_id in queue_of:
-            net[queue_of[task_id]][minutes if i is None else i] += delta
+            changes[queue_of[task_id]].append((minutes if i is None else i, delta))
     acted.update(actor for actor in heartbeats if _is_agent(actor))
 
     depth: dict[str, list[int]] = {}
-    queues = sorted(set(queued_now) | set(net))
+    queues = sorted(set(queued_now) | set(changes))
     for queue in queues:
-        changes = net[queue] if queue in net else [0] * (minutes + 1)
-        series = [0] * minutes
-        level = queued_now.get(queue, 0) - changes[minutes]  # as it was at now
-        for i in range(minutes - 1, -1, -1):  # the end of bucket i is the start of bucket i + 1
-            series[i] = level
-            level -= changes[i]
-        depth[queue] = series
-    kept_queues = sorted(depth, key=lambda q: (-depth[q][-1], -max(depth[q]), q))[:MAX_QUEUES]
+        depth[queue] = _peaks(queued_now.get(queue, 0), changes.get(queue, ()), minutes)
+    kept_queues = sorted(depth, key=lambda q: (-queued_now.get(q, 0), -max(depth[q]), q))[:MAX_QUEUES]
     depth = {queue: depth[queue] for queue in sorted(kept_queues)}
 
     holds: dict[str, list[str]] = defaultdict(list)
@@ -153,6 +149,7 @@ def compute(now: datetime | None = None, *, using: str = "default", since_id: in
         "more_agents": len(acted | set(holds)) - len(agents),
         "throughput": {"completed": completed, "failed": failed},
         "queue_depth": depth,
+        "queued_now": {queue: queued_now.get(queue, 0) for queue in depth},
         "more_queues": len(queues) - len(depth),
     }
     return data, min(first_ids) if first_ids else since_id
@@ -162,3 +159,19 @@ def _is_agent(actor: str) -> bool:
     # "system" (retries, admissions, takeovers) and "system:reaper" act for the store.
     return bool(actor) and actor != "system" and not actor.startswith("system:")
 
+
+def _peaks(now: int, changes, minutes: int) -> list[int]:
+    """Each minute's most, from the depth `now` and the (bucket, +1/-1) changes in history order
+    (bucket `minutes`: stamped after now)."""
+    level = now - sum(delta for _, delta in changes)  # at the window's start
+    changes = sorted(changes, key=lambda change: change[0])  # stable: history order within a minute
+    series = [0] * minutes
+    at = 0
+    for i in range(minutes):
+        peak = level
+        while at < len(changes) and changes[at][0] == i:
+            level += changes[at][1]
+            peak = max(peak, level)
+            at += 1
+        series[i] = max(0, peak)
+    return series

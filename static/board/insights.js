@@ -122,14 +122,16 @@ function render() {
   parts.push(throughput, el("p", "legend", `last hour: ${completed} completed, ${failed} failed`));
 
   parts.push(el("h3", null, "Queue depth"));
+  // Each bar is the most a minute held; "now" is the depth at this moment (queued_now).
+  const now = (queue, depths) => (data.queued_now || {})[queue] ?? depths[depths.length - 1];
   const queues = Object.entries(data.queue_depth)
-    .sort((a, b) => b[1][b[1].length - 1] - a[1][a[1].length - 1] || a[0].localeCompare(b[0]));
+    .sort((a, b) => now(b[0], b[1]) - now(a[0], a[1]) || a[0].localeCompare(b[0]));
   if (!queues.length) parts.push(el("p", "empty", "No queue has had ready tasks in the last hour."));
   for (const [queue, depths] of queues.slice(0, MAX_QUEUES)) {
-    const chart = barChart(data, [["depth", depths]], `tasks queued in ${queue} per minute over the last hour`);
+    const chart = barChart(data, [["depth", depths]], `most tasks queued in ${queue} per minute over the last hour`);
     chart.dataset.queue = queue;
-    chart.dataset.depth = String(depths[depths.length - 1]);
-    parts.push(el("p", "legend", `${queue}: ${depths[depths.length - 1]} queued now, at most ${Math.max(...depths)}`), chart);
+    chart.dataset.depth = String(now(queue, depths));
+    parts.push(el("p", "legend", `${queue}: ${now(queue, depths)} queued now, at most ${Math.max(...depths)}`), chart);
   }
   const moreQueues = Math.max(0, queues.length - MAX_QUEUES) + (data.more_queues || 0);
   if (moreQueues) parts.push(el("p", "legend", `and ${moreQueues} more queues`));
