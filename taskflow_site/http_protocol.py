@@ -21,11 +21,12 @@ The figures come from the TASKFLOW settings (README, "Limits" and "Deploying").
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 import httptools
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+
+from taskflow_site.serving import _json_error
 
 
 @dataclass(frozen=True)
@@ -53,10 +54,9 @@ class _HeadTooLarge(Exception):
 
 
 def error_answer(status: int, code: str, message: str) -> bytes:
-    """A whole HTTP answer with the API's error shape, closing the connection."""
-    body = json.dumps({"error": {"code": code, "message": message}}).encode()
-    return b"".join([STATUS_LINE[status], b"content-type: application/json\r\n",
-                     b"content-length: %d\r\n" % len(body), b"connection: close\r\n\r\n", body])
+    """A whole HTTP answer with the API's error shape (serving's), closing the connection."""
+    status, headers, body = _json_error(status, code, message, [(b"connection", b"close")])
+    return b"".join([STATUS_LINE[status], *(name + b": " + value + b"\r\n" for name, value in headers), b"\r\n", body])
 
 
 class _CycleTransport:

@@ -214,20 +214,17 @@ class HttpApp:
         queue = _header(headers, WAIT_QUEUE_HEADER) or None
         key = _header(headers, WAIT_KEY_HEADER) or ""
         waiters = waiting.waiters()
-        if waiters.waiting >= self.max_waiters:
-            return _json_error(503, "too_many_waiters",
-                               f"this server already holds {self.max_waiters} waiting claims; retry "
-                               "shortly or claim without wait_seconds", [(b"retry-after", b"1")])
-        if waiters.count_of(key) >= self.max_waiters_per_key:
-            return _json_error(503, "too_many_waiters",
-                               f"this agent already has {self.max_waiters_per_key} waiting claims on this "
-                               "server; retry shortly or claim without wait_seconds", [(b"retry-after", b"1")])
+        # Counted here, in the same step as the caps' check (no await between): see KeyTally.
+        if not waiters.claims.take(key, self.max_waiters, self.max_waiters_per_key):
+            whose = (f"this agent already has {self.max_waiters_per_key}" if waiters.claims.total < self.max_waiters
+                     else f"this server already holds {self.max_waiters}")
+            return _json_error(503, "too_many_waiters", f"{whose} waiting claims; retry shortly or claim "
+                               "without wait_seconds", [(b"retry-after", b"1")])
         claim = (_header(headers, WAIT_CLAIM_HEADER) or "").encode("latin1")
         environ = dict(environ, CONTENT_LENGTH=str(len(claim)))
         environ.pop("wsgi.input", None)
         deadline = time.monotonic() + wait_seconds
         loop = asyncio.get_running_loop()
-        waiters.enter(key)  # no await since the checks above: they and this are one step
         # The body has been read: the next message can only be the client's disconnect.
         gone = asyncio.ensure_future(receive())
         try:
@@ -248,7 +245,7 @@ class HttpApp:
                     return status, headers, data
         finally:
             gone.cancel()
-            waiters.leave(key)
+            waiters.claims.give_back(key)
 
     @staticmethod
     async def _send(send, status: int, headers: list, data: bytes) -> None:

@@ -46,8 +46,7 @@ class Waiters:
     def __init__(self) -> None:
         # queue (or ANY_QUEUE) -> futures in arrival order (an OrderedDict as an ordered set)
         self.by_queue: dict[str | None, OrderedDict[asyncio.Future, None]] = defaultdict(OrderedDict)
-        self.by_key: dict[str, int] = {}
-        self._waiting = 0
+        self.claims = KeyTally()  # waiting claims, parked or being replayed, per agent
         self.poller: asyncio.Task | None = None
 
     @property
@@ -55,27 +54,6 @@ class Waiters:
         """Claims parked now (a woken one leaves its queue's list at once)."""
         return sum(len(parked) for parked in self.by_queue.values())
 
-    @property
-    def waiting(self) -> int:
-        """Waiting claims now, parked or being replayed (the caps count these)."""
-        return self._waiting
-
-    def count_of(self, key: str) -> int:
-        """This agent's waiting claims now, parked or being replayed."""
-        return self.by_key.get(key, 0)
-
-    def enter(self, key: str) -> None:
-        """A waiting claim of `key` begins: counted at once, in the same step as the caller's check
-        of the caps (no await between them), so concurrent claims cannot both pass a full cap."""
-        self._waiting += 1
-        self.by_key[key] = self.by_key.get(key, 0) + 1
-
-    def leave(self, key: str) -> None:
-        self._waiting -= 1
-        if self.by_key[key] == 1:
-            del self.by_key[key]
-        else:
-            self.by_key[key] -= 1
 
     async def wait(self, queue: str | None, timeout: float) -> bool:
         """Park until woken (True) or `timeout` seconds pass (False)."""
@@ -166,28 +144,50 @@ def waiters() -> Waiters:
     return _waiters
 
 
-class ThreadWaitSlots:
-    """Waiting claims outside the board's server (a plain WSGI server, Django's test client),
-    where each one holds its worker thread for the whole wait: at most `total` at once per
-    process and `per_key` per agent; the view answers 503 too_many_waiters past them."""
+class KeyTally:
+    """Waiting claims counted in all and per agent (key name), for their caps. The server's
+    counts one on its event loop when the claim's wait begins, in the same step as the caller's
+    check of the caps (no await between them), so concurrent claims cannot both pass a full cap."""
 
     def __init__(self) -> None:
+        self.total = 0
+        self.by_key: dict[str, int] = {}
+
+    def of(self, key: str) -> int:
+        return self.by_key.get(key, 0)
+
+    def take(self, key: str, total: int, per_key: int) -> bool:
+        """Count one more for `key` unless that passes either cap."""
+        if self.total >= total or self.of(key) >= per_key:
+            return False
+        self.total += 1
+        self.by_key[key] = self.of(key) + 1
+        return True
+
+    def give_back(self, key: str) -> None:
+        self.total -= 1
+        if self.by_key[key] == 1:
+            del self.by_key[key]
+        else:
+            self.by_key[key] -= 1
+
+
+class ThreadWaitSlots(KeyTally):
+    """Waiting claims outside the board's server (a plain WSGI server, Django's test client),
+    where each one holds its worker thread for the whole wait: the same tally under a lock, as
+    the waits run in threads; the view answers 503 too_many_waiters past the caps."""
+
+    def __init__(self) -> None:
+        super().__init__()
         self._lock = threading.Lock()
-        self._by_key: dict[str, int] = {}
 
     def take(self, key: str, total: int, per_key: int) -> bool:
         with self._lock:
-            if sum(self._by_key.values()) >= total or self._by_key.get(key, 0) >= per_key:
-                return False
-            self._by_key[key] = self._by_key.get(key, 0) + 1
-            return True
+            return super().take(key, total, per_key)
 
     def give_back(self, key: str) -> None:
         with self._lock:
-            if self._by_key[key] == 1:
-                del self._by_key[key]
-            else:
-                self._by_key[key] -= 1
+            super().give_back(key)
 
 
 thread_wait_slots = ThreadWaitSlots()
