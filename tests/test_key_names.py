@@ -190,10 +190,13 @@ def test_the_old_key_is_refused_once_its_grace_ends_even_by_the_hot_verbs_memory
 # The database decides: concurrent mints for one name
 
 
+MINT_ROUNDS = 30
+
+
 @pytest.mark.parametrize("alias", sql_stores())
 def test_concurrent_mints_for_one_name_make_exactly_one_key(alias):
     threads = 8
-    for round_ in range(3):
+    for round_ in range(MINT_ROUNDS):
         name = f"racer-{round_}"
         results = race([lambda: agent_keys.create_key(name, using=alias)] * threads, alias)
         won = [r for r in results if isinstance(r, tuple)]

@@ -210,9 +210,19 @@ def check_patterns_match_exactly(alias: str) -> None:
     assert Task.objects.using(alias).filter(stage="QUEUED").count() == 3
 
 
+RACE_ROUNDS = 30
+
+
 def check_scoped_claimers_race(alias: str) -> None:
-    """Two scopes racing over one board (threads released by a barrier): every task in a
-    scope is claimed exactly once, only by a claimer of that scope; the rest stay QUEUED."""
+    """Two scopes racing over one board (threads released by a barrier), RACE_ROUNDS rounds:
+    every task in a scope is claimed exactly once, only by a claimer of that scope; the rest
+    stay QUEUED."""
+    for _ in range(RACE_ROUNDS):
+        Task.objects.using(alias).filter(queue__in=["ci-a", "docs", "secret"]).delete()
+        scoped_claimers_round(alias)
+
+
+def scoped_claimers_round(alias: str) -> None:
     specs = [TaskSpec(id=f"{q}-{n}", title="x", queue=q) for q in ("ci-a", "docs", "secret") for n in range(6)]
     transitions.create(specs, actor="t", using=alias)
     scope_of = {"ci": scopes.parse("ci-*"), "docs": scopes.parse("docs")}
