@@ -56,6 +56,17 @@ def server_for_sessions(alias: str = "default", **options) -> BoardServer:
 
 
 @pytest.fixture(scope="module")
+def sessions_server(django_db_setup, django_db_blocker):
+    """`server_for_sessions()` on the test database for this module's tests."""
+    with django_db_blocker.unblock():
+        server = server_for_sessions()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture(scope="module")
 def one_process_server(django_db_setup, django_db_blocker):
     """`board_server` with one worker process: every request meets the same process's locks."""
     from django.db import connections

@@ -9,20 +9,15 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
 from django.test import Client
 
-from tests.live_server import server_for_sessions
+from tests.live_server import sessions_server  # noqa: F401  (fixture)
 from tests.support import sqlite_db_mark
 
 pytestmark = sqlite_db_mark()
 
 
 @pytest.fixture(scope="module")
-def server(django_db_setup, django_db_blocker):
-    with django_db_blocker.unblock():
-        server = server_for_sessions()
-    try:
-        yield server
-    finally:
-        server.close()
+def server(sessions_server):  # noqa: F811  (the fixture imported above)
+    return sessions_server
 
 
 def get(server, path: str, cookie: str | None = None) -> tuple[int, dict, bytes]:

@@ -18,7 +18,7 @@ from board.engine.transitions import TaskSpec
 from board.live import frames
 from board.models import Task
 from board.public import public_task
-from tests.live_server import server_for_sessions, wait_until
+from tests.live_server import sessions_server, wait_until  # noqa: F401  (sessions_server: a fixture)
 from tests.support import sql_stores
 from tests.test_live_board import WAIT, BoardSocket, staff_session
 from tests.test_outbox import cursor_at_the_end, read
@@ -104,14 +104,6 @@ def test_a_card_is_the_public_task_without_exactly_the_fields_cards_do_not_read(
     assert not read_for_cards & set(selectors.NOT_ON_CARDS)
 
 
-@pytest.fixture(scope="module")
-def sessions_server(django_db_setup, django_db_blocker):
-    with django_db_blocker.unblock():
-        server = server_for_sessions("default")
-    try:
-        yield server
-    finally:
-        server.close()
 
 
 class CardSocket(BoardSocket):
