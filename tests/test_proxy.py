@@ -362,11 +362,11 @@ def test_a_staff_user_logs_in_and_the_board_socket_streams_through_the_proxy(pro
     # The Origin is checked (against ALLOWED_HOSTS) behind the proxy too.
     with pytest.raises(InvalidStatus) as refused:
         connect(socket_url, ssl=proxy.tls, origin="https://elsewhere.example", proxy=None,
-                additional_headers={"Cookie": cookie_header()}, open_timeout=10)
+                additional_headers={"Cookie": cookie_header()}, open_timeout=WAIT)
     assert refused.value.response.status_code == 403
 
     with connect(socket_url, ssl=proxy.tls, origin=proxy.url, proxy=None,
-                 additional_headers={"Cookie": cookie_header()}, open_timeout=10) as board:
+                 additional_headers={"Cookie": cookie_header()}, open_timeout=WAIT) as board:
         snapshot = json.loads(board.recv(timeout=WAIT))
         assert snapshot["type"] == "snapshot" and snapshot["tasks"] == []
 
