@@ -7,10 +7,10 @@ One *cycle* is: claim the best ready task, then complete it. Two loops run the c
 - **ours**: ``board.engine.transitions.claim_next(agent, ttl_seconds=60)`` then
   ``board.engine.transitions.complete(task_id, token, {"ok": True})``, i.e. the engine exactly as the
   API calls it (CAS, history row, admission of dependents after commit). On SQLite and
-  PostgreSQL that is the hand-written statements of ``board.engine.hot_sql``; ``--hot-path orm``
+  PostgreSQL that is the hand-written statements of the SQL stores (``board.engine.stores``); ``--hot-path orm``
   measures the engine's ORM path instead (what other backends run). On MongoDB it is always
-  the ORM path, through django-mongodb-backend (board.mongodb): session transactions,
-  conflicts retried, history ids from the counter document (board/engine/db.py).
+  the ORM path, through django-mongodb-backend (board/engine/stores/mongodb): session transactions,
+  conflicts retried, history ids from the counter document (board/engine/stores/mongodb/store.py).
 - **raw**: the same two moves written by hand with the plain driver (``sqlite3`` / ``psycopg``),
   one connection per thread. Each move is one transaction holding the same conditional UPDATE
   (filtered on id, stage and version, plus the token hash for complete) and one
@@ -24,9 +24,9 @@ One *cycle* is: claim the best ready task, then complete it. Two loops run the c
   fields, version/fence/attempts + 1; complete is an ``update_one`` filtered on id, stage
   RUNNING, version and token hash; each then ``$inc``-s the counter document
   ``board_counter`` {_id: "board_taskevent"} (how the engine numbers history rows,
-  board.engine.db.number_rows) and inserts the history row, and commits. A transaction aborted as
+  the MongoDB store's number_rows) and inserts the history row, and commits. A transaction aborted as
   TransientTransactionError (a WriteConflict: another one wrote the task or the counter first)
-  runs again after a random pause, with board.engine.db's limits (retry_conflicts). "Now" is the
+  runs again after a random pause, with board.engine.stores' limits (retry_conflicts). "Now" is the
   process's clock (the engine asks the primary's: one ``hello`` per move more).
 
 Both loops run in the same process (for MongoDB, a child process: see Databases), against the
@@ -193,10 +193,12 @@ def configure_django_mongodb() -> None:
     parent set DATABASE_URL to the bench's mongodb:// URL before they were imported (contrib
     apps with ObjectId keys, MongoDB's migrations, TaskEvent's integer ids from the counter),
     with that database as the only alias."""
+    from board.engine.stores.mongodb.settings import ENGINE as MONGODB_ENGINE
+
     project = project_settings()
 
     database = project.DATABASES["default"]
-    if database["ENGINE"] != "board.mongodb":
+    if database["ENGINE"] != MONGODB_ENGINE:
         raise SystemExit(f"the MongoDB child needs DATABASE_URL=mongodb://...; got {database['ENGINE']}")
     _configure(project, {"default": database})
 
@@ -515,12 +517,12 @@ class RawDriver:
 class MongoRawDriver:
     """The same cycle with plain pymongo: one MongoClient shared by the threads (a pool, as the
     engine's backend shares one), one session per thread. Each move is one session transaction
-    with the engine's options (board/mongodb/base.py: read concern "snapshot", write concern
+    with the engine's options (board/engine/stores/mongodb/backend/base.py: read concern "snapshot", write concern
     "majority") holding a conditional find_one_and_update / update_one of the task, the $inc of
-    the history's counter document (board.engine.db.number_rows: ids in commit order) and the insert
+    the history's counter document (the MongoDB store's number_rows: ids in commit order) and the insert
     of the history row. A transaction that MongoDB aborts as TransientTransactionError (a
     WriteConflict: another transaction wrote the same task or the counter first) is run again
-    from the start after a random pause, with board.engine.db's limits, as retry_conflicts does.
+    from the start after a random pause, with board.engine.stores' limits, as retry_conflicts does.
 
     Documents are written as django-mongodb-backend writes the models (seen in the collections):
     the model's primary key in `_id` (board/models.py), a ForeignKey in `task_id`, datetimes as
@@ -532,13 +534,9 @@ class MongoRawDriver:
     def __init__(self, url: str, name: str):
         from pymongo import MongoClient
 
-        from board.engine.db import (
-            COMMIT_RETRIES,
-            CONFLICT_PAUSE_SECONDS,
-            CONFLICT_RETRIES,
-            COUNTERS,
-        )
-        from board.mongodb.base import TRANSACTION_OPTIONS
+        from board.engine.stores import CONFLICT_PAUSE_SECONDS, CONFLICT_RETRIES
+        from board.engine.stores.mongodb.backend.base import TRANSACTION_OPTIONS
+        from board.engine.stores.mongodb.store import COMMIT_RETRIES, COUNTERS
 
         self.client = MongoClient(url, serverSelectionTimeoutMS=5000)
         database = self.client[name]
@@ -623,7 +621,7 @@ class MongoRawDriver:
 
     def _commit(self, session: Any) -> None:
         """Commit, again when its outcome is unknown (MongoDB commits a transaction once at
-        most), as board.engine.db does."""
+        most), as the MongoDB store does."""
         from pymongo.errors import PyMongoError
 
         for attempt in range(self.commit_retries):
@@ -1209,9 +1207,10 @@ def main(argv: list[str] | None = None) -> int:
             rows += mongo.rows
         print()
         print_table(rows)
-        from board.engine import hot_sql
+        from board.engine.stores import store
 
-        ran_on = [f"{b}: {'board.engine.hot_sql' if hot_sql.store(ALIASES[b]) else 'the ORM path'}" for b in backends]
+        STATEMENTS = "the store's statements"
+        ran_on = [f"{b}: {STATEMENTS if store(ALIASES[b]).statements else 'the ORM path'}" for b in backends]
         if mongo is not None and mongo.rows:
             ran_on.append("mongodb: the ORM path (django-mongodb-backend; no hot path there)")
         if ran_on:

@@ -12,7 +12,7 @@ The three are the agents' hot verbs (claim_next, renew, complete): there a reque
 a database round trip on the key and another on the move. `authenticate_deferred` answers from
 this process's memory of the keys it verified (`_verified`) for up to a minute after the key's
 recorded use, and the verb always checks the key in its own statement (the hash it returns:
-board.engine.transitions._require_live_key, board.engine.hot_sql): a key revoked or deleted
+board.engine.transitions._require_live_key, the SQL stores' statements): a key revoked or deleted
 meanwhile is refused by the move itself, which writes nothing. After that minute the key is
 looked up again, which records its use (last_used_at keeps its one-minute precision). The
 request's body is parsed before the move, so a malformed request with a revoked key may get
@@ -34,11 +34,12 @@ from datetime import timedelta
 from typing import NamedTuple
 
 from django.contrib.auth import get_user_model
-from django.db import IntegrityError, connections
+from django.db import IntegrityError
 from django.db.models import Q
 from django.utils import timezone
 
-from board.engine import clock, db, errors, scopes
+from board.engine import clock, errors, scopes
+from board.engine.stores import retry_conflicts, store
 from board.engine.lifecycle import is_valid_task_id
 from board.engine.tokens import hash_token
 from board.models import AgentKey
@@ -111,10 +112,10 @@ def create_key(name: str, *, is_operator: bool = False, rotate: timedelta | None
     return row, key
 
 
-@db.retry_conflicts
+@retry_conflicts
 def _mint(name: str, key: str, is_operator: bool, rotate: timedelta | None, queues: str, *, using: str) -> AgentKey:
     keys = AgentKey.objects.using(using)
-    with db.write_transaction(using):
+    with store(using).write_transaction():
         now = clock.now(using)
         if rotate is not None:
             # The old key keeps working until its end; from now on the name is the new key's.
@@ -130,19 +131,6 @@ def live(using: str = "default") -> Q:
     return Q(revoked_at__isnull=True) | Q(revoked_at__gt=clock.in_query(using))
 
 
-_TABLE = AgentKey._meta.db_table
-# What a request needs of its key; the other columns stay deferred on the returned row. In the
-# model's field order, as Model.from_db takes them.
-_LOOKUP_FIELDS = ("id", "name", "is_operator", "last_used_at", "queues")
-# The live key with this hash: an index lookup on key_hash (unique), live while its end is
-# unset or ahead. Params: key_hash, now (SQLite: this process's clock; PostgreSQL reads its own).
-_LOOKUP = (f"SELECT {', '.join(AgentKey._meta.get_field(f).column for f in _LOOKUP_FIELDS)} "
-           f"FROM {_TABLE} WHERE key_hash = %s AND (revoked_at IS NULL OR revoked_at > {{now}})")
-_SQLITE_LOOKUP = _LOOKUP.format(now="%s")
-_PG_LOOKUP = _LOOKUP.format(now=clock.POSTGRES_NOW)
-_LAST_USED = AgentKey._meta.get_field("last_used_at").get_col(_TABLE)
-
-
 def _well_formed(key: str) -> bool:
     return bool(key) and key.startswith(KEY_PREFIX) and len(key) <= 200
 
@@ -153,24 +141,9 @@ def authenticate(key: str, *, using: str = "default") -> AgentKey | None:
     deferred. Its scope: `scope_of(row)`."""
     if not _well_formed(key):
         return None
-    connection = connections[using]
     key_hash = hash_token(key)
-    if not db.speaks_sql(using):  # a store without SQL: the ORM's query
-        row = AgentKey.objects.using(using).filter(live(using), key_hash=key_hash).first()
-    else:
-        with connection.cursor() as cursor:
-            if db.has_own_clock(using):  # PostgreSQL
-                cursor.execute(_PG_LOOKUP, (key_hash,))
-            else:
-                cursor.execute(_SQLITE_LOOKUP, (key_hash, connection.ops.adapt_datetimefield_value(timezone.now())))
-            found = cursor.fetchone()
-        if found is None:
-            return None
-        key_id, name, is_operator, last_used_at, queues = found
-        # Stored values as the ORM would read them (SQLite: text and 0/1).
-        for convert in connection.ops.get_db_converters(_LAST_USED):
-            last_used_at = convert(last_used_at, _LAST_USED, connection)
-        row = AgentKey.from_db(using, _LOOKUP_FIELDS, (key_id, name, bool(is_operator), last_used_at, queues))
+    # Only what a request needs of it (the rest deferred), by one index lookup on key_hash.
+    row = store(using).find_live_key(key_hash)
     if row is None:
         return None
     now = timezone.now()

@@ -18,10 +18,10 @@ class BoardConfig(AppConfig):
         from board.engine import outcomes
 
         outcomes.subscribe(metrics.on_outcome)
-        # ...and times SQLite's writers (board.engine.db).
-        from board.engine import db
+        # ...and times SQLite's writers (board.engine.stores.sqlite).
+        from board.engine.stores.sqlite import observe_sqlite_writes
 
-        db.observe_sqlite_writes(metrics.on_sqlite_write)
+        observe_sqlite_writes(metrics.on_sqlite_write)
         # A pooled PostgreSQL connection is checked before it is handed out without a round
         # trip unless the server sent it something (taskflow_site/pool_check.py).
         from django.db.backends.signals import connection_created

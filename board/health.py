@@ -40,7 +40,8 @@ from django.http import JsonResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
-from board.engine import clock, db
+from board.engine import clock
+from board.engine.stores import store
 from board.models import ReaperPass
 
 log = logging.getLogger("board.health")
@@ -89,7 +90,7 @@ def passed(name: str) -> None:
 
 def check_database(using: str = "default") -> dict:
     try:
-        db.ping(using)
+        store(using).ping()
         return {"ok": True}
     except Exception as exc:  # any failure to answer is the finding, whatever the driver raises
         warn_once("database", "health: the database did not answer: %s", exc)

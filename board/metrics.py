@@ -72,7 +72,7 @@ API_LATENCY = Histogram(
     "taskflow_api_request_duration_seconds", "API requests by method and route (the URL pattern, "
     "never the raw path).", ["method", "route"],
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0))
-# SQLite's one writer at a time (board.engine.db.observe_sqlite_writes): how long write
+# SQLite's one writer at a time (board.engine.stores.sqlite.observe_sqlite_writes): how long write
 # transactions wait for the writers' locks and hold them. Holds that add up to about a second
 # per second mean the file is the board's limit (README, "Serving": PostgreSQL then).
 _LOCK_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
@@ -121,7 +121,7 @@ def on_outcome(verb: str, outcome: str, code: str, count: int) -> None:
 
 
 def on_sqlite_write(waited: float, held: float) -> None:
-    """board.engine.db's observer of SQLite write transactions."""
+    """board.engine.stores.sqlite's observer of SQLite write transactions."""
     SQLITE_WRITE_WAIT.observe(waited)
     SQLITE_WRITE_HOLD.observe(held)
 

@@ -2,20 +2,15 @@
 made by `board.engine.transitions`, which is the only module allowed to write those columns."""
 from __future__ import annotations
 
-from django.conf import settings
 from django.db import models
 
-from board.engine import db
+from board.engine.stores import rows
 from board.engine.lifecycle import Stage
 
 STAGE_CHOICES = [(stage.value, stage.value.title()) for stage in Stage]
 
-# On MongoDB (whose migrations are separate: taskflow_site/mongodb.py) the primary keys are the
-# documents' `_id`, the one field every MongoDB server finds by index whatever the query (the
-# test server, SecantusDB, scans the collection for any other field), and AutoFields are
-# refused: the history's ids come from a counter, in commit order (board.engine.db.number_rows).
-_ON_MONGODB = settings.DATABASES["default"]["ENGINE"] == "board.mongodb"
-_PK_COLUMN = "_id" if _ON_MONGODB else None
+# `_id` on MongoDB, whose migrations are its own (board/engine/stores/rows.py says why).
+_PK_COLUMN = rows.pk_column()
 
 
 class Task(models.Model):
@@ -55,7 +50,7 @@ class Task(models.Model):
     updated_at = models.DateTimeField()
     # When the task entered its current stage (a renew or an edit keeps it): what a card's
     # "3m in RUNNING" counts from. Written by every move that changes the stage, in its own
-    # UPDATE (board.engine.transitions, board.engine.hot_sql). Null only for a row written outside the engine
+    # UPDATE (board.engine.transitions, the SQL stores' statements). Null only for a row written outside the engine
     # (a bench's or test's bulk insert); readers then fall back to updated_at.
     stage_changed_at = models.DateTimeField(null=True, blank=True, editable=False)
 
@@ -108,28 +103,22 @@ class Dependency(models.Model):
         return f"{self.task_id} -> {self.depends_on_id}"
 
 
-def numbered_id():
-    """The primary key of a table whose ids follow commit order (the history, the prune's
-    records): an auto-increment on SQL stores; on MongoDB, numbers from the store's counter
-    (NumberedQuerySet)."""
-    if _ON_MONGODB:
-        return models.BigIntegerField(primary_key=True, db_column="_id")
-    return models.BigAutoField(primary_key=True)
+numbered_id = rows.numbered_id
 
 
 class NumberedQuerySet(models.QuerySet):
     """Where the store has no auto-increment (MongoDB), new rows get their ids from the store's
-    counter (board.engine.db.number_rows) before they are inserted."""
+    counter (board.engine.stores.rows.number_rows) before they are inserted."""
 
     def create(self, **kwargs):
         row = self.model(**kwargs)
-        db.number_rows(self.db, [row])
+        rows.number_rows(self.db, [row])
         row.save(force_insert=True, using=self.db)
         return row
 
     def bulk_create(self, objs, *args, **kwargs):
         objs = list(objs)
-        db.number_rows(self.db, objs)
+        rows.number_rows(self.db, objs)
         return super().bulk_create(objs, *args, **kwargs)
 
 
@@ -164,7 +153,7 @@ class RemovedTask(models.Model):
     """A task the prune deleted (board.engine.retention), written in the transaction that
     deleted it: how open live boards learn that its card is gone (board.live.outbox reads these
     in id order, as it reads the history). Their ids follow commit order: the prune's batches
-    run one at a time (board.engine.db.serialise_on), and on MongoDB they are numbered from the
+    run one at a time (the store's serialise_on), and on MongoDB they are numbered from the
     store's counter (number_rows). The prune deletes them once older than its shortest window."""
 
     id = numbered_id()

@@ -11,7 +11,7 @@ Variables (all optional in development):
                      the board socket's Origin check).
 - ``DATABASE_URL``   e.g. ``postgres://user@host:5432/taskflow``, or
                      ``mongodb://host:27017/taskflow?replicaSet=rs0`` (a replica set:
-                     taskflow_site/mongodb.py); default is the embedded SQLite file ``db.sqlite3``
+                     board/engine/stores/mongodb/settings.py); default is the embedded SQLite file ``db.sqlite3``
                      in the project folder (WAL, BEGIN IMMEDIATE, busy timeout, synchronous=FULL;
                      ``SQLITE_SYNCHRONOUS=normal`` trades power-cut durability for speed).
 - ``SECURE_PROXY_SSL_HEADER`` set to "1" when a TLS-terminating proxy sets X-Forwarded-Proto.
@@ -181,7 +181,7 @@ def postgres_options() -> dict:
 
 def database_from_url(url: str) -> dict:
     if url.startswith(("mongodb://", "mongodb+srv://")):  # dj-database-url does not parse these
-        from taskflow_site.mongodb import database_from_mongodb_url
+        from board.engine.stores.mongodb.settings import database_from_mongodb_url
 
         return database_from_mongodb_url(url)
     config = dj_database_url.parse(url, conn_max_age=0)
@@ -227,10 +227,10 @@ HTTP_THREADS = http_threads(DATABASES["default"]["ENGINE"])
 
 
 # On MongoDB, rows are keyed by ObjectIds, and the contrib apps and the board have migrations of
-# their own (taskflow_site/mongodb.py); the SQL migrations stay as they are.
-if DATABASES["default"]["ENGINE"] == "board.mongodb":
-    from taskflow_site import mongodb
+# their own (board/engine/stores/mongodb/settings.py); the SQL migrations stay as they are.
+from board.engine.stores.mongodb import settings as mongodb  # noqa: E402  (builds settings only)
 
+if DATABASES["default"]["ENGINE"] == mongodb.ENGINE:
     INSTALLED_APPS = mongodb.installed_apps(INSTALLED_APPS)
     DEFAULT_AUTO_FIELD = mongodb.DEFAULT_AUTO_FIELD
     MIGRATION_MODULES = mongodb.MIGRATION_MODULES
@@ -280,7 +280,7 @@ TASKFLOW = {
     "REAPER_STALE_SECONDS": float(os.environ.get("TASKFLOW_REAPER_STALE_SECONDS", "30")),
     "HTTP_THREADS": HTTP_THREADS,
     # claim_next, renew and complete as hand-written statements on SQLite and PostgreSQL
-    # (board/engine/hot_sql.py): "auto"; "orm" forces the ORM path everywhere (the contract suite runs
+    # (board/engine/stores/statements.py): "auto"; "orm" forces the ORM path everywhere (the contract suite runs
     # both).
     "HOT_PATH": os.environ.get("TASKFLOW_HOT_PATH", "auto"),
     # Waiting claims (wait_seconds) parked at once per server process; past it a new wait is

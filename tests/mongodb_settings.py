@@ -33,7 +33,7 @@ POSTGRES_AVAILABLE = False
 # while the settings load (the alias's URL needs it); the tests start the server on it. Not the
 # default alias and not given to any test's `databases`: no test database is created on it.
 # A socket timeout bounds any wait for an answer the script never sends (pymongo has none by default).
-from taskflow_site.mongodb import database_from_mongodb_url  # noqa: E402
+from board.engine.stores.mongodb.settings import database_from_mongodb_url  # noqa: E402
 
 WIRE_PORT = free_port()
 DATABASES["wire"] = database_from_mongodb_url(

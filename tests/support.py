@@ -80,7 +80,7 @@ def database_url(settings_dict: dict) -> str:
     """A DATABASE_URL for another process to reach the same (test) database."""
     if settings_dict["ENGINE"].endswith("sqlite3"):
         return f"sqlite:///{settings_dict['NAME']}"
-    if settings_dict["ENGINE"] == "board.mongodb":  # the server's URL, on this database
+    if settings_dict["ENGINE"] == "board.engine.stores.mongodb.backend":  # the server's URL, on this database
         from urllib.parse import urlsplit, urlunsplit
 
         parts = urlsplit(settings_dict["HOST"])

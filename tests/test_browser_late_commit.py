@@ -19,7 +19,7 @@ import pytest
 from django.db import connections
 
 from board.engine import transitions
-from board.engine.db import write_transaction
+from board.engine.stores import store
 from board.engine.transitions import TaskSpec
 from board.models import TaskEvent
 from harness.browser import launch_chromium
@@ -49,7 +49,7 @@ def test_a_task_committed_after_the_snapshot_with_a_lower_event_id_appears(pg_se
     def late_create():
         # Takes its event id first and commits last: the snapshot below is read in between.
         try:
-            with write_transaction(ALIAS):
+            with store(ALIAS).write_transaction():
                 transitions.create([TaskSpec(id="late", title="committed after the snapshot")], using=ALIAS)
                 ids["late"] = last_event_id()
                 inserted.set()

@@ -11,7 +11,7 @@ import pytest
 from django.db import connections
 
 from board.engine import checkpoints, transitions
-from board.engine.db import write_transaction
+from board.engine.stores import store
 from board.engine.transitions import TaskSpec
 from tests.support import database_file, sqlite_db_mark
 
@@ -110,7 +110,7 @@ def copy_with_a_writer_meanwhile(monkeypatch) -> list:
 
     def write():
         try:
-            with write_transaction("default"):
+            with store("default").write_transaction():
                 create(1, "meanwhile")
                 inside.set()
                 assert go.wait(WAIT)
@@ -169,7 +169,7 @@ def test_a_rolled_back_transaction_is_not_counted(own_checkpointer):
     create(1, "seen")
 
     try:
-        with write_transaction("default"):
+        with store("default").write_transaction():
             transitions.create([TaskSpec(id="undone", title="t")])
             raise LookupError("roll back")
     except LookupError:

@@ -17,7 +17,8 @@ from django.contrib.auth.models import Permission
 from django.db import DatabaseError
 from django.test import Client
 
-from board.engine import db, errors, transitions
+from board.engine import errors, transitions
+from board.engine.stores import store
 from board.engine.lifecycle import MAX_BATCH_TASKS
 from board.engine.transitions import TaskSpec
 from board.live import frames as live_frames
@@ -198,7 +199,7 @@ def test_refused_and_rolled_back_changes_send_nothing():
             pass
 
         with pytest.raises(Abort):
-            with db.write_transaction("default"):  # the store's transaction (on MongoDB too)
+            with store().write_transaction():  # the store's transaction (on MongoDB too)
                 transitions.renew("held", claim.lease.token, 120)  # committed only if the outer block is
                 raise Abort
 

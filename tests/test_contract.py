@@ -1,7 +1,7 @@
 """The board's contract, written once and run on every backend (the fsspec pattern).
 
 `BoardContract` holds the tests; each backend opts in with a three-line subclass at the bottom
-naming its database alias, once per engine path: the hand-written statements of board.engine.hot_sql
+naming its database alias, once per engine path: the hand-written statements of the SQL stores (board.engine.stores)
 (HOT_PATH "auto", what SQLite and PostgreSQL run) and the ORM path (HOT_PATH "orm", what any
 other backend runs). All races use real threads with their own connections, released
 together by a barrier, over hundreds of rounds, and assert exact counts. Leases are aged by
@@ -19,7 +19,7 @@ from django.db import DatabaseError, connections
 from django.forms.models import model_to_dict
 from django.utils import timezone
 
-from board.engine import contract, errors, hot_sql, selectors, transitions
+from board.engine import contract, errors, selectors, stores, transitions
 from board.engine.contract import DjangoBoard
 from board.engine.lifecycle import Stage
 from board.engine.transitions import TaskSpec
@@ -44,7 +44,7 @@ TTL = 60
 
 class BoardContract:
     """Every backend must pass all of these. Subclasses set `alias`, and `hot_path` ("auto":
-    board.engine.hot_sql's statements; "orm": the ORM path)."""
+    the store's statements; "orm": the ORM path)."""
 
     alias: str
     hot_path: str = "auto"
@@ -56,8 +56,8 @@ class BoardContract:
     @pytest.fixture(autouse=True)
     def _engine_path(self, settings):
         settings.TASKFLOW = {**settings.TASKFLOW, "HOT_PATH": self.hot_path}
-        store = hot_sql.store(self.alias)
-        assert (store is None) == (self.hot_path == "orm"), f"{self.alias}: not on the {self.hot_path} path"
+        statements = stores.store(self.alias).statements
+        assert (statements is None) == (self.hot_path == "orm"), f"{self.alias}: not on the {self.hot_path} path"
 
     @pytest.fixture(autouse=True)
     def _board_stays_consistent(self, _engine_path):
@@ -682,7 +682,7 @@ class BoardContract:
 
 
 class TestSQLiteBoard(BoardContract):
-    """SQLite on board.engine.hot_sql's statements."""
+    """SQLite on its store's statements."""
 
     pytestmark = sqlite_db_mark()
     alias = "default"
@@ -706,7 +706,7 @@ class TestSQLiteOrmBoard(BoardContract):
 
 
 class TestPostgresBoard(BoardContract):
-    """PostgreSQL on board.engine.hot_sql's statements."""
+    """PostgreSQL on its store's statements."""
 
     pytestmark = postgres_db_mark()
     alias = "postgres"

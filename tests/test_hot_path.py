@@ -1,4 +1,4 @@
-"""board.engine.hot_sql against the ORM path, on SQLite and PostgreSQL.
+"""The SQL stores' hot statements (board.engine.stores) against the ORM path, on SQLite and PostgreSQL.
 
 The contract suite (tests/test_contract.py) runs every behaviour on both paths. This file checks
 what only a comparison can show: rows written by the hand-written statements read back through
@@ -23,7 +23,8 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from board import agent_keys
-from board.engine import errors, hot_sql, selectors, transitions
+from board.engine import errors, selectors, stores, transitions
+from board.engine.stores.statements import Statements
 from board.engine.lifecycle import Stage
 from board.engine.transitions import TaskSpec
 from board.models import AgentKey, Task, TaskEvent
@@ -99,7 +100,7 @@ def test_rows_written_by_the_hot_path_read_back_equal_to_the_orm_paths(alias, se
     steps: dict[str, list] = {}
     for mode in ("orm", "auto"):
         use_path(settings, mode)
-        assert (hot_sql.store(alias) is None) == (mode == "orm")
+        assert (stores.store(alias).statements is None) == (mode == "orm")
         task_id = f"same-{mode}"
         clock.set()
         transitions.create(TaskSpec(id=task_id, title="same", payload=payload, queue="same"), using=alias)
@@ -157,7 +158,7 @@ def _statements(alias: str, call) -> tuple[object, list[str]]:
 
 
 def test_the_hot_verbs_send_one_statement_each_and_read_nothing_first(alias):
-    assert hot_sql.store(alias) is not None
+    assert stores.store(alias).statements is not None
     transitions.create(TaskSpec(id="lean", title="lean"), using=alias)
     claim, claim_sql = _statements(alias, lambda: transitions.claim_next("a", TTL, using=alias))
     renewed, renew_sql = _statements(alias, lambda: transitions.renew("lean", claim.lease.token, TTL, using=alias))
@@ -233,14 +234,14 @@ def test_on_postgresql_the_hot_verbs_read_times_as_django_does_with_psycopgs_own
             assert mine == django_s, name
             assert mine is None or mine.tzinfo is django_s.tzinfo is dt_timezone.utc, name
     assert returned[0].lease_expires_at is not None and returned[2].stage == Stage.COMPLETED
-    cursor = hot_sql.store(alias)._cursor(connections[alias])
+    cursor = stores.store(alias).statements._cursor(connections[alias])
     assert cursor.adapters.get_loader(TIMESTAMPTZ_OID, Format.TEXT) is psycopg.adapters.get_loader(
         TIMESTAMPTZ_OID, Format.TEXT)
 
 
 @pytest.mark.parametrize("alias", [BACKENDS[1]])
 def test_on_postgresql_the_hot_statements_keep_one_cursor_per_connection_and_its_time_zone(alias, monkeypatch):
-    """hot_sql keeps a server-binding cursor per driver connection (making one per statement cost
+    """The PostgreSQL statements keep a server-binding cursor per driver connection (making one per statement cost
     about 5% of a request): verbs after the first make none. A change of Django's time zone for
     the connection makes a new one, which then reads times with Django's loader for that zone
     (the session's zone differs), as Django's own cursors do."""
@@ -249,7 +250,7 @@ def test_on_postgresql_the_hot_statements_keep_one_cursor_per_connection_and_its
     from django.db.backends.postgresql.base import TIMESTAMPTZ_OID
     from psycopg.pq import Format
 
-    store, connection = hot_sql.store(alias), connections[alias]
+    store, connection = stores.store(alias).statements, connections[alias]
     transitions.create([TaskSpec(id=f"c{i}", title="c") for i in range(4)], using=alias)
     transitions.renew(*_claimed(alias), TTL, using=alias)  # the connection's cursor is made here
     made = []
@@ -279,7 +280,7 @@ def _claimed(alias: str) -> tuple[str, str]:
 
 @pytest.mark.parametrize("alias", [BACKENDS[1]])
 def test_on_postgresql_a_dropped_connection_takes_its_kept_cursor_with_it(alias):
-    """The kept cursor lives on its driver connection: nothing in hot_sql keeps a connection
+    """The kept cursor lives on its driver connection: nothing in the store keeps a connection
     the pool has dropped (closed, past its lifetime) alive."""
     import gc
     import weakref
@@ -287,7 +288,7 @@ def test_on_postgresql_a_dropped_connection_takes_its_kept_cursor_with_it(alias)
 
     import psycopg
 
-    store = hot_sql.store(alias)
+    store = stores.store(alias).statements
     params = connections[alias].get_connection_params()
     params.pop("cursor_factory", None)  # Django's own cursor class: not needed by a bare connection
     driver = psycopg.connect(**params)
@@ -428,18 +429,18 @@ def test_orm_complete_cannot_miss_a_dependent_created_between_its_read_and_its_c
 
 def test_the_path_follows_the_setting_then_the_environment(alias, settings, monkeypatch):
     use_path(settings, "orm")
-    assert hot_sql.store(alias) is None
+    assert stores.store(alias).statements is None
     use_path(settings, "auto")
-    assert isinstance(hot_sql.store(alias), hot_sql.HotStore)
+    assert isinstance(stores.store(alias).statements, Statements)
     settings.TASKFLOW = {k: v for k, v in settings.TASKFLOW.items() if k != "HOT_PATH"}
     monkeypatch.setenv("TASKFLOW_HOT_PATH", "orm")
-    hot_sql._stores.clear()
-    assert hot_sql.store(alias) is None
+    stores._stores.clear()
+    assert stores.store(alias).statements is None
     monkeypatch.setenv("TASKFLOW_HOT_PATH", "fast")
-    hot_sql._stores.clear()
+    stores._stores.clear()
     with pytest.raises(ValueError, match="HOT_PATH"):
-        hot_sql.store(alias)
-    hot_sql._stores.clear()
+        stores.store(alias).statements
+    stores._stores.clear()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -238,7 +238,7 @@ def test_revoking_frees_the_name_and_a_scheduled_end_can_be_brought_forward(alia
 
 
 
-# The hot verbs' own statements (board.engine.hot_sql, "auto") and the ORM path ("orm") on each
+# The hot verbs' own statements (the store's statements, "auto") and the ORM path ("orm") on each
 # SQL store: a key whose end has passed is refused by the move, which writes nothing.
 
 PATHS = [pytest.param(alias, path, marks=store.marks, id=f"{store.id}-{path}")

@@ -180,7 +180,7 @@ def test_the_mcp_server_inherits_the_keys_scope(scoped):
 
 # ---------------------------------------------------------------------------------------------
 # The claim's statement: the scope in the query that picks and CAS-claims the task, on each
-# store and each path (board.engine.hot_sql's statements, "auto"; the ORM's pick, "orm").
+# store and each path (the store's statements, "auto"; the ORM's pick, "orm").
 # tests/mongodb/test_keys_mongodb.py runs the same checks on MongoDB.
 
 PATHS = [pytest.param(alias, path, marks=store.marks, id=f"{store.id}-{path}")

@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # Layer of a module (longest matching prefix wins), and what each layer may import from board.
 LAYERS = {
     # The tables belong to the engine: models use its lifecycle, it reads and writes them.
-    "board.models": 1, "board.mongodb": 1, "board.migrations": 1, "board.mongo_migrations": 1,
+    "board.models": 1, "board.migrations": 1,
     "board.engine": 1,
     "board.access": 2, "board.agent_keys": 2, "board.health": 2, "board.public": 2,
     # Django's ORM only, on the caller's own model (downstream tables, not the board's).
@@ -37,6 +37,9 @@ LAYERS = {
     "board.live": 3,
     # Prometheus metrics: fed by the engine's outcome hook, the live board and the API's middleware.
     "board.metrics": 3,
+    # The contrib apps' configs and migrations for a MongoDB store: what the settings install,
+    # kept beside the rest of MongoDB's code; the engine never imports them.
+    "board.engine.stores.mongodb.apps": 4, "board.engine.stores.mongodb.migrations": 4,
     "board.api": 4, "board.admin": 4, "board.management": 4, "board.apps": 4,
 }
 # Third-party packages that belong to the delivery layers only.

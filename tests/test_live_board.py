@@ -33,7 +33,7 @@ from websockets.sync.client import connect as ws_connect
 
 from board import agent_keys
 from board.engine import transitions
-from board.engine.db import write_transaction
+from board.engine.stores import store
 from board.engine.lifecycle import MAX_BATCH_TASKS
 from board.engine.transitions import TaskSpec
 from board.models import Task, TaskEvent
@@ -164,7 +164,7 @@ OLD_HOLE_PATIENCE = 10.0  # seconds the tailer used to wait for a missing id bef
 
 def create_in_one_transaction(prefix: str, alias: str) -> None:
     """BATCH tasks committed together: requests of at most MAX_BATCH_TASKS in one transaction."""
-    with write_transaction(alias):
+    with store(alias).write_transaction():
         for start in range(0, BATCH, MAX_BATCH_TASKS):
             transitions.create([TaskSpec(id=f"{prefix}-{i}", title=prefix)
                                 for i in range(start, min(start + MAX_BATCH_TASKS, BATCH))], using=alias)
@@ -194,7 +194,7 @@ def test_large_batches_committed_out_of_order_and_eight_agents_all_reach_the_soc
         # Takes its event ids first, and commits last: every later commit leaves holes below it.
         # It stays open until the socket has seen later events, and then longer than the old
         # tailer's patience for a hole (a transaction can stay open that long on a loaded server).
-        with write_transaction(alias):
+        with store(alias).write_transaction():
             create_in_one_transaction("held", alias)
             own_last = TaskEvent.objects.using(alias).order_by("-id").values_list("id", flat=True).first()
             held_inserted.set()

@@ -329,20 +329,20 @@ def _sqlite_write_counts() -> tuple[float, float]:
 
 
 def test_every_outermost_sqlite_write_transaction_is_timed_once_committed_or_not():
-    from board.engine import db
+    from board.engine.stores import sqlite, store
 
     seen: list[tuple[float, float]] = []
     observer = lambda waited, held: seen.append((waited, held))  # noqa: E731
-    db.observe_sqlite_writes(observer)
+    sqlite.observe_sqlite_writes(observer)
     try:
         before = _sqlite_write_counts()
         transitions.create(transitions.TaskSpec(id="w1", title="timed"))  # one transaction
         claim = transitions.claim_next("agent", 60)  # one (the hot path's)
         transitions.complete(claim.task.id, claim.lease.token, {"ok": True})  # one
-        with db.write_transaction("default"):  # nested ones are the outer one's
-            with db.write_transaction("default"):
+        with store().write_transaction():  # nested ones are the outer one's
+            with store().write_transaction():
                 pass
-        with pytest.raises(ZeroDivisionError), db.write_transaction("default"):
+        with pytest.raises(ZeroDivisionError), store().write_transaction():
             1 / 0  # rolled back: still held the lock, still timed
         assert len(seen) == 5
         assert all(waited >= 0 and held > 0 for waited, held in seen)
@@ -350,7 +350,7 @@ def test_every_outermost_sqlite_write_transaction_is_timed_once_committed_or_not
         after = _sqlite_write_counts()
         assert (after[0] - before[0], after[1] - before[1]) == (5.0, 5.0)
     finally:
-        db._sqlite_write_observers.remove(observer)
+        sqlite._sqlite_write_observers.remove(observer)
 
 
 def test_a_write_made_by_a_commit_hook_counts_in_its_writers_hold_not_apart():
@@ -358,7 +358,7 @@ def test_a_write_made_by_a_commit_hook_counts_in_its_writers_hold_not_apart():
     transaction, while the locks are still held: one write for the metrics, as it is one hold."""
     from django.test import override_settings
 
-    from board.engine import db
+    from board.engine.stores import sqlite, store
 
     transitions.create([transitions.TaskSpec(id="up", title="up"),
                         transitions.TaskSpec(id="down", title="down", deps=["up"])])
@@ -366,11 +366,11 @@ def test_a_write_made_by_a_commit_hook_counts_in_its_writers_hold_not_apart():
     observer = lambda waited, held: seen.append(held)  # noqa: E731
     with override_settings(TASKFLOW={**settings.TASKFLOW, "HOT_PATH": "orm"}):
         claim = transitions.claim_next("agent", 60)
-        db.observe_sqlite_writes(observer)
+        sqlite.observe_sqlite_writes(observer)
         try:
             transitions.complete("up", claim.lease.token, {"ok": True})
         finally:
-            db._sqlite_write_observers.remove(observer)
+            sqlite._sqlite_write_observers.remove(observer)
     assert Task.objects.get(pk="down").stage == "QUEUED"  # the hook's write happened
     assert len(seen) == 1
 

@@ -173,17 +173,17 @@ def test_claim_next_through_a_skewed_process_writes_the_database_clock_too(serve
 
 @pytest.mark.parametrize("hot_path", ["auto", "orm"])
 def test_in_a_process_an_hour_ahead_every_verb_judges_leases_by_the_database_clock(settings, monkeypatch, hot_path):
-    """The same in-process, on both engine paths (board.engine.hot_sql's statements and the ORM path):
+    """The same in-process, on both engine paths (the store's statements and the ORM path):
     with this process's clock an hour ahead, a 60 s lease is live to claim, claim-next, renew,
     the reaper's pass and check(); once expired by the database's clock, renew refuses it and
     the reaper takes it back."""
     from django.utils import timezone
 
-    from board.engine import errors, hot_sql, selectors, transitions
+    from board.engine import errors, selectors, stores, transitions
     from board.engine.transitions import TaskSpec
 
     settings.TASKFLOW = {**settings.TASKFLOW, "HOT_PATH": hot_path}
-    assert (hot_sql.store(PG) is None) == (hot_path == "orm")
+    assert (stores.store(PG).statements is None) == (hot_path == "orm")
     true_now = timezone.now
     monkeypatch.setattr(timezone, "now", lambda: true_now() + timedelta(seconds=HOUR))
     transitions.create([TaskSpec(id="held", title="t"), TaskSpec(id="spare", title="t")], using=PG)

@@ -8,7 +8,7 @@ import pytest
 from django.db import connections
 
 from board.engine import clock, retention, transitions
-from board.engine.db import write_transaction
+from board.engine.stores import store
 from board.engine.lifecycle import MAX_BATCH_TASKS
 from board.engine.transitions import TaskSpec
 from board.live import frames, outbox
@@ -57,7 +57,7 @@ def open_writer(alias, task_id: str, *, rollback: bool = False) -> tuple[threadi
 
     def write():
         try:
-            with write_transaction(alias):
+            with store(alias).write_transaction():
                 transitions.create(TaskSpec(id=task_id, title=task_id), using=alias)
                 inserted.set()
                 assert finish.wait(timeout=30)
@@ -244,7 +244,7 @@ def test_one_commit_larger_than_a_page_is_read_in_pages_each_event_once(alias):
     cursor = cursor_at_the_end(alias)
     first_id = cursor.last_id
     total = 2 * outbox.EVENTS_PER_READ + 5
-    with write_transaction(alias):  # one commit, made of requests of at most MAX_BATCH_TASKS
+    with store(alias).write_transaction():  # one commit, made of requests of at most MAX_BATCH_TASKS
         for start in range(0, total, MAX_BATCH_TASKS):
             transitions.create([TaskSpec(id=f"p{i}", title="p") for i in range(start, min(start + MAX_BATCH_TASKS, total))],
                                using=alias)

@@ -17,7 +17,7 @@ from django.db import connections
 from django.db.migrations.executor import MigrationExecutor
 from django.utils import timezone
 
-from board.engine import hot_sql
+from board.engine.stores import postgresql
 from board.models import Task
 from tests.support import postgres_db_mark
 
@@ -41,7 +41,7 @@ def claim_plan() -> list[str]:
     with connection.cursor() as cursor:
         cursor.execute("BEGIN")
         try:
-            cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + hot_sql.PG_CLAIM_NEXT, CLAIM_PARAMS)
+            cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + postgresql.PG_CLAIM_NEXT, CLAIM_PARAMS)
             (plan,), = cursor.fetchall()
         finally:
             cursor.execute("ROLLBACK")

@@ -2,7 +2,7 @@
 and the live board's snapshot stay bounded in memory on a big board, with the same results.
 
 Against the real server (`manage.py serve`) on the real SQLite file: a writer holding the write
-lock (BEGIN IMMEDIATE) and the writers' queue (the flock of `<db>-writers`, board/engine/db.py) must not
+lock (BEGIN IMMEDIATE) and the writers' queue (the flock of `<db>-writers`, board/engine/stores/sqlite.py) must not
 hold up `GET /api/check`, `GET /api/tasks` or a websocket snapshot; agents looping
 `GET /api/check` on a big board must not cost a renewing agent its lease.
 """
@@ -29,7 +29,7 @@ from django.utils import timezone
 from bench.big_board import fill_board
 from board import agent_keys
 from board.engine import selectors, transitions
-from board.engine.db import read_transaction
+from board.engine.stores import store
 from board.engine.invariants import check
 from board.engine.transitions import TaskSpec
 from board.live import frames as live_frames
@@ -372,7 +372,7 @@ def test_the_snapshot_reads_every_card_as_card_task_makes_it_from_the_full_row(a
 
 def test_a_write_inside_a_read_transaction_is_refused_and_writes_nothing():
     before = db_state()
-    with read_transaction("default"):
+    with store("default").read_transaction():
         with pytest.raises(RuntimeError, match="inside read_transaction"):
             transitions.create([TaskSpec(id="refused", title="written where only reads may be")])
     assert db_state() == before

@@ -50,7 +50,7 @@ def test_a_mongodb_url_selects_the_mongodb_engine_with_majority_defaults_the_url
     from taskflow_site.settings import database_from_url
 
     rs = database_from_url("mongodb://a.internal:27017,b.internal:27017/board?replicaSet=rs0")
-    assert (rs["ENGINE"], rs["NAME"]) == ("board.mongodb", "board")
+    assert (rs["ENGINE"], rs["NAME"]) == ("board.engine.stores.mongodb.backend", "board")
     assert rs["HOST"] == "mongodb://a.internal:27017,b.internal:27017/board?replicaSet=rs0"
     assert rs["OPTIONS"] == {"w": "majority", "readConcernLevel": "majority", "serverSelectionTimeoutMS": 5000}
     # An option the URL gives wins (names are case-insensitive in MongoDB URLs).

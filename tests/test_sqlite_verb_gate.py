@@ -1,5 +1,5 @@
 """On SQLite the threads of one process run write verbs one at a time, whole verbs and not only
-their transactions (board.engine.db._one_verb_at_a_time): a verb's Python around its
+their transactions (the SQLite store's verb_gate, board.engine.stores.sqlite): a verb's Python around its
 transaction would otherwise compete for the GIL with the thread holding the write lock."""
 from __future__ import annotations
 
@@ -8,7 +8,10 @@ import threading
 
 from django.db import connections
 
-from board.engine import db, outcomes, transitions
+from contextlib import nullcontext
+
+from board.engine import outcomes, stores, transitions
+from board.engine.stores import base
 from board.engine.transitions import TaskSpec
 from board.models import TaskEvent
 from tests.live_server import wait_until
@@ -20,10 +23,10 @@ WAIT = 30
 
 def waiting_at_the_gate(thread: threading.Thread) -> bool:
     """Whether `thread` is blocked entering a verb: its innermost Python frame is the verb
-    wrapper's `with _one_verb_at_a_time(...)` (the lock's acquire is C, below it)."""
+    wrapper's `with the_store.verb_gate()` (the lock's acquire is C, below it)."""
     frame = sys._current_frames().get(thread.ident)
     return (frame is not None and frame.f_code.co_name == "run"
-            and frame.f_code.co_filename == db.__file__ and "_one_verb_at_a_time" in _line(frame))
+            and frame.f_code.co_filename == stores.__file__ and "verb_gate" in _line(frame))
 
 
 def _line(frame) -> str:
@@ -72,10 +75,10 @@ def test_inside_a_callers_transaction_the_verb_takes_no_gate_of_its_own():
     """As write_transaction: inside a transaction the caller opened, the caller's order holds
     (taking the gate there could wait on a thread that waits on the caller's write lock)."""
     transitions.create([TaskSpec(id="c", title="c")])
-    with db.write_transaction("default"):
-        assert isinstance(db._one_verb_at_a_time("default"), type(db.nullcontext()))
+    with stores.store().write_transaction():
+        assert isinstance(stores.store().verb_gate(), nullcontext)
         assert transitions.claim_next("agent", 60) is not None
 
 
 def test_outside_a_transaction_the_gate_is_the_writer_lock():
-    assert db._one_verb_at_a_time("default") is db._writer_lock("default")
+    assert stores.store().verb_gate() is base.process_lock("default")

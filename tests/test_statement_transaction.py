@@ -1,5 +1,5 @@
 """On SQLite the hot verbs' transaction is sent on the driver's connection, not through Django's
-`transaction.atomic` (board.engine.db.statement_transaction): what Django's atomic gave them
+`transaction.atomic` (the SQLite store's statement_transaction): what Django's atomic gave them
 must still hold. A failed statement rolls the whole move back and leaves the connection usable;
 the move is told to the board and the counters only once it has committed; inside a caller's
 transaction it joins that one; a BEGIN that cannot get the lock fails with Django's error and
@@ -15,7 +15,8 @@ from contextlib import contextmanager
 import pytest
 from django.db import IntegrityError, OperationalError, connections, transaction
 
-from board.engine import commits, db, outcomes, transitions
+from board.engine import commits, outcomes, transitions
+from board.engine.stores import base, store
 from board.engine.transitions import TaskSpec
 from tests.support import database_file, db_state, sqlite_db_mark
 
@@ -66,7 +67,7 @@ def refusing_history(verb: str):
 
 def test_django_stays_in_autocommit_while_the_driver_holds_the_transaction():
     connection = connections["default"]
-    with db.statement_transaction("default"):
+    with store().statement_transaction():
         assert connection.connection.in_transaction
         assert not connection.in_atomic_block and connection.get_autocommit()
     assert not connection.connection.in_transaction
@@ -149,7 +150,7 @@ def assert_the_writers_locks_are_free() -> None:
     taken: list[bool] = []
 
     def try_the_process_lock():
-        lock = db._writer_lock("default")
+        lock = base.process_lock("default")
         taken.append(lock.acquire(blocking=False))
         if taken[-1]:
             lock.release()
@@ -187,11 +188,11 @@ def test_a_commit_that_fails_rolls_the_move_back_and_frees_the_locks():
 
 
 def test_no_transaction_may_open_inside_one():
-    with db.statement_transaction("default"):
-        with pytest.raises(RuntimeError, match="inside db.statement_transaction"):
-            with db.write_transaction("default"):
+    with store().statement_transaction():
+        with pytest.raises(RuntimeError, match="inside statement_transaction"):
+            with store().write_transaction():
                 pass
-        with pytest.raises(RuntimeError, match="inside db.statement_transaction"):
-            with db.statement_transaction("default"):
+        with pytest.raises(RuntimeError, match="inside statement_transaction"):
+            with store().statement_transaction():
                 pass
     assert_the_writers_locks_are_free()

@@ -6,7 +6,7 @@ By default SQLite runs one inside the commit that takes the WAL past 1,000 pages
 commit of bench/claims.py's engine loop on SQLite (an instrumented run, 1 and 8 threads of claim
 + complete), about 1 commit in 100 was such a commit: the median commit took 0.12 ms, the 99th
 percentile 13.9 ms, and the slowest 1% were 43% of all the time spent committing. All of it ran
-under the writers' locks (board.engine.db), so every other writer, of every process, waited for
+under the writers' locks (board.engine.stores.sqlite), so every other writer, of every process, waited for
 the sync.
 
 So the project's connections raise SQLite's threshold out of the way (`PRAGMA
@@ -25,7 +25,7 @@ while no writer appends (Checkpointer._checkpoint). It runs once the WAL holds
 RESTART_AT_FRAMES pages, so the WAL file stays near 16 MiB (SQLite's own default keeps it
 near 4 MiB).
 
-Writes that bypass board.engine.db (Django's sessions, the admin's log, a migration, a short
+Writes that bypass the store's transactions (Django's sessions, the admin's log, a migration, a short
 `manage.py` command that exits before its thread's turn) are not counted: the next checkpoint of
 any process takes their pages too, SQLite checkpoints when the last connection to a database
 closes, and its own checkpoint at WAL_BACKSTOP_PAGES bounds the WAL whatever happens to the
@@ -82,7 +82,7 @@ class Checkpointer:
 
     def committed(self, path: str, holding_writers: Callable[[], ContextManager]) -> None:
         """A write transaction on the database file `path` has committed; `holding_writers()`
-        holds the database's writers' locks of this process (board.engine.db)."""
+        holds the database's writers' locks of this process (board.engine.stores.sqlite)."""
         with self._changed:
             # The first writer to tell is the database's (bench/claims.py's raw loop, which
             # takes none of the board's locks, tells too, sharing the file).

@@ -37,7 +37,8 @@ import secrets
 from dataclasses import dataclass
 from datetime import datetime
 
-from board.engine import clock, db, errors
+from board.engine import clock, errors
+from board.engine.stores import store
 from board.engine.lifecycle import Stage
 from board.engine.tokens import hash_token, token_text
 from board.models import Task
@@ -106,6 +107,6 @@ def _token_of(task: Task, request: ClaimRequest, agent: str) -> str | None:
 
 def serialise(using: str, request: ClaimRequest) -> None:
     """Inside a write transaction: wait until no other transaction is handling this request
-    (board.engine.db.serialise_on: an advisory lock on PostgreSQL, a write to one document that makes
+    (the store's serialise_on: an advisory lock on PostgreSQL, a write to one document that makes
     a copy conflict and retry on MongoDB, nothing on SQLite, whose writer is alone)."""
-    db.serialise_on(using, request.digest)
+    store(using).serialise_on(request.digest)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from board.engine import db
+from board.engine.stores import store
 
 log = logging.getLogger("board.engine.commits")
 
@@ -30,7 +30,7 @@ def subscribe(callback: Callable[[], None]) -> None:
 def after_commit(using: str) -> None:
     """Inside a write transaction: announce the change once the transaction commits (nothing
     is announced if it rolls back)."""
-    db.on_commit(_announce, using)
+    store(using).on_commit(_announce)
 
 
 def _announce() -> None:

@@ -24,7 +24,8 @@ import functools
 import logging
 from collections.abc import Callable
 
-from board.engine import db, errors
+from board.engine import errors
+from board.engine.stores import store
 
 log = logging.getLogger("board.engine.outcomes")
 
@@ -45,7 +46,7 @@ def record(using: str, verb: str, outcome: str, code: str = "", count: int = 1) 
     if not _observers:
         return
     if outcome in _AFTER_COMMIT:
-        db.on_commit(lambda: _tell(str(verb), outcome, code, count), using)
+        store(using).on_commit(lambda: _tell(str(verb), outcome, code, count))
     else:
         _tell(str(verb), outcome, code, count)
 

@@ -26,11 +26,11 @@ Who else writes what this deletes, and why each race is safe:
   - PostgreSQL: the batch locks the rows first; a racing create's flag UPDATE waits for it,
     then finds no row, and the create refuses the dependency as unknown.
   - MongoDB: the batch writes the history's counter document, which every move and create
-    increments (board.engine.db.conflict_with_writers): of two concurrent ones, one is aborted
+    increments (the store's conflict_with_writers): of two concurrent ones, one is aborted
     and run again (retry_conflicts), and sees what the other committed.
   A task whose flag is true but whose dependents are all gone (or go in the same batch) gets
   its flag cleared, and a later pass deletes it, once every transaction open at the clear has
-  ended (board.engine.db.transactions_open_before, waited for up to
+  ended (the store's transactions_open_before, waited for up to
   OPEN_TRANSACTIONS_PATIENCE_SECONDS): a create that read the flag as true before the clear
   wrote nothing on the task, so only its end makes its dependency row visible to the delete's
   re-read. Found by tests/test_prune.py's race (on PostgreSQL the foreign key then failed the
@@ -39,7 +39,7 @@ Who else writes what this deletes, and why each race is safe:
   does again (a FAILED one requeued and completed would skip its admission look; the reaper's
   admission pass, every second, admits the dependent anyway).
 - Renew rows are never written after their insert by anyone but this module. Concurrent prunes
-  (a command beside the reaper, several hosts) queue on one key (board.engine.db.serialise_on).
+  (a command beside the reaper, several hosts) queue on one key (the store's serialise_on).
 
 The live board's outbox (board.live.outbox) and the API's event cursors read the same rows:
 - Only rows older than the windows are deleted, and a window is at least MIN_WINDOW (an hour).
@@ -76,14 +76,7 @@ from django.conf import settings
 from django.db.models import Max
 
 from board.engine import clock
-from board.engine.db import (
-    conflict_with_writers,
-    lock_rows,
-    retry_conflicts,
-    serialise_on,
-    transactions_open_before,
-    write_transaction,
-)
+from board.engine.stores import retry_conflicts, store
 from board.engine.lifecycle import Stage, Verb, attempts_left
 from board.engine.tokens import hash_token
 from board.models import Dependency, RemovedTask, Task, TaskEvent
@@ -253,7 +246,7 @@ class _Run:
         a cleared flag as true, and written a dependency the next pass must see."""
         moment = clock.now(self.using)
         deadline = time.monotonic() + OPEN_TRANSACTIONS_PATIENCE_SECONDS
-        while transactions_open_before(self.using, moment):
+        while store(self.using).transactions_open_before(moment):
             if time.monotonic() > deadline:
                 return False
             time.sleep(0.02)  # other sessions' transactions: nothing to wait on but the clock
@@ -315,13 +308,13 @@ class _Run:
         cleared. When the history of the tasks to delete exceeds EVENTS_PER_BATCH rows, only
         that many of their history rows go, and the caller runs the batch again (done=False)."""
         events_deleted = dependencies_deleted = 0
-        with write_transaction(self.using):
-            serialise_on(self.using, _PRUNE_KEY)
-            rows = list(lock_rows(self._old_terminal().filter(pk__in=ids), self.using).values_list(
+        with store(self.using).write_transaction():
+            store(self.using).serialise_on(_PRUNE_KEY)
+            rows = list(store(self.using).lock_rows(self._old_terminal().filter(pk__in=ids)).values_list(
                 "pk", "stage", "attempts", "max_retries", "has_dependents"))
             delete, clear, stages = self._plan(rows)
             if delete or clear:
-                conflict_with_writers(self.using)
+                store(self.using).conflict_with_writers()
             events = TaskEvent.objects.using(self.using).filter(task_id__in=delete)
             event_ids = list(events.values_list("pk", flat=True)[:EVENTS_PER_BATCH + 1])
             if len(event_ids) > EVENTS_PER_BATCH:
@@ -403,8 +396,8 @@ class _Run:
         detail counts every renew it stands for (those folded into a row deleted now included)
         and the `at` of the first."""
         history = TaskEvent.objects.using(self.using)
-        with write_transaction(self.using):
-            serialise_on(self.using, _PRUNE_KEY)
+        with store(self.using).write_transaction():
+            store(self.using).serialise_on(_PRUNE_KEY)
             folded = {pk: (at, detail) for pk, at, detail in history.filter(
                 pk__in=[pk for pks in plan.values() for pk in pks], verb=Verb.RENEW).values_list("pk", "at", "detail")}
             kept = dict(history.filter(pk__in=list(plan), verb=Verb.RENEW).values_list("pk", "detail"))

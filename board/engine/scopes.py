@@ -2,7 +2,7 @@
 patterns (`ci-*`, `docs`). Pure: parsing, matching, and the patterns as each store's query
 language writes them. Who applies a scope: the API (board/api/endpoints.py) for reads and verbs
 on one task, and the claim's own statement for claim-next (board.engine.transitions,
-board.engine.hot_sql), so that a scoped key never even picks another queue's task.
+the SQL stores' statements, board.engine.stores), so that a scoped key never even picks another queue's task.
 
 A pattern is a queue name in which `*` stands for any run of characters (none included) and
 `?` for exactly one. Queue names are letters, digits and `._:-` only, so the only characters a

@@ -25,7 +25,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from board.engine import clock, scopes
-from board.engine.db import joins_cheaply, read_transaction, speaks_sql
+from board.engine.stores import store
 from board.engine.invariants import (
     CLAIMED_AT_LEAST_ONCE,
     DEP_CYCLE,
@@ -66,7 +66,7 @@ def snapshot(*, using: str = "default") -> list[TaskSnapshot]:
     """All tasks with their dependencies, read as one consistent snapshot (read_transaction: no
     write lock), for the criteria of board.engine.contract and for tests. Every task is in memory:
     `problems()` is what checks the store."""
-    with read_transaction(using):
+    with store(using).read_transaction():
         deps: dict[str, list[str]] = defaultdict(list)
         for task_id, dep in Dependency.objects.using(using).values_list("task_id", "depends_on_id").iterator(_CHUNK):
             deps[task_id].append(dep)
@@ -84,11 +84,11 @@ def problems(*, now: datetime | None = None, using: str = "default") -> list[Pro
     tests/test_scale_reads.py holds it to for every problem. At the store's clock (board.engine.clock)
     unless `now` is given."""
     now = now or clock.now(using)
-    if not speaks_sql(using):
+    if not store(using).speaks_sql:
         # A store without SQL (MongoDB): check() of the whole snapshot, which this is defined
         # as. Slower on a big board (every task is read), exact on any.
         return sorted(check(snapshot(using=using), now))
-    with read_transaction(using):
+    with store(using).read_transaction():
         suspects = _suspects(now, using)
         deps = deps_of(sorted(suspects), using=using)
         wanted = sorted(suspects.union(*deps.values()))  # with the tasks they depend on
@@ -245,7 +245,7 @@ def board_parts(*, terminal_limit: int = 200, part_size: int = 1000, using: str 
     demand). A row is a dict of CARD_COLUMNS as JSON values (datetimes as the API writes them,
     `json_time`), streamed from the database without building a model instance or a datetime
     per task. Close the generator (or exhaust it) to end the read."""
-    with read_transaction(using):
+    with store(using).read_transaction():
         tasks = Task.objects.using(using)
         last_event_id = TaskEvent.objects.using(using).order_by("-id").values_list("id", flat=True).first() or 0
         counts = {stage.value: 0 for stage in Stage}
@@ -268,7 +268,7 @@ def board_parts(*, terminal_limit: int = 200, part_size: int = 1000, using: str 
 
 def _values_of(queries: list, batch: int, using: str) -> Iterator[tuple]:
     """The _ROW_COLUMNS of every row of `queries`, in order, fetched `batch` rows at a time."""
-    if not speaks_sql(using):  # MongoDB: the ORM's values, streamed in batches
+    if not store(using).speaks_sql:  # MongoDB: the ORM's values, streamed in batches
         for query in queries:
             yield from query.values_list(*_ROW_COLUMNS).iterator(batch)
         return
@@ -310,7 +310,7 @@ def _with_deps(rows: list[dict], using: str) -> list[tuple[dict, list[str]]]:
     """Rows paired with their dependencies: one query, for the rows that have some (has_deps)."""
     wanted = [row["id"] for row in rows if row.pop("has_deps")]
     deps: dict[str, list[str]] = defaultdict(list)
-    if wanted and not speaks_sql(using):
+    if wanted and not store(using).speaks_sql:
         for task_id, dep in (Dependency.objects.using(using).filter(task_id__in=wanted)
                              .order_by("pk").values_list("task_id", "depends_on_id")):
             deps[task_id].append(dep)
@@ -340,7 +340,7 @@ def board_tasks(*, terminal_limit: int = 200, using: str = "default") -> dict:
 
 # The order claim_next takes ready tasks in: highest priority, then oldest, then id. Written here
 # once: ready_tasks (claim_next's ORM path), the live board's snapshot and the API's
-# `?order=claim` sort by it; hot_sql's claim statements spell it in SQL ("ORDER BY priority
+# `?order=claim` sort by it; the SQL stores' claim statements spell it in SQL ("ORDER BY priority
 # DESC, created_at, id"), and tests/test_api.py holds the listed order to what claims take.
 CLAIM_ORDER = ("-priority", "created_at", "pk")
 # The orders the API's task list offers: oldest first (its default), and the claim order.
@@ -444,7 +444,7 @@ def queued_per_queue(*, using: str = "default") -> dict[str, int]:
 
 def queues_of(task_ids: list[str], *, using: str = "default") -> dict[str, str]:
     """The queue of each task (fixed at creation), by primary key: the join, made here so that
-    it is an indexed read on every store (board.engine.db.joins_cheaply)."""
+    it is an indexed read on every store (the store's joins_cheaply)."""
     queues: dict[str, str] = {}
     for begin in range(0, len(task_ids), _CHUNK):  # bounded IN lists, however many ids
         queues.update(Task.objects.using(using).filter(pk__in=task_ids[begin:begin + _CHUNK])
@@ -460,7 +460,7 @@ def queues_of(task_ids: list[str], *, using: str = "default") -> dict[str, str]:
 
 def unfinished_deps(task_id: str, *, using: str = "default") -> list[str]:
     """Ids of the tasks `task_id` depends on that have not COMPLETED."""
-    if not joins_cheaply(using):
+    if not store(using).joins_cheaply:
         return unfinished_deps_of([task_id], using=using).get(task_id, [])
     return list(
         Dependency.objects.using(using)
@@ -472,7 +472,7 @@ def unfinished_deps(task_id: str, *, using: str = "default") -> list[str]:
 
 def unfinished_deps_of(task_ids: list[str], *, using: str = "default") -> dict[str, list[str]]:
     """The dependencies of each of `task_ids` that have not COMPLETED (tasks without any are
-    left out), joined here from two indexed reads: where joins are dear (board.engine.db.joins_cheaply)."""
+    left out), joined here from two indexed reads: where joins are dear (the store's joins_cheaply)."""
     pairs = []
     for start in range(0, len(task_ids), 1000):
         pairs += Dependency.objects.using(using).filter(task_id__in=task_ids[start:start + 1000]).values_list(
@@ -495,7 +495,7 @@ def admission_candidates(task_ids: Iterable[str] | None = None, *, using: str = 
     rows = Task.objects.using(using).filter(stage=Stage.PENDING, hold=False)
     if task_ids is not None:
         rows = rows.filter(pk__in=list(task_ids))
-    if joins_cheaply(using):
+    if store(using).joins_cheaply:
         unfinished = Dependency.objects.filter(task_id=OuterRef("pk")).exclude(depends_on__stage=Stage.COMPLETED)
         return list(rows.exclude(Exists(unfinished)).values_list("pk", flat=True))
     pending = list(rows.values_list("pk", flat=True))

@@ -14,17 +14,17 @@ the caller gives. The fence rises by one on every claim, resume and takeover, an
 
 On MongoDB a compare-and-swap that races another transaction's write to the same task does not
 match 0 rows: the store aborts the transaction (a WriteConflict). Every public verb is wrapped
-by `board.engine.db.retry_conflicts`, which runs it again from the start, where it reads the winner's
+by `board.engine.stores.retry_conflicts`, which runs it again from the start, where it reads the winner's
 row and either moves again or raises the same precise error as after a lost CAS.
 
 Row locks are not the concurrency mechanism (SQLite has none): the CAS is. `claim_next` skips
-locked rows where the store can (`board.engine.db.skip_locked`) only so that concurrent
+locked rows where the store can (the store's `skip_locked`) only so that concurrent
 claimers pick different candidates instead of queueing behind the same row.
 
 The hot verbs (claim_next, renew, complete) have two implementations of the same move: the
-hand-written statements of `board.engine.hot_sql` on SQLite and PostgreSQL (one conditional UPDATE
-with RETURNING each, no read before it), and the ORM path below for any other backend or when
-settings.TASKFLOW["HOT_PATH"] is "orm". `hot_sql.store(using)` chooses. Both raise the same
+hand-written statements of the SQL stores (`store(using).statements`, board.engine.stores: one
+conditional UPDATE with RETURNING each, no read before it), and the ORM path below for any other
+store or when settings.TASKFLOW["HOT_PATH"] is "orm". Both raise the same
 errors: on a statement that matched nothing the hot path reloads the row and judges it with the
 same checks as the ORM path (`_refuse_holder`).
 
@@ -51,20 +51,14 @@ from board.engine import (
     clock,
     commits,
     errors,
-    hot_sql,
     outcomes,
     scopes,
     selectors,
     tracing,
 )
 from board.engine.claim_requests import ClaimRequest
-from board.engine.db import (
-    retry_conflicts,
-    savepoint,
-    skip_locked,
-    speaks_sql,
-    write_transaction,
-)
+from board.engine.stores.statements import Statements
+from board.engine.stores import retry_conflicts, store
 from board.engine.lifecycle import (
     MAX_BATCH_DEPENDENCIES,
     MAX_BATCH_TASKS,
@@ -292,7 +286,7 @@ def create(specs: TaskSpec | Sequence[TaskSpec], *, actor: str = "", using: str 
     now = clock.now(using)
     external = {dep for spec in batch for dep in spec.deps if dep not in seen}
     depended_on = {dep for spec in batch for dep in spec.deps}
-    with write_transaction(using):
+    with store(using).write_transaction():
         taken = Task.objects.using(using).filter(pk__in=ids).first()
         if taken is not None:
             raise errors.DuplicateId(f"a task with id {taken.pk!r} already exists", task=taken, field="id")
@@ -342,7 +336,7 @@ def create(specs: TaskSpec | Sequence[TaskSpec], *, actor: str = "", using: str 
                 )
             )
         try:
-            with savepoint(using):  # a racing creator of the same id
+            with store(using).savepoint():  # a racing creator of the same id
                 Task.objects.using(using).bulk_create(tasks)
         except IntegrityError:
             taken = Task.objects.using(using).filter(pk__in=ids).first()
@@ -375,7 +369,7 @@ def _insert_dependencies(using: str, pairs: list[tuple[str, str]]) -> None:
     MAX_BATCH_DEPENDENCIES rows held the writers for ~0.5 s; this takes a few ms."""
     if not pairs:
         return
-    if not speaks_sql(using):
+    if not store(using).speaks_sql:
         Dependency.objects.using(using).bulk_create(
             [Dependency(task_id=task_id, depends_on_id=dep) for task_id, dep in pairs])
         return
@@ -491,7 +485,7 @@ def admit_ready(task_ids: Iterable[str] | None = None, *, using: str = "default"
     candidates = selectors.admission_candidates(task_ids, using=using)
     admitted = []
     for task_id in candidates:
-        with write_transaction(using):
+        with store(using).write_transaction():
             task = Task.objects.using(using).filter(pk=task_id).first()
             if task is None or task.stage != Stage.PENDING or task.hold:
                 continue
@@ -525,7 +519,7 @@ def claim(task_id: str, agent: str, ttl_seconds: float, *, request_id: str | Non
     _agent_name(agent)
     request = claim_requests.of(agent, request_id)
     for _ in range(RACE_RETRIES):
-        with write_transaction(using):
+        with store(using).write_transaction():
             now = clock.now(using)
             task = _get(using, task_id)
             if request is not None:
@@ -644,11 +638,11 @@ def claim_next(
             return None
         scope = None  # `queue = %s` alone picks only that queue's tasks
     request = claim_requests.of(agent, request_id)
-    hot = hot_sql.store(using)
+    hot = store(using).statements
     if hot is not None:
         return _hot_claim_next(hot, using, agent, ttl, queue, request, key_hash, scope)
     for _ in range(RACE_RETRIES):
-        with write_transaction(using):
+        with store(using).write_transaction():
             _require_live_key(using, key_hash, agent)
             if request is not None:
                 claim_requests.serialise(using, request)
@@ -656,7 +650,7 @@ def claim_next(
                 if made is not None:
                     return _claim_of(*made)
             now = clock.now(using)
-            task = skip_locked(selectors.ready_tasks(now, queue, scope=scope, using=using), using).first()
+            task = store(using).skip_locked(selectors.ready_tasks(now, queue, scope=scope, using=using)).first()
             if task is None:
                 outcomes.record(using, Verb.CLAIM, outcomes.EMPTY)
                 return None
@@ -667,7 +661,7 @@ def claim_next(
     return None
 
 
-def _hot_claim_next(hot: hot_sql.HotStore, using: str, agent: str, ttl: timedelta,
+def _hot_claim_next(hot: Statements, using: str, agent: str, ttl: timedelta,
                     queue: str | None, request: ClaimRequest | None, key_hash: str | None,
                     scope: scopes.Scope = None) -> Claim | None:
     """claim_next as one statement: pick, CAS and history together, nothing read before. On
@@ -682,7 +676,7 @@ def _hot_claim_next(hot: hot_sql.HotStore, using: str, agent: str, ttl: timedelt
         context = hot.transaction()
     else:
         token, seed = request.mint()
-        context = write_transaction(using)
+        context = store(using).write_transaction()
     with context:
         if request is not None:
             _require_live_key(using, key_hash, agent)
@@ -711,7 +705,7 @@ def resume(task_id: str, agent: str, ttl_seconds: float, *, using: str = "defaul
     ttl = _ttl(ttl_seconds)
     _agent_name(agent)
     for _ in range(RACE_RETRIES):
-        with write_transaction(using):
+        with store(using).write_transaction():
             now = clock.now(using)
             task = _get(using, task_id)
             if task.stage == Stage.RUNNING and not lease_expired(task.lease_expires_at, now):
@@ -742,7 +736,7 @@ def _holder_move(using: str, task_id: str, token: str, build, *, live_only: bool
     has not been taken over: the token still proves nobody else holds the task."""
     token_hash = _token_hash(token)
     for _ in range(RACE_RETRIES):
-        with write_transaction(using):
+        with store(using).write_transaction():
             _require_live_key(using, key_hash, agent)
             now = clock.now(using)
             task = _get(using, task_id)
@@ -769,7 +763,7 @@ def _require_live_key(using: str, key_hash: str | None, agent: str | None) -> No
     Why a verb checks a key at all: the API looks a key up on every request (one query), except
     for the hot verbs (claim_next, renew, complete), which take a key this process verified in
     the last minute on trust and pass its hash here (board.agent_keys.authenticate_deferred).
-    The hot statements check it in the move itself (hot_sql); this query is for the ORM path
+    The hot statements check it in the move itself (board.engine.stores); this query is for the ORM path
     and for a move that matched nothing, to tell a gone key from the move's own refusal."""
     if key_hash is None:
         return
@@ -800,9 +794,9 @@ def _refuse_holder(task: Task, token_hash: str, now: datetime, *, live_only: boo
         raise errors.Forbidden(f"task {task.pk}'s lease belongs to another agent", task=task)
 
 
-def _hot_holder_move(hot: hot_sql.HotStore, using: str, task_id: str, token_hash: str, move, *,
+def _hot_holder_move(hot: Statements, using: str, task_id: str, token_hash: str, move, *,
                      live_only: bool, agent: str | None, verb: Verb, key_hash: str | None = None) -> Task:
-    """A holder's verb through hot_sql: `move()` runs the verb's one statement and returns
+    """A holder's verb through the store's statements: `move()` runs the verb's one statement and returns
     the row as written, or None when it matched no row. Only then is the row read: it raises
     the error the ORM path would, or, when the move has become legal again (the row changed
     between the statement and the read), the statement runs again."""
@@ -839,7 +833,7 @@ def renew(
     _check_progress(progress)
     limit_json_size("checkpoint", checkpoint)
     _json_value("checkpoint", checkpoint)
-    hot = hot_sql.store(using)
+    hot = store(using).statements
     if hot is not None:
         token_hash = _token_hash(token)
         task = _hot_holder_move(
@@ -889,7 +883,7 @@ def complete(task_id: str, token: str, result: Any, *, agent: str | None = None,
         raise errors.InvalidRequest("result is required (use {} for a task with no output)", field="result")
     limit_json_size("result", result)
     _json_value("result", result)
-    hot = hot_sql.store(using)
+    hot = store(using).statements
     if hot is not None:
         token_hash = _token_hash(token)
         task = _hot_holder_move(
@@ -1020,7 +1014,7 @@ def _check_progress(progress: float | None) -> None:
 
 def _operator_move(using: str, task_id: str, version: int | None, move) -> Task:
     for _ in range(RACE_RETRIES):
-        with write_transaction(using):
+        with store(using).write_transaction():
             now = clock.now(using)
             task = _get(using, task_id)
             if version is not None and task.version != version:
@@ -1215,7 +1209,7 @@ def reclaim_expired(*, now: datetime | None = None, limit: int = 500, task_ids: 
     now = now or clock.now(using)
     moved = []
     for task_id in selectors.expired_leases(now, limit=limit, task_ids=task_ids, using=using):
-        with tracing.moving(Verb.RECLAIM, task_id) as span, write_transaction(using):
+        with tracing.moving(Verb.RECLAIM, task_id) as span, store(using).write_transaction():
             task = Task.objects.using(using).filter(pk=task_id).first()
             if task is None or task.stage != Stage.RUNNING or not task.lease_expires_at or task.lease_expires_at > now:
                 continue  # renewed or finished meanwhile

@@ -40,7 +40,8 @@ from dataclasses import dataclass, field
 from django.db import connections
 from django.db.models import Q
 
-from board.engine import clock, db, retention
+from board.engine import clock, retention
+from board.engine.stores import store
 from board.models import RemovedTask, TaskEvent
 
 EVENTS_PER_READ = 1000
@@ -70,7 +71,7 @@ class Cursor:
     def read(self) -> Page:
         """The next page of new events and of late ones filling holes, in id order. Runs in a
         sync thread; changes nothing (see `advance`)."""
-        late_commits = not db.ids_follow_commit_order(self.using)
+        late_commits = not store(self.using).ids_follow_commit_order
         # Read BEFORE the events: every transaction older than this has ended by the time the
         # events are read, so a hole it left that is still missing then never commits.
         settled = _oldest_running_xid(self.using) if late_commits and self.holes else None
@@ -100,7 +101,7 @@ class Cursor:
         else:
             # SQLite hands out ids under the write lock and commits before the next writer
             # starts, and MongoDB's writers take theirs from one counter document in their
-            # transaction (board.engine.db.number_rows): an id below one already read that is not
+            # transaction (the MongoDB store's number_rows): an id below one already read that is not
             # there was rolled back.
             holes = {}
         return Page(rows, last_id, holes, full)
@@ -182,7 +183,7 @@ def unseen_below(newest: int, using: str = "default") -> list[int]:
     renews); taken for holes, thousands of them would be asked for on every read for as long as
     any older transaction stays open anywhere on the server (a backup, say). Deleted ids above
     that event (every later one deleted too) are still taken, and given up as rolled back."""
-    if not newest or db.ids_follow_commit_order(using):
+    if not newest or store(using).ids_follow_commit_order:
         return []
     first = max(1, newest - START_WINDOW + 1)
     settled = (TaskEvent.objects.using(using)

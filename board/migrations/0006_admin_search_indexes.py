@@ -10,7 +10,7 @@ or a queue exactly, and words of the title anywhere, in any case.
   title is searched by scanning (said in the log).
 - SQLite: no index can serve a word inside a title, so the search scans the tasks (the list
   stops at its first page of matches, walking task_recent). No index is made there.
-- MongoDB (board/mongo_migrations): nothing to add; an id is the document's `_id`, everything
+- MongoDB (board/engine/stores/mongodb/migrations): nothing to add; an id is the document's `_id`, everything
   else is scanned by the query (the README says so).
 """
 import logging

@@ -5,7 +5,7 @@ PostgreSQL plans it from the table's statistics. When they were gathered at a qu
 (no task QUEUED: a board whose work was all done, or a table just created), the planner
 believes almost no task is ready, and scans and sorts every QUEUED task on every claim
 instead of taking the first one from task_ready_any_queue. Measured here (EXPLAIN ANALYZE of
-hot_sql.PG_CLAIM_NEXT, a scratch script): on a table of 20,000 tasks analyzed with none QUEUED,
+the PostgreSQL store's PG_CLAIM_NEXT, a scratch script): on a table of 20,000 tasks analyzed with none QUEUED,
 then 5,000 queued, one claim took 17 ms; with current statistics a claim took about 0.2 ms.
 
 PostgreSQL's default re-analyzes a table after changes to 10% of its rows: on a board that keeps
@@ -16,7 +16,7 @@ Analyzing samples at most 30,000 rows (the default statistics target), so doing 
 costs little.
 
 SQLite plans claim_next from the index alone (it has no statistics unless ANALYZE is run);
-MongoDB (board/mongo_migrations) likewise. Nothing to do there.
+MongoDB (board/engine/stores/mongodb/migrations) likewise. Nothing to do there.
 """
 from django.db import migrations
 

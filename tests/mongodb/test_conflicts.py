@@ -1,6 +1,6 @@
 """MongoDB's write conflicts: a move whose transaction meets another transaction's write is
 aborted by the store (WriteConflict, a TransientTransactionError), and the engine runs it again
-(board.engine.db.retry_conflicts), a bounded number of times, never answering 500.
+(board.engine.stores.retry_conflicts), a bounded number of times, never answering 500.
 
 The other writer is a real transaction on its own pymongo session, held open (uncommitted)
 while the engine's move runs, then committed or aborted by the test: no timing is involved."""
@@ -14,7 +14,9 @@ from django.db import connections
 from django.test import Client
 
 from board import agent_keys
-from board.engine import db, errors, transitions
+from board.engine import errors, transitions
+from board.engine.stores import TransactionConflict, store
+from board.engine.stores.mongodb.store import COUNTERS
 from board.engine.transitions import TaskSpec
 from board.models import Task, TaskEvent
 from tests import process_racer
@@ -40,7 +42,7 @@ def held_task(task_id: str = "t"):
 
 
 class ConflictLog(logging.Handler):
-    """Counts the engine's conflict retries (board.engine.db logs each at DEBUG) and runs `then` at
+    """Counts the engine's conflict retries (board.engine.stores logs each at DEBUG) and runs `then` at
     the first one: what the other writer does once the engine has met its write."""
 
     def __init__(self, then=None):
@@ -56,7 +58,7 @@ class ConflictLog(logging.Handler):
 
 @pytest.fixture
 def conflict_log():
-    logger = logging.getLogger("board.engine.db")
+    logger = logging.getLogger("board.engine.stores")
     handlers = []
 
     def attach(then=None) -> ConflictLog:
@@ -92,7 +94,7 @@ def test_conflicts_are_retried_a_bounded_number_of_times_then_refused_and_nothin
     before = row("t")
     events = TaskEvent.objects.count()
     # The other writer holds the history's counter: every move of every task meets it.
-    other = open_transaction(db.COUNTERS, {"_id": "board_taskevent"}, {"$set": {"held": True}})
+    other = open_transaction(COUNTERS, {"_id": "board_taskevent"}, {"$set": {"held": True}})
     monkeypatch.setattr(db, "CONFLICT_RETRIES", 4)
     log = conflict_log()
     try:
@@ -111,7 +113,7 @@ def test_the_api_answers_409_version_conflict_when_conflicts_outlast_the_retries
     _, key = agent_keys.create_key("agent-1")
     c = held_task()
     before = row("t")
-    other = open_transaction(db.COUNTERS, {"_id": "board_taskevent"}, {"$set": {"held": True}})
+    other = open_transaction(COUNTERS, {"_id": "board_taskevent"}, {"$set": {"held": True}})
     monkeypatch.setattr(db, "CONFLICT_RETRIES", 3)
     try:
         response = Client().post("/api/tasks/t/renew", json.dumps({"token": c.lease.token, "ttl_seconds": 60}),
@@ -127,10 +129,10 @@ def test_the_api_answers_409_version_conflict_when_conflicts_outlast_the_retries
 def test_a_conflict_inside_a_callers_transaction_goes_up_to_that_transaction():
     """Only the outermost transaction can run again: an inner verb passes the conflict up."""
     c = held_task()
-    other = open_transaction(db.COUNTERS, {"_id": "board_taskevent"}, {"$set": {"held": True}})
+    other = open_transaction(COUNTERS, {"_id": "board_taskevent"}, {"$set": {"held": True}})
     try:
-        with pytest.raises(db.TransactionConflict):
-            with db.write_transaction("default"):
+        with pytest.raises(TransactionConflict):
+            with store().write_transaction():
                 transitions.renew("t", c.lease.token, 120, agent="agent-1")
     finally:
         other.abort_transaction()

@@ -1,10 +1,10 @@
 """Django's contrib apps with ObjectId primary keys, for a MongoDB store (settings pick them:
-taskflow_site/mongodb.py). Their own AppConfigs ask for AutoField, which MongoDB refuses."""
+settings.py beside this module). Their own AppConfigs ask for AutoField, which MongoDB refuses."""
 from django.contrib.admin.apps import AdminConfig
 from django.contrib.auth.apps import AuthConfig
 from django.contrib.contenttypes.apps import ContentTypesConfig
 
-from taskflow_site.mongodb import DEFAULT_AUTO_FIELD
+from board.engine.stores.mongodb.settings import DEFAULT_AUTO_FIELD
 
 
 class MongoAdminConfig(AdminConfig):

@@ -1,6 +1,6 @@
 """RemovedTask (board/migrations/0008 on the SQL stores): the tasks the prune deleted, read by the
 live board's tailers. Its ids come from the counter document named after its collection
-(board.engine.db.number_rows), in the counter collection 0002 created."""
+(the MongoDB store's number_rows, ../../store.py), in the counter collection 0002 created."""
 from django.db import migrations, models
 
 

@@ -1,4 +1,4 @@
-"""The collections board.engine.db writes besides the models', created before any transaction needs
+"""The collections the MongoDB store (../../store.py) writes besides the models', created before any transaction needs
 them (collections created inside racing transactions fail on each other): the counter that
 numbers the history's rows (number_rows), and the documents of serialise_on, each dropped a day
 after its last write (a TTL index)."""
@@ -6,7 +6,7 @@ from django.db import migrations
 
 
 def create_counter(apps, schema_editor):
-    from board.engine.db import COUNTERS, SERIALISED
+    from board.engine.stores.mongodb.store import COUNTERS, SERIALISED
 
     TaskEvent = apps.get_model("board", "TaskEvent")
     table = TaskEvent._meta.db_table

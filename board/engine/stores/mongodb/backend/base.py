@@ -1,6 +1,6 @@
 """django-mongodb-backend's engine, with what the board's transactions need from MongoDB.
 
-Every transaction (board.engine.db.write_transaction, read_transaction) reads one snapshot
+Every transaction (the MongoDB store's write_transaction and read_transaction, ../store.py) reads one snapshot
 (read concern "snapshot") and commits with write concern "majority": a move is acknowledged
 only once a majority of the replica set holds it, so an election cannot undo a lease an agent
 was told it holds. The backend starts its sessions without options (they would inherit the

@@ -1,7 +1,7 @@
 """Settings for a MongoDB store (`DATABASE_URL=mongodb://host:port/dbname?replicaSet=...`).
 
 The board runs on MongoDB through MongoDB's own Django backend (django-mongodb-backend), wrapped
-by `board.mongodb` (what its transactions read and write: board/mongodb/base.py). A replica set
+by `backend/` beside this module (what its transactions read and write: backend/base.py). A replica set
 is required: multi-document transactions, which keep a move and its history row together, exist
 only there. This module only builds settings:
 
@@ -18,13 +18,15 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 from django.core.exceptions import ImproperlyConfigured
 
 DEFAULT_AUTO_FIELD = "django_mongodb_backend.fields.ObjectIdAutoField"
+# The Django database engine of a MongoDB store: django-mongodb-backend's, wrapped (backend/).
+ENGINE = "board.engine.stores.mongodb.backend"
 
 # The SQL migrations (board/migrations, Django's own) are not touched: MongoDB has its own set.
 MIGRATION_MODULES = {
-    "admin": "taskflow_site.mongo_migrations.admin",
-    "auth": "taskflow_site.mongo_migrations.auth",
-    "contenttypes": "taskflow_site.mongo_migrations.contenttypes",
-    "board": "board.mongo_migrations",
+    "admin": "board.engine.stores.mongodb.migrations.admin",
+    "auth": "board.engine.stores.mongodb.migrations.auth",
+    "contenttypes": "board.engine.stores.mongodb.migrations.contenttypes",
+    "board": "board.engine.stores.mongodb.migrations.board",
 }
 
 # Defaults a URL may override (option names are case-insensitive in MongoDB URLs).
@@ -45,7 +47,7 @@ def database_from_mongodb_url(url: str) -> dict:
     given = {key.lower() for key, _ in parse_qsl(parts.query)}
     options = {key: value for key, value in _DEFAULT_OPTIONS.items() if key.lower() not in given}
     return {
-        "ENGINE": "board.mongodb",
+        "ENGINE": ENGINE,
         "HOST": url,
         "NAME": name,
         "USER": "",
@@ -58,9 +60,9 @@ def database_from_mongodb_url(url: str) -> dict:
 
 
 _MONGO_APPS = {
-    "django.contrib.admin": "taskflow_site.mongodb_apps.MongoAdminConfig",
-    "django.contrib.auth": "taskflow_site.mongodb_apps.MongoAuthConfig",
-    "django.contrib.contenttypes": "taskflow_site.mongodb_apps.MongoContentTypesConfig",
+    "django.contrib.admin": "board.engine.stores.mongodb.apps.MongoAdminConfig",
+    "django.contrib.auth": "board.engine.stores.mongodb.apps.MongoAuthConfig",
+    "django.contrib.contenttypes": "board.engine.stores.mongodb.apps.MongoContentTypesConfig",
 }
 
 

@@ -1,0 +1,335 @@
+"""The PostgreSQL store: the production one. The database's clock for every process, row locks
+skipped by claimers, advisory locks, and the hot verbs as one statement each.
+
+"Now" is `statement_timestamp()`, the time the current statement started: one value for all a
+statement writes and compares (an expiry is exactly its write's time + the TTL), fresh for every
+statement. Not `now()` (the transaction's start: renew could extend a lease that had expired
+meanwhile) nor `clock_timestamp()` (it changes within a statement). The ORM path reads it once
+per write transaction, and its compare-and-swap pins the version. Why, measured: docs/stores.md.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import connections, transaction
+from django.db.models.functions import Now
+
+from board.engine.scopes import as_like
+from board.engine.stores.base import DirectCommitHooks, Store, in_statements
+from board.engine.stores.statements import (
+    COLUMNS,
+    EVENT,
+    EVENT_COLUMNS,
+    KEY,
+    KEY_LOOKUP,
+    LEASE_EXPIRES_AT,
+    NOT_BEFORE,
+    T_COLUMNS,
+    TASK,
+    Statements,
+    Written,
+    key_from_row,
+    mode,
+)
+
+NOW = "statement_timestamp()"
+_KEY_LOOKUP = KEY_LOOKUP.format(now=NOW)
+
+
+class PostgresStore(DirectCommitHooks, Store):
+    speaks_sql = True
+    joins_cheaply = True
+    # ids_follow_commit_order stays False: a sequence hands ids out at insert time, and
+    # transactions commit in any order (board/live/outbox.py keeps holes for that).
+    has_own_clock = True
+
+    def __init__(self, using: str):
+        super().__init__(using)
+        if mode() == "auto":
+            self.statements = PostgresStatements(self)
+
+    def now(self) -> datetime:
+        """The database server's clock (in the connection's time zone)."""
+        with self.connection.cursor() as cursor:
+            cursor.execute(f"SELECT {NOW}")
+            return cursor.fetchone()[0]
+
+    def now_in_query(self) -> Any:
+        # Django's Now() is statement_timestamp() on PostgreSQL: no round trip of its own.
+        return Now()
+
+    @contextmanager
+    def _read_transaction(self) -> Iterator[None]:
+        # REPEATABLE READ, READ ONLY: one snapshot for every query; MVCC readers take no locks.
+        with transaction.atomic(using=self.using):
+            with self.connection.cursor() as cursor:
+                cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                # These reads scan the whole board: PostgreSQL's JIT then compiles for over a
+                # second (measured at 100,000 tasks) to save milliseconds.
+                cursor.execute("SET LOCAL jit = off")
+            yield
+
+    def serialise_on(self, key: str) -> None:
+        """A transaction-level advisory lock on the key (released at commit or rollback)."""
+        lock = int.from_bytes(bytes.fromhex(key[:16]), "big", signed=True)
+        with self.connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [lock])
+
+    def transactions_open_before(self, moment: datetime) -> int:
+        """pg_stat_activity (the sessions of other roles show no start time and are not counted:
+        the board's own connections share one role)."""
+        with self.connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                           "AND pid <> pg_backend_pid() AND xact_start < %s", [moment])
+            return cursor.fetchone()[0]
+
+    def find_live_key(self, key_hash: str):
+        with self.connection.cursor() as cursor:
+            cursor.execute(_KEY_LOOKUP, (key_hash,))
+            found = cursor.fetchone()
+        return None if found is None else key_from_row(self.using, found)
+
+
+# ---------------------------------------------------------------------------------------------
+# The hot statements. Parameters are named. Each verb is one statement: the UPDATE (the CAS) and the
+# history INSERT fed by its RETURNING, in one WITH. Under READ COMMITTED a row another
+# transaction has just changed is re-checked against the WHERE after that transaction ends, so
+# the guards hold on the row as it is when written. "Now" is the database's
+# statement_timestamp() (PostgresStore.now): one value for the whole statement, so the expiry is
+# exactly the write's time + the TTL and the history row's time is the task's updated_at.
+
+# The caller's agent key, when the verb is given one to check (as in stores.sqlite).
+_KEY_IS_LIVE = (f"(%(key_hash)s::text IS NULL OR EXISTS (SELECT 1 FROM {KEY} AS k"
+                " WHERE k.key_hash = %(key_hash)s AND k.name = %(agent)s"
+                " AND (k.revoked_at IS NULL OR k.revoked_at > statement_timestamp())))")
+
+# claim_next: QUEUED -> RUNNING. `picked` locks the best ready task (QUEUED, past any backoff;
+# priority, age, id) with FOR UPDATE SKIP LOCKED, so concurrent claimers take different tasks
+# instead of queueing on one row; the UPDATE is the CAS on that task's id, stage and version.
+# Sets a new lease (owner, token hash, expiry = the database's clock + ttl, the claim request
+# or NULL), fence + 1, attempts + 1, clears the backoff, version + 1; `history` records it.
+_PG_CLAIM_NEXT = f"""
+WITH picked AS MATERIALIZED (
+    SELECT id, version FROM {TASK}
+    WHERE stage = 'QUEUED' AND (not_before IS NULL OR not_before <= statement_timestamp()){{queue}}
+      AND {_KEY_IS_LIVE}
+    ORDER BY priority DESC, created_at, id
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED
+), moved AS (
+    UPDATE {TASK} AS t
+    SET stage = 'RUNNING', version = t.version + 1, owner = %(agent)s,
+        lease_token_hash = %(token_hash)s, fence = t.fence + 1,
+        lease_expires_at = statement_timestamp() + %(ttl)s, claim_request_hash = %(request_hash)s,
+        claim_token_seed = %(seed)s, not_before = NULL, attempts = t.attempts + 1,
+        updated_at = statement_timestamp(), stage_changed_at = statement_timestamp()
+    FROM picked
+    WHERE t.id = picked.id AND t.stage = 'QUEUED' AND t.version = picked.version
+    RETURNING {T_COLUMNS}
+), history AS (
+    INSERT INTO {EVENT} ({EVENT_COLUMNS})
+    SELECT id, 'claim', 'QUEUED', 'RUNNING', version, fence, owner, updated_at, NULL FROM moved
+)
+SELECT {COLUMNS} FROM moved
+"""
+PG_CLAIM_NEXT = _PG_CLAIM_NEXT.format(queue="")
+PG_CLAIM_NEXT_IN_QUEUE = _PG_CLAIM_NEXT.format(queue=" AND queue = %(queue)s")
+# A scoped key's claim (issue 27; board.engine.scopes): the key's patterns as LIKE patterns (a
+# text array: `_` escaped, `*` -> `%`), in the pick itself.
+PG_CLAIM_NEXT_IN_SCOPE = _PG_CLAIM_NEXT.format(queue=" AND queue LIKE ANY(%(scope)s::text[])")
+
+# renew: RUNNING -> RUNNING. The CAS: still RUNNING, the same lease (token hash), that lease
+# still live (expiry after the database's clock as the statement starts), and minted for the
+# agent when one is named. Extends the expiry to the database's clock + ttl, keeps token,
+# fence and claim request, saves checkpoint/progress when given (NULL keeps them), version + 1;
+# `history` records it (the holder, unchanged, is the actor).
+PG_RENEW = f"""
+WITH moved AS (
+    UPDATE {TASK}
+    SET version = version + 1, lease_expires_at = statement_timestamp() + %(ttl)s,
+        checkpoint = COALESCE(%(checkpoint)s::jsonb, checkpoint),
+        progress = COALESCE(%(progress)s::double precision, progress), updated_at = statement_timestamp()
+    WHERE id = %(id)s AND stage = 'RUNNING' AND lease_token_hash = %(token_hash)s
+      AND lease_expires_at > statement_timestamp() AND owner = COALESCE(%(agent)s, owner)
+      AND {_KEY_IS_LIVE}
+    RETURNING {COLUMNS}
+), history AS (
+    INSERT INTO {EVENT} ({EVENT_COLUMNS})
+    SELECT id, 'renew', 'RUNNING', 'RUNNING', version, fence, owner, updated_at, NULL FROM moved
+)
+SELECT {COLUMNS} FROM moved
+"""
+
+# complete: RUNNING -> COMPLETED. `held` locks the task only while it is RUNNING under this
+# lease (token hash; the agent when named) and keeps the holder's name for the history, since
+# the UPDATE clears it. The UPDATE is the CAS on the same guard: stores the result, ends the
+# lease (owner, hash, expiry, claim request cleared; fence kept), version + 1. A lease that
+# expired but was not taken over still completes: the token proves nobody else holds the task.
+PG_COMPLETE = f"""
+WITH held AS MATERIALIZED (
+    SELECT id, owner FROM {TASK}
+    WHERE id = %(id)s AND stage = 'RUNNING' AND lease_token_hash = %(token_hash)s
+      AND owner = COALESCE(%(agent)s, owner) AND {_KEY_IS_LIVE}
+    FOR UPDATE
+), moved AS (
+    UPDATE {TASK} AS t
+    SET stage = 'COMPLETED', version = t.version + 1, owner = '', lease_token_hash = NULL,
+        lease_expires_at = NULL, claim_request_hash = NULL, claim_token_seed = NULL,
+        result = %(result)s::jsonb, updated_at = statement_timestamp(),
+        stage_changed_at = statement_timestamp()
+    FROM held
+    WHERE t.id = held.id AND t.stage = 'RUNNING' AND t.lease_token_hash = %(token_hash)s
+    RETURNING {T_COLUMNS}, held.owner AS held_by
+), history AS (
+    INSERT INTO {EVENT} ({EVENT_COLUMNS})
+    SELECT id, 'complete', 'RUNNING', 'COMPLETED', version, fence, held_by, updated_at, NULL FROM moved
+)
+SELECT {COLUMNS} FROM moved
+"""
+
+
+class PostgresStatements(Statements):
+    # Times come from the database's clock: only what the statements write as constants.
+    known_columns = {
+        "claim": (NOT_BEFORE,),
+        "renew": (),
+        "complete": (LEASE_EXPIRES_AT,),
+    }
+
+    def __init__(self, store):
+        super().__init__(store)
+        using = self.using
+        import psycopg
+        from django.db.backends.postgresql.base import (
+            TIMESTAMPTZ_OID,
+            register_tzloader,
+        )
+
+        self._server_binding_cursor = psycopg.Cursor
+        self._tz_loader = (TIMESTAMPTZ_OID, psycopg.pq.Format.TEXT, register_tzloader)
+        # psycopg's own timestamptz loader (compiled, with psycopg-binary), from its defaults:
+        # Django's connection loader is a Python subclass of psycopg's Python one.
+        self._fast_tz_loader = psycopg.adapters.get_loader(TIMESTAMPTZ_OID, psycopg.pq.Format.TEXT)
+        # Prepared statements live in a server session: only where the sessions are this
+        # process's own, i.e. behind Django's pool (the project's default). Without it
+        # (DATABASE_POOL=0, e.g. behind PgBouncer in transaction mode) nothing is prepared.
+        self._prepare = bool(connections[using].settings_dict.get("OPTIONS", {}).get("pool"))
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        # Each hot verb is one statement: outside a caller's transaction it commits by itself
+        # (on_commit callbacks then run at once, after that commit); inside one, it joins it.
+        yield
+
+    def _one(self, statement: str, params: dict) -> tuple | None:
+        """Run one statement; the row it returns, or None. Django's cursors bind parameters
+        on the client, and Django turns psycopg's preparing off (prepare_threshold None, for
+        PgBouncer), so the server would parse and plan each of these WITHs anew on every
+        call. Here a server-binding cursor of the same connection prepares each statement
+        once per connection (what a plain psycopg program gets by default), with Django's
+        error translation and broken-transaction check. When queries are being logged or an
+        execute_wrapper is installed, Django's own cursor runs it, so both still see it."""
+        connection = connections[self.using]
+        if not self._prepare or in_statements(connection):
+            with connection.cursor() as cursor:
+                cursor.execute(statement, params)
+                return cursor.fetchone()
+        connection.close_if_health_check_failed()
+        connection.ensure_connection()
+        connection.validate_no_broken_transaction()
+        driver = connection.connection
+        threshold = driver.prepare_threshold
+        cursor = self._cursor(connection)
+        with connection.wrap_database_errors:
+            # psycopg ignores prepare=True while the connection's prepare_threshold is None
+            # (Django's setting): turned on for this one call only, so Django's own queries
+            # stay unprepared. psycopg records what it prepared on the connection; its
+            # rollback() forgets that record and deallocates them on the server, and the
+            # server keeps them through anything else the board sends (ROLLBACK TO SAVEPOINT,
+            # DDL). Nothing here may send DISCARD ALL or DEALLOCATE through a Django cursor
+            # (psycopg would not notice, and the next hot call would name a statement the
+            # server no longer has); Django's pool resets no connection that way.
+            driver.prepare_threshold = 0 if threshold is None else threshold
+            try:
+                cursor.execute(statement, params, prepare=True)
+            finally:
+                driver.prepare_threshold = threshold
+            return cursor.fetchone()
+
+    # Where a driver connection keeps its cursor for the hot statements: on the connection
+    # itself, so that it goes with it. (A registry keyed by connection would keep every
+    # connection the pool ever dropped alive: its cursor refers to it.)
+    _KEPT = "_taskflow_hot_cursor"
+
+    def _cursor(self, connection):
+        """This driver connection's cursor for the hot statements: made on its first one and
+        kept while the connection lives (the pool lends a connection to one thread at a time).
+        Making a cursor, its adapters map and its loaders for every statement was about 5% of
+        a hot request's CPU. Kept with the zones it reads in: a change of Django's zone for the
+        connection, or of the session's, makes a new one."""
+        driver = connection.connection
+        zones = (connection.timezone, driver.info.timezone)
+        kept = getattr(driver, self._KEPT, None)
+        if kept is not None and not kept[0].closed and kept[1] == zones:
+            return kept[0]
+        cursor = self._new_cursor(driver, zones)
+        setattr(driver, self._KEPT, (cursor, zones))
+        return cursor
+
+    def _new_cursor(self, driver, zones: tuple) -> Any:
+        """A server-binding cursor of `driver` reading times in Django's zone, `zones` being
+        (Django's zone for the connection, the session's)."""
+        cursor = self._server_binding_cursor(driver)
+        # As Django's own cursors do: times in the connection's time zone.
+        oid, text, register_tzloader = self._tz_loader
+        django_zone, session_zone = zones
+        if django_zone is session_zone:
+            # The session's time zone is Django's (the usual case: UTC both): psycopg's own loader
+            # makes the very datetimes Django's would, several times faster.
+            cursor.adapters.register_loader(oid, self._fast_tz_loader)
+        elif django_zone != driver.adapters.get_loader(oid, text).timezone:
+            register_tzloader(django_zone, cursor)
+        return cursor
+
+    def claim_next(self, agent: str, token_hash: str, ttl: timedelta, queue: str | None,
+                   request_hash: str | None, seed: str | None, key_hash: str | None = None,
+                   scope: tuple[str, ...] | None = None) -> Written | None:
+        params = {"agent": agent, "token_hash": token_hash, "ttl": ttl, "request_hash": request_hash,
+                  "seed": seed, "key_hash": key_hash}
+        if queue is not None:
+            params["queue"] = queue
+            row = self._one(PG_CLAIM_NEXT_IN_QUEUE, params)
+        elif scope is not None:
+            params["scope"] = [as_like(p) for p in scope]
+            row = self._one(PG_CLAIM_NEXT_IN_SCOPE, params)
+        else:
+            row = self._one(PG_CLAIM_NEXT, params)
+        if row is None:
+            return None
+        return Written(row, ((NOT_BEFORE, None),), self._converters["claim"])
+
+    def renew(self, task_id: str, token_hash: str, agent: str | None, ttl: timedelta,
+              checkpoint: Any, progress: float | None, key_hash: str | None = None) -> Written | None:
+        connection = connections[self.using]
+        row = self._one(PG_RENEW, {
+            "id": task_id, "token_hash": token_hash, "agent": agent, "ttl": ttl, "key_hash": key_hash,
+            "checkpoint": self._json(self._checkpoint_field, checkpoint, connection),
+            "progress": progress,
+        })
+        if row is None:
+            return None
+        return Written(row, (), self._converters["renew"])
+
+    def complete(self, task_id: str, token_hash: str, agent: str | None, result: Any,
+                 key_hash: str | None = None) -> Written | None:
+        connection = connections[self.using]
+        row = self._one(PG_COMPLETE, {
+            "id": task_id, "token_hash": token_hash, "agent": agent, "key_hash": key_hash,
+            "result": self._json(self._result_field, result, connection),
+        })
+        if row is None:
+            return None
+        return Written(row, ((LEASE_EXPIRES_AT, None),), self._converters["complete"])

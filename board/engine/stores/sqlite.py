@@ -1,0 +1,490 @@
+"""The SQLite store: the embedded default. One writer at a time, this process's clock, the hot
+verbs as hand-written statements (SQLite >= 3.35 for RETURNING).
+
+SQLite writers queue on locks that wake the next one the moment the current one ends, instead
+of SQLite's busy handler (which sleeps 1, 2, 5, 10, ... ms between tries and lets newcomers win):
+threads of one process on a process lock held for the whole verb (`verb_gate`), processes on an
+exclusive `flock` of `<database>-writers`. How long writers wait and hold it goes to the
+observers (`observe_sqlite_writes`: the metrics); the WAL is checkpointed out of the locks
+(board.engine.checkpoints). Reads take no lock (WAL). Why, measured: docs/stores.md.
+"""
+from __future__ import annotations
+
+import fcntl
+import functools
+import json
+import logging
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager, nullcontext
+from datetime import datetime, timedelta
+from datetime import timezone as dt_timezone
+from typing import Any
+
+from django.conf import settings
+from django.db import connections, transaction
+from django.utils import timezone
+
+from board.engine import checkpoints
+from board.engine.scopes import as_glob
+from board.engine.stores.base import DirectCommitHooks, Store, in_statements, process_lock
+from board.engine.stores.statements import (
+    COLUMNS,
+    EVENT,
+    EVENT_COLUMNS,
+    FENCE,
+    ID,
+    KEY,
+    KEY_LOOKUP,
+    LEASE_EXPIRES_AT,
+    NOT_BEFORE,
+    OWNER,
+    STAGE_CHANGED_AT,
+    TASK,
+    UPDATED_AT,
+    VERSION,
+    Statements,
+    Written,
+    key_from_row,
+    mode,
+)
+
+log = logging.getLogger("board.engine.stores")
+
+MIN_VERSION = (3, 35, 0)  # RETURNING
+
+
+class SQLiteStore(DirectCommitHooks, Store):
+    speaks_sql = True
+    joins_cheaply = True
+    # One writer commits before the next takes an id.
+    ids_follow_commit_order = True
+
+    def __init__(self, using: str):
+        super().__init__(using)
+        if mode() == "auto" and sqlite3.sqlite_version_info >= MIN_VERSION:
+            self.statements = SQLiteStatements(self)
+
+    # An embedded SQLite store lives on one machine: every process that opens its file reads
+    # the same clock, this process's (Store.now).
+
+    @contextmanager
+    def write_transaction(self) -> Iterator[None]:
+        self._refuse_in_read()
+        connection = self.connection
+        # Inside a caller's own transaction the write lock is already held (IMMEDIATE): taking
+        # the locks now could wait on a thread that waits on us.
+        if connection.in_atomic_block:
+            with transaction.atomic(using=self.using):
+                yield
+            return
+        _refuse_inside_a_driver_transaction(connection)
+        with _sqlite_writers_lock(self.using, transaction.atomic(using=self.using)):
+            yield
+
+    @contextmanager
+    def statement_transaction(self) -> Iterator[None]:
+        """A write transaction for hand-written statements only: the writers' locks of
+        write_transaction, with BEGIN IMMEDIATE and COMMIT sent on the driver's connection
+        instead of through Django's `transaction.atomic`, whose bookkeeping (autocommit switched
+        off and on again, savepoint ids, on-commit hooks) cost about as much as the claim's own
+        statement. Django's connection stays in autocommit all along, so nothing inside may use
+        Django's transaction API (`atomic`, `on_commit`: the hot verbs tell their commit after
+        the block). Inside a caller's transaction it is write_transaction."""
+        connection = self.connection
+        if not connection.in_atomic_block:
+            connection.ensure_connection()
+            _refuse_inside_a_driver_transaction(connection)
+            if connection.autocommit:  # else someone turned it off: Django's way, then
+                with _sqlite_writers_lock(self.using, _driver_transaction(connection)):
+                    yield
+                return
+        with self.write_transaction():
+            yield
+
+    @contextmanager
+    def _read_transaction(self) -> Iterator[None]:
+        # BEGIN DEFERRED: the settings' IMMEDIATE would take the write lock and queue behind
+        # writers; a deferred transaction that only reads takes no lock but the WAL snapshot.
+        connection = self.connection
+        connection.ensure_connection()  # connecting resets transaction_mode from the settings
+        with ExitStack() as stack:
+            mode_ = connection.transaction_mode
+            connection.transaction_mode = "DEFERRED"
+            try:
+                stack.enter_context(transaction.atomic(using=self.using))
+            finally:
+                connection.transaction_mode = mode_
+            yield
+
+    def verb_gate(self):
+        """The whole verb runs holding this process's writer lock (the one write_transaction
+        takes first; reentrant), not only its transaction: threads of a process gain nothing by
+        running verbs side by side on one writer, and the Python around a verb's transaction
+        only competes for the GIL with the thread that holds the lock (bench/claims.py, 8
+        threads: 1,100 / 1,149 cycles/s without it, 1,502 / 1,533 with it). Other processes
+        wait only for the transaction (the flock). Inside a caller's transaction: nothing."""
+        if self.connection.in_atomic_block:
+            return nullcontext()
+        return process_lock(self.using)
+
+    def find_live_key(self, key_hash: str):
+        connection = self.connection
+        with connection.cursor() as cursor:
+            cursor.execute(_KEY_LOOKUP, (key_hash, connection.ops.adapt_datetimefield_value(timezone.now())))
+            found = cursor.fetchone()
+        return None if found is None else key_from_row(self.using, found)
+
+
+_KEY_LOOKUP = KEY_LOOKUP.format(now="%s")
+
+
+# ---------------------------------------------------------------------------------------------
+# The hot statements. Parameters are positional (%s, as Django's cursor takes them). Every statement runs
+# inside statement_transaction: BEGIN IMMEDIATE holds the database's only write lock, so the WHERE
+# of each UPDATE and the row it changes are the same row state.
+
+# The caller's agent key, when the verb is given one to check (key_hash: see
+# board.agent_keys.authenticate_deferred): the move matches only while a live key with this
+# hash and this agent's name exists, checked by the move's own statement, so a key revoked (or
+# deleted) before the move is refused by it without a separate lookup. NULL: no key to check.
+# A key is live while its end (revoked_at) is unset or ahead: a rotated key's end, set ahead of
+# time, is honoured by the move from that moment (board.agent_keys).
+# Params: key_hash, key_hash, agent, now.
+_KEY_IS_LIVE = (f"(? IS NULL OR EXISTS (SELECT 1 FROM {KEY} WHERE key_hash = ? AND name = ?"
+                " AND (revoked_at IS NULL OR revoked_at > ?)))").replace("?", "%s")
+
+# claim_next: QUEUED -> RUNNING. The inner SELECT picks the best ready task (QUEUED, past any
+# retry backoff; highest priority, then oldest, then id, as selectors.ready_tasks orders them)
+# and the outer WHERE is the CAS on that task's (id, version) and stage. Sets a new lease (owner,
+# token hash, expiry, and the claim request when there is one, else NULL), raises fence and
+# attempts by one, clears the backoff, version + 1.
+# Params: agent, token_hash, lease_expires_at, claim_request_hash, claim_token_seed, updated_at,
+# stage_changed_at, now (the backoff bound) [, queue], then the key check's (key_hash, key_hash,
+# agent, now).
+_SQLITE_CLAIM_NEXT = f"""
+UPDATE {TASK}
+SET stage = 'RUNNING', version = version + 1, owner = %s, lease_token_hash = %s,
+    fence = fence + 1, lease_expires_at = %s, claim_request_hash = %s, claim_token_seed = %s,
+    not_before = NULL, attempts = attempts + 1, updated_at = %s, stage_changed_at = %s
+WHERE (id, version) = (
+        SELECT id, version FROM {TASK}
+        WHERE stage = 'QUEUED' AND (not_before IS NULL OR not_before <= %s){{queue}}
+        ORDER BY priority DESC, created_at, id
+        LIMIT 1)
+  AND stage = 'QUEUED' AND {_KEY_IS_LIVE}
+RETURNING {COLUMNS}
+"""
+SQLITE_CLAIM_NEXT = _SQLITE_CLAIM_NEXT.format(queue="")
+SQLITE_CLAIM_NEXT_IN_QUEUE = _SQLITE_CLAIM_NEXT.format(queue=" AND queue = %s")
+# A scoped key's claim (issue 27; board.engine.scopes): only tasks whose queue matches one of
+# the key's patterns, in the pick itself. The param is the patterns as a JSON array of GLOB
+# patterns (case-sensitive, unlike SQLite's LIKE).
+SQLITE_CLAIM_NEXT_IN_SCOPE = _SQLITE_CLAIM_NEXT.format(
+    queue=" AND EXISTS (SELECT 1 FROM json_each(%s) AS scope WHERE queue GLOB scope.value)")
+
+# renew: RUNNING -> RUNNING. The WHERE is the CAS: still RUNNING, the same lease (token hash),
+# that lease still live (expiry after now: an expired lease is never extended), and, when the
+# caller names its agent, minted for that agent (owner = COALESCE(agent, owner)). Extends the
+# expiry, keeps token and fence, saves checkpoint/progress when given (NULL keeps them),
+# version + 1.
+# Params: lease_expires_at, checkpoint, progress, updated_at, id, token_hash, now, agent, then
+# the key check's (key_hash, key_hash, agent, now).
+SQLITE_RENEW = f"""
+UPDATE {TASK}
+SET version = version + 1, lease_expires_at = %s, checkpoint = COALESCE(%s, checkpoint),
+    progress = COALESCE(%s, progress), updated_at = %s
+WHERE id = %s AND stage = 'RUNNING' AND lease_token_hash = %s AND lease_expires_at > %s
+  AND owner = COALESCE(%s, owner) AND {_KEY_IS_LIVE}
+RETURNING {COLUMNS}
+"""
+
+# complete, step 1 of 2: the history row, written from the task as it is, only where the CAS
+# of step 2 will hold (RUNNING, this lease's token hash, and the agent when named). The event
+# needs the holder's name, which step 2 clears, and SQLite's RETURNING shows only new values:
+# so the history goes first. Under the write lock, step 2 then matches exactly when this
+# inserted a row (checked: otherwise the transaction is rolled back). The caller's key, when
+# given, is checked here, so step 2 runs only for a live key.
+# Params: at, id, token_hash, agent, then the key check's (key_hash, key_hash, agent, now).
+SQLITE_COMPLETE_HISTORY = f"""
+INSERT INTO {EVENT} ({EVENT_COLUMNS})
+SELECT id, 'complete', 'RUNNING', 'COMPLETED', version + 1, fence, owner, %s, NULL
+FROM {TASK}
+WHERE id = %s AND stage = 'RUNNING' AND lease_token_hash = %s AND owner = COALESCE(%s, owner)
+  AND {_KEY_IS_LIVE}
+"""
+
+# complete, step 2 of 2: RUNNING -> COMPLETED. The CAS: still RUNNING with this lease's token
+# hash (a lease that expired but was not taken over still completes: the token proves nobody
+# else holds the task). Stores the result, ends the lease (owner, hash, expiry, claim request
+# cleared; fence kept), version + 1.
+# Params: result, updated_at, stage_changed_at, id, token_hash.
+SQLITE_COMPLETE = f"""
+UPDATE {TASK}
+SET stage = 'COMPLETED', version = version + 1, owner = '', lease_token_hash = NULL,
+    lease_expires_at = NULL, claim_request_hash = NULL, claim_token_seed = NULL, result = %s,
+    updated_at = %s, stage_changed_at = %s
+WHERE id = %s AND stage = 'RUNNING' AND lease_token_hash = %s
+RETURNING {COLUMNS}
+"""
+
+# The history row of a move whose values the caller already has (claim_next, renew).
+# Params: task_id, verb, from_stage, to_stage, version, fence, actor, at.
+SQLITE_HISTORY = f"INSERT INTO {EVENT} ({EVENT_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, NULL)"
+
+# The same statements in sqlite3's own placeholder style, for the driver's cursor (below).
+_QMARK = {
+    statement: statement.replace("%s", "?")
+    for statement in (SQLITE_CLAIM_NEXT, SQLITE_CLAIM_NEXT_IN_QUEUE, SQLITE_CLAIM_NEXT_IN_SCOPE, SQLITE_RENEW,
+                      SQLITE_COMPLETE_HISTORY, SQLITE_COMPLETE, SQLITE_HISTORY)
+}
+
+
+class SQLiteStatements(Statements):
+    known_columns = {
+        "claim": (LEASE_EXPIRES_AT, NOT_BEFORE, UPDATED_AT, STAGE_CHANGED_AT),
+        "renew": (LEASE_EXPIRES_AT, UPDATED_AT),
+        "complete": (LEASE_EXPIRES_AT, UPDATED_AT, STAGE_CHANGED_AT),
+    }
+
+    def __init__(self, store):
+        super().__init__(store)
+        settings_dict = connections[self.using].settings_dict
+        # Django stores an aware datetime as str() of it made naive in the connection's time
+        # zone; for the UTC datetimes of timezone.now() on a UTC connection (the default), that
+        # is str() of it without its tzinfo. Anything else goes through Django's adapter.
+        self._utc_connection = settings.USE_TZ and settings_dict.get("TIME_ZONE") in (None, "UTC")
+
+    def _dt(self, value: datetime) -> str:
+        if self._utc_connection and value.tzinfo is dt_timezone.utc:
+            return str(value.replace(tzinfo=None))
+        return self._adapt_dt(value)
+
+    def transaction(self):
+        return self.store.statement_transaction()
+
+    @staticmethod
+    def _executor(connection):
+        """How to run this verb's statements: (execute(statement, params) -> cursor, the
+        context that translates driver errors). Django's cursor costs several times the
+        statement itself here (placeholders rewritten by a regex on every call, four wrapper
+        layers), so the driver's cursor runs them, inside Django's error translation and
+        after its broken-transaction check. When queries are being logged (DEBUG,
+        CaptureQueriesContext) or an execute_wrapper is installed, Django's cursor runs them,
+        so that both still see every statement. Always inside statement_transaction: the
+        connection is open and this thread's own."""
+        if in_statements(connection):
+            cursor = connection.cursor()
+
+            def execute(statement, params):
+                cursor.execute(statement, params)
+                return cursor
+
+            return execute, nullcontext()
+        connection.validate_no_broken_transaction()
+        run = connection.connection.execute
+        return (lambda statement, params: run(_QMARK[statement], params)), connection.wrap_database_errors
+
+    # SQLite's clock is this process's (one machine: see SQLiteStore.now), read under the write lock.
+
+    def claim_next(self, agent: str, token_hash: str, ttl: timedelta, queue: str | None,
+                   request_hash: str | None, seed: str | None, key_hash: str | None = None,
+                   scope: tuple[str, ...] | None = None) -> Written | None:
+        connection = connections[self.using]
+        now = timezone.now()
+        until = now + ttl
+        at = self._dt(now)
+        params = (agent, token_hash, self._dt(until), request_hash, seed, at, at, at)
+        if queue is not None:
+            statement, params = SQLITE_CLAIM_NEXT_IN_QUEUE, (*params, queue)
+        elif scope is not None:
+            statement, params = SQLITE_CLAIM_NEXT_IN_SCOPE, (*params, json.dumps([as_glob(p) for p in scope]))
+        else:
+            statement = SQLITE_CLAIM_NEXT
+        params = (*params, key_hash, key_hash, agent, at)
+        execute, translated = self._executor(connection)
+        with translated:
+            rows = execute(statement, params).fetchall()  # to the end: the statement is done
+            if not rows:
+                return None
+            row = rows[0]
+            execute(SQLITE_HISTORY, (row[ID], "claim", "QUEUED", "RUNNING", row[VERSION], row[FENCE], agent, at))
+        return Written(row, ((LEASE_EXPIRES_AT, until), (NOT_BEFORE, None), (UPDATED_AT, now),
+                             (STAGE_CHANGED_AT, now)), self._converters["claim"])
+
+    def renew(self, task_id: str, token_hash: str, agent: str | None, ttl: timedelta,
+              checkpoint: Any, progress: float | None, key_hash: str | None = None) -> Written | None:
+        connection = connections[self.using]
+        now = timezone.now()
+        until = now + ttl
+        at = self._dt(now)
+        params = (self._dt(until), self._json(self._checkpoint_field, checkpoint, connection), progress, at,
+                  task_id, token_hash, at, agent, key_hash, key_hash, agent, at)
+        execute, translated = self._executor(connection)
+        with translated:
+            rows = execute(SQLITE_RENEW, params).fetchall()
+            if not rows:
+                return None
+            row = rows[0]
+            execute(SQLITE_HISTORY, (row[ID], "renew", "RUNNING", "RUNNING", row[VERSION], row[FENCE],
+                                     row[OWNER], at))
+        return Written(row, ((LEASE_EXPIRES_AT, until), (UPDATED_AT, now)), self._converters["renew"])
+
+    def complete(self, task_id: str, token_hash: str, agent: str | None, result: Any,
+                 key_hash: str | None = None) -> Written | None:
+        connection = connections[self.using]
+        now = timezone.now()
+        at = self._dt(now)
+        result = self._json(self._result_field, result, connection)
+        execute, translated = self._executor(connection)
+        with translated:
+            history = (at, task_id, token_hash, agent, key_hash, key_hash, agent, at)
+            if execute(SQLITE_COMPLETE_HISTORY, history).rowcount != 1:
+                return None
+            rows = execute(SQLITE_COMPLETE, (result, at, at, task_id, token_hash)).fetchall()
+        if not rows:  # cannot happen under the write lock; never leave the history row alone
+            raise RuntimeError(f"complete of {task_id}: history written but the task did not match")
+        return Written(rows[0], ((LEASE_EXPIRES_AT, None), (UPDATED_AT, now), (STAGE_CHANGED_AT, now)),
+                       self._converters["complete"])
+
+
+# ---------------------------------------------------------------------------------------------
+# The writers' locks
+
+
+def _refuse_inside_a_driver_transaction(connection) -> None:
+    """A transaction statement_transaction opened is not Django's: a transaction opened inside it
+    would send a second BEGIN (and release the writers' flock the outer one holds)."""
+    if not connection.in_atomic_block and connection.connection is not None and connection.connection.in_transaction:
+        raise RuntimeError("a transaction inside statement_transaction: only its statements may run there")
+
+
+# Told (waited, held) in seconds after every outermost SQLite write transaction: see the module.
+_sqlite_write_observers: list[Callable[[float, float], None]] = []
+_timing = threading.local()  # `active` while this thread is inside a timed write transaction
+
+
+def observe_sqlite_writes(observer: Callable[[float, float], None]) -> None:
+    """Call `observer(waited, held)` after every outermost SQLite write transaction: the seconds
+    it waited for the writers' locks (other processes'; and this process's threads' unless a
+    verb already waited for them at its start, `SQLiteStore.verb_gate`), and the
+    seconds it held them (its statements and its commit, or its rollback). Called in the
+    writer's thread after the locks are released; it must return at once and never raise."""
+    if observer not in _sqlite_write_observers:
+        _sqlite_write_observers.append(observer)
+
+
+_sqlite_files: dict[tuple[int, str], tuple[str | None, int | None]] = {}
+_files_lock = threading.Lock()
+
+
+def _sqlite_file(using: str) -> tuple[str | None, int | None]:
+    """This process's (database file, descriptor of its writers' lock file), None for either:
+    an in-memory database has no file (only the process lock and SQLite's own apply), an
+    unwritable folder no lock file. Opened once per process (a forked child opens its own: a
+    shared descriptor would share the lock); the process lock serialises its use among
+    threads."""
+    key = (os.getpid(), using)
+    with _files_lock:
+        if key not in _sqlite_files:
+            name = str(connections[using].settings_dict["NAME"])
+            path = fd = None
+            if name and ":memory:" not in name and not name.startswith("file:"):
+                path = name
+                try:
+                    fd = os.open(f"{name}-writers", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+                except OSError:
+                    fd = None
+            _sqlite_files[key] = (path, fd)
+        return _sqlite_files[key]
+
+
+@contextmanager
+def _holding_sqlite_writers(using: str, fd: int | None) -> Iterator[None]:
+    """This process's writers' lock, then the database's flock (`fd`, when it has one)."""
+    with process_lock(using):
+        if fd is not None:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            if fd is not None:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+
+
+@contextmanager
+def _driver_transaction(connection) -> Iterator[None]:
+    """BEGIN IMMEDIATE ... COMMIT on the driver's connection, errors translated as Django's
+    are; rolled back when the block (or the commit) raises. When queries are being logged
+    (DEBUG, CaptureQueriesContext) or an execute_wrapper is installed, Django's cursor sends
+    both, so that they see them."""
+    if in_statements(connection):
+        def execute(statement: str) -> None:
+            with connection.cursor() as cursor:
+                cursor.execute(statement)
+    else:
+        execute = connection.connection.execute
+    with connection.wrap_database_errors:
+        execute("BEGIN IMMEDIATE")
+    try:
+        yield
+        with connection.wrap_database_errors:
+            execute("COMMIT")
+    except BaseException:
+        _roll_back_driver(connection)
+        raise
+
+
+def _roll_back_driver(connection) -> None:
+    """Roll back what _driver_transaction opened. A connection that cannot even roll back is
+    closed, as Django's atomic does: the next use opens a fresh one."""
+    try:
+        if connection.connection.in_transaction:
+            connection.connection.execute("ROLLBACK")
+    except Exception:  # noqa: BLE001  (the block's own error is the one raised)
+        log.exception("rolling back a hot write failed; closing the connection")
+        connection.close()
+
+
+@contextmanager
+def _sqlite_writers_lock(using: str, inner) -> Iterator[None]:
+    """Run the transaction context `inner` holding SQLite's writers' locks (see the module):
+    this process's, then the database's flock. Tells the observers how long it waited and
+    held them, and the checkpointer of its commit."""
+    # A write opened by an on-commit hook of this one (admitting a completed task's dependents)
+    # runs while the locks are still held: it is part of this hold, not a write of its own.
+    timed = not getattr(_timing, "active", False)
+    asked = time.perf_counter()
+    taken = released = 0.0
+    path, fd = _sqlite_file(using)
+    committed = False
+    try:
+        _timing.active = True
+        try:
+            with _holding_sqlite_writers(using, fd), inner:
+                # After BEGIN IMMEDIATE: a writer that bypassed the locks (a migration) is waited for.
+                taken = time.perf_counter()
+                yield
+            committed = True
+        finally:
+            released = time.perf_counter()
+    finally:
+        if timed:
+            _timing.active = False
+            if taken and released:
+                _tell_sqlite_write(taken - asked, released - taken)
+    if committed and path is not None:
+        # Its pages are copied back into the database by another thread (board.engine.checkpoints),
+        # out of the writers' locks.
+        checkpoints.checkpointer().committed(path, functools.partial(_holding_sqlite_writers, using, fd))
+
+
+def _tell_sqlite_write(waited: float, held: float) -> None:
+    for observer in tuple(_sqlite_write_observers):
+        try:
+            observer(waited, held)
+        except Exception:  # a histogram's failure is not the writer's
+            log.exception("an SQLite write observer failed: %r", observer)

@@ -1,0 +1,125 @@
+"""The hot verbs (claim_next, renew, complete) as hand-written statements: what the SQL stores
+share. Each store's statements and dialect live in its own module (stores/sqlite.py,
+stores/postgresql.py); a store without them (MongoDB, the generic one) runs the engine's ORM path.
+
+Each move is ONE conditional UPDATE with RETURNING: its WHERE is the compare-and-swap (the
+expected stage, the lease token's hash for a holder, the live lease for renew), the new version
+and fence are computed by the statement, the TaskEvent goes in with it in the same transaction,
+and nothing is re-read on success. When it matches no row, board.engine.transitions reloads the
+row and raises the same precise error as its ORM path. Each statement can also check the
+caller's agent key (`key_hash`; NULL: no check). Rows come back through the converters the ORM
+applies, so a Task built here equals a fresh ORM read (tests/test_hot_path.py). The reasons,
+measured: docs/stores.md.
+
+settings.TASKFLOW["HOT_PATH"] (env TASKFLOW_HOT_PATH when the setting is absent) "orm" turns them
+off everywhere (`mode`).
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, NamedTuple
+
+from django.conf import settings
+from django.db import connections
+
+from board.models import AgentKey, Task, TaskEvent
+
+TASK = Task._meta.db_table
+EVENT = TaskEvent._meta.db_table
+KEY = AgentKey._meta.db_table
+_FIELDS = Task._meta.concrete_fields
+_ATTNAMES = [f.attname for f in _FIELDS]
+# Every column of a task, in the model's field order: what RETURNING gives back.
+COLUMNS = ", ".join(f.column for f in _FIELDS)
+T_COLUMNS = ", ".join(f"t.{f.column}" for f in _FIELDS)
+ID, VERSION, FENCE, OWNER = (_ATTNAMES.index(name) for name in ("id", "version", "fence", "owner"))
+LEASE_EXPIRES_AT, NOT_BEFORE, UPDATED_AT, STAGE_CHANGED_AT = (
+    _ATTNAMES.index(name) for name in ("lease_expires_at", "not_before", "updated_at", "stage_changed_at"))
+EVENT_COLUMNS = "task_id, verb, from_stage, to_stage, version, fence, actor, at, detail"
+
+# What a request needs of its agent key (board.agent_keys.authenticate), in the model's field
+# order as Model.from_db takes them; the live key with a hash is one index lookup on key_hash.
+KEY_LOOKUP_FIELDS = ("id", "name", "is_operator", "last_used_at", "queues")
+KEY_LOOKUP = (f"SELECT {', '.join(AgentKey._meta.get_field(f).column for f in KEY_LOOKUP_FIELDS)} "
+              f"FROM {KEY} WHERE key_hash = %s AND (revoked_at IS NULL OR revoked_at > {{now}})")
+
+_LAST_USED = AgentKey._meta.get_field("last_used_at").get_col(KEY)
+
+MODES = ("auto", "orm")
+
+
+def mode() -> str:
+    """"auto" (the statements where the store has them) or "orm" (the ORM path always)."""
+    value = getattr(settings, "TASKFLOW", {}).get("HOT_PATH") or os.environ.get("TASKFLOW_HOT_PATH") or "auto"
+    if value not in MODES:
+        raise ValueError(f"TASKFLOW HOT_PATH must be one of {', '.join(MODES)}, not {value!r}")
+    return value
+
+class Written(NamedTuple):
+    """A task row as a hot statement returned it, with the columns written from Python values
+    (`known`: (index, value) pairs) and the converters the other columns need."""
+
+    row: tuple
+    known: tuple
+    converters: tuple
+
+
+class Statements:
+    """The hot verbs of one database alias as hand-written statements (the SQL stores'). Each
+    returns what it wrote (`task()` makes it a Task), or None when the statement matched no row
+    (nothing was written).
+
+    The Task is built by the caller after the move's transaction: on SQLite that transaction
+    holds the process's writer lock, and whatever a holder does in Python delays every thread
+    queued behind it."""
+
+    # The columns each verb writes from a Python value the store holds: read back, they are
+    # equal to it, so the task is built from the value instead of converting the stored form.
+    known_columns: dict[str, tuple[int, ...]] = {}
+
+    def __init__(self, store):
+        self.store = store  # the store these statements are the hot verbs of
+        self.using = using = store.using
+        connection = connections[using]
+        ops = connection.ops
+        self._adapt_dt = ops.adapt_datetimefield_value
+        self._result_field = Task._meta.get_field("result")
+        self._checkpoint_field = Task._meta.get_field("checkpoint")
+        # The converters the ORM applies to each column it reads (SQLite: text -> aware
+        # datetime, 0/1 -> bool; JSON text -> value on both), per verb without the columns it
+        # knows. Bound to this alias's first connection's operations, which only read settings
+        # shared by every connection of the alias.
+        converters = []
+        for index, field in enumerate(_FIELDS):
+            column = field.get_col(TASK)
+            funcs = ops.get_db_converters(column) + field.get_db_converters(connection)
+            converters += [(index, func, column) for func in funcs]
+        self._converters = {
+            verb: tuple(c for c in converters if c[0] not in known) for verb, known in self.known_columns.items()
+        }
+
+    def transaction(self) -> Any:
+        raise NotImplementedError
+
+    def task(self, written: Written) -> Task:
+        """The Task a written row stands for, equal to what an ORM read of it builds."""
+        connection = connections[self.using]
+        values = list(written.row[: len(_FIELDS)])
+        for index, value in written.known:
+            values[index] = value
+        for index, convert, column in written.converters:
+            values[index] = convert(values[index], column, connection)
+        return Task.from_db(self.using, _ATTNAMES, values)
+
+    def _json(self, field, value: Any, connection) -> Any:
+        return None if value is None else field.get_db_prep_value(value, connection)
+
+
+def key_from_row(using: str, found: tuple) -> AgentKey:
+    """The AgentKey a KEY_LOOKUP row stands for, its values as the ORM would read them (SQLite:
+    text and 0/1); the other columns stay deferred."""
+    connection = connections[using]
+    key_id, name, is_operator, last_used_at, queues = found
+    for convert in connection.ops.get_db_converters(_LAST_USED):
+        last_used_at = convert(last_used_at, _LAST_USED, connection)
+    return AgentKey.from_db(using, KEY_LOOKUP_FIELDS, (key_id, name, bool(is_operator), last_used_at, queues))
