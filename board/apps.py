@@ -23,9 +23,9 @@ class BoardConfig(AppConfig):
 
         observe_sqlite_writes(metrics.on_sqlite_write)
         # A pooled PostgreSQL connection is checked before it is handed out without a round
-        # trip unless the server sent it something (taskflow_site/pool_check.py).
+        # trip unless the server sent it something (board/engine/stores/pg_pool.py).
         from django.db.backends.signals import connection_created
 
-        from taskflow_site.pool_check import use_quiet_check
+        from board.engine.stores.pg_pool import use_quiet_check
 
         connection_created.connect(use_quiet_check, dispatch_uid="taskflow-pool-check")

@@ -195,7 +195,7 @@ def database_from_url(url: str) -> dict:
         # A pooled connection the server dropped (restart, pg_terminate_backend, idle timeout)
         # is noticed when it is handed out and replaced, instead of failing the next requests
         # (with a pool this is psycopg_pool's check, which the board makes cheaper:
-        # taskflow_site/pool_check.py). The server then checks all the idle ones at once
+        # board/engine/stores/pg_pool.py). The server then checks all the idle ones at once
         # (taskflow_site/serving.py).
         config["CONN_HEALTH_CHECKS"] = True
     return config

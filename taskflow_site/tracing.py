@@ -127,6 +127,6 @@ def _no_lone_statements() -> Any:
 
 
 def _uses_postgresql() -> bool:
-    from django.conf import settings
+    from board.engine.stores import drivers
 
-    return any(db.get("ENGINE") == "django.db.backends.postgresql" for db in settings.DATABASES.values())
+    return "psycopg" in drivers()

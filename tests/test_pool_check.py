@@ -1,4 +1,4 @@
-"""The PostgreSQL pool's check (taskflow_site/pool_check.py): a healthy idle connection is handed
+"""The PostgreSQL pool's check (board/engine/stores/pg_pool.py): a healthy idle connection is handed
 out without a round trip; one the server dropped is found out and replaced, and the request
 that asked for it gets a working one. (The spy on the round trip sees only the quiet check's
 calls: a pool holds Django's check as the function object it was made with.)"""
@@ -9,7 +9,7 @@ import pytest
 from django.db import connections
 from psycopg_pool import ConnectionPool
 
-from taskflow_site.pool_check import check_quiet_connection
+from board.engine.stores.pg_pool import check_quiet_connection
 from tests.support import postgres_db_mark
 
 pytestmark = postgres_db_mark()

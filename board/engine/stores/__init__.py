@@ -26,7 +26,7 @@ from django.db import connections
 
 from board.engine.stores.base import Store, TransactionConflict
 
-__all__ = ["CONFLICT_RETRIES", "Store", "TransactionConflict", "retry_conflicts", "store"]
+__all__ = ["CONFLICT_RETRIES", "Store", "TransactionConflict", "drivers", "retry_conflicts", "store"]
 
 log = logging.getLogger("board.engine.stores")
 
@@ -53,6 +53,18 @@ def store(using: str = "default") -> Store:
     made = kind(using)
     with _stores_lock:
         return _stores.setdefault(using, made)
+
+
+def drivers() -> set[str]:
+    """The database drivers the settings' aliases use ("psycopg", "sqlite3", "pymongo"; "" for
+    another backend), read from the settings alone: loads no backend and no model, so the
+    process's setup may ask before Django starts (tracing instruments psycopg only if used)."""
+    from django.conf import settings
+
+    from board.engine.stores.mongodb.settings import ENGINE as MONGODB
+
+    known = {"django.db.backends.postgresql": "psycopg", "django.db.backends.sqlite3": "sqlite3", MONGODB: "pymongo"}
+    return {known.get(database.get("ENGINE"), "") for database in settings.DATABASES.values()}
 
 
 def _forget(*, setting: str, **_kwargs: Any) -> None:
