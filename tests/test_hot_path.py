@@ -95,7 +95,7 @@ def test_rows_written_by_the_hot_path_read_back_equal_to_the_orm_paths(alias, se
     there the time columns are taken out of the comparison and checked for what they must be
     (expiry = the write's time + the TTL, the history's time = the row's)."""
     clock = Clock(monkeypatch)
-    monkeypatch.setattr(transitions, "_mint_token", lambda: "the-same-token-for-both-paths-0123456789")
+    monkeypatch.setattr(transitions.leases, "_mint_token", lambda: "the-same-token-for-both-paths-0123456789")
     payload = {"z": 1, "a": [1.5, "é", None, True, {"k": "€"}]}
     steps: dict[str, list] = {}
     for mode in ("orm", "auto"):

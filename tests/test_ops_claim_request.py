@@ -13,6 +13,7 @@ import base64
 import hashlib
 import hmac
 import itertools
+import secrets
 
 import pytest
 
@@ -124,7 +125,7 @@ def test_no_token_starts_with_a_dash_so_that_the_command_line_takes_each_one(mon
     assert base64.urlsafe_b64encode(dash).decode()[0] == "-"
     transitions.create([TaskSpec(id="plain", title="p"), TaskSpec(id="derived", title="d")])
     with monkeypatch.context() as patched:
-        patched.setattr(transitions.secrets, "token_bytes", lambda n: dash)
+        patched.setattr(secrets, "token_bytes", lambda n: dash)
         plain = transitions.claim("plain", "alice", TTL)
     assert plain.lease.token[0] == "_" and plain.lease.token[1:] == base64.urlsafe_b64encode(dash).decode()[1:43]
     assert Task.objects.get(pk="plain").lease_token_hash == transitions.hash_token(plain.lease.token)
