@@ -1,9 +1,51 @@
-"""THE only writer of a task's stage, version and lease: one function per verb (the package's
-modules, re-exported here so that callers keep `transitions.claim_next(...)`)."""
+"""THE only module that changes a task's stage, version or lease. One function per verb.
+
+Every move is one compare-and-swap (`cas._swap`): a conditional UPDATE filtered on the task's id,
+the stage and version it was read at (and, for a holder's verb, the hash of its lease token),
+setting the new stage with version + 1 in the same statement, and the move's TaskEvent inserted
+in the same transaction. A match count of 0 means another writer moved first: the verb reloads
+the row and either tries again (when the move is still legal) or raises the precise error from
+`board.engine.errors`; an error leaves the database untouched.
+
+Tokens are minted here (`secrets`; for a claim sent with a request id, derived from a minted
+seed: `board.engine.claim_requests`), never by the caller; only their SHA-256 is stored. Lease
+expiries come from the store's clock and a TTL the caller gives. The fence rises by one on every
+claim, resume and takeover, and never on renew.
+
+On MongoDB a CAS that races another transaction's write aborts the transaction (a
+WriteConflict): every public verb is wrapped by `board.engine.stores.retry_conflicts`, which runs
+it again from the start. Row locks are not the mechanism (SQLite has none): the CAS is. Each
+public verb wears `tracing.traced` (outermost).
+
+The rooms: `cas` (the CAS and what the verbs share), `creation` (create, the DAG checks),
+`leases` (the holder's verbs: claim, claim_next, resume, renew, release, complete, fail, pause),
+`operators` (admit, requeue, cancel, force_release, force_pause, edit), `housekeeping`
+(admit_ready, reclaim_expired). Callers use the names below: `transitions.claim_next(...)`.
+"""
 from board.engine import errors  # noqa: F401  (callers catch transitions.errors.X)
 from board.engine.tokens import hash_token  # noqa: F401
+from board.engine.transitions.cas import NO_LEASE, RACE_RETRIES, Claim, Lease, _swap  # noqa: F401
+from board.engine.transitions.creation import TaskSpec, create  # noqa: F401
+from board.engine.transitions.housekeeping import Reclaimed, admit_ready, reclaim_expired  # noqa: F401
 from board.engine.transitions.leases import (  # noqa: F401
-    EDITABLE, NO_LEASE, RACE_RETRIES, Claim, Lease, Reclaimed, TaskSpec, _mint_token, _require_live_key,
-    _swap, admit, admit_ready, cancel, claim, claim_next, complete, create, edit, fail, failure_detail,
-    force_pause, force_release, pause, reclaim_expired, release, renew, requeue, resume,
+    _mint_token,
+    _require_live_key,
+    claim,
+    claim_next,
+    complete,
+    fail,
+    failure_detail,
+    pause,
+    release,
+    renew,
+    resume,
+)
+from board.engine.transitions.operators import (  # noqa: F401
+    EDITABLE,
+    admit,
+    cancel,
+    edit,
+    force_pause,
+    force_release,
+    requeue,
 )

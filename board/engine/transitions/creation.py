@@ -1,0 +1,250 @@
+"""Creating tasks: one task or a batch forming a DAG, all or nothing (field rules, ids,
+dependencies, cycles refused)."""
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import IntegrityError, connections, transaction
+
+from board.engine import clock, commits, errors, outcomes, tracing
+from board.engine.lifecycle import (
+    MAX_BATCH_DEPENDENCIES,
+    MAX_BATCH_TASKS,
+    MAX_DEPENDENCIES,
+    MAX_DESCRIPTION_CHARS,
+    MAX_RETRIES_LIMIT,
+    MAX_TITLE_CHARS,
+    Stage,
+    Verb,
+    is_valid_task_id,
+    limit_json_size,
+    unstorable_text,
+)
+from board.engine.stores import retry_conflicts, store
+from board.engine.transitions.cas import _json_value
+from board.engine.transitions.housekeeping import admit_ready
+from board.models import Dependency, Task, TaskEvent
+
+
+@dataclass
+class TaskSpec:
+    """What a creator says about a new task. `id` is generated when omitted."""
+
+    title: str
+    id: str | None = None
+    description: str = ""
+    payload: Any = None
+    queue: str = "default"
+    priority: int = 0
+    deps: Sequence[str] = field(default_factory=tuple)
+    hold: bool = False
+    max_retries: int = 3
+
+
+# ---------------------------------------------------------------------------------------------
+# Creating tasks
+
+
+@tracing.traced(Verb.CREATE, names_task=False)
+@outcomes.refusals(Verb.CREATE)
+@retry_conflicts
+def create(specs: TaskSpec | Sequence[TaskSpec], *, actor: str = "", using: str = "default") -> list[Task]:
+    """Create one task or a batch forming a DAG, all or nothing.
+
+    A task starts QUEUED when it is not on hold and every dependency is already COMPLETED, and
+    PENDING otherwise. Refused: invalid fields, ids already taken (DuplicateId), unknown
+    dependencies, self-dependencies and cycles (InvalidRequest), and a batch over
+    MAX_BATCH_TASKS tasks or MAX_BATCH_DEPENDENCIES dependencies (TooLarge), which would hold
+    every other writer for too long."""
+    batch = [specs] if isinstance(specs, TaskSpec) else list(specs)
+    if not batch:
+        raise errors.InvalidRequest("no task to create")
+    if len(batch) > MAX_BATCH_TASKS:
+        raise errors.TooLarge(f"a batch creates at most {MAX_BATCH_TASKS} tasks; this one has {len(batch)}")
+    dependencies = sum(len(spec.deps) for spec in batch)
+    if dependencies > MAX_BATCH_DEPENDENCIES:
+        raise errors.TooLarge(f"a batch holds at most {MAX_BATCH_DEPENDENCIES} dependencies in all; "
+                              f"this one has {dependencies}")
+    for spec in batch:
+        _validate_spec(spec)
+        if spec.id is None:
+            spec.id = secrets.token_hex(8)
+    ids = [spec.id for spec in batch]
+    seen: set[str] = set()
+    for task_id in ids:
+        if task_id in seen:
+            raise errors.InvalidRequest(f"task id {task_id!r} appears twice in the batch", field="id")
+        seen.add(task_id)
+    _refuse_cycles(batch)
+
+    now = clock.now(using)
+    external = {dep for spec in batch for dep in spec.deps if dep not in seen}
+    depended_on = {dep for spec in batch for dep in spec.deps}
+    with store(using).write_transaction():
+        taken = Task.objects.using(using).filter(pk__in=ids).first()
+        if taken is not None:
+            raise errors.DuplicateId(f"a task with id {taken.pk!r} already exists", task=taken, field="id")
+        if external:
+            # Mark the existing tasks these depend on, in this transaction, before reading their
+            # stages: completing a task looks for dependents only when its row says it has
+            # some. The race with a concurrent complete of such a task D:
+            # - SQLite: transactions are serialised (BEGIN IMMEDIATE); either this commits
+            #   first and the completion reads has_dependents = true, or the completion
+            #   commits first and this reads D as COMPLETED.
+            # - PostgreSQL: this UPDATE and the completion's CAS both write D's row, so one
+            #   waits for the other. If this goes first, the completion's CAS re-reads the row
+            #   after this commits, sees the flag and admits after its own commit, when these
+            #   tasks are visible. If the completion goes first, it did not look (the flag was
+            #   false), but then the stage read below runs after it committed and sees D
+            #   COMPLETED (or, at the latest, the after-commit admit_ready of this creation
+            #   does). The ORM path's CAS pins has_dependents for the same reason (complete).
+            # A flag already true needs no write: the completion looks anyway, and the
+            # after-commit pass of this creation covers a look that came too early.
+            Task.objects.using(using).filter(pk__in=external, has_dependents=False).update(has_dependents=True)
+        dep_stages = dict(
+            Task.objects.using(using).filter(pk__in=external).values_list("pk", "stage")
+        )
+        unknown = sorted(external - dep_stages.keys())
+        if unknown:
+            raise errors.InvalidRequest(f"unknown dependencies: {', '.join(unknown)}", field="deps", unknown=unknown)
+        tasks = []
+        for spec in batch:
+            ready = not spec.hold and all(dep_stages.get(dep) == Stage.COMPLETED for dep in spec.deps)
+            tasks.append(
+                Task(
+                    id=spec.id,
+                    title=spec.title,
+                    description=spec.description,
+                    payload=spec.payload,
+                    queue=spec.queue,
+                    priority=spec.priority,
+                    hold=spec.hold,
+                    max_retries=spec.max_retries,
+                    has_deps=bool(spec.deps),
+                    has_dependents=spec.id in depended_on,
+                    stage=Stage.QUEUED if ready else Stage.PENDING,
+                    version=0,
+                    created_at=now,
+                    updated_at=now,
+                    stage_changed_at=now,
+                )
+            )
+        try:
+            with store(using).savepoint():  # a racing creator of the same id
+                Task.objects.using(using).bulk_create(tasks)
+        except IntegrityError:
+            taken = Task.objects.using(using).filter(pk__in=ids).first()
+            if taken is None:  # not an id collision: let the real error surface
+                raise
+            raise errors.DuplicateId(
+                f"a task with id {getattr(taken, 'pk', ids[0])!r} already exists", task=taken, field="id"
+            ) from None
+        _insert_dependencies(using, [(spec.id, dep) for spec in batch for dep in spec.deps])
+        TaskEvent.objects.using(using).bulk_create(
+            [
+                TaskEvent(task_id=t.pk, verb=Verb.CREATE, from_stage="", to_stage=t.stage,
+                          version=0, fence=0, actor=actor, at=now, detail={"hold": True} if t.hold else None)
+                for t in tasks
+            ]
+        )
+        commits.after_commit(using)
+        outcomes.record(using, Verb.CREATE, outcomes.WON, count=len(tasks))
+        # A dependency may complete while this transaction is open; its own admission pass
+        # cannot see these uncommitted tasks, so look again once they are committed.
+        waiting = [t.pk for t in tasks if t.stage == Stage.PENDING and not t.hold]
+        if waiting and external:
+            transaction.on_commit(lambda: admit_ready(waiting, using=using), using=using, robust=True)
+    return tasks
+
+
+def _insert_dependencies(using: str, pairs: list[tuple[str, str]]) -> None:
+    """Insert (task, depends_on) rows in one executemany. Every other writer waits while a batch
+    is written: bulk_create spent ~50 us of Python per row building and compiling models, so
+    MAX_BATCH_DEPENDENCIES rows held the writers for ~0.5 s; this takes a few ms."""
+    if not pairs:
+        return
+    if not store(using).speaks_sql:
+        Dependency.objects.using(using).bulk_create(
+            [Dependency(task_id=task_id, depends_on_id=dep) for task_id, dep in pairs])
+        return
+    table = connections[using].ops.quote_name(Dependency._meta.db_table)
+    task_col, dep_col = (connections[using].ops.quote_name(Dependency._meta.get_field(name).column)
+                         for name in ("task", "depends_on"))
+    with connections[using].cursor() as cursor:
+        cursor.executemany(f"INSERT INTO {table} ({task_col}, {dep_col}) VALUES (%s, %s)", pairs)
+
+
+def _validate_spec(spec: TaskSpec) -> None:
+    if spec.id is not None and not is_valid_task_id(spec.id):
+        raise errors.InvalidRequest(
+            f"invalid task id {spec.id!r}: 1-100 characters of letters, digits and ._:- "
+            "starting with a letter or digit", field="id",
+        )
+    if not isinstance(spec.title, str) or not spec.title.strip() or len(spec.title) > MAX_TITLE_CHARS:
+        raise errors.InvalidRequest(f"title must be non-empty text of at most {MAX_TITLE_CHARS} characters",
+                                    field="title")
+    if not isinstance(spec.description, str) or len(spec.description) > MAX_DESCRIPTION_CHARS:
+        raise errors.InvalidRequest(f"description must be text of at most {MAX_DESCRIPTION_CHARS} characters",
+                                    field="description")
+    for name in ("title", "description", "payload"):
+        if problem := unstorable_text(getattr(spec, name)):
+            raise errors.InvalidRequest(f"{name} {problem}", field=name)
+    if not is_valid_task_id(spec.queue):
+        raise errors.InvalidRequest(f"invalid queue name {spec.queue!r}", field="queue")
+    if isinstance(spec.priority, bool) or not isinstance(spec.priority, int) or abs(spec.priority) > 2**31 - 1:
+        raise errors.InvalidRequest("priority must be a 32-bit integer", field="priority")
+    if (
+        isinstance(spec.max_retries, bool)
+        or not isinstance(spec.max_retries, int)
+        or not 0 <= spec.max_retries <= MAX_RETRIES_LIMIT
+    ):
+        raise errors.InvalidRequest(f"max_retries must be an integer from 0 to {MAX_RETRIES_LIMIT}",
+                                    field="max_retries")
+    if not isinstance(spec.hold, bool):
+        raise errors.InvalidRequest("hold must be true or false", field="hold")
+    limit_json_size("payload", spec.payload)
+    _json_value("payload", spec.payload)
+    deps = list(spec.deps)
+    if len(deps) > MAX_DEPENDENCIES:
+        raise errors.InvalidRequest(f"at most {MAX_DEPENDENCIES} dependencies", field="deps")
+    for dep in deps:
+        if not is_valid_task_id(dep):
+            raise errors.InvalidRequest(f"invalid dependency id {dep!r}", field="deps")
+    if len(set(deps)) != len(deps):
+        raise errors.InvalidRequest("a dependency is listed twice", field="deps")
+    if spec.id is not None and spec.id in deps:
+        raise errors.InvalidRequest(f"task {spec.id} depends on itself", field="deps")
+    spec.deps = tuple(deps)
+
+
+def _refuse_cycles(batch: list[TaskSpec]) -> None:
+    """Existing tasks cannot depend on new ones, so a cycle can only lie inside the batch."""
+    graph = {spec.id: [d for d in spec.deps] for spec in batch}
+    white, grey, black = 0, 1, 2
+    colour = {task_id: white for task_id in graph}
+    for root in graph:
+        if colour[root] != white:
+            continue
+        stack = [(root, iter(graph[root]))]
+        colour[root] = grey
+        path = [root]
+        while stack:
+            node, children = stack[-1]
+            child = next((c for c in children if c in graph), None)
+            if child is None:
+                colour[node] = black
+                stack.pop()
+                path.pop()
+            elif colour[child] == grey:
+                cycle = path[path.index(child):] + [child]
+                raise errors.InvalidRequest(
+                    f"dependency cycle: {' -> '.join(cycle)}", field="deps", cycle=cycle
+                )
+            elif colour[child] == white:
+                colour[child] = grey
+                stack.append((child, iter(graph[child])))
+                path.append(child)
+
