@@ -40,7 +40,8 @@ from django.utils import timezone
 
 from board.engine import clock, errors, scopes
 from board.engine.stores import retry_conflicts, store
-from board.engine.lifecycle import is_valid_task_id
+from board.engine.inputs import NAME_RULE, is_valid_task_id
+from board.engine.limits import MAX_ROTATION_GRACE
 from board.engine.tokens import hash_token
 from board.models import AgentKey
 
@@ -67,11 +68,6 @@ def reserved_because(name: str, *, using: str = "default") -> str | None:
     return None
 
 
-# The longest grace a rotation may give the old key (the command's --rotate=SECONDS, the admin's
-# field): a rotation is meant to end the old key, not to keep two keys alive indefinitely.
-MAX_ROTATION_GRACE = timedelta(days=7)
-
-
 class NameHasLiveKey(errors.InvalidRequest):
     """This agent name already has a live key."""
 
@@ -90,9 +86,7 @@ def create_key(name: str, *, is_operator: bool = False, rotate: timedelta | None
     `queues`: comma-separated glob patterns (`ci-*,docs`, board.engine.scopes) limiting the key
     to those queues; None or empty: every queue. A key's scope never changes: rotate to change it."""
     if not is_valid_task_id(name):
-        raise errors.InvalidRequest(
-            "agent name: 1-100 letters, digits and ._:- starting with a letter or digit"
-        )
+        raise errors.InvalidRequest(f"agent name: {NAME_RULE}")
     why = reserved_because(name, using=using)
     if why:
         raise errors.InvalidRequest(f"agent name {name!r} is reserved: {why}")

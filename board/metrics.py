@@ -48,6 +48,7 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from board import access, agent_keys
 from board.engine import clock, outcomes, selectors
 from board.engine.lifecycle import Stage, Verb
+from board.engine.limits import QUEUE_LABEL_LIMIT
 from board.live import outbox
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
@@ -184,7 +185,6 @@ def api_latency(get_response):
 # names the QUEUE_LABEL_LIMIT queues holding the most tasks (all stages together, ties broken by
 # name) and sums every other queue into one label value, OTHER_QUEUES: sums over all label
 # values stay the true totals.
-QUEUE_LABEL_LIMIT = 20
 # Not a valid queue name (a queue's name starts with a letter or a digit): never taken for one.
 OTHER_QUEUES = "_other"
 

@@ -28,7 +28,8 @@ from django.utils import timezone
 from board import agent_keys
 from board.admin import TaskAdmin, TaskEditForm
 from board.engine import errors, selectors, transitions
-from board.engine.lifecycle import MAX_DESCRIPTION_CHARS, MAX_JSON_FIELD_BYTES, Stage
+from board.engine.lifecycle import Stage
+from board.engine.limits import MAX_DESCRIPTION_CHARS, MAX_JSON_FIELD_BYTES
 from board.engine.transitions import TaskSpec, hash_token
 from board.models import AgentKey, Task, TaskEvent
 from tests.support import db_state, expire_lease, race, row, sqlite_db_mark

@@ -126,7 +126,7 @@ def test_demo_agents_leave_other_queues_alone(capsys, settings):
 # engine called directly as every management command calls it): each over one of the caps.
 OVER_THE_CAPS = """
 from board.engine import errors, transitions
-from board.engine.lifecycle import MAX_JSON_FIELD_BYTES, MAX_REASON_CHARS, MAX_DESCRIPTION_CHARS
+from board.engine.limits import MAX_JSON_FIELD_BYTES, MAX_REASON_CHARS, MAX_DESCRIPTION_CHARS
 big = "x" * (MAX_JSON_FIELD_BYTES + 1)
 calls = {
     "create": lambda: transitions.create(transitions.TaskSpec(title="t", payload=big)),

@@ -19,7 +19,7 @@ from django.test import Client
 
 from board.engine import errors, transitions
 from board.engine.stores import store
-from board.engine.lifecycle import MAX_BATCH_TASKS
+from board.engine.limits import MAX_BATCH_TASKS
 from board.engine.transitions import TaskSpec
 from board.live import frames as live_frames
 from board.live import tailer

@@ -11,7 +11,7 @@ from django.conf import settings
 
 from board import agent_keys
 from board.engine import errors, transitions
-from board.engine.lifecycle import MAX_TRACEBACK_CHARS
+from board.engine.limits import MAX_TRACEBACK_CHARS
 from board.engine.transitions import TaskSpec
 from taskflow_client import Client
 from tests.live_server import api_call, server_for_sessions

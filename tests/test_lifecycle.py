@@ -6,7 +6,8 @@ import itertools
 
 import pytest
 
-from board.engine import lifecycle
+from board.engine import inputs, lifecycle
+from board.engine.inputs import is_valid_task_id
 from board.engine.lifecycle import (
     DEAD_ENDS,
     LEASED,
@@ -15,7 +16,6 @@ from board.engine.lifecycle import (
     Stage,
     Verb,
     attempts_left,
-    is_valid_task_id,
     retry_backoff_seconds,
     target,
 )
@@ -205,7 +205,7 @@ def test_task_id_length_boundary():
 
 
 def test_task_id_regex_is_the_documented_one():
-    assert lifecycle.TASK_ID_RE.pattern == r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,99}$"
+    assert inputs.TASK_ID_RE.pattern == r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,99}$"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ import pytest
 
 from board import agent_keys
 from board.engine import transitions
-from board.engine.lifecycle import (
+from board.engine.limits import (
     MAX_BATCH_DEPENDENCIES,
     MAX_BATCH_TASKS,
     MAX_DESCRIPTION_CHARS,

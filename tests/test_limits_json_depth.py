@@ -16,7 +16,7 @@ from tests.test_limits_bad_input import Board, assert_json_4xx, postgres_server,
 
 pytestmark = sqlite_db_mark()
 
-MAX_JSON_DEPTH = 64  # the cap the README's Limits table names (board.engine.lifecycle.MAX_JSON_DEPTH)
+MAX_JSON_DEPTH = 64  # the cap the README's Limits table names (board.engine.limits.MAX_JSON_DEPTH)
 
 
 def nested(depth: int, leaf=1):
@@ -39,9 +39,9 @@ PLACEHOLDER = "\u0001nested\u0001"
 
 
 def test_the_engine_caps_json_at_the_documented_depth():
-    from board.engine import lifecycle
+    from board.engine import limits
 
-    assert lifecycle.MAX_JSON_DEPTH == MAX_JSON_DEPTH
+    assert limits.MAX_JSON_DEPTH == MAX_JSON_DEPTH
 
 
 def test_nested_builds_exactly_the_depth_it_says():
@@ -131,10 +131,10 @@ def test_the_engine_refuses_json_deeper_than_the_cap_for_every_caller(alias):
 
 @pytest.mark.parametrize("depth", [MAX_JSON_DEPTH + 1, 950, 100_000])
 def test_the_depth_check_walks_any_depth_without_recursing(depth):
-    from board.engine.lifecycle import limit_json_size
+    from board.engine.inputs import json_field
 
     with pytest.raises(errors.InvalidRequest) as refused:
-        limit_json_size("payload", nested(depth))
+        json_field("payload", nested(depth))
     assert refused.value.field == "payload"
 
 

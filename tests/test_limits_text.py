@@ -10,14 +10,15 @@ from urllib.parse import quote
 import pytest
 
 from board import agent_keys
-from board.api.endpoints import MAX_PAGE, MAX_PAGE_BYTES
 from board.engine import errors, transitions
-from board.engine.lifecycle import (
+from board.engine.limits import (
     MAX_BATCH_TASKS,
     MAX_DESCRIPTION_CHARS,
     MAX_ERROR_CHARS,
     MAX_JSON_FIELD_BYTES,
     MAX_OWNER_CHARS,
+    MAX_PAGE,
+    MAX_PAGE_BYTES,
     MAX_REASON_CHARS,
     MAX_TITLE_CHARS,
     MAX_TOKEN_CHARS,

@@ -20,7 +20,7 @@ from websockets.sync.client import connect as ws_connect
 
 from board import agent_keys
 from board.engine import transitions
-from board.engine.lifecycle import MAX_BATCH_TASKS
+from board.engine.limits import MAX_BATCH_TASKS
 from board.engine.transitions import TaskSpec
 from tests.live_server import api_call, server_for_sessions, wait_until
 from tests.test_live_board import WAIT, BoardSocket, staff_session

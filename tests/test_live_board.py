@@ -34,7 +34,7 @@ from websockets.sync.client import connect as ws_connect
 from board import agent_keys
 from board.engine import transitions
 from board.engine.stores import store
-from board.engine.lifecycle import MAX_BATCH_TASKS
+from board.engine.limits import MAX_BATCH_TASKS
 from board.engine.transitions import TaskSpec
 from board.models import Task, TaskEvent
 from tests.live_server import BoardServer, server_for_sessions, wait_until

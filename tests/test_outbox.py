@@ -9,7 +9,7 @@ from django.db import connections
 
 from board.engine import clock, retention, transitions
 from board.engine.stores import store
-from board.engine.lifecycle import MAX_BATCH_TASKS
+from board.engine.limits import MAX_BATCH_TASKS
 from board.engine.transitions import TaskSpec
 from board.live import frames, outbox
 from board.live.outbox import Cursor

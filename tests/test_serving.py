@@ -13,7 +13,7 @@ import pytest
 from django.db import connections
 
 from board import agent_keys
-from board.api.schemas import MAX_WAIT_SECONDS
+from board.engine.limits import MAX_WAIT_SECONDS
 from board.engine import transitions
 from board.models import Task, TaskEvent
 from tests.live_server import BoardServer, wait_until

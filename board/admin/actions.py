@@ -19,11 +19,9 @@ from django.utils.html import format_html, format_html_join
 from board.admin.display import LeaseState, now_is
 from board.admin.forms import current
 from board.engine import errors, selectors, transitions
-from board.engine.lifecycle import MAX_REASON_CHARS, Stage
+from board.engine.lifecycle import Stage
+from board.engine.limits import MAX_ACTION_ROWS, MAX_REASON_CHARS
 from board.models import Task
-
-# An action reports one line per task; past this many tasks it refuses to start.
-MAX_ACTION_ROWS = 1000
 
 
 class Report:

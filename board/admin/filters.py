@@ -9,13 +9,7 @@ from board.admin.secret_columns import names_a_secret
 from board import agent_keys
 from board.engine import clock as store_clock
 from board.engine import selectors
-
-# How many owners the owner filter offers (the search box finds any owner).
-OWNER_FILTER_LIMIT = 50
-# How many queues the queue filter offers, the first by name: queue names are the clients' choice,
-# and one choice per queue let 5,000 one-task queues take the list page from 30 KB to 384 KB.
-# The search box finds any queue by its exact name, and ?queue= filters on any.
-QUEUE_FILTER_LIMIT = 50
+from board.engine.limits import OWNER_FILTER_LIMIT, QUEUE_FILTER_LIMIT
 
 
 class NoHashLookups:

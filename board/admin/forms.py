@@ -17,7 +17,7 @@ from django.core import signing
 
 from board import agent_keys
 from board.engine import errors, selectors, transitions
-from board.engine.lifecycle import MAX_REASON_CHARS
+from board.engine.limits import MAX_REASON_CHARS, MAX_ROTATION_GRACE
 from board.models import AgentKey, Task
 
 # Fields an operator may edit; the engine's list, so the two can never disagree.
@@ -227,7 +227,7 @@ class AgentKeyCreateForm(_EngineForm):
         required=False, label="Rotate",
         help_text="This name has a live key: replace it. The old key is refused after the grace below.")
     grace_seconds = forms.IntegerField(
-        required=False, min_value=0, max_value=int(agent_keys.MAX_ROTATION_GRACE.total_seconds()), initial=0,
+        required=False, min_value=0, max_value=int(MAX_ROTATION_GRACE.total_seconds()), initial=0,
         label="Grace (seconds)", help_text="How long the old key keeps working after a rotation (0: it stops now).")
 
     class Meta:

@@ -30,6 +30,7 @@ from board.admin.forms import EDITABLE, TaskActionForm, TaskCreateForm, TaskEdit
 from board.engine import clock as store_clock
 from board.engine import selectors
 from board.engine.lifecycle import TERMINAL
+from board.engine.limits import HISTORY_LIMIT
 from board.models import Task, TaskEvent
 
 # Columns the change list reads: never the (possibly large) JSON fields.
@@ -37,8 +38,6 @@ LIST_COLUMNS = (
     "id", "title", "stage", "owner", "lease_expires_at", "fence", "attempts", "max_retries",
     "version", "updated_at", "queue",
 )
-# The change form shows this many most recent events of a task (renewals add up).
-HISTORY_LIMIT = 200
 
 
 class TaskEventInline(admin.TabularInline):

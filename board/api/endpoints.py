@@ -58,13 +58,15 @@ from board.api.schemas import (
     TokenIn,
 )
 from board.engine import errors, scopes, selectors, transitions
-from board.engine.lifecycle import (
+from board.engine.inputs import is_valid_task_id, json_field
+from board.engine.lifecycle import Stage
+from board.engine.limits import (
     MAX_BATCH_TASKS,
+    MAX_CURSOR_CHARS,
     MAX_OWNER_CHARS,
+    MAX_PAGE,
+    MAX_PAGE_BYTES,
     MAX_TITLE_CHARS,
-    Stage,
-    is_valid_task_id,
-    limit_json_size,
 )
 from board.engine.transitions import TaskSpec
 from board.live import waiting
@@ -74,8 +76,6 @@ from board.public import public_claim, public_event, public_task
 # How often a waiting claim looks for work again when it is not served by the board's server
 # (which parks it instead: taskflow_site/serving.py).
 CLAIM_POLL_SECONDS = 0.2
-MAX_PAGE = 500  # tasks or events per page
-MAX_PAGE_BYTES = 4 * 1024 * 1024  # of a task page's JSON; the largest task renders to under 3 MB
 PAGE_READ_ROWS = 20
 
 
@@ -338,7 +338,7 @@ def _may_create_in(principal: Principal, specs: list[TaskSpec]) -> None:
 def _spec(item: TaskIn) -> TaskSpec:
     # The engine checks it too (for every caller); here, for every task of the batch before
     # the engine looks at any, so that an oversized payload is a 413 whatever else is wrong.
-    limit_json_size("payload", item.payload)
+    json_field("payload", item.payload)
     return TaskSpec(title=item.title, id=item.id, description=item.description, payload=item.payload,
                     queue=item.queue, priority=item.priority, deps=tuple(item.deps), hold=item.hold,
                     max_retries=item.max_retries)
@@ -393,9 +393,6 @@ def create_tasks(request, body: Union[TaskIn, TaskBatchIn] = Body(...)):
 
 def _encode_cursor(*parts) -> str:
     return base64.urlsafe_b64encode(json.dumps(parts).encode()).decode().rstrip("=")
-
-
-MAX_CURSOR_CHARS = 1000  # the API's own cursors are under 200
 
 
 def _decode_cursor(cursor: str, *checks) -> list:

@@ -1,7 +1,7 @@
 """The API's request body parser: `json.loads`, and for a body nested deeper than it can recurse
 (about 900 levels, depending on the stack it starts from) the same JSON read without recursion.
 
-Why: a JSON value nested past the cap (lifecycle.MAX_JSON_DEPTH) must be refused as a 422
+Why: a JSON value nested past the cap (limits.MAX_JSON_DEPTH) must be refused as a 422
 naming its field (board.api.schemas.JsonValue), whatever its depth. If `json.loads` raised
 instead, django-ninja would answer "Cannot parse request body", naming nothing (and a few
 levels shallower, an encoder further on would crash with a 500). So the body is read whole,

@@ -23,21 +23,21 @@ from pydantic import (
 )
 
 from board.engine import claim_requests
-from board.engine.lifecycle import (
+from board.engine.inputs import TASK_ID_PATTERN, json_too_deep, unstorable_text
+from board.engine.limits import (
     MAX_BATCH_TASKS,
     MAX_DEPENDENCIES,
     MAX_DESCRIPTION_CHARS,
     MAX_ERROR_CHARS,
     MAX_REASON_CHARS,
+    MAX_REQUEST_ID_CHARS,
     MAX_RETRIES_LIMIT,
     MAX_TITLE_CHARS,
     MAX_TOKEN_CHARS,
     MAX_TRACEBACK_CHARS,
     MAX_TTL_SECONDS,
+    MAX_WAIT_SECONDS,
     MIN_TTL_SECONDS,
-    TASK_ID_PATTERN,
-    json_too_deep,
-    unstorable_text,
 )
 
 
@@ -79,7 +79,7 @@ JsonValue = Annotated[Any, AfterValidator(_not_too_deep)]
 TTL = Field(..., ge=MIN_TTL_SECONDS, le=MAX_TTL_SECONDS, description="lease length in seconds")
 TOKEN = Field(..., max_length=MAX_TOKEN_CHARS, description="the lease token the claim returned")
 REQUEST_ID = Field(
-    None, min_length=1, max_length=claim_requests.MAX_LENGTH, pattern=claim_requests.PATTERN,
+    None, min_length=1, max_length=MAX_REQUEST_ID_CHARS, pattern=claim_requests.PATTERN,
     description="your id for this claim (1-64 printable ASCII characters, unguessable: e.g. a uuid4). "
                 "Sent again with the same id while the lease it made is live, the claim returns that "
                 "lease (same task, token and fence) instead of claiming again: retry a claim whose "
@@ -102,10 +102,6 @@ class TaskIn(StrictIn):
 
 # Checked before any item is: a body of 70,000 tasks is refused at once (413, see api.py).
 TaskBatchIn = Annotated[list[TaskIn], Field(max_length=MAX_BATCH_TASKS)]
-
-
-# The longest a claim may wait for work (the server holds it parked meanwhile).
-MAX_WAIT_SECONDS = 30
 
 
 class ClaimNextIn(StrictIn):

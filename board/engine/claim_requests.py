@@ -40,10 +40,10 @@ from datetime import datetime
 from board.engine import clock, errors
 from board.engine.stores import store
 from board.engine.lifecycle import Stage
+from board.engine.limits import MAX_REQUEST_ID_CHARS
 from board.engine.tokens import hash_token, token_text
 from board.models import Task
 
-MAX_LENGTH = 64
 # Printable ASCII without space: safe in logs and headers, no normalisation questions.
 PATTERN = r"^[\x21-\x7e]{1,64}$"
 _VALID = re.compile(PATTERN)
@@ -69,7 +69,7 @@ def of(agent: str, request_id: str | None) -> ClaimRequest | None:
     if request_id is None:
         return None
     if not isinstance(request_id, str) or not _VALID.fullmatch(request_id):
-        raise errors.InvalidRequest(f"request_id must be 1-{MAX_LENGTH} printable ASCII characters (no spaces)")
+        raise errors.InvalidRequest(f"request_id must be 1-{MAX_REQUEST_ID_CHARS} printable ASCII characters (no spaces)")
     digest = hash_token(f"{agent}\0{request_id}")
     return ClaimRequest(request_id, digest)
 

@@ -13,10 +13,11 @@ from __future__ import annotations
 import fnmatch
 import re
 
+from board.engine.limits import MAX_SCOPE_PATTERNS
+
 # A scope: the patterns, or None for a key that may use every queue.
 Scope = tuple[str, ...] | None
 
-MAX_PATTERNS = 20
 PATTERN = re.compile(r"^[A-Za-z0-9*?][A-Za-z0-9._:*?-]{0,99}$")
 
 
@@ -30,8 +31,8 @@ def parse(text: str | None) -> Scope:
     if text is None or not text.strip():
         return None
     patterns = tuple(dict.fromkeys(p.strip() for p in text.split(",") if p.strip()))
-    if len(patterns) > MAX_PATTERNS:
-        raise BadScope(f"a key's queues are at most {MAX_PATTERNS} patterns")
+    if len(patterns) > MAX_SCOPE_PATTERNS:
+        raise BadScope(f"a key's queues are at most {MAX_SCOPE_PATTERNS} patterns")
     for pattern in patterns:
         if not PATTERN.match(pattern):
             raise BadScope(f"queue pattern {pattern!r}: 1-100 letters, digits and ._:- with * and ? as "

@@ -47,6 +47,7 @@ from django.contrib.auth.signals import user_logged_out
 from django.dispatch import receiver
 
 from board import access, metrics
+from board.engine.limits import MAX_CLIENT_MESSAGE_CHARS
 from board.live import snapshots, tailer
 
 log = logging.getLogger("board.live.consumers")
@@ -55,9 +56,6 @@ log = logging.getLogger("board.live.consumers")
 NOT_ALLOWED = 4403
 TOO_SLOW = 4408  # the client fell too far behind: reconnect for a fresh snapshot
 INTERNAL_ERROR = 1011
-
-# The page sends only {"type": "snapshot"}: anything much larger is not the page.
-MAX_CLIENT_MESSAGE_CHARS = 4096
 
 
 def may_watch(user) -> bool:

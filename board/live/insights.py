@@ -38,14 +38,10 @@ from datetime import datetime, timedelta
 
 from board.engine import clock, selectors
 from board.engine.lifecycle import Stage, Verb
+from board.engine.limits import MAX_AGENTS, MAX_HELD_IDS, MAX_QUEUES
 from board.engine.selectors import json_time
 
 WINDOW_MINUTES = 60
-MAX_HELD_IDS = 20  # task ids listed per agent (with the count of all it holds)
-# A frame stays small (well under daphne's 1 MiB) however many agents and queues there are:
-# the busiest are sent, and how many more there were.
-MAX_AGENTS = 200
-MAX_QUEUES = 20
 
 # What an agent does as the holder of a task: the actor of these events is the agent's name
 # (the reaper's and the operators' events are not an agent's).

@@ -7,7 +7,6 @@ means another writer moved first: the verb reloads and retries or raises the pre
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -15,13 +14,8 @@ from typing import Any
 from django.db.models import F, Q
 
 from board.engine import commits, errors, outcomes
-from board.engine.lifecycle import (
-    MAX_TTL_SECONDS,
-    MIN_TTL_SECONDS,
-    TERMINAL,
-    Verb,
-    target,
-)
+from board.engine.lifecycle import TERMINAL, Verb, target
+from board.engine.limits import MAX_TTL_SECONDS, MIN_TTL_SECONDS
 from board.models import Task, TaskEvent
 
 # How many times a verb reloads and tries again after losing a CAS while its move stays legal.
@@ -70,21 +64,6 @@ def _ttl(ttl_seconds: float) -> timedelta:
             f"ttl_seconds must be between {MIN_TTL_SECONDS} and {MAX_TTL_SECONDS}", field="ttl_seconds"
         )
     return timedelta(seconds=ttl_seconds)
-
-
-def _json_value(name: str, value: Any) -> None:
-    """Refuse what is not strict JSON (NaN, Infinity, non-JSON types) before it reaches the
-    database, which would refuse it with a less helpful error (or, on SQLite, a CHECK failure)."""
-    try:
-        json.dumps(value, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise errors.InvalidRequest(f"{name} is not valid JSON: {exc}", field=name) from None
-
-
-def _agent_name(agent: str) -> str:
-    if not isinstance(agent, str) or not agent.strip() or len(agent) > 200:
-        raise errors.InvalidRequest("agent must be a non-empty name of at most 200 characters")
-    return agent
 
 
 def _get(using: str, task_id: str) -> Task:

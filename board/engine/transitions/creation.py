@@ -10,21 +10,17 @@ from typing import Any
 from django.db import IntegrityError, connections, transaction
 
 from board.engine import clock, commits, errors, outcomes, tracing
-from board.engine.lifecycle import (
+from board.engine.inputs import is_valid_task_id, json_field, unstorable_text
+from board.engine.lifecycle import Stage, Verb
+from board.engine.limits import (
     MAX_BATCH_DEPENDENCIES,
     MAX_BATCH_TASKS,
     MAX_DEPENDENCIES,
     MAX_DESCRIPTION_CHARS,
     MAX_RETRIES_LIMIT,
     MAX_TITLE_CHARS,
-    Stage,
-    Verb,
-    is_valid_task_id,
-    limit_json_size,
-    unstorable_text,
 )
 from board.engine.stores import retry_conflicts, store
-from board.engine.transitions.cas import _json_value
 from board.engine.transitions.housekeeping import admit_ready
 from board.models import Dependency, Task, TaskEvent
 
@@ -205,8 +201,7 @@ def _validate_spec(spec: TaskSpec) -> None:
                                     field="max_retries")
     if not isinstance(spec.hold, bool):
         raise errors.InvalidRequest("hold must be true or false", field="hold")
-    limit_json_size("payload", spec.payload)
-    _json_value("payload", spec.payload)
+    json_field("payload", spec.payload)
     deps = list(spec.deps)
     if len(deps) > MAX_DEPENDENCIES:
         raise errors.InvalidRequest(f"at most {MAX_DEPENDENCIES} dependencies", field="deps")

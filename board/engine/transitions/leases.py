@@ -34,28 +34,17 @@ from board.engine import (
 from board.engine.claim_requests import ClaimRequest
 from board.engine.stores.statements import Statements
 from board.engine.stores import retry_conflicts, store
-from board.engine.lifecycle import (
-    MAX_ERROR_CHARS,
-    MAX_TRACEBACK_CHARS,
-    Stage,
-    Verb,
-    attempts_left,
-    is_valid_task_id,
-    lease_expired,
-    limit_json_size,
-    retry_backoff_seconds,
-    unstorable_text,
-)
+from board.engine.inputs import agent_name, is_valid_task_id, json_field, unstorable_text
+from board.engine.lifecycle import Stage, Verb, attempts_left, lease_expired, retry_backoff_seconds
+from board.engine.limits import MAX_ERROR_CHARS, MAX_TRACEBACK_CHARS
 from board.engine.tokens import hash_token, token_text
 from board.engine.transitions.cas import (
     NO_LEASE,
     RACE_RETRIES,
     Claim,
     Lease,
-    _agent_name,
     _get,
     _illegal,
-    _json_value,
     _swap,
     _ttl,
 )
@@ -89,7 +78,7 @@ def claim(task_id: str, agent: str, ttl_seconds: float, *, request_id: str | Non
     agent's claim with the same id, that lease is returned (same token and fence) and nothing
     is written. Two copies racing: the CAS lets one claim, the other re-reads and returns it."""
     ttl = _ttl(ttl_seconds)
-    _agent_name(agent)
+    agent_name(agent)
     request = claim_requests.of(agent, request_id)
     for _ in range(RACE_RETRIES):
         with store(using).write_transaction():
@@ -200,7 +189,7 @@ def claim_next(
     A `queue` outside the scope has no task for this key: None. (A task's queue never changes,
     and a key's scope neither, so that answer needs no reading.)"""
     ttl = _ttl(ttl_seconds)
-    _agent_name(agent)
+    agent_name(agent)
     if queue is not None and not is_valid_task_id(queue):
         raise errors.InvalidRequest(f"invalid queue name {queue!r}")
     # --- queue scope (issue 27): a named queue is either wholly in scope or has nothing.
@@ -276,7 +265,7 @@ def resume(task_id: str, agent: str, ttl_seconds: float, *, using: str = "defaul
     """Take a PAUSED task with a new lease (new token, higher fence); its checkpoint is on the
     returned task."""
     ttl = _ttl(ttl_seconds)
-    _agent_name(agent)
+    agent_name(agent)
     for _ in range(RACE_RETRIES):
         with store(using).write_transaction():
             now = clock.now(using)
@@ -404,8 +393,7 @@ def renew(
     for claim_next (needs `agent`)."""
     ttl = _ttl(ttl_seconds)
     _check_progress(progress)
-    limit_json_size("checkpoint", checkpoint)
-    _json_value("checkpoint", checkpoint)
+    json_field("checkpoint", checkpoint)
     hot = store(using).statements
     if hot is not None:
         token_hash = _token_hash(token)
@@ -454,8 +442,7 @@ def complete(task_id: str, token: str, result: Any, *, agent: str | None = None,
     `key_hash`: as for claim_next (needs `agent`)."""
     if result is None:
         raise errors.InvalidRequest("result is required (use {} for a task with no output)", field="result")
-    limit_json_size("result", result)
-    _json_value("result", result)
+    json_field("result", result)
     hot = store(using).statements
     if hot is not None:
         token_hash = _token_hash(token)
@@ -561,8 +548,7 @@ def pause(task_id: str, token: str, checkpoint: Any, *, agent: str | None = None
     """Release the lease and keep `checkpoint`, so that a later resume continues from it."""
     if checkpoint is None:
         raise errors.InvalidRequest("checkpoint is required to pause", field="checkpoint")
-    limit_json_size("checkpoint", checkpoint)
-    _json_value("checkpoint", checkpoint)
+    json_field("checkpoint", checkpoint)
 
     def build(task: Task, now: datetime, token_hash: str):
         ok = _swap(using, task, Verb.PAUSE, now=now, actor=task.owner, token_hash=token_hash,

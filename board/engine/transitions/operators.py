@@ -10,14 +10,9 @@ from typing import Any
 from django.db.models import Q
 
 from board.engine import clock, errors, outcomes, selectors, tracing
-from board.engine.lifecycle import (
-    MAX_REASON_CHARS,
-    Stage,
-    Verb,
-    attempts_left,
-    target,
-    unstorable_text,
-)
+from board.engine.inputs import unstorable_text
+from board.engine.lifecycle import Stage, Verb, attempts_left, target
+from board.engine.limits import MAX_REASON_CHARS
 from board.engine.stores import retry_conflicts, store
 from board.engine.transitions.cas import NO_LEASE, RACE_RETRIES, _get, _illegal, _swap
 from board.engine.transitions.creation import TaskSpec, _validate_spec

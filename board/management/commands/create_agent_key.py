@@ -3,7 +3,7 @@
 
 One live key per agent name: a name that has a live key is refused (exit status 1) unless
 `--rotate[=SECONDS]` is given, which makes the new key and ends the old one SECONDS from now
-(0, at once, when no value is given; at most agent_keys.MAX_ROTATION_GRACE).
+(0, at once, when no value is given; at most limits.MAX_ROTATION_GRACE).
 
 `--queues ci-*,docs` limits the key to those queues (board.engine.scopes): it creates, lists,
 reads, claims and acts only on their tasks; the others are absent to it."""
@@ -12,7 +12,7 @@ from datetime import timedelta
 from django.core.management.base import BaseCommand, CommandError
 
 from board import agent_keys
-from board.engine import errors
+from board.engine import errors, limits
 
 
 def _grace(value: str) -> timedelta:
@@ -32,7 +32,7 @@ class Command(BaseCommand):
         parser.add_argument("--operator", action="store_true", help="may also admit, requeue and cancel tasks")
         parser.add_argument("--rotate", nargs="?", const="0", default=None, metavar="SECONDS",
                             help="replace the name's live key: it is refused SECONDS from now (default 0: "
-                                 f"at once; at most {int(agent_keys.MAX_ROTATION_GRACE.total_seconds())})")
+                                 f"at once; at most {int(limits.MAX_ROTATION_GRACE.total_seconds())})")
         parser.add_argument("--queues", default=None, metavar="PATTERNS",
                             help="limit the key to these queues: comma-separated glob patterns, e.g. 'ci-*,docs' "
                                  "(default: every queue)")

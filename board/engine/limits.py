@@ -1,0 +1,86 @@
+"""Every cap of the project, in one place: what a caller may send, and how much a page, a frame,
+an admin action or a metrics scrape shows. Constants only (no Django, no I/O).
+
+The engine enforces the caps on a task's own fields and on a batch for every caller (the API,
+commands, the admin), raising `errors.InvalidRequest` / `errors.TooLarge` with the offending
+`field`; the API's schemas check them as well, to answer before reading further. README's
+"Limits" table states them with the error that refuses each; tests/test_limits_table.py checks
+the table against this module. Caps set from the environment (request heads, bodies, timeouts,
+waiting claims) are configuration: taskflow_site/settings.py.
+"""
+from datetime import timedelta
+
+# --- leases and retries
+MIN_TTL_SECONDS = 1
+MAX_TTL_SECONDS = 24 * 3600
+# The longest a claim may wait for work (the server holds it parked meanwhile).
+MAX_WAIT_SECONDS = 30
+MAX_RETRIES_LIMIT = 100
+
+# --- a task's dependencies, and one create request
+MAX_DEPENDENCIES = 1000  # of one task
+# One create request is one write transaction, and every other writer (a renew too) waits for
+# it: these keep the largest one well under the shortest lease (tests/test_limits_batch.py).
+MAX_BATCH_TASKS = 1000
+MAX_BATCH_DEPENDENCIES = 10_000  # summed over the batch's tasks
+
+# --- text, in characters
+# A task id, a queue name, an agent key's name: 1-100 letters, digits and ._:- (the pattern:
+# board.engine.inputs.TASK_ID_PATTERN).
+MAX_NAME_CHARS = 100
+# An agent's name as the engine takes it (a lease's owner, the history's actor): a key's name,
+# or for a command or Python caller any name up to this; an owner may also be a staff user's.
+MAX_OWNER_CHARS = 200
+MAX_TITLE_CHARS = 300
+MAX_DESCRIPTION_CHARS = 64 * 1024
+MAX_ERROR_CHARS = 10_000
+# A failure's traceback (kept in its history row, shown in the board's attempt timeline): room
+# for a deep stack, small enough that a page of history stays light.
+MAX_TRACEBACK_CHARS = 64 * 1024
+MAX_REASON_CHARS = 500
+MAX_TOKEN_CHARS = 100  # a lease token is 43; a longer one cannot match
+MAX_REQUEST_ID_CHARS = 64  # a claim's request_id (board.engine.claim_requests)
+MAX_CURSOR_CHARS = 1000  # the API's own cursors are under 200
+
+# --- JSON values: payload, result and checkpoint
+# Each at most this many bytes as compact JSON (a task's row, its history and every card of it
+# stay small enough to read and send whole) ...
+MAX_JSON_FIELD_BYTES = 256 * 1024
+# ... and nested at most this many arrays/objects deep. Past a few hundred levels Python's JSON
+# encoder (and the admin's rendering) runs out of recursion: a 500, not a refusal. 64 is room
+# for any real document.
+MAX_JSON_DEPTH = 64
+
+# --- the API's pages
+MAX_PAGE = 500  # tasks or events per page
+MAX_PAGE_BYTES = 4 * 1024 * 1024  # of a task page's JSON; the largest task renders to under 3 MB
+
+# --- agent keys
+MAX_SCOPE_PATTERNS = 20  # queue patterns of one key (board.engine.scopes)
+# The longest grace a rotation may give the old key (the command's --rotate=SECONDS, the admin's
+# field): a rotation is meant to end the old key, not to keep two keys alive indefinitely.
+MAX_ROTATION_GRACE = timedelta(days=7)
+
+# --- the admin
+# An action reports one line per task; past this many tasks it refuses to start.
+MAX_ACTION_ROWS = 1000
+# How many owners the owner filter offers (the search box finds any owner).
+OWNER_FILTER_LIMIT = 50
+# How many queues the queue filter offers, the first by name: queue names are the clients' choice,
+# and one choice per queue let 5,000 one-task queues take the list page from 30 KB to 384 KB.
+# The search box finds any queue by its exact name, and ?queue= filters on any.
+QUEUE_FILTER_LIMIT = 50
+# The change form shows this many most recent events of a task (renewals add up).
+HISTORY_LIMIT = 200
+
+# --- the live board and metrics
+# The page sends only {"type": "snapshot"}: anything much larger is not the page.
+MAX_CLIENT_MESSAGE_CHARS = 4096
+# An insights frame stays small (well under daphne's 1 MiB) however many agents and queues there
+# are: the busiest are sent, and how many more there were.
+MAX_HELD_IDS = 20  # task ids listed per agent (with the count of all it holds)
+MAX_AGENTS = 200
+MAX_QUEUES = 20
+# Queues named in /metrics: the QUEUE_LABEL_LIMIT holding the most tasks, the rest summed into one
+# label value (board.metrics.OTHER_QUEUES), so a scrape does not grow with the clients' queue names.
+QUEUE_LABEL_LIMIT = 20
