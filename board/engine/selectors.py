@@ -11,15 +11,12 @@ from datetime import datetime
 from django.db import connections
 from django.db.models import (
     BooleanField,
-    Count,
     Exists,
     ExpressionWrapper,
     F,
-    Min,
     OuterRef,
     Q,
 )
-from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from board.engine import clock, scopes
@@ -369,39 +366,3 @@ def latest_events(task_id: str, count: int, *, using: str = "default") -> list[T
 def stage_of(task_id: str, *, using: str = "default") -> str | None:
     """The task's stage, or None when there is no such task."""
     return Task.objects.using(using).filter(pk=task_id).values_list("stage", flat=True).first()
-
-
-def ids_starting_with(prefix: str, *, stage: str, using: str = "default") -> list[str]:
-    """Ids of the tasks in `stage` whose id starts with `prefix`."""
-    return list(Task.objects.using(using).filter(pk__startswith=prefix, stage=stage).values_list("pk", flat=True))
-
-
-def count_starting_with(prefix: str, *, excluding: Iterable[str] = (), using: str = "default") -> int:
-    """How many tasks whose id starts with `prefix` are in none of the stages `excluding`."""
-    return Task.objects.using(using).filter(pk__startswith=prefix).exclude(stage__in=list(excluding)).count()
-
-
-# ---------------------------------------------------------------------------------------------
-# Reads for metrics (board.metrics computes its gauges from these at scrape time: one grouped
-# query each, nothing kept between scrapes).
-
-
-def tasks_by_stage_and_queue(*, using: str = "default") -> dict[tuple[str, str], int]:
-    """How many tasks are in each (stage, queue) that has any."""
-    rows = Task.objects.using(using).values_list("stage", "queue").annotate(n=Count("id")).order_by()
-    return {(stage, queue): n for stage, queue, n in rows}
-
-
-def oldest_queued_by_queue(*, using: str = "default") -> dict[str, datetime]:
-    """For each queue with QUEUED tasks, when its longest-waiting one entered QUEUED (backoff
-    included: a task waiting out its retry delay is waiting too). A row written outside the
-    engine may have no stage_changed_at: its last write bounds it, as in board.public."""
-    rows = (Task.objects.using(using).filter(stage=Stage.QUEUED).values_list("queue")
-            .annotate(oldest=Min(Coalesce("stage_changed_at", "updated_at"))).order_by())
-    return dict(rows)
-
-
-def live_lease_count(now: datetime | None = None, *, using: str = "default") -> int:
-    """RUNNING tasks whose lease has not expired by `now` (default: the store's clock)."""
-    now = now or clock.now(using)
-    return Task.objects.using(using).filter(stage=Stage.RUNNING, lease_expires_at__gt=now).count()
