@@ -1,7 +1,8 @@
-"""Read-only queries, the board's read path: check() of the store, the live board's snapshot in
-parts, a task and its dependencies, what claim_next takes first; then, at the end, the reads of
-the engine's moves and passes, of the API (task lists, histories) and of the commands. Nothing
-here writes; a read that needs several queries to agree opens `read_transaction`."""
+"""The engine's reads, by subject: tasks and the order claims take them in, dependencies, leases,
+history, and the problems check() finds in the store. Nothing here writes. A read sees what its
+caller's transaction sees (a move re-reads its rows inside its own); one that needs several
+queries to agree opens the store's `read_transaction`. A read shaped for one caller (a page, a
+panel, a filter) lives beside that caller, not here."""
 from __future__ import annotations
 
 from collections import defaultdict
@@ -34,11 +35,185 @@ from board.engine.invariants import (
 from board.engine.lifecycle import DEAD_ENDS, LEASED, Stage
 from board.models import Dependency, Task, TaskEvent
 
+_CHUNK = 2000  # rows fetched at a time when streaming
+
+
+# ---------------------------------------------------------------------------------------------
+# Tasks, and the order claims take them in.
+
+
+def get_task(task_id: str, *, using: str = "default") -> Task | None:
+    return Task.objects.using(using).filter(pk=task_id).first()
+
+
+def tasks_by_id(task_ids: list[str], *, using: str = "default") -> dict[str, Task]:
+    """The existing tasks among `task_ids`, by id."""
+    return {task.pk: task for task in Task.objects.using(using).filter(pk__in=task_ids)}
+
+
+def stage_of(task_id: str, *, using: str = "default") -> str | None:
+    """The task's stage, or None when there is no such task."""
+    return Task.objects.using(using).filter(pk=task_id).values_list("stage", flat=True).first()
+
+
+def queues_of(task_ids: list[str], *, using: str = "default") -> dict[str, str]:
+    """The queue of each task (fixed at creation), by primary key: the join, made here so that
+    it is an indexed read on every store (the store's joins_cheaply)."""
+    queues: dict[str, str] = {}
+    for begin in range(0, len(task_ids), _CHUNK):  # bounded IN lists, however many ids
+        queues.update(Task.objects.using(using).filter(pk__in=task_ids[begin:begin + _CHUNK])
+                      .values_list("pk", "queue"))
+    return queues
+
+
+# The order claim_next takes ready tasks in: highest priority, then oldest, then id. Written here
+# once: ready_tasks (claim_next's ORM path), the live board's snapshot and the API's
+# `?order=claim` sort by it; the SQL stores' claim statements spell it in SQL ("ORDER BY priority
+# DESC, created_at, id"), and tests/test_api.py holds the listed order to what claims take.
+CLAIM_ORDER = ("-priority", "created_at", "pk")
+
+
+def in_scope(scope: scopes.Scope) -> Q:
+    """The tasks a key with this queue scope may see (issue 27; board.engine.scopes): each
+    pattern as an anchored regex (the same in SQLite's Python REGEXP, PostgreSQL and MongoDB),
+    a plain name as an equality. Q() for an unscoped key."""
+    if scope is None:
+        return Q()
+    match = Q(pk__in=[])
+    for pattern in scope:
+        match |= Q(queue__regex=scopes.as_regex(pattern)) if any(c in pattern for c in "*?") else Q(queue=pattern)
+    return match
+
+
+def ready_tasks(now: datetime, queue: str | None = None, *, scope: scopes.Scope = None, using: str = "default"):
+    """QUEUED tasks past their retry backoff (in `queue` when given, in a key's `scope` when
+    given), best first: highest priority, then oldest. The order claim_next takes them in."""
+    rows = Task.objects.using(using).filter(stage=Stage.QUEUED).filter(
+        Q(not_before__isnull=True) | Q(not_before__lte=now))
+    if queue is not None:
+        rows = rows.filter(queue=queue)
+    if scope is not None:
+        rows = rows.filter(in_scope(scope))
+    return rows.order_by(*CLAIM_ORDER)
+
+
+def has_ready_task(queue: str | None = None, *, scope: scopes.Scope = None, using: str = "default") -> bool:
+    """Whether some task is ready to claim, read without a transaction: a waiting claim asks
+    this first, so that idle agents do not take SQLite's write lock several times a second."""
+    return ready_tasks(timezone.now(), queue, scope=scope, using=using).exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# Dependencies: written with their task, never changed. The passes (admission, the reaper) read
+# their candidates without a transaction; each move then re-reads its own row.
+
+
+def deps_of(task_ids: list[str], *, using: str = "default") -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {task_id: [] for task_id in task_ids}
+    for start in range(0, len(task_ids), _CHUNK):  # bounded IN lists, however many ids
+        for task_id, dep in Dependency.objects.using(using).filter(
+            task_id__in=task_ids[start:start + _CHUNK]
+        ).values_list("task_id", "depends_on_id"):
+            out[task_id].append(dep)
+    return out
+
+
+def deps_of_task(task: Task, *, using: str = "default") -> list[str]:
+    """Ids of the tasks `task` depends on; no query for a task without any (Task.has_deps,
+    set at creation with the dependency rows, which never change)."""
+    return deps_of([task.pk], using=using)[task.pk] if task.has_deps else []
+
+
+def unfinished_deps(task_id: str, *, using: str = "default") -> list[str]:
+    """Ids of the tasks `task_id` depends on that have not COMPLETED."""
+    if not store(using).joins_cheaply:
+        return unfinished_deps_of([task_id], using=using).get(task_id, [])
+    return list(
+        Dependency.objects.using(using)
+        .filter(task_id=task_id)
+        .exclude(depends_on__stage=Stage.COMPLETED)
+        .values_list("depends_on_id", flat=True)
+    )
+
+
+def unfinished_deps_of(task_ids: list[str], *, using: str = "default") -> dict[str, list[str]]:
+    """The dependencies of each of `task_ids` that have not COMPLETED (tasks without any are
+    left out), joined here from two indexed reads: where joins are dear (the store's joins_cheaply)."""
+    pairs = []
+    for start in range(0, len(task_ids), 1000):
+        pairs += Dependency.objects.using(using).filter(task_id__in=task_ids[start:start + 1000]).values_list(
+            "task_id", "depends_on_id")
+    targets = sorted({dep for _, dep in pairs})
+    done: set[str] = set()
+    for start in range(0, len(targets), 1000):
+        done.update(Task.objects.using(using).filter(pk__in=targets[start:start + 1000], stage=Stage.COMPLETED)
+                    .values_list("pk", flat=True))
+    unfinished: dict[str, list[str]] = {}
+    for task_id, dep in pairs:
+        if dep not in done:
+            unfinished.setdefault(task_id, []).append(dep)
+    return unfinished
+
+
+def admission_candidates(task_ids: Iterable[str] | None = None, *, using: str = "default") -> list[str]:
+    """Ids of the PENDING tasks not on hold whose dependencies have all COMPLETED (only among
+    `task_ids` when given): what transitions.admit_ready tries to admit."""
+    rows = Task.objects.using(using).filter(stage=Stage.PENDING, hold=False)
+    if task_ids is not None:
+        rows = rows.filter(pk__in=list(task_ids))
+    if store(using).joins_cheaply:
+        unfinished = Dependency.objects.filter(task_id=OuterRef("pk")).exclude(depends_on__stage=Stage.COMPLETED)
+        return list(rows.exclude(Exists(unfinished)).values_list("pk", flat=True))
+    pending = list(rows.values_list("pk", flat=True))
+    blocked = unfinished_deps_of(pending, using=using)
+    return [task_id for task_id in pending if task_id not in blocked]
+
+
+def dependents_of(task_id: str, *, using: str = "default") -> list[str]:
+    """Ids of the tasks that depend on `task_id`."""
+    return list(Dependency.objects.using(using).filter(depends_on_id=task_id).values_list("task_id", flat=True))
+
+
+# ---------------------------------------------------------------------------------------------
+# Leases.
+
+
+def expired_leases(now: datetime, *, limit: int, task_ids: Iterable[str] | None = None,
+                   using: str = "default") -> list[str]:
+    """Ids of up to `limit` RUNNING tasks whose lease expired by `now` (only among `task_ids`
+    when given), longest expired first: what the reaper takes back."""
+    expired = Task.objects.using(using).filter(stage=Stage.RUNNING, lease_expires_at__lte=now)
+    if task_ids is not None:
+        expired = expired.filter(pk__in=list(task_ids))
+    return list(expired.order_by("lease_expires_at").values_list("pk", flat=True)[:limit])
+
+
+# ---------------------------------------------------------------------------------------------
+# History: a task's events, oldest first.
+
+
+def task_events(task_id: str, *, after: int | None = None, count: int, using: str = "default") -> list[TaskEvent]:
+    """Up to `count` history rows of `task_id`, oldest first, after the row numbered `after`."""
+    rows = TaskEvent.objects.using(using).filter(task_id=task_id)
+    if after is not None:
+        rows = rows.filter(id__gt=after)
+    return list(rows.order_by("id")[:count])
+
+
+def latest_events(task_id: str, count: int, *, using: str = "default") -> list[TaskEvent]:
+    """The `count` most recent history rows of `task_id`, oldest first (read newest first
+    through the (task, id) index, then turned around)."""
+    return list(TaskEvent.objects.using(using).filter(task_id=task_id).order_by("-id")[:count])[::-1]
+
+
+# ---------------------------------------------------------------------------------------------
+# Problems: check() of the store, and the snapshot it is defined over.
+
+
 # What check() reads of a task: presence only for checkpoint and result (either may be large,
 # and check() needs no content).
 _CHECK_COLUMNS = ("id", "stage", "owner", "lease_token_hash", "lease_expires_at", "attempts",
                   "max_retries", "has_checkpoint", "has_result")
-_CHUNK = 2000  # rows fetched at a time when streaming
 
 
 def _check_rows(tasks):
@@ -200,169 +375,3 @@ _CYCLE_CANDIDATE_EDGES = (
     f" AND EXISTS (SELECT 1 FROM {Dependency._meta.db_table} i WHERE i.depends_on_id = d.task_id)"
     f" AND EXISTS (SELECT 1 FROM {Dependency._meta.db_table} x WHERE x.task_id = d.depends_on_id)"
 )
-
-
-def deps_of(task_ids: list[str], *, using: str = "default") -> dict[str, list[str]]:
-    out: dict[str, list[str]] = {task_id: [] for task_id in task_ids}
-    for start in range(0, len(task_ids), _CHUNK):  # bounded IN lists, however many ids
-        for task_id, dep in Dependency.objects.using(using).filter(
-            task_id__in=task_ids[start:start + _CHUNK]
-        ).values_list("task_id", "depends_on_id"):
-            out[task_id].append(dep)
-    return out
-
-
-def deps_of_task(task: Task, *, using: str = "default") -> list[str]:
-    """Ids of the tasks `task` depends on; no query for a task without any (Task.has_deps,
-    set at creation with the dependency rows, which never change)."""
-    return deps_of([task.pk], using=using)[task.pk] if task.has_deps else []
-
-
-def get_task(task_id: str, *, using: str = "default") -> Task | None:
-    return Task.objects.using(using).filter(pk=task_id).first()
-
-
-# The order claim_next takes ready tasks in: highest priority, then oldest, then id. Written here
-# once: ready_tasks (claim_next's ORM path), the live board's snapshot and the API's
-# `?order=claim` sort by it; the SQL stores' claim statements spell it in SQL ("ORDER BY priority
-# DESC, created_at, id"), and tests/test_api.py holds the listed order to what claims take.
-CLAIM_ORDER = ("-priority", "created_at", "pk")
-
-
-def in_scope(scope: scopes.Scope) -> Q:
-    """The tasks a key with this queue scope may see (issue 27; board.engine.scopes): each
-    pattern as an anchored regex (the same in SQLite's Python REGEXP, PostgreSQL and MongoDB),
-    a plain name as an equality. Q() for an unscoped key."""
-    if scope is None:
-        return Q()
-    match = Q(pk__in=[])
-    for pattern in scope:
-        match |= Q(queue__regex=scopes.as_regex(pattern)) if any(c in pattern for c in "*?") else Q(queue=pattern)
-    return match
-
-
-def ready_tasks(now: datetime, queue: str | None = None, *, scope: scopes.Scope = None, using: str = "default"):
-    """QUEUED tasks past their retry backoff (in `queue` when given, in a key's `scope` when
-    given), best first: highest priority, then oldest. The order claim_next takes them in."""
-    rows = Task.objects.using(using).filter(stage=Stage.QUEUED).filter(
-        Q(not_before__isnull=True) | Q(not_before__lte=now))
-    if queue is not None:
-        rows = rows.filter(queue=queue)
-    if scope is not None:
-        rows = rows.filter(in_scope(scope))
-    return rows.order_by(*CLAIM_ORDER)
-
-
-def has_ready_task(queue: str | None = None, *, scope: scopes.Scope = None, using: str = "default") -> bool:
-    """Whether some task is ready to claim, read without a transaction: a waiting claim asks
-    this first, so that idle agents do not take SQLite's write lock several times a second."""
-    return ready_tasks(timezone.now(), queue, scope=scope, using=using).exists()
-
-
-def queues_of(task_ids: list[str], *, using: str = "default") -> dict[str, str]:
-    """The queue of each task (fixed at creation), by primary key: the join, made here so that
-    it is an indexed read on every store (the store's joins_cheaply)."""
-    queues: dict[str, str] = {}
-    for begin in range(0, len(task_ids), _CHUNK):  # bounded IN lists, however many ids
-        queues.update(Task.objects.using(using).filter(pk__in=task_ids[begin:begin + _CHUNK])
-                      .values_list("pk", "queue"))
-    return queues
-
-
-# ---------------------------------------------------------------------------------------------
-# Reads for the engine's moves and passes (board.engine.transitions). Inside a move's write
-# transaction they read what that transaction sees; the passes (admission, the reaper) read
-# their candidates first, without a transaction, and each move then re-reads its own row.
-
-
-def unfinished_deps(task_id: str, *, using: str = "default") -> list[str]:
-    """Ids of the tasks `task_id` depends on that have not COMPLETED."""
-    if not store(using).joins_cheaply:
-        return unfinished_deps_of([task_id], using=using).get(task_id, [])
-    return list(
-        Dependency.objects.using(using)
-        .filter(task_id=task_id)
-        .exclude(depends_on__stage=Stage.COMPLETED)
-        .values_list("depends_on_id", flat=True)
-    )
-
-
-def unfinished_deps_of(task_ids: list[str], *, using: str = "default") -> dict[str, list[str]]:
-    """The dependencies of each of `task_ids` that have not COMPLETED (tasks without any are
-    left out), joined here from two indexed reads: where joins are dear (the store's joins_cheaply)."""
-    pairs = []
-    for start in range(0, len(task_ids), 1000):
-        pairs += Dependency.objects.using(using).filter(task_id__in=task_ids[start:start + 1000]).values_list(
-            "task_id", "depends_on_id")
-    targets = sorted({dep for _, dep in pairs})
-    done: set[str] = set()
-    for start in range(0, len(targets), 1000):
-        done.update(Task.objects.using(using).filter(pk__in=targets[start:start + 1000], stage=Stage.COMPLETED)
-                    .values_list("pk", flat=True))
-    unfinished: dict[str, list[str]] = {}
-    for task_id, dep in pairs:
-        if dep not in done:
-            unfinished.setdefault(task_id, []).append(dep)
-    return unfinished
-
-
-def admission_candidates(task_ids: Iterable[str] | None = None, *, using: str = "default") -> list[str]:
-    """Ids of the PENDING tasks not on hold whose dependencies have all COMPLETED (only among
-    `task_ids` when given): what transitions.admit_ready tries to admit."""
-    rows = Task.objects.using(using).filter(stage=Stage.PENDING, hold=False)
-    if task_ids is not None:
-        rows = rows.filter(pk__in=list(task_ids))
-    if store(using).joins_cheaply:
-        unfinished = Dependency.objects.filter(task_id=OuterRef("pk")).exclude(depends_on__stage=Stage.COMPLETED)
-        return list(rows.exclude(Exists(unfinished)).values_list("pk", flat=True))
-    pending = list(rows.values_list("pk", flat=True))
-    blocked = unfinished_deps_of(pending, using=using)
-    return [task_id for task_id in pending if task_id not in blocked]
-
-
-def dependents_of(task_id: str, *, using: str = "default") -> list[str]:
-    """Ids of the tasks that depend on `task_id`."""
-    return list(Dependency.objects.using(using).filter(depends_on_id=task_id).values_list("task_id", flat=True))
-
-
-def expired_leases(now: datetime, *, limit: int, task_ids: Iterable[str] | None = None,
-                   using: str = "default") -> list[str]:
-    """Ids of up to `limit` RUNNING tasks whose lease expired by `now` (only among `task_ids`
-    when given), longest expired first: what the reaper takes back."""
-    expired = Task.objects.using(using).filter(stage=Stage.RUNNING, lease_expires_at__lte=now)
-    if task_ids is not None:
-        expired = expired.filter(pk__in=list(task_ids))
-    return list(expired.order_by("lease_expires_at").values_list("pk", flat=True)[:limit])
-
-
-# ---------------------------------------------------------------------------------------------
-# Reads for the API (board.api.endpoints). Single queries, no transaction: a page is as the
-# store is when each query runs.
-
-
-def tasks_by_id(task_ids: list[str], *, using: str = "default") -> dict[str, Task]:
-    """The existing tasks among `task_ids`, by id."""
-    return {task.pk: task for task in Task.objects.using(using).filter(pk__in=task_ids)}
-
-
-def task_events(task_id: str, *, after: int | None = None, count: int, using: str = "default") -> list[TaskEvent]:
-    """Up to `count` history rows of `task_id`, oldest first, after the row numbered `after`."""
-    rows = TaskEvent.objects.using(using).filter(task_id=task_id)
-    if after is not None:
-        rows = rows.filter(id__gt=after)
-    return list(rows.order_by("id")[:count])
-
-
-def latest_events(task_id: str, count: int, *, using: str = "default") -> list[TaskEvent]:
-    """The `count` most recent history rows of `task_id`, oldest first (read newest first
-    through the (task, id) index, then turned around)."""
-    return list(TaskEvent.objects.using(using).filter(task_id=task_id).order_by("-id")[:count])[::-1]
-
-
-# ---------------------------------------------------------------------------------------------
-# Reads for commands (board.management.commands: the demo follows its own run by id prefix).
-
-
-def stage_of(task_id: str, *, using: str = "default") -> str | None:
-    """The task's stage, or None when there is no such task."""
-    return Task.objects.using(using).filter(pk=task_id).values_list("stage", flat=True).first()
