@@ -384,11 +384,12 @@ def fill_board(target: int) -> tuple[int, int]:
     (the most the snapshot carries), the rest spread over the live stages, some held, some
     waiting for a dependency, some running (with leases) or paused. Returns the number of tasks
     shown and the snapshot's size in bytes."""
-    from board.engine import selectors, transitions
+    from board.engine import transitions
     from board.engine.transitions import TaskSpec
     from board.live import frames as live_frames
+    from board.live import reads as live_reads
 
-    counts = selectors.board_tasks()["counts"]
+    counts = live_reads.board_tasks()["counts"]
     for stage, prefix in (("COMPLETED", "done"), ("CANCELLED", "gone")):
         missing = max(0, 200 - counts[stage])
         if not missing:
@@ -401,7 +402,7 @@ def fill_board(target: int) -> tuple[int, int]:
             else:
                 transitions.cancel(f"{prefix}{i:03d}", actor="op")
 
-    need = max(0, target - len(selectors.board_tasks()["tasks"]))
+    need = max(0, target - len(live_reads.board_tasks()["tasks"]))
     made = 0
     while made < need:
         specs = []

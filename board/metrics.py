@@ -5,7 +5,7 @@ Counters are fed by the engine's outcome hook (board.engine.outcomes: board/apps
 middleware (`api_latency`, in settings.MIDDLEWARE); the websocket gauge by the board's sockets
 (board.live.consumers) and the tailer's position by the tailer (board.live.tailer). What the
 board holds (tasks by stage and queue, the oldest QUEUED task's age per queue, live leases) is
-read at scrape time, one grouped query each (board.engine.selectors, "reads for metrics"), so
+read at scrape time, one grouped query each (the reads before `_Scrape`, below), so
 no request pays for it. Queues are named up to QUEUE_LABEL_LIMIT, the rest summed (below).
 
 Several processes serve one port (`manage.py serve`: uvicorn workers, and the reaper beside
@@ -30,6 +30,8 @@ from datetime import datetime
 
 from asgiref.sync import iscoroutinefunction
 from django.conf import settings
+from django.db.models import Count, Min
+from django.db.models.functions import Coalesce
 from django.http import HttpResponse, JsonResponse
 from django.utils.decorators import sync_and_async_middleware
 from django.views.decorators.http import require_GET
@@ -46,10 +48,11 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from board import access, agent_keys
-from board.engine import clock, outcomes, selectors
+from board.engine import clock, outcomes
 from board.engine.lifecycle import Stage, Verb
 from board.engine.limits import QUEUE_LABEL_LIMIT
 from board.live import outbox
+from board.models import Task
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
@@ -200,6 +203,30 @@ def queue_label(queue: str, named: frozenset[str]) -> str:
     return queue if queue in named else OTHER_QUEUES
 
 
+# What the board holds, read at scrape time: one grouped query each, nothing kept between scrapes.
+
+
+def tasks_by_stage_and_queue(*, using: str = "default") -> dict[tuple[str, str], int]:
+    """How many tasks are in each (stage, queue) that has any."""
+    rows = Task.objects.using(using).values_list("stage", "queue").annotate(n=Count("id")).order_by()
+    return {(stage, queue): n for stage, queue, n in rows}
+
+
+def oldest_queued_by_queue(*, using: str = "default") -> dict[str, datetime]:
+    """For each queue with QUEUED tasks, when its longest-waiting one entered QUEUED (backoff
+    included: a task waiting out its retry delay is waiting too). A row written outside the
+    engine may have no stage_changed_at: its last write bounds it, as in board.public."""
+    rows = (Task.objects.using(using).filter(stage=Stage.QUEUED).values_list("queue")
+            .annotate(oldest=Min(Coalesce("stage_changed_at", "updated_at"))).order_by())
+    return dict(rows)
+
+
+def live_lease_count(now: datetime | None = None, *, using: str = "default") -> int:
+    """RUNNING tasks whose lease has not expired by `now` (default: the store's clock)."""
+    now = now or clock.now(using)
+    return Task.objects.using(using).filter(stage=Stage.RUNNING, lease_expires_at__gt=now).count()
+
+
 class _Scrape:
     """One scrape's metrics: every process's (or this process's) counters and gauges, then the
     board's gauges read now, and each tailer's lag behind the newest committed history row."""
@@ -222,7 +249,7 @@ class _Scrape:
             yield family
         using = self.using
 
-        counts = selectors.tasks_by_stage_and_queue(using=using)
+        counts = tasks_by_stage_and_queue(using=using)
         held: Tally[str] = Tally()
         for (_, queue), n in counts.items():
             held[queue] += n
@@ -245,7 +272,7 @@ class _Scrape:
                                    f"taskflow_tasks; queue=\"{OTHER_QUEUES}\": the oldest of the rest).",
                                    labels=["queue"])
         since_by_label: dict[str, datetime] = {}
-        for queue, since in selectors.oldest_queued_by_queue(using=using).items():
+        for queue, since in oldest_queued_by_queue(using=using).items():
             label = queue_label(queue, named)
             since_by_label[label] = min(since, since_by_label.get(label, since))
         for label, since in sorted(since_by_label.items()):
@@ -253,7 +280,7 @@ class _Scrape:
         yield oldest
 
         yield GaugeMetricFamily("taskflow_live_leases", "RUNNING tasks whose lease has not expired.",
-                                value=selectors.live_lease_count(now, using=using))
+                                value=live_lease_count(now, using=using))
 
         newest = outbox.latest_event_id(using)
         lag = GaugeMetricFamily("taskflow_tailer_lag_events", "History rows committed that a process's "

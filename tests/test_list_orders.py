@@ -1,9 +1,11 @@
-"""The API's read orders in the engine's selectors, on every store: `task_list(order="claim")`
-paged through `list_key` cursors gives the QUEUED tasks in exactly the order claim_next then
-takes them, and `latest_events` the N most recent history rows, oldest first. SQLite and
+"""The API's read orders (board.api.reads) and a task's latest history, on every store:
+`task_list(order="claim")` paged through `list_key` cursors gives the QUEUED tasks in exactly the
+order claim_next then takes them, and `selectors.latest_events` the N most recent history rows,
+oldest first. SQLite and
 PostgreSQL here; MongoDB in tests/mongodb/test_list_orders_mongodb.py."""
 import pytest
 
+from board.api import reads
 from board.engine import selectors, transitions
 from board.models import TaskEvent
 from tests.support import sql_stores
@@ -17,15 +19,15 @@ def check_claim_order_pages(using: str) -> None:
                         transitions.TaskSpec(title="held", id="held", priority=9, hold=True)],
                        actor="test", using=using)
     listed, after = [], None
-    while page := selectors.task_list(stages=["QUEUED"], order="claim", after=after, count=2, using=using):
+    while page := reads.task_list(stages=["QUEUED"], order="claim", after=after, count=2, using=using):
         listed += [task.pk for task in page]
-        after = selectors.list_key(page[-1], "claim")
+        after = reads.list_key(page[-1], "claim")
     assert listed == ["t2", "t5", "t8", "late", "t1", "t4", "t7", "t0", "t3", "t6"]
     taken = []
     while (claim := transitions.claim_next("agent", 60, using=using)) is not None:
         taken.append(claim.task.pk)
     assert taken == listed
-    oldest_first = [task.pk for task in selectors.task_list(stages=["RUNNING"], count=100, using=using)]
+    oldest_first = [task.pk for task in reads.task_list(stages=["RUNNING"], count=100, using=using)]
     assert oldest_first == [f"t{i}" for i in range(9)] + ["late"]
 
 

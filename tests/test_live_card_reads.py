@@ -1,6 +1,6 @@
 """The live board reads only what its cards show (issue 27, item 15): the tailer's read of the
 tasks behind a page of events, and the snapshot's, select the card columns
-(board.engine.selectors.CARD_COLUMNS), never a task's payload, checkpoint, result or description
+(board.live.reads.CARD_COLUMNS), never a task's payload, checkpoint, result or description
 (up to 256 KiB each: the reaper reclaiming 500 leases with big checkpoints used to load hundreds
 of MB into every server process), and the cards are the same as those built from the whole row."""
 from __future__ import annotations
@@ -15,7 +15,7 @@ from django.test.utils import CaptureQueriesContext
 
 from board.engine import clock, selectors, transitions
 from board.engine.transitions import TaskSpec
-from board.live import frames
+from board.live import frames, reads
 from board.models import Task
 from board.public import public_task
 from tests.live_server import sessions_server, wait_until  # noqa: F401  (sessions_server: a fixture)
@@ -96,12 +96,12 @@ def test_the_snapshot_read_selects_the_card_columns_only(alias):
 
 
 def test_a_card_is_the_public_task_without_exactly_the_fields_cards_do_not_read():
-    """Frames and the selector share one list (selectors.CARD_COLUMNS / NOT_ON_CARDS): every
+    """Frames and the live board's reads share one list (reads.CARD_COLUMNS / NOT_ON_CARDS): every
     public field of a task is either read for the card or named as left out."""
     fields = set(public_task(Task(id="x", title="x"), []))
-    read_for_cards = {"error" if c == "last_error" else c for c in selectors.CARD_COLUMNS} | {"deps"}
-    assert fields == read_for_cards | set(selectors.NOT_ON_CARDS)
-    assert not read_for_cards & set(selectors.NOT_ON_CARDS)
+    read_for_cards = {"error" if c == "last_error" else c for c in reads.CARD_COLUMNS} | {"deps"}
+    assert fields == read_for_cards | set(reads.NOT_ON_CARDS)
+    assert not read_for_cards & set(reads.NOT_ON_CARDS)
 
 
 

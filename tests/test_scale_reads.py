@@ -33,6 +33,7 @@ from board.engine.stores import store
 from board.engine.invariants import check
 from board.engine.transitions import TaskSpec
 from board.live import frames as live_frames
+from board.live import reads as live_reads
 from board.models import Dependency, Task
 from tests.live_server import BoardServer, server_for_sessions, wait_until
 from tests.support import db_state, sql_stores, sqlite_db_mark
@@ -354,7 +355,7 @@ def test_the_snapshot_reads_every_card_as_card_task_makes_it_from_the_full_row(a
     Task.objects.using(alias).bulk_create([Task(
         id="whole-second", title="on the second", stage="PENDING", hold=True, progress=0.25,
         not_before=whole, created_at=whole, updated_at=whole)])
-    parts = selectors.board_parts(using=alias)
+    parts = live_reads.board_parts(using=alias)
     head = next(parts)
     cards = {row["id"]: live_frames.card_task(SimpleNamespace(**row, description="", payload=None, checkpoint=None,
                                                               result=None), deps)

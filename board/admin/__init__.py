@@ -13,8 +13,10 @@ stage, version or lease, or an agent key's hash. Laid out as Django's own apps a
 - `display.py`  wording: durations, one lease helper (`LeaseState`, by the engine's rule of an
                 expired lease), a task's card on the board
 
-Reads other than the change lists' own querysets are in `board.engine.selectors` ("reads for the
-admin"). Django's admin autodiscovery imports this package, which registers both ModelAdmins.
+- `reads.py`    its own queries (filters' choices, an action's rows, what a stale edit missed); the
+                engine's reads (`board.engine.selectors`) serve the rest
+
+Django's admin autodiscovery imports this package, which registers both ModelAdmins.
 """
 from board.admin.forms import TaskEditForm
 from board.admin.keys import AgentKeyAdmin

@@ -1,7 +1,7 @@
 """The operators' actions on tasks, and how every action reports: ONE message per action (the
 counts: done, skipped by reason, lost races), with each task's line in a collapsed <details>.
 
-Every action reads the selected tasks once (`selectors.action_rows`) and calls a verb of
+Every action reads the selected tasks once (`reads.action_rows`) and calls a verb of
 `board.engine.transitions` for each, held to what it read: the version (a task that moved
 meanwhile is reported as a lost race, never acted on blindly), or, for force release, the lease
 shown on the confirmation page (holder and fence: a holder's renewals bump the version).
@@ -16,6 +16,7 @@ from django.contrib import admin, messages
 from django.template.response import TemplateResponse
 from django.utils.html import format_html, format_html_join
 
+from board.admin import reads
 from board.admin.display import LeaseState, now_is
 from board.admin.forms import current
 from board.engine import errors, selectors, transitions
@@ -129,7 +130,7 @@ def action_reason(request) -> str:
 def _rows(model_admin, request, queryset) -> list[dict] | None:
     """The selected tasks as read now (the versions the verbs are then held to), or None, having
     said so, when there are too many."""
-    rows = selectors.action_rows(queryset, MAX_ACTION_ROWS)
+    rows = reads.action_rows(queryset, MAX_ACTION_ROWS)
     if len(rows) > MAX_ACTION_ROWS:
         model_admin.message_user(
             request, f"Select at most {MAX_ACTION_ROWS} tasks per action; nothing was done.", messages.ERROR

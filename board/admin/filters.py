@@ -7,8 +7,8 @@ from django.contrib import admin
 
 from board.admin.secret_columns import names_a_secret
 from board import agent_keys
+from board.admin import reads
 from board.engine import clock as store_clock
-from board.engine import selectors
 from board.engine.limits import OWNER_FILTER_LIMIT, QUEUE_FILTER_LIMIT
 
 
@@ -32,7 +32,7 @@ class LeaseStateFilter(admin.SimpleListFilter):
 
     def queryset(self, request, queryset):
         # The store's clock, as the reaper judges leases.
-        wanted = selectors.lease_filter(self.value(), store_clock.in_query())
+        wanted = reads.lease_filter(self.value(), store_clock.in_query())
         return queryset if wanted is None else queryset.filter(wanted)
 
 
@@ -43,7 +43,7 @@ class QueueFilter(admin.SimpleListFilter):
     parameter_name = "queue"
 
     def lookups(self, request, model_admin):
-        names = selectors.queue_names(QUEUE_FILTER_LIMIT + 1)
+        names = reads.queue_names(QUEUE_FILTER_LIMIT + 1)
         if len(names) > QUEUE_FILTER_LIMIT:
             names = names[:QUEUE_FILTER_LIMIT]
             self.title = f"queue (the first {QUEUE_FILTER_LIMIT} by name; search finds any)"
@@ -62,7 +62,7 @@ class OwnerFilter(admin.SimpleListFilter):
     parameter_name = "owner"
 
     def lookups(self, request, model_admin):
-        return [(o, o) for o in selectors.running_owners(OWNER_FILTER_LIMIT)]
+        return [(o, o) for o in reads.running_owners(OWNER_FILTER_LIMIT)]
 
     def queryset(self, request, queryset):
         return queryset.filter(owner=self.value()) if self.value() else queryset

@@ -16,6 +16,7 @@ from django.contrib import admin
 from django.core import signing
 
 from board import agent_keys
+from board.admin import reads
 from board.engine import errors, selectors, transitions
 from board.engine.limits import MAX_REASON_CHARS, MAX_ROTATION_GRACE
 from board.models import AgentKey, Task
@@ -163,7 +164,7 @@ def what_changed(task_id: str, opened: dict, task: Task | None) -> str:
         was = opened["fields"].get(name)
         if was is not None and _digest(value) != was[0]:
             diffs.append(f"{name} {was[1]} → {_short(value)}")
-    moves = selectors.moves_since(task_id, opened["version"], 10)
+    moves = reads.moves_since(task_id, opened["version"], 10)
     by = ", ".join(f"{verb} by {actor or '(unknown)'}" for verb, actor in moves)
     return (
         f"Not saved: task {task_id} changed after you opened it "

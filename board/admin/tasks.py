@@ -18,7 +18,7 @@ from django.http import HttpResponseRedirect
 from django.urls import reverse
 from django.utils.html import format_html
 
-from board.admin import actions
+from board.admin import actions, reads
 from board.admin.display import LeaseState, board_url
 from board.admin.filters import (
     LeaseStateFilter,
@@ -154,7 +154,7 @@ class TaskAdmin(NoHashLookups, admin.ModelAdmin):
 
     @admin.display(description="dependencies")
     def dependencies_list(self, task: Task) -> str:
-        deps = selectors.dependencies_with_stages(task.pk)
+        deps = reads.dependencies_with_stages(task.pk)
         return ", ".join(f"{dep} ({stage})" for dep, stage in deps) or "—"
 
     # -- forms ---------------------------------------------------------------------------------
@@ -200,7 +200,7 @@ class TaskAdmin(NoHashLookups, admin.ModelAdmin):
     def get_formset_kwargs(self, request, obj, inline, prefix):
         kwargs = super().get_formset_kwargs(request, obj, inline, prefix)
         if isinstance(inline, TaskEventInline):
-            latest = selectors.latest_event_ids(obj.pk, HISTORY_LIMIT)
+            latest = reads.latest_event_ids(obj.pk, HISTORY_LIMIT)
             kwargs["queryset"] = TaskEvent.objects.filter(id__in=latest).order_by("id")
         return kwargs
 

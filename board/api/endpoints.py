@@ -35,6 +35,7 @@ from ninja.security import HttpBearer, SessionAuth
 
 from board import access, agent_keys
 from board.api.docs import LocalSwagger
+from board.api import reads
 from board.api.json_body import BodyParser
 from board.api.schemas import (
     ClaimIn,
@@ -352,7 +353,7 @@ def _same_as_existing(specs: list[TaskSpec]) -> list[Task] | None:
     existing = selectors.tasks_by_id([s.id for s in specs])
     deps = selectors.deps_of(list(existing))
     # `hold` is compared as created (the create event records it): an admit clears it later.
-    created_on_hold = selectors.created_on_hold(list(existing))
+    created_on_hold = reads.created_on_hold(list(existing))
     for spec in specs:
         task = existing.get(spec.id)
         if task is None or (task.title, task.description, task.payload, task.queue, task.priority,
@@ -458,7 +459,7 @@ _CURSOR_CHECKS = {
 
 
 def _cursor_after(cursor: str, order: str) -> tuple:
-    """The list_key (selectors) a cursor of `order` resumes after."""
+    """The list_key (board.api.reads) a cursor of `order` resumes after."""
     parts = _decode_cursor(cursor, *_CURSOR_CHECKS[order])
     if order == "claim":
         _, priority, created_at, last_id = parts
@@ -468,12 +469,12 @@ def _cursor_after(cursor: str, order: str) -> tuple:
 
 
 def _cursor_of(task: Task, order: str) -> str:
-    key = [value.isoformat() if isinstance(value, datetime) else value for value in selectors.list_key(task, order)]
+    key = [value.isoformat() if isinstance(value, datetime) else value for value in reads.list_key(task, order)]
     return _encode_cursor(*(["claim", *key] if order == "claim" else key))
 
 
 # The task list's orders, as the engine names them (its schema lists them as an enum).
-ListOrder = Literal[tuple(selectors.LIST_ORDERS)]
+ListOrder = Literal[tuple(reads.LIST_ORDERS)]
 
 
 @api.get("/tasks", response={200: TaskPage, **ERRORS},
@@ -512,13 +513,13 @@ def list_tasks(request, stage: list[str] = Query(None), queue: Optional[str] = N
 
 def _task_page(filters: dict, order: str, after: tuple | None, limit: int) -> tuple[list[dict], Task | None]:
     """The rendered tasks of one page (in `order`, after the list_key `after`, matching
-    `filters`: selectors.task_list), and its last task when more follow (None at the end). Rows
+    `filters`: reads.task_list), and its last task when more follow (None at the end). Rows
     are read PAGE_READ_ROWS at a time, so that a page ending early reads little more."""
     items: list[dict] = []
     size = 0
     last = None
     while True:
-        chunk = selectors.task_list(**filters, order=order, after=after,
+        chunk = reads.task_list(**filters, order=order, after=after,
                                     count=min(PAGE_READ_ROWS, limit + 1 - len(items)))
         deps = selectors.deps_of([task.pk for task in chunk])
         for task in chunk:
@@ -532,7 +533,7 @@ def _task_page(filters: dict, order: str, after: tuple | None, limit: int) -> tu
             last = task
         if len(chunk) < PAGE_READ_ROWS:
             return items, None
-        after = selectors.list_key(chunk[-1], order)
+        after = reads.list_key(chunk[-1], order)
 
 
 def _one(task_id: str) -> Task:

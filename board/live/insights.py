@@ -1,7 +1,7 @@
 """The board's agents and throughput panel: who works on what, and how the last hour went.
 
 `compute()` reads, in a few ORM queries that run on every store (SQLite, PostgreSQL, MongoDB:
-no join, no vendor function; they are board.engine.selectors' reads for the live board), the
+no join, no vendor function; they are in board.live.reads), the
 history of the last WINDOW_MINUTES minutes and the tasks RUNNING and QUEUED now, and returns:
 
 - `agents`: each agent that holds a task now or acted as a holder in the window (claim, resume,
@@ -39,7 +39,8 @@ from datetime import datetime, timedelta
 from board.engine import clock, selectors
 from board.engine.lifecycle import Stage, Verb
 from board.engine.limits import MAX_AGENTS, MAX_HELD_IDS, MAX_QUEUES
-from board.engine.selectors import json_time
+from board.live import reads
+from board.live.reads import json_time
 
 WINDOW_MINUTES = 60
 
@@ -75,9 +76,9 @@ def compute(now: datetime | None = None, *, using: str = "default", since_id: in
     start = window_start(now, minutes)
     # No transaction around these reads: see the module's docstring.
     # Every move but renews (the bulk of a busy history), oldest first.
-    moves, heartbeats, first_renew = selectors.history_window(start, since_id=since_id, using=using)
-    held = selectors.held_tasks(using=using)
-    queued_now = selectors.queued_per_queue(using=using)
+    moves, heartbeats, first_renew = reads.history_window(start, since_id=since_id, using=using)
+    held = reads.held_tasks(using=using)
+    queued_now = reads.queued_per_queue(using=using)
     queue_of = selectors.queues_of(sorted({task_id for _, task_id, _, from_stage, to_stage, _, _ in moves
                                            if (from_stage == Stage.QUEUED) != (to_stage == Stage.QUEUED)}),
                                    using=using)

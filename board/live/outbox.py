@@ -22,7 +22,7 @@ page until caught up. `Cursor.read` changes nothing; the cursor moves (`Cursor.a
 once a page's frame was built and handed to the sockets: a pass that fails (a database error)
 reads the same events again next time, so nothing is skipped.
 
-The outbox reader is a read path of its own, apart from board.engine.selectors: its queries (the
+The outbox reader is a read path of its own, apart from the board's other reads (board.live.reads): its queries (the
 events after the cursor and in its holes, the server's transaction ids) have their own
 consistency rules, stated above: no read transaction, no snapshot of the board, and a result
 that is only trusted together with the transaction ids read around it. Two of its reads also

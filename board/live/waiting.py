@@ -13,7 +13,7 @@ connection while it waits. It is woken:
 
 A woken waiter replays its claim, which may lose to another agent; it then waits again. Nothing
 here touches the database but the poll, which runs one bounded query per queue waited on, and
-`newly_ready`, run by the tailer; both reads are board.engine.selectors'.
+`newly_ready`, run by the tailer; both reads are board.live.reads'.
 
 This module is imported before Django is set up (taskflow_site/serving.py takes its header
 names), hence the imports of the board's modules inside the functions that use them.
@@ -110,22 +110,22 @@ class Waiters:
 
 def _ready_counts(wanted: dict[str | None, int]) -> dict[str | None, int]:
     """How many ready tasks each queue has, counting no further than its waiters."""
-    from board.engine import selectors
+    from board.live import reads
 
-    return selectors.ready_counts(wanted)
+    return reads.ready_counts(wanted)
 
 
 def newly_ready(events: list) -> dict[str, int]:
     """How many tasks each queue has gained among `events` (history rows, board.models.TaskEvent:
     moved to QUEUED and still there): as many parked claims of that queue are woken. One query,
     and only when some task has moved to QUEUED."""
-    from board.engine import selectors
     from board.engine.lifecycle import Stage
+    from board.live import reads
 
     moved = [e.task_id for e in events if e.to_stage == Stage.QUEUED]
     if not moved:
         return {}
-    queues = selectors.queues_of_queued(moved)
+    queues = reads.queues_of_queued(moved)
     ready: dict[str, int] = {}
     for task_id in moved:
         if task_id in queues:

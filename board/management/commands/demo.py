@@ -11,6 +11,7 @@ import random
 import secrets
 import threading
 import time
+from collections.abc import Iterable
 
 from django.core.management.base import BaseCommand
 from django.db import connections
@@ -18,6 +19,7 @@ from django.db import connections
 from board.engine import errors, selectors, transitions
 from board.engine.lifecycle import TERMINAL, Stage
 from board.engine.transitions import TaskSpec
+from board.models import Task
 
 SOURCES = ["docs", "issues", "wiki", "mail", "chat", "code"]
 # The demo's own queues: its agents claim only from these, so a demo run next to real work
@@ -33,6 +35,17 @@ SCRIPT_ERROR = "simulated failure: upstream timed out"
 STEP_SECONDS = (2.0, 4.0)  # one step of work (2-4 steps per task), at speed 1
 PAUSED_SECONDS = 8.0  # how long the paused task waits before an agent resumes it
 REQUEUE_AFTER = 6.0  # how long the operator leaves a FAILED task before requeueing it
+
+
+# The demo follows its own run by the prefix of its tasks' ids.
+def ids_starting_with(prefix: str, *, stage: str, using: str = "default") -> list[str]:
+    """Ids of the tasks in `stage` whose id starts with `prefix`."""
+    return list(Task.objects.using(using).filter(pk__startswith=prefix, stage=stage).values_list("pk", flat=True))
+
+
+def count_starting_with(prefix: str, *, excluding: Iterable[str] = (), using: str = "default") -> int:
+    """How many tasks whose id starts with `prefix` are in none of the stages `excluding`."""
+    return Task.objects.using(using).filter(pk__startswith=prefix).exclude(stage__in=list(excluding)).count()
 
 
 def plan(run: str) -> list[TaskSpec]:
@@ -97,7 +110,7 @@ class Command(BaseCommand):
             stop.set()
             for worker in workers:
                 worker.join(timeout=30)
-        left = selectors.count_starting_with(run, excluding=[Stage.COMPLETED])
+        left = count_starting_with(run, excluding=[Stage.COMPLETED])
         self.say(f"demo {run} finished in {time.monotonic() - started:.0f} s: "
                  f"{len(tasks) - left} of {len(tasks)} tasks completed")
         found = selectors.problems()
@@ -124,7 +137,7 @@ class Command(BaseCommand):
                 except errors.BoardError:
                     pass  # already admitted
             now = time.monotonic()
-            for failed in selectors.ids_starting_with(run, stage=Stage.FAILED):
+            for failed in ids_starting_with(run, stage=Stage.FAILED):
                 if now - failed_since.setdefault(failed, now) < REQUEUE_AFTER / self.speed:
                     continue
                 try:
@@ -134,7 +147,7 @@ class Command(BaseCommand):
                 except errors.BoardError:
                     pass
                 failed_since.pop(failed, None)
-            unfinished = selectors.count_starting_with(run, excluding=TERMINAL)
+            unfinished = count_starting_with(run, excluding=TERMINAL)
             if unfinished == 0:
                 return
             time.sleep(0.5 / self.speed)

@@ -1,0 +1,200 @@
+"""The live board's reads: its snapshot in parts and the cards of changed tasks (the card columns
+only, never a task's bulky fields), what parked claims poll, and the insights panel's window of
+history. Nothing here writes. The outbox's cursor query is a read path of its own
+(board.live.outbox)."""
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import closing
+from datetime import UTC, datetime
+
+from django.db import connections
+from django.db.models import Count, Max
+from django.utils import timezone
+
+from board.engine.lifecycle import TERMINAL, Stage, Verb
+from board.engine.selectors import CLAIM_ORDER, ready_tasks
+from board.engine.stores import store
+from board.models import Dependency, Task, TaskEvent
+
+
+# ---------------------------------------------------------------------------------------------
+# The snapshot and the cards (board.live.frames).
+
+
+# What a card shows of a task (board.live.frames.card_task): every public field but the bulky ones
+# (NOT_ON_CARDS: up to 256 KiB each), which the board never reads. The live board's reads (the
+# snapshot's, `board_parts`, and the tailer's, `live_tasks`) select these columns and no other.
+CARD_COLUMNS = ("id", "title", "queue", "priority", "hold", "max_retries", "stage", "version", "owner",
+                "fence", "lease_expires_at", "attempts", "not_before", "progress", "last_error",
+                "created_at", "updated_at", "stage_changed_at")
+NOT_ON_CARDS = ("description", "payload", "checkpoint", "result")
+
+
+def board_parts(*, terminal_limit: int = 200, part_size: int = 1000, using: str = "default") -> Iterator:
+    """The live board as one consistent read (read_transaction: no write lock), a part at a
+    time so that a board of any size is never all in memory: first a head {"counts" (per
+    stage), "last_event_id" (the last event the read includes)}, then lists of up to `part_size`
+    (row, deps) pairs: every unfinished task (best first, as claim_next orders them), then the
+    `terminal_limit` most recently finished per terminal stage (the page asks for more on
+    demand). A row is a dict of CARD_COLUMNS as JSON values (datetimes as the API writes them,
+    `json_time`), streamed from the database without building a model instance or a datetime
+    per task. Close the generator (or exhaust it) to end the read."""
+    with store(using).read_transaction():
+        tasks = Task.objects.using(using)
+        last_event_id = TaskEvent.objects.using(using).order_by("-id").values_list("id", flat=True).first() or 0
+        counts = {stage.value: 0 for stage in Stage}
+        for stage, n in tasks.values_list("stage").annotate(n=Count("id")).order_by():
+            counts[stage] = n
+        yield {"counts": counts, "last_event_id": last_event_id}
+        queries = [tasks.exclude(stage__in=list(TERMINAL)).order_by(*CLAIM_ORDER)]
+        queries += [tasks.filter(stage=stage).order_by("-updated_at", "-id")[:terminal_limit] for stage in sorted(TERMINAL)]
+        part: list[dict] = []
+        # closing(): the cursor is closed inside the read even when the caller stops early.
+        with closing(_values_of(queries, part_size, using)) as rows:
+            for values in rows:
+                part.append(_card_row(values))
+                if len(part) == part_size:
+                    yield _with_deps(part, using)
+                    part = []
+        if part:
+            yield _with_deps(part, using)
+
+
+def _values_of(queries: list, batch: int, using: str) -> Iterator[tuple]:
+    """The _ROW_COLUMNS of every row of `queries`, in order, fetched `batch` rows at a time."""
+    if not store(using).speaks_sql:  # MongoDB: the ORM's values, streamed in batches
+        for query in queries:
+            yield from query.values_list(*_ROW_COLUMNS).iterator(batch)
+        return
+    # A server-side cursor on PostgreSQL (psycopg's default one fetches every row at once).
+    with connections[using].chunked_cursor() as cursor:
+        for query in queries:
+            # The ORM's SQL, fetched by the driver: no ORM converter per value (with them a
+            # 100,000-task snapshot took 2.8 s on SQLite, most of it converting values).
+            cursor.execute(*query.values_list(*_ROW_COLUMNS).query.sql_with_params())
+            while rows := cursor.fetchmany(batch):
+                yield from rows
+
+
+_ROW_COLUMNS = (*CARD_COLUMNS, "has_deps")  # has_deps: whether to look up its dependencies
+_CARD_TIMES = ("lease_expires_at", "not_before", "created_at", "updated_at", "stage_changed_at")
+
+
+def _card_row(values: tuple) -> dict:
+    row = dict(zip(_ROW_COLUMNS, values, strict=True))
+    row["hold"] = bool(row["hold"])  # SQLite: 0/1
+    for name in _CARD_TIMES:
+        row[name] = json_time(row[name])
+    return row
+
+
+def json_time(value: datetime | None) -> str | None:
+    """A stored datetime as the API's JSON writes it (DjangoJSONEncoder: ISO 8601 in UTC, to the
+    millisecond, "Z"), from what the driver returns: naive UTC on SQLite (USE_TZ), aware on
+    PostgreSQL. Formatted here: the encoder's hook cost as much again as the snapshot's SQL."""
+    if value is None:
+        return None
+    if value.tzinfo is not None:
+        value = value.astimezone(UTC).replace(tzinfo=None)
+    text = value.isoformat()
+    return f"{text[:23] if value.microsecond else text}Z"
+
+
+def _with_deps(rows: list[dict], using: str) -> list[tuple[dict, list[str]]]:
+    """Rows paired with their dependencies: one query, for the rows that have some (has_deps)."""
+    wanted = [row["id"] for row in rows if row.pop("has_deps")]
+    deps: dict[str, list[str]] = defaultdict(list)
+    if wanted and not store(using).speaks_sql:
+        for task_id, dep in (Dependency.objects.using(using).filter(task_id__in=wanted)
+                             .order_by("pk").values_list("task_id", "depends_on_id")):
+            deps[task_id].append(dep)
+    elif wanted:
+        with connections[using].cursor() as cursor:
+            cursor.execute(f"{_DEPS_OF} ({', '.join(['%s'] * len(wanted))}) ORDER BY id", wanted)
+            for task_id, dep in cursor.fetchall():
+                deps[task_id].append(dep)
+    return [(row, deps.get(row["id"], [])) for row in rows]
+
+
+# Params: task ids. Each task's dependencies in the order they were written.
+_DEPS_OF = f"SELECT task_id, depends_on_id FROM {Dependency._meta.db_table} WHERE task_id IN"
+
+
+def board_tasks(*, terminal_limit: int = 200, using: str = "default") -> dict:
+    """board_parts() all at once, for small boards (bench/board.py): {"counts", "last_event_id",
+    "tasks": [row, ...], "deps": {id: [dep, ...]}}."""
+    parts = board_parts(terminal_limit=terminal_limit, using=using)
+    board = {**next(parts), "tasks": [], "deps": {}}
+    for part in parts:
+        for row, deps in part:
+            board["tasks"].append(row)
+            board["deps"][row["id"]] = deps
+    return board
+
+
+def live_tasks(task_ids: list[str], *, using: str = "default") -> dict[str, tuple[dict, list[str]]]:
+    """The tasks `task_ids` as they are now, as card rows (dicts of CARD_COLUMNS as JSON values,
+    as `board_parts` yields them), each with its dependencies, for the live board's changes frame
+    (board.live.frames.changes_for). A task no longer there is left out. Only the card columns
+    are read: a page of 1000 events of tasks with 256 KiB checkpoints would otherwise load
+    hundreds of MB into every server process."""
+    rows = Task.objects.using(using).filter(pk__in=task_ids).values_list(*_ROW_COLUMNS)
+    return {row["id"]: (row, deps) for row, deps in _with_deps([_card_row(values) for values in rows], using)}
+
+
+# ---------------------------------------------------------------------------------------------
+# Parked claims (board.live.waiting).
+
+
+def queues_of_queued(task_ids: list[str], *, using: str = "default") -> dict[str, str]:
+    """The queue of each of `task_ids` that is QUEUED now (one query): which parked claims a
+    batch of events may wake (board.live.waiting.newly_ready)."""
+    return dict(Task.objects.using(using).filter(pk__in=set(task_ids), stage=Stage.QUEUED)
+                .values_list("pk", "queue"))
+
+
+def ready_counts(wanted: dict[str | None, int], *, using: str = "default") -> dict[str | None, int]:
+    """How many ready tasks each queue of `wanted` has (None: any queue), counting no further
+    than `wanted[queue]`: the parked claims' poll (board.live.waiting). One bounded query per
+    queue, without a transaction, like has_ready_task."""
+    now = timezone.now()
+    return {queue: len(ready_tasks(now, queue, using=using).values_list("pk", flat=True)[:n])
+            for queue, n in wanted.items()}
+
+
+# ---------------------------------------------------------------------------------------------
+# The insights panel's reads (board.live.insights.compute). Each is one query and they are not
+# one transaction, on purpose: see that module's docstring (a read transaction over both
+# tables deadlocked with a TRUNCATE of them).
+
+
+# What counts as an agent's heartbeat: a claim, a resume or a renew.
+HEARTBEAT_VERBS = (Verb.CLAIM, Verb.RESUME, Verb.RENEW)
+
+
+def history_window(start: datetime, *, since_id: int = 0, using: str = "default") -> tuple[list[tuple], dict, int | None]:
+    """The history from `start` on (ids from `since_id` on: the window only moves forward, and
+    the history has no index on `at`): (every move but renews, the bulk of a busy history, oldest
+    first, as (id, task_id, verb, from_stage, to_stage, actor, at) rows; each actor's latest
+    heartbeat; the id of the first renew, or None)."""
+    in_window = TaskEvent.objects.using(using).filter(id__gte=since_id, at__gte=start)
+    moves = list(in_window.exclude(verb=Verb.RENEW).order_by("id").values_list(
+        "id", "task_id", "verb", "from_stage", "to_stage", "actor", "at"))
+    heartbeats = dict(in_window.filter(verb__in=HEARTBEAT_VERBS).order_by()
+                      .values_list("actor").annotate(last=Max("at")).values_list("actor", "last"))
+    first_renew = in_window.filter(verb=Verb.RENEW).order_by("id").values_list("id", flat=True).first()
+    return moves, heartbeats, first_renew
+
+
+def held_tasks(*, using: str = "default") -> list[tuple[str, str]]:
+    """(owner, task id) of every RUNNING task, by owner then id."""
+    return list(Task.objects.using(using).filter(stage=Stage.RUNNING).exclude(owner="")
+                .order_by("owner", "id").values_list("owner", "id"))
+
+
+def queued_per_queue(*, using: str = "default") -> dict[str, int]:
+    """How many tasks each queue has QUEUED now (queues with none are left out)."""
+    return dict(Task.objects.using(using).filter(stage=Stage.QUEUED).order_by()
+                .values_list("queue").annotate(n=Count("id")).values_list("queue", "n"))
