@@ -130,27 +130,39 @@ SLOW = {
 }
 
 
-def _stale_slow_names(items) -> None:
-    """A name in SLOW that its file no longer defines (renamed?) is reported, not ignored."""
+# The tests that run the real server without BoardServer (what `make run` itself starts, or a
+# benchmark's own server process): `server`, like those found by _reaches().
+SERVER = {
+    "test_first_run.py": {"test_make_run_ends_with_one_banner_whose_password_logs_in"},
+    "test_readme.py": {"test_the_readme_agent_block_runs_as_written_against_the_server"},
+    "test_bench_imports.py": {"test_http_claims_runs_a_real_server_without_the_test_install"},
+}
+BY_NAME = {"slow": SLOW, "server": SERVER}
+
+
+def _stale_names(items) -> None:
+    """A name in SLOW or SERVER that its file no longer defines (renamed?) is reported."""
     modules = {item.path.name: item.module for item in items if isinstance(item, pytest.Function)}
-    for filename, names in SLOW.items():
-        if (module := modules.get(filename)) is not None:
-            defined = {name for value in vars(module).values() for name in dir(value)} | set(vars(module))
-            for name in sorted(names - defined):
-                warnings.warn(pytest.PytestWarning(f"tests/conftest.py SLOW names {filename}::{name}, "
-                                                   "which that file no longer defines"), stacklevel=1)
+    for table_name, table in (("SLOW", SLOW), ("SERVER", SERVER)):
+        for filename, names in table.items():
+            if (module := modules.get(filename)) is not None:
+                defined = {name for value in vars(module).values() for name in dir(value)} | set(vars(module))
+                for name in sorted(names - defined):
+                    warnings.warn(pytest.PytestWarning(f"tests/conftest.py {table_name} names {filename}::{name}, "
+                                                       "which that file no longer defines"), stacklevel=1)
 
 
 def pytest_collection_modifyitems(items) -> None:
-    _stale_slow_names(items)
+    _stale_names(items)
     for item in items:
         # In the MongoDB session every test needs the MongoDB server (it is the default database).
         if ON_MONGODB:
             item.add_marker(pytest.mark.mongodb)
         if not isinstance(item, pytest.Function):
             continue
-        if item.originalname in SLOW.get(item.path.name, ()):
-            item.add_marker(pytest.mark.slow)
+        for marker, table in BY_NAME.items():
+            if item.originalname in table.get(item.path.name, ()):
+                item.add_marker(marker)
         for marker, targets in LAUNCHERS.items():
             if not item.get_closest_marker(marker) and _reaches(item, targets):
                 item.add_marker(marker)
