@@ -95,7 +95,7 @@ def _reaches(item: pytest.Function, targets: tuple) -> bool:
 # The tests that take many seconds with neither a server nor a browser (long races with threads
 # and processes, big boards, commands in other processes), by file and function name (every
 # store's subclass, every parameter): `slow`, left out of `make test-fast`. Measured with
-# `--durations` on this machine kind (2 shared cores); each took 5 s or more there.
+# `--durations` on this machine kind (2 shared cores, heavily loaded): 5 s or more there.
 SLOW = {
     "test_contract.py": {
         "test_two_dependencies_completing_at_once_always_admit_the_dependent",
@@ -104,6 +104,8 @@ SLOW = {
         "test_exactly_one_of_16_concurrent_claimers_wins_over_200_rounds",
         "test_exactly_one_of_16_submitters_of_one_token_succeeds_over_200_rounds",
         "test_exactly_one_of_8_racing_processes_wins_over_100_rounds",
+        "test_a_task_created_while_its_dependency_completes_is_admitted",
+        "test_concurrent_claim_next_never_hands_out_a_task_twice",
     },
     "test_fencing.py": {
         "test_the_psycopg_recipe_refuses_the_superseded_holder_over_200_rounds",
@@ -121,6 +123,29 @@ SLOW = {
     },
     "test_consumers.py": {"test_a_large_board_arrives_in_parts_each_under_daphnes_frame_limit"},
     "test_checkpoints.py": {"test_commits_past_sqlites_own_threshold_leave_the_database_file_untouched"},
+    "test_scale_reads.py": {
+        "test_check_holds_no_row_per_task_and_finds_what_the_full_snapshot_finds",
+        "test_a_snapshot_holds_its_frames_and_one_part_of_the_board_at_a_time",
+    },
+    "test_pg_statistics.py": {"test_stale_statistics_sort_every_ready_task_and_current_ones_read_the_index"},
+    "test_bench_imports.py": {"test_api_cost_splits_a_request_without_the_test_install"},
+    "test_api_schema.py": {"test_the_command_writes_and_checks_a_schema_file"},
+    "test_readme.py": {"test_each_readme_manage_command_runs_as_written"},
+    "test_live_card_reads.py": {
+        "test_the_changes_read_selects_the_card_columns_only",
+        "test_the_snapshot_read_selects_the_card_columns_only",
+    },
+    "test_limits_json_depth.py": {"test_the_body_parser_reads_any_depth"},
+    "test_redis_layer.py": {"test_a_commit_in_another_process_wakes_this_processs_tailer_through_redis"},
+    "test_settings.py": {
+        "test_production_settings_pass_check_deploy",
+        "test_production_settings_on_mongodb_pass_check_deploy",
+    },
+    "test_outbox.py": {"test_concurrent_writers_every_event_read_exactly_once"},
+    "test_tracing.py": {
+        "test_without_the_variable_no_opentelemetry_module_is_loaded",
+        "test_the_reaper_exports_a_span_per_lease_it_takes_back_and_nothing_else",
+    },
     "test_commands.py": {
         "test_demo_agents_leave_other_queues_alone",
         "test_a_command_cannot_store_what_the_api_refuses",
