@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test bench check-board contract-check
+.PHONY: run test test-fast bench check-board contract-check
 
 # `make run`'s recipes are silent (@): its output is the server's start-up banner (URL, login,
 # docs), which must not scroll away among echoed commands and migration lines.
@@ -48,6 +48,12 @@ TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -gt 4 ] && n=4;
 test: $(VENV)/.test-deps
 	$(PY) -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
 	$(PY) -m pytest -n $(TEST_WORKERS) --ds=tests.mongodb_settings tests/mongodb $(MONGODB_PYTEST_ARGS)
+
+# The developers' lane (a few minutes): the first session without the tests pytest.ini marks
+# `browser`, `server` (a real `manage.py serve`, set by tests/conftest.py) and `slow`; SQLite and
+# PostgreSQL still run, MongoDB's session does not. `make test` stays the whole suite (CI).
+test-fast: $(VENV)/.test-deps
+	$(PY) -m pytest -n $(TEST_WORKERS) -m "not browser and not server and not slow" $(PYTEST_ARGS)
 
 bench: $(VENV)/.test-deps
 	$(PY) bench/claims.py
