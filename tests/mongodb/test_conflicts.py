@@ -14,7 +14,7 @@ from django.db import connections
 from django.test import Client
 
 from board import agent_keys
-from board.engine import errors, transitions
+from board.engine import errors, stores, transitions
 from board.engine.stores import TransactionConflict, store
 from board.engine.stores.mongodb.store import COUNTERS
 from board.engine.transitions import TaskSpec
@@ -95,7 +95,7 @@ def test_conflicts_are_retried_a_bounded_number_of_times_then_refused_and_nothin
     events = TaskEvent.objects.count()
     # The other writer holds the history's counter: every move of every task meets it.
     other = open_transaction(COUNTERS, {"_id": "board_taskevent"}, {"$set": {"held": True}})
-    monkeypatch.setattr(db, "CONFLICT_RETRIES", 4)
+    monkeypatch.setattr(stores, "CONFLICT_RETRIES", 4)
     log = conflict_log()
     try:
         with pytest.raises(errors.VersionConflict, match="kept aborting"):
@@ -114,7 +114,7 @@ def test_the_api_answers_409_version_conflict_when_conflicts_outlast_the_retries
     c = held_task()
     before = row("t")
     other = open_transaction(COUNTERS, {"_id": "board_taskevent"}, {"$set": {"held": True}})
-    monkeypatch.setattr(db, "CONFLICT_RETRIES", 3)
+    monkeypatch.setattr(stores, "CONFLICT_RETRIES", 3)
     try:
         response = Client().post("/api/tasks/t/renew", json.dumps({"token": c.lease.token, "ttl_seconds": 60}),
                                  content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {key}")
