@@ -1,26 +1,11 @@
 """Every frame the board's websocket sends, built here and only here, from board.public.
 
-A frame is a JSON text, encoded once and handed as the same text to every socket:
-
-- `{"type": "snapshot", "last_event_id", "unseen_event_ids", "last_removal_id", "counts", "tasks",
-  "problems", "more"}` then
-  `{"type": "snapshot_more", "tasks", "more"}` until "more" is false: the board when a socket
-  opens or asks again (`snapshot_frames`);
-- `{"type": "tasks", "items": [{"event", "task"}, ...]}`: a page of committed changes, each
-  event with its task as it is now (`changes_frame`);
-- `{"type": "removed", "tasks": [{"id", "task", "stage"}, ...]}`: tasks the prune deleted (each
-  record's id, the task's id, the stage it was deleted in), to be dropped from the board
-  (`removals_frame`); the snapshot's "last_removal_id" is the last record it accounts for;
-- `{"type": "problems", "problems"}`: the invariant problems, pushed when they change
-  (`problems_frame`);
-- `{"type": "insights", ...}`: the agents and throughput panel (board.live.insights computes its
-  data; `insights_frame` encodes it).
-
-Tasks appear as cards (`card_task`): the public task (board.public.public_task, never a lease
-token) without its bulky fields, which the details panel fetches from the API. Datetimes are
-written as the API writes them (DjangoJSONEncoder: ISO 8601 in UTC, to the millisecond, "Z"),
-which is what the snapshot's rows already hold (board.engine.selectors.json_time): a card reads
-the same whichever frame brought it.
+Each frame is a JSON text encoded once (`encode`) and handed as the same text to every socket:
+`snapshot_frames` (a snapshot in parts), `changes_frame` ("tasks"), `removals_frame`
+("removed"), `problems_frame`, `insights_frame`. Tasks appear as cards (`card_task`: the public
+task without its bulky fields, never a lease token); datetimes as the API writes them. The frames,
+field by field, and how the page applies them: docs/live-protocol.md (and its JSON Schema,
+docs/live-protocol.schema.json, which tests/test_live_protocol.py checks these frames against).
 """
 from __future__ import annotations
 
@@ -37,7 +22,7 @@ from board.public import public_event, public_task
 # Tasks per snapshot frame: frames stay well under 1 MiB (daphne's limit, and a common proxy
 # limit), and small, because a socket that stops reading keeps the frame it was being sent in the
 # server's write buffer (with 300-character titles 250 cards are ~170 KiB; 1000 made 40 such
-# sockets cost 28 MB more: board.live.consumers, "Backpressure").
+# sockets cost 28 MB more: docs/live-protocol.md, "Backpressure").
 SNAPSHOT_PART = 250
 
 
