@@ -1,16 +1,9 @@
 """Fenced downstream writes: a Django model row that a superseded lease holder cannot overwrite.
 
-A lease's fence rises by one with every new holder of a task (claim, resume, takeover) and never
-on renew. A holder whose lease expired may still be running: it does not know yet that another
-agent took the task over, and its late write would overwrite the new holder's. A downstream
-table refuses it by keeping, per key, the fence of the last write it accepted, and accepting a
-write only when its fence is at least that one. The comparison and the write must be the same
-atomic step of the downstream store, or a stale writer can compare, lose the CPU, and write
-after the new holder did. `FencedWriter` is that step for a Django model; docs/fencing.md gives
-the same statement for any SQL table (e.g. from an agent using `taskflow_client`).
-
-This module depends only on Django's ORM (board.public's layer): the model it writes is the
-caller's, not the board's.
+`FencedWriter(model, key_field, fence_field).write(key, fence, **values)` accepts a write only when
+its fence is at least the stored one, in one atomic statement, and raises `StaleFence` otherwise.
+It depends only on Django's ORM: the model is the caller's. Why, and the same statement for any
+SQL table: docs/fencing.md.
 """
 from __future__ import annotations
 

@@ -1378,7 +1378,7 @@ def test_a_traceback_keeps_its_indentation_on_the_change_page(op):
 
 
 def test_staff_with_view_task_see_tasks_read_only(viewer):
-    """What the README promises: board.view_task (without board.intervene) gives a read-only
+    """What docs/admin.md promises: board.view_task (without board.intervene) gives a read-only
     admin — the task list, each task's page and history, the board links; no action, no edit."""
     c = running("r", title="Resize images")
     new("q", title="Send mail")
@@ -1400,7 +1400,7 @@ def test_staff_with_view_task_see_tasks_read_only(viewer):
 
 
 def test_staff_without_board_permissions_see_no_tasks():
-    """Being staff alone shows nothing: the README says which permission to grant."""
+    """Being staff alone shows nothing: docs/admin.md says which permission to grant."""
     client = client_for(make_user("staffer", []))
     new("t")
     assert "You don’t have permission to view or edit anything" in client.get(reverse("admin:index")).content.decode()

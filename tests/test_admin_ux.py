@@ -2,7 +2,7 @@
 matches is tested through the admin in tests/test_admin.py (on SQLite, and on MongoDB by its
 session); here, the plans: on PostgreSQL every word's match is served by an index (none is a
 sequential scan even when scans are forbidden); on SQLite the title's words are scanned, as the
-README says."""
+docs/admin.md says."""
 from __future__ import annotations
 
 from collections import Counter

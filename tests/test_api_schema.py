@@ -1,4 +1,4 @@
-"""A stable API: board/api/openapi.json is the committed contract of /api/ (README, "API stability").
+"""A stable API: board/api/openapi.json is the committed contract of /api/ (docs/api.md, "API stability").
 
 The committed file must be what the API generates now. A difference that could break a client
 written against the committed file fails with the list of breaking changes (they belong under a
@@ -51,9 +51,9 @@ def test_the_committed_schema_is_the_one_the_api_serves_plus_its_error_codes():
 
 
 def test_the_error_codes_are_those_the_readme_lists():
-    """The collected codes (engine classes, middleware, the API's literal codes) and the README's
+    """The collected codes (engine classes, middleware, the API's literal codes) and docs/api.md's
     list of every error code agree: neither misses one."""
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / "docs" / "api.md").read_text()
     paragraph = readme[readme.index("Every error is `{\"error\""):]
     paragraph = paragraph[: paragraph.index("\n\n")]
     listed = set(re.findall(r"`([a-z]+(?:_[a-z]+)*)`", paragraph))

@@ -150,7 +150,7 @@ def test_a_killed_agents_task_is_reclaimed_by_the_reaper_and_finished_by_another
         assert doomed.wait(timeout=10) == -signal.SIGKILL
 
         expires = Task.objects.get(pk="victim").lease_expires_at
-        budget = (expires - timezone.now()).total_seconds() + 5  # the README's promise: TTL + 5 s
+        budget = (expires - timezone.now()).total_seconds() + 5  # docs/running.md's promise: TTL + 5 s
         wait_until(lambda: Task.objects.get(pk="victim").stage == "QUEUED", budget,
                    "the reaper returned the dead agent's task")
         reclaim = TaskEvent.objects.get(task_id="victim", verb="reclaim")

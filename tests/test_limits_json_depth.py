@@ -16,7 +16,7 @@ from tests.test_limits_bad_input import Board, assert_json_4xx, postgres_server,
 
 pytestmark = sqlite_db_mark()
 
-MAX_JSON_DEPTH = 64  # the cap the README's Limits table names (board.engine.limits.MAX_JSON_DEPTH)
+MAX_JSON_DEPTH = 64  # the cap the Limits table (docs/api.md) names (board.engine.limits.MAX_JSON_DEPTH)
 
 
 def nested(depth: int, leaf=1):

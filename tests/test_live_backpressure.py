@@ -150,7 +150,7 @@ def test_sockets_that_never_read_do_not_grow_the_servers_memory_past_a_bound(big
         probe.ws.send(json.dumps({"type": "snapshot"}))
         full_snapshot(probe, 5)
         grown = rss_of_tree(big_board_server.process.pid) - before
-        # The bound (README, Limits): the snapshot the stuck sockets share, one more being built
+        # The bound (docs/board.md, what the board guarantees): the snapshot the stuck sockets share, one more being built
         # (the probe's), and per stuck socket one frame and the transport's high-water mark,
         # twice over for the allocator's slack (freed frames do not give their pages back at once)
         # and each socket's own objects.

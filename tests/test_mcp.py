@@ -266,10 +266,9 @@ def test_bad_input_is_refused_with_a_tool_error_and_changes_nothing(session, boa
 
 
 def test_the_readme_configuration_starts_the_server(board, key):
-    """The README's mcpServers block is what --print-config prints for this checkout, and that
+    """docs/mcp.md's mcpServers block is what --print-config prints for this checkout, and that
     command, run from another directory with only its env, serves the board."""
-    readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("## LLM agents: the MCP server"):]
+    section = (ROOT / "docs" / "mcp.md").read_text()
     shown = json.loads(re.search(r"```json\n(.*?)```", section, flags=re.DOTALL).group(1))
     printed = subprocess.run([str(ROOT / ".venv/bin/python"), "-m", "taskflow_client.mcp", "--print-config"],
                              check=False, capture_output=True, text=True, cwd=ROOT, timeout=60,
@@ -283,7 +282,7 @@ def test_the_readme_configuration_starts_the_server(board, key):
     assert config == expected
 
     with mcp_session([entry["command"], *entry["args"]], entry["env"], cwd="/") as session:
-        session.ok("create_tasks", {"tasks": [{"id": "hello", "title": "from the README's config"}]})
+        session.ok("create_tasks", {"tasks": [{"id": "hello", "title": "from the documented config"}]})
         assert session.ok("claim", {})["task"]["owner"] == AGENT
         session.ok("complete", {"task_id": "hello", "result": {"ok": True}})
     assert Task.objects.get(pk="hello").stage == "COMPLETED"

@@ -1,5 +1,5 @@
-"""The README's `manage.py` commands work exactly as written, in a shell with nothing exported,
-in a checkout `make run` has prepared (a copy of this one, so that the test touches neither
+"""The `manage.py` commands of README.md and docs/*.md work exactly as written, in a shell with
+nothing exported, in a checkout `make run` has prepared (a copy of this one, so that the test touches neither
 this checkout's database nor its files)."""
 import json
 import os
@@ -17,15 +17,21 @@ ROOT = Path(__file__).resolve().parent.parent
 SKIP = {".git", ".venv", "__pycache__", ".pytest_cache", ".secret_key", ".taskflow-dev", ".staticfiles"}
 
 
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+# The README's walk: the block an agent's first task runs in (key, create, worker).
+AGENT_HEADING = "### 3. Create a key, and let an agent claim and complete a task"
+
+
 def readme_manage_lines() -> list[str]:
-    """Every command line of the README's shell blocks that runs `manage.py`, comment removed."""
-    text = (ROOT / "README.md").read_text()
+    """Every command line of the shell blocks of README.md and docs/*.md that runs `manage.py`,
+    comment removed (a command shown on two pages runs once)."""
     lines = []
-    for block in re.findall(r"```sh\n(.*?)```", text, flags=re.DOTALL):
-        for line in block.splitlines():
-            command = line.split("  #", 1)[0].strip()
-            if command.startswith(".venv/bin/python manage.py"):
-                lines.append(command)
+    for page in PAGES:
+        for block in re.findall(r"```sh\n(.*?)```", page.read_text(), flags=re.DOTALL):
+            for line in block.splitlines():
+                command = line.split("  #", 1)[0].strip()
+                if command.startswith(".venv/bin/python manage.py") and command not in lines:
+                    lines.append(command)
     return lines
 
 
@@ -62,7 +68,7 @@ def run(where: Path, command: str) -> subprocess.CompletedProcess:
 
 def test_the_readme_shows_its_manage_commands():
     assert {line.split()[2] for line in readme_manage_lines()} >= {
-        "create_agent_key", "check_board", "contract_check", "reap"}
+        "create_agent_key", "check_board", "contract_check", "reap", "demo", "prune", "api_schema"}
 
 
 @pytest.mark.parametrize("command", readme_manage_lines())
@@ -87,14 +93,14 @@ def test_outside_a_marked_checkout_debug_stays_off(checkout):
 
 
 def readme_agent_block() -> str:
-    """The README's shell block under "Python agents", as written."""
+    """The README's shell block under AGENT_HEADING, as written (docs/client.md points there)."""
     text = (ROOT / "README.md").read_text()
-    section = text.split("### Python agents", 1)[1]
+    section = text.split(f"\n{AGENT_HEADING}\n", 1)[1]
     return re.search(r"```sh\n(.*?)```", section, flags=re.DOTALL).group(1)
 
 
 def test_the_readme_agent_block_runs_as_written_against_the_server(checkout):
-    """The three lines under "Python agents", in one bash with nothing exported, against the
+    """The three lines of the README's walk, in one bash with nothing exported, against the
     server `make run` starts (its `manage.py serve` line, taken from `make -n run`) on the
     prepared copy: the task they create ends COMPLETED by the example worker."""
     block = readme_agent_block()

@@ -1,13 +1,8 @@
-"""The board's concurrency criteria, exported so that any board (any database behind it) can be
-judged by the same code: `concurrent_claim`, `duplicate_token_submit` and `retried_claim`.
-
-They are criteria, not a test style. Each races N real threads, released together by a
-barrier, and returns the number of winners (for `retried_claim`, of distinct leases); the
-caller demands exactly 1. A loser must fail with exactly the expected error (Taken /
-LeaseLost; `retried_claim` has no losers). Any other error is an infrastructure fault or a
-contract violation and is raised as `CriterionError`, never counted as a loser: a criterion
-that counted "database unreachable" as losing would report "no second winner" and go green
-exactly when the store is broken.
+"""The board's concurrency criteria, exported so that any board (any database behind it) is judged
+by the same code: `concurrent_claim`, `duplicate_token_submit` and `retried_claim` race real
+threads released by a barrier and return the number of winners (of distinct leases for
+`retried_claim`); the caller demands exactly 1. Any error but the expected loser's (Taken /
+LeaseLost) raises `CriterionError`, never counted as a loser. docs/engine.md, "The criteria".
 """
 from __future__ import annotations
 

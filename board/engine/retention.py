@@ -1,69 +1,13 @@
 """History retention: what may be deleted from the board, and how (`manage.py prune`, and the
 reaper's schedule: TASKFLOW["PRUNE_INTERVAL_SECONDS"]).
 
-Renew writes a history row on every heartbeat, so without this the history grows without bound.
-`prune` does two things, each in bounded write transactions:
-
-1. Delete old terminal tasks, with their history and their dependency rows: a task untouched
-   (updated_at) for `terminal_after` (default 30 days) that is COMPLETED, CANCELLED, or FAILED
-   with no attempt left (a FAILED task with attempts left is an operator's decision still
-   open: a requeue would use them; it is kept). Never a task that a task which stays depends
-   on, directly or down a chain: a task goes only once nothing depends on it any more.
-2. Collapse heartbeats: of the renew rows older than `renews_after` (default 24 hours; the live
-   board's insights read the last 60 minutes), keep per lease (task + fence) only the last one,
-   whose `detail` then says how many earlier renews it stands for and since when:
-   `{"collapsed": n, "since": "<at of the first>"}`. Every row that is not a renew (every move
-   that changes the stage, and edits) is kept, so a task's stage history stays whole; its
-   versions then have gaps where renews were. check() (board.engine.invariants) reads no
-   history, and a task's stage, version, fence and lease are its row's, untouched here.
-
-Who else writes what this deletes, and why each race is safe:
-- A terminal task's row is written again only by an operator (requeue or cancel of a FAILED
-  task) and by `transitions.create` of a task that depends on it, which sets `has_dependents`
-  on it when false (when true, it writes nothing there). A batch deletes only tasks whose flag
-  is false, re-reading them and their dependency rows inside its transaction:
-  - SQLite: transactions are serialised; the create comes wholly before or after the batch.
-  - PostgreSQL: the batch locks the rows first; a racing create's flag UPDATE waits for it,
-    then finds no row, and the create refuses the dependency as unknown.
-  - MongoDB: the batch writes the history's counter document, which every move and create
-    increments (the store's conflict_with_writers): of two concurrent ones, one is aborted
-    and run again (retry_conflicts), and sees what the other committed.
-  A task whose flag is true but whose dependents are all gone (or go in the same batch) gets
-  its flag cleared, and a later pass deletes it, once every transaction open at the clear has
-  ended (the store's transactions_open_before, waited for up to
-  OPEN_TRANSACTIONS_PATIENCE_SECONDS): a create that read the flag as true before the clear
-  wrote nothing on the task, so only its end makes its dependency row visible to the delete's
-  re-read. Found by tests/test_prune.py's race (on PostgreSQL the foreign key then failed the
-  create). The clear itself can still leave a flag false under a dependent added by such a
-  create; the flag is read only when a task completes, which a COMPLETED or CANCELLED task never
-  does again (a FAILED one requeued and completed would skip its admission look; the reaper's
-  admission pass, every second, admits the dependent anyway).
-- Renew rows are never written after their insert by anyone but this module. Concurrent prunes
-  (a command beside the reaper, several hosts) queue on one key (the store's serialise_on).
-
-The live board's outbox (board.live.outbox) and the API's event cursors read the same rows:
-- Only rows older than the windows are deleted, and a window is at least MIN_WINDOW (an hour).
-  A history row's `at` is taken inside the transaction that inserts it, which commits (or rolls
-  back) within the engine's bounded write transactions (milliseconds; a batch create, the
-  longest, well under a second); every tailer reads the outbox several times a second. So a row
-  old enough to be deleted committed more than MIN_WINDOW minus a transaction ago and has been
-  read by every running tailer: it is below every live cursor, where deleting it changes
-  nothing. (The hot path takes `at` from its process's clock, the cutoff comes from the store's:
-  this holds for any skew under the hour.) A tailer started later begins at the newest id
-  (outbox.starting_cursor), above it, and takes no id at or below the newest surviving event
-  older than MIN_WINDOW for a hole (a deleted id above that one, when every later event has
-  been deleted too, is given up like a rolled-back one).
-- Even a tailer stalled that long (a machine suspended) is not stuck: a deleted id looks
-  exactly like a rolled-back one. On SQLite and MongoDB a missing id below one already read is
-  never waited for; on PostgreSQL a hole is given up once the oldest running transaction is
-  past the horizon taken when the hole was found, which a deleted row's long-ended writer is.
-  Such a tailer would miss only the deleted row's frame, which carried its task as it is now:
-  the task's later events (or its deletion) carry the same task again.
-- `GET /api/tasks/{id}/events?cursor=`: a cursor is "the rows after id N", so a cursor whose
-  row was deleted resumes at the next surviving row of the task (board.api.endpoints).
-- Open live boards drop the cards of the tasks deleted here: each batch records them
-  (RemovedTask, in its own transaction), and every tailer reads the records in id order and
-  tells its sockets (board.live.outbox, board.live.tailer).
+`prune` deletes old terminal tasks (COMPLETED, CANCELLED, FAILED with no attempt left; untouched
+for `terminal_after`; never one that a remaining task depends on, down the chain) with their
+history and dependency rows, and collapses renew rows older than `renews_after` into the last one
+of each lease (`{"collapsed": n, "since": ...}`), in bounded write transactions; each batch
+records the tasks it deleted (RemovedTask) for the live boards. Neither window is under
+MIN_WINDOW. What goes, and why every race with creators, tailers and event cursors is safe:
+docs/retention.md.
 """
 from __future__ import annotations
 

@@ -1,34 +1,14 @@
-"""The live board's websocket: a logged-in staff user subscribes, gets a snapshot, then every
-change as it commits (batches from this process's tailer, board/live/tailer.py; every frame is
-built by board/live/frames.py). It never writes:
-human actions go through the API (board/api/endpoints.py).
+"""The live board's websocket (/ws/board/): a staff user who may read the board subscribes, gets
+a snapshot (board.live.snapshots), then every change as this process's tailer sends it. It never
+writes: human actions go through the API.
 
-Who may watch: whoever may read the board (board/access.py: an active staff user with
-`board.view_task`; a superuser has every permission); anyone else is accepted and closed at
-once with NOT_ALLOWED (so that the page sees the code and asks for a login instead of
-reconnecting). An open socket does not outlive that
-right: it checks its session and user again every `TASKFLOW["SOCKET_RECHECK_SECONDS"]` (a
-deactivated user, a deleted or expired session, a changed password, a removed permission), and
-at once when its session logs out in this process (`user_logged_out`); then it is closed with
-NOT_ALLOWED.
-
-Backpressure: the tailer never waits for a socket. It puts a frame in the socket's own queue
-and a sender task writes it out (waiting when the client reads slowly). When the frames waiting
-there pass `TASKFLOW["SOCKET_MAX_UNSENT_BYTES"]`, the socket is dropped (closed with TOO_SLOW,
-queue emptied); so is a socket the server could not hand a frame for
-`TASKFLOW["SOCKET_SEND_TIMEOUT_SECONDS"]` (its write buffer stayed full: the client is not
-reading). Its snapshot is shared with every socket that asked at about the same time
-(board.live.snapshots: built once, on a thread of its own, one build at a time per process), and
-its repeated requests for one count once (`snapshot_wanted`). So a client that stops reading
-costs at most its queue, its share of a snapshot until the send timeout drops it, and the
-server's transport buffer (one frame, board.live.frames.SNAPSHOT_PART cards at most for a
-snapshot's, plus the 64 KiB write buffer; it also holds the close frame until the client reads
-or goes). The page reconnects and starts again from a snapshot.
-
-Failures stay with one socket: a snapshot that fails closes the socket (1011; the page
-reconnects), a message the page would never send (too large, not JSON, nested too deep) is
-ignored, and however a socket ends it leaves the tailer. It uses no channel layer: a broken
-Redis cannot close it."""
+Contract: a socket that may not watch, or stops being allowed to (re-checked every
+SOCKET_RECHECK_SECONDS and on logout), is closed with NOT_ALLOWED (4403); one whose unsent frames
+pass SOCKET_MAX_UNSENT_BYTES or that takes no frame for SOCKET_SEND_TIMEOUT_SECONDS, with TOO_SLOW
+(4408); a failed snapshot, with INTERNAL_ERROR (1011). The tailer never waits for a socket, and
+no channel layer is used. The protocol, the close codes and the backpressure bounds:
+docs/live-protocol.md.
+"""
 from __future__ import annotations
 
 import asyncio

@@ -1,22 +1,11 @@
 """Waking the tailers when a change commits: at once in this process, through Redis in the others.
 
-The engine announces every commit (board.engine.commits); `announce_commit` is the live board's
-subscriber (board/apps.py subscribes it when Django starts, in every process: servers, the
-reaper, management commands such as contract_check). It runs in the writer's thread right after
-the commit and does two things, neither of which may cost the write anything:
-
-- it wakes this process's tailer (board.live.tailer), if one runs here, by a thread-safe call
-  into the tailer's event loop;
-- with a Redis channel layer (REDIS_URL), it rings the `WAKEUP_GROUP` group so that every other
-  process's tailer wakes too. Redis is a doorbell here, never the only carrier of an update, and
-  never in a writer's way: the ring goes from a thread of its own (`Doorbell`), and a tailer
-  listens for it (`listen`) in a task that retries; a Redis that hangs or refuses only leaves
-  the tailers' poll to do it.
-
-Nothing here imports Channels at module level: this module is loaded by every process at
-startup (board/apps.py), and a process that only writes (the reaper, contract_check) must not
-load Channels to move a row. The channel layer is imported in the thread that rings and in the
-tailer's listening task, both of which exist only where they are used.
+`announce_commit` is the live board's subscriber to board.engine.commits (board/apps.py, in
+every process). Right after a commit, in the writer's thread, it wakes this process's tailer and,
+with REDIS_URL, rings `WAKEUP_GROUP` from a thread of its own (`Doorbell`); tailers `listen` for
+it. Redis is only a doorbell: a Redis that hangs or refuses costs the write nothing and leaves
+the tailers' poll to deliver. Channels is imported only where it is used (a writing process must
+not load it). docs/live-protocol.md, "How the server produces them", says more.
 """
 from __future__ import annotations
 

@@ -1,26 +1,11 @@
 """Every frame the board's websocket sends, built here and only here, from board.public.
 
-A frame is a JSON text, encoded once and handed as the same text to every socket:
-
-- `{"type": "snapshot", "last_event_id", "unseen_event_ids", "last_removal_id", "counts", "tasks",
-  "problems", "more"}` then
-  `{"type": "snapshot_more", "tasks", "more"}` until "more" is false: the board when a socket
-  opens or asks again (`snapshot_frames`);
-- `{"type": "tasks", "items": [{"event", "task"}, ...]}`: a page of committed changes, each
-  event with its task as it is now (`changes_frame`);
-- `{"type": "removed", "tasks": [{"id", "task", "stage"}, ...]}`: tasks the prune deleted (each
-  record's id, the task's id, the stage it was deleted in), to be dropped from the board
-  (`removals_frame`); the snapshot's "last_removal_id" is the last record it accounts for;
-- `{"type": "problems", "problems"}`: the invariant problems, pushed when they change
-  (`problems_frame`);
-- `{"type": "insights", ...}`: the agents and throughput panel (board.live.insights computes its
-  data; `insights_frame` encodes it).
-
-Tasks appear as cards (`card_task`): the public task (board.public.public_task, never a lease
-token) without its bulky fields, which the details panel fetches from the API. Datetimes are
-written as the API writes them (DjangoJSONEncoder: ISO 8601 in UTC, to the millisecond, "Z"),
-which is what the snapshot's rows already hold (board.live.reads.json_time): a card reads
-the same whichever frame brought it.
+Each frame is a JSON text encoded once (`encode`) and handed as the same text to every socket:
+`snapshot_frames` (a snapshot in parts), `changes_frame` ("tasks"), `removals_frame`
+("removed"), `problems_frame`, `insights_frame`. Tasks appear as cards (`card_task`: the public
+task without its bulky fields, never a lease token); datetimes as the API writes them. The frames,
+field by field, and how the page applies them: docs/live-protocol.md (and its JSON Schema,
+docs/live-protocol.schema.json, which tests/test_live_protocol.py checks these frames against).
 """
 from __future__ import annotations
 
@@ -30,14 +15,14 @@ from types import SimpleNamespace
 from django.core.serializers.json import DjangoJSONEncoder
 
 from board.engine import selectors
-from board.live import outbox, reads
+from board.live import outbox
 from board.models import RemovedTask, Task, TaskEvent
 from board.public import public_event, public_task
 
 # Tasks per snapshot frame: frames stay well under 1 MiB (daphne's limit, and a common proxy
 # limit), and small, because a socket that stops reading keeps the frame it was being sent in the
 # server's write buffer (with 300-character titles 250 cards are ~170 KiB; 1000 made 40 such
-# sockets cost 28 MB more: board.live.consumers, "Backpressure").
+# sockets cost 28 MB more: docs/live-protocol.md, "Backpressure").
 SNAPSHOT_PART = 250
 
 
@@ -47,17 +32,17 @@ def encode(frame: dict) -> str:
 
 
 def card_task(task: Task, deps: list[str]) -> dict:
-    """What a card shows: the public task without its bulky fields (reads.NOT_ON_CARDS:
+    """What a card shows: the public task without its bulky fields (selectors.NOT_ON_CARDS:
     description, payload, checkpoint, result), which the details panel fetches from the API when
     opened. `task` is a Task or any object with its card fields (`card_of_row`)."""
     card = public_task(task, deps)
-    for bulky in reads.NOT_ON_CARDS:
+    for bulky in selectors.NOT_ON_CARDS:
         del card[bulky]
     return card
 
 
 def card_of_row(row: dict, deps: list[str]) -> dict:
-    """The card of a row the live board's reads return (a dict of reads.CARD_COLUMNS, no
+    """The card of a row the live board's reads return (a dict of selectors.CARD_COLUMNS, no
     bulky field read): the same card as `card_task` makes of the whole Task."""
     return card_task(SimpleNamespace(**row, **_NOT_ON_CARDS), deps)
 
@@ -79,8 +64,8 @@ def changes_for(events: list[TaskEvent], using: str = "default") -> list[dict]:
     than what it shows. An event of a task no longer there is left out."""
     if not events:
         return []
-    # Card columns only (reads.live_tasks): never the checkpoints the details panel reads.
-    tasks = reads.live_tasks(list({e.task_id for e in events}), using=using)
+    # Card columns only (selectors.live_tasks): never the checkpoints the details panel reads.
+    tasks = selectors.live_tasks(list({e.task_id for e in events}), using=using)
     return [{"event": live_event(e), "task": card_of_row(*tasks[e.task_id])} for e in events if e.task_id in tasks]
 
 
@@ -120,10 +105,10 @@ def snapshot_frames(terminal_limit: int = 200, problems: list | None = None, usi
     "snapshot", ..., "more": bool} then {"type": "snapshot_more", "tasks", "more"} until "more"
     is false. `problems`: a recent check() result to reuse.
 
-    Built a part at a time from reads.board_parts (one read that takes no write lock): only
+    Built a part at a time from selectors.board_parts (one read that takes no write lock): only
     the encoded frames and the part being built are held, never a model instance per task.
     A frame is encoded once the next part is read (its "more" depends on it)."""
-    parts = reads.board_parts(terminal_limit=terminal_limit, part_size=SNAPSHOT_PART, using=using)
+    parts = selectors.board_parts(terminal_limit=terminal_limit, part_size=SNAPSHOT_PART, using=using)
     head = next(parts)
     # Inside the board's read (the generator holds it open), as the problems below: the ids at
     # or below last_event_id that this read does not see. Every other event up to last_event_id
@@ -146,5 +131,5 @@ def snapshot_frames(terminal_limit: int = 200, problems: list | None = None, usi
     return frames
 
 
-# card_task drops these; rows read for cards (reads.CARD_COLUMNS) do not carry them.
-_NOT_ON_CARDS = dict.fromkeys(reads.NOT_ON_CARDS)
+# card_task drops these; rows read for cards (selectors.CARD_COLUMNS) do not carry them.
+_NOT_ON_CARDS = dict.fromkeys(selectors.NOT_ON_CARDS)

@@ -1,37 +1,12 @@
 """The history table read as an outbox: a cursor that reads every committed event exactly once.
 
-Every transition writes its TaskEvent in the same transaction as the change (board.engine.transitions),
-so an event exists exactly when a change committed: a refused or rolled-back change has none.
-The tailer (board.live.tailer) reads new events with a `Cursor`, page by page, and fans them out.
-
-Finding new events: ids are taken at insert, and on PostgreSQL two transactions can commit out of
-id order, so "id > last seen" alone could skip an event that commits late. The cursor remembers
-the ids it has not seen below the highest one it has (holes) and asks for them again on every
-read, however long that takes. A hole is given up only when it is proven never to commit: with
-each new hole the cursor takes a fresh transaction id (`pg_current_xact_id()`, after the events
-were read: the transaction that took the missing id already had its xid, which is therefore
-lower, since every event is written after its task row), and it drops the hole only after a read
-that looked for it began when the oldest running transaction (`pg_current_snapshot()`'s xmin)
-was past that mark: the writer had ended by then, so the id is absent because it rolled back. Transaction ids are the whole
-server's: a long transaction anywhere on it keeps holes (a few bytes each) until it ends. On
-SQLite ids are handed out under the write lock and committed before the next writer starts, so
-there are no holes.
-
-Reading is paged (EVENTS_PER_READ events, holes first as they have the lowest ids), page after
-page until caught up. `Cursor.read` changes nothing; the cursor moves (`Cursor.advance`) only
-once a page's frame was built and handed to the sockets: a pass that fails (a database error)
-reads the same events again next time, so nothing is skipped.
-
-The outbox reader is a read path of its own, apart from the board's other reads (board.live.reads): its queries (the
-events after the cursor and in its holes, the server's transaction ids) have their own
-consistency rules, stated above: no read transaction, no snapshot of the board, and a result
-that is only trusted together with the transaction ids read around it. Two of its reads also
-serve a socket's snapshot, inside the snapshot's read transaction (board.live.frames):
-`unseen_below` (which ids below the snapshot's last event it does not hold) and
-`latest_removal_id`.
-
-The prune's records of deleted tasks (RemovedTask) are read the same way, by `Removals`: their
-ids follow commit order (the prune's batches run one at a time), so there are no holes to keep.
+`Cursor.read` returns the next page of committed events (holes first: ids below the highest seen
+that had not committed, asked for again until they arrive or are proven rolled back by the
+server's transaction ids); `Cursor.advance` moves the cursor only once the page was handed to the
+sockets, so a failed pass reads the same events again. `Removals` reads the prune's records of
+deleted tasks the same way. `unseen_below` and `latest_removal_id` serve a snapshot's
+`unseen_event_ids` and `last_removal_id`. Why holes exist and how one is given up:
+docs/live-protocol.md, "How the server produces them".
 """
 from __future__ import annotations
 

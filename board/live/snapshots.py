@@ -1,19 +1,9 @@
-"""The board's snapshots, built for a process's sockets: one build at a time, on a thread of their
-own, shared by every socket that asked before it started.
+"""The board's snapshots for a process's sockets: one build at a time, on a thread of its own,
+shared by every socket that asked before it started (the same frames, not a copy each).
 
-Why a thread of their own: the tailer's reads and the sockets' session re-checks run on asgiref's
-one shared sync thread (database_sync_to_async). A snapshot of a big board takes hundreds of
-milliseconds there (13.3 MB for 100,000 tasks), and every change waited behind it: four sockets
-asking for snapshots back to back held another socket's changes 0.2-0.56 s instead of 0.05 s.
-
-Why one build at a time, shared: a socket that subscribed to the tailer and then asked may be
-given any snapshot whose read starts after it asked (changes committed after that read reach it
-through the tailer, applied by version). So every request that arrives while a build runs is
-answered by the next build, one for all of them: however many sockets connect or ask again at
-once, a process builds at most one snapshot at a time, and the sockets hold the same frames (the
-same strings) rather than a copy each, which is what bounds the memory of sockets that never read
-(board.live.consumers). A socket's own repeated requests are coalesced there too (one pending
-request per socket).
+Why a thread of its own (a big board's snapshot held every change back on asgiref's one sync
+thread) and why shared (it bounds the memory of sockets that never read): docs/live-protocol.md,
+"How the server produces them".
 """
 from __future__ import annotations
 

@@ -1,43 +1,8 @@
-// The board's websocket, /ws/board/, as the server speaks it today (board/live/consumers.py,
-// board/live/frames.py, board/live/tailer.py, board/live/insights.py):
-//
-//   on connect  the server accepts, then, for a session that may not watch (board/access.py),
-//               closes at once with 4403. Otherwise it sends a snapshot, in parts:
-//                 {"type": "snapshot", "last_event_id", "unseen_event_ids": [...],
-//                  "last_removal_id", "counts": {stage: n}, "problems": [...], "tasks": [...],
-//                  "more": bool}
-//                 {"type": "snapshot_more", "tasks": [...], "more": bool}   while "more"
-//               (at most board/live/frames.py SNAPSHOT_PART tasks a frame: every unfinished task, best first,
-//               then the most recent finished ones of each terminal stage), then the agents and
-//               throughput panel's latest {"type": "insights", ...} if the server has one.
-//   then        {"type": "tasks", "items": [{"event", "task"}, ...]}: the changes committed since,
-//               one frame per page of the history table read in id order. "event" is the history
-//               row (id, task, verb, from_stage, to_stage, version, fence, actor, at, detail
-//               without a traceback); "task" is the task as it is now (its version is at least
-//               the event's), a card: the API's task without description, payload, checkpoint
-//               and result.
-//               {"type": "removed", "tasks": [{"id", "task", "stage"}, ...]}: tasks the prune
-//               deleted (record id, task id, the stage it was deleted in); the page drops their
-//               cards and counts, unless the snapshot already did (record id <= its
-//               "last_removal_id").
-//               {"type": "problems", "problems": [{"task", "code", "text"}]} when check()'s
-//               findings change; {"type": "insights", ...} when the panel's figures change.
-//   the page    sends only {"type": "snapshot"}: the server drops what it had queued for this
-//               socket and sends a fresh snapshot (in parts, as above).
-//   closes      4403: the session may not watch (any more: logged out, expired, the user lost
-//               the right; the server re-checks it periodically and on logout). The page stops
-//               and links to the login: reconnecting cannot help. 4408: the page read too slowly
-//               and its queue passed the server's cap; 1011: the server failed on this socket;
-//               1006: the server went away. For those the page greys the cards out ("stale")
-//               and reconnects with a backoff; the snapshot sent on connect starts it afresh.
-//
-// Applying changes: a task replaces the one shown only when its version is newer (store.js),
-// so a change that arrives twice, or after the snapshot that already holds it, changes
-// nothing. Gaps: the server sends a socket's frames in order and never skips one on an open
-// socket (it closes it with 4408 instead), so a gap means something between it and the page
-// lost a frame. A change to a shown task whose version skips one is such a gap: the page asks
-// for a snapshot at once. An event id skipped over is one only if it stays missing: see
-// MISSING_EVENT_PATIENCE_MS.
+// The board's websocket, /ws/board/: this module applies its frames (snapshot parts, "tasks",
+// "removed", "problems", "insights") and handles its close codes (4403: stop and link to the
+// login; 4408, 1011, 1006: grey the cards out and reconnect with a backoff). The frames, the close
+// codes and the rules applied here (versions, unseen_event_ids, last_removal_id, gaps) are
+// written down once, in docs/live-protocol.md; this page sends only {"type": "snapshot"}.
 //
 // What a test or a person may read of it (the page's documented state, nothing more): on
 // #connection, data-state (connecting, live, reconnecting, ended), data-socket (opening, open,

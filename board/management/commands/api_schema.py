@@ -10,7 +10,7 @@ The file is the NinjaAPI's own OpenAPI document (what /api/openapi.json serves),
 and a fixed indent so that it is the same byte for byte on every machine, plus one extension:
 `x-error-codes`, every `error.code` the API can answer (the schema's `code` is a plain string).
 
-The rule (README, "API stability"): within /api/, changes are additive only; a change that could
+The rule (docs/api.md, "API stability"): within /api/, changes are additive only; a change that could
 break an existing client goes to a new version prefix instead. `compare(old, new)` sorts the
 differences into breaking ones (a removed path, method, parameter, request or response field,
 enum value or error code; a new required request field or parameter; a request type narrowed: a
@@ -56,7 +56,7 @@ def _literal_key(node: ast.Dict, key: str):
 def error_codes() -> list[str]:
     """Every `error.code` the API answers: the engine's error classes, the API middleware's
     codes for Django's own refusals, and the literal codes written where answers are made
-    (tests/test_api_schema.py checks them against the README's list)."""
+    (tests/test_api_schema.py checks them against docs/api.md's list)."""
     from board.api import middleware
     from board.engine import errors
 
@@ -396,7 +396,7 @@ def check_message(committed: dict | None, current: dict, path: Path = SCHEMA_FIL
         listed = "\n".join(f"  - {text}" for text in changes.breaking)
         return (f"The API changed in a way that can break existing clients:\n{listed}\n"
                 "Within /api/ only additive changes are allowed: keep the old shape, or serve the "
-                "new one under a new version prefix (README, 'API stability').")
+                "new one under a new version prefix (docs/api.md, 'API stability').")
     listed = "\n".join(f"  - {text}" for text in changes.additive) or "  (wording only)"
     return (f"The API changed compatibly:\n{listed}\nUpdate the committed schema with\n    {REGENERATE}")
 

@@ -1,5 +1,5 @@
 """Delete old terminal tasks and collapse old heartbeats (board.engine.retention decides what may
-go). The reaper does the same on a schedule (TASKFLOW_PRUNE_INTERVAL; README "History retention")."""
+go). The reaper does the same on a schedule (TASKFLOW_PRUNE_INTERVAL; docs/retention.md)."""
 import re
 from datetime import timedelta
 

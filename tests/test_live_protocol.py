@@ -1,0 +1,108 @@
+"""The websocket's frames as docs/live-protocol.schema.json declares them: every kind of frame,
+built by board.live.frames from a real board on the SQLite test database, validates against the
+schema, and the schema refuses what no frame may hold (a lease token, an unknown field, an
+unknown type). docs/live-protocol.md names the close codes and the snapshot part's size the
+consumer uses."""
+import json
+import re
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.utils import timezone
+from jsonschema import Draft202012Validator
+
+from board.engine import clock, transitions
+from board.engine.transitions import TaskSpec
+from board.live import consumers, insights
+from board.live import frames as live_frames
+from board.models import RemovedTask, Task, TaskEvent
+from tests.support import sqlite_db_mark
+
+ROOT = Path(__file__).resolve().parent.parent
+SCHEMA = json.loads((ROOT / "docs" / "live-protocol.schema.json").read_text())
+DOC = (ROOT / "docs" / "live-protocol.md").read_text()
+VALIDATOR = Draft202012Validator(SCHEMA)
+
+pytestmark = sqlite_db_mark()
+
+
+def errors(frame: dict) -> list[str]:
+    return [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in VALIDATOR.iter_errors(frame)]
+
+
+def test_the_schema_is_a_valid_json_schema():
+    Draft202012Validator.check_schema(SCHEMA)
+
+
+@pytest.fixture
+def busy_board():
+    """A board with every kind of row a frame shows: more tasks than one snapshot part, a
+    completion, a retry, a failure with a traceback, a live lease, an expired one (a problem),
+    and a record of a pruned task."""
+    extra = [TaskSpec(id=f"bulk-{n:03d}", title="bulk") for n in range(live_frames.SNAPSHOT_PART + 10)]
+    transitions.create([TaskSpec(id="a", title="first", queue="q", payload={"n": 1}),
+                        TaskSpec(id="b", title="second", deps=["a"], queue="q"),
+                        TaskSpec(id="c", title="third", queue="r", max_retries=0),
+                        TaskSpec(id="d", title="fourth", queue="r", hold=True), *extra])
+    held = transitions.claim("a", "agent-1", 30)
+    transitions.renew("a", held.lease.token, 30, progress=0.5)
+    transitions.complete("a", held.lease.token, {"ok": True})
+    failing = transitions.claim("c", "agent-2", 30)
+    transitions.fail("c", failing.lease.token, "boom", traceback="Traceback (most recent call last):\n...",
+                     retryable=False)
+    transitions.claim("b", "agent-1", 30)
+    transitions.claim("bulk-000", "agent-2", 30)
+    Task.objects.filter(pk="bulk-000").update(lease_expires_at=clock.now() - timedelta(minutes=1))
+    RemovedTask.objects.create(task_id="gone", stage="COMPLETED", at=timezone.now())
+
+
+def every_frame() -> dict[str, list[dict]]:
+    built: dict[str, list[dict]] = {}
+    texts = [*live_frames.snapshot_frames(),
+             live_frames.changes_frame(list(TaskEvent.objects.order_by("id"))),
+             live_frames.removals_frame(list(RemovedTask.objects.order_by("id"))),
+             live_frames.problems_frame(live_frames.problems_message()),
+             live_frames.insights_frame(insights.compute()[0])]
+    for text in texts:
+        frame = json.loads(text)
+        built.setdefault(frame["type"], []).append(frame)
+    return built
+
+
+def test_every_frame_the_board_builds_is_valid(busy_board):
+    built = every_frame()
+    assert set(built) == {"snapshot", "snapshot_more", "tasks", "removed", "problems", "insights"}
+    for kind, frames in built.items():
+        for frame in frames:
+            assert errors(frame) == [], f"{kind}: {errors(frame)}"
+    # The rows behind them are the ones the fixture meant to show.
+    assert any(p["code"] == "lease_expired" for p in built["problems"][0]["problems"])
+    details = [item["event"]["detail"] for item in built["tasks"][0]["items"]]
+    assert any(isinstance(d, dict) and d.get("has_traceback") is True for d in details)
+    assert {a["name"] for a in built["insights"][0]["agents"]} == {"agent-1", "agent-2"}
+
+
+def test_the_schema_refuses_what_no_frame_may_hold(busy_board):
+    built = every_frame()
+    snapshot = built["snapshot"][0]
+    card = snapshot["tasks"][0]
+    assert errors({**snapshot, "tasks": [{**card, "lease_token": "x"}]})  # a token field
+    assert errors({**snapshot, "tasks": [{**card, "payload": {"n": 1}}]})  # a bulky field
+    assert errors({**snapshot, "extra": 1})
+    assert errors({"type": "unknown"})
+    item = built["tasks"][0]["items"][0]
+    assert errors({"type": "tasks", "items": [{**item, "event": {**item["event"], "detail": {"traceback": "x"}}}]})
+    assert errors({**card, "type": "tasks"})
+
+
+def test_the_doc_and_the_schema_name_the_consumers_figures():
+    for code in (consumers.NOT_ALLOWED, consumers.TOO_SLOW, consumers.INTERNAL_ERROR):
+        assert re.search(rf"^\| {code} \|", DOC, flags=re.MULTILINE), f"close code {code} not in the table"
+    assert f"{consumers.MAX_CLIENT_MESSAGE_CHARS:,}" in DOC
+    assert f"`SNAPSHOT_PART` ({live_frames.SNAPSHOT_PART})" in DOC
+    for part in ("snapshot", "snapshot_more"):
+        assert SCHEMA["$defs"][part]["properties"]["tasks"]["maxItems"] == live_frames.SNAPSHOT_PART
+    for kind in ("snapshot", "snapshot_more", "tasks", "removed", "problems", "insights"):
+        assert f'"type": "{kind}"' in DOC
+
