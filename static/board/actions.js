@@ -2,10 +2,10 @@
 // offered only to a user who may intervene (data-can-intervene) and only where the lifecycle
 // has the move (the page's MOVES). Each POSTs /api/tasks/<id>/<verb> (api.js) with the version
 // the card shows, so a move that lost a race is refused (409) and the card goes back to where
-// the server says it is (api.js lands the task the refusal names). An accepted move is not applied here: the socket brings the change, as
-// it does every other one, and the card, shown in its new column meanwhile, is drawn from it.
-// Cancel asks first (the dialog): a reason for the history, and which waiting tasks it would
-// strand.
+// the server says it is (api.js lands the task the refusal names). An accepted move is not
+// applied here: the socket brings the change, as it does every other one, and the card, shown
+// in its new column meanwhile, is drawn from it. Cancel asks first (the dialog): a reason for
+// the history, and which waiting tasks it would strand.
 
 import { CAN_INTERVENE, COLUMN_ELS, el, MOVES, showMessage, STAGES } from "./page.js";
 import { getTask, strandedBy } from "./store.js";
