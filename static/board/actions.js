@@ -1,14 +1,16 @@
 // The operator's actions: the buttons of the details panel and drag and drop between columns,
 // offered only to a user who may intervene (data-can-intervene) and only where the lifecycle
-// has the move (the page's MOVES). Each POSTs /api/tasks/<id>/<verb> with the session cookie,
-// the CSRF token and the version the card shows, so a move that lost a race is refused (409)
-// and the card goes back to where the server says it is. Cancel asks first (the dialog): a
-// reason for the history, and which waiting tasks it would strand.
+// has the move (the page's MOVES). Each POSTs /api/tasks/<id>/<verb> (api.js) with the version
+// the card shows, so a move that lost a race is refused (409) and the card goes back to where
+// the server says it is (api.js lands the task the refusal names). An accepted move is not
+// applied here: the socket brings the change, as it does every other one, and the card, shown
+// in its new column meanwhile, is drawn from it. Cancel asks first (the dialog): a reason for
+// the history, and which waiting tasks it would strand.
 
 import { CAN_INTERVENE, COLUMN_ELS, el, MOVES, showMessage, STAGES } from "./page.js";
-import { applyTask, strandedBy, tasks } from "./store.js";
-import { cards, cardsOf, detach, markDirty, newChunk } from "./render.js";
-import { openTaskId, renderDetails } from "./details.js";
+import { getTask, strandedBy } from "./store.js";
+import { sendAction } from "./api.js";
+import { cardOf, cardsOf, detach, markDirty, newChunk } from "./render.js";
 
 // The operator's verbs and their endpoints. FAILED -> QUEUED is offered as "retry": a requeue
 // that also gives the task its attempts back (a FAILED task usually has none left).
@@ -43,9 +45,12 @@ export function actionsFor(stage) {
   return ACTIONS.get(stage) || [];
 }
 
-function csrfToken() {
-  const match = document.cookie.match(/(?:^|;\s*)csrftoken=([^;]+)/);
-  return match ? decodeURIComponent(match[1]) : "";
+const actedListeners = [];
+
+/** `listener(id)` is called once an action on task `id` has its answer (details.js redraws the
+ * panel of the open task). */
+export function onActed(listener) {
+  actedListeners.push(listener);
 }
 
 // ------------------------------------------------------------------------------------------
@@ -59,7 +64,7 @@ function confirmCancel(id) {
   cancelDialog.querySelector(".cancel-task").textContent = id;
   const list = cancelDialog.querySelector(".stranded");
   const shown = ids.slice(0, 50);
-  list.replaceChildren(...shown.map((d) => el("li", null, `${d}: ${tasks.get(d).title}`)));
+  list.replaceChildren(...shown.map((d) => el("li", null, `${d}: ${getTask(d).title}`)));
   if (ids.length > shown.length) list.append(el("li", null, `and ${ids.length - shown.length} more`));
   if (!complete) list.append(el("li", "possibly-more", "and possibly more (the board has not loaded every task)"));
   cancelDialog.querySelector(".stranded-none").hidden = ids.length > 0 || !complete;
@@ -78,14 +83,14 @@ function confirmCancel(id) {
 
 /** Send `action` for task `id`; the card waits in the target column until the answer. */
 export async function act(id, action) {
-  const task = tasks.get(id);
+  const task = getTask(id);
   if (!task) return;
   if (action.verb === "cancel") {
     const answer = await confirmCancel(id);
     if (!answer) return; // dismissed: nothing sent, nothing moved
     action = { ...action, extra: { ...action.extra, ...(answer.reason ? { reason: answer.reason } : {}) } };
   }
-  const card = cards.get(id);
+  const card = cardOf(id);
   if (card) {
     card.classList.add("pending");
     if (action.to !== task.stage) { // shown where it is going until the server answers
@@ -95,31 +100,17 @@ export async function act(id, action) {
       container.firstElementChild.prepend(card);
     }
   }
-  let response = null;
-  let body = null;
-  try {
-    response = await fetch(`/api/tasks/${encodeURIComponent(id)}/${action.path}`, {
-      method: "POST",
-      credentials: "same-origin",
-      headers: { "Content-Type": "application/json", "X-CSRFToken": csrfToken() },
-      body: JSON.stringify({ version: task.version, ...action.extra }),
-    });
-    body = await response.json().catch(() => null);
-  } catch (err) {
-    body = { error: { message: `network error: ${err.message || err}` } };
-  }
+  const { ok, status, body } = await sendAction(id, action.path, { version: task.version, ...action.extra });
   card?.classList.remove("pending");
-  if (response && response.ok && body && body.id) {
-    applyTask(body);
+  if (ok && body && body.id) {
     showMessage(`${action.label}: ${id} is now ${body.stage}`);
   } else {
     const error = (body && body.error) || {};
-    if (error.task) applyTask(error.task);
-    const what = error.message || (response ? `HTTP ${response.status}` : "no answer");
+    const what = error.message || (status !== null ? `HTTP ${status}` : "no answer");
     showMessage(`${action.label} ${id} refused: ${what}`, "error");
+    markDirty(id); // back where the model says it is
   }
-  markDirty(id); // back where the state says it is
-  if (openTaskId() === id) renderDetails(true);
+  for (const listener of actedListeners) listener(id);
 }
 
 // ------------------------------------------------------------------------------------------
@@ -137,7 +128,7 @@ export function startDragAndDrop() {
   const columns = document.getElementById("columns");
   columns.addEventListener("dragstart", (e) => {
     const card = e.target.closest?.(".card");
-    const task = card && tasks.get(card.dataset.id);
+    const task = card && getTask(card.dataset.id);
     if (!task) return;
     const targets = new Map(actionsFor(task.stage).map((a) => [a.to, a]));
     dragging = { id: task.id, targets };

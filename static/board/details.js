@@ -1,26 +1,24 @@
 // The details panel of one task: every field (the full task from GET /api/tasks/<id>, since
 // the socket's cards leave out the bulky ones), the operator's buttons for its stage, the
 // attempt timeline (attempts.js) and the history (GET /api/tasks/<id>/events, every page).
-// Opened by a click or Enter on a card, or by the URL (view.js); Escape or × closes it.
+// Opened by a click or Enter on a card, or by the URL; Escape or × closes it. Which task is open
+// is the view's (view.js, kept in the URL); this panel follows the view and the model (store.js),
+// redrawn once a frame when the open task changes, and after an action on it (actions.js).
 
-import { adminUrl, el } from "./page.js";
-import { applyTask, depDone, fetchTask, prepare, tasks, unfinishedDeps } from "./store.js";
-import { cards } from "./render.js";
-import { writeUrl } from "./view.js";
-import { act, actionsFor } from "./actions.js";
+import { adminUrl, el, frameBatcher } from "./page.js";
+import { depDone, getTask, subscribe, unfinishedDeps } from "./store.js";
+import { loadHistory, loadTask } from "./api.js";
+import { closeTask, openTask, openTaskId, subscribeView } from "./view.js";
+import { cardOf } from "./render.js";
+import { act, actionsFor, onActed } from "./actions.js";
 import { renderAttempts } from "./attempts.js";
 
 const details = document.getElementById("details");
-let openId = null; // the task shown, or null when the panel is closed
 let historyFor = null; // "id@version" the history shown was fetched for
 let detailsFull = null; // the full task from the API, for the details
+const scheduleRedraw = frameBatcher(() => renderDetails(true));
 
-export function openTaskId() {
-  return openId;
-}
-
-export function openDetails(id) {
-  openId = id;
+function showPanel(id) {
   historyFor = null;
   detailsFull = null;
   details.hidden = false;
@@ -29,17 +27,12 @@ export function openDetails(id) {
   // Keyboard users land in the panel (its heading; Tab goes on to the actions), and go back
   // to the card they came from when it closes.
   details.querySelector(".details-title").focus();
-  writeUrl("push");
 }
 
-export function closeDetails() {
-  if (openId === null) return;
-  const id = openId;
-  openId = null;
+function hidePanel(id) {
   details.hidden = true;
-  const card = cards.get(id);
+  const card = cardOf(id);
   if (card && card.isConnected && !card.hidden) card.focus();
-  writeUrl("push");
 }
 
 function field(dl, name, value, pre = false) {
@@ -56,10 +49,11 @@ function json(value) {
 
 /** Redraw the open task's panel; `refetch`: read its full task and history again (once per
  * version). */
-export function renderDetails(refetch) {
+function renderDetails(refetch) {
+  const openId = openTaskId();
   if (!openId) return;
-  const shown = tasks.get(openId);
-  if (!shown) { closeDetails(); return; }
+  const shown = getTask(openId);
+  if (!shown) { closeTask(); return; }
   // Until the full task arrives, or when the board has a newer version, show the board's.
   const task = detailsFull && detailsFull.id === shown.id && detailsFull.version >= shown.version ? detailsFull : shown;
   details.dataset.id = task.id;
@@ -114,43 +108,32 @@ export function renderDetails(refetch) {
   if (refetch && historyFor !== key) {
     historyFor = key;
     loadFull(shown.id, key);
-    loadHistory(shown.id, key);
+    showHistory(shown.id, key);
   }
 }
 
 async function loadFull(id, key) {
   try {
-    const found = await fetchTask(id);
-    if (!found) return;
-    const task = prepare(found);
-    if (historyFor !== key) return;
-    detailsFull = task;
-    if (!applyTask(task)) renderDetails(false); // a newer version re-renders by itself
+    const loaded = await loadTask(id); // it lands in the model when newer than the board's
+    if (!loaded || historyFor !== key) return;
+    detailsFull = loaded.task;
+    if (!loaded.applied) renderDetails(false); // a newer version re-renders by itself
   } catch (err) {
     // the board's copy stays shown
   }
 }
 
-async function loadHistory(id, key) {
+async function showHistory(id, key) {
   const list = details.querySelector(".history");
-  const items = [];
-  let cursor = null;
+  let items;
   try {
-    for (let page = 0; page < 20; page++) {
-      const url = `/api/tasks/${encodeURIComponent(id)}/events?limit=500${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ""}`;
-      const response = await fetch(url, { credentials: "same-origin" });
-      if (!response.ok) throw new Error(`history: HTTP ${response.status}`);
-      const body = await response.json();
-      items.push(...body.items);
-      cursor = body.next;
-      if (!cursor) break;
-    }
+    items = await loadHistory(id);
   } catch (err) {
     if (historyFor === key) list.replaceChildren(el("li", "error", String(err.message || err)));
     return;
   }
   if (historyFor !== key) return; // another task (or version) is shown now
-  details.querySelector(".attempts-slot").replaceChildren(renderAttempts(items, tasks.get(id)));
+  details.querySelector(".attempts-slot").replaceChildren(renderAttempts(items, getTask(id)));
   list.replaceChildren(...items.map((e) => {
     const li = el("li", "history-item");
     li.dataset.verb = e.verb;
@@ -164,21 +147,33 @@ async function loadHistory(id, key) {
   }));
 }
 
-/** A click or Enter on a card opens it (a link in it goes where it says); Escape closes. */
+/** Follow the view (open, close), the model (the open task changed) and the actions; a click or
+ * Enter on a card opens it (a link in it goes where it says); Escape closes. */
 export function startDetails() {
+  subscribeView((change) => {
+    if (change.what === "open") showPanel(change.id);
+    else if (change.what === "close") hidePanel(change.id);
+  });
+  subscribe((change) => {
+    if (change.what === "snapshot") renderDetails(false);
+    else if (change.what === "tasks" && openTaskId() !== null && change.ids.includes(openTaskId())) scheduleRedraw();
+  });
+  onActed((id) => {
+    if (openTaskId() === id) renderDetails(true);
+  });
   const columns = document.getElementById("columns");
   columns.addEventListener("click", (e) => {
     const card = e.target.closest(".card");
-    if (card && !e.target.closest("a")) openDetails(card.dataset.id);
+    if (card && !e.target.closest("a")) openTask(card.dataset.id);
   });
   columns.addEventListener("keydown", (e) => {
     const card = e.target.closest(".card");
-    if (card && e.key === "Enter" && !e.target.closest("a")) openDetails(card.dataset.id);
+    if (card && e.key === "Enter" && !e.target.closest("a")) openTask(card.dataset.id);
   });
-  details.querySelector(".close").addEventListener("click", closeDetails);
+  details.querySelector(".close").addEventListener("click", closeTask);
   const cancelDialog = document.getElementById("cancel-dialog");
   document.addEventListener("keydown", (e) => {
     // Escape in the cancel dialog closes only the dialog (the browser does that).
-    if (e.key === "Escape" && !cancelDialog.open) closeDetails();
+    if (e.key === "Escape" && !cancelDialog.open) closeTask();
   });
 }

@@ -1,10 +1,11 @@
 // The agents and throughput panel of the board's aside (<section id="insights">), fed only by
-// the board's websocket: socket.js hands each {"type": "insights", ...} frame (board/live/insights.py,
-// pushed by the server's tailer) to update(). It never polls the API. Charts are inline SVG
+// the board's websocket: socket.js puts each {"type": "insights", ...} frame (board/live/insights.py,
+// pushed by the server's tailer) in the model, and this panel redraws from it. It never polls the API. Charts are inline SVG
 // bars, one per minute of the last hour. The section's data-updates, data-completed and
 // data-failed say what it shows.
 
 import { el } from "./page.js";
+import { getInsights, subscribe } from "./store.js";
 
 const STYLE = `
 #insights { padding: 10px; border-bottom: 1px solid var(--line, #d9dce1); }
@@ -27,7 +28,6 @@ document.head.append(style);
 const SVG = "http://www.w3.org/2000/svg";
 const MAX_QUEUES = 6; // charts shown; the deepest queues first
 let updates = 0;
-let latest = null;
 
 function svg(tag, attrs) {
   const node = document.createElementNS(SVG, tag);
@@ -103,8 +103,8 @@ function agentsTable(data) {
 
 function render() {
   const section = document.getElementById("insights");
-  if (!section || !latest) return;
-  const data = latest;
+  const data = getInsights();
+  if (!section || !data) return;
   const completed = sum(data.throughput.completed);
   const failed = sum(data.throughput.failed);
   section.dataset.updates = String(updates);
@@ -138,8 +138,11 @@ function render() {
   section.replaceChildren(...parts);
 }
 
-export function update(message) {
-  latest = message;
-  updates += 1;
-  render();
+/** Redraw on each frame of figures the model receives. */
+export function startInsights() {
+  subscribe((change) => {
+    if (change.what !== "insights") return;
+    updates += 1;
+    render();
+  });
 }

@@ -1,32 +1,45 @@
 // The live board's entry point (templates/board/board.html loads it as a module; native ES
-// modules, no build step). It only wires the modules together:
+// modules, no build step). It only wires the modules together. Data flows one way:
+//
+//   socket.js, api.js  ->  store.js  ->  render.js, details.js, view.js, insights.js
 //
 //   page.js      what the page hands the scripts (stages, moves, rights, URLs), DOM helpers
-//   store.js     the model: tasks, versions, column order, counts, dependencies, problems
+//   store.js     the model: tasks, versions, column order, counts, dependencies, problems,
+//                insights; no DOM, no network; fed by socket.js and api.js, read by the rest,
+//                and it tells its listeners what changed (subscribe)
 //   socket.js    the websocket protocol: snapshot parts, change frames, gaps, closes (its
 //                header describes the frames as the server sends them)
+//   api.js       every HTTP request of the page: what must land (a fetched task, older
+//                finished tasks, a dependency's stage) lands in the model; actions are only sent
+//   view.js      filters and the open task, kept in the URL (render.js and details.js follow it)
 //   render.js    cards, columns, counts, "show more", the problems panel
-//   view.js      filters and the open task, kept in the URL
+//   actions.js   the operator's buttons, drag and drop, the cancel dialog: they call the API,
+//                and the socket brings the result back
+//   attempts.js  the attempt timeline (details.js shows it)
 //   details.js   the details panel of one task (full task, history, attempt timeline)
-//   actions.js   the operator's buttons, drag and drop, the cancel dialog
-//   attempts.js  the attempt timeline;  insights.js  the agents and throughput panel
+//   insights.js  the agents and throughput panel
+//
+// A module imports only modules above it in that list, so never in a circle (a module below
+// learns of a change by subscribing: store.subscribe, view.subscribeView, actions.onActed): tests/test_js_modules.py checks it, and that only api.js fetches, only socket.js
+// opens a socket, and only they write the model.
 //
 // What a test, the benchmark or a person may read of the page is its documented state in the
-// DOM (socket.js's header lists it); there are no globals.
-//
-// Modules import each other's functions freely (render.js and view.js call each other, for
-// instance); none runs anything of another at load time: everything starts here, once every
-// module has loaded.
+// DOM (socket.js's header lists it); there are no globals. No module runs anything of another
+// at load time: everything starts here, once every module has loaded.
 
+import { startApi } from "./api.js";
 import { startDragAndDrop } from "./actions.js";
 import { startDetails } from "./details.js";
+import { startInsights } from "./insights.js";
 import { startRendering } from "./render.js";
 import { startSocket } from "./socket.js";
 import { restoreView, startView } from "./view.js";
 
+startApi();
 startRendering();
 startDetails();
 startDragAndDrop();
 startView();
+startInsights();
 restoreView(); // the filters and the open task from the URL (the task opens with the first snapshot)
 startSocket();

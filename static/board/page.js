@@ -1,6 +1,7 @@
 // What the page (templates/board/board.html, rendered by board/live/views.py) hands the board's
 // modules, read once: the columns and stages, the lifecycle's moves, whether this user may act,
-// where the login and the admin are. Plus the few DOM helpers every module uses.
+// where the login and the admin are. Plus the few DOM helpers every module uses, and the
+// per-frame batching of redraws.
 //
 // Imports nothing: every other module of the board may import it.
 
@@ -41,4 +42,22 @@ export function showMessage(text, kind = "info") {
 export function adminUrl(id) {
   const quoted = id.replace(/[":/_#?;@&=+$,[\]<>%\n\\]/g, (c) => `_${c.charCodeAt(0).toString(16).toUpperCase().padStart(2, "0")}`);
   return `${ADMIN_URL}board/task/${encodeURIComponent(quoted)}/change/`;
+}
+
+/** A redraw batched per animation frame: the function returned asks for one `draw()` on the
+ * next frame, or within 300 ms in a background tab (which gets no frames: the DOM is still
+ * kept current); asking again before it ran changes nothing. */
+export function frameBatcher(draw) {
+  let requested = false;
+  const run = () => {
+    if (!requested) return;
+    requested = false;
+    draw();
+  };
+  return () => {
+    if (requested) return;
+    requested = true;
+    requestAnimationFrame(run);
+    setTimeout(run, 300);
+  };
 }

@@ -2,39 +2,35 @@
 // and "show more", the problems panel. A snapshot builds every column once (DocumentFragment);
 // after that a change redraws only its cards (and those of the tasks that wait for it), batched
 // per animation frame. Leases count down and "3m in RUNNING" ages tick once a second on the
-// client's clock.
+// client's clock. It follows the model's changes (store.js) and the view's filters (view.js).
 
-import { adminUrl, CAN_INTERVENE, COLUMN_ELS, el, showMessage, STAGES, TERMINAL } from "./page.js";
+import { adminUrl, CAN_INTERVENE, COLUMN_ELS, el, frameBatcher, showMessage, STAGES, TERMINAL } from "./page.js";
 import {
-  counts, depDone, getProblems, loadOlder, onChange, order, positionOf, showMoreCursor, tasks,
+  countIn, depDone, getProblems, getTask, idsIn, moreCursor, positionOf, subscribe,
 } from "./store.js";
-import { openTaskId, renderDetails } from "./details.js";
-import { clearFilters, currentFilter, matches, matchingCounts, refreshFilterChoices } from "./view.js";
+import { loadOlder } from "./api.js";
+import {
+  clearFilters, currentFilter, matches, matchingCounts, refreshFilterChoices, subscribeView,
+} from "./view.js";
 
-export const cards = new Map(); // id -> card element (only for tasks on the board)
+const cards = new Map(); // id -> card element (only for tasks on the board)
 const SHOW_MORE_PAGE = 200;
 
 const dirty = new Set();
-let frameRequested = false;
 let countsDirty = false;
 let highlighted = null; // the card a problem pointed at
+const scheduleFrame = frameBatcher(() => flush());
 
+/** The card of task `id`, or undefined when it has none. */
+export function cardOf(id) {
+  return cards.get(id);
+}
+
+/** Draw task `id`'s card again, where the model says it is (after an action moved it). */
 export function markDirty(id) {
   dirty.add(id);
   countsDirty = true;
   scheduleFrame();
-}
-
-function scheduleFrame() {
-  if (frameRequested) return;
-  frameRequested = true;
-  const run = () => {
-    if (!frameRequested) return;
-    frameRequested = false;
-    flush();
-  };
-  requestAnimationFrame(run);
-  setTimeout(run, 300); // background tabs get no frames: still keep the DOM current
 }
 
 export function cardsOf(stage) {
@@ -77,17 +73,17 @@ function place(container, card, next) {
 }
 
 /** Every column from scratch (after a snapshot, or when too many cards changed at once). */
-export function renderAll() {
+function renderAll() {
   dirty.clear();
   cards.clear();
   const filter = currentFilter();
   for (const stage of STAGES) {
     const fragment = document.createDocumentFragment();
-    const ids = order.get(stage);
+    const ids = idsIn(stage);
     for (let start = 0; start < ids.length; start += CHUNK) {
       const chunk = newChunk(Math.min(CHUNK, ids.length - start));
       for (const id of ids.slice(start, start + CHUNK)) {
-        const card = buildCard(tasks.get(id), filter);
+        const card = buildCard(getTask(id), filter);
         cards.set(id, card);
         chunk.appendChild(card);
       }
@@ -98,7 +94,6 @@ export function renderAll() {
   refreshFilterChoices();
   renderCounts();
   renderProblems();
-  renderDetails(false);
   tickLeases();
   if (highlighted && cards.has(highlighted)) cards.get(highlighted).classList.add("highlight");
 }
@@ -114,7 +109,7 @@ function flush() {
   // Create or refill every dirty card, then place each.
   const placed = [];
   for (const id of ids) {
-    const task = tasks.get(id);
+    const task = getTask(id);
     if (!task) { // no longer on the board (the prune deleted it): its card goes
       const gone = cards.get(id);
       if (gone) detach(gone);
@@ -131,7 +126,7 @@ function flush() {
   for (const task of placed) detach(cards.get(task.id));
   for (const task of placed) {
     const card = cards.get(task.id);
-    const column = order.get(task.stage);
+    const column = idsIn(task.stage);
     const container = cardsOf(task.stage);
     let i = positionOf(column, task);
     if (column[i] !== task.id) i = column.indexOf(task.id);
@@ -149,23 +144,21 @@ function flush() {
     countsDirty = false;
     renderCounts();
   }
-  const open = openTaskId();
-  if (open && ids.includes(open)) renderDetails(true);
   refreshFilterChoices();
 }
 
-export function renderCounts() {
+function renderCounts() {
   const shown = matchingCounts();
   // A board with no task at all says how to get some (the hints are in board.html).
-  document.getElementById("empty-board").hidden = STAGES.some((s) => counts[s] > 0);
+  document.getElementById("empty-board").hidden = STAGES.some((s) => countIn(s) > 0);
   for (const stage of STAGES) {
     const column = COLUMN_ELS.get(stage);
-    column.classList.toggle("empty", !(counts[stage] > 0));
-    column.querySelector("h2 .count").textContent = shown ? `${shown[stage]} of ${counts[stage] || 0}` : counts[stage] || 0;
+    column.classList.toggle("empty", !(countIn(stage) > 0));
+    column.querySelector("h2 .count").textContent = shown ? `${shown[stage]} of ${countIn(stage)}` : countIn(stage);
     const more = column.querySelector(".show-more");
     if (more && TERMINAL.has(stage)) {
-      const hidden = (counts[stage] || 0) - order.get(stage).length;
-      more.hidden = hidden <= 0 || showMoreCursor.get(stage) === null;
+      const hidden = countIn(stage) - idsIn(stage).length;
+      more.hidden = hidden <= 0 || moreCursor(stage) === null;
       more.textContent = `show more (${hidden} older)`;
     }
   }
@@ -285,7 +278,7 @@ function updateInStage(card, task, now) {
 function tickStages() {
   const now = Date.now();
   for (const [id, card] of cards) {
-    const task = tasks.get(id);
+    const task = getTask(id);
     if (task && card.inStageEl) updateInStage(card, task, now);
   }
 }
@@ -306,16 +299,16 @@ function updateLease(card, task, now) {
 
 function tickLeases() {
   const now = Date.now();
-  for (const id of order.get("RUNNING") || []) {
+  for (const id of idsIn("RUNNING") || []) {
     const card = cards.get(id);
-    if (card) updateLease(card, tasks.get(id), now);
+    if (card) updateLease(card, getTask(id), now);
   }
 }
 
 // ------------------------------------------------------------------------------------------
 // Problems
 
-export function renderProblems() {
+function renderProblems() {
   const problems = getProblems();
   const panel = document.getElementById("problems");
   panel.querySelector("h2 .count").textContent = problems.length;
@@ -348,13 +341,29 @@ function highlight(id) {
 
 // ------------------------------------------------------------------------------------------
 
-/** Redraw what the model announces, tick the clocks, and wire the problems panel and the
- * terminal columns' "show more" (older finished tasks from the API). */
+/** The filters changed: hide the cards that do not match, count again. */
+function applyFilter() {
+  const f = currentFilter();
+  for (const [id, card] of cards) card.hidden = f ? !matches(getTask(id), f) : false;
+  renderCounts();
+}
+
+/** Redraw what the model and the view announce, tick the clocks, and wire the problems panel
+ * and the terminal columns' "show more" (older finished tasks from the API). */
 export function startRendering() {
-  onChange((ids, countsChanged) => {
-    for (const id of ids) dirty.add(id);
-    if (countsChanged) countsDirty = true;
-    scheduleFrame();
+  subscribe((change) => {
+    if (change.what === "snapshot") {
+      renderAll();
+    } else if (change.what === "tasks") {
+      for (const id of change.ids) dirty.add(id);
+      if (change.counts) countsDirty = true;
+      scheduleFrame();
+    } else if (change.what === "problems") {
+      renderProblems();
+    }
+  });
+  subscribeView((change) => {
+    if (change.what === "filters") applyFilter();
   });
   setInterval(tickStages, 1000);
   setInterval(tickLeases, 1000);
@@ -375,9 +384,7 @@ export function startRendering() {
     button.addEventListener("click", async () => {
       button.disabled = true;
       try {
-        await loadOlder(stage, SHOW_MORE_PAGE);
-        countsDirty = true;
-        scheduleFrame();
+        await loadOlder(stage, SHOW_MORE_PAGE); // its tasks and cursor land in the model: redrawn from there
       } catch (err) {
         showMessage(`could not load more ${stage} tasks: ${err.message || err}`, "error");
       } finally {

@@ -10,11 +10,13 @@
 // (how many snapshots the page has applied); on <body>, data-ready="true" once the first
 // snapshot's cards are on screen (after the frame that follows them).
 
+// It feeds the model (store.js) and nothing else: what the page shows follows from the model's
+// changes (render.js, details.js, view.js and insights.js subscribe to it).
+
 import { columnsEl, LOGIN_URL } from "./page.js";
-import { applySnapshot, applyTask, removeTask, setProblems, snapshotCount, tasks } from "./store.js";
-import { renderAll, renderProblems } from "./render.js";
-import { openTaskFromUrl } from "./view.js";
-import { update as updateInsights } from "./insights.js";
+import {
+  applySnapshot, applyTask, getTask, removeTask, setInsights, setProblems, snapshotCount,
+} from "./store.js";
 
 const NOT_ALLOWED = 4403; // board/live/consumers.py NOT_ALLOWED
 const BACKOFF_FIRST_MS = 500;
@@ -151,10 +153,9 @@ function receive(message) {
       break;
     case "problems":
       setProblems(message.problems);
-      renderProblems();
       break;
     case "insights":
-      updateInsights(message);
+      setInsights(message);
       break;
   }
 }
@@ -167,12 +168,10 @@ function onSnapshot(snap) {
   snapshotRemovalId = snap.last_removal_id || 0;
   maxEventId = snapshotEventId;
   missingEvents.clear();
-  applySnapshot(snap);
-  renderAll();
+  applySnapshot(snap); // its listeners draw it, and open the task the URL names
   connectionEl.dataset.snapshots = String(snapshotCount());
   setConnection("live");
   columnsEl.classList.remove("stale");
-  openTaskFromUrl();
   if (!readyScheduled) {
     // The first snapshot is on screen once the next frame has been drawn.
     readyScheduled = true;
@@ -182,7 +181,7 @@ function onSnapshot(snap) {
 
 function applyChange(event, task) {
   noteEventId(event.id);
-  const shown = tasks.get(task.id);
+  const shown = getTask(task.id);
   // A change the snapshot already holds, to a task it left out (a finished one older than the
   // most recent it sends, or one deleted since): nothing to show. Such a frame was built before
   // the snapshot was read and reached the page after it; its task may be an older state (a

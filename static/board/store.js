@@ -1,12 +1,13 @@
 // The page's model of the board: every task it knows (as the server last sent it), the order
-// of each column, the count of each stage, who waits for whom, the problems. Nothing here
-// touches the DOM: a change is announced to the listeners of `onChange` (render.js redraws
-// those cards on the next frame).
+// of each column, the count of each stage, who waits for whom, the problems, the agents and
+// throughput panel's figures. No DOM, no network: it is fed, and it tells.
 //
-// What it is fed: the snapshot (`applySnapshot`, socket.js), changed tasks from the socket and
-// from the API's answers (`applyTask`), tasks the prune deleted (`removeTask`, socket.js), older
-// finished tasks from the API (`loadOlder`, "show more"), the stage of dependencies not on the
-// board (fetched by `depDone`).
+// Fed only by socket.js (the snapshot, changed and removed tasks, problems, insights) and api.js
+// (the answers that must land: a fetched task, a page of older finished tasks, the stage of a
+// dependency not on the board). Its writers are the apply*, set* and remove* functions;
+// tests/test_js_modules.py keeps every other module to the readers.
+// It tells through `subscribe(listener)`: render.js, details.js, view.js, insights.js and
+// api.js listen (see `subscribe` for the changes).
 //
 // One rule keeps it right whatever order things arrive in: a task replaces the one shown only
 // when its version is newer. A task as the server sends it (the API's task; the socket's cards
@@ -16,39 +17,109 @@
 
 import { STAGES, TERMINAL } from "./page.js";
 
-export const tasks = new Map(); // id -> task
+const tasks = new Map(); // id -> task
 const dependents = new Map(); // dependency id -> Set of ids of the tasks that wait for it
-export const order = new Map(STAGES.map((s) => [s, []])); // stage -> ids in display order
-export const counts = Object.fromEntries(STAGES.map((s) => [s, 0])); // stage -> tasks in it (all, not only those loaded)
-export const showMoreCursor = new Map(); // terminal stage -> API cursor, or null once everything was loaded
+const order = new Map(STAGES.map((s) => [s, []])); // stage -> ids in display order
+const counts = Object.fromEntries(STAGES.map((s) => [s, 0])); // stage -> tasks in it (all, not only those loaded)
+const moreCursors = new Map(); // terminal stage -> API cursor, or null once everything was loaded
 const olderTerminal = new Map(); // finished tasks loaded by "show more" or a link (kept over snapshots)
 const depInfo = new Map(); // id -> {stage} of dependencies not on the board (fetched)
+const depAsked = new Set(); // dependencies not on the board already asked for
 let problems = [];
+let insights = null;
 let snapshotsApplied = 0;
 
 const listeners = [];
 
-/** `listener(ids, countsChanged)` is called with the ids of the tasks whose cards must be
- * redrawn (a task that changed, and the tasks that wait for it). */
-export function onChange(listener) {
+/** `listener(change)` is called, synchronously and in order, with each change:
+ *   {what: "snapshot"}                  everything was replaced (draw it all again)
+ *   {what: "tasks", ids, counts}        the cards of `ids` must be redrawn (a task that changed,
+ *                                       and the tasks that wait for it); `counts`: whether the
+ *                                       columns' counts or "show more" may have changed
+ *   {what: "problems"}                  check()'s findings changed (getProblems)
+ *   {what: "insights"}                  the agents and throughput panel's figures (getInsights)
+ *   {what: "missing", id}               a dependency not on the board was asked about: api.js
+ *                                       fetches its stage (setDepStage) */
+export function subscribe(listener) {
   listeners.push(listener);
 }
 
+function tell(change) {
+  for (const listener of listeners) listener(change);
+}
+
 function changed(ids, countsChanged) {
-  for (const listener of listeners) listener(ids, countsChanged);
+  tell({ what: "tasks", ids, counts: countsChanged });
+}
+
+// ------------------------------------------------------------------------------------------
+// Reading
+
+export function getTask(id) {
+  return tasks.get(id);
+}
+
+export function hasTask(id) {
+  return tasks.has(id);
+}
+
+/** Every task on the board, in no particular order. */
+export function allTasks() {
+  return tasks.values();
+}
+
+/** The ids of `stage`'s column in display order (the model's own array: read it, never change it). */
+export function idsIn(stage) {
+  return order.get(stage);
+}
+
+/** How many tasks `stage` holds on the server (not only those loaded). */
+export function countIn(stage) {
+  return counts[stage] || 0;
+}
+
+/** The API cursor of a terminal column's next "show more" page: undefined before the first,
+ * null once everything was loaded. */
+export function moreCursor(stage) {
+  return moreCursors.get(stage);
 }
 
 export function getProblems() {
   return problems;
 }
 
-export function setProblems(list) {
-  problems = list;
+/** The latest {"type": "insights", ...} frame, or null before the first. */
+export function getInsights() {
+  return insights;
 }
 
 /** How many snapshots the page has applied since it was loaded (0: it shows nothing yet). */
 export function snapshotCount() {
   return snapshotsApplied;
+}
+
+// ------------------------------------------------------------------------------------------
+// Fed by socket.js and api.js
+
+export function setProblems(list) {
+  problems = list;
+  tell({ what: "problems" });
+}
+
+export function setInsights(frame) {
+  insights = frame;
+  tell({ what: "insights" });
+}
+
+export function setMoreCursor(stage, cursor) {
+  moreCursors.set(stage, cursor);
+  changed([], true);
+}
+
+/** The stage of dependency `id`, not on the board ("UNKNOWN" when the API has no such task). */
+export function setDepStage(id, stage) {
+  depInfo.set(id, { stage });
+  changed([...(dependents.get(id) || [])], false);
 }
 
 // ------------------------------------------------------------------------------------------
@@ -141,6 +212,7 @@ export function applySnapshot(snap) {
     }
   }
   problems = snap.problems || [];
+  tell({ what: "snapshot" });
 }
 
 /** Show `task` if it is newer than what the page shows. Returns true when applied. `older`:
@@ -185,32 +257,15 @@ export function removeTask(id, stage) {
   changed([id], true);
 }
 
-/** "show more" of a terminal column: older finished tasks from the API, until at least one is
- * new to the page or none is left. The API lists oldest first; its pages are merged into the
- * column, which stays sorted most recent first (a newest-first listing would fit better). */
-export async function loadOlder(stage, pageSize) {
-  let added = 0;
-  while (added === 0) {
-    const cursor = showMoreCursor.get(stage);
-    if (cursor === null) break;
-    const url = `/api/tasks?stage=${stage}&limit=${pageSize}${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ""}`;
-    const response = await fetch(url, { credentials: "same-origin" });
-    if (!response.ok) throw new Error(`HTTP ${response.status}`);
-    const page = await response.json();
-    for (const task of page.items) if (applyTask(task, { older: true })) added++;
-    showMoreCursor.set(stage, page.next || null);
-  }
-}
-
 // ------------------------------------------------------------------------------------------
 // Dependencies
 
 /** Whether dependency `dep` has completed: true or false, or null while unknown (a task not on
- * the board is then asked of the API, a few at a time, and its dependents redrawn). */
+ * the board is then asked for: api.js fetches it, a few at a time, and its dependents redraw). */
 export function depDone(dep) {
   const task = tasks.get(dep) || depInfo.get(dep);
   if (!task) {
-    fetchDep(dep);
+    askForDep(dep);
     return null;
   }
   return task.stage === "COMPLETED";
@@ -222,38 +277,10 @@ export function unfinishedDeps(task) {
   return (task.deps || []).filter((d) => depDone(d) !== true);
 }
 
-const depQueue = [];
-const depAsked = new Set();
-let depFetching = 0;
-
-function fetchDep(id) {
+function askForDep(id) {
   if (depAsked.has(id) || depAsked.size >= 1000) return; // shown as "?" past that
   depAsked.add(id);
-  depQueue.push(id);
-  pumpDeps();
-}
-
-/** GET /api/tasks/{id} with the page's session: the task, or null when there is none (404);
- * any other answer throws. */
-export async function fetchTask(id) {
-  const response = await fetch(`/api/tasks/${encodeURIComponent(id)}`, { credentials: "same-origin" });
-  if (response.status === 404) return null;
-  if (!response.ok) throw new Error(`HTTP ${response.status}`);
-  return response.json();
-}
-
-function pumpDeps() {
-  while (depFetching < 4 && depQueue.length) {
-    const id = depQueue.shift();
-    depFetching++;
-    fetchTask(id)
-      .then((task) => {
-        depInfo.set(id, { stage: task ? task.stage : "UNKNOWN" });
-        changed([...(dependents.get(id) || [])], false);
-      })
-      .catch(() => {})
-      .finally(() => { depFetching--; pumpDeps(); });
-  }
+  tell({ what: "missing", id });
 }
 
 const STRANDABLE = new Set(["PENDING", "QUEUED", "RUNNING", "PAUSED"]); // as check()'s dead_dep

@@ -2,11 +2,28 @@
 // /board/?q=&owner=&queue=&stage=&task= so that a link opens the same view. Filters replace the
 // history entry as they are typed; opening or closing a task adds one, so that back and forward
 // walk the tasks looked at. Also the choices the queue and owner filters offer.
+//
+// It holds what the view is, not how it is drawn: render.js (which cards show, the counts) and
+// details.js (the panel of the open task) subscribe to its changes (`subscribeView`). It listens
+// to the model (store.js) for the snapshot that a task named by the URL waits for.
 
 import { COLUMN_ELS, columnsEl, showMessage, STAGES } from "./page.js";
-import { applyTask, fetchTask, order, snapshotCount, tasks } from "./store.js";
-import { cards, renderCounts } from "./render.js";
-import { closeDetails, openDetails, openTaskId } from "./details.js";
+import { allTasks, getTask, hasTask, idsIn, snapshotCount, subscribe } from "./store.js";
+import { loadTask } from "./api.js";
+
+const listeners = [];
+
+/** `listener(change)` is called, synchronously, with each change of the view:
+ *   {what: "filters"}         the filters changed (currentFilter, matches)
+ *   {what: "open", id}        task `id` was opened (openTaskId)
+ *   {what: "close", id}       the open task `id` was closed */
+export function subscribeView(listener) {
+  listeners.push(listener);
+}
+
+function tell(change) {
+  for (const listener of listeners) listener(change);
+}
 
 const filterText = document.getElementById("filter-text");
 const filterOwner = document.getElementById("filter-owner");
@@ -35,21 +52,19 @@ export function matchingCounts() {
   const f = currentFilter();
   if (!f) return null;
   const out = {};
-  for (const [stage, ids] of order) {
+  for (const stage of STAGES) {
     let n = 0;
-    for (const id of ids) if (matches(tasks.get(id), f)) n++;
+    for (const id of idsIn(stage)) if (matches(getTask(id), f)) n++;
     out[stage] = n;
   }
   return out;
 }
 
 function applyFilters() {
-  const f = currentFilter();
-  for (const [id, card] of cards) card.hidden = f ? !matches(tasks.get(id), f) : false;
-  columnsEl.classList.toggle("filtered", !!f);
+  columnsEl.classList.toggle("filtered", !!currentFilter());
   // A stage filter shows that column only.
   for (const [stage, column] of COLUMN_ELS) column.hidden = !!filterStage.value && stage !== filterStage.value;
-  renderCounts();
+  tell({ what: "filters" }); // render.js hides the cards that do not match, and counts again
   writeUrl("replace");
 }
 
@@ -67,7 +82,7 @@ const knownOwners = new Set();
 export function refreshFilterChoices() {
   let changedQueues = false;
   let changedOwners = false;
-  for (const task of tasks.values()) {
+  for (const task of allTasks()) {
     if (!knownQueues.has(task.queue)) { knownQueues.add(task.queue); changedQueues = true; }
     if (task.owner && !knownOwners.has(task.owner)) { knownOwners.add(task.owner); changedOwners = true; }
     if (knownOwners.size > 500) break;
@@ -82,6 +97,31 @@ export function refreshFilterChoices() {
   if (changedOwners) {
     document.getElementById("owners").replaceChildren(...[...knownOwners].sort().map((o) => new Option(o, o)));
   }
+}
+
+// ------------------------------------------------------------------------------------------
+// The open task
+
+let openId = null; // the task shown in the details panel, or null when it is closed
+
+export function openTaskId() {
+  return openId;
+}
+
+/** Open task `id` in the details panel (a history entry of its own). */
+export function openTask(id) {
+  openId = id;
+  tell({ what: "open", id });
+  writeUrl("push");
+}
+
+/** Close the details panel (a history entry of its own). */
+export function closeTask() {
+  if (openId === null) return;
+  const id = openId;
+  openId = null;
+  tell({ what: "close", id });
+  writeUrl("push");
 }
 
 // ------------------------------------------------------------------------------------------
@@ -104,7 +144,7 @@ function urlOfView() {
 }
 
 /** Put the view in the URL: "push" adds a history entry, "replace" rewrites the current one. */
-export function writeUrl(how) {
+function writeUrl(how) {
   if (restoring) return;
   const url = urlOfView();
   if (url === location.pathname + location.search + location.hash) return;
@@ -131,7 +171,7 @@ export function restoreView() {
     const task = params.get("task");
     if (!task) {
       taskFromUrl = null;
-      if (openTaskId()) closeDetails();
+      if (openTaskId()) closeTask();
     } else if (task !== openTaskId()) {
       taskFromUrl = task;
       if (snapshotCount() > 0) openTaskFromUrl();
@@ -144,38 +184,41 @@ export function restoreView() {
 /** Open the task the URL names: from the board, or from the API when it is not loaded
  * (an older finished task); it then stays on the board like a "show more" one. Called again
  * after each snapshot (the first one is what it waits for). */
-export async function openTaskFromUrl() {
+async function openTaskFromUrl() {
   const id = taskFromUrl;
   if (!id) return;
-  if (!tasks.has(id)) {
-    let task = null;
+  if (!hasTask(id)) {
+    let loaded = null;
     try {
-      task = await fetchTask(id);
+      loaded = await loadTask(id); // it lands on the board
     } catch (err) {
       showMessage(`could not load task ${id}: ${err.message || err}`, "error");
       return;
     }
     if (taskFromUrl !== id) return; // the URL moved on meanwhile
-    if (!task) {
+    if (!loaded) {
       taskFromUrl = null;
       writeUrl("replace");
       showMessage(`task ${id} does not exist`, "error");
       return;
     }
-    if (!tasks.has(id)) applyTask(task, { older: true });
   }
   if (taskFromUrl !== id) return;
   taskFromUrl = null;
   restoring = true;
   try {
-    openDetails(id);
+    openTask(id);
   } finally {
     restoring = false;
   }
 }
 
-/** Filters apply as they are typed (debounced); back and forward restore the view. */
+/** Filters apply as they are typed (debounced); back and forward restore the view; each
+ * snapshot may bring the task the URL names. */
 export function startView() {
+  subscribe((change) => {
+    if (change.what === "snapshot") openTaskFromUrl();
+  });
   let filterTimer = null;
   for (const input of [filterText, filterOwner, filterQueue, filterStage]) {
     input.addEventListener("input", () => {

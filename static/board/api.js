@@ -1,0 +1,122 @@
+// Every request the board's page makes to the HTTP API (/api/tasks..., with the page's session
+// cookie); the websocket is socket.js's. What must land in the model lands here, in store.js: a
+// fetched task (applied only when newer, like any), a page of older finished tasks ("show
+// more"), the stage of a dependency not on the board, the task a refused action names. An
+// accepted action's result is not applied here: it comes back over the socket like any other
+// change.
+
+import {
+  applyTask, hasTask, moreCursor, prepare, setDepStage, setMoreCursor, subscribe,
+} from "./store.js";
+
+const DEP_REQUESTS = 4; // dependencies not on the board asked for at once
+
+async function getJson(url) {
+  const response = await fetch(url, { credentials: "same-origin" });
+  if (!response.ok) throw new Error(`HTTP ${response.status}`);
+  return response.json();
+}
+
+/** GET /api/tasks/{id}: the task, or null when there is none (404); any other answer throws. */
+async function fetchTask(id) {
+  const response = await fetch(`/api/tasks/${encodeURIComponent(id)}`, { credentials: "same-origin" });
+  if (response.status === 404) return null;
+  if (!response.ok) throw new Error(`HTTP ${response.status}`);
+  return response.json();
+}
+
+/** The full task `id` (the socket's cards leave out the bulky fields), landed in the model: a
+ * task the board does not show (an older finished one) stays on it like a "show more" one.
+ * Resolves to {task, applied} (applied: the board showed an older version), or null when
+ * there is no such task; throws when the API fails. */
+export async function loadTask(id) {
+  const found = await fetchTask(id);
+  if (!found) return null;
+  const task = prepare(found);
+  return { task, applied: applyTask(task, { older: !hasTask(id) }) };
+}
+
+/** "show more" of a terminal column: older finished tasks, until at least one is new to the
+ * page or none is left. The API lists oldest first; its pages are merged into the column,
+ * which stays sorted most recent first (a newest-first listing would fit better). */
+export async function loadOlder(stage, pageSize) {
+  let added = 0;
+  while (added === 0) {
+    const cursor = moreCursor(stage);
+    if (cursor === null) break;
+    const page = await getJson(`/api/tasks?stage=${stage}&limit=${pageSize}${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ""}`);
+    for (const task of page.items) if (applyTask(task, { older: true })) added++;
+    setMoreCursor(stage, page.next || null);
+  }
+}
+
+/** The history of task `id`, oldest first (GET /api/tasks/{id}/events, every page up to 20 of
+ * 500); throws when the API fails. Not part of the model: the details panel shows it. */
+export async function loadHistory(id) {
+  const items = [];
+  let cursor = null;
+  for (let page = 0; page < 20; page++) {
+    const url = `/api/tasks/${encodeURIComponent(id)}/events?limit=500${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ""}`;
+    const response = await fetch(url, { credentials: "same-origin" });
+    if (!response.ok) throw new Error(`history: HTTP ${response.status}`);
+    const body = await response.json();
+    items.push(...body.items);
+    cursor = body.next;
+    if (!cursor) break;
+  }
+  return items;
+}
+
+function csrfToken() {
+  const match = document.cookie.match(/(?:^|;\s*)csrftoken=([^;]+)/);
+  return match ? decodeURIComponent(match[1]) : "";
+}
+
+/** POST /api/tasks/{id}/{path} with `fields` (the version the card shows, and the verb's own)
+ * and the CSRF token. Resolves to {ok, status, body}: status null and body.error.message when
+ * the request did not get through. A refusal's task (error.task: the task as the server has it,
+ * e.g. after a lost race) lands: the socket may not have brought it yet, and the card goes back
+ * to where the server says it is. An accepted move does not: the socket brings the change. */
+export async function sendAction(id, path, fields) {
+  let response = null;
+  let body = null;
+  try {
+    response = await fetch(`/api/tasks/${encodeURIComponent(id)}/${path}`, {
+      method: "POST",
+      credentials: "same-origin",
+      headers: { "Content-Type": "application/json", "X-CSRFToken": csrfToken() },
+      body: JSON.stringify(fields),
+    });
+    body = await response.json().catch(() => null);
+  } catch (err) {
+    body = { error: { message: `network error: ${err.message || err}` } };
+  }
+  const refused = body && body.error && body.error.task;
+  if (refused && !(response && response.ok)) applyTask(refused);
+  return { ok: !!(response && response.ok), status: response ? response.status : null, body };
+}
+
+// Dependencies not on the board: the model asks (a "missing" change), a few are fetched at a
+// time, and their stage lands (a failed request leaves the dependency unknown, shown as "?").
+const depQueue = [];
+let depFetching = 0;
+
+function pumpDeps() {
+  while (depFetching < DEP_REQUESTS && depQueue.length) {
+    const id = depQueue.shift();
+    depFetching++;
+    fetchTask(id)
+      .then((task) => setDepStage(id, task ? task.stage : "UNKNOWN"))
+      .catch(() => {})
+      .finally(() => { depFetching--; pumpDeps(); });
+  }
+}
+
+/** Answer the model's questions about dependencies not on the board. */
+export function startApi() {
+  subscribe((change) => {
+    if (change.what !== "missing") return;
+    depQueue.push(change.id);
+    pumpDeps();
+  });
+}
