@@ -10,7 +10,7 @@ from urllib.parse import quote
 import pytest
 
 from board import agent_keys
-from board.api.routers.tasks import MAX_PAGE, MAX_PAGE_BYTES
+from board.api.pagination import MAX_PAGE, MAX_PAGE_BYTES
 from board.engine import errors, transitions
 from board.engine.lifecycle import (
     MAX_BATCH_TASKS,

@@ -60,7 +60,7 @@ The live board's outbox (board.live.outbox) and the API's event cursors read the
   Such a tailer would miss only the deleted row's frame, which carried its task as it is now:
   the task's later events (or its deletion) carry the same task again.
 - `GET /api/tasks/{id}/events?cursor=`: a cursor is "the rows after id N", so a cursor whose
-  row was deleted resumes at the next surviving row of the task (board.api.endpoints).
+  row was deleted resumes at the next surviving row of the task (board.api.routers.tasks).
 - Open live boards drop the cards of the tasks deleted here: each batch records them
   (RemovedTask, in its own transaction), and every tailer reads the records in id order and
   tells its sockets (board.live.outbox, board.live.tailer).

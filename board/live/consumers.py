@@ -1,7 +1,7 @@
 """The live board's websocket: a logged-in staff user subscribes, gets a snapshot, then every
 change as it commits (batches from this process's tailer, board/live/tailer.py; every frame is
 built by board/live/frames.py). It never writes:
-human actions go through the API (board/api/endpoints.py).
+human actions go through the API (board/api/routers/).
 
 Who may watch: whoever may read the board (board/access.py: an active staff user with
 `board.view_task`; a superuser has every permission); anyone else is accepted and closed at
