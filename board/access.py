@@ -1,5 +1,5 @@
 """Who may do what on the board: the one place that says which Django permission each kind of
-access needs. The API (board/api/endpoints.py), the board page (board/live/views.py) and the board's socket ask
+access needs. The API (board/api/auth.py), the board page (board/live/views.py) and the board's socket ask
 here; the admin applies the same permissions to its screens (board/admin/).
 
 Agents authenticate with a key (board/agent_keys.py) and may read, create, claim and hold

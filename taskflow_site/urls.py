@@ -2,7 +2,7 @@ from django.contrib import admin
 from django.urls import path
 from django.views.generic import RedirectView
 
-from board.api.endpoints import api
+from board.api.main import api
 from board.health import healthz
 from board.live.views import board_page, favicon
 from board.metrics import metrics_view

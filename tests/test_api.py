@@ -1650,7 +1650,7 @@ def test_an_unknown_query_parameter_is_refused(http, agent, query):
 
 def test_the_hot_endpoints_answer_exactly_the_documented_shapes(http, agent):
     """claim, renew and complete render their answers without django-ninja's output validation
-    (board.api.endpoints._answer): what they send must still be exactly ClaimOut / TaskOut, and the same
+    (board.api.routers.leases._answer): what they send must still be exactly ClaimOut / TaskOut, and the same
     as the validated endpoints send for the same task."""
     from board.api.schemas import ClaimOut, LeaseOut, TaskOut
 

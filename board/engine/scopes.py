@@ -1,6 +1,6 @@
 """Queue scopes of agent keys (issue 27): a key may be limited to the queues matching a few glob
 patterns (`ci-*`, `docs`). Pure: parsing, matching, and the patterns as each store's query
-language writes them. Who applies a scope: the API (board/api/endpoints.py) for reads and verbs
+language writes them. Who applies a scope: the API (board/api/auth.py) for reads and verbs
 on one task, and the claim's own statement for claim-next (board.engine.transitions,
 the SQL stores' statements, board.engine.stores), so that a scoped key never even picks another queue's task.
 

@@ -86,7 +86,7 @@ def error_codes() -> list[str]:
 
 
 def build_schema() -> dict:
-    from board.api.endpoints import api
+    from board.api.main import api
 
     schema = api.get_openapi_schema()
     schema = json.loads(json.dumps(schema))  # plain dicts and lists, as the file holds them

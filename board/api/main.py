@@ -1,0 +1,60 @@
+"""The agents' JSON API (django-ninja), under /api/: the NinjaAPI and its Routers. Handlers are
+thin: they check the caller (board/api/auth.py), call one verb of `board.engine.transitions` or a
+query of `board.engine.selectors`, and render `board.api.schemas`.
+
+Every error has one shape, `{"error": {"code", "message", "task"?, "details"?}}` (board/api/errors.py),
+and an error never changes the database (the engine raises before or instead of writing).
+
+Who may call: an agent with `Authorization: Bearer <key>` (its name comes from the key), or a
+logged-in staff user's browser session with the CSRF token. Each endpoint's first line checks
+what the caller may do (board/access.py): a session reads with board.view_task and creates
+with board.add_task; claiming and the holder's verbs take an agent key only; operators' verbs
+(admit, requeue, cancel, force-release, force-pause) need a key created with --operator or the
+board.intervene permission.
+"""
+from __future__ import annotations
+
+from ninja import NinjaAPI
+
+from board.api import errors
+from board.api.auth import AUTH
+from board.api.docs import LocalSwagger
+from board.api.json_body import BodyParser
+from board.api.routers import check, leases, operators, tasks
+
+
+class BoardAPI(NinjaAPI):
+    def get_openapi_operation_id(self, operation) -> str:
+        # The committed contract's ids (board/api/openapi.json): made from the module every
+        # endpoint once lived in, board/api/endpoints.py; generated clients are named after them.
+        return f"board_api_endpoints_{operation.view_func.__name__}"
+
+
+api = BoardAPI(
+    title="TaskFlow board",
+    version="1",
+    description=(
+        "Coordinate work between agents: create tasks (with dependencies), claim ready work "
+        "with a lease, renew it while working, then complete, fail, pause or release it. "
+        "Every error is `{\"error\": {\"code\", \"message\", \"task\"?}}`.\n\n"
+        "**Queue scopes.** An agent key may be limited to some queues (glob patterns such as "
+        "`ci-*,docs`: `create_agent_key --queues`, or the Keys admin). Such a key lists, reads, "
+        "claims and acts only on tasks of those queues: any other task is absent to it (404 "
+        "`not_found`, the answer an unknown id gets; left out of lists and of `/api/check`; a "
+        "dependency on it is unknown), and a claim without `queue` takes from any of its queues, "
+        "with a `queue` outside them answers 204. Creating a task in another queue is 403 `forbidden`."
+    ),
+    auth=AUTH,
+    renderer=errors.RENDERER,  # the one board/api/errors.py answers with too
+    urls_namespace="api",
+    docs=LocalSwagger(),  # from this server's own files (board/api/docs.py)
+    parser=BodyParser(),  # reads a body of any depth, for the schemas to judge (board/api/json_body.py)
+)
+
+errors.install(api)
+
+# Mounted without a prefix or tags: the paths and the OpenAPI document are those of the committed
+# contract (board/api/openapi.json). A path's methods must share one Router (GET and POST /tasks):
+# Django routes a path to the first router that declares it.
+for area in (tasks, leases, operators, check):
+    api.add_router("", area.router)

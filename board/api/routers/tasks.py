@@ -1,0 +1,219 @@
+"""Tasks: create (one or a DAG), list a page, one task, a task's history. Reads ask the engine's
+selectors; creating calls transitions.create.
+"""
+from __future__ import annotations
+
+import json
+from typing import Literal, Optional, Union
+
+from django.core.serializers.json import DjangoJSONEncoder
+from ninja import Body, Query, Router, Status
+
+from board.api import reads
+from board.api.auth import may_create_in, require_creator, require_reader, visible
+from board.api.errors import ERRORS
+from board.api.pagination import (
+    cursor_after,
+    cursor_of,
+    decode_cursor,
+    encode_cursor,
+    is_event_id,
+    page_limit,
+)
+from board.api.schemas import EventPage, TaskBatchIn, TaskBatchOut, TaskIn, TaskOut, TaskPage
+from board.engine import errors, selectors, transitions
+from board.engine.inputs import is_valid_task_id, json_field
+from board.engine.lifecycle import Stage
+from board.engine.limits import MAX_OWNER_CHARS, MAX_PAGE, MAX_PAGE_BYTES, MAX_TITLE_CHARS
+from board.engine.transitions import TaskSpec
+from board.models import Task
+from board.public import public_event, public_task
+
+router = Router()
+
+PAGE_READ_ROWS = 20  # a task page's rows are read this many at a time (_task_page)
+
+
+def _spec(item: TaskIn) -> TaskSpec:
+    # The engine checks it too (for every caller); here, for every task of the batch before
+    # the engine looks at any, so that an oversized payload is a 413 whatever else is wrong.
+    json_field("payload", item.payload)
+    return TaskSpec(title=item.title, id=item.id, description=item.description, payload=item.payload,
+                    queue=item.queue, priority=item.priority, deps=tuple(item.deps), hold=item.hold,
+                    max_retries=item.max_retries)
+
+
+def _same_as_existing(specs: list[TaskSpec]) -> list[Task] | None:
+    """The existing tasks when every spec names one with the same creation fields (an
+    idempotent retry of a create); otherwise None."""
+    if any(spec.id is None for spec in specs):
+        return None
+    existing = selectors.tasks_by_id([s.id for s in specs])
+    deps = selectors.deps_of(list(existing))
+    # `hold` is compared as created (the create event records it): an admit clears it later.
+    created_on_hold = reads.created_on_hold(list(existing))
+    for spec in specs:
+        task = existing.get(spec.id)
+        if task is None or (task.title, task.description, task.payload, task.queue, task.priority,
+                            sorted(deps[task.pk]), task.pk in created_on_hold, task.max_retries) != (
+                spec.title, spec.description, spec.payload, spec.queue, spec.priority,
+                sorted(spec.deps), spec.hold, spec.max_retries):
+            return None
+    return [existing[spec.id] for spec in specs]
+
+
+@router.post("/tasks", response={200: Union[TaskOut, TaskBatchOut], 201: Union[TaskOut, TaskBatchOut], **ERRORS},
+             summary="Create a task, or a list of tasks forming a DAG (all or nothing)")
+def create_tasks(request, body: Union[TaskIn, TaskBatchIn] = Body(...)):
+    """An existing id with an identical body returns the existing task (200): a client may
+    retry a create safely. A different body under an existing id is `duplicate_id`. A key
+    limited to some queues creates only in them (403 `forbidden` otherwise), and a dependency on
+    a task outside them is unknown to it."""
+    principal = require_creator(request)
+    batch = isinstance(body, list)
+    specs = [_spec(item) for item in (body if batch else [body])]
+    if not specs:
+        raise errors.InvalidRequest("an empty list creates nothing")
+    may_create_in(principal, specs)
+    status = 201
+    try:
+        tasks = transitions.create(specs, actor=request.auth.name)
+    except errors.DuplicateId:
+        # The retry's answer is the existing task: only for a caller who may read it (a
+        # session with board.add_task alone gets duplicate_id, without the task).
+        tasks = _same_as_existing(specs) if principal.can_read else None
+        if tasks is None:
+            raise
+        status = 200
+    deps = {spec.id: list(spec.deps) for spec in specs}
+    rendered = [public_task(t, deps[t.pk]) for t in tasks]
+    return Status(status, {"items": rendered} if batch else rendered[0])
+
+
+def _query(request, allowed: set[str], repeatable: frozenset[str] = frozenset()) -> None:
+    """A misspelt filter (?stages=) must not silently return everything, nor a repeated one
+    (?limit=1&limit=500) silently pick one of its values."""
+    unknown = sorted(set(request.GET) - allowed)
+    if unknown:
+        raise errors.InvalidRequest(f"unknown query parameter {unknown[0]!r}; known: {', '.join(sorted(allowed))}")
+    repeated = sorted(name for name, values in request.GET.lists() if len(values) > 1 and name not in repeatable)
+    if repeated:
+        raise errors.InvalidRequest(f"query parameter {repeated[0]!r} is given more than once")
+
+
+def _filter_text(name: str, value: str, max_chars: int) -> str:
+    if len(value) > max_chars:
+        raise errors.InvalidRequest(f"{name} is at most {max_chars} characters")
+    return value
+
+
+# The task list's orders, as the engine names them (its schema lists them as an enum).
+ListOrder = Literal[tuple(reads.LIST_ORDERS)]
+
+
+@router.get("/tasks", response={200: TaskPage, **ERRORS},
+         summary="List tasks, oldest first (or in claim order), a page at a time")
+def list_tasks(request, stage: list[str] = Query(None), queue: Optional[str] = None,
+               owner: Optional[str] = None, text: Optional[str] = None,
+               order: ListOrder = Query("created", description="created: oldest first (the default); claim: the order "
+                                  "claim-next takes tasks in (highest priority, then oldest, then id)"),
+               cursor: Optional[str] = None, limit: int = 100):
+    """A page holds at most `limit` tasks, and ends early (with `next`) before the task that
+    would take it past MAX_PAGE_BYTES of JSON: a task carries up to three 256 KiB JSON values
+    and a 64 KiB description, so 500 of them could be hundreds of megabytes.
+
+    `order=claim` sorts as claim_next does (selectors.CLAIM_ORDER): with `stage=QUEUED`, the
+    tasks claims would take, first one first. A task backing off after a failure (its
+    `not_before` still ahead) is listed at its place; claims skip it until then. Its pages go
+    on through `next` like the default order's (the cursor carries the claim-order key of the
+    page's last task), and a cursor is good only for the order that gave it out."""
+    require_reader(request)
+    _query(request, {"stage", "queue", "owner", "text", "order", "cursor", "limit"}, repeatable=frozenset({"stage"}))
+    if stage:
+        unknown = [s for s in stage if s not in Stage.__members__]
+        if unknown:
+            raise errors.InvalidRequest(f"unknown stage {unknown[0]!r}; one of {', '.join(Stage)}")
+    if queue and not is_valid_task_id(queue):
+        raise errors.InvalidRequest(f"invalid queue name {queue!r}")
+    if owner:
+        _filter_text("owner", owner, MAX_OWNER_CHARS)
+    if text:
+        _filter_text("text", text, MAX_TITLE_CHARS)
+    after = cursor_after(cursor, order) if cursor else None
+    filters = {"stages": stage, "queue": queue, "owner": owner, "text": text, "scope": request.auth.scope}
+    items, last = _task_page(filters, order, after, page_limit(limit))
+    return {"items": items, "next": cursor_of(last, order) if last is not None else None}
+
+
+def _task_page(filters: dict, order: str, after: tuple | None, limit: int) -> tuple[list[dict], Task | None]:
+    """The rendered tasks of one page (in `order`, after the list_key `after`, matching
+    `filters`: reads.task_list), and its last task when more follow (None at the end). Rows
+    are read PAGE_READ_ROWS at a time, so that a page ending early reads little more."""
+    items: list[dict] = []
+    size = 0
+    last = None
+    while True:
+        chunk = reads.task_list(**filters, order=order, after=after,
+                                    count=min(PAGE_READ_ROWS, limit + 1 - len(items)))
+        deps = selectors.deps_of([task.pk for task in chunk])
+        for task in chunk:
+            if len(items) == limit:
+                return items, last
+            rendered = public_task(task, deps[task.pk])
+            size += len(json.dumps(rendered, cls=DjangoJSONEncoder))
+            if items and size > MAX_PAGE_BYTES:
+                return items, last
+            items.append(rendered)
+            last = task
+        if len(chunk) < PAGE_READ_ROWS:
+            return items, None
+        after = reads.list_key(chunk[-1], order)
+
+
+def _one(task_id: str) -> Task:
+    task = selectors.get_task(task_id)
+    if task is None:
+        raise errors.NotFound(f"no task with id {task_id!r}")
+    return task
+
+
+def render_task(task: Task) -> dict:
+    """A task as the API answers it (TaskOut); the other routers answer with it too."""
+    return public_task(task, selectors.deps_of_task(task))
+
+
+@router.get("/tasks/{task_id}", response={200: TaskOut, **ERRORS}, summary="One task")
+def get_task(request, task_id: str):
+    require_reader(request)
+    return render_task(visible(request, _one(task_id)))
+
+
+@router.get("/tasks/{task_id}/events", response={200: EventPage, **ERRORS},
+         summary="A task's history, one event per transition, oldest first (or only its last N)")
+def task_events(request, task_id: str, cursor: Optional[str] = None, limit: int = 100,
+                last: Optional[int] = Query(None, description="only the N most recent events (1-500), oldest "
+                                            "first, in one page (next is null); not with cursor or limit")):
+    """A page of the task's history, oldest first; `next` is the cursor of the rows after it.
+    History retention (`manage.py prune`) deletes old renews and old finished tasks: a cursor
+    whose row was deleted resumes at the next surviving row of the task (a cursor means "after
+    row N"), and a deleted task is 404 not_found.
+
+    `last=N`: the N most recent events instead (a task renewed every second for a day has ~86,000),
+    oldest first, in one page: paging on from them would be paging the whole history again."""
+    require_reader(request)
+    _query(request, {"cursor", "limit", "last"})
+    if last is not None and ("cursor" in request.GET or "limit" in request.GET):
+        raise errors.InvalidRequest("last gives the most recent events in one page: send it without cursor or limit")
+    visible(request, _one(task_id))
+    if last is not None:
+        if not 1 <= last <= MAX_PAGE:
+            raise errors.InvalidRequest(f"last must be from 1 to {MAX_PAGE}")
+        return {"items": [public_event(e) for e in selectors.latest_events(task_id, last)], "next": None}
+    after = None
+    if cursor:
+        (after,) = decode_cursor(cursor, is_event_id)
+    limit = page_limit(limit)
+    page = selectors.task_events(task_id, after=after, count=limit + 1)
+    more = len(page) > limit
+    page = page[:limit]
+    return {"items": [public_event(e) for e in page], "next": encode_cursor(page[-1].id) if more else None}
