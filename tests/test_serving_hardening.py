@@ -20,7 +20,7 @@ from tests.support import database_url, sqlite_db_mark
 
 pytestmark = sqlite_db_mark()
 
-HEAD_LIMIT = 64 * 1024  # the server's cap on a request head (taskflow_site/http_protocol.py)
+HEAD_LIMIT = 64 * 1024  # the server's cap on a request head (server/http_protocol.py)
 
 
 def start(**env) -> BoardServer:
@@ -156,7 +156,7 @@ def test_one_header_value_longer_than_the_cap_is_431(server):
 
 
 def test_repeated_headers_reach_django_joined_in_order():
-    from taskflow_site.serving import HttpApp
+    from server.serving import HttpApp
 
     scope = {"type": "http", "method": "GET", "path": "/", "query_string": b"",
              "headers": [(b"x-many", b"%d" % i) for i in range(50)] + [(b"cookie", b"a=1"), (b"cookie", b"b=2")]}

@@ -72,7 +72,7 @@ from board.models import Task
 from board.public import public_claim, public_event, public_task
 
 # How often a waiting claim looks for work again when it is not served by the board's server
-# (which parks it instead: taskflow_site/serving.py).
+# (which parks it instead: server/serving.py).
 CLAIM_POLL_SECONDS = 0.2
 MAX_PAGE = 500  # tasks or events per page
 MAX_PAGE_BYTES = 4 * 1024 * 1024  # of a task page's JSON; the largest task renders to under 3 MB

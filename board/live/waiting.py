@@ -1,7 +1,7 @@
 """The process's waiting claims: agents parked until a task becomes ready in their queue.
 
 A waiting claim (`POST /api/claim` with `wait_seconds`) that found nothing is parked here by the
-server (taskflow_site/serving.py) as an asyncio future: it holds no thread and no database
+server (server/serving.py) as an asyncio future: it holds no thread and no database
 connection while it waits. It is woken:
 
 - by the board's own commit signal: this process's outbox tailer (board/live/tailer.py) reads every
@@ -15,7 +15,7 @@ A woken waiter replays its claim, which may lose to another agent; it then waits
 here touches the database but the poll, which runs one bounded query per queue waited on, and
 `newly_ready`, run by the tailer; both reads are board.engine.selectors'.
 
-This module is imported before Django is set up (taskflow_site/serving.py takes its header
+This module is imported before Django is set up (server/serving.py takes its header
 names), hence the imports of the board's modules inside the functions that use them.
 """
 from __future__ import annotations

@@ -4,11 +4,11 @@ Why not Django's ASGI handler: it hands every sync middleware and the sync view 
 (`sync_to_async`) one after the other, which cost ~20 ms of CPU per API request here; the same
 view through the WSGI handler is 5-6 times cheaper (README, "Serving"). Websockets still need
 ASGI, so one ASGI server (uvicorn, one worker process per core, sharing the port) serves
-both: `/ws/` goes to Channels (taskflow_site/asgi.py) and every HTTP request comes here, where
+both: `/ws/` goes to Channels (server/application.py) and every HTTP request comes here, where
 it is handed ONCE to a small pool of threads that run the whole Django request as WSGI.
 
 The connection itself (head size, slow clients, the lingering close after an early answer) is
-taskflow_site/http_protocol.py's. Four things happen here, before Django sees the request:
+server/http_protocol.py's. Four things happen here, before Django sees the request:
 
 - **Oversize bodies are refused unread.** A Content-Length over `DATA_UPLOAD_MAX_MEMORY_SIZE`
   (`MAX_CLAIM_BODY_BYTES` for the claim endpoints) is answered 413 at once, before
@@ -95,7 +95,7 @@ class HttpApp:
         except BodyTooLarge as refused:
             status, headers, data = _json_error(413, "too_large", f"request body over {refused.limit} bytes")
             # The body is not read; the server drains what the client still sends, bounded, then
-            # closes (taskflow_site/http_protocol.py: the client reads this answer, not a reset).
+            # closes (server/http_protocol.py: the client reads this answer, not a reset).
             headers.append((b"connection", b"close"))
             await self._send(send, status, headers, data)
             return
@@ -292,7 +292,7 @@ def watch_connection_pool(alias: str = "default") -> threading.Thread | None:
 
 
 def http_app() -> HttpApp:
-    """The HTTP side of taskflow_site.asgi.application, from the settings."""
+    """The HTTP side of the server's application (server/application.py), from the settings."""
     from django.core.wsgi import get_wsgi_application
 
     wsgi = get_wsgi_application()
