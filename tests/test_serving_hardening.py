@@ -340,7 +340,7 @@ def test_waiting_claims_under_plain_wsgi_are_capped_per_process(settings):
     import socketserver
     from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-    from board.live import waiting
+    from board.live import parked
     from taskflow_site.wsgi import application
 
     class Quiet(WSGIRequestHandler):
@@ -361,7 +361,7 @@ def test_waiting_claims_under_plain_wsgi_are_capped_per_process(settings):
         held = [Parked(fake, key, "none", 3) for _ in range(2)]
         for claim in held:
             claim.start()
-        wait_until(lambda: waiting.thread_wait_slots.total == 2, 10, "two claims wait")
+        wait_until(lambda: parked.thread_wait_slots.total == 2, 10, "two claims wait")
         status, headers, data = post(fake, "/api/claim", key,
                                      json.dumps({"ttl_seconds": 60, "wait_seconds": 3}).encode())
         assert status == 503 and json.loads(data)["error"]["code"] == "too_many_waiters"
@@ -369,7 +369,7 @@ def test_waiting_claims_under_plain_wsgi_are_capped_per_process(settings):
         for claim in held:
             claim.join(10)
             assert claim.answer[0] == 204
-        assert (waiting.thread_wait_slots.total, waiting.thread_wait_slots.by_key) == (0, {})
+        assert (parked.thread_wait_slots.total, parked.thread_wait_slots.by_key) == (0, {})
     finally:
         httpd.shutdown()
         httpd.server_close()

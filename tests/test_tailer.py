@@ -16,7 +16,7 @@ from tests.test_outbox import BACKENDS, cursor_at_the_end, read
 
 @pytest.mark.parametrize("alias", [BACKENDS[0]])
 def test_parked_claims_are_woken_once_per_move_to_queued_of_a_task_still_queued(alias):
-    from board.live.waiting import newly_ready
+    from board.live.parked import newly_ready
 
     cursor = cursor_at_the_end(alias)
     transitions.create([TaskSpec(id="a1", title="a", queue="alpha"), TaskSpec(id="a2", title="a", queue="alpha"),
