@@ -6,7 +6,7 @@ Why this exists
 bench/http_claims.py measures the board over HTTP, where the machine's noise (other processes,
 the hypervisor's steal, the GIL shared by a server's threads) moves the figures from run to
 run. This script takes the server out: one thread calls Django's WSGI handler (the one
-``manage.py serve`` runs every HTTP request through, taskflow_site/serving.py) with the same
+``manage.py serve`` runs every HTTP request through, server/serving.py) with the same
 request an agent sends, and reads this process's CPU clock (``time.process_time``) around it. On
 SQLite everything a request costs, the database included, is CPU of this process, so the split
 below adds up; on PostgreSQL the database server's own CPU is not in it (the wall time per
@@ -94,7 +94,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 class Caller:
-    """Requests straight into Django's WSGI handler, as taskflow_site/serving.py hands them."""
+    """Requests straight into Django's WSGI handler, as server/serving.py hands them."""
 
     def __init__(self, key: str):
         from django.core.wsgi import get_wsgi_application

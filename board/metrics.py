@@ -51,8 +51,7 @@ from board import access, agent_keys
 from board.engine import clock, outcomes
 from board.engine.lifecycle import Stage, Verb
 from board.engine.limits import QUEUE_LABEL_LIMIT
-from board.live import outbox
-from board.models import Task
+from board.models import Task, TaskEvent
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
@@ -282,7 +281,7 @@ class _Scrape:
         yield GaugeMetricFamily("taskflow_live_leases", "RUNNING tasks whose lease has not expired.",
                                 value=live_lease_count(now, using=using))
 
-        newest = outbox.latest_event_id(using)
+        newest = _newest_event_id(using)
         lag = GaugeMetricFamily("taskflow_tailer_lag_events", "History rows committed that a process's "
                                 "tailer has not handed to its sockets yet (newest committed id minus "
                                 "the last delivered), per server process.", labels=["pid"])
@@ -329,6 +328,12 @@ def _refusal(request) -> JsonResponse | None:
     if not access.may_read(user):
         return _refuse(403, "forbidden", "metrics need the board.view_task permission")
     return None
+
+
+def _newest_event_id(using: str) -> int:
+    """The newest history row committed (0: none), which the tailers' lag is measured from (read
+    here: the live board, which reports its tailer's progress to this module, is a layer above)."""
+    return TaskEvent.objects.using(using).order_by("-id").values_list("id", flat=True).first() or 0
 
 
 @require_GET

@@ -4,9 +4,9 @@ for them, instead of leaving through OTLP.
 
     DATABASE_URL=... SECRET_KEY=... python -m harness.traced_board
 
-It sets tracing up as a server worker does (taskflow_site.tracing.setup, with a processor that
+It sets tracing up as a server worker does (server.tracing.setup, with a processor that
 hands each ended span to an InMemorySpanExporter), loads the server's own ASGI application
-(taskflow_site.asgi: HTTP through Django's WSGI handler in serving.py's thread pool), serves it
+(server/application.py: HTTP through Django's WSGI handler in serving.py's thread pool), serves it
 with uvicorn on a free port of 127.0.0.1, and prints ``ready <port>``. Each line then read from
 stdin is a command: ``spans`` prints the finished spans as one JSON line (name, kind, trace and
 span ids in hex, the parent's span id, attributes) and ``stop`` ends the process.
@@ -42,7 +42,7 @@ def main() -> int:
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    from taskflow_site import tracing
+    from server import tracing
 
     exporter = InMemorySpanExporter()
     tracing.setup(SimpleSpanProcessor(exporter), set_global=False)

@@ -69,7 +69,7 @@ SECRET_KEY = _secret_key()
 
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"] if DEBUG else [])
 # Origins (scheme://host[:port]) other than a request's own that Django's CSRF check and the board
-# socket's Origin check accept (taskflow_site/ws_origin.py): e.g. the public https origin, when
+# socket's Origin check accept (server/ws_origin.py): e.g. the public https origin, when
 # the TLS proxy in front says the scheme to neither. Comma-separated; none by default.
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 
@@ -94,8 +94,8 @@ INSTALLED_APPS = [
 NINJA_FILES = Path(importlib.util.find_spec("ninja").origin).parent
 
 MIDDLEWARE = [
-    # The response names its request's id (X-Request-ID; taskflow_site/server_log.py).
-    "taskflow_site.server_log.request_id_header",
+    # The response names its request's id (X-Request-ID; server/server_log.py).
+    "server.server_log.request_id_header",
     # Outermost but one: the API's latency histogram times everything below it (board/metrics.py).
     "board.metrics.api_latency",
     # First: it also reshapes what the others answer under /api/ (a disallowed Host's 400).
@@ -196,7 +196,7 @@ def database_from_url(url: str) -> dict:
         # is noticed when it is handed out and replaced, instead of failing the next requests
         # (with a pool this is psycopg_pool's check, which the board makes cheaper:
         # board/engine/stores/pg_pool.py). The server then checks all the idle ones at once
-        # (taskflow_site/serving.py).
+        # (server/serving.py).
         config["CONN_HEALTH_CHECKS"] = True
     return config
 
@@ -209,7 +209,7 @@ DATABASES = {
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-# Threads per server process that run Django requests (taskflow_site/serving.py). More than a
+# Threads per server process that run Django requests (server/serving.py). More than a
 # few buys nothing on CPU-bound requests (the GIL) and costs database connections. PostgreSQL
 # and MongoDB requests wait on the network and the log flush: four threads overlap those waits.
 # SQLite has one writer at a time, and its writes take no network wait: a second request thread
@@ -293,7 +293,7 @@ TASKFLOW = {
     "WSGI_MAX_WAITERS": int(os.environ.get("TASKFLOW_WSGI_MAX_WAITERS", "2")),
     # The claim endpoints' bodies: a few small fields (a waiting claim is kept while it waits).
     "MAX_CLAIM_BODY_BYTES": int(os.environ.get("TASKFLOW_MAX_CLAIM_BODY", "4096")),
-    # The server's connections (taskflow_site/http_protocol.py, README "Limits" and "Deploying"): a
+    # The server's connections (server/http_protocol.py, README "Limits" and "Deploying"): a
     # request head (request line + headers) of at most MAX_HEAD_BYTES and MAX_HEAD_FIELDS fields
     # (else 431), arriving within HEADER_TIMEOUT_SECONDS of its first byte; a body never silent
     # for BODY_TIMEOUT_SECONDS (else 408); an idle connection closed after KEEPALIVE_TIMEOUT_SECONDS.
@@ -337,15 +337,15 @@ if not DEBUG:
     if env_flag("SECURE_PROXY_SSL_HEADER"):
         SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 
-# The server's log (taskflow_site/server_log.py, README "Deploying"): every line to stderr, DEBUG
+# The server's log (server/server_log.py, README "Deploying"): every line to stderr, DEBUG
 # on or off, so that a 500's traceback reaches the output of `manage.py serve` in production
 # (Django's default writes it only to a DEBUG console, or mails ADMINS). No log line and no error
-# page ever holds an agent key, a lease token or a password (taskflow_site/redaction.py): every
+# page ever holds an agent key, a lease token or a password (server/redaction.py): every
 # log record is scrubbed when it is made, whichever logger and handler (uvicorn's access log
 # too), and Django's DEBUG page and error reports hide them.
-LOGGING_CONFIG = "taskflow_site.server_log.configure_logging"
-DEFAULT_EXCEPTION_REPORTER_FILTER = "taskflow_site.redaction.SecretsReporterFilter"
-DEFAULT_EXCEPTION_REPORTER = "taskflow_site.redaction.SecretsReporter"
+LOGGING_CONFIG = "server.server_log.configure_logging"
+DEFAULT_EXCEPTION_REPORTER_FILTER = "server.redaction.SecretsReporterFilter"
+DEFAULT_EXCEPTION_REPORTER = "server.redaction.SecretsReporter"
 
 # LOG_FORMAT: "text" (a line per record, the traceback after it) or "json" (one object per line,
 # with the request's id, method, path, status and duration: for log shippers).
@@ -356,8 +356,8 @@ if LOG_FORMAT not in ("text", "json"):
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"text": {"()": "taskflow_site.server_log.TextFormatter"},
-                   "json": {"()": "taskflow_site.server_log.JsonFormatter"}},
+    "formatters": {"text": {"()": "server.server_log.TextFormatter"},
+                   "json": {"()": "server.server_log.JsonFormatter"}},
     "handlers": {"stderr": {"class": "logging.StreamHandler", "stream": "ext://sys.stderr",
                             "formatter": LOG_FORMAT}},
     # Every library's warnings and errors (psycopg's pool, Channels, redis) in the same format.

@@ -4,7 +4,7 @@ import os
 
 from django.core.wsgi import get_wsgi_application
 
-from taskflow_site import tracing
+from server import tracing
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "taskflow_site.settings")
 

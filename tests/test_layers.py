@@ -1,18 +1,26 @@
-"""The layers of the board app, and the rule that imports only go downward.
+"""The layers of the repository, and the rules that imports only go downward and never in a circle.
 
-    taskflow_site  (settings, URLs, ASGI/WSGI, serving)
-    board.admin    (operators' Django admin)   board.api (agents' JSON API)
-    board.live     (the live board: outbox tailer, websocket, board page, parked claims)
-    board.metrics  (Prometheus metrics: /metrics, the engine's outcomes counted)
-    board.public   (the one public view of a task, lease and history row)
-    board.access, board.agent_keys, board.health  (who may do what; agent keys; /healthz)
-    board.engine   (lifecycle, transitions, reads, invariants, contract, store seam, clock)
-    board.models   (the tables)
+    tests, examples  (the suite; the client's example worker)
+    bench            (benchmarks: print figures; they may use the harness, never the tests)
+    harness          (real servers the tests and the benchmarks share)
+    taskflow_site, manage.py  (the project: settings, URLs, the ASGI/WSGI entry points)
+    board.management (commands that run processes: serve runs the server, reap the engine)
+    server           (what a serving process runs around Django: HTTP in threads, parked claims'
+                      hand-over, the socket's origin check, connection caps, log, tracing)
+    board.api, board.admin, board.apps  (agents' JSON API, operators' admin, the app's wiring)
+    board.live       (the live board: outbox tailer, websocket, board page, parked claims)
+    board.metrics    (Prometheus metrics: /metrics, the engine's outcomes counted)
+    board.public, board.access, board.agent_keys, board.health, board.fencing
+    board.engine, board.models  (lifecycle, transitions, reads, invariants, stores; the tables)
+    taskflow_client  (the Python client, CLI and MCP server: imports nothing of the repository)
+    deploy           (a stand-alone script)
 
 A module may import its own layer and the layers below it, never one above: the engine moves a
 row without loading channels, django-ninja or the admin (the reaper and contract_check run on
-it alone). This test reads every module's imports (ast, so a lazy import inside a function
-counts too) and fails on an upward one.
+it alone), and the board app never imports the project package. Every module of the
+repository has a layer. This test reads every module's imports (ast, so a lazy import inside a
+function counts too), fails on an upward one, and fails on any cycle between modules (a
+module that reaches itself again through the imports), naming the cycle.
 """
 from __future__ import annotations
 
@@ -26,24 +34,37 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# Layer of a module (longest matching prefix wins), and what each layer may import from board.
+# Layer of a module (longest matching prefix wins).
 LAYERS = {
+    "deploy": 0,
+    "taskflow_client": 0,
     # The tables belong to the engine: models use its lifecycle, it reads and writes them.
     "board.models": 1, "board.migrations": 1,
     "board.engine": 1,
     "board.access": 2, "board.agent_keys": 2, "board.health": 2, "board.public": 2,
     # Django's ORM only, on the caller's own model (downstream tables, not the board's).
     "board.fencing": 2,
-    "board.live": 3,
     # Prometheus metrics: fed by the engine's outcome hook, the live board and the API's middleware.
     "board.metrics": 3,
+    "board.live": 4,
     # The contrib apps' configs and migrations for a MongoDB store: what the settings install,
     # kept beside the rest of MongoDB's code; the engine never imports them.
-    "board.engine.stores.mongodb.apps": 4, "board.engine.stores.mongodb.migrations": 4,
-    "board.api": 4, "board.admin": 4, "board.management": 4, "board.apps": 4,
+    "board.engine.stores.mongodb.apps": 5, "board.engine.stores.mongodb.migrations": 5,
+    "board.api": 5, "board.admin": 5, "board.apps": 5,
+    "server": 6,
+    "board.management": 7,
+    "taskflow_site": 8, "manage": 8,
+    "harness": 9,
+    "bench": 10,
+    "tests": 11, "examples": 11,
 }
 # Third-party packages that belong to the delivery layers only.
 DELIVERY_PACKAGES = ("channels", "ninja", "pydantic", "django.contrib.admin", "daphne", "uvicorn")
+# The layers that must load none of them: the engine and the board's modules beside it.
+BELOW_DELIVERY = (1, 2)
+# Cycles known and accepted: none. (The check fails on any cycle, and on a listed one once it is
+# gone: then delete it here.)
+KNOWN_CYCLES: set[frozenset[str]] = set()
 
 
 def layer_of(module: str) -> int | None:
@@ -80,11 +101,19 @@ def imports_of(path: Path, me: str) -> list[tuple[int, str]]:
     return found
 
 
-BOARD_MODULES = sorted(p for p in (ROOT / "board").rglob("*.py") if "__pycache__" not in p.parts)
+def _python_files() -> list[Path]:
+    """Every module of the repository: its packages and scripts (not the virtualenv)."""
+    skip = {".venv", "node_modules", "__pycache__", ".git", "static", "templates"}
+    return sorted(p for p in ROOT.rglob("*.py") if not skip & set(p.relative_to(ROOT).parts))
 
 
-def test_every_module_of_the_board_app_has_a_layer():
-    unplaced = [module_name(p) for p in BOARD_MODULES if layer_of(module_name(p)) is None]
+MODULES = _python_files()
+BOARD_MODULES = [p for p in MODULES if p.relative_to(ROOT).parts[0] == "board"]
+NAMES = {module_name(p): p for p in MODULES}
+
+
+def test_every_module_of_the_repository_has_a_layer():
+    unplaced = [module_name(p) for p in MODULES if layer_of(module_name(p)) is None]
     assert unplaced == ["board"]  # the app's own (empty) __init__
     assert (ROOT / "board" / "__init__.py").read_text().strip() == ""
 
@@ -98,14 +127,111 @@ def upward_imports(path: Path, me: str | None = None) -> list[str]:
         theirs = layer_of(target)
         if theirs is not None and theirs > mine:
             upward.append(f"line {line}: {target} (layer {theirs} above {me}'s {mine})")
-        if mine <= 2 and target.startswith(DELIVERY_PACKAGES):
+        if mine in BELOW_DELIVERY and target.startswith(DELIVERY_PACKAGES):
             upward.append(f"line {line}: {target} (a delivery package, below the live board)")
     return upward
 
 
-@pytest.mark.parametrize("path", BOARD_MODULES, ids=lambda p: str(p.relative_to(ROOT)))
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_imports_only_go_downward(path):
     assert upward_imports(path) == []
+
+
+def import_graph(names: dict[str, Path]) -> dict[str, set[str]]:
+    """module -> the modules of `names` it imports (lazy imports included): an import of
+    `a.b.c` where only `a.b` is a module counts as `a.b` (c is a name in it)."""
+    graph = {}
+    for me, path in names.items():
+        edges = set()
+        for _, target in imports_of(path, me):
+            while target and target not in names:
+                target = target.rpartition(".")[0]
+            if target and target != me:
+                edges.add(target)
+        graph[me] = edges
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """One cycle path (a, b, ..., a) per group of modules that import each other in a circle."""
+    return [_path_through(graph, group) for group in circles(graph)]
+
+
+def circles(graph: dict[str, set[str]]) -> list[set[str]]:
+    """The strongly connected groups of more than one module (Tarjan's, iterative)."""
+    index, low, stack, on_stack, groups = {}, {}, [], set(), []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, edges = work[-1]
+            for nxt in edges:
+                if nxt not in index:
+                    index[nxt] = low[nxt] = len(index)
+                    stack.append(nxt)
+                    on_stack.add(nxt)
+                    work.append((nxt, iter(sorted(graph[nxt]))))
+                    break
+                if nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    group = set()
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        group.add(member)
+                        if member == node:
+                            break
+                    if len(group) > 1:
+                        groups.append(group)
+    return groups
+
+
+def _path_through(graph: dict[str, set[str]], group: set[str]) -> list[str]:
+    """A shortest cycle of `group` through its first module (breadth first back to it)."""
+    start = min(group)
+    came_from = {start: None}
+    frontier = [start]
+    while frontier:
+        following = []
+        for node in frontier:
+            for nxt in sorted(graph[node] & group):
+                if nxt == start:
+                    path = [node]
+                    while came_from[path[-1]] is not None:
+                        path.append(came_from[path[-1]])
+                    return [*reversed(path), start]
+                if nxt not in came_from:
+                    came_from[nxt] = node
+                    following.append(nxt)
+        frontier = following
+    raise AssertionError(f"no cycle through {start}")
+
+
+def test_no_module_imports_itself_again_through_others():
+    graph = import_graph(NAMES)
+    found = circles(graph)
+    unknown = [" -> ".join(_path_through(graph, group)) for group in found if frozenset(group) not in KNOWN_CYCLES]
+    assert unknown == [], "import cycles:\n" + "\n".join(unknown)
+    gone = KNOWN_CYCLES - {frozenset(group) for group in found}
+    assert not gone, f"a known cycle is gone: delete it from KNOWN_CYCLES: {gone}"
+
+
+def test_the_cycle_check_reports_a_cycle_with_its_path():
+    """The check itself can fail: three modules in a circle (a lazy import closing it) are named
+    in order, and a chain without a way back is no cycle."""
+    graph = {"board.live.a": {"board.live.b"}, "board.live.b": {"board.live.c"},
+             "board.live.c": {"board.live.a"}, "board.live.d": {"board.live.a"}}
+    assert cycles(graph) == [["board.live.a", "board.live.b", "board.live.c", "board.live.a"]]
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
 
 
 def test_the_rule_catches_an_upward_import(tmp_path):
@@ -114,7 +240,7 @@ def test_the_rule_catches_an_upward_import(tmp_path):
     fake = tmp_path / "_layer_probe.py"
     fake.write_text("def f():\n    from board.live import tailer\n    import channels.layers\n")
     found = upward_imports(fake, "board.engine._layer_probe")
-    assert found == ["line 2: board.live.tailer (layer 3 above board.engine._layer_probe's 1)",
+    assert found == ["line 2: board.live.tailer (layer 4 above board.engine._layer_probe's 1)",
                      "line 3: channels.layers (a delivery package, below the live board)"]
 
 

@@ -22,7 +22,7 @@ from tests.support import db_state, sqlite_db_mark
 
 pytestmark = sqlite_db_mark()
 
-BODY_LIMIT = 1024 * 1024  # the server's body limit (taskflow_site/serving.py)
+BODY_LIMIT = 1024 * 1024  # the server's body limit (server/serving.py)
 
 
 @pytest.fixture(scope="module")

@@ -45,7 +45,7 @@ EXPECTED = {
     "`payload`, `result`, `checkpoint` depth": [limits.MAX_JSON_DEPTH],
 }
 # Rows whose caps are configuration (the environment, Django's settings) or a header's format
-# (taskflow_site/server_log.py), not constants of board.engine.limits.
+# (server/server_log.py), not constants of board.engine.limits.
 NOT_IN_LIMITS = (
     "request head (request line + headers)",
     "request body",

@@ -20,7 +20,7 @@ from tests.support import database_url, sqlite_db_mark
 
 pytestmark = sqlite_db_mark()
 
-HEAD_LIMIT = 64 * 1024  # the server's cap on a request head (taskflow_site/http_protocol.py)
+HEAD_LIMIT = 64 * 1024  # the server's cap on a request head (server/http_protocol.py)
 
 
 def start(**env) -> BoardServer:
@@ -156,7 +156,7 @@ def test_one_header_value_longer_than_the_cap_is_431(server):
 
 
 def test_repeated_headers_reach_django_joined_in_order():
-    from taskflow_site.serving import HttpApp
+    from server.serving import HttpApp
 
     scope = {"type": "http", "method": "GET", "path": "/", "query_string": b"",
              "headers": [(b"x-many", b"%d" % i) for i in range(50)] + [(b"cookie", b"a=1"), (b"cookie", b"b=2")]}
@@ -340,7 +340,7 @@ def test_waiting_claims_under_plain_wsgi_are_capped_per_process(settings):
     import socketserver
     from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-    from board.live import waiting
+    from board.live import parked
     from taskflow_site.wsgi import application
 
     class Quiet(WSGIRequestHandler):
@@ -361,7 +361,7 @@ def test_waiting_claims_under_plain_wsgi_are_capped_per_process(settings):
         held = [Parked(fake, key, "none", 3) for _ in range(2)]
         for claim in held:
             claim.start()
-        wait_until(lambda: waiting.thread_wait_slots.total == 2, 10, "two claims wait")
+        wait_until(lambda: parked.thread_wait_slots.total == 2, 10, "two claims wait")
         status, headers, data = post(fake, "/api/claim", key,
                                      json.dumps({"ttl_seconds": 60, "wait_seconds": 3}).encode())
         assert status == 503 and json.loads(data)["error"]["code"] == "too_many_waiters"
@@ -369,7 +369,7 @@ def test_waiting_claims_under_plain_wsgi_are_capped_per_process(settings):
         for claim in held:
             claim.join(10)
             assert claim.answer[0] == 204
-        assert (waiting.thread_wait_slots.total, waiting.thread_wait_slots.by_key) == (0, {})
+        assert (parked.thread_wait_slots.total, parked.thread_wait_slots.by_key) == (0, {})
     finally:
         httpd.shutdown()
         httpd.server_close()

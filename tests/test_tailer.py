@@ -16,7 +16,7 @@ from tests.test_outbox import BACKENDS, cursor_at_the_end, read
 
 @pytest.mark.parametrize("alias", [BACKENDS[0]])
 def test_parked_claims_are_woken_once_per_move_to_queued_of_a_task_still_queued(alias):
-    from board.live.waiting import newly_ready
+    from board.live.parked import newly_ready
 
     cursor = cursor_at_the_end(alias)
     transitions.create([TaskSpec(id="a1", title="a", queue="alpha"), TaskSpec(id="a2", title="a", queue="alpha"),
@@ -194,3 +194,28 @@ def test_a_socket_waits_for_the_tailers_cursors_and_is_told_when_they_never_come
         assert running.task.done()
 
     asyncio.run(never())
+
+
+@pytest.mark.parametrize("alias", [BACKENDS[0]])
+def test_a_parked_claim_is_woken_by_the_tailers_poll_when_no_event_announces_the_work(alias):
+    """board.live.parked: ready work that no event announced after the tailer started (as a
+    retry backoff ending) wakes a claim parked on its queue within about parked.POLL_SECONDS;
+    a claim parked on an empty queue is not woken."""
+    from board.live import parked
+
+    transitions.create(TaskSpec(id="quiet", title="q", queue="poll-alpha"))  # before the cursor
+
+    async def scenario():
+        running = tailer.ensure_tailer()
+        try:
+            await asyncio.wait_for(running.ready.wait(), timeout=30)
+            waiters = parked.waiters()
+            started = time.monotonic()
+            woken, idle = await asyncio.gather(waiters.wait("poll-alpha", 10), waiters.wait("poll-empty", 3))
+            return woken, idle, time.monotonic() - started
+        finally:
+            running.task.cancel()
+
+    woken, idle, took = asyncio.run(scenario())
+    assert (woken, idle) == (True, False)
+    assert took < 10

@@ -1,4 +1,4 @@
-"""OpenTelemetry traces (taskflow_site/tracing.py, board/engine/tracing.py, the client's
+"""OpenTelemetry traces (server/tracing.py, board/engine/tracing.py, the client's
 traceparent): on with OTEL_EXPORTER_OTLP_ENDPOINT, and then the request's span, the engine's
 move and the database's statements form one tree in the agent's trace; off (the default)
 nothing of OpenTelemetry is loaded.

@@ -83,8 +83,8 @@ def scope(host: str, origin: str | None, scheme: str = "ws") -> dict:
 
 
 def test_the_rule_on_scopes(settings):
-    """The rule itself (taskflow_site.ws_origin.origin_allowed), case by case."""
-    from taskflow_site.ws_origin import origin_allowed
+    """The rule itself (server.ws_origin.origin_allowed), case by case."""
+    from server.ws_origin import origin_allowed
 
     settings.ALLOWED_HOSTS = ["board.example", "localhost", "[::1]"]
     settings.CSRF_TRUSTED_ORIGINS = ["https://*.trusted.example", "https://public.example"]

@@ -1,7 +1,7 @@
 """The engine's spans: one per move a verb is asked to make, when tracing is on.
 
 Off by default, and then free: nothing here imports OpenTelemetry, and a traced verb costs one
-test of a module global (`_tracer is None`) before it calls the verb. `taskflow_site.tracing`
+test of a module global (`_tracer is None`) before it calls the verb. `server.tracing`
 turns it on (only when OTEL_EXPORTER_OTLP_ENDPOINT is set) by handing `enable()` a tracer;
 the engine never imports the SDK, the exporter or any instrumentation, only the API's span
 calls, and only once enabled.

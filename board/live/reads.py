@@ -145,19 +145,19 @@ def live_tasks(task_ids: list[str], *, using: str = "default") -> dict[str, tupl
 
 
 # ---------------------------------------------------------------------------------------------
-# Parked claims (board.live.waiting).
+# Parked claims (board.live.parked).
 
 
 def queues_of_queued(task_ids: list[str], *, using: str = "default") -> dict[str, str]:
     """The queue of each of `task_ids` that is QUEUED now (one query): which parked claims a
-    batch of events may wake (board.live.waiting.newly_ready)."""
+    batch of events may wake (board.live.parked.newly_ready)."""
     return dict(Task.objects.using(using).filter(pk__in=set(task_ids), stage=Stage.QUEUED)
                 .values_list("pk", "queue"))
 
 
 def ready_counts(wanted: dict[str | None, int], *, using: str = "default") -> dict[str | None, int]:
     """How many ready tasks each queue of `wanted` has (None: any queue), counting no further
-    than `wanted[queue]`: the parked claims' poll (board.live.waiting). One bounded query per
+    than `wanted[queue]`: the parked claims' poll (board.live.parked). One bounded query per
     queue, without a transaction, like has_ready_task."""
     now = timezone.now()
     return {queue: len(ready_tasks(now, queue, using=using).values_list("pk", flat=True)[:n])

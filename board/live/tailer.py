@@ -4,7 +4,10 @@ In each server process one `Tailer` reads new events in id order (board.live.out
 them out to that process's sockets and parked claims. A change made anywhere (another server
 process, the reaper, a management command, the admin) therefore reaches every browser, after
 its commit. It is started by the first socket (board.live.consumers) or parked claim
-(board.live.waiting) of the process (`ensure_tailer`).
+(server/serving.py) of the process (`ensure_tailer`). It is what wakes parked claims
+(board.live.parked): one per task that became ready in their queue, and every
+parked.POLL_SECONDS as many as the queues waited on have ready tasks (a retry backoff ending
+announces itself with no event).
 
 The fan-out does not go through a channel layer: the in-memory layer deep-copies every message
 for every socket (about 3 ms per event at 100 sockets) and drops messages once a socket's queue
@@ -50,13 +53,13 @@ from channels.db import database_sync_to_async
 from django.conf import settings
 
 from board import metrics
-from board.live import doorbell, frames, insights, outbox, waiting
+from board.live import doorbell, frames, insights, outbox, parked
 
 log = logging.getLogger("board.live.tailer")
 
 POLL_SECONDS = 0.1  # one indexed "id > last" query: cheap enough to ask ten times a second
 MIN_PASS_SECONDS = 0.02  # at most 50 passes a second, however often commits ring
-# With no socket to feed, only parked claims listen (board.live.waiting): for an agent's long
+# With no socket to feed, only parked claims listen (board.live.parked): for an agent's long
 # poll a pass every POLL_SECONDS is soon enough, and on a busy board it saves most passes (each a
 # database read and a thread hand-off in every server process), which the working agents'
 # requests would otherwise pay for.
@@ -100,6 +103,8 @@ class Tailer:
         self.removals: outbox.Removals | None = None  # placed when the tailer starts
         self.removals_at = 0.0
         self.removals_failing = False
+        self.parked_polled_at = 0.0  # board.live.parked: the last look for ready work
+        self.parked_failing = False
 
     def want_insights(self) -> None:
         """A socket has no insights frame yet: compute one on the next pass (rate limits apply)."""
@@ -178,12 +183,12 @@ class Tailer:
                 page = cursor.read()
                 # With no socket to feed, only parked claims listen, and they need no card.
                 frame = frames.changes_frame(page.events) if to_sockets else None
-                return page, frame, waiting.newly_ready(page.events)
+                return page, frame, parked.newly_ready(page.events)
 
             # database_sync_to_async: a connection the database dropped is replaced, not reused.
             page, frame, ready = await database_sync_to_async(read)()
             if ready:
-                waiting.waiters().notify_ready(ready)
+                parked.waiters().notify_ready(ready)
             if frame is not None:
                 await self._broadcast(frame)
                 self.problems_dirty = True
@@ -193,6 +198,7 @@ class Tailer:
             metrics.tailer_delivered(cursor.last_id, cursor.using)
             if not page.full:
                 break
+        await self._poll_parked()
         if not self.subscribers:
             return  # nobody to tell: check() and the prune's removals wait for a socket
         await self._pass_removals()
@@ -211,6 +217,22 @@ class Tailer:
                 self.problems_sent = message["problems"]
                 await self._broadcast(frames.problems_frame(message))
         self._start_insights()
+
+    async def _poll_parked(self) -> None:
+        """Every parked.POLL_SECONDS while claims are parked: wake as many of each queue's as it
+        has ready tasks, which no event may have announced (a retry backoff ending)."""
+        now = time.monotonic()
+        wanted = parked.waiters().wanted()
+        if not wanted:
+            self.parked_polled_at = now  # a claim parked from now on waits a whole period first
+            return
+        if now - self.parked_polled_at < parked.POLL_SECONDS:
+            return
+        self.parked_polled_at = now
+        ready = await self._logged_once("parked_failing", "look for ready work for parked claims",
+                                        lambda: parked.ready_counts(wanted))
+        if ready is not None:
+            parked.waiters().wake_ready(ready)
 
     async def _pass_removals(self) -> None:
         """Every REMOVALS_POLL_SECONDS: the tasks the prune deleted since the last read, one

@@ -26,13 +26,13 @@ from board.api.schemas import (
     TokenIn,
 )
 from board.engine import scopes, selectors, transitions
-from board.live import waiting
+from board.live import parked
 from board.public import public_claim
 
 router = Router()
 
 # How often a waiting claim looks for work again when it is not served by the board's server
-# (which parks it instead: taskflow_site/serving.py).
+# (which parks it instead: board/live/parked.py).
 CLAIM_POLL_SECONDS = 0.2
 
 
@@ -73,20 +73,17 @@ def claim_next(request, body: ClaimNextIn):
         return _answer(request, render_claim(claim))
     if body.wait_seconds <= 0 or (body.queue is not None and not scopes.allows(request.auth.scope, body.queue)):
         return Status(204, None)  # (a queue outside a scoped key's queues never has work for it)
-    if request.META.get(waiting.CAN_WAIT):
-        response = HttpResponse(status=204)
-        response[waiting.WAIT_HEADER] = str(body.wait_seconds)
-        response[waiting.WAIT_QUEUE_HEADER] = body.queue or ""
-        response[waiting.WAIT_KEY_HEADER] = request.auth.name
-        response[waiting.WAIT_CLAIM_HEADER] = body.model_dump_json(exclude_defaults=True)
-        return response
+    if (parking := parked.parking_of(request)) is not None:  # the server parks it (board/live/parked.py)
+        parking.park(body.wait_seconds, body.queue, request.auth.name,
+                     body.model_dump_json(exclude_defaults=True).encode())
+        return HttpResponse(status=204)
     conf = settings.TASKFLOW
-    if not waiting.thread_wait_slots.take(request.auth.name, conf["WSGI_MAX_WAITERS"], conf["MAX_WAITERS_PER_KEY"]):
+    if not parked.thread_wait_slots.take(request.auth.name, conf["WSGI_MAX_WAITERS"], conf["MAX_WAITERS_PER_KEY"]):
         return _too_many_waiters(request, conf["WSGI_MAX_WAITERS"])
     try:
         return _poll_for_work(request.auth, body)
     finally:
-        waiting.thread_wait_slots.give_back(request.auth.name)
+        parked.thread_wait_slots.give_back(request.auth.name)
 
 
 def _too_many_waiters(request, cap: int):

@@ -37,6 +37,6 @@ def number_rows(using: str, rows: Sequence) -> None:
     """Give new rows of such a table their ids where the store has no auto-increment (MongoDB,
     from the counter document of their table, in the rows' own transaction). SQL stores: nothing."""
     if connections[using].vendor == "mongodb":
-        from board.engine.stores.mongodb.store import number_rows as from_counter
+        from board.engine.stores.mongodb.counters import number_rows as from_counter
 
         from_counter(using, rows)

@@ -37,7 +37,7 @@ REGENERATE = "DEBUG=1 .venv/bin/python manage.py api_schema --write"
 METHODS = ("get", "put", "post", "delete", "patch", "head", "options")
 # Where answers are made (the engine's codes come from its error classes): the literal codes of
 # the error helpers' calls and of `{"error": {"code": ...}}` bodies in these packages' modules.
-_ERROR_SOURCES = ("board", "taskflow_site")
+_ERROR_SOURCES = ("board", "server", "taskflow_site")
 _ERROR_HELPERS = {"error_response": 2, "_json_error": 1, "error_answer": 1,  # the `code` argument's position
                   "_answer_and_linger": 1}
 

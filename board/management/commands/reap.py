@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from board import health
 from board.engine import retention, transitions
-from taskflow_site import tracing
+from server import tracing
 
 log = logging.getLogger("board.reaper")
 

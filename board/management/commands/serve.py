@@ -1,5 +1,5 @@
 """Serve the board: uvicorn worker processes on one port (HTTP through Django's WSGI handler,
-websockets through Channels: taskflow_site/asgi.py), and the reaper beside them, restarted if it
+websockets through Channels: server/application.py), and the reaper beside them, restarted if it
 dies. All of them write their metrics to one PROMETHEUS_MULTIPROC_DIR (the one named in the
 environment, emptied at start, or a fresh one removed at the end), so that /metrics shows the
 whole server's numbers (board/metrics.py). `make run` runs this (with --ensure-admin); so do the tests' and benchmarks' live servers
@@ -23,9 +23,15 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from board.management.commands.ensure_admin import FirstAdmin, ensure_first_admin
-from taskflow_site import metrics_dir
+from server import metrics_dir
 
-APP = "taskflow_site.asgi:application"
+
+
+def asgi_app() -> str:
+    """uvicorn's "module:attribute" of the project's ASGI application (ASGI_APPLICATION)."""
+    module, _, attribute = settings.ASGI_APPLICATION.rpartition(".")
+    return f"{module}:{attribute}"
+
 
 # Connections a server process may hold beside its request threads': asgiref's one sync thread
 # (the live board's tailer, the waiting claims' poll, the websockets' session lookups), the
@@ -194,10 +200,10 @@ class Command(BaseCommand):
         threading.Thread(target=announce, name="banner", daemon=True).start()
         try:
             uvicorn.run(
-                APP, host=host, port=port, workers=workers,
-                # httptools with the caps and clocks of taskflow_site/http_protocol.py (head size,
+                asgi_app(), host=host, port=port, workers=workers,
+                # httptools with the caps and clocks of server/http_protocol.py (head size,
                 # slow clients, lingering close), which also keeps idle connections 5 s by default.
-                loop="uvloop", http="taskflow_site.http_protocol:BoundedHttpToolsProtocol",
+                loop="uvloop", http="server.http_protocol:BoundedHttpToolsProtocol",
                 ws="websockets-sansio", lifespan="off",
                 timeout_keep_alive=settings.TASKFLOW["KEEPALIVE_TIMEOUT_SECONDS"],
                 access_log=access_log, log_level="info" if access_log else "warning",

@@ -22,10 +22,10 @@ from datetime import UTC, datetime
 from django.db import DatabaseError
 
 from board.engine.stores.base import Store, TransactionConflict, process_lock
+from board.engine.stores.mongodb.counters import COUNTERS, number_rows
 
 log = logging.getLogger("board.engine.stores")
 
-COUNTERS = "board_counter"
 # One document per key given to serialise_on (expired by a TTL index after a day).
 SERIALISED = "board_serialised"
 
@@ -144,30 +144,6 @@ class MongoDBStore(Store):
             raise DatabaseError(f"commit failed: {exc}") from exc
         _end_session(connection, abort=False)
         _run_commit_hooks(connection)
-
-
-def number_rows(using: str, rows: Sequence) -> None:
-    """Give new rows of the board's history (and the prune's records of deleted tasks) their ids
-    from the counter document of their table, incremented in the row's own transaction. Two
-    transactions that both increment it conflict, so one commits before the other takes its ids:
-    ids follow commit order, which the live board's tailer needs to never skip an event or a
-    deletion. Needs no model (the models call it through stores.rows)."""
-    from django.db import connections
-    from pymongo import ReturnDocument
-
-    missing = [row for row in rows if row.pk is None]
-    if not missing:
-        return
-    connection = connections[using]
-    if not connection.in_atomic_block_mongo:
-        raise RuntimeError("rows numbered outside a transaction: their ids would not follow commit order")
-    counter = connection.get_collection(COUNTERS).find_one_and_update(
-        {"_id": type(missing[0])._meta.db_table}, {"$inc": {"last": len(missing)}},
-        upsert=True, return_document=ReturnDocument.AFTER, session=connection.session,
-    )
-    first = counter["last"] - len(missing) + 1
-    for offset, row in enumerate(missing):
-        row.pk = first + offset
 
 
 def _transient(exc: BaseException) -> bool:

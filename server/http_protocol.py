@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import httptools
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
-from taskflow_site.serving import _json_error
+from server.serving import _json_error
 
 
 @dataclass(frozen=True)

@@ -4,11 +4,11 @@ Why not Django's ASGI handler: it hands every sync middleware and the sync view 
 (`sync_to_async`) one after the other, which cost ~20 ms of CPU per API request here; the same
 view through the WSGI handler is 5-6 times cheaper (README, "Serving"). Websockets still need
 ASGI, so one ASGI server (uvicorn, one worker process per core, sharing the port) serves
-both: `/ws/` goes to Channels (taskflow_site/asgi.py) and every HTTP request comes here, where
+both: `/ws/` goes to Channels (server/application.py) and every HTTP request comes here, where
 it is handed ONCE to a small pool of threads that run the whole Django request as WSGI.
 
 The connection itself (head size, slow clients, the lingering close after an early answer) is
-taskflow_site/http_protocol.py's. Four things happen here, before Django sees the request:
+server/http_protocol.py's. Four things happen here, before Django sees the request:
 
 - **Oversize bodies are refused unread.** A Content-Length over `DATA_UPLOAD_MAX_MEMORY_SIZE`
   (`MAX_CLAIM_BODY_BYTES` for the claim endpoints) is answered 413 at once, before
@@ -16,14 +16,13 @@ taskflow_site/http_protocol.py's. Four things happen here, before Django sees th
   arrives and refused as soon as it passes the limit. Memory does not grow with the size of a
   refused body. A client that leaves (or is cut) before its body is whole runs nothing.
 - **Waiting claims wait here, holding nothing.** `POST /api/claim` with `wait_seconds` tries
-  once in Django. When there is no work the view answers with a private marker header
-  (`WAIT_HEADER`) instead of blocking; this module then parks the request on the process's
-  waiting list (board.live.waiting) — no thread, no database connection — and replays it when a
-  commit makes a task ready in its queue (or at the list's short poll), until the wait is over.
-  A client that disconnects while parked is forgotten: its claim is never replayed.
-  Past `TASKFLOW_MAX_WAITERS` waiting requests per process, or `TASKFLOW_MAX_WAITERS_PER_KEY` of
-  one agent, a new wait is refused with 503 and `Retry-After`, so idle agents (or one agent) can
-  never starve the others. A parked claim keeps the claim as the view parsed it, not its body.
+  once in Django. When there is no work the view hands the claim to the request's Parking
+  (board/live/parked.py, put in the environ here) and answers 204; the request is then parked on
+  the process's list of parked claims — no thread, no database connection — and replayed when
+  this process's tailer wakes it, until the wait is over. A client that disconnects while parked
+  is forgotten: its claim is never replayed. Past `TASKFLOW_MAX_WAITERS` waiting requests per
+  process, or `TASKFLOW_MAX_WAITERS_PER_KEY` of one agent, a new wait is refused with 503 and
+  `Retry-After`, so idle agents (or one agent) can never starve the others.
 - **Threads are bounded** (`TASKFLOW_HTTP_THREADS` per process): the database pool per process
   is sized from it, so no request ever waits for a connection.
 - **Dropped database connections are replaced together.** When PostgreSQL drops the server's
@@ -47,9 +46,7 @@ from concurrent.futures import ThreadPoolExecutor
 from django.conf import settings
 from django.db import connections
 
-from board.live.waiting import CAN_WAIT, WAIT_CLAIM_HEADER, WAIT_HEADER, WAIT_KEY_HEADER, WAIT_QUEUE_HEADER
-
-_PRIVATE = {h.lower().encode() for h in (WAIT_HEADER, WAIT_QUEUE_HEADER, WAIT_KEY_HEADER, WAIT_CLAIM_HEADER)}
+from board.live import parked
 # The claim endpoints, whose bodies have a smaller cap (spelt here: this module is imported
 # before Django is set up, and the API's URLs are the API's).
 CLAIM_PATH = "/api/claim"
@@ -95,7 +92,7 @@ class HttpApp:
         except BodyTooLarge as refused:
             status, headers, data = _json_error(413, "too_large", f"request body over {refused.limit} bytes")
             # The body is not read; the server drains what the client still sends, bounded, then
-            # closes (taskflow_site/http_protocol.py: the client reads this answer, not a reset).
+            # closes (server/http_protocol.py: the client reads this answer, not a reset).
             headers.append((b"connection", b"close"))
             await self._send(send, status, headers, data)
             return
@@ -105,13 +102,19 @@ class HttpApp:
         # The environ is built in the pool thread too: nothing per request on the event loop
         # beyond reading the body.
         environ, (status, headers, data) = await loop.run_in_executor(self.executor, self._first_call, scope, body)
-        wait = _header(headers, WAIT_HEADER)
-        if wait is not None:
-            answer = await self._wait_and_replay(environ, float(wait), headers, receive)
+        claim = self._parked_claim(environ, status)
+        if claim is not None:
+            answer = await self._wait_and_replay(environ, claim, headers, receive)
             if answer is None:
                 return  # the client left while its claim waited
             status, headers, data = answer
-        await self._send(send, status, [h for h in headers if h[0].lower() not in _PRIVATE], data)
+        await self._send(send, status, headers, data)
+
+    @staticmethod
+    def _parked_claim(environ: dict, status: int) -> parked.ParkedClaim | None:
+        """What the view asked to park (board.live.parked), if its answer is still its 204."""
+        parking = environ.pop(parked.ENVIRON_KEY, None)
+        return parking.claim if parking is not None and status == 204 else None
 
     async def _read_body(self, scope, receive) -> bytes | None:
         """The whole body; None if the client left before it was whole. BodyTooLarge past the
@@ -166,7 +169,7 @@ class HttpApp:
             "wsgi.multithread": True,
             "wsgi.multiprocess": True,
             "wsgi.run_once": False,
-            CAN_WAIT: True,
+            parked.ENVIRON_KEY: parked.Parking(),  # a claim that finds no work is parked
         }
         if scope.get("client"):
             environ["REMOTE_ADDR"] = scope["client"][0]
@@ -201,29 +204,26 @@ class HttpApp:
                 close()
         return started["status"], started["headers"], data
 
-    async def _wait_and_replay(self, environ, wait_seconds, headers, receive):
-        """The claim found no work: wait on the process's waiting list (no thread, no
-        connection), replay the claim when woken, answer 204 when the wait is over. Returns
-        None when the client went away meanwhile: nothing is replayed then, so a task is never
-        claimed for an agent that is no longer there to take it.
+    async def _wait_and_replay(self, environ, claim: parked.ParkedClaim, headers, receive):
+        """The claim found no work: park it (no thread, no connection), replay it when this
+        process's tailer wakes it, answer 204 when the wait is over. Returns None when the client
+        went away meanwhile: nothing is replayed then, so a task is never claimed for an agent
+        that is no longer there to take it.
 
         A parked claim keeps its request head (at most the head cap) and the claim as the view
-        parsed it (WAIT_CLAIM_HEADER, a few hundred bytes), not the body the client sent."""
-        from board.live import waiting
+        parsed it (a few hundred bytes), not the body the client sent."""
+        from board.live.tailer import ensure_tailer  # (imports channels: after Django is set up)
 
-        queue = _header(headers, WAIT_QUEUE_HEADER) or None
-        key = _header(headers, WAIT_KEY_HEADER) or ""
-        waiters = waiting.waiters()
+        waiters = parked.waiters()
         # Counted here, in the same step as the caps' check (no await between): see KeyTally.
-        if not waiters.claims.take(key, self.max_waiters, self.max_waiters_per_key):
+        if not waiters.claims.take(claim.agent, self.max_waiters, self.max_waiters_per_key):
             whose = (f"this agent already has {self.max_waiters_per_key}" if waiters.claims.total < self.max_waiters
                      else f"this server already holds {self.max_waiters}")
             return _json_error(503, "too_many_waiters", f"{whose} waiting claims; retry shortly or claim "
                                "without wait_seconds", [(b"retry-after", b"1")])
-        claim = (_header(headers, WAIT_CLAIM_HEADER) or "").encode("latin1")
-        environ = dict(environ, CONTENT_LENGTH=str(len(claim)))
+        environ = dict(environ, CONTENT_LENGTH=str(len(claim.claim)))
         environ.pop("wsgi.input", None)
-        deadline = time.monotonic() + wait_seconds
+        deadline = time.monotonic() + claim.seconds
         loop = asyncio.get_running_loop()
         # The body has been read: the next message can only be the client's disconnect.
         gone = asyncio.ensure_future(receive())
@@ -232,20 +232,22 @@ class HttpApp:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return 204, [h for h in headers if h[0] != b"content-length"], b""
-                parked = asyncio.ensure_future(waiters.wait(queue, remaining))
-                await asyncio.wait({parked, gone}, return_when=asyncio.FIRST_COMPLETED)
+                ensure_tailer()  # this process's tailer wakes parked claims (started once, restarted if it ended)
+                waiting = asyncio.ensure_future(waiters.wait(claim.queue, remaining))
+                await asyncio.wait({waiting, gone}, return_when=asyncio.FIRST_COMPLETED)
                 if gone.done():
-                    parked.cancel()
+                    waiting.cancel()
                     return None
                 if deadline - time.monotonic() <= 0:
                     continue
-                replay = dict(environ, **{"wsgi.input": io.BytesIO(claim)})
+                replay = dict(environ, **{"wsgi.input": io.BytesIO(claim.claim),
+                                          parked.ENVIRON_KEY: parked.Parking()})
                 status, headers, data = await loop.run_in_executor(self.executor, self._call_wsgi, replay)
-                if _header(headers, WAIT_HEADER) is None:
+                if self._parked_claim(replay, status) is None:
                     return status, headers, data
         finally:
             gone.cancel()
-            waiters.claims.give_back(key)
+            waiters.claims.give_back(claim.agent)
 
     @staticmethod
     async def _send(send, status: int, headers: list, data: bytes) -> None:
@@ -292,7 +294,7 @@ def watch_connection_pool(alias: str = "default") -> threading.Thread | None:
 
 
 def http_app() -> HttpApp:
-    """The HTTP side of taskflow_site.asgi.application, from the settings."""
+    """The HTTP side of the server's application (server/application.py), from the settings."""
     from django.core.wsgi import get_wsgi_application
 
     wsgi = get_wsgi_application()

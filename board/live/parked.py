@@ -1,67 +1,79 @@
-"""The process's waiting claims: agents parked until a task becomes ready in their queue.
+"""Parked claims: the one home of a waiting claim (`POST /api/claim` with `wait_seconds`) that
+found nothing, on the board's own server, and of its caps.
 
-A waiting claim (`POST /api/claim` with `wait_seconds`) that found nothing is parked here by the
-server (taskflow_site/serving.py) as an asyncio future: it holds no thread and no database
-connection while it waits. It is woken:
+- The hand-over. The server (server/serving.py) puts a `Parking` in each request's WSGI environ
+  (`parking_of`); the claim view, finding no work, calls `Parking.park(...)` and answers 204.
+  The server then parks the request here, as an asyncio future: no thread, no database
+  connection. A claim served elsewhere (a plain WSGI server, Django's test client) has no
+  `Parking`: the view waits in its own thread, counted by `thread_wait_slots`.
+- The wake-up. This process's tailer (board/live/tailer.py) is the only one that wakes parked
+  claims: for each task that has just become QUEUED it wakes one waiter of its queue (oldest
+  first; `newly_ready`, `Waiters.notify_ready`), and every POLL_SECONDS it asks how many tasks are
+  ready in the queues waited on (`ready_counts`): what no event announces, a retry backoff ending.
+- The caps: `KeyTally` counts waiting claims in all and per agent (TASKFLOW_MAX_WAITERS,
+  TASKFLOW_MAX_WAITERS_PER_KEY; WSGI_MAX_WAITERS in threads).
 
-- by the board's own commit signal: this process's outbox tailer (board/live/tailer.py) reads every
-  committed event, from any process, and calls `notify_ready` with the queues of tasks that have
-  just become QUEUED (`newly_ready`); one waiter per such task is woken (oldest first), not all
-  of them;
-- by a short poll (`POLL_SECONDS`) that asks the database, once for every queue waited on, how
-  many tasks are ready — what no event announces: a retry backoff ending.
-
-A woken waiter replays its claim, which may lose to another agent; it then waits again. Nothing
-here touches the database but the poll, which runs one bounded query per queue waited on, and
-`newly_ready`, run by the tailer; both reads are board.live.reads'.
-
-This module is imported before Django is set up (taskflow_site/serving.py takes its header
-names), hence the imports of the board's modules inside the functions that use them.
+A woken claim is replayed (the view runs again); it may lose to another agent and park again.
 """
 from __future__ import annotations
 
 import asyncio
-import logging
 import threading
 from collections import OrderedDict, defaultdict
+from dataclasses import dataclass
 
-from asgiref.sync import sync_to_async
-
-log = logging.getLogger("board.live.waiting")
-
-POLL_SECONDS = 1.0
-
-# How the claim view hands a wait to the server: the server marks the requests it can park
-# (environ[CAN_WAIT]); the view then answers "nothing ready yet; wait up to N seconds for this
-# queue" with these headers, which the server strips before the answer leaves.
-CAN_WAIT = "taskflow.can_wait"
-WAIT_HEADER = "X-Taskflow-Wait"
-WAIT_QUEUE_HEADER = "X-Taskflow-Wait-Queue"
-WAIT_KEY_HEADER = "X-Taskflow-Wait-Key"  # whose claim it is: waiting claims are capped per agent
-WAIT_CLAIM_HEADER = "X-Taskflow-Wait-Claim"  # the claim as parsed: what a replay sends again
+POLL_SECONDS = 1.0  # how often the tailer looks for ready work that no event announced
+ENVIRON_KEY = "taskflow.parking"  # where the server puts a request's Parking
 ANY_QUEUE = None  # the key of waiters that take work from every queue
 
 
+@dataclass(frozen=True)
+class ParkedClaim:
+    """What the view hands the server: wait up to `seconds` for work in `queue` (None: any),
+    for `agent` (waiting claims are capped per agent), then replay `claim` (the body as the view
+    parsed it: a few hundred bytes, not what the client sent)."""
+
+    seconds: float
+    queue: str | None
+    agent: str
+    claim: bytes
+
+
+class Parking:
+    """A server that can park a request puts one in its environ; the view fills it."""
+
+    def __init__(self) -> None:
+        self.claim: ParkedClaim | None = None
+
+    def park(self, seconds: float, queue: str | None, agent: str, claim: bytes) -> None:
+        self.claim = ParkedClaim(seconds, queue, agent, claim)
+
+
+def parking_of(request) -> Parking | None:
+    """The request's Parking (the board's own server), or None (the view waits in its thread)."""
+    return request.META.get(ENVIRON_KEY)
+
+
 class Waiters:
+    """This process's parked claims, by queue, on its event loop."""
+
     def __init__(self) -> None:
         # queue (or ANY_QUEUE) -> futures in arrival order (an OrderedDict as an ordered set)
         self.by_queue: dict[str | None, OrderedDict[asyncio.Future, None]] = defaultdict(OrderedDict)
         self.claims = KeyTally()  # waiting claims, parked or being replayed, per agent
-        self.poller: asyncio.Task | None = None
 
     @property
     def count(self) -> int:
         """Claims parked now (a woken one leaves its queue's list at once)."""
         return sum(len(parked) for parked in self.by_queue.values())
 
+    def wanted(self) -> dict[str | None, int]:
+        """How many claims are parked on each queue (what `ready_counts` is asked)."""
+        return {queue: len(parked) for queue, parked in self.by_queue.items() if parked}
 
     async def wait(self, queue: str | None, timeout: float) -> bool:
-        """Park until woken (True) or `timeout` seconds pass (False)."""
-        from board.live import tailer  # which imports this module
-
-        tailer.ensure_tailer()  # the commit signal that wakes us
-        if self.poller is None or self.poller.done():
-            self.poller = asyncio.get_running_loop().create_task(self._poll())
+        """Park until woken (True) or `timeout` seconds pass (False). The caller has started
+        this process's tailer, which wakes it."""
         future = asyncio.get_running_loop().create_future()
         parked = self.by_queue[queue]
         parked[future] = None
@@ -82,6 +94,11 @@ class Waiters:
             n = self._wake(queue, n)
             self._wake(ANY_QUEUE, n)
 
+    def wake_ready(self, ready: dict[str | None, int]) -> None:
+        """`ready_counts`' answer: wake that many waiters of each queue asked about."""
+        for queue, n in ready.items():
+            self._wake(queue, n)
+
     def _wake(self, queue: str | None, n: int) -> int:
         """Wake up to `n` waiters of `queue`; returns how many of `n` were not used."""
         parked = self.by_queue.get(queue)
@@ -92,23 +109,8 @@ class Waiters:
                 n -= 1
         return n
 
-    async def _poll(self) -> None:
-        while self.count:
-            await asyncio.sleep(POLL_SECONDS)
-            wanted = {queue: len(parked) for queue, parked in self.by_queue.items() if parked}
-            if not wanted:
-                continue
-            try:
-                ready = await sync_to_async(_ready_counts)(wanted)
-            except Exception:  # the database is away: the next poll tries again
-                log.exception("waiting claims: could not look for ready work")
-                continue
-            for queue, n in ready.items():
-                self._wake(queue, n)
-        self.poller = None
 
-
-def _ready_counts(wanted: dict[str | None, int]) -> dict[str | None, int]:
+def ready_counts(wanted: dict[str | None, int]) -> dict[str | None, int]:
     """How many ready tasks each queue has, counting no further than its waiters."""
     from board.live import reads
 
@@ -137,7 +139,7 @@ _waiters: Waiters | None = None
 
 
 def waiters() -> Waiters:
-    """This process's waiting list (one event loop per server process)."""
+    """This process's parked claims (one event loop per server process)."""
     global _waiters
     if _waiters is None:
         _waiters = Waiters()
@@ -145,9 +147,9 @@ def waiters() -> Waiters:
 
 
 class KeyTally:
-    """Waiting claims counted in all and per agent (key name), for their caps. The server's
-    counts one on its event loop when the claim's wait begins, in the same step as the caller's
-    check of the caps (no await between them), so concurrent claims cannot both pass a full cap."""
+    """Waiting claims counted in all and per agent (key name), for their caps. The server counts
+    one on its event loop when the claim's wait begins, in the same step as its check of the
+    caps (no await between them), so concurrent claims cannot both pass a full cap."""
 
     def __init__(self) -> None:
         self.total = 0

@@ -4,7 +4,7 @@ Off (the default) it costs nothing: `setup_from_environment()` reads one variabl
 so no OpenTelemetry module is imported and no middleware is added (tests/test_tracing.py runs
 a request through the server's application and checks `sys.modules`).
 
-On, every process that serves (taskflow_site/asgi.py, in each uvicorn worker after it started;
+On, every process that serves (server/application.py, in each uvicorn worker after it started;
 taskflow_site/wsgi.py) or reaps (`manage.py reap`) calls it once, before Django builds its
 middleware, and gets:
 

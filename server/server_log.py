@@ -3,7 +3,7 @@
 Every line goes to stderr (the output of `manage.py serve`, which a supervisor or journald
 keeps), DEBUG on or off: Django's own logger writes there too, so a 500 is logged with its
 traceback in production (Django's default sends it only to a DEBUG console or to ADMINS by mail).
-Every record is scrubbed of keys and tokens when it is made (taskflow_site/redaction.py); the
+Every record is scrubbed of keys and tokens when it is made (server/redaction.py); the
 request's path and id, which this module adds, are scrubbed here.
 
 `LOG_FORMAT=text` (default): `time level logger [request id method path status duration]
@@ -31,7 +31,7 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from taskflow_site.redaction import install_record_factory, scrub
+from server.redaction import install_record_factory, scrub
 
 REQUEST_ID_HEADER = "X-Request-ID"
 _WELL_FORMED_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")
@@ -105,8 +105,8 @@ def configure_logging(config: dict) -> None:
 
     install_record_factory()
     logging.config.dictConfig(config)
-    request_started.connect(_begin, dispatch_uid="taskflow_site.server_log.begin")
-    request_finished.connect(_end, dispatch_uid="taskflow_site.server_log.end")
+    request_started.connect(_begin, dispatch_uid="server.server_log.begin")
+    request_finished.connect(_end, dispatch_uid="server.server_log.end")
 
 
 # ---------------------------------------------------------------------------------------------

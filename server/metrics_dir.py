@@ -10,7 +10,7 @@ import logging
 import os
 import threading
 
-log = logging.getLogger("taskflow_site.metrics_dir")
+log = logging.getLogger("server.metrics_dir")
 
 
 METRICS_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
