@@ -15,7 +15,7 @@ from types import SimpleNamespace
 from django.core.serializers.json import DjangoJSONEncoder
 
 from board.engine import selectors
-from board.live import outbox
+from board.live import outbox, reads
 from board.models import RemovedTask, Task, TaskEvent
 from board.public import public_event, public_task
 
@@ -32,17 +32,17 @@ def encode(frame: dict) -> str:
 
 
 def card_task(task: Task, deps: list[str]) -> dict:
-    """What a card shows: the public task without its bulky fields (selectors.NOT_ON_CARDS:
+    """What a card shows: the public task without its bulky fields (reads.NOT_ON_CARDS:
     description, payload, checkpoint, result), which the details panel fetches from the API when
     opened. `task` is a Task or any object with its card fields (`card_of_row`)."""
     card = public_task(task, deps)
-    for bulky in selectors.NOT_ON_CARDS:
+    for bulky in reads.NOT_ON_CARDS:
         del card[bulky]
     return card
 
 
 def card_of_row(row: dict, deps: list[str]) -> dict:
-    """The card of a row the live board's reads return (a dict of selectors.CARD_COLUMNS, no
+    """The card of a row the live board's reads return (a dict of reads.CARD_COLUMNS, no
     bulky field read): the same card as `card_task` makes of the whole Task."""
     return card_task(SimpleNamespace(**row, **_NOT_ON_CARDS), deps)
 
@@ -64,8 +64,8 @@ def changes_for(events: list[TaskEvent], using: str = "default") -> list[dict]:
     than what it shows. An event of a task no longer there is left out."""
     if not events:
         return []
-    # Card columns only (selectors.live_tasks): never the checkpoints the details panel reads.
-    tasks = selectors.live_tasks(list({e.task_id for e in events}), using=using)
+    # Card columns only (reads.live_tasks): never the checkpoints the details panel reads.
+    tasks = reads.live_tasks(list({e.task_id for e in events}), using=using)
     return [{"event": live_event(e), "task": card_of_row(*tasks[e.task_id])} for e in events if e.task_id in tasks]
 
 
@@ -105,10 +105,10 @@ def snapshot_frames(terminal_limit: int = 200, problems: list | None = None, usi
     "snapshot", ..., "more": bool} then {"type": "snapshot_more", "tasks", "more"} until "more"
     is false. `problems`: a recent check() result to reuse.
 
-    Built a part at a time from selectors.board_parts (one read that takes no write lock): only
+    Built a part at a time from reads.board_parts (one read that takes no write lock): only
     the encoded frames and the part being built are held, never a model instance per task.
     A frame is encoded once the next part is read (its "more" depends on it)."""
-    parts = selectors.board_parts(terminal_limit=terminal_limit, part_size=SNAPSHOT_PART, using=using)
+    parts = reads.board_parts(terminal_limit=terminal_limit, part_size=SNAPSHOT_PART, using=using)
     head = next(parts)
     # Inside the board's read (the generator holds it open), as the problems below: the ids at
     # or below last_event_id that this read does not see. Every other event up to last_event_id
@@ -131,5 +131,5 @@ def snapshot_frames(terminal_limit: int = 200, problems: list | None = None, usi
     return frames
 
 
-# card_task drops these; rows read for cards (selectors.CARD_COLUMNS) do not carry them.
-_NOT_ON_CARDS = dict.fromkeys(selectors.NOT_ON_CARDS)
+# card_task drops these; rows read for cards (reads.CARD_COLUMNS) do not carry them.
+_NOT_ON_CARDS = dict.fromkeys(reads.NOT_ON_CARDS)
