@@ -122,7 +122,7 @@ def _mint(name: str, key: str, is_operator: bool, rotate: timedelta | None, queu
 
 def live(using: str = "default") -> Q:
     """The filter of live keys: no end set, or an end still ahead by the store's clock."""
-    return Q(revoked_at__isnull=True) | Q(revoked_at__gt=clock.in_query(using))
+    return store(using).live_keys()
 
 
 def _well_formed(key: str) -> bool:

@@ -180,13 +180,18 @@ class Store:
             return rows.select_for_update()
         return rows
 
+    def live_keys(self) -> Q:
+        """The filter of live agent keys: no end set, or an end (a rotated key's grace) still
+        ahead by the store's clock. The one definition the engine and board.agent_keys use; the
+        SQL stores' statements spell the same rule in SQL."""
+        return Q(revoked_at__isnull=True) | Q(revoked_at__gt=self.now_in_query())
+
     def find_live_key(self, key_hash: str):
-        """The live agent key with this hash (live: no end set, or its end still ahead by the
-        store's clock), or None. The SQL stores read only what a request needs of it."""
+        """The live agent key with this hash, or None. The SQL stores read only what a request
+        needs of it."""
         from board.models import AgentKey
 
-        live = Q(revoked_at__isnull=True) | Q(revoked_at__gt=self.now_in_query())
-        return AgentKey.objects.using(self.using).filter(live, key_hash=key_hash).first()
+        return AgentKey.objects.using(self.using).filter(self.live_keys(), key_hash=key_hash).first()
 
     def ping(self) -> None:
         """One round trip to the store; raises when it does not answer."""

@@ -332,7 +332,7 @@ def _require_live_key(using: str, key_hash: str | None, agent: str | None) -> No
     if agent is None:
         raise ValueError("a key to check needs the agent's name")
     # Live: no end set, or its end (a rotated key's grace) still ahead by the store's clock.
-    live = Q(revoked_at__isnull=True) | Q(revoked_at__gt=clock.in_query(using))
+    live = store(using).live_keys()
     if not AgentKey.objects.using(using).filter(live, key_hash=key_hash, name=agent).exists():
         raise errors.KeyRevoked()
 
