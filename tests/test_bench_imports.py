@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from board.management.commands.api_schema import parse_python
+
 ROOT = Path(__file__).resolve().parent.parent
 FORBIDDEN = ("tests", "pytest", "_pytest")
 # a module path given as a string, e.g. to `python -m` or importlib.import_module
@@ -34,7 +36,7 @@ def forbidden_imports(source: str, filename: str = "<source>") -> list[tuple[int
     `from x import y` at any depth (in functions too), and string constants that are such a
     module path (`[sys.executable, "-m", "tests.secantus_server"]`)."""
     found = []
-    for node in ast.walk(ast.parse(source, filename)):
+    for node in ast.walk(parse_python(source, filename)):
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from board.management.commands.api_schema import SCHEMA_FILE
+from board.management.commands.api_schema import SCHEMA_FILE, parse_python
 
 ROOT = Path(__file__).resolve().parent.parent
 CLIENT = ROOT / "taskflow_client" / "client.py"
@@ -105,7 +105,7 @@ class Source:
     def __init__(self, path: Path):
         self.path = path
         self.text = path.read_text()
-        tree = ast.parse(self.text)
+        tree = parse_python(self.text)
         self.functions: dict[tuple[str, str], ast.FunctionDef] = {}
         self.classes: set[str] = set()
         for node in tree.body:

@@ -32,6 +32,8 @@ from pathlib import Path
 
 import pytest
 
+from board.management.commands.api_schema import parse_python
+
 ROOT = Path(__file__).resolve().parent.parent
 
 # Layer of a module (longest matching prefix wins).
@@ -83,7 +85,7 @@ def module_name(path: Path) -> str:
 
 
 def imports_of(path: Path, me: str) -> list[tuple[int, str]]:
-    tree = ast.parse(path.read_text(), filename=str(path))
+    tree = parse_python(path.read_text(), str(path))
     package = me if path.name == "__init__.py" else me.rpartition(".")[0]
     found = []
     for node in ast.walk(tree):

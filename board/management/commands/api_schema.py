@@ -71,7 +71,7 @@ def error_codes() -> list[str]:
     modules = sorted(p for package in _ERROR_SOURCES for p in (base / package).rglob("*.py")
                      if "migrations" not in p.parent.name)
     for module in modules:
-        for node in ast.walk(ast.parse(module.read_text())):
+        for node in ast.walk(parse_python(module.read_text())):
             if isinstance(node, ast.Call):
                 name = getattr(node.func, "id", getattr(node.func, "attr", None))
                 at = _ERROR_HELPERS.get(name)
@@ -83,6 +83,20 @@ def error_codes() -> list[str]:
                 if isinstance(code, ast.Constant) and isinstance(code.value, str):
                     codes.add(code.value)
     return sorted(codes)
+
+
+def parse_python(source: str, filename: str = "<unknown>") -> ast.Module:
+    # CPython 3.11 keeps the AST converter's recursion depth in shared module state, so an
+    # ast.parse racing another thread's (3.11's traceback formatter calls ast.parse to place
+    # its carets) raises "SystemError: AST constructor recursion depth mismatch" (gh-106905).
+    # The state is reset at each call, so parsing again is correct, not a mask.
+    for attempt in range(5):
+        try:
+            return ast.parse(source, filename)
+        except SystemError:
+            if attempt == 4:
+                raise
+    raise AssertionError("unreachable")
 
 
 def build_schema() -> dict:
