@@ -22,6 +22,9 @@ class Task(models.Model):
     priority = models.IntegerField(default=0)
     hold = models.BooleanField(default=False, help_text="Stay PENDING until an operator admits it.")
     max_retries = models.PositiveIntegerField(default=3)
+    # Flow control (issue 29): at most ConcurrencyKey.concurrency RUNNING tasks share this key.
+    concurrency_key = models.CharField(max_length=200, null=True, blank=True,
+                                       help_text="At most the key's limit of RUNNING tasks share this key.")
 
     # Guarded by the compare-and-swap in board.engine.transitions.
     stage = models.CharField(max_length=16, choices=STAGE_CHOICES, default=Stage.PENDING)
@@ -147,6 +150,66 @@ class TaskEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.task_id} {self.verb} {self.from_stage}->{self.to_stage} v{self.version}"
+
+
+class Queue(models.Model):
+    """A queue's flow control (issue 29) and the count the claim enforces it with.
+
+    `running` is the number of RUNNING tasks of the queue, changed only by the engine, in the
+    transaction of the move that enters or leaves RUNNING: a claim takes a slot with a
+    conditional update (`running < concurrency`, not paused), every way out gives it back
+    (../shared/DESIGN.md section 7). `check()` compares it with the tasks (`running_count_drift`).
+    A row is made by the first create of a task in the queue (or by a change of its settings);
+    a queue without a row has no limit and is not paused."""
+
+    name = models.CharField(primary_key=True, max_length=100, db_column=_PK_COLUMN)
+    concurrency = models.PositiveIntegerField(
+        null=True, blank=True, help_text="At most this many RUNNING tasks at once; empty: no limit.")
+    paused = models.BooleanField(default=False, help_text="No new claim takes a task of this queue.")
+    paused_by = models.CharField(max_length=200, blank=True, default="")
+    paused_reason = models.CharField(max_length=500, blank=True, default="")
+    paused_at = models.DateTimeField(null=True, blank=True)
+    running = models.IntegerField(default=0, editable=False, help_text="RUNNING tasks now (kept by the engine).")
+    updated_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["name"]  # its settings are changed with Django's own `board.change_queue`
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ConcurrencyKey(models.Model):
+    """A concurrency key (issue 29; Task.concurrency_key): at most `concurrency` RUNNING tasks
+    share it, enforced and counted as Queue's limit is."""
+
+    name = models.CharField(primary_key=True, max_length=200, db_column=_PK_COLUMN)
+    concurrency = models.PositiveIntegerField(default=1, help_text="At most this many RUNNING tasks share the key.")
+    running = models.IntegerField(default=0, editable=False, help_text="RUNNING tasks now (kept by the engine).")
+    updated_at = models.DateTimeField(null=True, blank=True, help_text="When its limit last changed.")
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.running}/{self.concurrency})"
+
+
+class QueueChange(models.Model):
+    """The audit history of queue settings: who changed what, when and why."""
+
+    queue = models.CharField(max_length=100)
+    actor = models.CharField(max_length=200)
+    reason = models.CharField(max_length=500, blank=True, default="")
+    changes = models.JSONField(help_text="The settings changed: {name: [before, after]}.")
+    at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["-at"]
+        indexes = [models.Index(fields=["queue", "-at"], name="queue_change_history")]
+
+    def __str__(self) -> str:
+        return f"{self.queue} changed by {self.actor} at {self.at}"
 
 
 class RemovedTask(models.Model):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import threading
 from collections import Counter
 from datetime import timedelta
 
@@ -19,11 +20,11 @@ from django.db import DatabaseError, connections
 from django.forms.models import model_to_dict
 from django.utils import timezone
 
-from board.engine import contract, errors, selectors, stores, transitions
+from board.engine import contract, errors, flow, selectors, stores, transitions
 from board.engine.contract import DjangoBoard
 from board.engine.lifecycle import Stage
 from board.engine.transitions import TaskSpec
-from board.models import Task, TaskEvent
+from board.models import ConcurrencyKey, Queue, QueueChange, Task, TaskEvent
 from tests import process_racer
 from tests.support import (
     database_url,
@@ -676,6 +677,189 @@ class BoardContract:
         r = transitions.resume("p", "second", TTL, using=self.alias)
         assert r.task.checkpoint == {"page": 7} and r.task.owner == "second" and r.task.attempts == 1
         transitions.complete("p", r.lease.token, {"pages": 9}, using=self.alias)
+
+    # -- flow control: queue limits, concurrency keys, the brake (board.engine.flow) -------------
+
+    def running_in(self, queue: str) -> tuple[int, int]:
+        """(RUNNING tasks of the queue, the queue row's count)."""
+        return (Task.objects.using(self.alias).filter(queue=queue, stage=Stage.RUNNING).count(),
+                Queue.objects.using(self.alias).get(name=queue).running)
+
+    def claim_next(self, agent: str = "agent", queue: str | None = None):
+        return transitions.claim_next(agent, TTL, queue=queue, using=self.alias)
+
+    def test_a_queue_limit_caps_running_and_the_next_eligible_task_is_taken_instead(self):
+        flow.change_queue("capped", concurrency=2, actor="op", using=self.alias)
+        for n in range(4):
+            self.new(f"capped-{n}", queue="capped", priority=10)
+        self.new("free-0", queue="free")
+        taken = [self.claim_next() for _ in range(4)]
+        assert [c.task.pk if c else None for c in taken] == ["capped-0", "capped-1", "free-0", None]
+        assert self.running_in("capped") == (2, 2)
+        with pytest.raises(errors.Blocked) as refused:
+            self.claim("capped-2")
+        assert refused.value.details["waiting"] == "queue capped is at its limit 2/2"
+        assert self.stage("capped-2") == Stage.QUEUED
+        transitions.complete("capped-0", taken[0].lease.token, {}, using=self.alias)
+        assert self.claim_next().task.pk == "capped-2"
+        assert self.running_in("capped") == (2, 2)
+
+    def test_a_concurrency_key_caps_running_tasks_across_queues(self):
+        self.new("repo-a", queue="q1", concurrency_key="repo:acme/web")
+        self.new("repo-b", queue="q2", concurrency_key="repo:acme/web")
+        self.new("other", queue="q2", concurrency_key="repo:acme/api", concurrency_limit=2)
+        first = self.claim_next()
+        assert first.task.pk == "repo-a"
+        assert self.claim_next().task.pk == "other"
+        assert self.claim_next() is None
+        with pytest.raises(errors.Blocked) as refused:
+            self.claim("repo-b")
+        assert refused.value.details["waiting"] == "repo:acme/web is at its limit 1/1"
+        transitions.release("repo-a", first.lease.token, using=self.alias)
+        assert self.claim_next().task.pk == "repo-a"  # older than repo-b, and its key has room again
+        keys = dict(ConcurrencyKey.objects.using(self.alias).values_list("name", "running"))
+        assert keys == {"repo:acme/web": 1, "repo:acme/api": 1}
+        assert ConcurrencyKey.objects.using(self.alias).get(name="repo:acme/api").concurrency == 2
+
+    def test_every_way_out_of_running_gives_its_slot_back(self):
+        flow.change_queue("one", concurrency=1, actor="op", using=self.alias)
+        for n in range(8):
+            self.new(f"one-{n}", queue="one", max_retries=5)
+        exits = {
+            "complete": lambda c: transitions.complete(c.task.pk, c.lease.token, {}, using=self.alias),
+            "fail": lambda c: transitions.fail(c.task.pk, c.lease.token, "boom", using=self.alias),
+            "release": lambda c: transitions.release(c.task.pk, c.lease.token, using=self.alias),
+            "pause": lambda c: transitions.pause(c.task.pk, c.lease.token, {"at": 1}, using=self.alias),
+            "cancel": lambda c: transitions.cancel(c.task.pk, actor="op", using=self.alias),
+            "force_release": lambda c: transitions.force_release(c.task.pk, actor="op", using=self.alias),
+            "force_pause": lambda c: transitions.force_pause(c.task.pk, actor="op", using=self.alias),
+            "reap": lambda c: (expire_lease(c.task.pk, self.alias),
+                               transitions.reclaim_expired(task_ids=[c.task.pk], using=self.alias)),
+        }
+        for way, leave in exits.items():
+            held = self.claim_next(queue="one")
+            assert held is not None, f"no slot after {way}'s predecessor"
+            assert self.running_in("one") == (1, 1)
+            assert self.claim_next(queue="one") is None, way
+            leave(held)
+            assert self.running_in("one") == (0, 0), way
+        paused = list(Task.objects.using(self.alias).filter(queue="one", stage=Stage.PAUSED).values_list("pk", flat=True))
+        resumed = transitions.resume(paused[0], "agent", TTL, using=self.alias)  # a resume takes a slot too
+        assert self.running_in("one") == (1, 1)
+        with pytest.raises(errors.Blocked):
+            transitions.resume(paused[1], "agent", TTL, using=self.alias)
+        transitions.complete(resumed.task.pk, resumed.lease.token, {}, using=self.alias)
+        assert self.running_in("one") == (0, 0)
+
+    def test_a_paused_queue_takes_no_claim_while_its_leases_go_on(self):
+        self.new("held", queue="brake")
+        self.new("waiting", queue="brake")
+        held = self.claim_next()
+        flow.change_queue("brake", paused=True, actor="op", reason="provider outage", using=self.alias)
+        assert self.claim_next() is None
+        with pytest.raises(errors.Blocked) as refused:
+            self.claim("waiting")
+        assert refused.value.details["waiting"] == "queue brake is paused"
+        renewed = transitions.renew("held", held.lease.token, TTL, using=self.alias)
+        transitions.complete("held", renewed.lease.token, {}, using=self.alias)
+        assert self.stage("waiting") == Stage.QUEUED
+        queue = Queue.objects.using(self.alias).get(name="brake")
+        assert (queue.paused, queue.paused_by, queue.paused_reason) == (True, "op", "provider outage")
+        flow.change_queue("brake", paused=False, actor="op2", using=self.alias)
+        assert self.claim_next().task.pk == "waiting"
+        history = list(QueueChange.objects.using(self.alias).filter(queue="brake").order_by("at", "pk")
+                       .values_list("actor", "reason", "changes"))
+        assert history == [("op", "provider outage", {"paused": [False, True]}), ("op2", "", {"paused": [True, False]})]
+
+    def test_bad_flow_settings_are_refused_and_change_nothing(self):
+        flow.change_queue("kept", concurrency=3, actor="op", using=self.alias)
+        before = db_state(self.alias), list(Queue.objects.using(self.alias).values_list())
+        for settings_ in ({"concurrency": 0}, {"concurrency": -1}, {"concurrency": "2"}, {"concurrency": True},
+                          {"concurrency": 10_001}, {"paused": "yes"}, {"reason": "x" * 501}):
+            with pytest.raises(errors.InvalidRequest):
+                flow.change_queue("kept", actor="op", using=self.alias, **settings_)
+        for fields in ({"concurrency_key": ""}, {"concurrency_key": "k" * 201}, {"concurrency_key": "a\nb"},
+                       {"concurrency_key": "k", "concurrency_limit": 0}, {"concurrency_limit": 2}):
+            with pytest.raises(errors.InvalidRequest):
+                self.new("refused", **fields)
+        assert (db_state(self.alias), list(Queue.objects.using(self.alias).values_list())) == before
+        assert not ConcurrencyKey.objects.using(self.alias).exists()
+
+    def test_check_reports_a_drifted_count_and_running_over_a_limit(self):
+        flow.change_queue("watched", concurrency=1, actor="op", using=self.alias)
+        self.new("w-0", queue="watched")
+        self.new("w-1", queue="watched")
+        first = self.claim_next()
+        queues = Queue.objects.using(self.alias).filter(name="watched")
+        queues.update(running=0)  # a count written behind the engine's back
+        assert [(p.task, p.code) for p in selectors.problems(using=self.alias)] == [
+            ("queue:watched", "running_count_drift")]
+        second = self.claim_next()  # the count let it through: two run under a limit of one
+        assert second is not None
+        assert [(p.task, p.code) for p in selectors.problems(using=self.alias)] == [
+            ("queue:watched", "over_concurrency"), ("queue:watched", "running_count_drift")]
+        queues.update(running=2, concurrency=1, updated_at=timezone.now())  # lowered while two run: no breach
+        assert selectors.problems(using=self.alias) == []
+        for claim in (first, second):
+            transitions.complete(claim.task.pk, claim.lease.token, {}, using=self.alias)
+
+    def test_16_claimers_never_run_more_than_the_queue_limit_over_200_rounds(self):
+        self._race_a_limit(queue_limit=3, key=None)
+
+    def test_16_claimers_never_run_two_tasks_of_one_concurrency_key_over_200_rounds(self):
+        self._race_a_limit(queue_limit=None, key="branch:main")
+
+    def _race_a_limit(self, *, queue_limit: int | None, key: str | None) -> None:
+        """16 claimers released together each round take exactly the limit's worth of tasks,
+        and an observer reading all along never sees more RUNNING than the limit, nor a count
+        that disagrees with the tasks (one consistent read each time)."""
+        limit = queue_limit or 1
+        if queue_limit is not None:
+            flow.change_queue("raced", concurrency=queue_limit, actor="op", using=self.alias)
+        made = 0
+
+        def top_up(n: int) -> None:
+            nonlocal made
+            transitions.create([TaskSpec(id=f"raced-{made + i}", title="r", queue=f"raced{'' if key is None else i % 2}",
+                                         concurrency_key=key) for i in range(n)], using=self.alias)
+            made += n
+
+        top_up(RACERS)
+        stop, seen = threading.Event(), {"max": 0, "reads": 0, "problems": []}
+
+        def observe() -> None:
+            try:
+                while not stop.is_set():
+                    with stores.store(self.alias).read_transaction():
+                        running = Task.objects.using(self.alias).filter(stage=Stage.RUNNING).count()
+                        found = selectors.flow_problems(using=self.alias)
+                    seen["max"], seen["reads"] = max(seen["max"], running), seen["reads"] + 1
+                    seen["problems"] += found
+                    stop.wait(0.002)  # paced, not to starve the claimers of the GIL; never a condition
+            except BaseException as exc:  # a fault of the observer fails the test, never passes it
+                seen["problems"].append(exc)
+            finally:
+                connections[self.alias].close()
+
+        observer = threading.Thread(target=observe)
+        observer.start()
+        try:
+            for n in range(self.rounds):
+                results = race([lambda i=i: transitions.claim_next(f"agent-{i}", TTL, using=self.alias)
+                                for i in range(RACERS)], self.alias)
+                faults = [r for r in results if isinstance(r, BaseException)]
+                assert not faults, f"round {n}: {faults[:3]}"
+                won = [r for r in results if r is not None]
+                assert len(won) == limit, f"round {n}: {len(won)} claimers won; the limit is {limit}"
+                for claim in won:
+                    transitions.complete(claim.task.pk, claim.lease.token, {}, using=self.alias)
+                top_up(len(won))
+        finally:
+            stop.set()
+            observer.join()
+        assert seen["problems"] == [] and seen["reads"] > 0
+        assert seen["max"] <= limit
+        assert Task.objects.using(self.alias).filter(stage=Stage.COMPLETED).count() == self.rounds * limit
 
 
 # -- the backends -------------------------------------------------------------------------------

@@ -165,16 +165,18 @@ def test_the_hot_verbs_send_one_statement_each_and_read_nothing_first(alias):
     done, complete_sql = _statements(alias, lambda: transitions.complete("lean", claim.lease.token, {}, using=alias))
     assert (claim.task.pk, renewed.task.version, done.stage) == ("lean", 2, Stage.COMPLETED)
     if connections[alias].vendor == "sqlite":
-        # write_transaction's BEGIN IMMEDIATE and COMMIT around the move and its history row
-        assert [s.split()[0] for s in claim_sql] == ["BEGIN", "UPDATE", "INSERT", "COMMIT"]
+        # write_transaction's BEGIN IMMEDIATE and COMMIT around the move, its history row and
+        # (claim and complete) the task's queue slot (board.engine.flow; no concurrency key here)
+        assert [s.split()[0] for s in claim_sql] == ["BEGIN", "UPDATE", "INSERT", "UPDATE", "COMMIT"]
         assert [s.split()[0] for s in renew_sql] == ["BEGIN", "UPDATE", "INSERT", "COMMIT"]
-        assert [s.split()[0] for s in complete_sql] == ["BEGIN", "INSERT", "UPDATE", "COMMIT"]
+        assert [s.split()[0] for s in complete_sql] == ["BEGIN", "INSERT", "UPDATE", "UPDATE", "COMMIT"]
+        assert "board_queue" in claim_sql[3] and "board_queue" in complete_sql[3]
     else:
         # one statement, committed by itself: no BEGIN, no COMMIT
         for sql in (claim_sql, renew_sql, complete_sql):
             assert len(sql) == 1 and sql[0].startswith("WITH"), sql
     for sql in claim_sql + renew_sql + complete_sql:
-        assert "RETURNING" in sql or sql.startswith(("BEGIN", "COMMIT", "INSERT"))
+        assert "RETURNING" in sql or sql.startswith(("BEGIN", "COMMIT", "INSERT", "UPDATE board_queue"))
         assert "board_dependency" not in sql  # no dependents: nobody looks for them
 
 

@@ -33,6 +33,8 @@ SECRET_COLUMNS: dict[tuple[str, str], str] = {
 HARMLESS_COLUMNS: dict[tuple[str, str], str] = {
     ("board.AgentKey", "prefix"): "the key's label and first 6 of its 43 random characters, shown in the "
                                   "key list on purpose to tell keys apart; the rest stays unguessable",
+    ("board.Task", "concurrency_key"): "a label chosen by the task's creator (e.g. repo:acme/web) that tasks "
+                                       "share to be limited together (board.engine.flow); it grants nothing",
 }
 
 # A field name with one of these in it is declared above, one way or the other.

@@ -43,6 +43,13 @@ ALL_CODES = (
 )  # fmt: skip
 
 
+# Flow control's (board.engine.flow), over the queues' and concurrency keys' rows: `check_limits`.
+# Their problems name the limited thing ("queue:NAME", "key:NAME") where the others name a task.
+OVER_CONCURRENCY = "over_concurrency"  # more RUNNING than the limit, and one of them started under it
+RUNNING_COUNT_DRIFT = "running_count_drift"  # the row's running count is not its RUNNING tasks
+FLOW_CODES = (OVER_CONCURRENCY, RUNNING_COUNT_DRIFT)
+
+
 # Stages a task can only reach through a claim, hence only once its dependencies completed
 # (dependencies never leave COMPLETED, so one unfinished now means it was claimed too early).
 CLAIMED_AT_LEAST_ONCE = frozenset({Stage.RUNNING, Stage.PAUSED, Stage.COMPLETED, Stage.FAILED})
@@ -240,3 +247,50 @@ def tasks_on_cycles(edges: Iterable[tuple[str, str]]) -> set[str]:
                 parent = work[-1][0]
                 low[parent] = min(low[parent], low[node])
     return on_cycle
+
+
+# ---------------------------------------------------------------------------------------------
+# Flow control
+
+
+@dataclass(frozen=True)
+class LimitSnapshot:
+    """A queue's or a concurrency key's row as check_limits reads it: `kind` "queue" or "key",
+    its limit (None: none), its running count, and when its limit last changed."""
+
+    kind: str
+    name: str
+    concurrency: int | None
+    running: int
+    changed_at: datetime | None = None
+
+
+def check_limits(limits: Iterable[LimitSnapshot],
+                 running: Iterable[tuple[str, str | None, datetime | None]]) -> list[Problem]:
+    """The flow-control problems of one consistent snapshot: `limits` (every queue and key row)
+    and `running` (each RUNNING task's queue, concurrency key and when it started running).
+
+    A limit lowered below the running count is not broken by the tasks already running: they
+    finish, and no claim starts until there is room. So over_concurrency is reported only when
+    a task started after the limit last changed: such a claim found room, so the count could
+    only have grown past the limit by a claim the limit should have refused."""
+    queues: dict[str, list[datetime | None]] = defaultdict(list)
+    keys: dict[str, list[datetime | None]] = defaultdict(list)
+    for queue, key, started in running:
+        queues[queue].append(started)
+        if key is not None:
+            keys[key].append(started)
+    problems = []
+    for limit in limits:
+        starts = (queues if limit.kind == "queue" else keys).get(limit.name, [])
+        name = f"{limit.kind}:{limit.name}"
+        if limit.running != len(starts):
+            problems.append(Problem(name, RUNNING_COUNT_DRIFT,
+                                    f"{limit.kind} {limit.name} counts {limit.running} running; {len(starts)} are"))
+        since = limit.changed_at
+        if limit.concurrency is not None and len(starts) > limit.concurrency and (
+                since is None or any(started is None or started > since for started in starts)):
+            problems.append(Problem(name, OVER_CONCURRENCY,
+                                    f"{len(starts)} tasks of {limit.kind} {limit.name} are running; "
+                                    f"its limit is {limit.concurrency}"))
+    return sorted(problems)

@@ -42,6 +42,10 @@ MAX_TOKEN_CHARS = 100  # a lease token is 43; a longer one cannot match
 MAX_REQUEST_ID_CHARS = 64  # a claim's request_id (board.engine.claim_requests)
 MAX_CURSOR_CHARS = 1000  # the API's own cursors are under 200
 
+# --- flow control (board.engine.flow)
+MAX_CONCURRENCY = 10_000  # a queue's or a concurrency key's limit: 1 to this
+MAX_CONCURRENCY_KEY_CHARS = 200  # a task's concurrency_key: 1 to this, printable
+
 # --- JSON values: payload, result and checkpoint
 # Each at most this many bytes as compact JSON (a task's row, its history and every card of it
 # stay small enough to read and send whole) ...

@@ -26,14 +26,16 @@ from board.engine.invariants import (
     CLAIMED_AT_LEAST_ONCE,
     DEP_CYCLE,
     WAITING,
+    LimitSnapshot,
     Problem,
     TaskSnapshot,
     check,
+    check_limits,
     cycle_problem,
     tasks_on_cycles,
 )
 from board.engine.lifecycle import DEAD_ENDS, LEASED, Stage
-from board.models import Dependency, Task, TaskEvent
+from board.models import ConcurrencyKey, Dependency, Queue, Task, TaskEvent
 
 _CHUNK = 2000  # rows fetched at a time when streaming
 
@@ -257,7 +259,10 @@ def problems(*, now: datetime | None = None, using: str = "default") -> list[Pro
     if not store(using).speaks_sql:
         # A store without SQL (MongoDB): check() of the whole snapshot, which this is defined
         # as. Slower on a big board (every task is read), exact on any.
-        return sorted(check(snapshot(using=using), now))
+        with store(using).read_transaction():
+            tasks = snapshot(using=using)
+            flow = flow_problems(using=using)
+        return sorted(check(tasks, now) + flow)
     with store(using).read_transaction():
         suspects = _suspects(now, using)
         deps = deps_of(sorted(suspects), using=using)
@@ -266,8 +271,23 @@ def problems(*, now: datetime | None = None, using: str = "default") -> list[Pro
         for start in range(0, len(wanted), _CHUNK):
             rows += _check_rows(Task.objects.using(using).filter(pk__in=wanted[start:start + _CHUNK]))
         on_cycles = _tasks_on_cycles(using)
+        flow = flow_problems(using=using)
     found = [p for p in check(_task_snapshots(rows, deps), now) if p.task in suspects and p.code != DEP_CYCLE]
-    return sorted(found + [cycle_problem(task_id) for task_id in on_cycles])
+    return sorted(found + [cycle_problem(task_id) for task_id in on_cycles] + flow)
+
+
+def flow_problems(*, using: str = "default") -> list[Problem]:
+    """check_limits over the queues' and concurrency keys' rows and the RUNNING tasks, read in
+    the caller's transaction (one snapshot: the counts and the tasks are written together)."""
+    limits = [LimitSnapshot("queue", name, concurrency, running, changed)
+              for name, concurrency, running, changed in Queue.objects.using(using).values_list(
+                  "name", "concurrency", "running", "updated_at")]
+    limits += [LimitSnapshot("key", name, concurrency, running, changed)
+               for name, concurrency, running, changed in ConcurrencyKey.objects.using(using).values_list(
+                   "name", "concurrency", "running", "updated_at")]
+    running = Task.objects.using(using).filter(stage=Stage.RUNNING).values_list(
+        "queue", "concurrency_key", "stage_changed_at")
+    return check_limits(limits, running.iterator(_CHUNK))
 
 
 def _suspects(now: datetime, using: str) -> set[str]:

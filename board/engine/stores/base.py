@@ -163,6 +163,19 @@ class Store:
         """Give new rows of a table whose ids follow commit order their ids, where the store
         has no auto-increment (MongoDB). Nothing here."""
 
+    def insert_missing(self, model, rows: Sequence) -> None:
+        """Inside a write transaction: insert those of `rows` whose primary key is not taken,
+        leaving existing rows as they are (two transactions inserting one key: both succeed, one
+        row). SQL: INSERT ... ON CONFLICT DO NOTHING."""
+        if not rows:
+            return
+        if self.connection.features.supports_ignore_conflicts:
+            model.objects.using(self.using).bulk_create(rows, ignore_conflicts=True)
+            return
+        taken = set(model.objects.using(self.using).filter(pk__in=[row.pk for row in rows])
+                    .values_list("pk", flat=True))
+        model.objects.using(self.using).bulk_create([row for row in rows if row.pk not in taken])
+
     def skip_locked(self, rows: QuerySet) -> QuerySet:
         """`rows` to be locked by the write transaction that reads them, skipping the rows other
         transactions have locked, where the store can: claimers racing for the best ready task

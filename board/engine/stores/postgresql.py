@@ -20,7 +20,11 @@ from django.db.models.functions import Now
 from board.engine.scopes import as_like
 from board.engine.stores.base import DirectCommitHooks, Store, in_statements
 from board.engine.stores.statements import (
+    LIMIT_FILLED,
     COLUMNS,
+    CONCURRENCY_KEY,
+    OPEN_FOR_CLAIMS,
+    QUEUE,
     EVENT,
     EVENT_COLUMNS,
     KEY,
@@ -36,6 +40,7 @@ from board.engine.stores.statements import (
 )
 
 NOW = "statement_timestamp()"
+M_COLUMNS = ", ".join(f"m.{column}" for column in COLUMNS.split(", "))
 _KEY_LOOKUP = KEY_LOOKUP.format(now=NOW)
 
 
@@ -106,19 +111,45 @@ _KEY_IS_LIVE = (f"(%(key_hash)s::text IS NULL OR EXISTS (SELECT 1 FROM {KEY} AS 
                 " WHERE k.key_hash = %(key_hash)s AND k.name = %(agent)s"
                 " AND (k.revoked_at IS NULL OR k.revoked_at > statement_timestamp())))")
 
-# claim_next: QUEUED -> RUNNING. `picked` locks the best ready task (QUEUED, past any backoff;
-# priority, age, id) with FOR UPDATE SKIP LOCKED, so concurrent claimers take different tasks
-# instead of queueing on one row; the UPDATE is the CAS on that task's id, stage and version.
-# Sets a new lease (owner, token hash, expiry = the database's clock + ttl, the claim request
-# or NULL), fence + 1, attempts + 1, clears the backoff, version + 1; `history` records it.
+# claim_next: QUEUED -> RUNNING. `picked` locks the best ready task (QUEUED, past any backoff,
+# its queue and concurrency key open as the counts read: OPEN_FOR_CLAIMS; priority, age, id) with
+# FOR UPDATE SKIP LOCKED, so concurrent claimers take different tasks instead of queueing on one
+# row. Flow control (board.engine.flow): `queue_slot` and `key_slot` lock the task's queue and
+# key rows only while they still have room (a row another claimer holds is waited for, then its
+# WHERE is checked again on the row as that claimer left it: READ COMMITTED's re-check); the
+# task is `allowed` when both have room (or have no row: no limit), and only then are the slots
+# taken and the task moved. A pick refused by a limit that filled meanwhile writes nothing and
+# answers its row with `picks.n` = 1 and no task: the caller runs it again, and the pick then
+# leaves that queue out. Locks are always taken task, queue, key, as every other move takes them.
+# The UPDATE is the CAS on the task's id, stage and version. Sets a new lease (owner, token hash,
+# expiry = the database's clock + ttl, the claim request or NULL), fence + 1, attempts + 1,
+# clears the backoff, version + 1; `history` records it.
 _PG_CLAIM_NEXT = f"""
 WITH picked AS MATERIALIZED (
-    SELECT id, version FROM {TASK}
-    WHERE stage = 'QUEUED' AND (not_before IS NULL OR not_before <= statement_timestamp()){{queue}}
-      AND {_KEY_IS_LIVE}
-    ORDER BY priority DESC, created_at, id
+    SELECT t.id, t.version, t.queue, t.concurrency_key FROM {TASK} AS t
+    WHERE t.stage = 'QUEUED' AND (t.not_before IS NULL OR t.not_before <= statement_timestamp()){{queue}}
+      AND {OPEN_FOR_CLAIMS} AND {_KEY_IS_LIVE}
+    ORDER BY t.priority DESC, t.created_at, t.id
     LIMIT 1
-    FOR UPDATE SKIP LOCKED
+    FOR UPDATE OF t SKIP LOCKED
+), queue_slot AS MATERIALIZED (
+    SELECT q.name FROM {QUEUE} AS q JOIN picked ON q.name = picked.queue
+    WHERE NOT q.paused AND (q.concurrency IS NULL OR q.running < q.concurrency)
+    FOR UPDATE OF q
+), key_slot AS MATERIALIZED (
+    SELECT k.name FROM {CONCURRENCY_KEY} AS k JOIN picked ON k.name = picked.concurrency_key
+    WHERE k.running < k.concurrency
+    FOR UPDATE OF k
+), allowed AS MATERIALIZED (
+    SELECT picked.* FROM picked
+    WHERE (EXISTS (SELECT 1 FROM queue_slot)
+           OR NOT EXISTS (SELECT 1 FROM {QUEUE} AS q WHERE q.name = picked.queue))
+      AND (picked.concurrency_key IS NULL OR EXISTS (SELECT 1 FROM key_slot)
+           OR NOT EXISTS (SELECT 1 FROM {CONCURRENCY_KEY} AS k WHERE k.name = picked.concurrency_key))
+), queue_taken AS (
+    UPDATE {QUEUE} AS q SET running = q.running + 1 FROM allowed WHERE q.name = allowed.queue
+), key_taken AS (
+    UPDATE {CONCURRENCY_KEY} AS k SET running = k.running + 1 FROM allowed WHERE k.name = allowed.concurrency_key
 ), moved AS (
     UPDATE {TASK} AS t
     SET stage = 'RUNNING', version = t.version + 1, owner = %(agent)s,
@@ -126,14 +157,14 @@ WITH picked AS MATERIALIZED (
         lease_expires_at = statement_timestamp() + %(ttl)s, claim_request_hash = %(request_hash)s,
         claim_token_seed = %(seed)s, not_before = NULL, attempts = t.attempts + 1,
         updated_at = statement_timestamp(), stage_changed_at = statement_timestamp()
-    FROM picked
-    WHERE t.id = picked.id AND t.stage = 'QUEUED' AND t.version = picked.version
+    FROM allowed
+    WHERE t.id = allowed.id AND t.stage = 'QUEUED' AND t.version = allowed.version
     RETURNING {T_COLUMNS}
 ), history AS (
     INSERT INTO {EVENT} ({EVENT_COLUMNS})
     SELECT id, 'claim', 'QUEUED', 'RUNNING', version, fence, owner, updated_at, NULL FROM moved
 )
-SELECT {COLUMNS} FROM moved
+SELECT {M_COLUMNS}, picks.n FROM (SELECT count(*) AS n FROM picked) AS picks LEFT JOIN moved AS m ON true
 """
 PG_CLAIM_NEXT = _PG_CLAIM_NEXT.format(queue="")
 PG_CLAIM_NEXT_IN_QUEUE = _PG_CLAIM_NEXT.format(queue=" AND queue = %(queue)s")
@@ -168,6 +199,7 @@ SELECT {COLUMNS} FROM moved
 # the UPDATE clears it. The UPDATE is the CAS on the same guard: stores the result, ends the
 # lease (owner, hash, expiry, claim request cleared; fence kept), version + 1. A lease that
 # expired but was not taken over still completes: the token proves nobody else holds the task.
+# The task's queue and concurrency key get their slots back (board.engine.flow).
 PG_COMPLETE = f"""
 WITH held AS MATERIALIZED (
     SELECT id, owner FROM {TASK}
@@ -186,6 +218,11 @@ WITH held AS MATERIALIZED (
 ), history AS (
     INSERT INTO {EVENT} ({EVENT_COLUMNS})
     SELECT id, 'complete', 'RUNNING', 'COMPLETED', version, fence, held_by, updated_at, NULL FROM moved
+), queue_given AS (
+    UPDATE {QUEUE} AS q SET running = q.running - 1 FROM moved WHERE q.name = moved.queue AND q.running > 0
+), key_given AS (
+    UPDATE {CONCURRENCY_KEY} AS k SET running = k.running - 1 FROM moved
+    WHERE k.name = moved.concurrency_key AND k.running > 0
 )
 SELECT {COLUMNS} FROM moved
 """
@@ -307,9 +344,9 @@ class PostgresStatements(Statements):
             row = self._one(PG_CLAIM_NEXT_IN_SCOPE, params)
         else:
             row = self._one(PG_CLAIM_NEXT, params)
-        if row is None:
-            return None
-        return Written(row, ((NOT_BEFORE, None),), self._converters["claim"])
+        if row[0] is None:  # no task moved: none ready (picks 0), or a limit filled meanwhile
+            return None if row[-1] == 0 else LIMIT_FILLED
+        return Written(row[:-1], ((NOT_BEFORE, None),), self._converters["claim"])
 
     def renew(self, task_id: str, token_hash: str, agent: str | None, ttl: timedelta,
               checkpoint: Any, progress: float | None, key_hash: str | None = None) -> Written | None:

@@ -33,6 +33,11 @@ from board.engine.scopes import as_glob
 from board.engine.stores.base import DirectCommitHooks, Store, in_statements, process_lock
 from board.engine.stores.statements import (
     COLUMNS,
+    CONCURRENCY_KEY,
+    CONCURRENCY_KEY_NAME,
+    OPEN_FOR_CLAIMS,
+    QUEUE,
+    QUEUE_NAME,
     EVENT,
     EVENT_COLUMNS,
     FENCE,
@@ -161,7 +166,10 @@ _KEY_IS_LIVE = (f"(? IS NULL OR EXISTS (SELECT 1 FROM {KEY} WHERE key_hash = ? A
 # retry backoff; highest priority, then oldest, then id, as selectors.ready_tasks orders them)
 # and the outer WHERE is the CAS on that task's (id, version) and stage. Sets a new lease (owner,
 # token hash, expiry, and the claim request when there is one, else NULL), raises fence and
-# attempts by one, clears the backoff, version + 1.
+# attempts by one, clears the backoff, version + 1. Flow control: the pick leaves out tasks whose
+# queue is paused or full or whose concurrency key is full (OPEN_FOR_CLAIMS); the claimed task's
+# slots are then taken by SQLITE_TAKE_SLOTS in the same transaction, under the only write lock, so
+# the counts the pick read are the counts it updates.
 # Params: agent, token_hash, lease_expires_at, claim_request_hash, claim_token_seed, updated_at,
 # stage_changed_at, now (the backoff bound) [, queue], then the key check's (key_hash, key_hash,
 # agent, now).
@@ -171,8 +179,9 @@ SET stage = 'RUNNING', version = version + 1, owner = %s, lease_token_hash = %s,
     fence = fence + 1, lease_expires_at = %s, claim_request_hash = %s, claim_token_seed = %s,
     not_before = NULL, attempts = attempts + 1, updated_at = %s, stage_changed_at = %s
 WHERE (id, version) = (
-        SELECT id, version FROM {TASK}
+        SELECT id, version FROM {TASK} AS t
         WHERE stage = 'QUEUED' AND (not_before IS NULL OR not_before <= %s){{queue}}
+          AND {OPEN_FOR_CLAIMS}
         ORDER BY priority DESC, created_at, id
         LIMIT 1)
   AND stage = 'QUEUED' AND {_KEY_IS_LIVE}
@@ -231,6 +240,14 @@ WHERE id = %s AND stage = 'RUNNING' AND lease_token_hash = %s
 RETURNING {COLUMNS}
 """
 
+# Flow control (board.engine.flow): the claimed task takes a slot of its queue and key (the pick
+# saw room under the same write lock); the completed task gives them back. Params: queue,
+# concurrency_key (NULL: no key).
+SQLITE_TAKE_SLOTS = (f"UPDATE {QUEUE} SET running = running + 1 WHERE name = %s",
+                     f"UPDATE {CONCURRENCY_KEY} SET running = running + 1 WHERE name = %s")
+SQLITE_GIVE_BACK_SLOTS = (f"UPDATE {QUEUE} SET running = running - 1 WHERE name = %s AND running > 0",
+                          f"UPDATE {CONCURRENCY_KEY} SET running = running - 1 WHERE name = %s AND running > 0")
+
 # The history row of a move whose values the caller already has (claim_next, renew).
 # Params: task_id, verb, from_stage, to_stage, version, fence, actor, at.
 SQLITE_HISTORY = f"INSERT INTO {EVENT} ({EVENT_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, NULL)"
@@ -239,7 +256,8 @@ SQLITE_HISTORY = f"INSERT INTO {EVENT} ({EVENT_COLUMNS}) VALUES (%s, %s, %s, %s,
 _QMARK = {
     statement: statement.replace("%s", "?")
     for statement in (SQLITE_CLAIM_NEXT, SQLITE_CLAIM_NEXT_IN_QUEUE, SQLITE_CLAIM_NEXT_IN_SCOPE, SQLITE_RENEW,
-                      SQLITE_COMPLETE_HISTORY, SQLITE_COMPLETE, SQLITE_HISTORY)
+                      SQLITE_COMPLETE_HISTORY, SQLITE_COMPLETE, SQLITE_HISTORY,
+                      *SQLITE_TAKE_SLOTS, *SQLITE_GIVE_BACK_SLOTS)
 }
 
 
@@ -312,6 +330,7 @@ class SQLiteStatements(Statements):
                 return None
             row = rows[0]
             execute(SQLITE_HISTORY, (row[ID], "claim", "QUEUED", "RUNNING", row[VERSION], row[FENCE], agent, at))
+            _move_slots(execute, SQLITE_TAKE_SLOTS, row)
         return Written(row, ((LEASE_EXPIRES_AT, until), (NOT_BEFORE, None), (UPDATED_AT, now),
                              (STAGE_CHANGED_AT, now)), self._converters["claim"])
 
@@ -345,10 +364,19 @@ class SQLiteStatements(Statements):
             if execute(SQLITE_COMPLETE_HISTORY, history).rowcount != 1:
                 return None
             rows = execute(SQLITE_COMPLETE, (result, at, at, task_id, token_hash)).fetchall()
-        if not rows:  # cannot happen under the write lock; never leave the history row alone
-            raise RuntimeError(f"complete of {task_id}: history written but the task did not match")
+            if not rows:  # cannot happen under the write lock; never leave the history row alone
+                raise RuntimeError(f"complete of {task_id}: history written but the task did not match")
+            _move_slots(execute, SQLITE_GIVE_BACK_SLOTS, rows[0])
         return Written(rows[0], ((LEASE_EXPIRES_AT, None), (UPDATED_AT, now), (STAGE_CHANGED_AT, now)),
                        self._converters["complete"])
+
+
+def _move_slots(execute, statements: tuple[str, str], row: tuple) -> None:
+    """Take or give back the slots of a task's queue and concurrency key (flow control)."""
+    queue_statement, key_statement = statements
+    execute(queue_statement, (row[QUEUE_NAME],))
+    if row[CONCURRENCY_KEY_NAME] is not None:
+        execute(key_statement, (row[CONCURRENCY_KEY_NAME],))
 
 
 # ---------------------------------------------------------------------------------------------

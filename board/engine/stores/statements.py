@@ -22,17 +22,20 @@ from typing import Any, NamedTuple
 from django.conf import settings
 from django.db import connections
 
-from board.models import AgentKey, Task, TaskEvent
+from board.models import AgentKey, ConcurrencyKey, Queue, Task, TaskEvent
 
 TASK = Task._meta.db_table
 EVENT = TaskEvent._meta.db_table
 KEY = AgentKey._meta.db_table
+QUEUE = Queue._meta.db_table
+CONCURRENCY_KEY = ConcurrencyKey._meta.db_table
 _FIELDS = Task._meta.concrete_fields
 _ATTNAMES = [f.attname for f in _FIELDS]
 # Every column of a task, in the model's field order: what RETURNING gives back.
 COLUMNS = ", ".join(f.column for f in _FIELDS)
 T_COLUMNS = ", ".join(f"t.{f.column}" for f in _FIELDS)
 ID, VERSION, FENCE, OWNER = (_ATTNAMES.index(name) for name in ("id", "version", "fence", "owner"))
+QUEUE_NAME, CONCURRENCY_KEY_NAME = (_ATTNAMES.index(name) for name in ("queue", "concurrency_key"))
 LEASE_EXPIRES_AT, NOT_BEFORE, UPDATED_AT, STAGE_CHANGED_AT = (
     _ATTNAMES.index(name) for name in ("lease_expires_at", "not_before", "updated_at", "stage_changed_at"))
 EVENT_COLUMNS = "task_id, verb, from_stage, to_stage, version, fence, actor, at, detail"
@@ -45,6 +48,14 @@ KEY_LOOKUP = (f"SELECT {', '.join(AgentKey._meta.get_field(f).column for f in KE
 
 _LAST_USED = AgentKey._meta.get_field("last_used_at").get_col(KEY)
 
+# Flow control (board.engine.flow), in the pick of claim_next: a task is a candidate only when
+# its queue is not paused and below its limit, and its concurrency key (if any) below its
+# limit, as the counts read. `t` is the task table's name in the pick.
+OPEN_FOR_CLAIMS = (f"NOT EXISTS (SELECT 1 FROM {QUEUE} AS q WHERE q.name = t.queue"
+                   " AND (q.paused OR q.running >= q.concurrency))"
+                   f" AND (t.concurrency_key IS NULL OR NOT EXISTS (SELECT 1 FROM {CONCURRENCY_KEY} AS k"
+                   " WHERE k.name = t.concurrency_key AND k.running >= k.concurrency))")
+
 MODES = ("auto", "orm")
 
 
@@ -54,6 +65,11 @@ def mode() -> str:
     if value not in MODES:
         raise ValueError(f"TASKFLOW HOT_PATH must be one of {', '.join(MODES)}, not {value!r}")
     return value
+
+# What claim_next answers when it picked a task but a limit filled before it could take its
+# slot (PostgreSQL, where claimers run side by side): nothing was written; run it again.
+LIMIT_FILLED: Any = type("LimitFilled", (), {"__repr__": lambda self: "LIMIT_FILLED"})()
+
 
 class Written(NamedTuple):
     """A task row as a hot statement returned it, with the columns written from Python values

@@ -13,8 +13,8 @@ from typing import Any
 
 from django.db.models import F, Q
 
-from board.engine import commits, errors, outcomes
-from board.engine.lifecycle import TERMINAL, Verb, target
+from board.engine import commits, errors, flow, outcomes
+from board.engine.lifecycle import TERMINAL, Stage, Verb, target
 from board.engine.limits import MAX_TTL_SECONDS, MIN_TTL_SECONDS
 from board.models import Task, TaskEvent
 
@@ -114,6 +114,12 @@ def _swap(
     if rows.update(**changes) != 1:
         outcomes.record(using, verb, outcomes.LOST_RACE)
         return False
+    # Flow control (board.engine.flow): a move into RUNNING takes a slot of its queue and key
+    # (or raises AtLimit, rolling this transaction back); a move out of it gives the slot back.
+    if to == Stage.RUNNING and task.stage != Stage.RUNNING:
+        flow.take_slot(using, task)
+    elif task.stage == Stage.RUNNING and to != Stage.RUNNING:
+        flow.give_back_slot(using, task)
     if not pin_version:  # this transaction wrote the row last: it reads its own write
         changes["version"] = Task.objects.using(using).filter(pk=task.pk).values_list("version", flat=True).get()
     new_version = changes["version"]

@@ -9,7 +9,7 @@ from typing import Any
 
 from django.db import IntegrityError, connections, transaction
 
-from board.engine import clock, commits, errors, outcomes, tracing
+from board.engine import clock, commits, errors, flow, outcomes, tracing
 from board.engine.inputs import is_valid_task_id, json_field, unstorable_text
 from board.engine.lifecycle import Stage, Verb
 from board.engine.limits import (
@@ -38,6 +38,10 @@ class TaskSpec:
     deps: Sequence[str] = field(default_factory=tuple)
     hold: bool = False
     max_retries: int = 3
+    # Flow control (board.engine.flow): at most the key's limit of RUNNING tasks share the key;
+    # `concurrency_limit` sets that limit (the latest create naming one says it; a new key: 1).
+    concurrency_key: str | None = None
+    concurrency_limit: int | None = None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -106,6 +110,12 @@ def create(specs: TaskSpec | Sequence[TaskSpec], *, actor: str = "", using: str 
         unknown = sorted(external - dep_stages.keys())
         if unknown:
             raise errors.InvalidRequest(f"unknown dependencies: {', '.join(unknown)}", field="deps", unknown=unknown)
+        keys: dict[str, int | None] = {}
+        for spec in batch:
+            if spec.concurrency_key is not None and (spec.concurrency_limit is not None
+                                                     or spec.concurrency_key not in keys):
+                keys[spec.concurrency_key] = spec.concurrency_limit
+        flow.ensure_rows(using, (spec.queue for spec in batch), keys)
         tasks = []
         for spec in batch:
             ready = not spec.hold and all(dep_stages.get(dep) == Stage.COMPLETED for dep in spec.deps)
@@ -119,6 +129,7 @@ def create(specs: TaskSpec | Sequence[TaskSpec], *, actor: str = "", using: str 
                     priority=spec.priority,
                     hold=spec.hold,
                     max_retries=spec.max_retries,
+                    concurrency_key=spec.concurrency_key,
                     has_deps=bool(spec.deps),
                     has_dependents=spec.id in depended_on,
                     stage=Stage.QUEUED if ready else Stage.PENDING,
@@ -202,6 +213,10 @@ def _validate_spec(spec: TaskSpec) -> None:
     if not isinstance(spec.hold, bool):
         raise errors.InvalidRequest("hold must be true or false", field="hold")
     json_field("payload", spec.payload)
+    flow.concurrency_key(spec.concurrency_key)
+    flow.concurrency_limit(spec.concurrency_limit, "concurrency_limit")
+    if spec.concurrency_limit is not None and spec.concurrency_key is None:
+        raise errors.InvalidRequest("concurrency_limit needs a concurrency_key", field="concurrency_limit")
     deps = list(spec.deps)
     if len(deps) > MAX_DEPENDENCIES:
         raise errors.InvalidRequest(f"at most {MAX_DEPENDENCIES} dependencies", field="deps")

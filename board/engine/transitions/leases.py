@@ -14,6 +14,8 @@ from __future__ import annotations
 import hmac
 import logging
 import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -26,13 +28,14 @@ from board.engine import (
     clock,
     commits,
     errors,
+    flow,
     outcomes,
     scopes,
     selectors,
     tracing,
 )
 from board.engine.claim_requests import ClaimRequest
-from board.engine.stores.statements import Statements
+from board.engine.stores.statements import LIMIT_FILLED, Statements
 from board.engine.stores import retry_conflicts, store
 from board.engine.inputs import agent_name, is_valid_task_id, json_field, unstorable_text
 from board.engine.lifecycle import Stage, Verb, attempts_left, lease_expired, retry_backoff_seconds
@@ -81,7 +84,7 @@ def claim(task_id: str, agent: str, ttl_seconds: float, *, request_id: str | Non
     agent_name(agent)
     request = claim_requests.of(agent, request_id)
     for _ in range(RACE_RETRIES):
-        with store(using).write_transaction():
+        with _limits_refuse(using, task_id), store(using).write_transaction():
             now = clock.now(using)
             task = _get(using, task_id)
             if request is not None:
@@ -94,6 +97,17 @@ def claim(task_id: str, agent: str, ttl_seconds: float, *, request_id: str | Non
                 if won is not None:
                     return won
     raise errors.VersionConflict(f"task {task_id} kept changing; try again")
+
+
+@contextmanager
+def _limits_refuse(using: str, task_id: str) -> Iterator[None]:
+    """Around a move of one named task into RUNNING (claim, resume): its queue paused or at a
+    limit (flow.AtLimit, which rolled the move back) refuses it as Blocked, with the task as it
+    is."""
+    try:
+        yield
+    except flow.AtLimit as refused:
+        raise errors.Blocked(refused.why, task=_get(using, task_id), waiting=refused.why) from None
 
 
 def _admit_dependents(task_id: str, using: str) -> list[str]:
@@ -204,21 +218,32 @@ def claim_next(
     if hot is not None:
         return _hot_claim_next(hot, using, agent, ttl, queue, request, key_hash, scope)
     for _ in range(RACE_RETRIES):
-        with store(using).write_transaction():
-            _require_live_key(using, key_hash, agent)
-            if request is not None:
-                claim_requests.serialise(using, request)
-                made = claim_requests.made_by(using, request, agent)
-                if made is not None:
-                    return _claim_of(*made)
-            now = clock.now(using)
-            task = store(using).skip_locked(selectors.ready_tasks(now, queue, scope=scope, using=using)).first()
-            if task is None:
-                outcomes.record(using, Verb.CLAIM, outcomes.EMPTY)
-                return None
-            won = _take(using, task, Verb.CLAIM, agent, ttl, now, request)
-            if won is not None:
-                return won
+        try:
+            with store(using).write_transaction():
+                _require_live_key(using, key_hash, agent)
+                if request is not None:
+                    claim_requests.serialise(using, request)
+                    made = claim_requests.made_by(using, request, agent)
+                    if made is not None:
+                        return _claim_of(*made)
+                now = clock.now(using)
+                # Queues and keys that take no claim now are left out of the pick; the move's
+                # slot (flow.take_slot) decides, so one that filled meanwhile rolls back.
+                closed_queues, full_keys = flow.closed(using=using)
+                ready = selectors.ready_tasks(now, queue, scope=scope, using=using)
+                if closed_queues:
+                    ready = ready.exclude(queue__in=closed_queues)
+                if full_keys:
+                    ready = ready.exclude(concurrency_key__in=full_keys)
+                task = store(using).skip_locked(ready).first()
+                if task is None:
+                    outcomes.record(using, Verb.CLAIM, outcomes.EMPTY)
+                    return None
+                won = _take(using, task, Verb.CLAIM, agent, ttl, now, request)
+                if won is not None:
+                    return won
+        except flow.AtLimit:
+            outcomes.record(using, Verb.CLAIM, outcomes.LOST_RACE)
     log.warning("claim_next by %s lost %d races in a row", agent, RACE_RETRIES)
     return None
 
@@ -229,25 +254,35 @@ def _hot_claim_next(hot: Statements, using: str, agent: str, ttl: timedelta,
     """claim_next as one statement: pick, CAS and history together, nothing read before. On
     SQLite the pick runs under the write lock; on PostgreSQL it skips rows other claimers have
     locked. So a match count of 0 means no ready task (what the ORM path says after losing
-    every race, too), never a lost race to retry.
+    every race, too), never a lost race to retry; except on PostgreSQL when a queue or
+    concurrency key filled between the pick and its slot (LIMIT_FILLED): the pick runs again.
 
     With a claim request (only then), the statement runs in a write transaction after the
     request is serialised and looked up: a live lease it made is returned instead."""
-    if request is None:
-        token, seed = _mint_token(), None
-        context = hot.transaction()
+    for _ in range(RACE_RETRIES):
+        if request is None:
+            token, seed = _mint_token(), None
+            context = hot.transaction()
+        else:
+            token, seed = request.mint()
+            context = store(using).write_transaction()
+        with context:
+            if request is not None:
+                _require_live_key(using, key_hash, agent)
+                claim_requests.serialise(using, request)
+                made = claim_requests.made_by(using, request, agent)
+                if made is not None:
+                    return _claim_of(*made)
+            row = hot.claim_next(agent, hash_token(token), ttl, queue,
+                                 request.digest if request is not None else None, seed, key_hash, scope)
+        if row is not LIMIT_FILLED:
+            break
+        # A queue or key filled between the pick and its slot (board.engine.flow): nothing was
+        # written; the next pick leaves it out.
+        outcomes.record(using, Verb.CLAIM, outcomes.LOST_RACE)
     else:
-        token, seed = request.mint()
-        context = store(using).write_transaction()
-    with context:
-        if request is not None:
-            _require_live_key(using, key_hash, agent)
-            claim_requests.serialise(using, request)
-            made = claim_requests.made_by(using, request, agent)
-            if made is not None:
-                return _claim_of(*made)
-        row = hot.claim_next(agent, hash_token(token), ttl, queue,
-                             request.digest if request is not None else None, seed, key_hash, scope)
+        log.warning("claim_next by %s lost %d races for a slot in a row", agent, RACE_RETRIES)
+        return None
     if row is None:
         # Nothing was ready, or the key is gone (the statement checks both): say which, out of
         # the transaction (nothing was written; on SQLite it holds the writers' lock).
@@ -267,7 +302,7 @@ def resume(task_id: str, agent: str, ttl_seconds: float, *, using: str = "defaul
     ttl = _ttl(ttl_seconds)
     agent_name(agent)
     for _ in range(RACE_RETRIES):
-        with store(using).write_transaction():
+        with _limits_refuse(using, task_id), store(using).write_transaction():
             now = clock.now(using)
             task = _get(using, task_id)
             if task.stage == Stage.RUNNING and not lease_expired(task.lease_expires_at, now):

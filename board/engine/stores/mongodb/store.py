@@ -100,6 +100,17 @@ class MongoDBStore(Store):
     def number_rows(self, rows: Sequence) -> None:
         number_rows(self.using, rows)
 
+    def insert_missing(self, model, rows: Sequence) -> None:
+        """An upsert per row that only sets fields when it inserts ($setOnInsert): two
+        transactions inserting one key conflict, and the one run again finds the row."""
+        connection = self.connection
+        collection = connection.get_collection(model._meta.db_table)
+        fields = [f for f in model._meta.concrete_fields if not f.primary_key]
+        for row in rows:
+            document = {f.column: f.get_db_prep_save(getattr(row, f.attname), connection) for f in fields}
+            collection.update_one({"_id": row.pk}, {"$setOnInsert": document}, upsert=True,
+                                  session=connection.session)
+
     def ping(self) -> None:
         self.connection.ensure_connection()
         self.connection.connection.admin.command("ping")

@@ -1,0 +1,206 @@
+"""Flow control (issue 29): queue concurrency limits, concurrency keys and the queue brake.
+
+A rule is enforced inside the move that enters RUNNING, never checked before it
+(../shared/DESIGN.md section 7). Each limited thing has a small row with a `running` count
+(board.models.Queue, ConcurrencyKey). The move that takes a task into RUNNING takes a slot in the
+same transaction with a conditional update (`running < concurrency`, the queue not paused): when
+it matches no row the rule said no, the transaction is rolled back (`AtLimit`) and the claim takes
+the next candidate. Every move out of RUNNING gives the slot back in its own transaction. The ORM
+path does both in `board.engine.transitions.cas._swap`; the SQL stores' hot statements do the same
+in SQL (board.engine.stores). `check()` compares the counts with the tasks (board.engine.invariants).
+
+A queue without a row has no limit and is not paused: its row is made by the first create of a
+task in it (`ensure_rows`, in the create's transaction) or by a change of its settings.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from django.db.models import F, Q
+
+from board.engine import clock, errors
+from board.engine.inputs import is_valid_task_id, unstorable_text
+from board.engine.limits import MAX_CONCURRENCY, MAX_CONCURRENCY_KEY_CHARS, MAX_REASON_CHARS
+from board.engine.stores import store
+from board.models import ConcurrencyKey, Queue, QueueChange, Task
+
+
+class AtLimit(Exception):
+    """A move into RUNNING found its queue paused or at a limit: raised inside the move's
+    transaction, so that the task's own update is rolled back with it."""
+
+    def __init__(self, task: Task, why: str):
+        super().__init__(why)
+        self.task = task
+        self.why = why
+
+
+# ---------------------------------------------------------------------------------------------
+# Inputs
+
+
+def concurrency_key(value: Any, field: str = "concurrency_key") -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not 1 <= len(value) <= MAX_CONCURRENCY_KEY_CHARS or not value.isprintable():
+        raise errors.InvalidRequest(
+            f"{field} must be 1 to {MAX_CONCURRENCY_KEY_CHARS} printable characters", field=field)
+    return value
+
+
+def concurrency_limit(value: Any, field: str = "concurrency") -> int | None:
+    """A limit: a whole number from 1 to MAX_CONCURRENCY (None: no limit)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_CONCURRENCY:
+        raise errors.InvalidRequest(f"{field} must be a whole number from 1 to {MAX_CONCURRENCY}", field=field)
+    return value
+
+
+# ---------------------------------------------------------------------------------------------
+# Rows, made with the tasks that need them
+
+
+def ensure_rows(using: str, queues: Iterable[str], keys: dict[str, int | None]) -> None:
+    """Inside a create's transaction: a Queue row for each queue and a ConcurrencyKey row for each
+    key, where missing (a key's limit, when given, replaces the one it has: the latest create
+    says it). Made before any of the queue's tasks can run, so that the counts start right."""
+    s = store(using)
+    s.insert_missing(Queue, [Queue(name=name) for name in sorted(set(queues))])
+    if not keys:
+        return
+    now = clock.now(using)
+    s.insert_missing(ConcurrencyKey, [ConcurrencyKey(name=name, concurrency=limit or 1, updated_at=now)
+                                      for name, limit in sorted(keys.items())])
+    for name, limit in keys.items():
+        if limit is not None:
+            ConcurrencyKey.objects.using(using).filter(name=name).exclude(concurrency=limit).update(
+                concurrency=limit, updated_at=now)
+
+
+# ---------------------------------------------------------------------------------------------
+# Slots: taken by a move into RUNNING, given back by a move out of it (transitions.cas._swap)
+
+
+def take_slot(using: str, task: Task) -> None:
+    """Count `task` (just moved into RUNNING by this transaction) against its queue and key, or
+    raise AtLimit to roll the move back."""
+    queues = Queue.objects.using(using).filter(name=task.queue)
+    if not queues.filter(paused=False).filter(Q(concurrency__isnull=True) | Q(running__lt=F("concurrency"))).update(
+            running=F("running") + 1):
+        queue = queues.first()
+        if queue is not None:  # no row: no limit, nothing counted
+            raise AtLimit(task, _queue_refusal(queue))
+    if task.concurrency_key is not None:
+        keys = ConcurrencyKey.objects.using(using).filter(name=task.concurrency_key)
+        if not keys.filter(running__lt=F("concurrency")).update(running=F("running") + 1):
+            key = keys.first()
+            if key is not None:
+                raise AtLimit(task, f"{key.name} is at its limit {key.running}/{key.concurrency}")
+
+
+def give_back_slot(using: str, task: Task) -> None:
+    """`task` has just left RUNNING in this transaction: its queue and key have a slot more."""
+    Queue.objects.using(using).filter(name=task.queue, running__gt=0).update(running=F("running") - 1)
+    if task.concurrency_key is not None:
+        ConcurrencyKey.objects.using(using).filter(name=task.concurrency_key, running__gt=0).update(
+            running=F("running") - 1)
+
+
+def _queue_refusal(queue: Queue) -> str:
+    if queue.paused:
+        return f"queue {queue.name} is paused"
+    return f"queue {queue.name} is at its limit {queue.running}/{queue.concurrency}"
+
+
+def blocked(task: Task, *, using: str) -> str | None:
+    """Why `task` may not start now (its queue paused or full, its key full), or None. A read, for
+    the error of a claim by id and for cards: the move itself decides (take_slot)."""
+    queue = Queue.objects.using(using).filter(name=task.queue).first()
+    if queue is not None and (queue.paused or (queue.concurrency is not None and queue.running >= queue.concurrency)):
+        return _queue_refusal(queue)
+    if task.concurrency_key is not None:
+        key = ConcurrencyKey.objects.using(using).filter(name=task.concurrency_key).first()
+        if key is not None and key.running >= key.concurrency:
+            return f"{key.name} is at its limit {key.running}/{key.concurrency}"
+    return None
+
+
+def closed(*, using: str) -> tuple[list[str], list[str]]:
+    """The queues that take no claim now (paused or full) and the full keys: what claim_next's ORM
+    path leaves out of its pick (a read in its transaction; take_slot decides)."""
+    queues = list(Queue.objects.using(using).filter(
+        Q(paused=True) | Q(concurrency__isnull=False, running__gte=F("concurrency"))).values_list("name", flat=True))
+    keys = list(ConcurrencyKey.objects.using(using).filter(running__gte=F("concurrency"))
+                .values_list("name", flat=True))
+    return queues, keys
+
+
+# ---------------------------------------------------------------------------------------------
+# Operators' changes
+
+
+UNSET: Any = object()
+
+
+def change_queue(name: str, *, actor: str, reason: str = "", concurrency: Any = UNSET, paused: Any = UNSET,
+                 using: str = "default") -> Queue:
+    """Set a queue's limit (None: no limit) and/or pause or resume it; the change and its reason
+    go to the queue's audit history (QueueChange) in the same transaction. A queue with no row
+    yet gets one, its count made from its RUNNING tasks. Nothing changed: nothing recorded."""
+    from board.engine import commits
+
+    if not is_valid_task_id(name):
+        raise errors.InvalidRequest(f"invalid queue name {name!r}", field="name")
+    if concurrency is not UNSET:
+        concurrency = concurrency_limit(concurrency)
+    if paused is not UNSET and not isinstance(paused, bool):
+        raise errors.InvalidRequest("paused must be true or false", field="paused")
+    if not isinstance(reason, str) or len(reason) > MAX_REASON_CHARS:
+        raise errors.InvalidRequest(f"reason must be text of at most {MAX_REASON_CHARS} characters",
+                                    field="reason")
+    if problem := unstorable_text(reason):
+        raise errors.InvalidRequest(f"reason {problem}", field="reason")
+    s = store(using)
+    with s.write_transaction():
+        now = clock.now(using)
+        queue = Queue.objects.using(using).filter(name=name).first()
+        if queue is None:
+            # Under the writers' lock (SQLite), or as the first writer of the row (a concurrent
+            # create's insert_missing then finds it): the count is the queue's RUNNING tasks.
+            running = Task.objects.using(using).filter(queue=name, stage="RUNNING").count()
+            s.insert_missing(Queue, [Queue(name=name, running=running)])
+            queue = Queue.objects.using(using).get(name=name)
+        changes: dict[str, list] = {}
+        values: dict[str, Any] = {}
+        if concurrency is not UNSET and concurrency != queue.concurrency:
+            changes["concurrency"] = [queue.concurrency, concurrency]
+            values["concurrency"] = concurrency
+        if paused is not UNSET and paused != queue.paused:
+            changes["paused"] = [queue.paused, paused]
+            values.update(paused=paused, paused_by=actor if paused else "", paused_reason=reason if paused else "",
+                          paused_at=now if paused else None)
+        if not changes:
+            return queue
+        values["updated_at"] = now
+        Queue.objects.using(using).filter(name=name).update(**values)
+        QueueChange.objects.using(using).create(queue=name, actor=actor, reason=reason, changes=changes, at=now)
+        commits.after_commit(using)
+        for attribute, value in values.items():
+            setattr(queue, attribute, value)
+    return queue
+
+
+def describe(queue: Queue) -> dict[str, Any]:
+    """A queue's settings as the API and the board show them."""
+    return {
+        "name": queue.name,
+        "concurrency": queue.concurrency,
+        "running": queue.running,
+        "paused": queue.paused,
+        "paused_by": queue.paused_by or None,
+        "paused_reason": queue.paused_reason or None,
+        "paused_at": queue.paused_at,
+    }
+
