@@ -3,7 +3,7 @@ access needs. The API (board/api/auth.py), the board page (board/live/views.py) 
 here; the admin applies the same permissions to its screens (board/admin/).
 
 Agents authenticate with a key (board/agent_keys.py) and may read, create, claim and hold
-tasks; an operator key may also intervene. People authenticate with an active staff account's
+tasks; an operator key may also intervene and change queues. People authenticate with an active staff account's
 session and get what their permissions say (a superuser has them all):
 
 | to ...                                                    | a staff user needs                |
@@ -11,6 +11,7 @@ session and get what their permissions say (a superuser has them all):
 | read tasks, their history and problems (API GETs, board)  | board.view_task or board.change_task (Django's admin: change implies view) |
 | create tasks through the API                              | board.add_task                    |
 | act as an operator (admit, requeue, cancel, force-*)      | board.intervene                   |
+| change a queue's limit, pause or resume it                | board.change_queue                |
 | claim, resume, renew, complete, fail, pause, release      | nobody: these are agents' verbs (a lease belongs to an agent process, which renews it); a person uses an agent key |
 """
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 READ = ("board.view_task", "board.change_task")
 CREATE = "board.add_task"
 INTERVENE = "board.intervene"
+CHANGE_QUEUE = "board.change_queue"
 
 
 def is_board_user(user) -> bool:
@@ -35,3 +37,7 @@ def may_create(user) -> bool:
 
 def may_intervene(user) -> bool:
     return is_board_user(user) and user.has_perm(INTERVENE)
+
+
+def may_change_queues(user) -> bool:
+    return is_board_user(user) and user.has_perm(CHANGE_QUEUE)

@@ -42,6 +42,7 @@ TASK_FIELDS = {
     "id", "title", "description", "payload", "queue", "priority", "deps", "hold", "max_retries",
     "stage", "version", "owner", "fence", "lease_expires_at", "attempts", "not_before",
     "checkpoint", "progress", "result", "error", "created_at", "updated_at", "stage_changed_at",
+    "concurrency_key",
 }
 EVENT_FIELDS = {"id", "task", "verb", "from_stage", "to_stage", "version", "fence", "actor", "at", "detail"}
 
@@ -218,7 +219,7 @@ def test_create_one_task_is_201_with_the_public_task(http, agent):
         "queue": "q1", "priority": 5, "deps": [], "hold": False, "max_retries": 2, "stage": "QUEUED",
         "version": 0, "owner": "", "fence": 0, "lease_expires_at": None, "attempts": 0,
         "not_before": None, "checkpoint": None, "progress": None, "result": None, "error": "",
-        "created_at": None, "updated_at": None, "stage_changed_at": None,
+        "created_at": None, "updated_at": None, "stage_changed_at": None, "concurrency_key": None,
     }
     assert when(task["created_at"]) == when(task["updated_at"]) == when(task["stage_changed_at"])
     assert current(http, agent, "t1") == task

@@ -25,6 +25,8 @@ class Principal:
     agent: bool = True  # an agent key; False for a person's session
     can_read: bool = True
     can_create: bool = True
+    # May change a queue's settings (board.engine.flow): operator keys, or board.change_queue.
+    can_change_queues: bool = False
     # Set by AgentKeyAuth(deferred=True), whose key may not have been looked up for this
     # request: the verb must check it in its move (transitions' key_hash).
     key_hash: str | None = None
@@ -54,9 +56,11 @@ class AgentKeyAuth(HttpBearer):
     def authenticate(self, request, token):
         if self.deferred:
             known = agent_keys.authenticate_deferred(token)
-            return Principal(known.name, known.is_operator, key_hash=known.key_hash, scope=known.scope) if known else None
+            return Principal(known.name, known.is_operator, key_hash=known.key_hash, scope=known.scope,
+                             can_change_queues=known.is_operator) if known else None
         key = agent_keys.authenticate(token)
-        return Principal(key.name, key.is_operator, scope=agent_keys.scope_of(key)) if key else None
+        return Principal(key.name, key.is_operator, scope=agent_keys.scope_of(key),
+                         can_change_queues=key.is_operator) if key else None
 
 
 class StaffSessionAuth(SessionAuth):
@@ -72,7 +76,8 @@ class StaffSessionAuth(SessionAuth):
         user = request.user
         if access.is_board_user(user):
             return Principal(user.get_username(), access.may_intervene(user), agent=False,
-                             can_read=access.may_read(user), can_create=access.may_create(user))
+                             can_read=access.may_read(user), can_create=access.may_create(user),
+                             can_change_queues=access.may_change_queues(user))
         return None
 
 
@@ -98,6 +103,11 @@ def _require(request, right: str, refusal: str) -> Principal:
 def require_operator(request) -> Principal:
     return _require(request, "operator", "this needs operator rights (a key created with --operator, "
                                          "or the board.intervene permission)")
+
+
+def require_queue_changer(request) -> Principal:
+    return _require(request, "can_change_queues", "changing a queue needs operator rights (a key created with "
+                                                  "--operator, or the board.change_queue permission)")
 
 
 def require_reader(request) -> Principal:

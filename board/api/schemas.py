@@ -26,6 +26,8 @@ from board.engine import claim_requests
 from board.engine.inputs import TASK_ID_PATTERN, json_too_deep, unstorable_text
 from board.engine.limits import (
     MAX_BATCH_TASKS,
+    MAX_CONCURRENCY,
+    MAX_CONCURRENCY_KEY_CHARS,
     MAX_DEPENDENCIES,
     MAX_DESCRIPTION_CHARS,
     MAX_ERROR_CHARS,
@@ -98,6 +100,12 @@ class TaskIn(StrictIn):
                             description="ids of tasks that must be COMPLETED first")
     hold: bool = Field(False, description="stay PENDING until an operator admits it")
     max_retries: int = Field(3, ge=0, le=MAX_RETRIES_LIMIT)
+    concurrency_key: Optional[str] = Field(
+        None, min_length=1, max_length=MAX_CONCURRENCY_KEY_CHARS,
+        description="at most the key's limit of RUNNING tasks share this key (e.g. repo:acme/web)")
+    concurrency_limit: Optional[int] = Field(
+        None, ge=1, le=MAX_CONCURRENCY,
+        description="the key's limit (needs concurrency_key; the latest create naming one sets it; a new key: 1)")
 
 
 # Checked before any item is: a body of 70,000 tasks is refused at once (413, see api.py).
@@ -182,6 +190,7 @@ class TaskOut(Schema):
     created_at: datetime
     updated_at: datetime
     stage_changed_at: datetime = Field(..., description="when the task entered its current stage")
+    concurrency_key: Optional[str] = Field(None, description="the concurrency key it shares with other tasks, if any")
 
 
 class LeaseOut(Schema):
@@ -220,6 +229,40 @@ class EventOut(Schema):
 class EventPage(Schema):
     items: list[EventOut]
     next: Optional[str] = None
+
+
+class QueueIn(StrictIn):
+    concurrency: Optional[int] = Field(None, ge=1, le=MAX_CONCURRENCY,
+                                       description="at most this many RUNNING at once; null: no limit; omitted: unchanged")
+    paused: Optional[bool] = Field(None, description="true: no new claim takes a task of this queue; omitted: unchanged")
+    reason: str = Field("", max_length=MAX_REASON_CHARS, description="kept in the queue's history (and shown while paused)")
+
+
+class QueueOut(Schema):
+    name: str
+    concurrency: Optional[int] = Field(..., description="at most this many RUNNING at once; null: no limit")
+    running: int = Field(..., description="RUNNING tasks now, as the limit counts them")
+    paused: bool
+    paused_by: Optional[str]
+    paused_reason: Optional[str]
+    paused_at: Optional[datetime]
+    depth: dict[str, int] = Field(..., description="tasks per stage")
+    oldest_queued_seconds: Optional[float] = Field(..., description="how long the longest-waiting QUEUED task has waited")
+
+
+class QueueList(Schema):
+    items: list[QueueOut]
+
+
+class QueueChangeOut(Schema):
+    actor: str
+    reason: str
+    changes: dict[str, list[Any]] = Field(..., description="{setting: [before, after]}")
+    at: datetime
+
+
+class QueueHistory(Schema):
+    items: list[QueueChangeOut]
 
 
 class ProblemOut(Schema):

@@ -12,6 +12,8 @@ from datetime import datetime
 from django.db import connections
 from django.db.models import (
     BooleanField,
+    Count,
+    Min,
     Exists,
     ExpressionWrapper,
     F,
@@ -103,6 +105,39 @@ def has_ready_task(queue: str | None = None, *, scope: scopes.Scope = None, usin
     """Whether some task is ready to claim, read without a transaction: a waiting claim asks
     this first, so that idle agents do not take SQLite's write lock several times a second."""
     return ready_tasks(timezone.now(), queue, scope=scope, using=using).exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# Queues: their settings (board.engine.flow) beside what waits and runs in them.
+
+
+def queue_overview(names: Iterable[str] | None = None, *, now: datetime | None = None,
+                   using: str = "default") -> list[dict]:
+    """Every queue (those with a row, and those only tasks name), or those of `names`, by name:
+    its settings and running count (flow.describe), tasks per stage, and how long its oldest QUEUED
+    task has waited (seconds, None when none waits). One consistent read."""
+    from board.engine import flow
+
+    now = now or clock.now(using)
+    with store(using).read_transaction():
+        rows = Queue.objects.using(using).all()
+        tasks = Task.objects.using(using).all()
+        if names is not None:
+            names = list(names)
+            rows, tasks = rows.filter(name__in=names), tasks.filter(queue__in=names)
+        settings = {queue.name: flow.describe(queue) for queue in rows}
+        depth: dict[str, dict[str, int]] = defaultdict(lambda: dict.fromkeys((s.value for s in Stage), 0))
+        for queue, stage, n in tasks.values_list("queue", "stage").annotate(n=Count("pk")).order_by():
+            depth[queue][stage] = n
+        oldest = dict(tasks.filter(stage=Stage.QUEUED).values_list("queue").annotate(
+            since=Min("stage_changed_at")).order_by())
+    out = []
+    for name in sorted(settings.keys() | depth.keys() | set(names or ())):
+        described = settings.get(name) or flow.describe(Queue(name=name))
+        since = oldest.get(name)
+        out.append({**described, "depth": depth[name] if name in depth else dict.fromkeys((s.value for s in Stage), 0),
+                    "oldest_queued_seconds": max(0.0, (now - since).total_seconds()) if since else None})
+    return out
 
 
 # ---------------------------------------------------------------------------------------------

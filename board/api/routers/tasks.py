@@ -40,7 +40,8 @@ def _spec(item: TaskIn) -> TaskSpec:
     json_field("payload", item.payload)
     return TaskSpec(title=item.title, id=item.id, description=item.description, payload=item.payload,
                     queue=item.queue, priority=item.priority, deps=tuple(item.deps), hold=item.hold,
-                    max_retries=item.max_retries)
+                    max_retries=item.max_retries, concurrency_key=item.concurrency_key,
+                    concurrency_limit=item.concurrency_limit)
 
 
 def _same_as_existing(specs: list[TaskSpec]) -> list[Task] | None:
@@ -55,9 +56,10 @@ def _same_as_existing(specs: list[TaskSpec]) -> list[Task] | None:
     for spec in specs:
         task = existing.get(spec.id)
         if task is None or (task.title, task.description, task.payload, task.queue, task.priority,
-                            sorted(deps[task.pk]), task.pk in created_on_hold, task.max_retries) != (
+                            sorted(deps[task.pk]), task.pk in created_on_hold, task.max_retries,
+                            task.concurrency_key) != (
                 spec.title, spec.description, spec.payload, spec.queue, spec.priority,
-                sorted(spec.deps), spec.hold, spec.max_retries):
+                sorted(spec.deps), spec.hold, spec.max_retries, spec.concurrency_key):
             return None
     return [existing[spec.id] for spec in specs]
 
