@@ -29,6 +29,11 @@ One *cycle* is: claim the best ready task, then complete it. Two loops run the c
   runs again after a random pause, with board.engine.stores' limits (retry_conflicts). "Now" is the
   process's clock (the engine asks the primary's: one ``hello`` per move more).
 
+``--with-limit`` adds a third loop, **limited**: ours on a queue with a concurrency limit (issue 29;
+board.engine.flow), by default as many as the threads, so that it never refuses a claim and the
+difference is what enforcing it costs. An observer thread counts the RUNNING tasks all through
+its slices; a read over the limit, or a problem check() finds after a slice, fails the run.
+
 Both loops run in the same process (for MongoDB, a child process: see Databases), against the
 same tables, on freshly seeded QUEUED tasks, with T threads (default 1 and 8, each with its own
 connection, closed at the end) for a fixed time, in rounds that alternate ours and raw (default
@@ -144,6 +149,9 @@ sys.path.insert(0, str(PROJECT))
 DEFAULT_PG_URL = "postgres://postgres@127.0.0.1:5432/taskflow_bench"
 MONGODB_NAME = "taskflow_bench"
 GOALS = {"sqlite": 0.5, "postgres": 0.5}  # the project's goals for ours/raw (issue 8); none for MongoDB
+# Issue 29: a queue with a concurrency limit (never refusing) claims at least this fraction of the
+# rate of one without, in the same interleaved run.
+LIMIT_GOAL = 0.8
 # MongoDB is "default" too, but in the child process only (run_mongodb), never beside SQLite's.
 ALIASES = {"sqlite": "default", "postgres": "postgres", "mongodb": "default"}
 SQL_BACKENDS = ("sqlite", "postgres")
@@ -245,7 +253,8 @@ def migrate(alias: str) -> None:
     call_command("migrate", database=alias, verbosity=0)
 
 
-BOARD_TABLES = ("board_taskevent", "board_dependency", "board_task")
+BOARD_TABLES = ("board_taskevent", "board_dependency", "board_task", "board_queue", "board_concurrencykey",
+                "board_queuechange")
 
 
 def clear(alias: str) -> None:
@@ -327,6 +336,65 @@ class OursDriver:
         from django.db import connections
 
         connections[self.alias].close()
+
+
+class LimitedDriver(OursDriver):
+    """ours on a queue with a concurrency limit (board.engine.flow, issue 29): every claim takes a
+    counted slot of the queue in its own transaction and every complete gives it back. With the
+    limit at the thread count it never refuses a claim: the difference with ours is what
+    enforcing it costs. `over_limit` and `most_running` are what an observer thread saw."""
+
+    def __init__(self, alias: str, limit: int):
+        super().__init__(alias)
+        self.limit = limit
+
+    def seed(self, count: int, tied: bool) -> None:
+        from board.engine import flow
+
+        flow.change_queue("default", concurrency=self.limit, actor="bench", using=self.alias)
+        super().seed(count, tied)
+
+
+class RunningObserver:
+    """A thread reading, all through a slice, how many tasks RUNNING there are (the limited
+    queue's tasks are all the board's): the most it saw, and how many reads found more than the
+    limit. Then check()'s flow problems of the board as the slice left it."""
+
+    def __init__(self, alias: str, limit: int):
+        self.alias, self.limit = alias, limit
+        self.most = self.over = self.reads = 0
+        self.problems: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._observe)
+
+    def __enter__(self) -> RunningObserver:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: Any) -> None:
+        self._stop.set()
+        self._thread.join()
+        from board.engine import selectors
+        from board.engine.stores import store
+
+        with store(self.alias).read_transaction():
+            self.problems += [f"{p.task} {p.code}" for p in selectors.flow_problems(using=self.alias)]
+
+    def _observe(self) -> None:
+        from django.db import connections
+
+        from board.models import Task
+
+        try:
+            while not self._stop.is_set():
+                running = Task.objects.using(self.alias).filter(stage="RUNNING").count()
+                self.most, self.reads = max(self.most, running), self.reads + 1
+                self.over += running > self.limit
+                self._stop.wait(0.001)  # paced: the observer must not take the claimers' CPU
+        except BaseException as exc:  # a fault is reported, never read as "nothing over the limit"
+            self.problems.append(f"observer: {type(exc).__name__}: {exc}")
+        finally:
+            connections[self.alias].close()
 
 
 @dataclass(frozen=True)
@@ -807,6 +875,8 @@ class Row:
     ours: Outcome
     raw: Outcome
     label: str = ""  # what the backend column shows, when more than its name (the server)
+    limited: Outcome | None = None  # ours on a queue with a concurrency limit (--with-limit)
+    observed: Observed | None = None  # what the limited slices' observers saw
 
     @property
     def ratio(self) -> float:
@@ -825,20 +895,71 @@ def seed_size(backend: str, mode: str, args: argparse.Namespace) -> int:
 
 
 def measure(backend: str, alias: str, raw: Any, threads: int, args: argparse.Namespace) -> Row:
-    """`args.rounds` rounds, each running ours then raw for seconds / rounds on fresh tables:
-    the machine's load drifts (on a shared machine, by 2-3x within seconds), and alternating
-    spreads the drift over both instead of charging it all to whichever ran second."""
-    outcomes: dict[str, list[Outcome]] = {"ours": [], "raw": []}
-    drivers = (("ours", OursDriver(alias)), ("raw", raw))
+    """`args.rounds` rounds, each running ours then raw (then ours on a limited queue, with
+    --with-limit) for seconds / rounds on fresh tables: the machine's load drifts (on a shared
+    machine, by 2-3x within seconds), and alternating spreads the drift over all of them instead
+    of charging it all to whichever ran last."""
+    outcomes: dict[str, list[Outcome]] = {"ours": [], "raw": [], "limited": []}
+    drivers: list[tuple[str, Any]] = [("ours", OursDriver(alias)), ("raw", raw)]
+    limit = (args.queue_limit or threads) if args.with_limit else None
+    if limit is not None:
+        drivers.append(("limited", LimitedDriver(alias, limit)))
+    observed = Observed(limit or 0)
     slice_seconds = args.seconds / args.rounds
     for _ in range(args.rounds):
         for mode, driver in drivers:
             clear(alias)
-            driver.seed(seed_size(backend, mode, args) // args.rounds or 1, args.tied)
+            driver.seed(seed_size(backend, "ours" if mode == "limited" else mode, args) // args.rounds or 1,
+                        args.tied)
             tidy(alias)
-            outcomes[mode].append(run_threads(driver, threads, slice_seconds))
+            if mode != "limited":
+                outcomes[mode].append(run_threads(driver, threads, slice_seconds))
+                continue
+            with RunningObserver(alias, limit) as observer:
+                outcomes[mode].append(run_threads(driver, threads, slice_seconds))
+            observed.add(observer)
     clear(alias)
-    return Row(backend, threads, Outcome.total(outcomes["ours"]), Outcome.total(outcomes["raw"]))
+    limited = Outcome.total(outcomes["limited"]) if limit is not None else None
+    return Row(backend, threads, Outcome.total(outcomes["ours"]), Outcome.total(outcomes["raw"]),
+               limited=limited, observed=observed if limit is not None else None)
+
+
+@dataclass
+class Observed:
+    """What the observers of one row's limited slices saw, added up."""
+
+    limit: int
+    most: int = 0
+    over: int = 0
+    reads: int = 0
+    problems: list[str] = field(default_factory=list)
+
+    def add(self, observer: RunningObserver) -> None:
+        self.most = max(self.most, observer.most)
+        self.over += observer.over
+        self.reads += observer.reads
+        self.problems += observer.problems
+
+
+def print_limit_table(rows: list[Row]) -> None:
+    """The limited queue beside ours without a limit, from the same interleaved rounds."""
+    rows = [row for row in rows if row.limited is not None]
+    if not rows:
+        return
+    line = "{:<9} {:>7} {:>6} {:>15} {:>13} {:>14} {:>22}  {}".format
+    header = line("backend", "threads", "limit", "limited cyc/s", "ours cyc/s", "limited/ours",
+                  "most running / over", "goal")
+    print()
+    print(header)
+    print("-" * len(header))
+    for row in rows:
+        ratio = row.limited.rate / row.ours.rate if row.ours.rate else 0.0
+        seen = row.observed
+        print(line(row.backend, row.threads, seen.limit, rate_text(row.limited.rate), rate_text(row.ours.rate),
+                   f"{ratio:.2f}", f"{seen.most} / {seen.over} of {seen.reads:,} reads",
+                   f">= {LIMIT_GOAL}: {'met' if ratio >= LIMIT_GOAL else 'NOT met'}"))
+        for problem in seen.problems:
+            print(f"note: {row.backend} x{row.threads} limited: check() found {problem}")
 
 
 def rate_text(rate: float) -> str:
@@ -1136,6 +1257,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "TEST_MONGO_URL, else a SecantusDB server started for the run")
     parser.add_argument("--mongo-child", default=None, metavar="FILE", help=argparse.SUPPRESS)
     parser.add_argument("--queries", action="store_true", help="also print the SQL of one engine cycle")
+    parser.add_argument("--with-limit", action="store_true",
+                        help="also run ours on a queue with a concurrency limit (issue 29), interleaved")
+    parser.add_argument("--queue-limit", type=int, default=0,
+                        help="that limit (default: the thread count, so that it never refuses a claim)")
     parser.add_argument("--hot-path", choices=("auto", "orm"), default=None,
                         help="the engine's path for ours (settings.TASKFLOW HOT_PATH / env "
                              "TASKFLOW_HOT_PATH; default: as configured, i.e. auto)")
@@ -1207,6 +1332,7 @@ def main(argv: list[str] | None = None) -> int:
             rows += mongo.rows
         print()
         print_table(rows)
+        print_limit_table(rows)
         from board.engine.stores import store
 
         STATEMENTS = "the store's statements"
@@ -1232,15 +1358,20 @@ def main(argv: list[str] | None = None) -> int:
             if mongo is not None and mongo.queries:
                 print(mongo.queries, end="")
 
-    doubles = sum(row.ours.double_claims + row.raw.double_claims for row in rows)
-    faults = sum(len(row.ours.errors) + len(row.raw.errors) for row in rows)
+    limited = [row.limited for row in rows if row.limited is not None]
+    doubles = sum(row.ours.double_claims + row.raw.double_claims for row in rows) + sum(
+        o.double_claims for o in limited)
+    faults = sum(len(row.ours.errors) + len(row.raw.errors) for row in rows) + sum(len(o.errors) for o in limited)
+    over = sum(row.observed.over + len(row.observed.problems) for row in rows if row.observed is not None)
+    if over:
+        print(f"\nFAIL: the limited queue was seen over its limit, or check() objected, {over} time(s)")
     if doubles:
         print(f"\nFAIL: {doubles} double claim(s) seen")
     if faults:
         print(f"\nFAIL: {faults} thread(s) stopped on an error; their figures are not valid")
     if mongo is not None and mongo.failure:
         print(f"\nFAIL: {mongo.failure}")
-    return 1 if doubles or faults or (mongo is not None and mongo.failure) else 0
+    return 1 if doubles or faults or over or (mongo is not None and mongo.failure) else 0
 
 
 if __name__ == "__main__":

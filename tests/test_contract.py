@@ -809,6 +809,38 @@ class BoardContract:
     def test_16_claimers_never_run_two_tasks_of_one_concurrency_key_over_200_rounds(self):
         self._race_a_limit(queue_limit=None, key="branch:main")
 
+    def test_a_limit_set_while_claims_and_completes_run_starts_an_exact_count_over_100_rounds(self):
+        """A queue without a limit is not counted; setting one counts its RUNNING tasks with the
+        task writers held off. Racing 12 claimers and 3 completers each round, the count it
+        starts is exact (check() finds no drift), and claims after it obey it."""
+        for start in range(0, 12 * 100, 600):
+            transitions.create([TaskSpec(id=f"lim-{n}", title="l", queue="late") for n in range(start, start + 600)],
+                               using=self.alias)
+        held: list = []
+        for n in range(100):
+            flow.change_queue("late", concurrency=None, actor="op", using=self.alias)
+            finishing, held = held[:3], held[3:]
+            calls = [lambda i=i: transitions.claim_next(f"a{i}", TTL, queue="late", using=self.alias)
+                     for i in range(12)]
+            calls += [lambda c=c: transitions.complete(c.task.pk, c.lease.token, {}, using=self.alias)
+                      for c in finishing]
+            calls.append(lambda: flow.change_queue("late", concurrency=4, actor="op", using=self.alias))
+            results = race(calls, self.alias)
+            faults = [r for r in results if isinstance(r, BaseException)]
+            assert not faults, f"round {n}: {faults[:3]}"
+            assert selectors.problems(using=self.alias) == [], f"round {n}"
+            running, counted = self.running_in("late")
+            assert running == counted
+            held += [r for r in results[:12] if r is not None]
+            assert self.claim_next(queue="late") is None or running < 4
+            for claim in list(held):  # back under the limit for the next round
+                if self.running_in("late")[0] <= 4:
+                    break
+                transitions.complete(claim.task.pk, claim.lease.token, {}, using=self.alias)
+                held.remove(claim)
+        for claim in held:
+            transitions.complete(claim.task.pk, claim.lease.token, {}, using=self.alias)
+
     def _race_a_limit(self, *, queue_limit: int | None, key: str | None) -> None:
         """16 claimers released together each round take exactly the limit's worth of tasks,
         and an observer reading all along never sees more RUNNING than the limit, nor a count

@@ -5,7 +5,9 @@ A rule is enforced inside the move that enters RUNNING, never checked before it
 (board.models.Queue, ConcurrencyKey). The move that takes a task into RUNNING takes a slot in the
 same transaction with a conditional update (`running < concurrency`, the queue not paused): when
 it matches no row the rule said no, the transaction is rolled back (`AtLimit`) and the claim takes
-the next candidate. Every move out of RUNNING gives the slot back in its own transaction. The ORM
+the next candidate. A queue is counted only while it has a limit, so that the claims of a queue
+without one never queue on its row (on PostgreSQL that row would serialise every claim and
+complete of the queue); setting a limit starts the count with the writers held off. Every move out of RUNNING gives the slot back in its own transaction. The ORM
 path does both in `board.engine.transitions.cas._swap`; the SQL stores' hot statements do the same
 in SQL (board.engine.stores). `check()` compares the counts with the tasks (board.engine.invariants).
 
@@ -84,14 +86,18 @@ def ensure_rows(using: str, queues: Iterable[str], keys: dict[str, int | None]) 
 
 
 def take_slot(using: str, task: Task) -> None:
-    """Count `task` (just moved into RUNNING by this transaction) against its queue and key, or
-    raise AtLimit to roll the move back."""
-    queues = Queue.objects.using(using).filter(name=task.queue)
-    if not queues.filter(paused=False).filter(Q(concurrency__isnull=True) | Q(running__lt=F("concurrency"))).update(
-            running=F("running") + 1):
-        queue = queues.first()
-        if queue is not None:  # no row: no limit, nothing counted
-            raise AtLimit(task, _queue_refusal(queue))
+    """Count `task` (just moved into RUNNING by this transaction) against its queue's limit and
+    its key's, or raise AtLimit to roll the move back. A queue without a limit only has to be
+    open (not paused): it is not counted (see change_queue for when its count starts)."""
+    queue = Queue.objects.using(using).filter(name=task.queue).values_list("concurrency", "paused").first()
+    if queue is not None:  # no row: no limit, not paused
+        concurrency, paused = queue
+        if paused:
+            raise AtLimit(task, f"queue {task.queue} is paused")
+        if concurrency is not None and not Queue.objects.using(using).filter(
+                name=task.queue, paused=False, concurrency__isnull=False, running__lt=F("concurrency")).update(
+                running=F("running") + 1):
+            raise AtLimit(task, _queue_refusal(Queue.objects.using(using).get(name=task.queue)))
     if task.concurrency_key is not None:
         keys = ConcurrencyKey.objects.using(using).filter(name=task.concurrency_key)
         if not keys.filter(running__lt=F("concurrency")).update(running=F("running") + 1):
@@ -101,8 +107,10 @@ def take_slot(using: str, task: Task) -> None:
 
 
 def give_back_slot(using: str, task: Task) -> None:
-    """`task` has just left RUNNING in this transaction: its queue and key have a slot more."""
-    Queue.objects.using(using).filter(name=task.queue, running__gt=0).update(running=F("running") - 1)
+    """`task` has just left RUNNING in this transaction: its queue (when counted) and key have a
+    slot more."""
+    Queue.objects.using(using).filter(name=task.queue, concurrency__isnull=False, running__gt=0).update(
+        running=F("running") - 1)
     if task.concurrency_key is not None:
         ConcurrencyKey.objects.using(using).filter(name=task.concurrency_key, running__gt=0).update(
             running=F("running") - 1)
@@ -164,19 +172,22 @@ def change_queue(name: str, *, actor: str, reason: str = "", concurrency: Any = 
         raise errors.InvalidRequest(f"reason {problem}", field="reason")
     s = store(using)
     with s.write_transaction():
-        now = clock.now(using)
-        queue = Queue.objects.using(using).filter(name=name).first()
-        if queue is None:
-            # Under the writers' lock (SQLite), or as the first writer of the row (a concurrent
-            # create's insert_missing then finds it): the count is the queue's RUNNING tasks.
-            running = Task.objects.using(using).filter(queue=name, stage="RUNNING").count()
-            s.insert_missing(Queue, [Queue(name=name, running=running)])
-            queue = Queue.objects.using(using).get(name=name)
+        s.insert_missing(Queue, [Queue(name=name)])
+        queue = Queue.objects.using(using).get(name=name)
         changes: dict[str, list] = {}
         values: dict[str, Any] = {}
         if concurrency is not UNSET and concurrency != queue.concurrency:
             changes["concurrency"] = [queue.concurrency, concurrency]
             values["concurrency"] = concurrency
+            if queue.concurrency is None:
+                # A queue is counted only while it has a limit (claims of the others do not
+                # write its row: no hot row for them). Its count starts here: every move of a
+                # task is held off until this commits, so the count read now stays exact.
+                s.hold_off_task_writers()
+                values["running"] = Task.objects.using(using).filter(queue=name, stage="RUNNING").count()
+        # Read after the writers are held off: a claim that committed while this waited started
+        # before this time, as check()'s over_concurrency rule needs (it was counted above).
+        now = clock.now(using)
         if paused is not UNSET and paused != queue.paused:
             changes["paused"] = [queue.paused, paused]
             values.update(paused=paused, paused_by=actor if paused else "", paused_reason=reason if paused else "",

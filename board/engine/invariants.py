@@ -284,7 +284,7 @@ def check_limits(limits: Iterable[LimitSnapshot],
     for limit in limits:
         starts = (queues if limit.kind == "queue" else keys).get(limit.name, [])
         name = f"{limit.kind}:{limit.name}"
-        if limit.running != len(starts):
+        if limit.running != len(starts) and (limit.kind == "key" or limit.concurrency is not None):  # counted
             problems.append(Problem(name, RUNNING_COUNT_DRIFT,
                                     f"{limit.kind} {limit.name} counts {limit.running} running; {len(starts)} are"))
         since = limit.changed_at

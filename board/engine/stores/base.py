@@ -152,6 +152,12 @@ class Store:
         """Inside a write transaction: make it conflict with every concurrent transaction that
         moves or creates a task, where the store needs that (MongoDB). Nothing here."""
 
+    def hold_off_task_writers(self) -> None:
+        """Inside a write transaction: wait until every transaction that moves a task has ended,
+        and keep new ones waiting (or conflicting) until this one ends, so that what it then
+        reads of the tasks stays true until it commits. Nothing here: SQLite's write transaction
+        is the only writer already."""
+
     def transactions_open_before(self, moment: datetime) -> int:
         """How many transactions of other sessions, begun before `moment`, are still open,
         where the store can tell (PostgreSQL); 0 here."""

@@ -83,6 +83,14 @@ class PostgresStore(DirectCommitHooks, Store):
         with self.connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_xact_lock(%s)", [lock])
 
+    def hold_off_task_writers(self) -> None:
+        """SHARE ROW EXCLUSIVE on the task table: it waits for every transaction holding ROW
+        EXCLUSIVE (any that wrote a task) and keeps new writers waiting; readers go on. A writer
+        kept waiting takes its statement's snapshot after the lock (READ COMMITTED), so it sees
+        what this transaction committed."""
+        with self.connection.cursor() as cursor:
+            cursor.execute(f"LOCK TABLE {TASK} IN SHARE ROW EXCLUSIVE MODE")
+
     def transactions_open_before(self, moment: datetime) -> int:
         """pg_stat_activity (the sessions of other roles show no start time and are not counted:
         the board's own connections share one role)."""
@@ -114,8 +122,9 @@ _KEY_IS_LIVE = (f"(%(key_hash)s::text IS NULL OR EXISTS (SELECT 1 FROM {KEY} AS 
 # claim_next: QUEUED -> RUNNING. `picked` locks the best ready task (QUEUED, past any backoff,
 # its queue and concurrency key open as the counts read: OPEN_FOR_CLAIMS; priority, age, id) with
 # FOR UPDATE SKIP LOCKED, so concurrent claimers take different tasks instead of queueing on one
-# row. Flow control (board.engine.flow): `queue_slot` and `key_slot` lock the task's queue and
-# key rows only while they still have room (a row another claimer holds is waited for, then its
+# row. Flow control (board.engine.flow): `queue_slot` and `key_slot` lock the task's queue (only
+# one with a limit: the others are not counted, and a claim never waits on their row) and key rows
+# only while they still have room (a row another claimer holds is waited for, then its
 # WHERE is checked again on the row as that claimer left it: READ COMMITTED's re-check); the
 # task is `allowed` when both have room (or have no row: no limit), and only then are the slots
 # taken and the task moved. A pick refused by a limit that filled meanwhile writes nothing and
@@ -134,7 +143,7 @@ WITH picked AS MATERIALIZED (
     FOR UPDATE OF t SKIP LOCKED
 ), queue_slot AS MATERIALIZED (
     SELECT q.name FROM {QUEUE} AS q JOIN picked ON q.name = picked.queue
-    WHERE NOT q.paused AND (q.concurrency IS NULL OR q.running < q.concurrency)
+    WHERE NOT q.paused AND q.concurrency IS NOT NULL AND q.running < q.concurrency
     FOR UPDATE OF q
 ), key_slot AS MATERIALIZED (
     SELECT k.name FROM {CONCURRENCY_KEY} AS k JOIN picked ON k.name = picked.concurrency_key
@@ -143,11 +152,13 @@ WITH picked AS MATERIALIZED (
 ), allowed AS MATERIALIZED (
     SELECT picked.* FROM picked
     WHERE (EXISTS (SELECT 1 FROM queue_slot)
-           OR NOT EXISTS (SELECT 1 FROM {QUEUE} AS q WHERE q.name = picked.queue))
+           OR NOT EXISTS (SELECT 1 FROM {QUEUE} AS q WHERE q.name = picked.queue
+                          AND (q.paused OR q.concurrency IS NOT NULL)))
       AND (picked.concurrency_key IS NULL OR EXISTS (SELECT 1 FROM key_slot)
            OR NOT EXISTS (SELECT 1 FROM {CONCURRENCY_KEY} AS k WHERE k.name = picked.concurrency_key))
 ), queue_taken AS (
-    UPDATE {QUEUE} AS q SET running = q.running + 1 FROM allowed WHERE q.name = allowed.queue
+    UPDATE {QUEUE} AS q SET running = q.running + 1 FROM allowed
+    WHERE q.name = allowed.queue AND q.concurrency IS NOT NULL
 ), key_taken AS (
     UPDATE {CONCURRENCY_KEY} AS k SET running = k.running + 1 FROM allowed WHERE k.name = allowed.concurrency_key
 ), moved AS (
@@ -219,7 +230,8 @@ WITH held AS MATERIALIZED (
     INSERT INTO {EVENT} ({EVENT_COLUMNS})
     SELECT id, 'complete', 'RUNNING', 'COMPLETED', version, fence, held_by, updated_at, NULL FROM moved
 ), queue_given AS (
-    UPDATE {QUEUE} AS q SET running = q.running - 1 FROM moved WHERE q.name = moved.queue AND q.running > 0
+    UPDATE {QUEUE} AS q SET running = q.running - 1 FROM moved
+    WHERE q.name = moved.queue AND q.concurrency IS NOT NULL AND q.running > 0
 ), key_given AS (
     UPDATE {CONCURRENCY_KEY} AS k SET running = k.running - 1 FROM moved
     WHERE k.name = moved.concurrency_key AND k.running > 0

@@ -243,9 +243,11 @@ RETURNING {COLUMNS}
 # Flow control (board.engine.flow): the claimed task takes a slot of its queue and key (the pick
 # saw room under the same write lock); the completed task gives them back. Params: queue,
 # concurrency_key (NULL: no key).
-SQLITE_TAKE_SLOTS = (f"UPDATE {QUEUE} SET running = running + 1 WHERE name = %s",
+# A queue is counted only while it has a limit (board.engine.flow).
+SQLITE_TAKE_SLOTS = (f"UPDATE {QUEUE} SET running = running + 1 WHERE name = %s AND concurrency IS NOT NULL",
                      f"UPDATE {CONCURRENCY_KEY} SET running = running + 1 WHERE name = %s")
-SQLITE_GIVE_BACK_SLOTS = (f"UPDATE {QUEUE} SET running = running - 1 WHERE name = %s AND running > 0",
+SQLITE_GIVE_BACK_SLOTS = (f"UPDATE {QUEUE} SET running = running - 1"
+                          " WHERE name = %s AND concurrency IS NOT NULL AND running > 0",
                           f"UPDATE {CONCURRENCY_KEY} SET running = running - 1 WHERE name = %s AND running > 0")
 
 # The history row of a move whose values the caller already has (claim_next, renew).

@@ -97,6 +97,11 @@ class MongoDBStore(Store):
             {"_id": TaskEvent._meta.db_table}, {"$set": {"touched_at": datetime.now(UTC)}}, upsert=True,
             session=connection.session)
 
+    def hold_off_task_writers(self) -> None:
+        """Every move writes the history's counter document: so does this, and one of two
+        concurrent transactions runs again after the other has committed."""
+        self.conflict_with_writers()
+
     def number_rows(self, rows: Sequence) -> None:
         number_rows(self.using, rows)
 
