@@ -22,6 +22,8 @@ What is here:
 - `Client` -- one method per endpoint (`create`, `get`, `list`, `events`, `claim_next`,
   `claim`, `resume`, `renew`, `release`, `complete`, `fail`, `pause`, `admit`, `requeue`,
   `cancel`, `check`) and the context managers `hold` / `hold_task`.
+- `Client.queues()`, `Client.queue(name)` -> `Queue` -- queues' limits, pause and running counts;
+  an operator key's ``queue.pause(reason=...)``, ``resume``, ``set_concurrency(n)``, ``history()``.
 - `Lease` -- what a claim returns (task, token, fence, expires_at) with the holder's verbs.
 - `Job` -- a lease held by a ``with`` block: background renewal every ttl/3, ``job.lost`` (a bool),
   ``job.checkpoint()``, ``job.pause()``, complete on success, fail on an exception.
@@ -33,7 +35,7 @@ What is here:
 - ``python -m taskflow_client.mcp`` -- the same as MCP tools for LLM agents (the one module that
   needs a package: the ``mcp`` SDK; nothing here imports it).
 """
-from .client import Client, Lease
+from .client import Client, Lease, Queue
 from .errors import (
     ERROR_CLASSES,
     Blocked,
@@ -66,6 +68,7 @@ __all__ = [
     "Lease",
     "LeaseLost",
     "NotFound",
+    "Queue",
     "Taken",
     "TaskflowError",
     "Terminal",

@@ -34,7 +34,7 @@ from urllib.parse import quote, urlencode, urlsplit
 from .errors import TaskflowError, TooManyWaiters, TransportError, error_from_body
 from .hold import Hold, Job
 
-__all__ = ["Client", "Lease"]
+__all__ = ["Client", "Lease", "Queue"]
 
 DEFAULT_TIMEOUT = 30.0
 USER_AGENT = "taskflow-client/1"
@@ -78,6 +78,19 @@ def _parse_time(value: str | None) -> datetime | None:
         value = value[:-1] + "+00:00"
     parsed = datetime.fromisoformat(value)
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)  # noqa: UP017 (datetime.UTC is 3.11+; the client runs on older Pythons)
+
+
+def _with_fields(task: dict[str, Any] | Sequence[dict[str, Any]],
+                 fields: dict[str, Any]) -> dict[str, Any] | list[dict[str, Any]]:
+    """Copies of the task dict(s) with `fields` set (the caller's dicts are left as they were);
+    ValueError when a task already names one of them with another value."""
+    def one(item: dict[str, Any]) -> dict[str, Any]:
+        for name, value in fields.items():
+            if name in item and item[name] != value:
+                raise ValueError(f"task {item.get('id', item.get('title'))!r} names {name}={item[name]!r}, "
+                                 f"not {value!r} as the call does")
+        return {**item, **fields}
+    return one(task) if isinstance(task, dict) else [one(item) for item in task]
 
 
 class Lease:
@@ -155,6 +168,63 @@ class Lease:
         """A `Job` holding this lease: ``with lease.hold() as job: ...`` renews it in the
         background and completes/fails it on exit, like `Client.hold`."""
         return Job(self, heartbeat=heartbeat)
+
+
+class _Unchanged:
+    """The default of `Client.change_queue`'s `concurrency`: leave the limit as it is (None is a
+    value there: no limit)."""
+
+    def __repr__(self) -> str:
+        return "UNCHANGED"
+
+
+UNCHANGED: Any = _Unchanged()
+
+
+class Queue:
+    """A queue of the board, by name: what `Client.queue(name)` returns. It holds nothing but
+    the name; each method asks the board (so two handles of one queue never disagree).
+
+    Reading needs any key that may read the queue (a key limited to some queues sees only
+    those: another queue is `NotFound`); changing it (`pause`, `resume`, `set_concurrency`)
+    needs an operator key (``create_agent_key --operator``), else `Forbidden`. Each change
+    returns the queue as it is after it, and goes to its `history` with the key's name and
+    `reason`; a change that changes nothing (pausing a paused queue) is not recorded.
+    """
+
+    def __init__(self, client: Client, name: str):
+        self.client = client
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"<Queue {self.name!r}>"
+
+    def get(self) -> dict[str, Any]:
+        """The queue now: ``name``, ``concurrency`` (None: no limit), ``running``, ``paused``,
+        ``paused_by``, ``paused_reason``, ``paused_at``, ``depth`` (tasks per stage) and
+        ``oldest_queued_seconds``. A queue nobody set and no task names is answered too: no
+        limit, not paused, no tasks."""
+        return self.client.get_queue(self.name)
+
+    def pause(self, reason: str = "") -> dict[str, Any]:
+        """Operator: no new claim takes a task of this queue (claim-next passes over them, a
+        claim by id is `Blocked`); leases already held renew and finish as usual."""
+        return self.client.change_queue(self.name, paused=True, reason=reason)
+
+    def resume(self, reason: str = "") -> dict[str, Any]:
+        """Operator: claims take this queue's tasks again."""
+        return self.client.change_queue(self.name, paused=False, reason=reason)
+
+    def set_concurrency(self, concurrency: int | None, reason: str = "") -> dict[str, Any]:
+        """Operator: at most `concurrency` (1-10,000) of this queue's tasks RUNNING at once;
+        None removes the limit. A limit below the running count stops new claims until there
+        is room; the running tasks go on."""
+        return self.client.change_queue(self.name, concurrency=concurrency, reason=reason)
+
+    def history(self) -> builtins.list[dict[str, Any]]:
+        """Who changed the queue's settings, newest first (the last 200): ``actor``,
+        ``reason``, ``changes`` (``{setting: [before, after]}``), ``at``."""
+        return self.client.queue_history(self.name)
 
 
 class _Http:
@@ -242,6 +312,8 @@ class Client:
       managers that renew in the background and complete or fail on exit (see `Job`)
     - the holder's verbs: `renew`, `release`, `complete`, `fail`, `pause` (also on `Lease`)
     - operators (a key created with --operator): `admit`, `requeue`, `cancel`
+    - queues: `queues`, `queue(name)` -> `Queue` (`get`, `pause`, `resume`,
+      `set_concurrency`, `history`); also `get_queue`, `change_queue`, `queue_history`
     - health: `check`
 
     Example::
@@ -311,15 +383,24 @@ class Client:
 
     # -- tasks ------------------------------------------------------------------------------
 
-    def create(self, task: dict[str, Any] | Sequence[dict[str, Any]]) -> dict[str, Any] | builtins.list[dict[str, Any]]:
+    def create(self, task: dict[str, Any] | Sequence[dict[str, Any]], *, concurrency_key: str | None = None,
+               concurrency_limit: int | None = None) -> dict[str, Any] | builtins.list[dict[str, Any]]:
         """Create one task (a dict) and return it, or a batch (a list of dicts, all or
         nothing, may form a DAG through ``deps``) and return the list.
 
         Fields: ``title`` (required), ``id`` (generated when omitted), ``description``,
         ``payload`` (any JSON), ``queue`` ("default"), ``priority`` (higher first), ``deps``
-        (ids), ``hold`` (stay PENDING until an operator admits it), ``max_retries`` (3).
+        (ids), ``hold`` (stay PENDING until an operator admits it), ``max_retries`` (3),
+        ``concurrency_key`` (1-200 printable characters: at most the key's limit of RUNNING
+        tasks share it) and ``concurrency_limit`` (1-10,000, with a key: sets the key's limit;
+        a new key's is 1). `concurrency_key` / `concurrency_limit` given here are set on every
+        task of the call (ValueError, nothing sent, if a task names another value itself).
         Re-sending an identical create is safe: the existing task comes back. Another task
         under the same id raises `DuplicateId`."""
+        flow = {name: value for name, value in (("concurrency_key", concurrency_key),
+                                                ("concurrency_limit", concurrency_limit)) if value is not None}
+        if flow:
+            task = _with_fields(task, flow)
         if isinstance(task, dict):
             return self.request("POST", "/tasks", task)
         answer = self.request("POST", "/tasks", list(task))
@@ -385,7 +466,8 @@ class Client:
                    wait_seconds: float = 0) -> Lease | None:
         """Claim the best ready task (highest priority, then oldest; only in `queue` if given)
         with a lease of `ttl_seconds` (1 s .. 24 h). With `wait_seconds` (up to 30) the server
-        waits for work to become ready (woken by the board's commits). Returns a `Lease`, or
+        waits for work to become ready (woken by the board's commits). Tasks of a paused or
+        full queue, or of a full concurrency key, are passed over. Returns a `Lease`, or
         None when there was no work. A server that already parks all the waiting claims it
         allows answers 503; this method then tries again every second until its wait is over.
         After a transport error the claim is sent once more, with the same request id and
@@ -416,7 +498,9 @@ class Client:
 
     def claim(self, task_id: str, ttl_seconds: float) -> Lease:
         """Claim this task. Refused with `Taken` (a live lease), `Blocked` (dependencies,
-        hold, backoff), `Terminal`, `InvalidTransition` (PAUSED: resume it), `NotFound`.
+        hold, backoff; its queue paused or at its limit, or its concurrency key at its limit:
+        ``exc.details["waiting"]`` says which), `Terminal`, `InvalidTransition` (PAUSED:
+        resume it), `NotFound`.
         After a transport error the claim is sent once more with the same request id: if the
         first one took effect, this gets its lease (not `Taken`)."""
         path = self._path("tasks", task_id, "claim")
@@ -517,6 +601,40 @@ class Client:
         """Operator: cancel an unfinished task; a live lease on it is ended (its holder gets
         `LeaseLost`)."""
         return self.request("POST", self._path("tasks", task_id, "cancel"), self._operator_body(version, reason))
+
+    # -- queues (flow control) ---------------------------------------------------------------
+
+    def queues(self) -> builtins.list[dict[str, Any]]:
+        """Every queue that has settings or tasks (those this key may read), by name: each a
+        dict as `Queue.get` describes it."""
+        return self.request("GET", "/queues")["items"]
+
+    def queue(self, name: str) -> Queue:
+        """A handle on the queue `name` (no request is sent until one of its methods is called):
+        ``client.queue("ci").pause(reason="provider outage")``."""
+        return Queue(self, name)
+
+    def get_queue(self, name: str) -> dict[str, Any]:
+        """One queue's settings, running count and tasks per stage (see `Queue.get`)."""
+        return self.request("GET", self._path("queues", name))
+
+    def change_queue(self, name: str, *, concurrency: int | None = UNCHANGED, paused: bool | None = None,
+                     reason: str = "") -> dict[str, Any]:
+        """Operator: change a queue's settings; only those given change. `concurrency`: its
+        limit (1-10,000; None: no limit; left out: unchanged); `paused`: True stops new claims
+        of its tasks, False lets them in again; `reason` (at most 500 characters) goes to its
+        history. Returns the queue as it is now. `Forbidden` without operator rights,
+        `ValidationFailed` for a limit out of range (nothing changed)."""
+        body: dict[str, Any] = {"reason": reason}
+        if concurrency is not UNCHANGED:
+            body["concurrency"] = concurrency
+        if paused is not None:
+            body["paused"] = paused
+        return self.request("PUT", self._path("queues", name), body)
+
+    def queue_history(self, name: str) -> builtins.list[dict[str, Any]]:
+        """Who changed a queue's settings, newest first (see `Queue.history`)."""
+        return self.request("GET", self._path("queues", name, "history"))["items"]
 
     # -- health -----------------------------------------------------------------------------
 

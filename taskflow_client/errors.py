@@ -79,7 +79,11 @@ class Taken(TaskflowError):
 
 
 class Blocked(TaskflowError):
-    """The task is not ready: a dependency is unfinished, it is held, or it is backing off (409 blocked)."""
+    """The task is not ready: a dependency is unfinished, it is held, or it is backing off (409 blocked).
+
+    Or it is ready but may not start now: its queue is paused or at its concurrency limit, or
+    its concurrency key is at its limit; ``details["waiting"]`` then says which (e.g.
+    ``"queue ci is paused"``, ``"repo:acme/web is at its limit 1/1"``)."""
 
     code = "blocked"
 

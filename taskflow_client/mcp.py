@@ -56,6 +56,7 @@ log = logging.getLogger("taskflow_client.mcp")
 
 DEFAULT_TTL = 60.0  # seconds; the heartbeat renews every ttl/3, so a dead server's leases end soon
 LIST_LIMIT = 20
+QUEUE_LIMIT = 50  # queues list_queues shows, by name
 HISTORY_EVENTS = 50  # the most recent events get_task shows (each renewal is one)
 INSTRUCTIONS = (
     "TaskFlow board tools. Claiming gives you a lease that this server renews in the background "
@@ -211,6 +212,9 @@ _TASK = _schema(
     queue={"type": "string"}, priority={"type": "integer"},
     deps={"type": "array", "items": {"type": "string"}, "description": "ids that must complete first"},
     hold={"type": "boolean"}, max_retries={"type": "integer", "minimum": 0},
+    concurrency_key={"type": "string", "minLength": 1, "maxLength": 200,
+                     "description": "RUNNING tasks sharing it are limited (e.g. repo:acme/web)"},
+    concurrency_limit={"type": "integer", "minimum": 1, "maximum": 10000, "description": "the key's limit (new key: 1)"},
 )
 
 
@@ -286,6 +290,24 @@ def list_ready(holdings: Holdings, queue: str | None = None, limit: int = LIST_L
     return {"tasks": tasks, "more": len(queued) > limit, "held_by_you": holdings.held()}
 
 
+def list_queues(holdings: Holdings, limit: int = QUEUE_LIMIT) -> dict[str, Any]:
+    # Each queue's brake and limit beside what waits in it, so that a model whose claims come
+    # back empty can tell a paused or full queue from an empty one. Only what is set or nonzero.
+    queues = holdings.client.queues()
+    shown = []
+    for queue in queues[:limit]:
+        line: dict[str, Any] = {"name": queue["name"], "running": queue["running"]}
+        if queue["concurrency"] is not None:
+            line["concurrency"] = queue["concurrency"]
+        if queue["paused"]:
+            line.update(paused=True, paused_by=queue["paused_by"], paused_reason=queue["paused_reason"])
+        line["depth"] = {stage: n for stage, n in queue["depth"].items() if n}
+        if queue["oldest_queued_seconds"] is not None:
+            line["oldest_queued_seconds"] = round(queue["oldest_queued_seconds"], 1)
+        shown.append({k: v for k, v in line.items() if v not in (None, "")})
+    return {"queues": shown, "more": len(queues) > limit}
+
+
 def problems(holdings: Holdings) -> dict[str, Any]:
     return {"problems": holdings.client.check()}
 
@@ -337,6 +359,9 @@ TOOLS: dict[str, ToolSpec] = {spec.name: spec for spec in (
     ToolSpec("list_ready", "QUEUED tasks in claim order (priority, then oldest), and the ids you hold.",
              _schema(queue={"type": "string"}, limit={"type": "integer", "minimum": 1, "maximum": 100}),
              list_ready),
+    ToolSpec("list_queues", "Queues by name: running/limit, paused (by whom, why), tasks per stage, "
+             "oldest wait. Claims skip paused or full queues.",
+             _schema(limit={"type": "integer", "minimum": 1, "maximum": 200}), list_queues),
     ToolSpec("problems", "The board's consistency problems (empty when healthy).", _schema(), problems),
 )}
 

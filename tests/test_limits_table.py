@@ -27,6 +27,8 @@ EXPECTED = {
     "`error` (fail)": [limits.MAX_ERROR_CHARS],
     "`traceback` (fail)": [limits.MAX_TRACEBACK_CHARS],
     "`reason` (operators' verbs)": [limits.MAX_REASON_CHARS],
+    "a concurrency limit (`concurrency` of a queue, `concurrency_limit` of a key)": [1, limits.MAX_CONCURRENCY],
+    "`concurrency_key`": [1, limits.MAX_CONCURRENCY_KEY_CHARS],
     "task id, `queue`, agent name": [1, limits.MAX_NAME_CHARS],
     "live keys per agent name / a rotated key's grace": [1, 0, limits.MAX_ROTATION_GRACE.total_seconds()],
     "a key's queue patterns": [limits.MAX_SCOPE_PATTERNS, 1, limits.MAX_NAME_CHARS],

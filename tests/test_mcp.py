@@ -36,7 +36,7 @@ board_server = live_server.board_server  # the module's real server (a fixture),
 
 AGENT = "mcp-agent"
 TOOL_NAMES = {"create_tasks", "claim", "checkpoint", "complete", "fail", "pause", "resume", "release",
-              "get_task", "list_ready", "problems"}
+              "get_task", "list_ready", "list_queues", "problems"}
 WAIT = 15.0  # deadline for conditions that take a heartbeat or two
 
 
@@ -364,3 +364,45 @@ def test_get_task_reads_the_recent_history_in_one_request_however_long_it_is(boa
         shown = session.ok("get_task", {"task_id": "short"})
         assert len(requests) == 2, requests
     assert [line["verb"] for line in shown["history"]] == ["create"] and "history_truncated" not in shown
+
+
+def test_list_queues_shows_the_brake_and_the_limits_and_create_takes_a_concurrency_key(session, board):
+    """Flow control (issue 29) through the tools: a key's limit set at create, a queue paused by an
+    operator (the MCP server has no operator tools: the operator uses the Python client), and what
+    list_queues and a refused claim tell the model. Bad fields are refused before anything is sent."""
+    operator = agent_keys.create_key("mcp-operator", is_operator=True)[1]
+    made = session.ok("create_tasks", {"tasks": [
+        {"id": "w1", "title": "deploy", "queue": "deploy", "concurrency_key": "repo:acme/web", "concurrency_limit": 1},
+        {"id": "w2", "title": "deploy", "queue": "deploy", "concurrency_key": "repo:acme/web"},
+        {"id": "b1", "title": "build", "queue": "ci"},
+    ]})
+    assert [t["id"] for t in made["tasks"]] == ["w1", "w2", "b1"]
+    assert Task.objects.get(pk="w2").concurrency_key == "repo:acme/web"
+    with Client(board.url, operator, timeout=10) as client:
+        client.queue("ci").pause(reason="runner outage")
+
+    assert session.ok("claim", {"queue": "ci"}) == {"task": None, "message": "no task is ready"}
+    error = session.refused("claim", {"task_id": "b1"}, "blocked")
+    assert error["details"]["waiting"] == "queue ci is paused"
+    assert session.ok("claim", {})["task"]["id"] == "w1"
+    error = session.refused("claim", {"task_id": "w2"}, "blocked")
+    assert error["details"]["waiting"] == "repo:acme/web is at its limit 1/1"
+
+    listed = session.ok("list_queues", {})
+    assert listed == {"more": False, "queues": [
+        {"name": "ci", "running": 0, "paused": True, "paused_by": "mcp-operator", "paused_reason": "runner outage",
+         "depth": {"QUEUED": 1}, "oldest_queued_seconds": listed["queues"][0]["oldest_queued_seconds"]},
+        {"name": "deploy", "running": 1, "depth": {"QUEUED": 1, "RUNNING": 1},
+         "oldest_queued_seconds": listed["queues"][1]["oldest_queued_seconds"]},
+    ]}
+    assert session.ok("list_queues", {"limit": 1})["more"] is True
+
+    before = db_state()
+    for task in ({"title": "t", "concurrency_key": ""}, {"title": "t", "concurrency_key": "k" * 201},
+                 {"title": "t", "concurrency_key": "k", "concurrency_limit": 0},
+                 {"title": "t", "concurrency_key": "k", "concurrency_limit": 10_001}):
+        session.refused("create_tasks", {"tasks": [task]}, "validation_error")
+    session.refused("create_tasks", {"tasks": [{"title": "t", "concurrency_limit": 2}]}, "validation_error")  # the board's
+    session.refused("list_queues", {"limit": 0}, "validation_error")
+    session.refused("list_queues", {"paused": True}, "validation_error")
+    assert db_state() == before

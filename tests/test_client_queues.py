@@ -1,0 +1,116 @@
+"""The Python client's flow control (issue 29) against the REAL server (manage.py serve) on the
+test database: `client.queues()`, `client.queue(name)` and its `get`/`pause`/`resume`/
+`set_concurrency`/`history`, and `create(..., concurrency_key=, concurrency_limit=)`. Refusals
+raise their error class and leave the database as it was."""
+import pytest
+
+from board.models import ConcurrencyKey, Queue, QueueChange, Task
+from taskflow_client import Blocked, Forbidden, NotFound, ValidationFailed
+from taskflow_client import Queue as QueueHandle
+from tests.live_server import board_server  # noqa: F401  (fixture)
+from tests.support import db_state, sqlite_db_mark
+from tests.test_client import alice, bob, keys, op  # noqa: F401  (fixtures)
+
+pytestmark = sqlite_db_mark()
+
+
+def everything() -> tuple:
+    return (db_state(), list(Queue.objects.order_by("name").values()), list(QueueChange.objects.values()),
+            list(ConcurrencyKey.objects.values()))
+
+
+def test_queues_are_listed_paused_resumed_and_limited_with_their_history(alice, op):
+    alice.create([{"id": f"ci-{n}", "title": "build", "queue": "ci"} for n in range(3)]
+                 + [{"id": "doc", "title": "docs", "queue": "docs"}])
+    ci = op.queue("ci")
+    assert isinstance(ci, QueueHandle) and ci.name == "ci" and repr(ci) == "<Queue 'ci'>"
+
+    listed = {item["name"]: item for item in alice.queues()}
+    assert sorted(listed) == ["ci", "docs"]
+    assert (listed["ci"]["concurrency"], listed["ci"]["paused"], listed["ci"]["depth"]["QUEUED"]) == (None, False, 3)
+
+    paused = ci.pause(reason="provider outage")
+    assert (paused["paused"], paused["paused_by"], paused["paused_reason"]) == (True, "op", "provider outage")
+    assert alice.claim_next(30, queue="ci") is None  # claim-next passes over a paused queue
+    with pytest.raises(Blocked) as refused:
+        alice.claim("ci-0", 30)
+    assert refused.value.details["waiting"] == "queue ci is paused"
+    assert alice.claim_next(30).task_id == "doc"  # another queue's task is still taken
+
+    limited = ci.set_concurrency(1, reason="one runner")
+    assert (limited["concurrency"], limited["paused"]) == (1, True)
+    assert ci.resume()["paused"] is False
+    first = alice.claim_next(30, queue="ci")
+    assert first.task_id == "ci-0"
+    assert alice.claim_next(30, queue="ci") is None  # at its limit 1/1
+    with pytest.raises(Blocked) as full:
+        alice.claim("ci-1", 30)
+    assert full.value.details["waiting"] == "queue ci is at its limit 1/1"
+    assert alice.queue("ci").get()["running"] == 1  # any key reads a queue
+
+    first.complete({"ok": True})  # the slot comes back
+    assert alice.claim_next(30, queue="ci").task_id == "ci-1"
+    assert ci.set_concurrency(None)["concurrency"] is None
+    assert alice.claim_next(30, queue="ci").task_id == "ci-2"
+    assert Queue.objects.get(name="ci").running == 2
+
+    history = ci.history()
+    assert history == op.queue_history("ci")
+    assert [(h["actor"], h["reason"], h["changes"]) for h in history] == [
+        ("op", "", {"concurrency": [1, None]}),
+        ("op", "", {"paused": [True, False]}),
+        ("op", "one runner", {"concurrency": [None, 1]}),
+        ("op", "provider outage", {"paused": [False, True]}),
+    ]
+    assert ci.pause() and ci.pause(reason="again")["paused"] is True
+    assert len(ci.history()) == 5  # pausing a paused queue changes nothing and is not recorded
+
+
+def test_create_takes_a_concurrency_key_and_limit_for_every_task_of_the_call(alice):
+    made = alice.create([{"id": "w1", "title": "deploy"}, {"id": "w2", "title": "deploy"}],
+                        concurrency_key="repo:acme/web", concurrency_limit=1)
+    assert [t["concurrency_key"] for t in made] == ["repo:acme/web", "repo:acme/web"]
+    single = alice.create({"id": "w3", "title": "deploy", "concurrency_key": "repo:acme/web"})
+    assert single["concurrency_key"] == "repo:acme/web"
+    again = {"id": "w4", "title": "deploy"}
+    alice.create(again, concurrency_key="repo:acme/web")
+    assert again == {"id": "w4", "title": "deploy"}  # the caller's dict is left as it was
+
+    lease = alice.claim_next(30)
+    assert lease.task_id == "w1"
+    assert alice.claim_next(30) is None  # the key is at its limit 1
+    with pytest.raises(Blocked) as refused:
+        alice.claim("w2", 30)
+    assert refused.value.details["waiting"] == "repo:acme/web is at its limit 1/1"
+    lease.release()
+    assert alice.claim_next(30).task_id == "w1"
+    assert ConcurrencyKey.objects.get(name="repo:acme/web").running == 1
+
+
+def test_refusals_raise_their_class_and_change_nothing(alice, op):
+    alice.create({"id": "kept", "title": "kept", "queue": "kept"})
+    op.queue("kept").set_concurrency(4, reason="start")
+    before = everything()
+
+    with pytest.raises(Forbidden):
+        alice.queue("kept").pause(reason="not mine")  # an agent key without operator rights
+    with pytest.raises(Forbidden):
+        alice.queue("kept").set_concurrency(1)
+    for bad in (0, -1, 10_001):
+        with pytest.raises(ValidationFailed):
+            op.queue("kept").set_concurrency(bad)
+    with pytest.raises(ValidationFailed):
+        op.queue("kept").pause(reason="x" * 501)
+    with pytest.raises(NotFound):
+        op.queue("no spaces allowed").get()
+    with pytest.raises(ValidationFailed):
+        alice.create({"title": "limit without a key"}, concurrency_limit=2)
+    for key in ("", "k" * 201, "a\nb"):
+        with pytest.raises(ValidationFailed):
+            alice.create({"title": "bad key"}, concurrency_key=key)
+    with pytest.raises(ValidationFailed):
+        alice.create({"title": "t"}, concurrency_key="k", concurrency_limit=0)
+    with pytest.raises(ValueError, match="names concurrency_key"):  # refused before anything is sent
+        alice.create({"title": "t", "concurrency_key": "a"}, concurrency_key="b")
+    assert everything() == before
+    assert Task.objects.count() == 1
