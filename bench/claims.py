@@ -32,7 +32,8 @@ One *cycle* is: claim the best ready task, then complete it. Two loops run the c
 ``--with-limit`` adds a third loop, **limited**: ours on a queue with a concurrency limit (issue 29;
 board.engine.flow), by default as many as the threads, so that it never refuses a claim and the
 difference is what enforcing it costs. An observer thread counts the RUNNING tasks all through
-its slices; a read over the limit, or a problem check() finds after a slice, fails the run.
+its slices (and through ours', so that both bear its cost); a read over the limit, or a problem
+check() finds after a slice, fails the run.
 
 Both loops run in the same process (for MongoDB, a child process: see Databases), against the
 same tables, on freshly seeded QUEUED tasks, with T threads (default 1 and 8, each with its own
@@ -912,12 +913,14 @@ def measure(backend: str, alias: str, raw: Any, threads: int, args: argparse.Nam
             driver.seed(seed_size(backend, "ours" if mode == "limited" else mode, args) // args.rounds or 1,
                         args.tied)
             tidy(alias)
-            if mode != "limited":
+            if mode == "raw" or limit is None:
                 outcomes[mode].append(run_threads(driver, threads, slice_seconds))
                 continue
-            with RunningObserver(alias, limit) as observer:
+            # The observer reads beside ours as well, so that limited and ours bear its cost alike.
+            with RunningObserver(alias, limit if mode == "limited" else threads) as observer:
                 outcomes[mode].append(run_threads(driver, threads, slice_seconds))
-            observed.add(observer)
+            if mode == "limited":
+                observed.add(observer)
     clear(alias)
     limited = Outcome.total(outcomes["limited"]) if limit is not None else None
     return Row(backend, threads, Outcome.total(outcomes["ours"]), Outcome.total(outcomes["raw"]),

@@ -820,7 +820,7 @@ class BoardContract:
         for n in range(100):
             flow.change_queue("late", concurrency=None, actor="op", using=self.alias)
             finishing, held = held[:3], held[3:]
-            calls = [lambda i=i: transitions.claim_next(f"a{i}", TTL, queue="late", using=self.alias)
+            calls = [lambda i=i: transitions.claim_next(f"a{i}", 600, queue="late", using=self.alias)
                      for i in range(12)]
             calls += [lambda c=c: transitions.complete(c.task.pk, c.lease.token, {}, using=self.alias)
                       for c in finishing]
@@ -832,7 +832,9 @@ class BoardContract:
             running, counted = self.running_in("late")
             assert running == counted
             held += [r for r in results[:12] if r is not None]
-            assert self.claim_next(queue="late") is None or running < 4
+            probe = transitions.claim_next("probe", 600, queue="late", using=self.alias)
+            assert probe is None or running < 4, f"round {n}: a claim over the limit"
+            held += [probe] if probe is not None else []
             for claim in list(held):  # back under the limit for the next round
                 if self.running_in("late")[0] <= 4:
                     break

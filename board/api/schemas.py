@@ -15,6 +15,7 @@ from typing import Annotated, Any, Optional
 from ninja import Schema
 from pydantic import (
     AfterValidator,
+    AwareDatetime,
     ConfigDict,
     Field,
     ModelWrapValidatorHandler,
@@ -34,6 +35,7 @@ from board.engine.limits import (
     MAX_REASON_CHARS,
     MAX_REQUEST_ID_CHARS,
     MAX_RETRIES_LIMIT,
+    MAX_SNOOZE_SECONDS,
     MAX_TITLE_CHARS,
     MAX_TOKEN_CHARS,
     MAX_TRACEBACK_CHARS,
@@ -106,6 +108,16 @@ class TaskIn(StrictIn):
     concurrency_limit: Optional[int] = Field(
         None, ge=1, le=MAX_CONCURRENCY,
         description="the key's limit (needs concurrency_key; the latest create naming one sets it; a new key: 1)")
+    run_at: Optional[AwareDatetime] = Field(
+        None, strict=False, description="not claimable before this time (ISO 8601 with its zone); shown as not_before")
+
+    @field_validator("run_at", mode="before")
+    @classmethod
+    def _run_at_is_text(cls, value: Any) -> Any:
+        # Parsed from ISO 8601 text only (the lax parse would also take a number as a Unix time).
+        if value is not None and not isinstance(value, str):
+            raise ValueError("run_at must be an ISO 8601 time with its zone, e.g. 2026-12-04T14:05:00Z")
+        return value
 
 
 # Checked before any item is: a body of 70,000 tasks is refused at once (413, see api.py).
@@ -137,6 +149,12 @@ class RenewIn(StrictIn):
 
 class TokenIn(StrictIn):
     token: str = TOKEN
+
+
+class ReleaseIn(TokenIn):
+    retry_after_seconds: Optional[float] = Field(
+        None, ge=1, le=MAX_SNOOZE_SECONDS,
+        description="snooze: back to QUEUED but not claimable for this long (attempts unchanged)")
 
 
 class CompleteIn(StrictIn):

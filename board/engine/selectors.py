@@ -135,7 +135,10 @@ def queue_overview(names: Iterable[str] | None = None, *, now: datetime | None =
     for name in sorted(settings.keys() | depth.keys() | set(names or ())):
         described = settings.get(name) or flow.describe(Queue(name=name))
         since = oldest.get(name)
-        out.append({**described, "depth": depth[name] if name in depth else dict.fromkeys((s.value for s in Stage), 0),
+        stages = depth[name] if name in depth else dict.fromkeys((s.value for s in Stage), 0)
+        # The tasks RUNNING now, from the same read: a queue without a limit is not counted on
+        # its row (flow), and a counted one's row equals this (check()'s running_count_drift).
+        out.append({**described, "running": stages[Stage.RUNNING.value], "depth": stages,
                     "oldest_queued_seconds": max(0.0, (now - since).total_seconds()) if since else None})
     return out
 

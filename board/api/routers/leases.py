@@ -20,6 +20,7 @@ from board.api.schemas import (
     CompleteIn,
     FailIn,
     PauseIn,
+    ReleaseIn,
     RenewIn,
     ResumeIn,
     TaskOut,
@@ -145,11 +146,12 @@ def renew_task(request, task_id: str, body: RenewIn):
 
 
 @router.post("/tasks/{task_id}/release", response={200: TaskOut, **ERRORS},
-             summary="Give the task back to the queue (the attempt is not counted)")
-def release_task(request, task_id: str, body: TokenIn):
+             summary="Give the task back to the queue (the attempt is not counted); with retry_after_seconds, snooze it")
+def release_task(request, task_id: str, body: ReleaseIn):
     require_agent(request)
     in_scope(request, task_id)
-    return render_task(transitions.release(task_id, body.token, agent=request.auth.name))
+    return render_task(transitions.release(task_id, body.token, retry_after_seconds=body.retry_after_seconds,
+                                           agent=request.auth.name))
 
 
 @router.post("/tasks/{task_id}/complete", response={200: TaskOut, **ERRORS}, auth=HOT_AUTH,

@@ -41,7 +41,7 @@ def _spec(item: TaskIn) -> TaskSpec:
     return TaskSpec(title=item.title, id=item.id, description=item.description, payload=item.payload,
                     queue=item.queue, priority=item.priority, deps=tuple(item.deps), hold=item.hold,
                     max_retries=item.max_retries, concurrency_key=item.concurrency_key,
-                    concurrency_limit=item.concurrency_limit)
+                    concurrency_limit=item.concurrency_limit, run_at=item.run_at)
 
 
 def _same_as_existing(specs: list[TaskSpec]) -> list[Task] | None:

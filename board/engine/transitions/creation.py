@@ -5,6 +5,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from django.db import IntegrityError, connections, transaction
@@ -42,6 +43,9 @@ class TaskSpec:
     # `concurrency_limit` sets that limit (the latest create naming one says it; a new key: 1).
     concurrency_key: str | None = None
     concurrency_limit: int | None = None
+    # Not claimable before this time (an aware datetime; the task's not_before, which a retry's
+    # backoff later sets too).
+    run_at: datetime | None = None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -130,6 +134,7 @@ def create(specs: TaskSpec | Sequence[TaskSpec], *, actor: str = "", using: str 
                     hold=spec.hold,
                     max_retries=spec.max_retries,
                     concurrency_key=spec.concurrency_key,
+                    not_before=spec.run_at,
                     has_deps=bool(spec.deps),
                     has_dependents=spec.id in depended_on,
                     stage=Stage.QUEUED if ready else Stage.PENDING,
@@ -213,6 +218,10 @@ def _validate_spec(spec: TaskSpec) -> None:
     if not isinstance(spec.hold, bool):
         raise errors.InvalidRequest("hold must be true or false", field="hold")
     json_field("payload", spec.payload)
+    if spec.run_at is not None and (not isinstance(spec.run_at, datetime) or spec.run_at.tzinfo is None
+                                    or spec.run_at.utcoffset() is None):
+        raise errors.InvalidRequest("run_at must be a time with its zone (ISO 8601, e.g. 2026-12-04T14:05:00Z)",
+                                    field="run_at")
     flow.concurrency_key(spec.concurrency_key)
     flow.concurrency_limit(spec.concurrency_limit, "concurrency_limit")
     if spec.concurrency_limit is not None and spec.concurrency_key is None:

@@ -39,7 +39,7 @@ from board.engine.stores.statements import LIMIT_FILLED, Statements
 from board.engine.stores import retry_conflicts, store
 from board.engine.inputs import agent_name, is_valid_task_id, json_field, unstorable_text
 from board.engine.lifecycle import Stage, Verb, attempts_left, lease_expired, retry_backoff_seconds
-from board.engine.limits import MAX_ERROR_CHARS, MAX_TRACEBACK_CHARS
+from board.engine.limits import MAX_ERROR_CHARS, MAX_SNOOZE_SECONDS, MAX_TRACEBACK_CHARS
 from board.engine.tokens import hash_token, token_text
 from board.engine.transitions.cas import (
     NO_LEASE,
@@ -120,7 +120,8 @@ def _claimable(using: str, task: Task, now: datetime) -> Task | None:
     raises the precise error when it cannot be claimed."""
     if task.stage == Stage.QUEUED:
         if task.not_before is not None and task.not_before > now:
-            raise errors.Blocked(f"retry backoff until {task.not_before.isoformat()}", task=task)
+            raise errors.Blocked(f"not claimable before {task.not_before.isoformat()}", task=task,
+                                 waiting=f"not before {task.not_before.isoformat()}")
         return task
     if task.stage == Stage.PENDING:
         unfinished = selectors.unfinished_deps(task.pk, using=using)
@@ -456,12 +457,25 @@ def renew(
 @tracing.traced(Verb.RELEASE)
 @outcomes.refusals(Verb.RELEASE)
 @retry_conflicts
-def release(task_id: str, token: str, *, agent: str | None = None, using: str = "default") -> Task:
-    """Hand the task back to the queue. The attempt is given back: releasing is not failing."""
+def release(task_id: str, token: str, *, retry_after_seconds: float | None = None, agent: str | None = None,
+            using: str = "default") -> Task:
+    """Hand the task back to the queue. The attempt is given back: releasing is not failing.
+
+    `retry_after_seconds` snoozes it: back to QUEUED, but not claimable for that long (its
+    not_before, as a retry's backoff), attempts unchanged. The history row records it."""
+    if retry_after_seconds is not None and (
+            isinstance(retry_after_seconds, bool) or not isinstance(retry_after_seconds, (int, float))
+            or not 1 <= retry_after_seconds <= MAX_SNOOZE_SECONDS):
+        raise errors.InvalidRequest(f"retry_after_seconds must be a number from 1 to {MAX_SNOOZE_SECONDS}",
+                                    field="retry_after_seconds")
 
     def build(task: Task, now: datetime, token_hash: str):
+        snooze = {}
+        if retry_after_seconds is not None:
+            snooze = {"not_before": now + timedelta(seconds=retry_after_seconds),
+                      "detail": {"retry_after_seconds": retry_after_seconds}}
         ok = _swap(using, task, Verb.RELEASE, now=now, actor=task.owner, token_hash=token_hash,
-                   attempts=max(0, task.attempts - 1), **NO_LEASE)
+                   attempts=max(0, task.attempts - 1), **snooze, **NO_LEASE)
         return task if ok else None
 
     return _holder_move(using, task_id, token, build, live_only=False, agent=agent)
