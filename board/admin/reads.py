@@ -1,12 +1,13 @@
 """The admin's reads: its filters' choices, the rows an action is held to, what a stale edit
-missed, a task's dependencies and latest history. Its change lists are Django's own querysets
-over Task; the engine's reads (board.engine.selectors) serve the rest."""
+missed, a task's dependencies and latest history, the queues' waiting tasks and history. Its
+change lists are Django's own querysets; the engine's reads (board.engine.selectors) serve the
+rest."""
 from __future__ import annotations
 
-from django.db.models import BooleanField, ExpressionWrapper, Q
+from django.db.models import BooleanField, Count, ExpressionWrapper, Q
 
 from board.engine.lifecycle import Stage
-from board.models import Dependency, Task, TaskEvent
+from board.models import Dependency, QueueChange, Task, TaskEvent
 
 
 def queue_names(limit: int | None = None, *, using: str = "default") -> list[str]:
@@ -77,3 +78,19 @@ def latest_event_ids(task_id: str, limit: int, *, using: str = "default") -> lis
     return list(
         TaskEvent.objects.using(using).filter(task_id=task_id).order_by("-id").values_list("id", flat=True)[:limit]
     )
+
+
+def queued_counts(queues: list[str], *, using: str = "default") -> dict[str, int]:
+    """How many QUEUED tasks each of `queues` holds (absent: none), in one grouped query, for a
+    page of the queue list (served by the queue index)."""
+    if not queues:
+        return {}
+    return dict(
+        Task.objects.using(using).filter(queue__in=queues, stage=Stage.QUEUED)
+        .values_list("queue").annotate(n=Count("pk")).order_by()
+    )
+
+
+def queue_history(queue: str, limit: int, *, using: str = "default") -> list[QueueChange]:
+    """The queue's `limit` most recent setting changes, newest first."""
+    return list(QueueChange.objects.using(using).filter(queue=queue).order_by("-at", "-pk")[:limit])
