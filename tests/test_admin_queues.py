@@ -246,6 +246,23 @@ def test_pause_action_needs_a_reason_then_pauses_each_queue_once(changer):
     assert QueueChange.objects.filter(actor="op", reason="release freeze").count() == 2
 
 
+def test_a_queue_paused_by_someone_else_meanwhile_keeps_their_pause(changer, monkeypatch):
+    """Between the action's read and its change, bob pauses the queue: the engine records
+    nothing more, and the report says whose pause it is."""
+    tasks_in("ci", 1)
+    real = flow.change_queue
+
+    def bob_first(name, **kwargs):
+        real(name, actor="bob", reason="incident", paused=True)
+        return real(name, **kwargs)
+
+    monkeypatch.setattr(flow, "change_queue", bob_first)
+    response, shown = act(changer, "pause_queues", ["ci"], reason="release freeze")
+    assert shown == ["ci: skipped: paused meanwhile by bob"]
+    assert Queue.objects.values_list("paused_by", "paused_reason").get(name="ci") == ("bob", "incident")
+    assert list(QueueChange.objects.values_list("actor", flat=True)) == ["bob"]
+
+
 def test_resume_action_resumes_paused_queues(changer):
     tasks_in("ci", 1)
     tasks_in("docs", 1)

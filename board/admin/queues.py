@@ -10,7 +10,7 @@ Seeing the page needs `board.view_queue`; changing it and the actions `board.cha
 from __future__ import annotations
 
 from django.contrib import admin, messages
-from django.contrib.admin.utils import quote, unquote
+from django.contrib.admin.utils import display_for_value, quote, unquote
 from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied
 from django.http import HttpResponseRedirect
@@ -99,7 +99,7 @@ class QueueAdmin(admin.ModelAdmin):
             return "No change yet."
         body = format_html_join(
             "", "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            ((row.at, row.actor, describe_changes(row), row.reason or "—") for row in rows),
+            ((display_for_value(row.at, "—"), row.actor, describe_changes(row), row.reason or "—") for row in rows),
         )
         return format_html('<table class="queue-history"><thead><tr><th>at</th><th>by</th><th>changed</th>'
                            '<th>reason</th></tr></thead><tbody>{}</tbody></table>', body)
@@ -153,11 +153,15 @@ class QueueAdmin(admin.ModelAdmin):
                     report.skipped(queue.name, why, "already paused" if paused else "not paused")
                     continue
                 try:
-                    flow.change_queue(queue.name, actor=actor, reason=reason, paused=paused)
+                    now = flow.change_queue(queue.name, actor=actor, reason=reason, paused=paused)
                 except errors.BoardError as exc:
                     report.skipped(queue.name, exc.message, exc.code.replace("_", " "))
                     continue
-                if paused:
+                if paused and (now.paused_by, now.paused_reason) != (actor, reason):
+                    # Paused by someone else between this read and the change: theirs stands.
+                    report.skipped(queue.name, f"paused meanwhile by {now.paused_by or '(unknown)'}",
+                                   "paused meanwhile")
+                elif paused:
                     report.done(queue.name, "paused")
                 else:
                     report.done(queue.name, f"resumed (was paused by {queue.paused_by or '(unknown)'}"
