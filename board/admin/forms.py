@@ -319,7 +319,8 @@ class QueueChangeForm(_EngineForm):
             self.add_error(None, queue_changed(name, opened, now, moved))
             return
         if sent.get("paused") and not data.get("reason"):
-            self.add_error("reason", "Pausing a queue needs a reason: it is kept in the history and shown on the board.")
+            self.add_error("reason", "Pausing a queue needs a reason: it is kept in the history and shown on the "
+                                     "board.")
             return
         try:
             self.written = flow.change_queue(name, actor=self.actor, reason=data.get("reason") or "", **sent)

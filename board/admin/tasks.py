@@ -104,8 +104,8 @@ class TaskAdmin(NoHashLookups, admin.ModelAdmin):
 
     READONLY = (
         "id", "stage", "version", "queue", "concurrency_key", "hold", "owner", "fence", "lease", "lease_expires_at",
-        "attempts_of_max", "not_before", "progress", "checkpoint", "result", "last_error_text", "created_at", "updated_at",
-        "dependencies_list",
+        "attempts_of_max", "not_before", "progress", "checkpoint", "result", "last_error_text", "created_at",
+        "updated_at", "dependencies_list",
     )
 
     # -- time: a parameter (tests move it; the reaper's rule is "expired by this clock") ------
