@@ -93,18 +93,25 @@ def act(client, action: str, names, reason: str = "") -> tuple[object, list[str]
 def test_the_list_shows_running_of_limit_queued_and_who_paused(changer):
     tasks_in("ci", 3)
     tasks_in("docs", 1)
+    tasks_in("web", 2)
     flow.change_queue("ci", actor="alice", reason="two runners", concurrency=2)
     transitions.claim("ci-0", "agent-1", 60)
+    transitions.claim("web-0", "agent-2", 60)  # a queue without a limit: its tasks are counted
     flow.change_queue("docs", actor="bob", reason="repo frozen", paused=True)
 
     response = changer.get(QUEUES)
     assert response.status_code == 200
     rows = {q.name: q for q in response.context["cl"].result_list}
-    assert sorted(rows) == ["ci", "docs"]
+    assert sorted(rows) == ["ci", "docs", "web"]
+    admin_of = response.context["cl"].model_admin
+    assert {name: admin_of.running_of_limit(q) for name, q in rows.items()} == {
+        "ci": "1 / 2", "docs": "0 / no limit", "web": "1 / no limit"}
+    assert {name: admin_of.queued(q) for name, q in rows.items()} == {"ci": 2, "docs": 1, "web": 1}
     body = response.content.decode()
-    assert "1 / 2" in body and "0 / no limit" in body
-    assert (rows["ci"].queued_now, rows["docs"].queued_now) == (2, 1)
+    assert "1 / 2" in body and "1 / no limit" in body
     assert "bob" in body and "repo frozen" in body
+    page = changer.get(page_of("web")).content.decode()
+    assert "1 / no limit" in page
 
 
 def test_the_queued_column_is_one_grouped_query_for_the_page(changer):
@@ -115,7 +122,8 @@ def test_the_queued_column_is_one_grouped_query_for_the_page(changer):
     assert response.status_code == 200
     counts = [q["sql"] for q in queries.captured_queries if "board_task" in q["sql"] and "COUNT" in q["sql"].upper()]
     assert len(counts) == 1, counts
-    assert {q.name: q.queued_now for q in response.context["cl"].result_list} == {f"q{n}": n + 1 for n in range(6)}
+    assert {q.name: q.tasks_now["QUEUED"] for q in response.context["cl"].result_list} == {
+        f"q{n}": n + 1 for n in range(6)}
 
 
 # ---------------------------------------------------------------------------------------------

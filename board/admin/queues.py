@@ -21,6 +21,7 @@ from board.admin import reads
 from board.admin.actions import Report, action_reason
 from board.admin.forms import QueueActionForm, QueueChangeForm
 from board.engine import errors, flow
+from board.engine.lifecycle import Stage
 from board.engine.limits import HISTORY_LIMIT, MAX_ACTION_ROWS
 from board.models import ConcurrencyKey, Queue, QueueChange
 
@@ -29,13 +30,17 @@ def running_of_limit(running: int, limit: int | None) -> str:
     return f"{running} / {limit if limit is not None else 'no limit'}"
 
 
+def with_counts(queues) -> None:
+    """Keep on each queue its QUEUED and RUNNING tasks (`tasks_now`), read in one grouped query."""
+    counts = reads.waiting_and_running([queue.name for queue in queues])
+    for queue in queues:
+        queue.tasks_now = counts[queue.name]
+
+
 class QueueChangeList(ChangeList):
     def get_results(self, request):
-        # The page's QUEUED counts in one grouped query, kept on each row for its column.
         super().get_results(request)
-        counts = reads.queued_counts([queue.name for queue in self.result_list])
-        for queue in self.result_list:
-            queue.queued_now = counts.get(queue.name, 0)
+        with_counts(self.result_list)
 
 
 @admin.register(Queue)
@@ -65,15 +70,23 @@ class QueueAdmin(admin.ModelAdmin):
     def get_changelist(self, request, **kwargs):
         return QueueChangeList
 
-    @admin.display(description="running / limit", ordering="running")
+    @staticmethod
+    def tasks_now(queue: Queue) -> dict[str, int]:
+        if not hasattr(queue, "tasks_now"):  # the change page's one queue
+            with_counts([queue])
+        return queue.tasks_now
+
+    @admin.display(description="running / limit")
     def running_of_limit(self, queue: Queue) -> str:
-        return running_of_limit(queue.running, queue.concurrency)
+        # A limited queue shows the engine's count, the one its claims are held to; the row of a
+        # queue without a limit counts nothing (board.engine.flow), so its tasks are counted.
+        if queue.concurrency is not None:
+            return running_of_limit(queue.running, queue.concurrency)
+        return running_of_limit(self.tasks_now(queue)[Stage.RUNNING], None)
 
     @admin.display(description="queued")
     def queued(self, queue: Queue) -> int:
-        if hasattr(queue, "queued_now"):  # the list's rows (QueueChangeList)
-            return queue.queued_now
-        return reads.queued_counts([queue.name]).get(queue.name, 0)
+        return self.tasks_now(queue)[Stage.QUEUED]
 
     # -- the change page -------------------------------------------------------------------------
 

@@ -80,15 +80,17 @@ def latest_event_ids(task_id: str, limit: int, *, using: str = "default") -> lis
     )
 
 
-def queued_counts(queues: list[str], *, using: str = "default") -> dict[str, int]:
-    """How many QUEUED tasks each of `queues` holds (absent: none), in one grouped query, for a
-    page of the queue list (served by the queue index)."""
-    if not queues:
-        return {}
-    return dict(
-        Task.objects.using(using).filter(queue__in=queues, stage=Stage.QUEUED)
-        .values_list("queue").annotate(n=Count("pk")).order_by()
-    )
+def waiting_and_running(queues: list[str], *, using: str = "default") -> dict[str, dict[str, int]]:
+    """{queue: {"QUEUED": n, "RUNNING": n}} for `queues` (absent: none), in one grouped query for
+    a page of the queue list (served by the queue index). The RUNNING count is the tasks', for a
+    queue without a limit, whose row does not count them (board.engine.flow)."""
+    counts: dict[str, dict[str, int]] = {name: {Stage.QUEUED: 0, Stage.RUNNING: 0} for name in queues}
+    if queues:
+        for queue, stage, n in (Task.objects.using(using).filter(queue__in=queues,
+                                                                 stage__in=(Stage.QUEUED, Stage.RUNNING))
+                                .values_list("queue", "stage").annotate(n=Count("pk")).order_by()):
+            counts[queue][stage] = n
+    return counts
 
 
 def queue_history(queue: str, limit: int, *, using: str = "default") -> list[QueueChange]:
