@@ -3,11 +3,15 @@ stage, version or lease, or an agent key's hash. Laid out as Django's own apps a
 
 - `tasks.py`    TaskAdmin: the change list, the task page with its history, the add form
 - `keys.py`     AgentKeyAdmin: keys minted, shown once, revoked
+- `queues.py`   QueueAdmin: each queue's limit, pause and running count, its history, the pause
+                and resume actions (all through `board.engine.flow.change_queue`);
+                ConcurrencyKeyAdmin, read-only
 - `actions.py`  the task actions (each a verb of `board.engine.transitions` per selected task,
                 held to the version read, or to the lease shown for force release) and their
                 report: one summary message per action, each task's line in a collapsed list
-- `forms.py`    engine-backed forms (edit under the version guard, create, mint a key): the
-                engine validates and writes; its error marks the field it names (`exc.field`)
+- `forms.py`    engine-backed forms (edit under the version guard, create, mint a key, change a
+                queue): the engine validates and writes; its error marks the field it names
+                (`exc.field`)
 - `filters.py`  the change lists' filters, and no lookup on a secret-derived column (`NoHashLookups`)
 - `secret_columns.py` which columns are secret-derived (hashes, a claim's seed), which only sound so
 - `display.py`  wording: durations, one lease helper (`LeaseState`, by the engine's rule of an
@@ -16,10 +20,11 @@ stage, version or lease, or an agent key's hash. Laid out as Django's own apps a
 - `reads.py`    its own queries (filters' choices, an action's rows, what a stale edit missed); the
                 engine's reads (`board.engine.selectors`) serve the rest
 
-Django's admin autodiscovery imports this package, which registers both ModelAdmins.
+Django's admin autodiscovery imports this package, which registers the ModelAdmins.
 """
 from board.admin.forms import TaskEditForm
 from board.admin.keys import AgentKeyAdmin
+from board.admin.queues import ConcurrencyKeyAdmin, QueueAdmin
 from board.admin.tasks import TaskAdmin
 
-__all__ = ["AgentKeyAdmin", "TaskAdmin", "TaskEditForm"]
+__all__ = ["AgentKeyAdmin", "ConcurrencyKeyAdmin", "QueueAdmin", "TaskAdmin", "TaskEditForm"]

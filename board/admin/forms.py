@@ -1,5 +1,5 @@
 """The admin's forms. Validation is the engine's and so is the write: each form calls a verb
-(`transitions.edit`, `transitions.create`, `agent_keys.create_key`) as the last step of its
+(`transitions.edit`, `transitions.create`, `agent_keys.create_key`, `flow.change_queue`) as the last step of its
 validation, so that a refusal shows on the form, and Django's save() writes nothing. An engine
 error is shown on the field it names (`BoardError.field`), or above the form when it names none
 of the form's fields; its message is never searched for a field's name.
@@ -17,9 +17,9 @@ from django.core import signing
 
 from board import agent_keys
 from board.admin import reads
-from board.engine import errors, selectors, transitions
+from board.engine import errors, flow, selectors, transitions
 from board.engine.limits import MAX_REASON_CHARS, MAX_ROTATION_GRACE
-from board.models import AgentKey, Task
+from board.models import AgentKey, Queue, Task
 
 # Fields an operator may edit; the engine's list, so the two can never disagree.
 EDITABLE = tuple(transitions.EDITABLE)
@@ -260,6 +260,90 @@ class AgentKeyCreateForm(_EngineForm):
             return
         row.minted_key = key  # in memory only, for the one response that shows it
         self.written = row
+
+
+class QueueChangeForm(_EngineForm):
+    """Sets a queue's limit and pauses or resumes it through flow.change_queue, which writes the
+    row and its history in one transaction. Only the settings the operator changed from what the
+    page showed (`opened`, sealed) are sent: a form opened before someone else paused the queue
+    does not resume it by saving a new limit. A setting changed both here and, meanwhile, by
+    someone else is refused with who changed it, and nothing is written."""
+
+    SALT = "board.admin.queue-change"
+    SETTINGS = ("concurrency", "paused")
+
+    concurrency = forms.IntegerField(
+        required=False, label="Concurrency limit",
+        help_text="At most this many RUNNING tasks of the queue at once; empty: no limit. Lowering it below "
+                  "the running count stops new claims until there is room; running tasks go on.")
+    reason = forms.CharField(
+        required=False, max_length=MAX_REASON_CHARS, strip=True,
+        help_text="Why (kept in the queue's history; needed to pause, shown on the board).")
+    opened = forms.CharField(widget=forms.HiddenInput)
+
+    class Meta:
+        model = Queue
+        fields = ("concurrency", "paused")
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if "paused" in self.fields:  # a viewer's page has the settings read-only, not in the form
+            self.fields["paused"].help_text = ("No new claim takes a task of this queue; leases already held "
+                                               "renew and complete as usual.")
+        if not self.is_bound:
+            self.initial["opened"] = signing.dumps(
+                {name: getattr(self.instance, name) for name in self.SETTINGS}, salt=self.SALT)
+
+    def clean_concurrency(self):
+        # The engine's rule (1 to MAX_CONCURRENCY, or none) and its words, before the model's.
+        try:
+            return flow.concurrency_limit(self.cleaned_data.get("concurrency"))
+        except errors.BoardError as exc:
+            raise forms.ValidationError(exc.message)
+
+    def apply(self) -> None:
+        data = self.cleaned_data
+        try:
+            opened = signing.loads(data["opened"], salt=self.SALT)
+        except signing.BadSignature:
+            opened = None
+        if not isinstance(opened, dict) or set(opened) != set(self.SETTINGS):
+            self.add_error(None, "This form is damaged or was not opened here; reload the page.")
+            return
+        name = self.instance.pk
+        now = Queue.objects.filter(name=name).first()  # self.instance already holds the posted values
+        sent = {setting: data[setting] for setting in self.SETTINGS if data[setting] != opened[setting]}
+        moved = [setting for setting, value in sent.items()
+                 if now is not None and getattr(now, setting) not in (opened[setting], value)]
+        if moved:
+            self.add_error(None, queue_changed(name, opened, now, moved))
+            return
+        if sent.get("paused") and not data.get("reason"):
+            self.add_error("reason", "Pausing a queue needs a reason: it is kept in the history and shown on the "
+                                     "board.")
+            return
+        try:
+            self.written = flow.change_queue(name, actor=self.actor, reason=data.get("reason") or "", **sent)
+        except errors.BoardError as exc:
+            self.refused(exc)
+
+
+def queue_changed(name: str, opened: dict, now: Queue, settings: list[str]) -> str:
+    """The refusal of a queue change made on a page older than a change of the same setting."""
+    latest = reads.queue_history(name, 1)
+    by = f" (last changed by {latest[0].actor})" if latest else ""
+    diffs = "; ".join(f"{s} {_short(opened[s])} → {_short(getattr(now, s))}" for s in settings)
+    return (f"Not saved: queue {name} changed after you opened it{by}: {diffs}. "
+            "Nothing was written; reload the page to change the current settings.")
+
+
+class QueueActionForm(admin.helpers.ActionForm):
+    """The queue list's action bar, with the reason kept in each queue's history."""
+
+    reason = forms.CharField(
+        required=False, max_length=MAX_REASON_CHARS, label="Reason:",
+        widget=forms.TextInput(attrs={"placeholder": "why (kept in the queue's history)", "size": 30}),
+    )
 
 
 class TaskActionForm(admin.helpers.ActionForm):

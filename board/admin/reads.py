@@ -1,12 +1,13 @@
 """The admin's reads: its filters' choices, the rows an action is held to, what a stale edit
-missed, a task's dependencies and latest history. Its change lists are Django's own querysets
-over Task; the engine's reads (board.engine.selectors) serve the rest."""
+missed, a task's dependencies and latest history, the queues' waiting tasks and history. Its
+change lists are Django's own querysets; the engine's reads (board.engine.selectors) serve the
+rest."""
 from __future__ import annotations
 
-from django.db.models import BooleanField, ExpressionWrapper, Q
+from django.db.models import BooleanField, Count, ExpressionWrapper, Q
 
 from board.engine.lifecycle import Stage
-from board.models import Dependency, Task, TaskEvent
+from board.models import Dependency, QueueChange, Task, TaskEvent
 
 
 def queue_names(limit: int | None = None, *, using: str = "default") -> list[str]:
@@ -77,3 +78,21 @@ def latest_event_ids(task_id: str, limit: int, *, using: str = "default") -> lis
     return list(
         TaskEvent.objects.using(using).filter(task_id=task_id).order_by("-id").values_list("id", flat=True)[:limit]
     )
+
+
+def waiting_and_running(queues: list[str], *, using: str = "default") -> dict[str, dict[str, int]]:
+    """{queue: {"QUEUED": n, "RUNNING": n}} for `queues` (absent: none), in one grouped query for
+    a page of the queue list (served by the queue index). The RUNNING count is the tasks', for a
+    queue without a limit, whose row does not count them (board.engine.flow)."""
+    counts: dict[str, dict[str, int]] = {name: {Stage.QUEUED: 0, Stage.RUNNING: 0} for name in queues}
+    if queues:
+        for queue, stage, n in (Task.objects.using(using).filter(queue__in=queues,
+                                                                 stage__in=(Stage.QUEUED, Stage.RUNNING))
+                                .values_list("queue", "stage").annotate(n=Count("pk")).order_by()):
+            counts[queue][stage] = n
+    return counts
+
+
+def queue_history(queue: str, limit: int, *, using: str = "default") -> list[QueueChange]:
+    """The queue's `limit` most recent setting changes, newest first."""
+    return list(QueueChange.objects.using(using).filter(queue=queue).order_by("-at", "-pk")[:limit])

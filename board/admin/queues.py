@@ -1,0 +1,218 @@
+"""The queue admin (issue 29): each queue's limit, pause and running count, its waiting tasks and
+its history; and the concurrency keys, read-only.
+
+A queue's settings change only through `flow.change_queue` (the change form, QueueChangeForm,
+and the pause / resume actions), which writes the row and its audit row in one transaction: the
+admin never saves those fields itself, and `running` is the engine's count. Rows are made by the
+engine (a queue's first task, or a change through the API), so nothing is added or deleted here.
+Seeing the page needs `board.view_queue`; changing it and the actions `board.change_queue`.
+"""
+from __future__ import annotations
+
+from django.contrib import admin, messages
+from django.contrib.admin.utils import display_for_value, quote, unquote
+from django.contrib.admin.views.main import ChangeList
+from django.core.exceptions import PermissionDenied
+from django.http import HttpResponseRedirect
+from django.urls import reverse
+from django.utils.html import format_html, format_html_join
+
+from board.admin import reads
+from board.admin.actions import Report, action_reason
+from board.admin.forms import QueueActionForm, QueueChangeForm
+from board.engine import errors, flow
+from board.engine.lifecycle import Stage
+from board.engine.limits import HISTORY_LIMIT, MAX_ACTION_ROWS
+from board.models import ConcurrencyKey, Queue, QueueChange
+
+
+def running_of_limit(running: int, limit: int | None) -> str:
+    return f"{running} / {limit if limit is not None else 'no limit'}"
+
+
+def with_counts(queues) -> None:
+    """Keep on each queue its QUEUED and RUNNING tasks (`tasks_now`), read in one grouped query."""
+    counts = reads.waiting_and_running([queue.name for queue in queues])
+    for queue in queues:
+        queue.tasks_now = counts[queue.name]
+
+
+class QueueChangeList(ChangeList):
+    def get_results(self, request):
+        super().get_results(request)
+        with_counts(self.result_list)
+
+
+@admin.register(Queue)
+class QueueAdmin(admin.ModelAdmin):
+    list_display = ("name", "running_of_limit", "queued", "paused", "paused_by", "paused_reason", "paused_at")
+    list_filter = ("paused",)
+    search_fields = ("name",)
+    ordering = ("name",)
+    list_per_page = 100
+    show_facets = admin.ShowFacets.NEVER
+    form = QueueChangeForm
+    action_form = QueueActionForm
+    actions = ("pause_queues", "resume_queues")
+    readonly_fields = ("name", "running_of_limit", "queued", "paused_by", "paused_reason", "paused_at",
+                       "updated_at", "history")
+
+    # -- permissions: Django's own board.view_queue / board.change_queue; rows are the engine's --
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+    # -- list ------------------------------------------------------------------------------------
+
+    def get_changelist(self, request, **kwargs):
+        return QueueChangeList
+
+    @staticmethod
+    def tasks_now(queue: Queue) -> dict[str, int]:
+        if not hasattr(queue, "tasks_now"):  # the change page's one queue
+            with_counts([queue])
+        return queue.tasks_now
+
+    @admin.display(description="running / limit")
+    def running_of_limit(self, queue: Queue) -> str:
+        # A limited queue shows the engine's count, the one its claims are held to; the row of a
+        # queue without a limit counts nothing (board.engine.flow), so its tasks are counted.
+        if queue.concurrency is not None:
+            return running_of_limit(queue.running, queue.concurrency)
+        return running_of_limit(self.tasks_now(queue)[Stage.RUNNING], None)
+
+    @admin.display(description="queued")
+    def queued(self, queue: Queue) -> int:
+        return self.tasks_now(queue)[Stage.QUEUED]
+
+    # -- the change page -------------------------------------------------------------------------
+
+    def get_fieldsets(self, request, obj=None):
+        settings = ("concurrency", "paused")
+        if self.has_change_permission(request, obj):
+            settings += ("reason", "opened")
+        return [
+            (None, {"fields": ("name", "running_of_limit", "queued")}),
+            ("Settings (saved by the engine, each change kept in the history)", {"fields": settings}),
+            ("Paused", {"fields": ("paused_by", "paused_reason", "paused_at", "updated_at")}),
+            (f"History (newest first, the last {HISTORY_LIMIT} changes)", {"fields": ("history",)}),
+        ]
+
+    def get_form(self, request, obj=None, change=False, **kwargs):
+        form = super().get_form(request, obj, change=change, **kwargs)
+        return type(form.__name__, (form,), {"actor": request.user.get_username()})
+
+    @admin.display(description="changes")
+    def history(self, queue: Queue) -> str:
+        rows = reads.queue_history(queue.name, HISTORY_LIMIT)
+        if not rows:
+            return "No change yet."
+        body = format_html_join(
+            "", "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            ((display_for_value(row.at, "—"), row.actor, describe_changes(row), row.reason or "—") for row in rows),
+        )
+        return format_html('<table class="queue-history"><thead><tr><th>at</th><th>by</th><th>changed</th>'
+                           '<th>reason</th></tr></thead><tbody>{}</tbody></table>', body)
+
+    def save_model(self, request, obj, form, change):
+        pass  # the form's flow.change_queue was the write
+
+    def save_related(self, request, form, formsets, change):
+        pass
+
+    def history_view(self, request, object_id, extra_context=None):
+        """Django's object history (its LogEntry rows) misses changes made through the API: the
+        queue's history is on its page, so go there."""
+        if not self.has_view_or_change_permission(request):
+            raise PermissionDenied
+        url = reverse("admin:board_queue_change", args=[quote(unquote(object_id))], current_app=self.admin_site.name)
+        return HttpResponseRedirect(url)
+
+    # -- actions: flow.change_queue per selected queue, each reported in one message -------------
+
+    def _names(self, request, queryset) -> list[str] | None:
+        names = list(queryset.order_by("name").values_list("name", flat=True)[:MAX_ACTION_ROWS + 1])
+        if len(names) > MAX_ACTION_ROWS:
+            self.message_user(request, f"Select at most {MAX_ACTION_ROWS} queues per action; nothing was done.",
+                              messages.ERROR)
+            return None
+        return names
+
+    @admin.action(permissions=["change"], description="Pause selected queues (asks a reason)")
+    def pause_queues(self, request, queryset):
+        reason = action_reason(request)
+        if not reason:
+            self.message_user(request, "Pausing needs a reason: type it in the Reason box beside the action. "
+                                       "Nothing was done.", messages.ERROR)
+            return
+        self._change_each(request, queryset, "Pause", paused=True, reason=reason)
+
+    @admin.action(permissions=["change"], description="Resume selected queues")
+    def resume_queues(self, request, queryset):
+        self._change_each(request, queryset, "Resume", paused=False, reason=action_reason(request))
+
+    def _change_each(self, request, queryset, action: str, *, paused: bool, reason: str) -> None:
+        names = self._names(request, queryset)
+        if names is None:
+            return
+        actor = request.user.get_username()
+        with Report(self, request, action, "queue") as report:
+            for queue in Queue.objects.filter(name__in=names).order_by("name"):
+                if queue.paused == paused:
+                    why = f"already paused by {queue.paused_by or '(unknown)'}" if paused else "not paused"
+                    report.skipped(queue.name, why, "already paused" if paused else "not paused")
+                    continue
+                try:
+                    now = flow.change_queue(queue.name, actor=actor, reason=reason, paused=paused)
+                except errors.BoardError as exc:
+                    report.skipped(queue.name, exc.message, exc.code.replace("_", " "))
+                    continue
+                if paused and (now.paused_by, now.paused_reason) != (actor, reason):
+                    # Paused by someone else between this read and the change: theirs stands.
+                    report.skipped(queue.name, f"paused meanwhile by {now.paused_by or '(unknown)'}",
+                                   "paused meanwhile")
+                elif paused:
+                    report.done(queue.name, "paused")
+                else:
+                    report.done(queue.name, f"resumed (was paused by {queue.paused_by or '(unknown)'}"
+                                            f"{': ' + queue.paused_reason if queue.paused_reason else ''})")
+
+
+def describe_changes(change: QueueChange) -> str:
+    """'concurrency: no limit → 5; paused: no → yes'."""
+    def word(setting: str, value) -> str:
+        if setting == "paused":
+            return "yes" if value else "no"
+        return "no limit" if value is None else str(value)
+
+    return "; ".join(f"{setting}: {word(setting, before)} → {word(setting, after)}"
+                     for setting, (before, after) in sorted(change.changes.items()))
+
+
+@admin.register(ConcurrencyKey)
+class ConcurrencyKeyAdmin(admin.ModelAdmin):
+    """Read-only: a key's row and limit come with the tasks that name it (their creates set the
+    limit); its count is the engine's."""
+
+    list_display = ("name", "running_of_limit", "updated_at")
+    search_fields = ("name",)
+    ordering = ("name",)
+    list_per_page = 100
+    show_facets = admin.ShowFacets.NEVER
+    fields = readonly_fields = ("name", "running_of_limit", "updated_at")
+
+    @admin.display(description="running / limit", ordering="running")
+    def running_of_limit(self, key: ConcurrencyKey) -> str:
+        return running_of_limit(key.running, key.concurrency)
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False

@@ -1,0 +1,363 @@
+"""The admin's Queues page (issue 29) through the whole HTTP stack (test Client -> middleware ->
+admin -> board.engine.flow) on the real SQLite test database: the list, the change form (saved by
+flow.change_queue, with its audit row), the pause / resume actions, the history on the page, the
+read-only concurrency keys, and refusals — bad input and missing permissions change nothing."""
+from __future__ import annotations
+
+import html
+import re
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
+
+from board.engine import flow, selectors, transitions
+from board.engine.transitions import TaskSpec
+from board.models import ConcurrencyKey, Queue, QueueChange
+from tests.support import db_state, sqlite_db_mark
+from tests.test_admin import client_for, make_user, messages_of, summaries_of
+
+pytestmark = sqlite_db_mark()
+
+QUEUES = reverse("admin:board_queue_changelist")
+KEYS = reverse("admin:board_concurrencykey_changelist")
+QUEUE_PERMS = ["board.view_queue", "board.change_queue"]
+
+
+def page_of(name: str) -> str:
+    return reverse("admin:board_queue_change", args=[name])
+
+
+@pytest.fixture(autouse=True)
+def _board_stays_consistent():
+    yield
+    assert selectors.problems() == [], "check() found problems after the test"
+
+
+@pytest.fixture
+def changer():
+    return client_for(make_user("op", QUEUE_PERMS))
+
+
+@pytest.fixture
+def watcher():
+    return client_for(make_user("watcher", ["board.view_queue", "board.view_concurrencykey"]))
+
+
+def everything() -> tuple:
+    return (db_state(), list(Queue.objects.order_by("name").values()),
+            list(QueueChange.objects.order_by("pk").values()), list(ConcurrencyKey.objects.order_by("name").values()))
+
+
+def tasks_in(queue: str, n: int, prefix: str | None = None, **fields) -> None:
+    transitions.create([TaskSpec(id=f"{prefix or queue}-{i}", title="t", queue=queue, **fields) for i in range(n)],
+                       actor="test")
+
+
+def form_data(client, name: str, **values) -> dict:
+    """What the change form posts: the page's own values (its sealed `opened` too), then `values`."""
+    response = client.get(page_of(name))
+    assert response.status_code == 200
+    form = response.context["adminform"].form
+    data = {"concurrency": "" if form.initial["concurrency"] is None else form.initial["concurrency"],
+            "opened": form.initial["opened"], "reason": ""}
+    if form.initial["paused"]:
+        data["paused"] = "on"
+    for key, value in values.items():
+        if key == "paused":
+            data.pop("paused", None)
+            if value:
+                data["paused"] = "on"
+        else:
+            data[key] = value
+    return data
+
+
+def errors_of(response) -> dict:
+    form = response.context["adminform"].form
+    return {field: list(errs) for field, errs in form.errors.items()}
+
+
+def act(client, action: str, names, reason: str = "") -> tuple[object, list[str]]:
+    data = {"action": action, "_selected_action": list(names), "index": "0", "reason": reason}
+    response = client.post(QUEUES, data, follow=True)
+    assert response.status_code == 200
+    return response, messages_of(response)
+
+
+# ---------------------------------------------------------------------------------------------
+# The list
+
+
+def test_the_list_shows_running_of_limit_queued_and_who_paused(changer):
+    tasks_in("ci", 3)
+    tasks_in("docs", 1)
+    tasks_in("web", 2)
+    flow.change_queue("ci", actor="alice", reason="two runners", concurrency=2)
+    transitions.claim("ci-0", "agent-1", 60)
+    transitions.claim("web-0", "agent-2", 60)  # a queue without a limit: its tasks are counted
+    flow.change_queue("docs", actor="bob", reason="repo frozen", paused=True)
+
+    response = changer.get(QUEUES)
+    assert response.status_code == 200
+    rows = {q.name: q for q in response.context["cl"].result_list}
+    assert sorted(rows) == ["ci", "docs", "web"]
+    admin_of = response.context["cl"].model_admin
+    assert {name: admin_of.running_of_limit(q) for name, q in rows.items()} == {
+        "ci": "1 / 2", "docs": "0 / no limit", "web": "1 / no limit"}
+    assert {name: admin_of.queued(q) for name, q in rows.items()} == {"ci": 2, "docs": 1, "web": 1}
+    body = response.content.decode()
+    assert "1 / 2" in body and "1 / no limit" in body
+    assert "bob" in body and "repo frozen" in body
+    page = changer.get(page_of("web")).content.decode()
+    assert "1 / no limit" in page
+
+
+def test_the_queued_column_is_one_grouped_query_for_the_page(changer):
+    for n in range(6):
+        tasks_in(f"q{n}", n + 1)
+    with CaptureQueriesContext(connection) as queries:
+        response = changer.get(QUEUES)
+    assert response.status_code == 200
+    counts = [q["sql"] for q in queries.captured_queries if "board_task" in q["sql"] and "COUNT" in q["sql"].upper()]
+    assert len(counts) == 1, counts
+    assert {q.name: q.tasks_now["QUEUED"] for q in response.context["cl"].result_list} == {
+        f"q{n}": n + 1 for n in range(6)}
+
+
+# ---------------------------------------------------------------------------------------------
+# The change form: saved by flow.change_queue, kept in the history
+
+
+def test_setting_and_clearing_a_limit_goes_through_the_engine_and_its_history(changer):
+    tasks_in("ci", 1)
+    response = changer.post(page_of("ci"), form_data(changer, "ci", concurrency="3", reason="three runners"))
+    assert response.status_code == 302, errors_of(response)
+    assert Queue.objects.get(name="ci").concurrency == 3
+    response = changer.post(page_of("ci"), form_data(changer, "ci", concurrency=""))
+    assert response.status_code == 302, errors_of(response)
+    queue = Queue.objects.get(name="ci")
+    assert (queue.concurrency, queue.paused) == (None, False)
+    assert [(c.actor, c.reason, c.changes) for c in QueueChange.objects.order_by("pk")] == [
+        ("op", "three runners", {"concurrency": [None, 3]}),
+        ("op", "", {"concurrency": [3, None]}),
+    ]
+
+
+def test_pausing_needs_a_reason_and_records_who_and_why(changer):
+    tasks_in("ci", 1)
+    before = everything()
+    response = changer.post(page_of("ci"), form_data(changer, "ci", paused=True))
+    assert response.status_code == 200
+    assert "reason" in errors_of(response)
+    assert everything() == before
+
+    response = changer.post(page_of("ci"), form_data(changer, "ci", paused=True, reason="deploy freeze"))
+    assert response.status_code == 302, errors_of(response)
+    queue = Queue.objects.get(name="ci")
+    assert (queue.paused, queue.paused_by, queue.paused_reason) == (True, "op", "deploy freeze")
+    assert queue.paused_at is not None
+    change = QueueChange.objects.get()
+    assert (change.actor, change.reason, change.changes) == ("op", "deploy freeze", {"paused": [False, True]})
+
+    response = changer.post(page_of("ci"), form_data(changer, "ci", paused=False))  # resuming needs none
+    assert response.status_code == 302, errors_of(response)
+    queue = Queue.objects.get(name="ci")
+    assert (queue.paused, queue.paused_by, queue.paused_reason, queue.paused_at) == (False, "", "", None)
+
+
+@pytest.mark.parametrize("bad", ["0", "-1", "abc", "2.5", "10001", "99999999999999999999"])
+def test_a_bad_limit_shows_the_form_error_and_changes_nothing(changer, bad):
+    tasks_in("ci", 2)
+    flow.change_queue("ci", actor="alice", reason="two", concurrency=2)
+    before = everything()
+    response = changer.post(page_of("ci"), form_data(changer, "ci", concurrency=bad, paused=True, reason="x"))
+    assert response.status_code == 200
+    assert list(errors_of(response)) == ["concurrency"]
+    assert everything() == before
+
+
+def test_running_is_not_taken_from_the_form(changer):
+    tasks_in("ci", 2)
+    transitions.claim("ci-0", "agent-1", 60)
+    response = changer.post(page_of("ci"), form_data(changer, "ci", concurrency="5", running="99"))
+    assert response.status_code == 302, errors_of(response)
+    assert Queue.objects.values_list("running", "concurrency").get(name="ci") == (1, 5)
+
+
+def test_a_damaged_form_changes_nothing(changer):
+    tasks_in("ci", 1)
+    before = everything()
+    response = changer.post(page_of("ci"), form_data(changer, "ci", concurrency="4", opened="forged"))
+    assert response.status_code == 200
+    assert "damaged" in str(errors_of(response)["__all__"])
+    assert everything() == before
+
+
+def test_a_page_opened_before_a_pause_does_not_resume_the_queue(changer):
+    """Saving a new limit sends only the limit: the pause made meanwhile stays."""
+    tasks_in("ci", 1)
+    data = form_data(changer, "ci", concurrency="4")  # opened: not paused
+    flow.change_queue("ci", actor="bob", reason="incident", paused=True)
+    response = changer.post(page_of("ci"), data)
+    assert response.status_code == 302, errors_of(response)
+    queue = Queue.objects.get(name="ci")
+    assert (queue.concurrency, queue.paused, queue.paused_by) == (4, True, "bob")
+
+
+def test_a_setting_changed_meanwhile_is_refused_with_who_changed_it(changer):
+    tasks_in("ci", 1)
+    data = form_data(changer, "ci", concurrency="4")  # opened: no limit
+    flow.change_queue("ci", actor="bob", reason="one at a time", concurrency=1)
+    before = everything()
+    response = changer.post(page_of("ci"), data)
+    assert response.status_code == 200
+    (error,) = errors_of(response)["__all__"]
+    assert "changed after you opened it (last changed by bob)" in error and "concurrency null → 1" in error
+    assert everything() == before
+
+
+def test_the_history_is_on_the_page_newest_first_read_only(changer):
+    tasks_in("ci", 1)
+    flow.change_queue("ci", actor="alice", reason="first", concurrency=2)
+    flow.change_queue("ci", actor="bob", reason="second", paused=True)
+    response = changer.get(page_of("ci"))
+    body = response.content.decode()
+    table = body[body.index('class="queue-history"'):]
+    rows = re.findall(r"<tr><td>.*?</tr>", table, re.DOTALL)
+    assert len(rows) == 2
+    assert "bob" in rows[0] and "paused: no → yes" in html.unescape(rows[0]) and "second" in rows[0]
+    assert "alice" in rows[1] and "concurrency: no limit → 2" in html.unescape(rows[1])
+    assert 'name="history"' not in body and 'name="running"' not in body
+
+
+# ---------------------------------------------------------------------------------------------
+# The actions
+
+
+def test_pause_action_needs_a_reason_then_pauses_each_queue_once(changer):
+    tasks_in("ci", 1)
+    tasks_in("docs", 1)
+    tasks_in("web", 1)
+    flow.change_queue("web", actor="bob", reason="earlier", paused=True)
+    before = everything()
+    _, shown = act(changer, "pause_queues", ["ci", "docs"])
+    assert shown == ["Pausing needs a reason: type it in the Reason box beside the action. Nothing was done."]
+    assert everything() == before
+
+    response, shown = act(changer, "pause_queues", ["ci", "docs", "web"], reason="release freeze")
+    assert summaries_of(response) == ["Pause, 3 queues: 2 done; 1 skipped (1 already paused)."]
+    assert shown == ["ci: paused", "docs: paused", "web: skipped: already paused by bob"]
+    assert [(q.name, q.paused, q.paused_by, q.paused_reason) for q in Queue.objects.order_by("name")] == [
+        ("ci", True, "op", "release freeze"), ("docs", True, "op", "release freeze"), ("web", True, "bob", "earlier")]
+    assert QueueChange.objects.filter(actor="op", reason="release freeze").count() == 2
+
+
+def test_a_queue_paused_by_someone_else_meanwhile_keeps_their_pause(changer, monkeypatch):
+    """Between the action's read and its change, bob pauses the queue: the engine records
+    nothing more, and the report says whose pause it is."""
+    tasks_in("ci", 1)
+    real = flow.change_queue
+
+    def bob_first(name, **kwargs):
+        real(name, actor="bob", reason="incident", paused=True)
+        return real(name, **kwargs)
+
+    monkeypatch.setattr(flow, "change_queue", bob_first)
+    response, shown = act(changer, "pause_queues", ["ci"], reason="release freeze")
+    assert shown == ["ci: skipped: paused meanwhile by bob"]
+    assert Queue.objects.values_list("paused_by", "paused_reason").get(name="ci") == ("bob", "incident")
+    assert list(QueueChange.objects.values_list("actor", flat=True)) == ["bob"]
+
+
+def test_resume_action_resumes_paused_queues(changer):
+    tasks_in("ci", 1)
+    tasks_in("docs", 1)
+    flow.change_queue("ci", actor="bob", reason="incident", paused=True)
+    response, shown = act(changer, "resume_queues", ["ci", "docs"], reason="all clear")
+    assert shown == ["ci: resumed (was paused by bob: incident)", "docs: skipped: not paused"]
+    assert not Queue.objects.filter(paused=True).exists()
+    latest = QueueChange.objects.order_by("-pk").first()
+    assert (latest.actor, latest.reason, latest.changes) == ("op", "all clear", {"paused": [True, False]})
+
+
+# ---------------------------------------------------------------------------------------------
+# Permissions: board.view_queue to see, board.change_queue to change; nothing added or deleted
+
+
+def test_a_viewer_sees_the_page_read_only_and_cannot_change_or_act(watcher):
+    tasks_in("ci", 1)
+    flow.change_queue("ci", actor="alice", reason="two", concurrency=2)
+    assert watcher.get(QUEUES).status_code == 200
+    response = watcher.get(page_of("ci"))
+    assert response.status_code == 200
+    body = response.content.decode()
+    assert 'name="concurrency"' not in body and 'name="reason"' not in body and "queue-history" in body
+    assert "pause_queues" not in body
+    before = everything()
+    assert watcher.post(page_of("ci"), {"concurrency": "3", "opened": "x"}).status_code == 403
+    _, shown = act(watcher, "pause_queues", ["ci"], reason="nope")
+    assert shown == []  # a viewer's list has no actions: the post lists the queues again
+    assert everything() == before
+
+
+def test_staff_without_view_queue_see_no_queues():
+    client = client_for(make_user("tasks-only", ["board.view_task"]))
+    tasks_in("ci", 1)
+    assert client.get(QUEUES).status_code == 403
+    assert client.get(page_of("ci")).status_code == 403
+    assert client.get(KEYS).status_code == 403
+
+
+def test_change_queue_alone_may_change_but_nobody_adds_or_deletes(changer):
+    tasks_in("ci", 1)
+    before = everything()
+    assert changer.get(reverse("admin:board_queue_add")).status_code == 403
+    assert changer.post(reverse("admin:board_queue_add"), {"name": "new"}).status_code == 403
+    assert changer.post(reverse("admin:board_queue_delete", args=["ci"]), {"post": "yes"}).status_code == 403
+    response, shown = act(changer, "delete_selected", ["ci"])
+    assert shown == ["No action selected."]
+    assert everything() == before
+
+
+# ---------------------------------------------------------------------------------------------
+# Concurrency keys, read-only; a task's key on its page
+
+
+def test_concurrency_keys_are_listed_read_only(watcher):
+    transitions.create([TaskSpec(id="r1", title="t", concurrency_key="repo:acme/web", concurrency_limit=1)],
+                       actor="test")
+    transitions.claim("r1", "agent-1", 60)
+    response = watcher.get(KEYS)
+    assert response.status_code == 200
+    assert "repo:acme/web" in response.content.decode() and "1 / 1" in response.content.decode()
+    page = reverse("admin:board_concurrencykey_change", args=["repo:acme/web"])
+    response = watcher.get(page)
+    assert response.status_code == 200 and 'name="concurrency"' not in response.content.decode()
+    before = everything()
+    assert watcher.post(page, {"concurrency": "5"}).status_code == 403
+    assert everything() == before
+
+
+def test_a_superuser_cannot_edit_a_concurrency_key_either():
+    from django.contrib.auth.models import User
+
+    User.objects.create_superuser("root", password="x")
+    client = client_for(User.objects.get(username="root"))
+    transitions.create([TaskSpec(id="r1", title="t", concurrency_key="gpu", concurrency_limit=2)], actor="test")
+    before = everything()
+    page = reverse("admin:board_concurrencykey_change", args=["gpu"])
+    assert 'name="concurrency"' not in client.get(page).content.decode()
+    assert client.post(page, {"concurrency": "9"}).status_code == 403
+    assert client.get(reverse("admin:board_concurrencykey_add")).status_code == 403
+    assert everything() == before
+
+
+def test_a_tasks_page_shows_its_concurrency_key_read_only():
+    client = client_for(make_user("task-viewer", ["board.view_task"]))
+    transitions.create([TaskSpec(id="r1", title="t", concurrency_key="repo:acme/web")], actor="test")
+    response = client.get(reverse("admin:board_task_change", args=["r1"]))
+    assert response.status_code == 200
+    body = response.content.decode()
+    assert "repo:acme/web" in body and 'name="concurrency_key"' not in body
