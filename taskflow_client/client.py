@@ -164,6 +164,10 @@ class Lease:
         """Give the task back to the queue without counting the attempt; returns the task."""
         return self.client.release(self.task_id, self.token)
 
+    def snooze(self, seconds: float) -> dict[str, Any]:
+        """Give the task back to the queue, not claimable for `seconds` (see `Client.snooze`)."""
+        return self.client.snooze(self.task_id, self.token, seconds)
+
     def hold(self, *, heartbeat: float | None = None):
         """A `Job` holding this lease: ``with lease.hold() as job: ...`` renews it in the
         background and completes/fails it on exit, like `Client.hold`."""
@@ -552,6 +556,13 @@ class Client:
     def release(self, task_id: str, token: str) -> dict[str, Any]:
         """Give the task back to the queue; the attempt is not counted. Returns the task."""
         return self.request("POST", self._path("tasks", task_id, "release"), {"token": token})
+
+    def snooze(self, task_id: str, token: str, seconds: float) -> dict[str, Any]:
+        """Give the task back to the queue, not claimable for `seconds` (1 to 604,800: a week);
+        the attempt is not counted. For work that cannot proceed yet (a rate limit upstream, a
+        resource not ready). Returns the QUEUED task, its ``not_before`` set."""
+        return self.request("POST", self._path("tasks", task_id, "release"),
+                            {"token": token, "retry_after_seconds": seconds})
 
     def complete(self, task_id: str, token: str, result: Any = None) -> dict[str, Any]:
         """Commit `result` (any JSON value; None is sent as ``{}``). Returns the COMPLETED

@@ -295,6 +295,11 @@ class Job:
         """Give the task back to the queue now, without counting the attempt."""
         return self._finish("released", self.lease.release)
 
+    def snooze(self, seconds: float) -> dict[str, Any]:
+        """Give the task back to the queue now, not claimable for `seconds`, without counting
+        the attempt (outcome "released"). Leaving the block afterwards commits nothing more."""
+        return self._finish("released", lambda: self.lease.snooze(seconds))
+
     def complete(self, result: Any = _UNSET) -> dict[str, Any]:
         """Complete now with `result` (default: ``job.result``) instead of on exit."""
         if result is not _UNSET:

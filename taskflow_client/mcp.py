@@ -268,6 +268,10 @@ def release(holdings: Holdings, task_id: str) -> dict[str, Any]:
     return {"task": brief(holdings.use(task_id, lambda job: job.release()))}
 
 
+def snooze(holdings: Holdings, task_id: str, seconds: float) -> dict[str, Any]:
+    return {"task": brief(holdings.use(task_id, lambda job: job.snooze(seconds)))}
+
+
 def get_task(holdings: Holdings, task_id: str, history: bool = True) -> dict[str, Any]:
     answer: dict[str, Any] = {"task": brief(holdings.client.get(task_id))}
     if history:
@@ -353,6 +357,10 @@ TOOLS: dict[str, ToolSpec] = {spec.name: spec for spec in (
              _schema(("task_id",), task_id=_ID, ttl_seconds=_TTL), resume),
     ToolSpec("release", "Give a task you hold back to the queue without counting an attempt.",
              _schema(("task_id",), task_id=_ID), release),
+    ToolSpec("snooze", "Give a task you hold back to the queue, not claimable for `seconds` (up to a week); "
+             "no attempt counted.",
+             _schema(("task_id", "seconds"), task_id=_ID, seconds={"type": "number", "minimum": 1, "maximum": 604800}),
+             snooze),
     ToolSpec("get_task", "A task and (unless history is false) its last 50 events; history_truncated "
              "when there were more.",
              _schema(("task_id",), task_id=_ID, history={"type": "boolean"}), get_task),

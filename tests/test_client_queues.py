@@ -52,7 +52,7 @@ def test_queues_are_listed_paused_resumed_and_limited_with_their_history(alice, 
     assert alice.claim_next(30, queue="ci").task_id == "ci-1"
     assert ci.set_concurrency(None)["concurrency"] is None
     assert alice.claim_next(30, queue="ci").task_id == "ci-2"
-    assert Queue.objects.get(name="ci").running == 2
+    assert alice.queue("ci").get()["running"] == 2  # read from its tasks: a queue without a limit is not counted
 
     history = ci.history()
     assert history == op.queue_history("ci")
@@ -114,3 +114,19 @@ def test_refusals_raise_their_class_and_change_nothing(alice, op):
         alice.create({"title": "t", "concurrency_key": "a"}, concurrency_key="b")
     assert everything() == before
     assert Task.objects.count() == 1
+
+
+def test_a_held_job_snoozes_its_task_back_to_the_queue(alice):
+    """`job.snooze(seconds)`: back to QUEUED, not claimable until then, the attempt not counted."""
+    alice.create({"id": "later", "title": "upstream not ready"})
+    with alice.hold(30) as job:
+        task = job.snooze(90)
+    assert (job.outcome, task["stage"], task["attempts"], task["not_before"] is not None) == (
+        "released", "QUEUED", 0, True)
+    assert alice.claim_next(30) is None
+    before = everything()
+    with pytest.raises(Blocked) as refused:
+        alice.claim("later", 30)
+    waiting = refused.value.details["waiting"]  # the stored time, to the microsecond; the API's, to the ms
+    assert waiting.startswith(f"not before {task['not_before'].replace('Z', '')}"), waiting
+    assert everything() == before

@@ -813,11 +813,12 @@ class BoardContract:
         """A queue without a limit is not counted; setting one counts its RUNNING tasks with the
         task writers held off. Racing 12 claimers and 3 completers each round, the count it
         starts is exact (check() finds no drift), and claims after it obey it."""
-        for start in range(0, 12 * 100, 600):
+        rounds = self.rounds // 2  # 100 on the SQL stores
+        for start in range(0, 12 * rounds, 600):
             transitions.create([TaskSpec(id=f"lim-{n}", title="l", queue="late") for n in range(start, start + 600)],
                                using=self.alias)
         held: list = []
-        for n in range(100):
+        for n in range(rounds):
             flow.change_queue("late", concurrency=None, actor="op", using=self.alias)
             finishing, held = held[:3], held[3:]
             calls = [lambda i=i: transitions.claim_next(f"a{i}", 600, queue="late", using=self.alias)

@@ -36,7 +36,7 @@ board_server = live_server.board_server  # the module's real server (a fixture),
 
 AGENT = "mcp-agent"
 TOOL_NAMES = {"create_tasks", "claim", "checkpoint", "complete", "fail", "pause", "resume", "release",
-              "get_task", "list_ready", "list_queues", "problems"}
+              "snooze", "get_task", "list_ready", "list_queues", "problems"}
 WAIT = 15.0  # deadline for conditions that take a heartbeat or two
 
 
@@ -406,3 +406,18 @@ def test_list_queues_shows_the_brake_and_the_limits_and_create_takes_a_concurren
     session.refused("list_queues", {"limit": 0}, "validation_error")
     session.refused("list_queues", {"paused": True}, "validation_error")
     assert db_state() == before
+
+
+def test_snooze_gives_the_task_back_not_claimable_for_a_while(session):
+    """A model that cannot proceed yet snoozes the task: QUEUED again with its not_before set,
+    the attempt not counted, and nothing claimable meanwhile. A bad duration changes nothing."""
+    session.ok("create_tasks", {"tasks": [{"id": "z1", "title": "wait for the upstream"}]})
+    assert session.ok("claim", {})["task"]["id"] == "z1"
+    before = db_state()
+    for seconds in (0, 604_801, "60"):
+        session.refused("snooze", {"task_id": "z1", "seconds": seconds}, "validation_error")
+    assert db_state() == before
+    snoozed = session.ok("snooze", {"task_id": "z1", "seconds": 120})["task"]
+    assert (snoozed["stage"], Task.objects.get(pk="z1").attempts) == ("QUEUED", 0)
+    assert Task.objects.get(pk="z1").not_before is not None
+    assert session.ok("claim", {}) == {"task": None, "message": "no task is ready"}
