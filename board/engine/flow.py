@@ -11,8 +11,9 @@ complete of the queue); setting a limit starts the count with the writers held o
 path does both in `board.engine.transitions.cas._swap`; the SQL stores' hot statements do the same
 in SQL (board.engine.stores). `check()` compares the counts with the tasks (board.engine.invariants).
 
-A queue without a row has no limit and is not paused: its row is made by the first create of a
-task in it (`ensure_rows`, in the create's transaction) or by a change of its settings.
+A queue without a row has no limit and is not paused, exactly as one whose row has no setting.
+Rows are made just before the first create into a queue or naming a key (`ensure_rows`), or by an
+operator's first change of a queue's settings (`change_queue`).
 """
 from __future__ import annotations
 
@@ -64,21 +65,41 @@ def concurrency_limit(value: Any, field: str = "concurrency") -> int | None:
 # Rows, made with the tasks that need them
 
 
-def ensure_rows(using: str, queues: Iterable[str], keys: dict[str, int | None]) -> None:
-    """Inside a create's transaction: a Queue row for each queue and a ConcurrencyKey row for each
-    key, where missing (a key's limit, when given, replaces the one it has: the latest create
-    says it). Made before any of the queue's tasks can run, so that the counts start right."""
+def ensure_rows(using: str, queues: Iterable[str], keys: Iterable[str]) -> None:
+    """Before a create's transaction: a ConcurrencyKey row (limit 1) for each key where missing,
+    committed before the tasks that name it exist, so that its count starts right; and a Queue
+    row (no setting) for each new queue, so that operators find it listed (the admin lists rows).
+    A create refused after this leaves rows that hold nothing.
+
+    In a transaction of its own, and only when one is missing (one read otherwise): inside the
+    create's, the insert of a new row would make every other create into that queue (naming that
+    key) wait for the first create's commit (a unique key being inserted). For the same reason a
+    create inside a caller's transaction makes no queue row: a queue needs none until an operator
+    gives it a setting (one without is not counted: see the module's docstring)."""
     s = store(using)
-    s.insert_missing(Queue, [Queue(name=name) for name in sorted(set(queues))])
-    if not keys:
+    queues = [] if s.in_transaction() else sorted(set(queues))
+    keys = sorted(set(keys))
+    missing_queues = set(queues) - set(Queue.objects.using(using).filter(name__in=queues)
+                                       .values_list("name", flat=True)) if queues else set()
+    missing_keys = set(keys) - set(ConcurrencyKey.objects.using(using).filter(name__in=keys)
+                                   .values_list("name", flat=True)) if keys else set()
+    if not (missing_queues or missing_keys):
+        return
+    with s.write_transaction():
+        now = clock.now(using)
+        s.insert_missing(Queue, [Queue(name=name) for name in sorted(missing_queues)])
+        s.insert_missing(ConcurrencyKey, [ConcurrencyKey(name=name, updated_at=now) for name in sorted(missing_keys)])
+
+
+def set_key_limits(using: str, limits: dict[str, int]) -> None:
+    """Inside a create's transaction: the limits its tasks give their keys (the latest create
+    naming one says it), so that a refused create changes none."""
+    if not limits:
         return
     now = clock.now(using)
-    s.insert_missing(ConcurrencyKey, [ConcurrencyKey(name=name, concurrency=limit or 1, updated_at=now)
-                                      for name, limit in sorted(keys.items())])
-    for name, limit in keys.items():
-        if limit is not None:
-            ConcurrencyKey.objects.using(using).filter(name=name).exclude(concurrency=limit).update(
-                concurrency=limit, updated_at=now)
+    for name, limit in sorted(limits.items()):
+        ConcurrencyKey.objects.using(using).filter(name=name).exclude(concurrency=limit).update(
+            concurrency=limit, updated_at=now)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -156,7 +177,8 @@ def change_queue(name: str, *, actor: str, reason: str = "", concurrency: Any = 
                  using: str = "default") -> Queue:
     """Set a queue's limit (None: no limit) and/or pause or resume it; the change and its reason
     go to the queue's audit history (QueueChange) in the same transaction. A queue with no row
-    yet gets one, its count made from its RUNNING tasks. Nothing changed: nothing recorded."""
+    yet gets one. A limit set on a queue without one starts its count (see the module's
+    docstring); a limit removed stops it. Nothing changed: nothing recorded."""
     from board.engine import commits
 
     if not is_valid_task_id(name):
@@ -185,6 +207,8 @@ def change_queue(name: str, *, actor: str, reason: str = "", concurrency: Any = 
                 # task is held off until this commits, so the count read now stays exact.
                 s.hold_off_task_writers()
                 values["running"] = Task.objects.using(using).filter(queue=name, stage="RUNNING").count()
+            elif concurrency is None:
+                values["running"] = 0  # no longer counted: a count left as it was would only mislead
         # Read after the writers are held off: a claim that committed while this waited started
         # before this time, as check()'s over_concurrency rule needs (it was counted above).
         now = clock.now(using)

@@ -131,8 +131,11 @@ def queue_overview(names: Iterable[str] | None = None, *, now: datetime | None =
             depth[queue][stage] = n
         oldest = dict(tasks.filter(stage=Stage.QUEUED).values_list("queue").annotate(
             since=Min("stage_changed_at")).order_by())
+    # A row with no settings and no task (a limit set, then removed, on a queue since emptied)
+    # is listed only when asked for by name.
+    bare = {name for name, item in settings.items() if item["concurrency"] is None and not item["paused"]}
     out = []
-    for name in sorted(settings.keys() | depth.keys() | set(names or ())):
+    for name in sorted((settings.keys() - bare) | depth.keys() | set(names or ())):
         described = settings.get(name) or flow.describe(Queue(name=name))
         since = oldest.get(name)
         stages = depth[name] if name in depth else dict.fromkeys((s.value for s in Stage), 0)

@@ -84,6 +84,9 @@ def create(specs: TaskSpec | Sequence[TaskSpec], *, actor: str = "", using: str 
         seen.add(task_id)
     _refuse_cycles(batch)
 
+    flow.ensure_rows(using, (spec.queue for spec in batch),
+                     (spec.concurrency_key for spec in batch if spec.concurrency_key is not None))
+
     now = clock.now(using)
     external = {dep for spec in batch for dep in spec.deps if dep not in seen}
     depended_on = {dep for spec in batch for dep in spec.deps}
@@ -114,12 +117,8 @@ def create(specs: TaskSpec | Sequence[TaskSpec], *, actor: str = "", using: str 
         unknown = sorted(external - dep_stages.keys())
         if unknown:
             raise errors.InvalidRequest(f"unknown dependencies: {', '.join(unknown)}", field="deps", unknown=unknown)
-        keys: dict[str, int | None] = {}
-        for spec in batch:
-            if spec.concurrency_key is not None and (spec.concurrency_limit is not None
-                                                     or spec.concurrency_key not in keys):
-                keys[spec.concurrency_key] = spec.concurrency_limit
-        flow.ensure_rows(using, (spec.queue for spec in batch), keys)
+        flow.set_key_limits(using, {spec.concurrency_key: spec.concurrency_limit for spec in batch
+                                    if spec.concurrency_limit is not None})
         tasks = []
         for spec in batch:
             ready = not spec.hold and all(dep_stages.get(dep) == Stage.COMPLETED for dep in spec.deps)

@@ -120,8 +120,8 @@ def _claimable(using: str, task: Task, now: datetime) -> Task | None:
     raises the precise error when it cannot be claimed."""
     if task.stage == Stage.QUEUED:
         if task.not_before is not None and task.not_before > now:
-            raise errors.Blocked(f"not claimable before {task.not_before.isoformat()}", task=task,
-                                 waiting=f"not before {task.not_before.isoformat()}")
+            raise errors.Blocked(f"not claimable before {task.not_before.isoformat()} (a retry's backoff, "
+                                 "a run_at or a snooze)", task=task, waiting=f"not before {task.not_before.isoformat()}")
         return task
     if task.stage == Stage.PENDING:
         unfinished = selectors.unfinished_deps(task.pk, using=using)
