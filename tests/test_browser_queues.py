@@ -152,3 +152,23 @@ def test_a_staff_user_with_board_change_queue_gets_the_buttons_and_a_refusal_is_
     expect(item.locator("button.queue-toggle")).to_be_enabled()
     expect(item).to_have_attribute("data-paused", "false")
     assert orm(lambda: (Queue.objects.get(name="nightly").paused, QueueChange.objects.count())) == (False, 0)
+
+
+def test_the_strip_and_the_waiting_badge_are_readable_in_the_dark_scheme_and_on_a_phone(open_board, orm):
+    from board.engine import flow
+
+    orm(transitions.create, [TaskSpec(id=f"w{n}", title="waiting", queue=f"queue-{n}") for n in range(6)])
+    orm(flow.change_queue, "queue-0", actor="op-1", reason="a long reason " * 10, paused=True)
+    page = open_board(width=390, height=844, color_scheme="dark")
+    expect(strip_item(page, "queue-0")).to_have_attribute("data-paused", "true", timeout=ARRIVAL)
+    expect(card(page, "w0").locator(".badge.waiting")).to_have_text("waiting: queue queue-0 paused")
+    measured = page.evaluate(CONTRAST_JS, ['#queues li.queue[data-paused="true"] .queue-paused',
+                                           '#queues li.queue[data-paused="false"] .queue-running',
+                                           "#queues button.queue-toggle", ".card .badge.waiting"])
+    low = {sel: m for sel, m in measured.items() if m is None or m["ratio"] < 4.5}
+    assert low == {}, json.dumps(low, indent=1)
+    # Nothing of the strip runs off a phone's screen: it wraps.
+    overflow = page.evaluate("""() => [...document.querySelectorAll('#queues li')]
+        .filter((li) => li.getBoundingClientRect().right > document.documentElement.clientWidth + 1).length""")
+    assert overflow == 0
+    page.screenshot(path="/tmp/boardq-phone-dark.png")
