@@ -17,13 +17,13 @@ from django.contrib.auth.models import Permission
 from django.db import DatabaseError
 from django.test import Client
 
-from board.engine import errors, transitions
+from board.engine import errors, flow, transitions
 from board.engine.stores import store
 from board.engine.limits import MAX_BATCH_TASKS
 from board.engine.transitions import TaskSpec
 from board.live import frames as live_frames
 from board.live import tailer
-from board.models import Dependency
+from board.models import Dependency, Queue
 from taskflow_site.asgi import application
 from tests.support import sqlite_db_mark
 
@@ -342,5 +342,80 @@ def test_a_hostile_message_is_ignored_and_the_socket_keeps_working():
         assert len(tailer._local_tailer.subscribers) == 1
         await socket.disconnect()
         assert tailer._local_tailer.subscribers == set()
+
+    run(scenario())
+
+
+def queue_in(name: str, **expected):
+    """A predicate: a "queues" frame in which queue `name` has the `expected` fields."""
+    def match(message):
+        if message["type"] != "queues":
+            return False
+        found = {q["name"]: q for q in message["queues"]}.get(name)
+        return found is not None and all(found[k] == v for k, v in expected.items())
+    return match
+
+
+def queue_frames(frames: list) -> list[dict]:
+    return [m for raw in frames for m in messages(raw) if m["type"] == "queues"]
+
+
+def test_a_queues_pause_resume_and_counts_are_pushed_to_every_socket_when_they_change(monkeypatch):
+    # Issue 29: the queues strip. A pause writes no task event: the commit's wake alone must
+    # bring it (the refresh timer is put out of reach until the last step), and a socket that
+    # opens afterwards gets the strip as it is after its snapshot.
+    monkeypatch.setattr(tailer, "QUEUES_REFRESH_SECONDS", 3600.0)
+    transitions.create([TaskSpec(id="c1", title="c1", queue="ci"), TaskSpec(id="c2", title="c2", queue="ci")])
+    cookie = login_cookie()
+
+    async def scenario():
+        socket, connected, _ = await open_socket(cookie)
+        assert connected
+        frames: list = []
+        await receive_until(socket, lambda m: m["type"] == "snapshot", frames)
+        first = await receive_until(socket, queue_in("ci", paused=False, queued=2, running=0), frames)
+        assert first["more_queues"] == 0
+
+        await sync_to_async(flow.change_queue)("ci", actor="op-1", reason="deploy freeze", paused=True)
+        paused = await receive_until(socket, queue_in("ci", paused=True), frames)
+        ci = {q["name"]: q for q in paused["queues"]}["ci"]
+        assert (ci["paused_by"], ci["paused_reason"], ci["queued"]) == ("op-1", "deploy freeze", 2)
+        assert ci["paused_at"].endswith("Z")
+
+        # A second page, opened now: the paused strip right after its snapshot.
+        other, connected, _ = await open_socket(cookie)
+        assert connected
+        other_frames: list = []
+        await receive_until(other, lambda m: m["type"] == "snapshot", other_frames)
+        await receive_until(other, queue_in("ci", paused=True, paused_reason="deploy freeze"), other_frames)
+
+        # The same settings again commit nothing, and the timer's reads find nothing new: frames
+        # go out only when their content changed.
+        await sync_to_async(flow.change_queue)("ci", actor="op-2", reason="again", paused=True)
+        quiet = await drain(socket, 1.5)
+        assert queue_frames(quiet) == [], quiet
+
+        # Resume and a limit, then a claim: running/limit and the depth follow.
+        await sync_to_async(flow.change_queue)("ci", actor="op-1", paused=False, concurrency=3)
+        await receive_until(socket, queue_in("ci", paused=False, paused_by=None, concurrency=3), frames)
+        claim = await sync_to_async(transitions.claim_next)("agent-1", 60, queue="ci")
+        await receive_until(socket, queue_in("ci", running=1, queued=1, concurrency=3), frames)
+        await receive_until(other, queue_in("ci", running=1, queued=1, paused=False), other_frames)
+        # A task event that changes no queue's figures (a renew) pushes a card, not a strip.
+        await sync_to_async(transitions.renew)(claim.task.id, claim.lease.token, 60)
+        await receive_until(socket, lambda m: m["type"] == "task" and m["event"]["verb"] == "renew", frames)
+        quiet = await drain(socket, 1.0)
+        assert queue_frames(quiet) == [], quiet
+
+        # A change no doorbell announced (another server process without Redis): the timer.
+        monkeypatch.setattr(tailer, "QUEUES_REFRESH_SECONDS", 1.0)
+        quiet = await drain(socket, 1.5)  # the timer's reads find nothing new: nothing is sent
+        assert queue_frames(quiet) == [], quiet
+        await sync_to_async(lambda: Queue.objects.filter(name="ci").update(
+            paused=True, paused_by="elsewhere", paused_reason="written behind the board's back"))()
+        await receive_until(socket, queue_in("ci", paused=True, paused_by="elsewhere"), frames,
+                            wait=tailer.QUEUES_REFRESH_SECONDS + WAIT)
+        await socket.disconnect()
+        await other.disconnect()
 
     run(scenario())

@@ -12,7 +12,7 @@ import pytest
 from django.utils import timezone
 from jsonschema import Draft202012Validator
 
-from board.engine import clock, transitions
+from board.engine import clock, flow, transitions
 from board.engine.transitions import TaskSpec
 from board.live import consumers, insights
 from board.live import frames as live_frames
@@ -55,6 +55,8 @@ def busy_board():
     transitions.claim("bulk-000", "agent-2", 30)
     Task.objects.filter(pk="bulk-000").update(lease_expires_at=clock.now() - timedelta(minutes=1))
     RemovedTask.objects.create(task_id="gone", stage="COMPLETED", at=timezone.now())
+    flow.change_queue("r", actor="op-1", reason="provider outage", paused=True)  # a paused queue
+    flow.change_queue("q", actor="op-1", concurrency=2)  # and one with a limit
 
 
 def every_frame() -> dict[str, list[dict]]:
@@ -63,7 +65,8 @@ def every_frame() -> dict[str, list[dict]]:
              live_frames.changes_frame(list(TaskEvent.objects.order_by("id"))),
              live_frames.removals_frame(list(RemovedTask.objects.order_by("id"))),
              live_frames.problems_frame(live_frames.problems_message()),
-             live_frames.insights_frame(insights.compute()[0])]
+             live_frames.insights_frame(insights.compute()[0]),
+             live_frames.queues_frame(live_frames.queues_message())]
     for text in texts:
         frame = json.loads(text)
         built.setdefault(frame["type"], []).append(frame)
@@ -72,7 +75,7 @@ def every_frame() -> dict[str, list[dict]]:
 
 def test_every_frame_the_board_builds_is_valid(busy_board):
     built = every_frame()
-    assert set(built) == {"snapshot", "snapshot_more", "tasks", "removed", "problems", "insights"}
+    assert set(built) == {"snapshot", "snapshot_more", "tasks", "removed", "problems", "insights", "queues"}
     for kind, frames in built.items():
         for frame in frames:
             assert errors(frame) == [], f"{kind}: {errors(frame)}"
@@ -81,6 +84,12 @@ def test_every_frame_the_board_builds_is_valid(busy_board):
     details = [item["event"]["detail"] for item in built["tasks"][0]["items"]]
     assert any(isinstance(d, dict) and d.get("has_traceback") is True for d in details)
     assert {a["name"] for a in built["insights"][0]["agents"]} == {"agent-1", "agent-2"}
+    queues = built["queues"][0]["queues"]
+    assert [q["name"] for q in queues] == ["r", "default", "q"]  # paused first, then by name
+    by_name = {q["name"]: q for q in queues}
+    assert (by_name["r"]["paused"], by_name["r"]["paused_by"], by_name["r"]["paused_reason"]) == (
+        True, "op-1", "provider outage")
+    assert (by_name["q"]["concurrency"], by_name["q"]["running"], by_name["q"]["queued"]) == (2, 1, 0)
 
 
 def test_the_schema_refuses_what_no_frame_may_hold(busy_board):
@@ -94,6 +103,9 @@ def test_the_schema_refuses_what_no_frame_may_hold(busy_board):
     item = built["tasks"][0]["items"][0]
     assert errors({"type": "tasks", "items": [{**item, "event": {**item["event"], "detail": {"traceback": "x"}}}]})
     assert errors({**card, "type": "tasks"})
+    queues = built["queues"][0]
+    assert errors({**queues, "queues": [{**queues["queues"][0], "oldest_queued_seconds": 1.0}]})  # not sent
+    assert errors({**queues, "queues": [{**queues["queues"][0], "concurrency": 0}]})
 
 
 def test_the_doc_and_the_schema_name_the_consumers_figures():
@@ -103,6 +115,7 @@ def test_the_doc_and_the_schema_name_the_consumers_figures():
     assert f"`SNAPSHOT_PART` ({live_frames.SNAPSHOT_PART})" in DOC
     for part in ("snapshot", "snapshot_more"):
         assert SCHEMA["$defs"][part]["properties"]["tasks"]["maxItems"] == live_frames.SNAPSHOT_PART
-    for kind in ("snapshot", "snapshot_more", "tasks", "removed", "problems", "insights"):
+    assert SCHEMA["$defs"]["queues"]["properties"]["queues"]["maxItems"] == live_frames.QUEUES_SHOWN
+    for kind in ("snapshot", "snapshot_more", "tasks", "removed", "problems", "insights", "queues"):
         assert f'"type": "{kind}"' in DOC
 

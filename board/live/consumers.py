@@ -179,6 +179,11 @@ class BoardConsumer(AsyncWebsocketConsumer):
             await self._send_in_time(self.tailer.insights_frame)
         else:
             self.tailer.want_insights()
+        # The queues strip, as the tailer last pushed it (a later change reaches this socket as
+        # it reaches every other: it subscribed before this snapshot). Before the tailer's first
+        # read there is none yet, and that read is due (it pushes to every socket).
+        if self.tailer.queues_frame is not None:
+            await self._send_in_time(self.tailer.queues_frame)
 
     async def _send_in_time(self, frame: str) -> None:
         """Send one frame, or drop this socket (TOO_SLOW) when the server could not take it within

@@ -2,7 +2,7 @@
 
 Each frame is a JSON text encoded once (`encode`) and handed as the same text to every socket:
 `snapshot_frames` (a snapshot in parts), `changes_frame` ("tasks"), `removals_frame`
-("removed"), `problems_frame`, `insights_frame`. Tasks appear as cards (`card_task`: the public
+("removed"), `problems_frame`, `insights_frame`, `queues_frame`. Tasks appear as cards (`card_task`: the public
 task without its bulky fields, never a lease token); datetimes as the API writes them. The frames,
 field by field, and how the page applies them: docs/live-protocol.md (and its JSON Schema,
 docs/live-protocol.schema.json, which tests/test_live_protocol.py checks these frames against).
@@ -90,6 +90,41 @@ def problems_message() -> dict:
 
 
 def problems_frame(message: dict) -> str:
+    return encode(message)
+
+
+# Queues the strip shows at most (paused ones first): a frame of bounded size however many queues
+# tasks name; the API's GET /api/queues lists them all.
+QUEUES_SHOWN = 50
+_LIVE_STAGES = ("PENDING", "QUEUED", "RUNNING", "PAUSED")
+
+
+def queue_items(using: str = "default") -> tuple[list[dict], int]:
+    """The queues strip's rows (selectors.queue_overview, one consistent read) and how many more
+    queues were left out. A queue is shown when it is paused, has a limit or has unfinished
+    tasks; a queue whose tasks all finished and that nobody set is not news. Only what changes
+    when something happens is sent (no "oldest queued for n seconds", which changes every second:
+    a frame is pushed only when its content changed)."""
+    shown = []
+    for queue in selectors.queue_overview(using=using):
+        depth = queue["depth"]
+        if not (queue["paused"] or queue["concurrency"] is not None or any(depth[s] for s in _LIVE_STAGES)):
+            continue
+        shown.append({**{k: queue[k] for k in ("name", "concurrency", "running", "paused", "paused_by",
+                                               "paused_reason", "paused_at")},
+                      "queued": depth["QUEUED"]})
+    shown.sort(key=lambda q: (not q["paused"], q["name"]))
+    return shown[:QUEUES_SHOWN], max(0, len(shown) - QUEUES_SHOWN)
+
+
+def queues_message(using: str = "default") -> dict:
+    """The queues strip's content now, as the "queues" frame holds it (datetimes still objects:
+    `queues_frame` encodes)."""
+    queues, more = queue_items(using)
+    return {"type": "queues", "queues": queues, "more_queues": more}
+
+
+def queues_frame(message: dict) -> str:
     return encode(message)
 
 

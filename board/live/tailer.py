@@ -34,7 +34,11 @@ Besides the changes, the tailer keeps two panels current for its sockets, each c
 per process however many sockets watch: the invariant problems (debounced: at most every
 PROBLEMS_MIN_INTERVAL_SECONDS, and on a timer, since a lease expires without any event) and the
 agents and throughput panel (board.live.insights: at most every INSIGHTS_MIN_INTERVAL_SECONDS,
-in a task of its own).
+in a task of its own). And the queues strip (issue 29: each queue's limit, running count, depth
+and pause): a queue's settings change with no task event (board.engine.flow.change_queue only
+commits and announces), so every wake by a commit, not only a page of events, makes it due; it
+is read at most every QUEUES_MIN_INTERVAL_SECONDS, on a timer too (a change made in another
+process without a Redis doorbell wakes nobody here), and pushed only when its content changed.
 
 Nothing here ever carries a lease token: frames are built by board.live.frames from
 board.public.
@@ -73,6 +77,10 @@ INSIGHTS_REFRESH_SECONDS = 30.0
 # Tasks the prune deleted (hourly, tasks untouched for weeks) are read this often: their cards
 # may go a little late, and a busy board's passes pay no extra query.
 REMOVALS_POLL_SECONDS = 2.0
+# The queues strip (board.live.frames.queues_message): after a commit, at most twice a second;
+# on a timer for the changes of other processes that no doorbell announced.
+QUEUES_MIN_INTERVAL_SECONDS = 0.5
+QUEUES_REFRESH_SECONDS = 2.0
 
 
 class Subscriber(Protocol):
@@ -105,6 +113,10 @@ class Tailer:
         self.removals_failing = False
         self.parked_polled_at = 0.0  # board.live.parked: the last look for ready work
         self.parked_failing = False
+        self.queues_frame: str | None = None  # the last one sent (a new socket gets it)
+        self.queues_at = 0.0
+        self.queues_dirty = True
+        self.queues_failing = False
 
     def want_insights(self) -> None:
         """A socket has no insights frame yet: compute one on the next pass (rate limits apply)."""
@@ -159,6 +171,9 @@ class Tailer:
                     raise asyncio.CancelledError
                 try:
                     await asyncio.wait_for(self.wake.wait(), timeout=POLL_SECONDS)
+                    # A commit (or a socket's request): a queue's settings may have changed,
+                    # which writes no event for the outbox to read.
+                    self.queues_dirty = True
                 except TimeoutError:
                     pass
                 # Under load every commit rings: gather what committed meanwhile into one pass.
@@ -193,6 +208,7 @@ class Tailer:
                 await self._broadcast(frame)
                 self.problems_dirty = True
                 self.insights_dirty = True
+                self.queues_dirty = True  # running counts and depths
             # Only now: a pass that failed before this point reads the same events again.
             cursor.advance(page)
             metrics.tailer_delivered(cursor.last_id, cursor.using)
@@ -216,7 +232,26 @@ class Tailer:
             if message["problems"] != self.problems_sent:
                 self.problems_sent = message["problems"]
                 await self._broadcast(frames.problems_frame(message))
+        await self._pass_queues()
         self._start_insights()
+
+    async def _pass_queues(self) -> None:
+        """The queues strip, when due: read, and pushed when it differs from the last push. A
+        failure is logged once per run of failures; the next pass tries again."""
+        now = time.monotonic()
+        due = self.queues_dirty or now - self.queues_at >= QUEUES_REFRESH_SECONDS
+        if not due or now - self.queues_at < QUEUES_MIN_INTERVAL_SECONDS:
+            return
+        self.queues_at = now
+        self.queues_dirty = False
+        message = await self._logged_once("queues_failing", "read the queues strip", frames.queues_message)
+        if message is None:
+            self.queues_dirty = True
+            return
+        frame = frames.queues_frame(message)
+        if frame != self.queues_frame:
+            self.queues_frame = frame  # before the broadcast: a socket subscribing meanwhile gets one or the other
+            await self._broadcast(frame)
 
     async def _poll_parked(self) -> None:
         """Every parked.POLL_SECONDS while claims are parked: wake as many of each queue's as it

@@ -1,8 +1,9 @@
 """The kanban page. Data comes over the websocket (board/live/consumers.py) and the API.
 
 Who may open it: an active staff user allowed to read tasks (board/access.py); the page offers
-the operators' actions only to a user with board.intervene, and those actions are the only
-writes it makes (through the API, with the session and its CSRF token)."""
+the operators' actions only to a user with board.intervene, and a queue's Pause/Resume only to a
+user with board.change_queue; those are the only writes it makes (through the API, with the
+session and its CSRF token)."""
 from pathlib import Path
 
 from django.conf import settings
@@ -41,6 +42,7 @@ def board_page(request):
         "columns": [(s.value, EMPTY_COLUMN_HINTS[s]) for s in Stage],
         "moves": moves,
         "can_intervene": access.may_intervene(request.user),
+        "can_change_queues": access.may_change_queues(request.user),  # the same rule as PUT /api/queues/{name}
         "login_url": resolve_url(settings.LOGIN_URL),  # where the page sends a person whose session ended
     })
 

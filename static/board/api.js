@@ -1,4 +1,4 @@
-// Every request the board's page makes to the HTTP API (/api/tasks..., with the page's session
+// Every request the board's page makes to the HTTP API (/api/tasks..., /api/queues/..., with the page's session
 // cookie); the websocket is socket.js's. What must land in the model lands here, in store.js: a
 // fetched task (applied only when newer, like any), a page of older finished tasks ("show
 // more"), the stage of a dependency not on the board, the task a refused action names. An
@@ -93,6 +93,27 @@ export async function sendAction(id, path, fields) {
   }
   const refused = body && body.error && body.error.task;
   if (refused && !(response && response.ok)) applyTask(refused);
+  return { ok: !!(response && response.ok), status: response ? response.status : null, body };
+}
+
+/** PUT /api/queues/{name} with `fields` ({paused, reason}: pause or resume it) and the CSRF
+ * token; the server wants board.change_queue. Resolves to {ok, status, body} as sendAction does.
+ * The answer does not land: the queue's new state comes back over the socket ("queues"), as
+ * every other page sees it. */
+export async function changeQueue(name, fields) {
+  let response = null;
+  let body = null;
+  try {
+    response = await fetch(`/api/queues/${encodeURIComponent(name)}`, {
+      method: "PUT",
+      credentials: "same-origin",
+      headers: { "Content-Type": "application/json", "X-CSRFToken": csrfToken() },
+      body: JSON.stringify(fields),
+    });
+    body = await response.json().catch(() => null);
+  } catch (err) {
+    body = { error: { message: `network error: ${err.message || err}` } };
+  }
   return { ok: !!(response && response.ok), status: response ? response.status : null, body };
 }
 

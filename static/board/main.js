@@ -1,11 +1,11 @@
 // The live board's entry point (templates/board/board.html loads it as a module; native ES
 // modules, no build step). It only wires the modules together. Data flows one way:
 //
-//   socket.js, api.js  ->  store.js  ->  render.js, details.js, view.js, insights.js
+//   socket.js, api.js  ->  store.js  ->  render.js, details.js, view.js, insights.js, queues.js
 //
 //   page.js      what the page hands the scripts (stages, moves, rights, URLs), DOM helpers
 //   store.js     the model: tasks, versions, column order, counts, dependencies, problems,
-//                insights; no DOM, no network; fed by socket.js and api.js, read by the rest,
+//                insights, queues; no DOM, no network; fed by socket.js and api.js, read by the rest,
 //                and it tells its listeners what changed (subscribe)
 //   socket.js    the websocket protocol: snapshot parts, change frames, gaps, closes (its
 //                header describes the frames as the server sends them)
@@ -18,6 +18,7 @@
 //   attempts.js  the attempt timeline (details.js shows it)
 //   details.js   the details panel of one task (full task, history, attempt timeline)
 //   insights.js  the agents and throughput panel
+//   queues.js    the queues strip: running/limit, depth, pauses, and Pause/Resume
 //
 // A module imports only modules above it in that list, so never in a circle (a module below
 // learns of a change by subscribing: store.subscribe, view.subscribeView, actions.onActed): tests/test_js_modules.py checks it, and that only api.js fetches, only socket.js
@@ -31,6 +32,7 @@ import { startApi } from "./api.js";
 import { startDragAndDrop } from "./actions.js";
 import { startDetails } from "./details.js";
 import { startInsights } from "./insights.js";
+import { startQueues } from "./queues.js";
 import { startRendering } from "./render.js";
 import { startSocket } from "./socket.js";
 import { restoreView, startView } from "./view.js";
@@ -41,5 +43,6 @@ startDetails();
 startDragAndDrop();
 startView();
 startInsights();
+startQueues();
 restoreView(); // the filters and the open task from the URL (the task opens with the first snapshot)
 startSocket();

@@ -14,6 +14,8 @@ export const MOVES = JSON.parse(document.getElementById("moves").textContent);
  * their most recent tasks, and their columns list the most recent first. */
 export const TERMINAL = new Set(STAGES.filter((s) => !MOVES.some(([from]) => from === s)));
 export const CAN_INTERVENE = document.body.dataset.canIntervene === "true";
+/** board.change_queue (board/access.py may_change_queues): the queues strip offers Pause/Resume. */
+export const CAN_CHANGE_QUEUES = document.body.dataset.canChangeQueues === "true";
 export const LOGIN_URL = document.body.dataset.loginUrl;
 const ADMIN_URL = document.body.dataset.adminUrl;
 

@@ -6,7 +6,7 @@
 
 import { adminUrl, CAN_INTERVENE, COLUMN_ELS, el, frameBatcher, showMessage, STAGES, TERMINAL } from "./page.js";
 import {
-  countIn, depDone, getProblems, getTask, idsIn, moreCursor, positionOf, subscribe,
+  countIn, depDone, getProblems, getTask, idsIn, moreCursor, positionOf, queuePaused, subscribe,
 } from "./store.js";
 import { loadOlder } from "./api.js";
 import {
@@ -226,9 +226,13 @@ function fillCard(card, task, filter) {
   const parts = [head, el("div", "card-title", task.title), meta];
   const progress = task.progress !== null && task.progress !== undefined;
   const held = task.hold && task.stage === "PENDING";
+  // Why a ready task is not claimed: its queue is paused (the "queues" frame; store.js redraws
+  // these cards when a queue is paused or resumed).
+  const paused = task.stage === "QUEUED" && queuePaused(task.queue);
   const { error, attempt } = troubleBadges(task);
-  if (error || attempt || held || progress) {
+  if (error || attempt || held || progress || paused) {
     const badges = el("div", "badges");
+    if (paused) badges.append(el("span", "badge waiting", `waiting: queue ${task.queue} paused`));
     if (error) {
       const b = el("span", "badge bad failed", "error");
       b.title = task.error;

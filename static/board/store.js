@@ -1,8 +1,9 @@
 // The page's model of the board: every task it knows (as the server last sent it), the order
 // of each column, the count of each stage, who waits for whom, the problems, the agents and
-// throughput panel's figures. No DOM, no network: it is fed, and it tells.
+// throughput panel's figures, the queues (limits, running counts, pauses). No DOM, no network:
+// it is fed, and it tells.
 //
-// Fed only by socket.js (the snapshot, changed and removed tasks, problems, insights) and api.js
+// Fed only by socket.js (the snapshot, changed and removed tasks, problems, insights, queues) and api.js
 // (the answers that must land: a fetched task, a page of older finished tasks, the stage of a
 // dependency not on the board). Its writers are the apply*, set* and remove* functions;
 // tests/test_js_modules.py keeps every other module to the readers.
@@ -27,6 +28,8 @@ const depInfo = new Map(); // id -> {stage} of dependencies not on the board (fe
 const depAsked = new Set(); // dependencies not on the board already asked for
 let problems = [];
 let insights = null;
+let queues = null; // the latest "queues" frame, or null before the first
+const pausedQueues = new Set(); // names of the queues that frame says are paused
 let snapshotsApplied = 0;
 
 const listeners = [];
@@ -38,6 +41,8 @@ const listeners = [];
  *                                       columns' counts or "show more" may have changed
  *   {what: "problems"}                  check()'s findings changed (getProblems)
  *   {what: "insights"}                  the agents and throughput panel's figures (getInsights)
+ *   {what: "queues"}                    the queues strip's content (getQueues); the cards a
+ *                                       pause or resume concerns come as a "tasks" change
  *   {what: "missing", id}               a dependency not on the board was asked about: api.js
  *                                       fetches its stage (setDepStage) */
 export function subscribe(listener) {
@@ -93,6 +98,16 @@ export function getInsights() {
   return insights;
 }
 
+/** The latest {"type": "queues", queues, more_queues} frame, or null before the first. */
+export function getQueues() {
+  return queues;
+}
+
+/** Whether queue `name` is paused, as the latest "queues" frame says. */
+export function queuePaused(name) {
+  return pausedQueues.has(name);
+}
+
 /** How many snapshots the page has applied since it was loaded (0: it shows nothing yet). */
 export function snapshotCount() {
   return snapshotsApplied;
@@ -109,6 +124,19 @@ export function setProblems(list) {
 export function setInsights(frame) {
   insights = frame;
   tell({ what: "insights" });
+}
+
+/** A "queues" frame: the strip redraws, and so do the QUEUED cards of every queue that was
+ * paused or resumed (they say "waiting: queue NAME paused"). */
+export function setQueues(frame) {
+  queues = frame;
+  const paused = new Set(frame.queues.filter((q) => q.paused).map((q) => q.name));
+  const flipped = new Set([...paused].filter((n) => !pausedQueues.has(n)));
+  for (const name of pausedQueues) if (!paused.has(name)) flipped.add(name);
+  pausedQueues.clear();
+  for (const name of paused) pausedQueues.add(name);
+  tell({ what: "queues" });
+  if (flipped.size) changed(order.get("QUEUED").filter((id) => flipped.has(tasks.get(id).queue)), false);
 }
 
 export function setMoreCursor(stage, cursor) {

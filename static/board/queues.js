@@ -1,0 +1,129 @@
+// The queues strip above the columns (<section id="queues">), fed only by the board's websocket:
+// socket.js puts each {"type": "queues", ...} frame (board/live/frames.py, pushed by the server's
+// tailer when it changes) in the model, and the strip redraws from it. Each queue says how many
+// of its tasks run against its limit ("ci 2/3 running"), how many wait, and, when paused, by
+// whom and why. A user with board.change_queue (data-can-change-queues) gets a Pause/Resume
+// button per queue: Pause asks for a reason (the dialog), Resume is one click; both PUT
+// /api/queues/{name} (api.js), and the new state comes back over the socket, as every other
+// open board sees it.
+//
+// What a test or a person may read: each queue is li.queue[data-queue] with data-paused
+// ("true"/"false"), data-running, data-limit ("" without one) and data-queued; its button is
+// button.queue-toggle (data-pending="true" while its request or the frame that answers it is
+// on the way). The section's data-updates counts the frames drawn.
+
+import { CAN_CHANGE_QUEUES, el, showMessage } from "./page.js";
+import { getQueues, subscribe } from "./store.js";
+import { changeQueue } from "./api.js";
+
+const section = document.getElementById("queues");
+const dialog = document.getElementById("queue-dialog");
+// Queue name -> the paused state asked for, until a frame shows it or the request failed: the
+// button stays disabled meanwhile (a second click would ask for the same change again).
+const pending = new Map();
+let updates = 0;
+const PENDING_MS = 10000;
+
+function runningText(q) {
+  return q.concurrency === null ? `${q.running} running` : `${q.running}/${q.concurrency} running`;
+}
+
+function queueItem(q) {
+  const li = el("li", "queue");
+  li.dataset.queue = q.name;
+  li.dataset.paused = String(q.paused);
+  li.dataset.running = String(q.running);
+  li.dataset.limit = q.concurrency === null ? "" : String(q.concurrency);
+  li.dataset.queued = String(q.queued);
+  const full = q.concurrency !== null && q.running >= q.concurrency;
+  li.append(el("b", "queue-name", q.name), " ", el("span", full ? "queue-running full" : "queue-running", runningText(q)),
+    " · ", el("span", "queue-queued", `${q.queued} queued`));
+  if (q.paused) {
+    const note = el("span", "queue-paused",
+      `paused by ${q.paused_by || "?"}${q.paused_reason ? `: ${q.paused_reason}` : ""}`);
+    if (q.paused_at) note.title = `since ${new Date(q.paused_at).toLocaleString()}`;
+    li.append(" ", note);
+  }
+  if (CAN_CHANGE_QUEUES) {
+    const button = el("button", "queue-toggle", q.paused ? "Resume" : "Pause");
+    button.type = "button";
+    button.dataset.queue = q.name;
+    button.dataset.pause = String(!q.paused);
+    button.title = q.paused ? `let agents claim from ${q.name} again` : `stop agents claiming from ${q.name}`;
+    if (pending.has(q.name)) {
+      button.disabled = true;
+      button.dataset.pending = "true";
+    }
+    li.append(" ", button);
+  }
+  return li;
+}
+
+function render() {
+  const frame = getQueues();
+  if (!frame) return;
+  // A request answered by this frame is no longer pending.
+  for (const q of frame.queues) if (pending.get(q.name) === q.paused) pending.delete(q.name);
+  section.dataset.updates = String(updates);
+  const items = frame.queues.map(queueItem);
+  if (!items.length) items.push(el("li", "empty", "No queue has unfinished tasks or settings."));
+  if (frame.more_queues) items.push(el("li", "empty", `and ${frame.more_queues} more queues (GET /api/queues)`));
+  section.querySelector("ul").replaceChildren(...items);
+}
+
+/** Ask for a reason before pausing `name`: resolves to {reason} when confirmed, null when dismissed. */
+function askPause(name) {
+  dialog.querySelector(".queue-name").textContent = name;
+  const reason = dialog.querySelector("textarea");
+  reason.value = "";
+  dialog.returnValue = "";
+  return new Promise((resolve) => {
+    dialog.addEventListener("close", () => {
+      resolve(dialog.returnValue === "confirm" ? { reason: reason.value.trim() } : null);
+    }, { once: true });
+    dialog.showModal();
+    reason.focus();
+  });
+}
+
+async function toggle(name, pause) {
+  let fields = { paused: false };
+  if (pause) {
+    const answer = await askPause(name);
+    if (!answer) return;
+    fields = { paused: true, reason: answer.reason };
+  }
+  pending.set(name, pause);
+  render();
+  const { ok, status, body } = await changeQueue(name, fields);
+  if (!ok) {
+    pending.delete(name);
+    render();
+    const why = (body && body.error && body.error.message) || `HTTP ${status}`;
+    showMessage(`could not ${pause ? "pause" : "resume"} queue ${name}: ${why}`, "error");
+    return;
+  }
+  // Already in that state (no frame will change it): nothing to wait for. Otherwise the frame
+  // that shows it ends the wait, or, should none come (the queue left the strip), a timeout.
+  if (getQueues()?.queues.some((q) => q.name === name && q.paused === pause)) {
+    pending.delete(name);
+    render();
+  } else {
+    setTimeout(() => { if (pending.get(name) === pause) { pending.delete(name); render(); } }, PENDING_MS);
+  }
+  showMessage(`queue ${name} ${pause ? "paused" : "resumed"}`);
+}
+
+/** Redraw on each "queues" frame; wire the Pause/Resume buttons. */
+export function startQueues() {
+  subscribe((change) => {
+    if (change.what !== "queues") return;
+    updates += 1;
+    render();
+  });
+  section.addEventListener("click", (e) => {
+    const button = e.target.closest("button.queue-toggle");
+    if (!button || button.disabled) return;
+    toggle(button.dataset.queue, button.dataset.pause === "true");
+  });
+}

@@ -1,0 +1,177 @@
+"""The queues strip of the live board (issue 29) in a real browser (Debian's Chromium, Playwright)
+against a real board server on the test database: a person with board.change_queue pauses a
+queue from the board with a reason, every other open board shows it live, an agent's claim is
+refused (204), the waiting cards say why, and one click resumes it.
+
+The server, browser, ORM-thread and page fixtures are tests/test_browser.py's. Waits are
+Playwright's `expect(...)` with a bound, never a sleep."""
+# The fixtures imported from tests/test_browser.py are test parameters by the same names.
+# ruff: noqa: F811
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from board import agent_keys
+from board.engine import transitions
+from board.engine.transitions import TaskSpec
+from board.models import Queue, QueueChange
+from tests.support import sqlite_db_mark
+from tests.test_browser import (  # noqa: F401  (fixtures, found by pytest by name)
+    browser,
+    card,
+    open_board,
+    orm,
+    server,
+)
+from tests.test_browser_cards import CONTRAST_JS
+
+try:
+    from playwright.sync_api import expect
+except ImportError:  # reported before each test (the `browser` marker, tests/conftest.py)
+    expect = None
+
+pytestmark = [pytest.mark.browser, *sqlite_db_mark()]
+
+SCREENSHOT = "/tmp/boardq.png"
+# ms: a queue's change is on the page within this. The strip is read at most twice a second after
+# a commit (board.live.tailer), so it may come a pass after the cards (ARRIVAL is theirs); the
+# bound leaves room for a loaded machine.
+STRIP = 5000
+
+
+def strip_item(page, name: str):
+    return page.locator(f'#queues li.queue[data-queue="{name}"]')
+
+
+def claim(page, key: str):
+    """POST /api/claim as an agent (its key, no session), from the page's browser context."""
+    return page.request.post(f"{page.url.split('/board/')[0]}/api/claim", data=json.dumps({"ttl_seconds": 60}),
+                             headers={"Content-Type": "application/json", "Authorization": f"Bearer {key}"})
+
+
+def test_pausing_a_queue_from_the_board_shows_live_everywhere_refuses_claims_and_one_click_resumes(
+        open_board, orm):
+    orm(transitions.create, [TaskSpec(id="build-1", title="build one", queue="ci"),
+                             TaskSpec(id="build-2", title="build two", queue="ci"),
+                             TaskSpec(id="doc-1", title="docs", queue="docs")])
+    key = orm(lambda: agent_keys.create_key("agent-ci")[1])
+    operator = open_board()  # a superuser: board.change_queue
+    watcher = open_board(superuser=False)  # board.view_task only
+
+    ci = strip_item(operator, "ci")
+    expect(ci).to_have_attribute("data-paused", "false", timeout=STRIP)
+    expect(ci).to_contain_text("ci 0 running · 2 queued")
+    expect(strip_item(watcher, "ci")).to_contain_text("ci 0 running · 2 queued", timeout=STRIP)
+    expect(watcher.locator("body")).to_have_attribute("data-can-change-queues", "false")
+    expect(watcher.locator("#queues button.queue-toggle")).to_have_count(0)  # no right, no button
+
+    # Pause: the button asks for a reason first; dismissing the dialog changes nothing.
+    ci.locator("button.queue-toggle").click()
+    dialog = operator.locator("#queue-dialog")
+    expect(dialog).to_be_visible()
+    expect(dialog.locator(".queue-name")).to_have_text("ci")
+    dialog.get_by_role("button", name="Keep it running").click()
+    expect(dialog).to_be_hidden()
+    assert orm(lambda: Queue.objects.get(name="ci").paused) is False
+    expect(ci.locator("button.queue-toggle")).to_have_text("Pause")
+    ci.locator("button.queue-toggle").click()
+    dialog.locator("textarea").fill("deploy freeze until 16:00")
+    dialog.get_by_role("button", name="Pause the queue").click()
+
+    # Both pages show it, without a reload, with who and why.
+    for page in (operator, watcher):
+        shown = strip_item(page, "ci")
+        expect(shown).to_have_attribute("data-paused", "true", timeout=STRIP)
+        expect(shown.locator(".queue-paused")).to_have_text(re.compile(r"^paused by user-\d+: deploy freeze until 16:00$"))
+        # The waiting cards say why nobody takes them; another queue's card does not.
+        expect(card(page, "build-1", "QUEUED").locator(".badge.waiting")).to_have_text("waiting: queue ci paused")
+        expect(card(page, "build-2", "QUEUED").locator(".badge.waiting")).to_have_text("waiting: queue ci paused")
+        expect(card(page, "doc-1", "QUEUED").locator(".badge.waiting")).to_have_count(0)
+    expect(strip_item(operator, "docs")).to_have_attribute("data-paused", "false")
+    expect(ci.locator("button.queue-toggle")).to_have_text("Resume")
+    changes = orm(lambda: list(QueueChange.objects.filter(queue="ci").values_list("reason", "changes")))
+    assert changes == [("deploy freeze until 16:00", {"paused": [False, True]})]
+
+    # An agent's claim is refused while ci is paused: docs is the only ready queue, then nothing.
+    first = claim(operator, key)
+    assert first.status == 200 and first.json()["task"]["id"] == "doc-1", first.text()
+    refused = claim(operator, key)
+    assert refused.status == 204, refused.text()
+    expect(card(watcher, "build-1", "QUEUED")).to_be_visible()
+    for page in (operator, watcher):  # the claim's counts reach the strip too
+        expect(strip_item(page, "docs")).to_contain_text("docs 1 running · 0 queued", timeout=STRIP)
+
+    # The strip's and the badge's colours are readable (WCAG AA), then the picture.
+    measured = operator.evaluate(CONTRAST_JS, ['#queues li.queue[data-paused="true"] .queue-paused',
+                                               "#queues li.queue .queue-running", ".card .badge.waiting"])
+    low = {sel: m for sel, m in measured.items() if m is None or m["ratio"] < 4.5}
+    assert low == {}, json.dumps(low, indent=1)
+    operator.screenshot(path=SCREENSHOT)
+
+    # Resume: one click, no dialog.
+    ci.locator("button.queue-toggle").click()
+    expect(dialog).to_be_hidden()
+    for page in (operator, watcher):
+        shown = strip_item(page, "ci")
+        expect(shown).to_have_attribute("data-paused", "false", timeout=STRIP)
+        expect(shown.locator(".queue-paused")).to_have_count(0)
+        expect(card(page, "build-1", "QUEUED").locator(".badge.waiting")).to_have_count(0)
+    expect(ci.locator("button.queue-toggle")).to_have_text("Pause")
+    taken = claim(operator, key)
+    assert taken.status == 200 and taken.json()["task"]["id"] == "build-1", taken.text()
+    expect(strip_item(watcher, "ci")).to_contain_text("ci 1 running · 1 queued", timeout=STRIP)
+    assert orm(lambda: Queue.objects.get(name="ci").paused) is False
+
+
+def test_a_staff_user_with_board_change_queue_gets_the_buttons_and_a_refusal_is_shown(open_board, orm):
+    # The page offers the buttons by the same rule as PUT /api/queues/{name}; and should the right
+    # go while the page is open, the refusal is shown and nothing changes.
+    from django.contrib.auth.models import Permission, User
+
+    orm(transitions.create, TaskSpec(id="n1", title="nightly", queue="nightly"))
+    granted = []
+
+    def grant(page):
+        user = User.objects.filter(is_superuser=False).order_by("-id").first()
+        user.user_permissions.add(Permission.objects.get(content_type__app_label="board", codename="change_queue"))
+        granted.append(user.pk)
+
+    page = open_board(superuser=False, before_load=lambda page: orm(grant, page))
+    expect(page.locator("body")).to_have_attribute("data-can-change-queues", "true")
+    item = strip_item(page, "nightly")
+    expect(item.locator("button.queue-toggle")).to_have_text("Pause", timeout=STRIP)
+
+    def revoke():
+        user = User.objects.get(pk=granted[0])
+        user.user_permissions.remove(Permission.objects.get(content_type__app_label="board", codename="change_queue"))
+
+    orm(revoke)
+    item.locator("button.queue-toggle").click()
+    page.locator("#queue-dialog").get_by_role("button", name="Pause the queue").click()
+    expect(page.locator("#message")).to_contain_text("could not pause queue nightly", timeout=STRIP)
+    expect(item.locator("button.queue-toggle")).to_be_enabled()
+    expect(item).to_have_attribute("data-paused", "false")
+    assert orm(lambda: (Queue.objects.get(name="nightly").paused, QueueChange.objects.count())) == (False, 0)
+
+
+def test_the_strip_and_the_waiting_badge_are_readable_in_the_dark_scheme_and_on_a_phone(open_board, orm):
+    from board.engine import flow
+
+    orm(transitions.create, [TaskSpec(id=f"w{n}", title="waiting", queue=f"queue-{n}") for n in range(6)])
+    orm(flow.change_queue, "queue-0", actor="op-1", reason="a long reason " * 10, paused=True)
+    page = open_board(width=390, height=844, color_scheme="dark")
+    expect(strip_item(page, "queue-0")).to_have_attribute("data-paused", "true", timeout=STRIP)
+    expect(card(page, "w0").locator(".badge.waiting")).to_have_text("waiting: queue queue-0 paused")
+    measured = page.evaluate(CONTRAST_JS, ['#queues li.queue[data-paused="true"] .queue-paused',
+                                           '#queues li.queue[data-paused="false"] .queue-running',
+                                           "#queues button.queue-toggle", ".card .badge.waiting"])
+    low = {sel: m for sel, m in measured.items() if m is None or m["ratio"] < 4.5}
+    assert low == {}, json.dumps(low, indent=1)
+    # Nothing of the strip runs off a phone's screen: it wraps.
+    overflow = page.evaluate("""() => [...document.querySelectorAll('#queues li')]
+        .filter((li) => li.getBoundingClientRect().right > document.documentElement.clientWidth + 1).length""")
+    assert overflow == 0
+    page.screenshot(path="/tmp/boardq-phone-dark.png")
