@@ -72,17 +72,14 @@ function csrfToken() {
   return match ? decodeURIComponent(match[1]) : "";
 }
 
-/** POST /api/tasks/{id}/{path} with `fields` (the version the card shows, and the verb's own)
- * and the CSRF token. Resolves to {ok, status, body}: status null and body.error.message when
- * the request did not get through. A refusal's task (error.task: the task as the server has it,
- * e.g. after a lost race) lands: the socket may not have brought it yet, and the card goes back
- * to where the server says it is. An accepted move does not: the socket brings the change. */
-export async function sendAction(id, path, fields) {
+/** Send `fields` as JSON with the CSRF token. Resolves to {ok, status, body}: status null and
+ * body.error.message when the request did not get through. */
+async function sendJson(method, url, fields) {
   let response = null;
   let body = null;
   try {
-    response = await fetch(`/api/tasks/${encodeURIComponent(id)}/${path}`, {
-      method: "POST",
+    response = await fetch(url, {
+      method,
       credentials: "same-origin",
       headers: { "Content-Type": "application/json", "X-CSRFToken": csrfToken() },
       body: JSON.stringify(fields),
@@ -91,30 +88,25 @@ export async function sendAction(id, path, fields) {
   } catch (err) {
     body = { error: { message: `network error: ${err.message || err}` } };
   }
-  const refused = body && body.error && body.error.task;
-  if (refused && !(response && response.ok)) applyTask(refused);
   return { ok: !!(response && response.ok), status: response ? response.status : null, body };
 }
 
-/** PUT /api/queues/{name} with `fields` ({paused, reason}: pause or resume it) and the CSRF
- * token; the server wants board.change_queue. Resolves to {ok, status, body} as sendAction does.
- * The answer does not land: the queue's new state comes back over the socket ("queues"), as
- * every other page sees it. */
+/** POST /api/tasks/{id}/{path} with `fields` (the version the card shows, and the verb's own).
+ * Resolves as sendJson. A refusal's task (error.task: the task as the server has it, e.g. after
+ * a lost race) lands: the socket may not have brought it yet, and the card goes back to where the
+ * server says it is. An accepted move does not: the socket brings the change. */
+export async function sendAction(id, path, fields) {
+  const sent = await sendJson("POST", `/api/tasks/${encodeURIComponent(id)}/${path}`, fields);
+  const refused = sent.body && sent.body.error && sent.body.error.task;
+  if (refused && !sent.ok) applyTask(refused);
+  return sent;
+}
+
+/** PUT /api/queues/{name} with `fields` ({paused, reason}: pause or resume it); the server wants
+ * board.change_queue. Resolves as sendJson. The answer does not land: the queue's new state
+ * comes back over the socket ("queues"), as every other page sees it. */
 export async function changeQueue(name, fields) {
-  let response = null;
-  let body = null;
-  try {
-    response = await fetch(`/api/queues/${encodeURIComponent(name)}`, {
-      method: "PUT",
-      credentials: "same-origin",
-      headers: { "Content-Type": "application/json", "X-CSRFToken": csrfToken() },
-      body: JSON.stringify(fields),
-    });
-    body = await response.json().catch(() => null);
-  } catch (err) {
-    body = { error: { message: `network error: ${err.message || err}` } };
-  }
-  return { ok: !!(response && response.ok), status: response ? response.status : null, body };
+  return sendJson("PUT", `/api/queues/${encodeURIComponent(name)}`, fields);
 }
 
 // Dependencies not on the board: the model asks (a "missing" change), a few are fetched at a
