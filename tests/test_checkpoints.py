@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from django.db import connections
 
-from board.engine import checkpoints, transitions
+from board.engine import checkpoints, flow, transitions
 from board.engine.stores import store
 from board.engine.transitions import TaskSpec
 from tests.support import database_file, sqlite_db_mark
@@ -39,6 +39,9 @@ def own_checkpointer(monkeypatch):
     made: list[checkpoints.Checkpointer] = []
 
     def make(every: int = 10**9, after: float = 3600.0) -> checkpoints.Checkpointer:
+        # The queue's row first (the first create into a new queue makes it in a transaction of
+        # its own, board.engine.flow.ensure_rows): each create() below is then one transaction.
+        flow.ensure_rows("default", ["default"], [])
         if checkpoints._checkpointer is not None:
             checkpoints._checkpointer.stop()
         monkeypatch.setattr(checkpoints, "CHECKPOINT_EVERY", every)
