@@ -207,6 +207,22 @@ class Wire:
         assert update["ordered"] is True
         return update
 
+    def queue_slot(self, transaction: Transaction, *, taken: bool) -> None:
+        """Flow control (board.engine.flow), after a move into RUNNING (`taken`) or out of it: the
+        task's queue is asked whether it is paused or limited (here it has no row: no limit), or
+        given its slot back only where it is counted (a limit set, a count above 0)."""
+        if taken:
+            read = self.in_transaction(transaction, "aggregate", "board_queue")
+            assert read["pipeline"][0] == {"$match": {"_id": "default"}}, read
+            read.replies(cursor={"id": 0, "ns": f"{ALIAS}.board_queue", "firstBatch": []})
+            return
+        update = self.in_transaction(transaction, "update", "board_queue")
+        statement, = update["updates"]
+        assert conjuncts(statement["q"]) == conjuncts({"$and": [
+            {"$and": [{"concurrency": {"$exists": True}}, {"concurrency": {"$ne": None}}]},
+            {"_id": "default"}, {"running": {"$gt": 0}}]}), statement
+        update.replies(n=0, nModified=0)
+
     def history(self, transaction: Transaction, *, last: int) -> dict:
         """The move's history row: its id from the `board_counter` document (incremented in the
         same transaction; `last` is the counter before), then its insert. Returns the row."""
@@ -336,6 +352,7 @@ def test_complete_pins_the_token_and_the_absence_of_dependents(wire):
     assert statement["multi"] is True
     assert statement["upsert"] is False
     update.replies(n=1, nModified=1)
+    wire.queue_slot(transaction, taken=False)
     row = wire.history(transaction, last=7)
     wire.end(transaction, "commitTransaction")
 
@@ -356,6 +373,7 @@ def test_claim_sets_a_new_lease_whose_token_only_travels_as_its_hash(wire):
     assert statement["multi"] is True
     assert statement["upsert"] is False
     update.replies(n=1, nModified=1)
+    wire.queue_slot(transaction, taken=True)
     row = wire.history(transaction, last=0)
     wire.end(transaction, "commitTransaction")
 
