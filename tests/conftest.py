@@ -130,7 +130,7 @@ SLOW = {
         "test_check_holds_no_row_per_task_and_finds_what_the_full_snapshot_finds",
         "test_a_snapshot_holds_its_frames_and_one_part_of_the_board_at_a_time",
     },
-    "test_pg_statistics.py": {"test_stale_statistics_sort_every_ready_task_and_current_ones_read_the_index"},
+    "test_pg_statistics.py": {"test_the_claim_reads_the_index_with_stale_statistics_and_with_current_ones"},
     "test_bench_imports.py": {"test_api_cost_splits_a_request_without_the_test_install"},
     "test_api_schema.py": {"test_the_command_writes_and_checks_a_schema_file"},
     "test_readme.py": {"test_each_readme_manage_command_runs_as_written"},
