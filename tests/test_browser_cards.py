@@ -115,6 +115,20 @@ def test_a_completed_card_that_failed_once_wears_no_error_badge(open_board, orm,
     assert orm(lambda: Task.objects.get(pk="flaky").last_error) == "boom"  # still kept, just not worn
 
 
+def test_a_queued_card_that_may_not_start_yet_says_until_when(open_board, orm):
+    """A run_at (issue 29; a snooze or a retry's backoff alike) ahead: the card names the time;
+    a task ready now wears no such badge."""
+    later = timezone.now() + timedelta(hours=2)
+    orm(transitions.create, [TaskSpec(id="later", title="runs later", run_at=later),
+                             TaskSpec(id="now", title="ready now")])
+    page = open_board()
+    card = settled(page, "later", "QUEUED")
+    expect(card.locator(".badge.not-before")).to_contain_text("not before", timeout=ARRIVAL)
+    shown = card.locator(".badge.not-before").get_attribute("title")
+    assert shown and str(later.astimezone().year) in shown
+    expect(settled(page, "now", "QUEUED").locator(".badge.not-before")).to_have_count(0)
+
+
 # ---------------------------------------------------------------------------------------------
 # 3. Cancel asks first; Admit says why it cannot
 

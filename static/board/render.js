@@ -229,10 +229,19 @@ function fillCard(card, task, filter) {
   // Why a ready task is not claimed: its queue is paused (the "queues" frame; store.js redraws
   // these cards when a queue is paused or resumed).
   const paused = task.stage === "QUEUED" && queuePaused(task.queue);
+  // ... or it may not start yet: a run_at, a snooze or a retry's backoff (its not_before, as
+  // drawn; the card is not redrawn when that time passes, so the badge names the time).
+  const notBefore = task.stage === "QUEUED" && task.not_before ? Date.parse(task.not_before) : NaN;
+  const later = notBefore > Date.now();
   const { error, attempt } = troubleBadges(task);
-  if (error || attempt || held || progress || paused) {
+  if (error || attempt || held || progress || paused || later) {
     const badges = el("div", "badges");
     if (paused) badges.append(el("span", "badge waiting", `waiting: queue ${task.queue} paused`));
+    if (later) {
+      const b = el("span", "badge waiting not-before", `not before ${new Date(notBefore).toLocaleTimeString()}`);
+      b.title = new Date(notBefore).toLocaleString();
+      badges.append(b);
+    }
     if (error) {
       const b = el("span", "badge bad failed", "error");
       b.title = task.error;
