@@ -59,7 +59,7 @@ def claim_next(request, body: ClaimNextIn):
     """With `wait_seconds` the request waits (up to 30 s) for work to become ready instead of
     answering 204 at once. The lease token in the answer is shown only to this caller.
 
-    Served by the board's own server (taskflow_site/serving.py), a claim that finds nothing
+    Served by the board's own server (server/serving.py), a claim that finds nothing
     hands the wait back to the server, which parks the request without a thread or a database
     connection and replays it when a task becomes ready. Under another WSGI server (or Django's
     test client) the view polls by itself, holding its worker for the wait.
