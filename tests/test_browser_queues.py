@@ -15,7 +15,7 @@ import re
 import pytest
 
 from board import agent_keys
-from board.engine import transitions
+from board.engine import flow, transitions
 from board.engine.transitions import TaskSpec
 from board.models import Queue, QueueChange
 from tests.support import sqlite_db_mark
@@ -175,3 +175,19 @@ def test_the_strip_and_the_waiting_badge_are_readable_in_the_dark_scheme_and_on_
         .filter((li) => li.getBoundingClientRect().right > document.documentElement.clientWidth + 1).length""")
     assert overflow == 0
     page.screenshot(path="/tmp/boardq-phone-dark.png")
+
+
+def test_a_queued_card_of_a_queue_at_its_limit_says_so_until_a_slot_frees(open_board, orm):
+    """A queue at its concurrency limit: its QUEUED cards say why they wait, live, and stop
+    saying it when a running task of the queue finishes."""
+    orm(flow.change_queue, "capped", concurrency=1, actor="op")
+    orm(transitions.create, [TaskSpec(id="first", title="runs", queue="capped"),
+                             TaskSpec(id="second", title="waits", queue="capped")])
+    page = open_board()
+    second = page.locator('.card[data-id="second"]')
+    expect(second).to_be_visible(timeout=STRIP)
+    expect(second.locator(".badge.waiting")).to_have_count(0)
+    held = orm(transitions.claim, "first", "agent-1", 60)
+    expect(second.locator(".badge.waiting")).to_have_text("waiting: queue capped at its limit 1/1", timeout=STRIP)
+    orm(transitions.complete, "first", held.lease.token, {})
+    expect(second.locator(".badge.waiting")).to_have_count(0, timeout=STRIP)

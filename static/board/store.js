@@ -29,7 +29,9 @@ const depAsked = new Set(); // dependencies not on the board already asked for
 let problems = [];
 let insights = null;
 let queues = null; // the latest "queues" frame, or null before the first
-const pausedQueues = new Set(); // names of the queues that frame says are paused
+// Why a queue takes no claim now, by name, as the latest "queues" frame says: "paused", or "at its
+// limit 2/2" (a queue open for claims is not in it).
+const closedQueues = new Map();
 let snapshotsApplied = 0;
 
 const listeners = [];
@@ -103,9 +105,10 @@ export function getQueues() {
   return queues;
 }
 
-/** Whether queue `name` is paused, as the latest "queues" frame says. */
-export function queuePaused(name) {
-  return pausedQueues.has(name);
+/** Why queue `name` takes no claim now ("paused", "at its limit 2/2"), or undefined when it
+ * does, as the latest "queues" frame says. */
+export function queueClosed(name) {
+  return closedQueues.get(name);
 }
 
 /** How many snapshots the page has applied since it was loaded (0: it shows nothing yet). */
@@ -126,15 +129,22 @@ export function setInsights(frame) {
   tell({ what: "insights" });
 }
 
-/** A "queues" frame: the strip redraws, and so do the QUEUED cards of every queue that was
- * paused or resumed (they say "waiting: queue NAME paused"). */
+/** A "queues" frame: the strip redraws, and so do the QUEUED cards of every queue that closed
+ * or opened or whose reason changed (they say "waiting: queue NAME paused" / "at its limit"). */
 export function setQueues(frame) {
   queues = frame;
-  const paused = new Set(frame.queues.filter((q) => q.paused).map((q) => q.name));
-  const flipped = new Set([...paused].filter((n) => !pausedQueues.has(n)));
-  for (const name of pausedQueues) if (!paused.has(name)) flipped.add(name);
-  pausedQueues.clear();
-  for (const name of paused) pausedQueues.add(name);
+  const closed = new Map();
+  for (const q of frame.queues) {
+    if (q.paused) closed.set(q.name, "paused");
+    else if (q.concurrency !== null && q.running >= q.concurrency) {
+      closed.set(q.name, `at its limit ${q.running}/${q.concurrency}`);
+    }
+  }
+  const flipped = new Set();
+  for (const [name, why] of closed) if (closedQueues.get(name) !== why) flipped.add(name);
+  for (const name of closedQueues.keys()) if (!closed.has(name)) flipped.add(name);
+  closedQueues.clear();
+  for (const [name, why] of closed) closedQueues.set(name, why);
   tell({ what: "queues" });
   if (flipped.size) changed(order.get("QUEUED").filter((id) => flipped.has(tasks.get(id).queue)), false);
 }
