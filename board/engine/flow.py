@@ -5,11 +5,13 @@ A rule is enforced inside the move that enters RUNNING, never checked before it
 (board.models.Queue, ConcurrencyKey). The move that takes a task into RUNNING takes a slot in the
 same transaction with a conditional update (`running < concurrency`, the queue not paused): when
 it matches no row the rule said no, the transaction is rolled back (`AtLimit`) and the claim takes
-the next candidate. A queue is counted only while it has a limit, so that the claims of a queue
-without one never queue on its row (on PostgreSQL that row would serialise every claim and
-complete of the queue); setting a limit starts the count with the writers held off. Every move out of RUNNING gives the slot back in its own transaction. The ORM
+the next candidate. Every move out of RUNNING gives the slot back in its own transaction. The ORM
 path does both in `board.engine.transitions.cas._swap`; the SQL stores' hot statements do the same
 in SQL (board.engine.stores). `check()` compares the counts with the tasks (board.engine.invariants).
+
+A queue is counted only while it has a limit, so that the claims of a queue without one never
+queue on its row (on PostgreSQL that row would serialise every claim and complete of the queue);
+setting a limit starts the count with the task writers held off (`change_queue`).
 
 A queue without a row has no limit and is not paused, exactly as one whose row has no setting.
 Rows are made just before the first create into a queue or naming a key (`ensure_rows`), or by an
@@ -141,19 +143,6 @@ def _queue_refusal(queue: Queue) -> str:
     if queue.paused:
         return f"queue {queue.name} is paused"
     return f"queue {queue.name} is at its limit {queue.running}/{queue.concurrency}"
-
-
-def blocked(task: Task, *, using: str) -> str | None:
-    """Why `task` may not start now (its queue paused or full, its key full), or None. A read, for
-    the error of a claim by id and for cards: the move itself decides (take_slot)."""
-    queue = Queue.objects.using(using).filter(name=task.queue).first()
-    if queue is not None and (queue.paused or (queue.concurrency is not None and queue.running >= queue.concurrency)):
-        return _queue_refusal(queue)
-    if task.concurrency_key is not None:
-        key = ConcurrencyKey.objects.using(using).filter(name=task.concurrency_key).first()
-        if key is not None and key.running >= key.concurrency:
-            return f"{key.name} is at its limit {key.running}/{key.concurrency}"
-    return None
 
 
 def closed(*, using: str) -> tuple[list[str], list[str]]:
