@@ -25,8 +25,8 @@ from typing import Any
 from django.db.models import F, Q
 
 from board.engine import clock, errors
-from board.engine.inputs import is_valid_task_id, unstorable_text
-from board.engine.limits import MAX_CONCURRENCY, MAX_CONCURRENCY_KEY_CHARS, MAX_REASON_CHARS
+from board.engine.inputs import is_valid_task_id, reason_text
+from board.engine.limits import MAX_CONCURRENCY, MAX_CONCURRENCY_KEY_CHARS
 from board.engine.stores import store
 from board.models import ConcurrencyKey, Queue, QueueChange, Task
 
@@ -176,11 +176,7 @@ def change_queue(name: str, *, actor: str, reason: str = "", concurrency: Any = 
         concurrency = concurrency_limit(concurrency)
     if paused is not UNSET and not isinstance(paused, bool):
         raise errors.InvalidRequest("paused must be true or false", field="paused")
-    if not isinstance(reason, str) or len(reason) > MAX_REASON_CHARS:
-        raise errors.InvalidRequest(f"reason must be text of at most {MAX_REASON_CHARS} characters",
-                                    field="reason")
-    if problem := unstorable_text(reason):
-        raise errors.InvalidRequest(f"reason {problem}", field="reason")
+    reason_text(reason)
     s = store(using)
     with s.write_transaction():
         s.insert_missing(Queue, [Queue(name=name)])

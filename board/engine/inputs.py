@@ -11,7 +11,7 @@ import re
 from typing import Any
 
 from board.engine import errors
-from board.engine.limits import MAX_JSON_DEPTH, MAX_JSON_FIELD_BYTES, MAX_NAME_CHARS, MAX_OWNER_CHARS
+from board.engine.limits import MAX_JSON_DEPTH, MAX_JSON_FIELD_BYTES, MAX_NAME_CHARS, MAX_OWNER_CHARS, MAX_REASON_CHARS
 
 # A task id, and a queue or agent key's name: 1-100 letters, digits and ._:-, starting with a
 # letter or digit. Written here only: the API's schemas take TASK_ID_PATTERN, the engine TASK_ID_RE.
@@ -51,6 +51,18 @@ def unstorable_text(value: object) -> str | None:
         elif isinstance(item, (list, tuple)):
             pending.extend(item)
     return None
+
+
+def reason_text(reason: object) -> None:
+    """An operator's reason (kept in a history row: a task's, or a queue's) meets its cap,
+    whoever calls: the API's schemas check it too; a command or the admin does not go through
+    them."""
+    if not isinstance(reason, str):
+        raise errors.InvalidRequest("reason must be text", field="reason")
+    if len(reason) > MAX_REASON_CHARS:
+        raise errors.InvalidRequest(f"reason must be at most {MAX_REASON_CHARS} characters", field="reason")
+    if problem := unstorable_text(reason):
+        raise errors.InvalidRequest(f"reason {problem}", field="reason")
 
 
 def json_too_deep(value: Any) -> str | None:

@@ -10,9 +10,8 @@ from typing import Any
 from django.db.models import Q
 
 from board.engine import clock, errors, outcomes, selectors, tracing
-from board.engine.inputs import unstorable_text
+from board.engine.inputs import reason_text
 from board.engine.lifecycle import Stage, Verb, attempts_left, target
-from board.engine.limits import MAX_REASON_CHARS
 from board.engine.stores import retry_conflicts, store
 from board.engine.transitions.cas import NO_LEASE, RACE_RETRIES, _get, _illegal, _swap
 from board.engine.transitions.creation import TaskSpec, _validate_spec
@@ -29,7 +28,7 @@ from board.models import Task
 def admit(task_id: str, *, actor: str, version: int | None = None, reason: str = "",
           using: str = "default") -> Task:
     """Operator: admit a PENDING task (on hold or not) whose dependencies are all COMPLETED."""
-    _check_reason(reason)
+    reason_text(reason)
 
     def move(task: Task, now: datetime) -> bool:
         if task.stage != Stage.PENDING:
@@ -73,7 +72,7 @@ def requeue(
 ) -> Task:
     """Operator: put a FAILED or PAUSED task back in the queue (PAUSED keeps its checkpoint).
     With no attempt left it is refused unless `reset_attempts`."""
-    _check_reason(reason)
+    reason_text(reason)
 
     def move(task: Task, now: datetime) -> bool:
         if task.stage not in (Stage.FAILED, Stage.PAUSED):
@@ -96,7 +95,7 @@ def requeue(
 def cancel(task_id: str, *, actor: str, version: int | None = None, reason: str = "", using: str = "default") -> Task:
     """Operator: cancel a task that has not finished. A live lease is ended: its holder's
     later calls get LeaseLost."""
-    _check_reason(reason)
+    reason_text(reason)
 
     def move(task: Task, now: datetime) -> bool:
         if target(task.stage, Verb.CANCEL) is None:
@@ -138,7 +137,7 @@ def force_release(task_id: str, *, actor: str, version: int | None = None, reaso
     """Operator: take a RUNNING task from its holder, live lease or not, back to QUEUED. The
     holder's later calls get LeaseLost and the next claim gets a higher fence. `held_by`:
     only while that (owner, fence) still holds it (see above)."""
-    _check_reason(reason)
+    reason_text(reason)
 
     def move(task: Task, now: datetime) -> bool:
         _refuse_another_lease(task, held_by)
@@ -163,7 +162,7 @@ def force_pause(task_id: str, *, actor: str, version: int | None = None, reason:
     """Operator: stop a RUNNING task and keep its last saved checkpoint (from its renewals) for
     a later resume. With none saved the checkpoint is {}: a resume starts over. The holder's
     later calls get LeaseLost."""
-    _check_reason(reason)
+    reason_text(reason)
 
     def move(task: Task, now: datetime) -> bool:
         if task.stage != Stage.RUNNING:
@@ -206,17 +205,6 @@ def edit(task_id: str, *, actor: str, version: int, using: str = "default", **fi
         return _swap(using, task, Verb.EDIT, now=now, actor=actor, detail=detail, **changed)
 
     return _operator_move(using, task_id, version, move)
-
-
-def _check_reason(reason: str) -> None:
-    """An operator's reason (kept in the history row) meets its cap, whoever calls: the API's
-    schema checks it too; a command or the admin does not go through that schema."""
-    if not isinstance(reason, str):
-        raise errors.InvalidRequest("reason must be text", field="reason")
-    if len(reason) > MAX_REASON_CHARS:
-        raise errors.InvalidRequest(f"reason must be at most {MAX_REASON_CHARS} characters", field="reason")
-    if problem := unstorable_text(reason):
-        raise errors.InvalidRequest(f"reason {problem}", field="reason")
 
 
 def _reason(reason: str, **extra: Any) -> dict | None:
