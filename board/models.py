@@ -8,6 +8,8 @@ from board.engine.stores import rows
 from board.engine.lifecycle import Stage
 
 STAGE_CHOICES = [(stage.value, stage.value.title()) for stage in Stage]
+# The stages of a live task: a dedup key is held only by these (Task.dedup_key).
+LIVE_STAGES = [Stage.PENDING.value, Stage.QUEUED.value, Stage.RUNNING.value, Stage.PAUSED.value]
 
 # `_id` on MongoDB, whose migrations are its own (board/engine/stores/rows.py says why).
 _PK_COLUMN = rows.pk_column()
@@ -25,6 +27,12 @@ class Task(models.Model):
     # Flow control (issue 29): at most ConcurrencyKey.concurrency RUNNING tasks share this key.
     concurrency_key = models.CharField(max_length=200, null=True, blank=True,
                                        help_text="At most the key's limit of RUNNING tasks share this key.")
+    # Deduplication (issue 29): while a live task (not COMPLETED, FAILED or CANCELLED) has this
+    # key, a create naming it returns that task and creates nothing. Enforced by a unique index
+    # over the live tasks only (Meta.constraints), so that a task that finishes frees its key
+    # without any write, and two racing creators cannot both insert.
+    dedup_key = models.CharField(max_length=200, null=True, blank=True,
+                                 help_text="While this task is live, a create with the same key returns it.")
 
     # Guarded by the compare-and-swap in board.engine.transitions.
     stage = models.CharField(max_length=16, choices=STAGE_CHOICES, default=Stage.PENDING)
@@ -81,6 +89,10 @@ class Task(models.Model):
             # the admin's list: most recently updated first, and its queue filter.
             models.Index(fields=["-updated_at"], name="task_recent"),
             models.Index(fields=["queue"], name="task_queue"),
+        ]
+        constraints = [
+            models.UniqueConstraint(fields=["dedup_key"], condition=models.Q(stage__in=LIVE_STAGES),
+                                    name="task_live_dedup_key"),
         ]
         permissions = [("intervene", "Can act on tasks as an operator (release, requeue, cancel)")]
 

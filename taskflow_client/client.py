@@ -388,7 +388,8 @@ class Client:
     # -- tasks ------------------------------------------------------------------------------
 
     def create(self, task: dict[str, Any] | Sequence[dict[str, Any]], *, concurrency_key: str | None = None,
-               concurrency_limit: int | None = None) -> dict[str, Any] | builtins.list[dict[str, Any]]:
+               concurrency_limit: int | None = None, dedup_key: str | None = None,
+               run_at: datetime | str | None = None) -> dict[str, Any] | builtins.list[dict[str, Any]]:
         """Create one task (a dict) and return it, or a batch (a list of dicts, all or
         nothing, may form a DAG through ``deps``) and return the list.
 
@@ -396,15 +397,28 @@ class Client:
         ``payload`` (any JSON), ``queue`` ("default"), ``priority`` (higher first), ``deps``
         (ids), ``hold`` (stay PENDING until an operator admits it), ``max_retries`` (3),
         ``concurrency_key`` (1-200 printable characters: at most the key's limit of RUNNING
-        tasks share it) and ``concurrency_limit`` (1-10,000, with a key: sets the key's limit;
-        a new key's is 1). `concurrency_key` / `concurrency_limit` given here are set on every
-        task of the call (ValueError, nothing sent, if a task names another value itself).
-        Re-sending an identical create is safe: the existing task comes back. Another task
-        under the same id raises `DuplicateId`."""
-        flow = {name: value for name, value in (("concurrency_key", concurrency_key),
-                                                ("concurrency_limit", concurrency_limit)) if value is not None}
-        if flow:
-            task = _with_fields(task, flow)
+        tasks share it), ``concurrency_limit`` (1-10,000, with a key: sets the key's limit;
+        a new key's is 1), ``run_at`` (not claimable before it: ISO 8601 text with its zone)
+        and ``dedup_key`` (1-200 printable characters: while a live task holds it, the create
+        returns that task and creates nothing). `concurrency_key`, `concurrency_limit` and
+        `run_at` (an aware datetime or ISO text) given here are set on every task of the call;
+        `dedup_key` only on a single task (ValueError, nothing sent, if a task names another
+        value itself, or for a naive datetime).
+
+        Each returned task has ``deduplicated``: True when a live task held its dedup key
+        and was returned instead. Re-sending an identical create is safe: the existing task
+        comes back. Another task under the same id raises `DuplicateId`."""
+        if dedup_key is not None and not isinstance(task, dict):
+            raise ValueError("dedup_key= names one task; in a batch, give each task its own dedup_key field")
+        if isinstance(run_at, datetime):
+            if run_at.utcoffset() is None:
+                raise ValueError("run_at must be an aware datetime (with its zone)")
+            run_at = run_at.isoformat()
+        fields = {name: value for name, value in (("concurrency_key", concurrency_key),
+                                                  ("concurrency_limit", concurrency_limit),
+                                                  ("dedup_key", dedup_key), ("run_at", run_at)) if value is not None}
+        if fields:
+            task = _with_fields(task, fields)
         if isinstance(task, dict):
             return self.request("POST", "/tasks", task)
         answer = self.request("POST", "/tasks", list(task))

@@ -212,15 +212,16 @@ _TASK = _schema(
     queue={"type": "string"}, priority={"type": "integer"},
     deps={"type": "array", "items": {"type": "string"}, "description": "ids that must complete first"},
     hold={"type": "boolean"}, max_retries={"type": "integer", "minimum": 0},
-    concurrency_key={"type": "string", "minLength": 1, "maxLength": 200,
-                     "description": "RUNNING tasks sharing it are limited (e.g. repo:acme/web)"},
-    concurrency_limit={"type": "integer", "minimum": 1, "maximum": 10000, "description": "the key's limit (new key: 1)"},
+    # The tool list stays under 5,000 characters (tests/test_mcp.py): the API's docs say the rest.
+    concurrency_key={"type": "string", "maxLength": 200, "description": "limits RUNNING tasks sharing it"},
+    concurrency_limit={"type": "integer", "minimum": 1, "description": "the key's limit"},
+    dedup_key={"type": "string", "maxLength": 200, "description": "a live task with it is returned"},
 )
 
 
 def create_tasks(holdings: Holdings, tasks: list[dict[str, Any]]) -> dict[str, Any]:
     made = holdings.client.create(tasks)
-    return {"tasks": [{k: t[k] for k in ("id", "stage", "deps") if t[k]} for t in made]}
+    return {"tasks": [{k: t[k] for k in ("id", "stage", "deps", "deduplicated") if t[k]} for t in made]}
 
 
 def _held(holdings: Holdings, lease: Lease) -> dict[str, Any]:

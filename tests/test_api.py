@@ -42,7 +42,7 @@ TASK_FIELDS = {
     "id", "title", "description", "payload", "queue", "priority", "deps", "hold", "max_retries",
     "stage", "version", "owner", "fence", "lease_expires_at", "attempts", "not_before",
     "checkpoint", "progress", "result", "error", "created_at", "updated_at", "stage_changed_at",
-    "concurrency_key",
+    "concurrency_key", "dedup_key",
 }
 EVENT_FIELDS = {"id", "task", "verb", "from_stage", "to_stage", "version", "fence", "actor", "at", "detail"}
 
@@ -96,9 +96,12 @@ def key_rows() -> list[dict]:
 
 
 def create(http, key, **fields) -> dict:
+    """Create a task (201); returns it as GET shows it (a create's answer adds `deduplicated`)."""
     response = post(http, "/tasks", {"title": fields.pop("title", "a task"), **fields}, key)
     assert response.status_code == 201, response.content
-    return response.json()
+    task = response.json()
+    assert task.pop("deduplicated") is False
+    return task
 
 
 def claim(http, key, task_id: str, ttl: float = 60) -> tuple[dict, str]:
@@ -213,13 +216,15 @@ def test_create_one_task_is_201_with_the_public_task(http, agent):
                                      "max_retries": 2}, agent)
     assert response.status_code == 201
     task = response.json()
-    assert set(task) == TASK_FIELDS
+    assert set(task) == TASK_FIELDS | {"deduplicated"}
+    assert task.pop("deduplicated") is False
     assert task | {"created_at": None, "updated_at": None, "stage_changed_at": None} == {
         "id": "t1", "title": "Write tests", "description": "all of them", "payload": {"files": ["a.py"]},
         "queue": "q1", "priority": 5, "deps": [], "hold": False, "max_retries": 2, "stage": "QUEUED",
         "version": 0, "owner": "", "fence": 0, "lease_expires_at": None, "attempts": 0,
         "not_before": None, "checkpoint": None, "progress": None, "result": None, "error": "",
         "created_at": None, "updated_at": None, "stage_changed_at": None, "concurrency_key": None,
+        "dedup_key": None,
     }
     assert when(task["created_at"]) == when(task["updated_at"]) == when(task["stage_changed_at"])
     assert current(http, agent, "t1") == task
@@ -243,7 +248,7 @@ def test_create_a_list_forming_a_dag_is_201_with_items(http, agent):
     assert [(t["id"], t["stage"], sorted(t["deps"])) for t in body["items"]] == [
         ("fetch", "QUEUED", []), ("parse", "PENDING", ["fetch"]), ("report", "PENDING", ["fetch", "parse"]),
     ]
-    assert all(set(t) == TASK_FIELDS for t in body["items"])
+    assert all(set(t) == TASK_FIELDS | {"deduplicated"} and t["deduplicated"] is False for t in body["items"])
     assert sorted(current(http, agent, "report")["deps"]) == ["fetch", "parse"]
 
 
@@ -271,7 +276,7 @@ def test_an_idempotent_retry_returns_the_task_as_it_is_now(http, agent):
     claimed, token = claim(http, agent, "t1")
     again = post(http, "/tasks", body, agent)
     assert again.status_code == 200
-    assert again.json() == claimed and again.json()["stage"] == "RUNNING"
+    assert again.json() == {**claimed, "deduplicated": False} and again.json()["stage"] == "RUNNING"
     assert token.encode() not in again.content
 
 

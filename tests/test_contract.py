@@ -16,7 +16,7 @@ from collections import Counter
 from datetime import timedelta
 
 import pytest
-from django.db import DatabaseError, connections
+from django.db import DatabaseError, IntegrityError, connections, transaction
 from django.forms.models import model_to_dict
 from django.utils import timezone
 
@@ -843,6 +843,113 @@ class BoardContract:
                 held.remove(claim)
         for claim in held:
             transitions.complete(claim.task.pk, claim.lease.token, {}, using=self.alias)
+
+    # -- dedup keys (board.engine.transitions.creation; the live tasks' unique index) ----------
+
+    def test_a_create_with_a_live_dedup_key_returns_that_task_and_creates_nothing(self):
+        first = self.new("d1", dedup_key="nightly:2026-12-04")
+        assert first.deduplicated is False
+        before = db_state(self.alias)
+        again = transitions.create(TaskSpec(id="d2", title="other", dedup_key="nightly:2026-12-04"),
+                                   using=self.alias)
+        assert [(t.pk, t.deduplicated) for t in again] == [("d1", True)]
+        assert db_state(self.alias) == before  # nothing written, not even a history row
+        claim = self.claim("d1")
+        assert transitions.create(TaskSpec(title="x", dedup_key="nightly:2026-12-04"),
+                                  using=self.alias)[0].pk == "d1"  # RUNNING is live
+        transitions.complete("d1", claim.lease.token, {}, using=self.alias)
+        fresh = transitions.create(TaskSpec(id="d3", title="after", dedup_key="nightly:2026-12-04"),
+                                   using=self.alias)
+        assert [(t.pk, t.deduplicated) for t in fresh] == [("d3", False)]  # a finished task frees it
+
+    def test_a_batch_depends_on_the_live_task_that_stands_in_for_a_deduplicated_spec(self):
+        self.new("live-build", dedup_key="build:abc")
+        made = transitions.create([TaskSpec(id="build", title="b", dedup_key="build:abc"),
+                                   TaskSpec(id="test", title="t", deps=["build"]),
+                                   TaskSpec(id="ship", title="s", deps=["build", "test"])], using=self.alias)
+        assert [(t.pk, t.deduplicated) for t in made] == [("live-build", True), ("test", False), ("ship", False)]
+        assert not Task.objects.using(self.alias).filter(pk="build").exists()
+        assert sorted(selectors.deps_of(["test", "ship"], using=self.alias).items()) == [
+            ("ship", ["live-build", "test"]), ("test", ["live-build"])]
+        claim = self.claim("live-build")
+        transitions.complete("live-build", claim.lease.token, {}, using=self.alias)
+        assert self.stage("test") == Stage.QUEUED  # admitted by its stand-in's completion
+
+    def test_the_store_itself_refuses_a_second_live_task_with_one_dedup_key(self):
+        """The index, not the engine's look, is what makes racing creators safe: written past
+        the engine, a second live row with the key is refused; a finished one is not counted."""
+        now = timezone.now()
+        row = dict(title="t", dedup_key="k", created_at=now, updated_at=now)
+        Task.objects.using(self.alias).create(id="done", stage=Stage.COMPLETED, **row)
+        Task.objects.using(self.alias).create(id="live", stage=Stage.QUEUED, **row)
+        with pytest.raises(IntegrityError), transaction.atomic(using=self.alias):
+            Task.objects.using(self.alias).create(id="twin", stage=Stage.PAUSED, **row)
+        assert sorted(Task.objects.using(self.alias).values_list("pk", flat=True)) == ["done", "live"]
+        Task.objects.using(self.alias).filter(pk="done").delete()
+        Task.objects.using(self.alias).filter(pk="live").update(stage=Stage.CANCELLED)
+
+    def test_bad_dedup_keys_are_refused_and_change_nothing(self):
+        self.new("kept", dedup_key="k")
+        before = db_state(self.alias)
+        for key in ("", "x" * 201, "tab\there", 7):
+            with pytest.raises(errors.InvalidRequest) as refused:
+                self.new("bad", dedup_key=key)
+            assert refused.value.field == "dedup_key"
+        with pytest.raises(errors.InvalidRequest, match="appears twice"):
+            transitions.create([TaskSpec(title="a", dedup_key="same"), TaskSpec(title="b", dedup_key="same")],
+                               using=self.alias)
+        assert db_state(self.alias) == before
+
+    def test_a_failed_task_is_not_requeued_while_another_live_task_holds_its_key(self):
+        self.new("old", dedup_key="report", max_retries=0)
+        claim = self.claim("old")
+        transitions.fail("old", claim.lease.token, "boom", retryable=False, using=self.alias)
+        self.new("new", dedup_key="report")  # the failed task freed the key
+        with pytest.raises(errors.InvalidTransition) as refused:
+            transitions.requeue("old", actor="op", reset_attempts=True, using=self.alias)
+        assert (refused.value.field, refused.value.details["held_by"]) == ("dedup_key", "new")
+        transitions.cancel("new", actor="op", using=self.alias)
+        assert transitions.requeue("old", actor="op", reset_attempts=True, using=self.alias).stage == Stage.QUEUED
+
+    def test_16_creators_of_one_dedup_key_make_one_task_over_200_rounds(self):
+        """Each round 16 creators of one key (each its own id) are released together: exactly
+        one task is made, and every creator gets it back. An observer reading all along never
+        sees two live tasks with one key (check()'s shared_dedup_key)."""
+        stop, seen = threading.Event(), {"reads": 0, "problems": []}
+
+        def observe() -> None:
+            try:
+                while not stop.is_set():
+                    with stores.store(self.alias).read_transaction():
+                        seen["problems"] += selectors.flow_problems(using=self.alias)
+                    seen["reads"] += 1
+                    stop.wait(0.002)  # paced, not to starve the creators of the GIL; never a condition
+            except BaseException as exc:  # a fault of the observer fails the test, never passes it
+                seen["problems"].append(exc)
+            finally:
+                connections[self.alias].close()
+
+        observer = threading.Thread(target=observe)
+        observer.start()
+        try:
+            for n in range(self.rounds):
+                key = f"once-{n}"
+                results = race([lambda i=i: transitions.create(
+                    TaskSpec(id=f"once-{n}-{i}", title="o", dedup_key=key), using=self.alias)[0]
+                    for i in range(RACERS)], self.alias)
+                faults = [r for r in results if isinstance(r, BaseException)]
+                assert not faults, f"round {n}: {faults[:3]}"
+                made = Task.objects.using(self.alias).filter(dedup_key=key)
+                assert made.count() == 1, f"round {n}: {made.count()} tasks made"
+                assert {r.pk for r in results} == {made.get().pk}
+                assert sum(not r.deduplicated for r in results) == 1, f"round {n}"
+                if n % 2:  # every other round the task finishes, so that the next key's race
+                    claim = self.claim(made.get().pk)  # also meets finished tasks
+                    transitions.complete(claim.task.pk, claim.lease.token, {}, using=self.alias)
+        finally:
+            stop.set()
+            observer.join()
+        assert seen["problems"] == [] and seen["reads"] > 0
 
     def _race_a_limit(self, *, queue_limit: int | None, key: str | None) -> None:
         """16 claimers released together each round take exactly the limit's worth of tasks,

@@ -103,7 +103,8 @@ class TaskAdmin(NoHashLookups, admin.ModelAdmin):
     )
 
     READONLY = (
-        "id", "stage", "version", "queue", "concurrency_key", "hold", "owner", "fence", "lease", "lease_expires_at",
+        "id", "stage", "version", "queue", "concurrency_key", "dedup_key", "hold", "owner", "fence", "lease",
+        "lease_expires_at",
         "attempts_of_max", "not_before", "progress", "checkpoint", "result", "last_error_text", "created_at",
         "updated_at", "dependencies_list",
     )
@@ -169,7 +170,8 @@ class TaskAdmin(NoHashLookups, admin.ModelAdmin):
         if self.has_change_permission(request, obj):
             editable += ["opened_version", "opened_state"]
         return [
-            (None, {"fields": ("id", "stage", "version", "queue", "concurrency_key", "hold", "dependencies_list")}),
+            (None, {"fields": ("id", "stage", "version", "queue", "concurrency_key", "dedup_key", "hold",
+                               "dependencies_list")}),
             ("What the task is (editable, under the version guard)", {"fields": editable}),
             ("Lease", {"fields": ("owner", "fence", "lease", "lease_expires_at", "attempts_of_max", "not_before")}),
             ("Progress and outcome", {"fields": ("progress", "checkpoint", "result", "last_error_text",

@@ -29,6 +29,7 @@ from board.engine.limits import (
     MAX_BATCH_TASKS,
     MAX_CONCURRENCY,
     MAX_CONCURRENCY_KEY_CHARS,
+    MAX_DEDUP_KEY_CHARS,
     MAX_DEPENDENCIES,
     MAX_DESCRIPTION_CHARS,
     MAX_ERROR_CHARS,
@@ -110,6 +111,10 @@ class TaskIn(StrictIn):
         description="the key's limit (needs concurrency_key; the latest create naming one sets it; a new key: 1)")
     run_at: Optional[AwareDatetime] = Field(
         None, strict=False, description="not claimable before this time (ISO 8601 with its zone); shown as not_before")
+    dedup_key: Optional[str] = Field(
+        None, min_length=1, max_length=MAX_DEDUP_KEY_CHARS,
+        description="while a live task (not COMPLETED, FAILED or CANCELLED) has this key, this create returns "
+                    "that task (200, deduplicated: true) and creates nothing")
 
     @field_validator("run_at", mode="before")
     @classmethod
@@ -209,6 +214,7 @@ class TaskOut(Schema):
     updated_at: datetime
     stage_changed_at: datetime = Field(..., description="when the task entered its current stage")
     concurrency_key: Optional[str] = Field(None, description="the concurrency key it shares with other tasks, if any")
+    dedup_key: Optional[str] = Field(None, description="while this task is live, a create with this key returns it")
 
 
 class LeaseOut(Schema):
@@ -227,8 +233,13 @@ class TaskPage(Schema):
     next: Optional[str] = Field(None, description="pass back as ?cursor= for the next page")
 
 
+class CreatedTaskOut(TaskOut):
+    deduplicated: bool = Field(..., description="true: a live task held the create's dedup_key; it is returned "
+                                                "and nothing was created")
+
+
 class TaskBatchOut(Schema):
-    items: list[TaskOut]
+    items: list[CreatedTaskOut]
 
 
 class EventOut(Schema):

@@ -25,7 +25,7 @@ from typing import Any
 from django.db.models import F, Q
 
 from board.engine import clock, errors
-from board.engine.inputs import is_valid_task_id, reason_text
+from board.engine.inputs import is_valid_task_id, key_text, reason_text
 from board.engine.limits import MAX_CONCURRENCY, MAX_CONCURRENCY_KEY_CHARS
 from board.engine.stores import store
 from board.models import ConcurrencyKey, Queue, QueueChange, Task
@@ -46,12 +46,7 @@ class AtLimit(Exception):
 
 
 def concurrency_key(value: Any, field: str = "concurrency_key") -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, str) or not 1 <= len(value) <= MAX_CONCURRENCY_KEY_CHARS or not value.isprintable():
-        raise errors.InvalidRequest(
-            f"{field} must be 1 to {MAX_CONCURRENCY_KEY_CHARS} printable characters", field=field)
-    return value
+    return key_text(value, field, MAX_CONCURRENCY_KEY_CHARS)
 
 
 def concurrency_limit(value: Any, field: str = "concurrency") -> int | None:

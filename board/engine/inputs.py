@@ -53,6 +53,16 @@ def unstorable_text(value: object) -> str | None:
     return None
 
 
+def key_text(value: object, field: str, max_chars: int) -> str | None:
+    """A key a task names (a concurrency key, a dedup key): 1 to `max_chars` printable
+    characters, or None."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not 1 <= len(value) <= max_chars or not value.isprintable():
+        raise errors.InvalidRequest(f"{field} must be 1 to {max_chars} printable characters", field=field)
+    return value
+
+
 def reason_text(reason: object) -> None:
     """An operator's reason (kept in a history row: a task's, or a queue's) meets its cap,
     whoever calls: the API's schemas check it too; a command or the admin does not go through

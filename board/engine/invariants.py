@@ -47,7 +47,10 @@ ALL_CODES = (
 # Their problems name the limited thing ("queue:NAME", "key:NAME") where the others name a task.
 OVER_CONCURRENCY = "over_concurrency"  # more RUNNING than the limit, and one of them started under it
 RUNNING_COUNT_DRIFT = "running_count_drift"  # the row's running count is not its RUNNING tasks
-FLOW_CODES = (OVER_CONCURRENCY, RUNNING_COUNT_DRIFT)
+# Live tasks sharing a dedup key (the live tasks' unique index on Task.dedup_key forbids it):
+# named "dedup:KEY". Found by check_dedup_keys.
+SHARED_DEDUP_KEY = "shared_dedup_key"
+FLOW_CODES = (OVER_CONCURRENCY, RUNNING_COUNT_DRIFT, SHARED_DEDUP_KEY)
 
 
 # Stages a task can only reach through a claim, hence only once its dependencies completed
@@ -294,3 +297,14 @@ def check_limits(limits: Iterable[LimitSnapshot],
                                     f"{len(starts)} tasks of {limit.kind} {limit.name} are running; "
                                     f"its limit is {limit.concurrency}"))
     return sorted(problems)
+
+
+def check_dedup_keys(live_keyed: Iterable[tuple[str, str]]) -> list[Problem]:
+    """`live_keyed`: (task id, dedup key) of live tasks. A key held by two or more is a problem:
+    a create with it could return either, and the second was created although it should not."""
+    holders: dict[str, list[str]] = defaultdict(list)
+    for task_id, key in live_keyed:
+        holders[key].append(task_id)
+    return [Problem(f"dedup:{key}", SHARED_DEDUP_KEY,
+                    f"{len(ids)} live tasks share the dedup key {key!r}: {', '.join(sorted(ids))}")
+            for key, ids in sorted(holders.items()) if len(ids) > 1]

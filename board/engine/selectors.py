@@ -32,12 +32,13 @@ from board.engine.invariants import (
     Problem,
     TaskSnapshot,
     check,
+    check_dedup_keys,
     check_limits,
     cycle_problem,
     tasks_on_cycles,
 )
 from board.engine.lifecycle import DEAD_ENDS, LEASED, Stage
-from board.models import ConcurrencyKey, Dependency, Queue, Task, TaskEvent
+from board.models import LIVE_STAGES, ConcurrencyKey, Dependency, Queue, Task, TaskEvent
 
 _CHUNK = 2000  # rows fetched at a time when streaming
 
@@ -328,7 +329,17 @@ def flow_problems(*, using: str = "default") -> list[Problem]:
                    "name", "concurrency", "running", "updated_at")]
     running = Task.objects.using(using).filter(stage=Stage.RUNNING).values_list(
         "queue", "concurrency_key", "stage_changed_at")
-    return check_limits(limits, running.iterator(_CHUNK))
+    return check_limits(limits, running.iterator(_CHUNK)) + _dedup_problems(using)
+
+
+def _dedup_problems(using: str) -> list[Problem]:
+    """check_dedup_keys over the live tasks of the keys two of them hold (normally none: the
+    database counts, and only such keys' tasks are read)."""
+    live = Task.objects.using(using).filter(stage__in=LIVE_STAGES, dedup_key__isnull=False)
+    shared = [row["dedup_key"] for row in live.values("dedup_key").annotate(n=Count("pk")).filter(n__gt=1)]
+    if not shared:
+        return []
+    return check_dedup_keys(live.filter(dedup_key__in=shared).values_list("pk", "dedup_key"))
 
 
 def _suspects(now: datetime, using: str) -> set[str]:

@@ -20,8 +20,8 @@ from board.api.pagination import (
     is_event_id,
     page_limit,
 )
-from board.api.schemas import EventPage, TaskBatchIn, TaskBatchOut, TaskIn, TaskOut, TaskPage
-from board.engine import errors, selectors, transitions
+from board.api.schemas import CreatedTaskOut, EventPage, TaskBatchIn, TaskBatchOut, TaskIn, TaskOut, TaskPage
+from board.engine import errors, scopes, selectors, transitions
 from board.engine.inputs import is_valid_task_id, json_field
 from board.engine.lifecycle import Stage
 from board.engine.limits import MAX_OWNER_CHARS, MAX_PAGE, MAX_PAGE_BYTES, MAX_TITLE_CHARS
@@ -41,7 +41,7 @@ def _spec(item: TaskIn) -> TaskSpec:
     return TaskSpec(title=item.title, id=item.id, description=item.description, payload=item.payload,
                     queue=item.queue, priority=item.priority, deps=tuple(item.deps), hold=item.hold,
                     max_retries=item.max_retries, concurrency_key=item.concurrency_key,
-                    concurrency_limit=item.concurrency_limit, run_at=item.run_at)
+                    concurrency_limit=item.concurrency_limit, run_at=item.run_at, dedup_key=item.dedup_key)
 
 
 def _same_as_existing(specs: list[TaskSpec]) -> list[Task] | None:
@@ -57,20 +57,36 @@ def _same_as_existing(specs: list[TaskSpec]) -> list[Task] | None:
         task = existing.get(spec.id)
         if task is None or (task.title, task.description, task.payload, task.queue, task.priority,
                             sorted(deps[task.pk]), task.pk in created_on_hold, task.max_retries,
-                            task.concurrency_key) != (
+                            task.concurrency_key, task.dedup_key) != (
                 spec.title, spec.description, spec.payload, spec.queue, spec.priority,
-                sorted(spec.deps), spec.hold, spec.max_retries, spec.concurrency_key):
+                sorted(spec.deps), spec.hold, spec.max_retries, spec.concurrency_key, spec.dedup_key):
             return None
+    for task in existing.values():
+        task.deduplicated = False  # the same create again, not another create with its key
     return [existing[spec.id] for spec in specs]
 
 
-@router.post("/tasks", response={200: Union[TaskOut, TaskBatchOut], 201: Union[TaskOut, TaskBatchOut], **ERRORS},
+def _refuse_unreadable_stand_ins(request, principal, tasks: list[Task]) -> None:
+    """A deduplicated create answers with the live task holding the key: only to a caller who
+    may read it (a key's scope may not cover its queue; a session may create without reading)."""
+    for task in tasks:
+        if task.deduplicated and not (principal.can_read and scopes.allows(request.auth.scope, task.queue)):
+            raise errors.DuplicateId(f"a live task you may not read holds the dedup_key {task.dedup_key!r}",
+                                     field="dedup_key")
+
+
+@router.post("/tasks", response={200: Union[CreatedTaskOut, TaskBatchOut], 201: Union[CreatedTaskOut, TaskBatchOut],
+                                 **ERRORS},
              summary="Create a task, or a list of tasks forming a DAG (all or nothing)")
 def create_tasks(request, body: Union[TaskIn, TaskBatchIn] = Body(...)):
     """An existing id with an identical body returns the existing task (200): a client may
     retry a create safely. A different body under an existing id is `duplicate_id`. A key
     limited to some queues creates only in them (403 `forbidden` otherwise), and a dependency on
-    a task outside them is unknown to it."""
+    a task outside them is unknown to it.
+
+    A `dedup_key` that a live task holds returns that task with `deduplicated: true` and creates
+    nothing (200; in a batch, the batch's dependencies on it depend on that task, and the answer
+    is 201 when the batch created any task). Every answered task carries `deduplicated`."""
     principal = require_creator(request)
     batch = isinstance(body, list)
     specs = [_spec(item) for item in (body if batch else [body])]
@@ -87,8 +103,16 @@ def create_tasks(request, body: Union[TaskIn, TaskBatchIn] = Body(...)):
         if tasks is None:
             raise
         status = 200
-    deps = {spec.id: list(spec.deps) for spec in specs}
-    rendered = [public_task(t, deps[t.pk]) for t in tasks]
+    _refuse_unreadable_stand_ins(request, principal, tasks)
+    if all(task.deduplicated for task in tasks):
+        status = 200
+    # The engine answers in the batch's order; a dependency on a deduplicated spec is one on
+    # the task that stands in for it.
+    stand_in = {spec.id: task.pk for task, spec in zip(tasks, specs)}
+    deps = selectors.deps_of([t.pk for t in tasks if t.deduplicated])
+    deps.update({task.pk: list(dict.fromkeys(stand_in.get(dep, dep) for dep in spec.deps))
+                 for task, spec in zip(tasks, specs) if not task.deduplicated})
+    rendered = [{**public_task(t, deps[t.pk]), "deduplicated": t.deduplicated} for t in tasks]
     return Status(status, {"items": rendered} if batch else rendered[0])
 
 

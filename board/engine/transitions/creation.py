@@ -2,6 +2,7 @@
 dependencies, cycles refused)."""
 from __future__ import annotations
 
+import dataclasses
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -11,19 +12,20 @@ from typing import Any
 from django.db import IntegrityError, connections, transaction
 
 from board.engine import clock, commits, errors, flow, outcomes, tracing
-from board.engine.inputs import is_valid_task_id, json_field, unstorable_text
+from board.engine.inputs import is_valid_task_id, json_field, key_text, unstorable_text
 from board.engine.lifecycle import Stage, Verb
 from board.engine.limits import (
     MAX_BATCH_DEPENDENCIES,
     MAX_BATCH_TASKS,
+    MAX_DEDUP_KEY_CHARS,
     MAX_DEPENDENCIES,
     MAX_DESCRIPTION_CHARS,
     MAX_RETRIES_LIMIT,
     MAX_TITLE_CHARS,
 )
-from board.engine.stores import retry_conflicts, store
+from board.engine.stores import TransactionConflict, retry_conflicts, store
 from board.engine.transitions.housekeeping import admit_ready
-from board.models import Dependency, Task, TaskEvent
+from board.models import LIVE_STAGES, Dependency, Task, TaskEvent
 
 
 @dataclass
@@ -46,6 +48,8 @@ class TaskSpec:
     # Not claimable before this time (an aware datetime; the task's not_before, which a retry's
     # backoff later sets too).
     run_at: datetime | None = None
+    # While a live task has this key, creating it again returns that task (see `create`).
+    dedup_key: str | None = None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -56,13 +60,20 @@ class TaskSpec:
 @outcomes.refusals(Verb.CREATE)
 @retry_conflicts
 def create(specs: TaskSpec | Sequence[TaskSpec], *, actor: str = "", using: str = "default") -> list[Task]:
-    """Create one task or a batch forming a DAG, all or nothing.
+    """Create one task or a batch forming a DAG, all or nothing. Returns the batch's tasks in its
+    order, each with `deduplicated` set (True: an existing task returned in its place).
 
     A task starts QUEUED when it is not on hold and every dependency is already COMPLETED, and
     PENDING otherwise. Refused: invalid fields, ids already taken (DuplicateId), unknown
     dependencies, self-dependencies and cycles (InvalidRequest), and a batch over
     MAX_BATCH_TASKS tasks or MAX_BATCH_DEPENDENCIES dependencies (TooLarge), which would hold
-    every other writer for too long."""
+    every other writer for too long.
+
+    Dedup keys: a spec whose `dedup_key` a live task (not COMPLETED, FAILED or CANCELLED) holds
+    creates nothing; that task is returned in its place, and the batch's dependencies on the
+    spec's id depend on it instead. Racing creators of one key make one task: the live tasks'
+    unique index on the key refuses the second insert, and the loser runs again and finds the
+    winner's task."""
     batch = [specs] if isinstance(specs, TaskSpec) else list(specs)
     if not batch:
         raise errors.InvalidRequest("no task to create")
@@ -77,20 +88,31 @@ def create(specs: TaskSpec | Sequence[TaskSpec], *, actor: str = "", using: str 
         if spec.id is None:
             spec.id = secrets.token_hex(8)
     ids = [spec.id for spec in batch]
+    order = list(ids)  # the answer's order (deduplicated specs leave `batch` below)
     seen: set[str] = set()
     for task_id in ids:
         if task_id in seen:
             raise errors.InvalidRequest(f"task id {task_id!r} appears twice in the batch", field="id")
         seen.add(task_id)
     _refuse_cycles(batch)
+    keys = [spec.dedup_key for spec in batch if spec.dedup_key is not None]
+    if len(set(keys)) != len(keys):
+        raise errors.InvalidRequest("a dedup_key appears twice in the batch", field="dedup_key")
 
     flow.ensure_rows(using, (spec.queue for spec in batch),
                      (spec.concurrency_key for spec in batch if spec.concurrency_key is not None))
 
     now = clock.now(using)
-    external = {dep for spec in batch for dep in spec.deps if dep not in seen}
-    depended_on = {dep for spec in batch for dep in spec.deps}
     with store(using).write_transaction():
+        stand_ins = _live_with_keys(using, batch) if keys else {}
+        if stand_ins:
+            batch = _without_deduplicated(batch, stand_ins)
+            ids = [spec.id for spec in batch]
+            seen = set(ids)
+            if not batch:
+                return [stand_ins[spec_id] for spec_id in order]
+        external = {dep for spec in batch for dep in spec.deps if dep not in seen}
+        depended_on = {dep for spec in batch for dep in spec.deps}
         taken = Task.objects.using(using).filter(pk__in=ids).first()
         if taken is not None:
             raise errors.DuplicateId(f"a task with id {taken.pk!r} already exists", task=taken, field="id")
@@ -134,6 +156,7 @@ def create(specs: TaskSpec | Sequence[TaskSpec], *, actor: str = "", using: str 
                     max_retries=spec.max_retries,
                     concurrency_key=spec.concurrency_key,
                     not_before=spec.run_at,
+                    dedup_key=spec.dedup_key,
                     has_deps=bool(spec.deps),
                     has_dependents=spec.id in depended_on,
                     stage=Stage.QUEUED if ready else Stage.PENDING,
@@ -148,6 +171,10 @@ def create(specs: TaskSpec | Sequence[TaskSpec], *, actor: str = "", using: str 
                 Task.objects.using(using).bulk_create(tasks)
         except IntegrityError:
             taken = Task.objects.using(using).filter(pk__in=ids).first()
+            if taken is None and keys:
+                # A racing creator's live task took one of the keys since the look above:
+                # create again, and that look finds it (retry_conflicts runs the verb again).
+                raise TransactionConflict("a racing create took a dedup_key of this batch") from None
             if taken is None:  # not an id collision: let the real error surface
                 raise
             raise errors.DuplicateId(
@@ -168,7 +195,33 @@ def create(specs: TaskSpec | Sequence[TaskSpec], *, actor: str = "", using: str 
         waiting = [t.pk for t in tasks if t.stage == Stage.PENDING and not t.hold]
         if waiting and external:
             transaction.on_commit(lambda: admit_ready(waiting, using=using), using=using, robust=True)
-    return tasks
+    for task in tasks:
+        task.deduplicated = False
+    made = {task.pk: task for task in tasks}
+    return [stand_ins.get(spec_id) or made[spec_id] for spec_id in order]
+
+
+def _live_with_keys(using: str, batch: list[TaskSpec]) -> dict[str, Task]:
+    """{spec id: the live task holding the spec's dedup_key} for the specs of `batch` whose key
+    a live task holds, each marked `deduplicated`."""
+    keyed = {spec.dedup_key: spec.id for spec in batch if spec.dedup_key is not None}
+    found = {}
+    for task in Task.objects.using(using).filter(dedup_key__in=list(keyed), stage__in=LIVE_STAGES):
+        task.deduplicated = True
+        found[keyed[task.dedup_key]] = task
+    return found
+
+
+def _without_deduplicated(batch: list[TaskSpec], stand_ins: dict[str, Task]) -> list[TaskSpec]:
+    """The specs left to create, their dependencies on a deduplicated spec pointing at the live
+    task that stands in for it (which exists, so it cannot close a cycle)."""
+    rest = []
+    for spec in batch:
+        if spec.id in stand_ins:
+            continue
+        deps = tuple(dict.fromkeys(stand_ins[dep].pk if dep in stand_ins else dep for dep in spec.deps))
+        rest.append(dataclasses.replace(spec, deps=deps))
+    return rest
 
 
 def _insert_dependencies(using: str, pairs: list[tuple[str, str]]) -> None:
@@ -222,6 +275,7 @@ def _validate_spec(spec: TaskSpec) -> None:
         raise errors.InvalidRequest("run_at must be a time with its zone (ISO 8601, e.g. 2026-12-04T14:05:00Z)",
                                     field="run_at")
     flow.concurrency_key(spec.concurrency_key)
+    key_text(spec.dedup_key, "dedup_key", MAX_DEDUP_KEY_CHARS)
     flow.concurrency_limit(spec.concurrency_limit, "concurrency_limit")
     if spec.concurrency_limit is not None and spec.concurrency_key is None:
         raise errors.InvalidRequest("concurrency_limit needs a concurrency_key", field="concurrency_limit")

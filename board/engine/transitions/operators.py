@@ -7,15 +7,16 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from django.db import IntegrityError
 from django.db.models import Q
 
 from board.engine import clock, errors, outcomes, selectors, tracing
 from board.engine.inputs import reason_text
 from board.engine.lifecycle import Stage, Verb, attempts_left, target
-from board.engine.stores import retry_conflicts, store
+from board.engine.stores import TransactionConflict, retry_conflicts, store
 from board.engine.transitions.cas import NO_LEASE, RACE_RETRIES, _get, _illegal, _swap
 from board.engine.transitions.creation import TaskSpec, _validate_spec
-from board.models import Task
+from board.models import LIVE_STAGES, Task
 
 
 # ---------------------------------------------------------------------------------------------
@@ -83,10 +84,30 @@ def requeue(
                 f"task {task.pk} has no attempt left; requeue with reset_attempts", task=task,
                 field="reset_attempts",
             )
-        return _swap(using, task, Verb.REQUEUE, now=now, actor=actor, attempts=attempts,
-                     not_before=None, detail=_reason(reason, reset_attempts=reset_attempts))
+        # A FAILED task's dedup_key is free for a new task: taking it back is refused while
+        # another live task holds it. The look gives the clear answer; the live tasks' unique
+        # index on the key refuses a holder that arrives after it (the verb then runs again).
+        _refuse_held_dedup_key(using, task)
+        try:
+            with store(using).savepoint():
+                return _swap(using, task, Verb.REQUEUE, now=now, actor=actor, attempts=attempts,
+                             not_before=None, detail=_reason(reason, reset_attempts=reset_attempts))
+        except IntegrityError:
+            if task.dedup_key is None:
+                raise
+            raise TransactionConflict(f"a live task took dedup_key {task.dedup_key!r} meanwhile") from None
 
     return _operator_move(using, task_id, version, move)
+
+
+def _refuse_held_dedup_key(using: str, task: Task) -> None:
+    if task.dedup_key is None or task.stage in LIVE_STAGES:
+        return
+    holder = Task.objects.using(using).filter(dedup_key=task.dedup_key, stage__in=LIVE_STAGES).first()
+    if holder is not None:
+        raise errors.InvalidTransition(
+            f"task {task.pk} cannot be requeued: its dedup_key {task.dedup_key!r} is held by the live "
+            f"task {holder.pk}", task=task, field="dedup_key", held_by=holder.pk)
 
 
 @tracing.traced(Verb.CANCEL)
