@@ -33,7 +33,8 @@ One *cycle* is: claim the best ready task, then complete it. Two loops run the c
 board.engine.flow), by default as many as the threads, so that it never refuses a claim and the
 difference is what enforcing it costs. An observer thread counts the RUNNING tasks all through
 its slices (and through ours', so that both bear its cost); a read over the limit, or a problem
-check() finds after a slice, fails the run.
+check() finds after a slice, fails the run. ``--with-rate`` gives that queue a rate as well (`RATE`,
+never binding): check()'s over_rate is then read after each slice too.
 
 Both loops run in the same process (for MongoDB, a child process: see Databases), against the
 same tables, on freshly seeded QUEUED tasks, with T threads (default 1 and 8, each with its own
@@ -153,6 +154,9 @@ GOALS = {"sqlite": 0.5, "postgres": 0.5}  # the project's goals for ours/raw (is
 # Issue 29: a queue with a concurrency limit (never refusing) claims at least this fraction of the
 # rate of one without, in the same interleaved run.
 LIMIT_GOAL = 0.8
+# --with-rate: the limited queue's rate, above any rate this machine claims at (one claim may
+# start every 10 us), so that it never refuses one: what it costs is its check and its write.
+RATE = {"count": 100_000, "per_seconds": 1}
 # MongoDB is "default" too, but in the child process only (run_mongodb), never beside SQLite's.
 ALIASES = {"sqlite": "default", "postgres": "postgres", "mongodb": "default"}
 SQL_BACKENDS = ("sqlite", "postgres")
@@ -345,14 +349,14 @@ class LimitedDriver(OursDriver):
     limit at the thread count it never refuses a claim: the difference with ours is what
     enforcing it costs. `over_limit` and `most_running` are what an observer thread saw."""
 
-    def __init__(self, alias: str, limit: int):
+    def __init__(self, alias: str, limit: int, rate: dict | None = None):
         super().__init__(alias)
-        self.limit = limit
+        self.limit, self.rate = limit, rate
 
     def seed(self, count: int, tied: bool) -> None:
         from board.engine import flow
 
-        flow.change_queue("default", concurrency=self.limit, actor="bench", using=self.alias)
+        flow.change_queue("default", concurrency=self.limit, rate=self.rate, actor="bench", using=self.alias)
         super().seed(count, tied)
 
 
@@ -878,6 +882,7 @@ class Row:
     label: str = ""  # what the backend column shows, when more than its name (the server)
     limited: Outcome | None = None  # ours on a queue with a concurrency limit (--with-limit)
     observed: Observed | None = None  # what the limited slices' observers saw
+    rate: dict | None = None  # the limited queue's rate (--with-rate)
 
     @property
     def ratio(self) -> float:
@@ -902,9 +907,9 @@ def measure(backend: str, alias: str, raw: Any, threads: int, args: argparse.Nam
     of charging it all to whichever ran last."""
     outcomes: dict[str, list[Outcome]] = {"ours": [], "raw": [], "limited": []}
     drivers: list[tuple[str, Any]] = [("ours", OursDriver(alias)), ("raw", raw)]
-    limit = (args.queue_limit or threads) if args.with_limit else None
+    limit = (args.queue_limit or threads) if args.with_limit or args.with_rate else None
     if limit is not None:
-        drivers.append(("limited", LimitedDriver(alias, limit)))
+        drivers.append(("limited", LimitedDriver(alias, limit, RATE if args.with_rate else None)))
     observed = Observed(limit or 0)
     slice_seconds = args.seconds / args.rounds
     for _ in range(args.rounds):
@@ -924,7 +929,8 @@ def measure(backend: str, alias: str, raw: Any, threads: int, args: argparse.Nam
     clear(alias)
     limited = Outcome.total(outcomes["limited"]) if limit is not None else None
     return Row(backend, threads, Outcome.total(outcomes["ours"]), Outcome.total(outcomes["raw"]),
-               limited=limited, observed=observed if limit is not None else None)
+               limited=limited, observed=observed if limit is not None else None,
+               rate=RATE if limit is not None and args.with_rate else None)
 
 
 @dataclass
@@ -953,6 +959,9 @@ def print_limit_table(rows: list[Row]) -> None:
     header = line("backend", "threads", "limit", "limited cyc/s", "ours cyc/s", "limited/ours",
                   "most running / over", "goal")
     print()
+    if rows[0].rate is not None:
+        print(f"limited: a concurrency limit and a rate of {rows[0].rate['count']:,} claims per "
+              f"{rows[0].rate['per_seconds']} s on its queue")
     print(header)
     print("-" * len(header))
     for row in rows:
@@ -1262,6 +1271,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--queries", action="store_true", help="also print the SQL of one engine cycle")
     parser.add_argument("--with-limit", action="store_true",
                         help="also run ours on a queue with a concurrency limit (issue 29), interleaved")
+    parser.add_argument("--with-rate", action="store_true",
+                        help=f"with --with-limit: the limited queue also has a rate ({RATE['count']:,} per "
+                             f"{RATE['per_seconds']} s: never binding, so the difference is what enforcing it costs)")
     parser.add_argument("--queue-limit", type=int, default=0,
                         help="that limit (default: the thread count, so that it never refuses a claim)")
     parser.add_argument("--hot-path", choices=("auto", "orm"), default=None,

@@ -182,6 +182,15 @@ class Queue(models.Model):
     paused_reason = models.CharField(max_length=500, blank=True, default="")
     paused_at = models.DateTimeField(null=True, blank=True)
     running = models.IntegerField(default=0, editable=False, help_text="RUNNING tasks now (kept by the engine).")
+    # A rate limit: at most rate_count claims start in any rate_per_seconds, spaced evenly: each
+    # claim moves rate_open_at (Unix seconds, a float so that every store's SQL can add to it)
+    # rate_interval (= per_seconds / count) past its own time, and no claim starts before it.
+    rate_count = models.PositiveIntegerField(null=True, blank=True, help_text="Claims per window; empty: no rate limit.")
+    rate_per_seconds = models.PositiveIntegerField(null=True, blank=True, help_text="The window, in seconds.")
+    rate_interval = models.FloatField(null=True, blank=True, editable=False,
+                                      help_text="Seconds between two claims (per_seconds / count).")
+    rate_open_at = models.FloatField(null=True, blank=True, editable=False,
+                                     help_text="No claim starts before this Unix time (kept by the engine).")
     updated_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:

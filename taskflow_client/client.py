@@ -80,6 +80,14 @@ def _parse_time(value: str | None) -> datetime | None:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)  # noqa: UP017 (datetime.UTC is 3.11+; the client runs on older Pythons)
 
 
+def _seconds(retry_after: str | None) -> float | None:
+    """A Retry-After header's delay in seconds (the board sends whole seconds), or None."""
+    try:
+        return max(0.0, float(retry_after)) if retry_after is not None else None
+    except ValueError:
+        return None
+
+
 def _with_fields(task: dict[str, Any] | Sequence[dict[str, Any]],
                  fields: dict[str, Any]) -> dict[str, Any] | list[dict[str, Any]]:
     """Copies of the task dict(s) with `fields` set (the caller's dicts are left as they were);
@@ -225,6 +233,14 @@ class Queue:
         is room; the running tasks go on."""
         return self.client.change_queue(self.name, concurrency=concurrency, reason=reason)
 
+    def set_rate(self, count: int | None, per_seconds: int | None = None, reason: str = "") -> dict[str, Any]:
+        """Operator: at most `count` claims of this queue's tasks start in any `per_seconds`
+        (1: per second, 60: per minute, 3600: per hour), spaced evenly; ``set_rate(None)``
+        removes the rate. A claim finding only work the rate holds back gets None, and a
+        waiting `claim_next` / `hold()` sleeps until the rate opens."""
+        rate = None if count is None else {"count": count, "per_seconds": per_seconds}
+        return self.client.change_queue(self.name, rate=rate, reason=reason)
+
     def history(self) -> builtins.list[dict[str, Any]]:
         """Who changed the queue's settings, newest first (the last 200): ``actor``,
         ``reason``, ``changes`` (``{setting: [before, after]}``), ``at``."""
@@ -290,7 +306,7 @@ class _Http:
             self._local.used = True
             if response.will_close:
                 self.close()
-            return response.status, response.getheader("Content-Type", ""), data
+            return response.status, response.getheader("Content-Type", ""), data, response.getheader("Retry-After")
         raise AssertionError("unreachable")
 
 
@@ -354,6 +370,11 @@ class Client:
                 timeout: float | None = None) -> Any:
         """Send one request to ``/api{path}`` and return the decoded JSON answer (None for 204).
         Raises the `TaskflowError` subclass of an error answer, or `TransportError`."""
+        return self._exchange(method, path, body, query=query, timeout=timeout)[0]
+
+    def _exchange(self, method: str, path: str, body: Any = None, *, query: dict[str, Any] | None = None,
+                  timeout: float | None = None) -> tuple[Any, float | None]:
+        """`request`, with the answer's Retry-After (seconds; None when absent)."""
         if query:
             pairs = {k: v for k, v in query.items() if v is not None}
             if pairs:
@@ -366,15 +387,16 @@ class Client:
             data = json.dumps({} if body is None else body, separators=(",", ":"),
                               allow_nan=False).encode()
             headers["Content-Type"] = "application/json"
-        status, content_type, raw = self._http.request(method, path, headers, data, timeout or self.timeout)
+        status, content_type, raw, retry_after = self._http.request(method, path, headers, data,
+                                                                    timeout or self.timeout)
         if status == 204:
-            return None
+            return None, _seconds(retry_after)
         try:
             decoded = json.loads(raw) if raw else None
         except ValueError:
             decoded = None
         if 200 <= status < 300 and raw and decoded is not None:
-            return decoded
+            return decoded, _seconds(retry_after)
         if isinstance(decoded, dict) and isinstance(decoded.get("error"), dict):
             raise error_from_body(status, decoded)
         text = raw[:_ERROR_BODY_PREVIEW].decode("utf-8", "replace")
@@ -485,7 +507,9 @@ class Client:
         """Claim the best ready task (highest priority, then oldest; only in `queue` if given)
         with a lease of `ttl_seconds` (1 s .. 24 h). With `wait_seconds` (up to 30) the server
         waits for work to become ready (woken by the board's commits). Tasks of a paused or
-        full queue, or of a full concurrency key, are passed over. Returns a `Lease`, or
+        full queue, or of a full concurrency key, are passed over; so are those a queue's rate
+        holds back, and when the server says when the rate opens (204 with Retry-After)
+        within the wait, this sleeps until then and claims again. Returns a `Lease`, or
         None when there was no work. A server that already parks all the waiting claims it
         allows answers 503; this method then tries again every second until its wait is over.
         After a transport error the claim is sent once more, with the same request id and
@@ -499,7 +523,7 @@ class Client:
             if queue is not None:
                 body["queue"] = queue
             try:
-                answer = self.request("POST", "/claim", body, timeout=self.timeout + wait_seconds)
+                answer, retry_after = self._exchange("POST", "/claim", body, timeout=self.timeout + wait_seconds)
             except TooManyWaiters:
                 wait_seconds = deadline - time.monotonic() - BUSY_RETRY_SECONDS
                 if wait_seconds <= 0:
@@ -510,6 +534,12 @@ class Client:
                 if sent_again:
                     raise
                 sent_again = True
+                wait_seconds = max(0.0, round(deadline - time.monotonic(), 3))
+                continue
+            if answer is None and retry_after is not None and deadline - time.monotonic() > retry_after:
+                # Ready work waits for its queue's rate to let the next claim start: come back
+                # then, with what is left of the wait (the server answered at once, not parked).
+                time.sleep(retry_after)
                 wait_seconds = max(0.0, round(deadline - time.monotonic(), 3))
                 continue
             return None if answer is None else Lease(self, answer, ttl_seconds)
@@ -644,10 +674,11 @@ class Client:
         return self.request("GET", self._path("queues", name))
 
     def change_queue(self, name: str, *, concurrency: int | None = UNCHANGED, paused: bool | None = None,
-                     reason: str = "") -> dict[str, Any]:
+                     rate: dict[str, int] | None = UNCHANGED, reason: str = "") -> dict[str, Any]:
         """Operator: change a queue's settings; only those given change. `concurrency`: its
         limit (1-10,000; None: no limit; left out: unchanged); `paused`: True stops new claims
-        of its tasks, False lets them in again; `reason` (at most 500 characters) goes to its
+        of its tasks, False lets them in again; `rate`: ``{"count": C, "per_seconds": S}`` (at
+        most C claims start in any S seconds; None: no rate); `reason` (at most 500 characters) goes to its
         history. Returns the queue as it is now. `Forbidden` without operator rights,
         `ValidationFailed` for a limit out of range (nothing changed)."""
         body: dict[str, Any] = {"reason": reason}
@@ -655,6 +686,8 @@ class Client:
             body["concurrency"] = concurrency
         if paused is not None:
             body["paused"] = paused
+        if rate is not UNCHANGED:
+            body["rate"] = rate
         return self.request("PUT", self._path("queues", name), body)
 
     def queue_history(self, name: str) -> builtins.list[dict[str, Any]]:

@@ -2,6 +2,8 @@
 test database: `client.queues()`, `client.queue(name)` and its `get`/`pause`/`resume`/
 `set_concurrency`/`history`, and `create(..., concurrency_key=, concurrency_limit=)`. Refusals
 raise their error class and leave the database as it was."""
+import time
+
 import pytest
 
 from board.models import ConcurrencyKey, Queue, QueueChange, Task
@@ -130,3 +132,21 @@ def test_a_held_job_snoozes_its_task_back_to_the_queue(alice):
     waiting = refused.value.details["waiting"]  # the stored time, to the microsecond; the API's, to the ms
     assert waiting.startswith(f"not before {task['not_before'].replace('Z', '')}"), waiting
     assert everything() == before
+
+
+def test_a_rate_set_by_an_operator_paces_claims_and_a_waiting_claim_sleeps_until_it_opens(alice, op):
+    alice.create([{"id": f"call-{n}", "title": "call the model", "queue": "llm"} for n in range(2)])
+    shown = op.queue("llm").set_rate(1, per_seconds=2, reason="provider limit")
+    assert shown["rate"] == {"count": 1, "per_seconds": 2}
+    first = alice.claim_next(30)
+    assert first.task_id == "call-0"
+    assert alice.claim_next(30) is None  # no wait: the rate holds call-1 back
+    started = time.monotonic()
+    second = alice.claim_next(30, wait_seconds=10)  # the server says when (Retry-After); it comes back then
+    assert second is not None and second.task_id == "call-1"
+    assert time.monotonic() - started < 8
+    claims = [e for e in alice.events("call-1") if e["verb"] == "claim"]
+    assert len(claims) == 1
+    with pytest.raises(ValidationFailed):
+        op.queue("llm").set_rate(0, per_seconds=60)
+    assert op.queue("llm").set_rate(None)["rate"] is None

@@ -12,6 +12,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import threading
+import time
 from collections import Counter
 from datetime import timedelta
 
@@ -843,6 +844,107 @@ class BoardContract:
                 held.remove(claim)
         for claim in held:
             transitions.complete(claim.task.pk, claim.lease.token, {}, using=self.alias)
+
+    # -- rate limits (board.engine.flow: a queue's rate_open_at, moved by each claim) -----------
+
+    def open_rate(self, queue: str) -> None:
+        """Age a queue's rate window by writing its row: the next claim may start now."""
+        assert Queue.objects.using(self.alias).filter(name=queue).update(rate_open_at=time.time() - 1) == 1
+
+    def test_a_rate_spaces_claims_and_a_claim_by_id_waits_for_the_next_opening(self):
+        flow.change_queue("rated", rate={"count": 2, "per_seconds": 3600}, actor="op", using=self.alias)
+        for n in range(3):
+            self.new(f"r{n}", queue="rated")
+        self.new("other")
+        first = transitions.claim_next("a", TTL, queue="rated", using=self.alias)
+        assert first.task.pk == "r0"
+        opens = Queue.objects.using(self.alias).get(name="rated").rate_open_at
+        assert 1799 < opens - first.task.stage_changed_at.timestamp() <= 1800.001  # 3600 s / 2 claims
+        assert transitions.claim_next("a", TTL, queue="rated", using=self.alias) is None
+        assert transitions.claim_next("a", TTL, using=self.alias).task.pk == "other"  # other queues go on
+        with pytest.raises(errors.Blocked) as refused:
+            self.claim("r1")
+        assert refused.value.details["waiting"].startswith("queue rated is at its rate 2 per 3600 s: next claim in")
+        self.open_rate("rated")
+        assert transitions.claim_next("a", TTL, using=self.alias).task.pk == "r1"
+        transitions.complete("r0", first.lease.token, {}, using=self.alias)  # a finished task frees no opening
+        assert transitions.claim_next("a", TTL, using=self.alias) is None
+        overview = flow.describe(Queue.objects.using(self.alias).get(name="rated"))
+        assert overview["rate"] == {"count": 2, "per_seconds": 3600} and overview["next_claim_at"] is not None
+        flow.change_queue("rated", rate=None, actor="op", using=self.alias)  # no rate: open at once
+        assert transitions.claim_next("a", TTL, using=self.alias).task.pk == "r2"
+
+    def test_bad_rates_are_refused_and_change_nothing(self):
+        flow.change_queue("kept", rate={"count": 5, "per_seconds": 60}, actor="op", using=self.alias)
+        before = (db_state(self.alias), list(Queue.objects.using(self.alias).values()),
+                  list(QueueChange.objects.using(self.alias).values()))
+        for bad in ({"count": 0, "per_seconds": 60}, {"count": 5}, {"count": 5, "per_seconds": 0},
+                    {"count": 5, "per_seconds": 86401}, {"count": "5", "per_seconds": 60},
+                    {"count": 5, "per_seconds": 60, "burst": 2}, [5, 60], 5):
+            with pytest.raises(errors.InvalidRequest) as refused:
+                flow.change_queue("kept", rate=bad, actor="op", using=self.alias)
+            assert refused.value.field == "rate"
+        assert before == (db_state(self.alias), list(Queue.objects.using(self.alias).values()),
+                          list(QueueChange.objects.using(self.alias).values()))
+
+    def test_check_reports_more_claims_in_a_window_than_the_rate_allows(self):
+        flow.change_queue("watched", rate={"count": 1, "per_seconds": 3600}, actor="op", using=self.alias)
+        Queue.objects.using(self.alias).filter(name="watched").update(
+            updated_at=timezone.now() - timedelta(hours=2))  # the rate was set before these claims
+        for n in range(2):
+            self.new(f"w{n}", queue="watched")
+        held = [transitions.claim_next("a", TTL, using=self.alias)]
+        self.open_rate("watched")  # as if an hour had passed: it had not
+        held.append(transitions.claim_next("a", TTL, using=self.alias))
+        assert [(p.task, p.code) for p in selectors.problems(using=self.alias)] == [("queue:watched", "over_rate")]
+        TaskEvent.objects.using(self.alias).filter(task_id="w0", verb="claim").update(
+            at=timezone.now() - timedelta(hours=1, seconds=1))  # the first claim, an hour ago after all
+        for claim in held:
+            transitions.complete(claim.task.pk, claim.lease.token, {}, using=self.alias)
+
+    def test_16_claimers_take_exactly_the_rates_one_claim_per_window_over_200_rounds(self):
+        """Each round 16 claimers race for a queue whose rate allows one claim an hour: exactly
+        one wins, and an observer reading all along never sees check() report over_rate nor
+        more than one claim in the window. The window is opened between rounds by writing the
+        row (as an hour passing would)."""
+        flow.change_queue("paced", rate={"count": 1, "per_seconds": 3600}, actor="op", using=self.alias)
+        transitions.create([TaskSpec(id=f"paced-{n}", title="p", queue="paced") for n in range(self.rounds + RACERS)],
+                           using=self.alias)
+        stop, seen = threading.Event(), {"reads": 0, "problems": []}
+
+        def observe() -> None:
+            try:
+                while not stop.is_set():
+                    with stores.store(self.alias).read_transaction():
+                        seen["problems"] += selectors.flow_problems(using=self.alias)
+                    seen["reads"] += 1
+                    stop.wait(0.002)  # paced, not to starve the claimers of the GIL; never a condition
+            except BaseException as exc:  # a fault of the observer fails the test, never passes it
+                seen["problems"].append(exc)
+            finally:
+                connections[self.alias].close()
+
+        observer = threading.Thread(target=observe)
+        observer.start()
+        try:
+            for n in range(self.rounds):
+                results = race([lambda i=i: transitions.claim_next(f"agent-{i}", TTL, using=self.alias)
+                                for i in range(RACERS)], self.alias)
+                faults = [r for r in results if isinstance(r, BaseException)]
+                assert not faults, f"round {n}: {faults[:3]}"
+                won = [r for r in results if r is not None]
+                assert len(won) == 1, f"round {n}: {len(won)} claims in one window; the rate allows 1"
+                transitions.complete(won[0].task.pk, won[0].lease.token, {}, using=self.alias)
+                # The round's claim is an hour old: rewrite its history row too, or the observer
+                # would rightly count two claims in the window.
+                TaskEvent.objects.using(self.alias).filter(task_id=won[0].task.pk, verb="claim").update(
+                    at=timezone.now() - timedelta(hours=1, seconds=1))
+                self.open_rate("paced")
+        finally:
+            stop.set()
+            observer.join()
+        assert seen["problems"] == [] and seen["reads"] > 0
+        assert Task.objects.using(self.alias).filter(queue="paced", stage=Stage.COMPLETED).count() == self.rounds
 
     # -- dedup keys (board.engine.transitions.creation; the live tasks' unique index) ----------
 

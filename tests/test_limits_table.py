@@ -30,6 +30,8 @@ EXPECTED = {
     "a concurrency limit (`concurrency` of a queue, `concurrency_limit` of a key)": [1, limits.MAX_CONCURRENCY],
     "`concurrency_key`": [1, limits.MAX_CONCURRENCY_KEY_CHARS],
     "`retry_after_seconds` (a snooze)": [1, limits.MAX_SNOOZE_SECONDS],
+    "`dedup_key`": [1, limits.MAX_DEDUP_KEY_CHARS],
+    "a queue's `rate`": [1, limits.MAX_RATE_COUNT, 1, limits.MAX_RATE_PER_SECONDS],
     "task id, `queue`, agent name": [1, limits.MAX_NAME_CHARS],
     "live keys per agent name / a rotated key's grace": [1, 0, limits.MAX_ROTATION_GRACE.total_seconds()],
     "a key's queue patterns": [limits.MAX_SCOPE_PATTERNS, 1, limits.MAX_NAME_CHARS],

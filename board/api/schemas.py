@@ -30,6 +30,8 @@ from board.engine.limits import (
     MAX_CONCURRENCY,
     MAX_CONCURRENCY_KEY_CHARS,
     MAX_DEDUP_KEY_CHARS,
+    MAX_RATE_COUNT,
+    MAX_RATE_PER_SECONDS,
     MAX_DEPENDENCIES,
     MAX_DESCRIPTION_CHARS,
     MAX_ERROR_CHARS,
@@ -260,9 +262,22 @@ class EventPage(Schema):
     next: Optional[str] = None
 
 
+class RateIn(StrictIn):
+    count: int = Field(..., ge=1, le=MAX_RATE_COUNT, description="at most this many claims start...")
+    per_seconds: int = Field(..., ge=1, le=MAX_RATE_PER_SECONDS,
+                             description="...in any window of this many seconds (1: per second, 60: per minute, "
+                                         "3600: per hour); claims are spaced per_seconds / count apart")
+
+
+class RateOut(Schema):
+    count: int
+    per_seconds: int
+
+
 class QueueIn(StrictIn):
     concurrency: Optional[int] = Field(None, ge=1, le=MAX_CONCURRENCY,
                                        description="at most this many RUNNING at once; null: no limit; omitted: unchanged")
+    rate: Optional[RateIn] = Field(None, description="a rate limit on claims; null: none; omitted: unchanged")
     paused: Optional[bool] = Field(None, description="true: no new claim takes a task of this queue; omitted: unchanged")
     reason: str = Field("", max_length=MAX_REASON_CHARS, description="kept in the queue's history (and shown while paused)")
 
@@ -275,6 +290,8 @@ class QueueOut(Schema):
     paused_by: Optional[str]
     paused_reason: Optional[str]
     paused_at: Optional[datetime]
+    rate: Optional[RateOut] = Field(..., description="at most count claims start in any per_seconds; null: no rate limit")
+    next_claim_at: Optional[datetime] = Field(..., description="the rate lets the next claim start at this time")
     depth: dict[str, int] = Field(..., description="tasks per stage")
     oldest_queued_seconds: Optional[float] = Field(..., description="how long the longest-waiting QUEUED task has waited")
 

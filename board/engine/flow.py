@@ -20,13 +20,14 @@ operator's first change of a queue's settings (`change_queue`).
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import UTC, datetime
 from typing import Any
 
 from django.db.models import F, Q
 
 from board.engine import clock, errors
 from board.engine.inputs import is_valid_task_id, key_text, reason_text
-from board.engine.limits import MAX_CONCURRENCY, MAX_CONCURRENCY_KEY_CHARS
+from board.engine.limits import MAX_CONCURRENCY, MAX_CONCURRENCY_KEY_CHARS, MAX_RATE_COUNT, MAX_RATE_PER_SECONDS
 from board.engine.stores import store
 from board.models import ConcurrencyKey, Queue, QueueChange, Task
 
@@ -56,6 +57,21 @@ def concurrency_limit(value: Any, field: str = "concurrency") -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_CONCURRENCY:
         raise errors.InvalidRequest(f"{field} must be a whole number from 1 to {MAX_CONCURRENCY}", field=field)
     return value
+
+
+def rate_setting(value: Any) -> tuple[int, int] | None:
+    """A rate, `{"count": C, "per_seconds": S}`: at most C claims start in any S seconds (None:
+    no rate limit). Both are whole numbers; a rate without its window (its unit) is refused."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or set(value) != {"count", "per_seconds"}:
+        raise errors.InvalidRequest('rate must be {"count": C, "per_seconds": S} (e.g. 60 per 60: one a second '
+                                    'on average), or null for none', field="rate")
+    count, per_seconds = value["count"], value["per_seconds"]
+    for name, number, top in (("count", count, MAX_RATE_COUNT), ("per_seconds", per_seconds, MAX_RATE_PER_SECONDS)):
+        if isinstance(number, bool) or not isinstance(number, int) or not 1 <= number <= top:
+            raise errors.InvalidRequest(f"rate.{name} must be a whole number from 1 to {top}", field="rate")
+    return count, per_seconds
 
 
 # ---------------------------------------------------------------------------------------------
@@ -103,19 +119,29 @@ def set_key_limits(using: str, limits: dict[str, int]) -> None:
 # Slots: taken by a move into RUNNING, given back by a move out of it (transitions.cas._swap)
 
 
-def take_slot(using: str, task: Task) -> None:
+def take_slot(using: str, task: Task, now: datetime) -> None:
     """Count `task` (just moved into RUNNING by this transaction) against its queue's limit and
     its key's, or raise AtLimit to roll the move back. A queue without a limit only has to be
     open (not paused): it is not counted (see change_queue for when its count starts)."""
-    queue = Queue.objects.using(using).filter(name=task.queue).values_list("concurrency", "paused").first()
+    queue = Queue.objects.using(using).filter(name=task.queue).values_list(
+        "concurrency", "paused", "rate_interval").first()
     if queue is not None:  # no row: no limit, not paused
-        concurrency, paused = queue
+        concurrency, paused, interval = queue
         if paused:
             raise AtLimit(task, f"queue {task.queue} is paused")
         if concurrency is not None and not Queue.objects.using(using).filter(
                 name=task.queue, paused=False, concurrency__isnull=False, running__lt=F("concurrency")).update(
                 running=F("running") + 1):
             raise AtLimit(task, _queue_refusal(Queue.objects.using(using).get(name=task.queue)))
+        if interval is not None:
+            # The rate: this claim starts only if the window is open, and moves it one interval
+            # past its own time (a compare-and-swap on the queue's row: two claimers for one
+            # opening both run it, one matches).
+            at = now.timestamp()  # the move's own time: what its history row says
+            if not Queue.objects.using(using).filter(
+                    Q(rate_open_at__isnull=True) | Q(rate_open_at__lte=at), name=task.queue,
+                    rate_interval=interval).update(rate_open_at=at + interval):
+                raise AtLimit(task, _queue_refusal(Queue.objects.using(using).get(name=task.queue), at))
     if task.concurrency_key is not None:
         keys = ConcurrencyKey.objects.using(using).filter(name=task.concurrency_key)
         if not keys.filter(running__lt=F("concurrency")).update(running=F("running") + 1):
@@ -134,17 +160,24 @@ def give_back_slot(using: str, task: Task) -> None:
             running=F("running") - 1)
 
 
-def _queue_refusal(queue: Queue) -> str:
+def _queue_refusal(queue: Queue, now: float | None = None) -> str:
     if queue.paused:
         return f"queue {queue.name} is paused"
-    return f"queue {queue.name} is at its limit {queue.running}/{queue.concurrency}"
+    if queue.concurrency is not None and queue.running >= queue.concurrency:
+        return f"queue {queue.name} is at its limit {queue.running}/{queue.concurrency}"
+    if queue.rate_open_at is not None and now is not None and queue.rate_open_at > now:
+        return (f"queue {queue.name} is at its rate {queue.rate_count} per {queue.rate_per_seconds} s: "
+                f"next claim in {queue.rate_open_at - now:.1f} s")
+    return f"queue {queue.name} took no claim"  # changed meanwhile: the claim may be tried again
 
 
-def closed(*, using: str) -> tuple[list[str], list[str]]:
-    """The queues that take no claim now (paused or full) and the full keys: what claim_next's ORM
-    path leaves out of its pick (a read in its transaction; take_slot decides)."""
+def closed(*, now: float, using: str) -> tuple[list[str], list[str]]:
+    """The queues that take no claim now (paused, full, or waiting for their rate's next opening
+    after `now`, Unix seconds) and the full keys: what claim_next's ORM path leaves out of its
+    pick (a read in its transaction; take_slot decides)."""
     queues = list(Queue.objects.using(using).filter(
-        Q(paused=True) | Q(concurrency__isnull=False, running__gte=F("concurrency"))).values_list("name", flat=True))
+        Q(paused=True) | Q(concurrency__isnull=False, running__gte=F("concurrency"))
+        | Q(rate_open_at__gt=now)).values_list("name", flat=True))
     keys = list(ConcurrencyKey.objects.using(using).filter(running__gte=F("concurrency"))
                 .values_list("name", flat=True))
     return queues, keys
@@ -158,8 +191,9 @@ UNSET: Any = object()
 
 
 def change_queue(name: str, *, actor: str, reason: str = "", concurrency: Any = UNSET, paused: Any = UNSET,
-                 using: str = "default") -> Queue:
-    """Set a queue's limit (None: no limit) and/or pause or resume it; the change and its reason
+                 rate: Any = UNSET, using: str = "default") -> Queue:
+    """Set a queue's limit (None: no limit), its rate (`{"count", "per_seconds"}`, None: none)
+    and/or pause or resume it; the change and its reason
     go to the queue's audit history (QueueChange) in the same transaction. A queue with no row
     yet gets one. A limit set on a queue without one starts its count (see the module's
     docstring); a limit removed stops it. Nothing changed: nothing recorded."""
@@ -169,6 +203,8 @@ def change_queue(name: str, *, actor: str, reason: str = "", concurrency: Any = 
         raise errors.InvalidRequest(f"invalid queue name {name!r}", field="name")
     if concurrency is not UNSET:
         concurrency = concurrency_limit(concurrency)
+    if rate is not UNSET:
+        rate = rate_setting(rate)
     if paused is not UNSET and not isinstance(paused, bool):
         raise errors.InvalidRequest("paused must be true or false", field="paused")
     reason_text(reason)
@@ -189,6 +225,13 @@ def change_queue(name: str, *, actor: str, reason: str = "", concurrency: Any = 
                 values["running"] = Task.objects.using(using).filter(queue=name, stage="RUNNING").count()
             elif concurrency is None:
                 values["running"] = 0  # no longer counted: a count left as it was would only mislead
+        if rate is not UNSET and rate != _rate_of(queue):
+            changes["rate"] = [_rate_json(_rate_of(queue)), _rate_json(rate)]
+            count, per_seconds = rate or (None, None)
+            # A new rate starts open; the claims already made keep no window (a lowered rate
+            # applies from the next claim on).
+            values.update(rate_count=count, rate_per_seconds=per_seconds, rate_open_at=None,
+                          rate_interval=per_seconds / count if rate else None)
         # Read after the writers are held off: a claim that committed while this waited started
         # before this time, as check()'s over_concurrency rule needs (it was counted above).
         now = clock.now(using)
@@ -217,5 +260,17 @@ def describe(queue: Queue) -> dict[str, Any]:
         "paused_by": queue.paused_by or None,
         "paused_reason": queue.paused_reason or None,
         "paused_at": queue.paused_at,
+        "rate": _rate_json(_rate_of(queue)),
+        # When the rate lets the next claim start (None: no rate, or no claim made under it yet).
+        "next_claim_at": (datetime.fromtimestamp(queue.rate_open_at, UTC)
+                          if queue.rate_open_at is not None and queue.rate_count is not None else None),
     }
+
+
+def _rate_of(queue: Queue) -> tuple[int, int] | None:
+    return None if queue.rate_count is None else (queue.rate_count, queue.rate_per_seconds)
+
+
+def _rate_json(value: tuple[int, int] | None) -> dict | None:
+    return None if value is None else {"count": value[0], "per_seconds": value[1]}
 

@@ -47,10 +47,13 @@ ALL_CODES = (
 # Their problems name the limited thing ("queue:NAME", "key:NAME") where the others name a task.
 OVER_CONCURRENCY = "over_concurrency"  # more RUNNING than the limit, and one of them started under it
 RUNNING_COUNT_DRIFT = "running_count_drift"  # the row's running count is not its RUNNING tasks
+# More claims started in the last `per_seconds` (since the rate last changed) than a queue's
+# rate allows: named "queue:NAME". Found by check_rates.
+OVER_RATE = "over_rate"
 # Live tasks sharing a dedup key (the live tasks' unique index on Task.dedup_key forbids it):
 # named "dedup:KEY". Found by check_dedup_keys.
 SHARED_DEDUP_KEY = "shared_dedup_key"
-FLOW_CODES = (OVER_CONCURRENCY, RUNNING_COUNT_DRIFT, SHARED_DEDUP_KEY)
+FLOW_CODES = (OVER_CONCURRENCY, RUNNING_COUNT_DRIFT, OVER_RATE, SHARED_DEDUP_KEY)
 
 
 # Stages a task can only reach through a claim, hence only once its dependencies completed
@@ -308,3 +311,11 @@ def check_dedup_keys(live_keyed: Iterable[tuple[str, str]]) -> list[Problem]:
     return [Problem(f"dedup:{key}", SHARED_DEDUP_KEY,
                     f"{len(ids)} live tasks share the dedup key {key!r}: {', '.join(sorted(ids))}")
             for key, ids in sorted(holders.items()) if len(ids) > 1]
+
+
+def check_rates(rates: Iterable[tuple[str, int, int, int]]) -> list[Problem]:
+    """`rates`: (queue, count, per_seconds, claims started in the last per_seconds since the
+    rate last changed). More claims than `count` is a problem: the rate let one through."""
+    return [Problem(f"queue:{queue}", OVER_RATE,
+                    f"queue {queue} started {started} claims in {per_seconds} s; its rate allows {count}")
+            for queue, count, per_seconds, started in sorted(rates) if started > count]

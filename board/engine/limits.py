@@ -48,6 +48,9 @@ MAX_CONCURRENCY_KEY_CHARS = 200  # a task's concurrency_key: 1 to this, printabl
 MAX_DEDUP_KEY_CHARS = 200  # a task's dedup_key: 1 to this, printable (the column's width)
 # A release's retry_after_seconds (a snooze): from 1 s to a week. Longer waits are a run_at.
 MAX_SNOOZE_SECONDS = 7 * 24 * 3600
+# A queue's rate: at most `count` (1 to this) claims start in any `per_seconds` (1 s to a day).
+MAX_RATE_COUNT = 100_000
+MAX_RATE_PER_SECONDS = 24 * 3600
 
 # --- JSON values: payload, result and checkpoint
 # Each at most this many bytes as compact JSON (a task's row, its history and every card of it

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.db import connections
 from django.db.models import (
@@ -33,6 +33,7 @@ from board.engine.invariants import (
     TaskSnapshot,
     check,
     check_dedup_keys,
+    check_rates,
     check_limits,
     cycle_problem,
     tasks_on_cycles,
@@ -106,6 +107,24 @@ def has_ready_task(queue: str | None = None, *, scope: scopes.Scope = None, usin
     """Whether some task is ready to claim, read without a transaction: a waiting claim asks
     this first, so that idle agents do not take SQLite's write lock several times a second."""
     return ready_tasks(timezone.now(), queue, scope=scope, using=using).exists()
+
+
+def seconds_until_rate_opens(queue: str | None = None, *, scope: scopes.Scope = None,
+                             using: str = "default") -> float | None:
+    """After a claim found nothing: when the first queue holding ready work back only by its rate
+    (not paused, not full) lets a claim start, in seconds from now; None when no ready work waits
+    for a rate (in `queue`, in `scope`). What a 204's Retry-After says."""
+    now = clock.now(using)
+    held = Queue.objects.using(using).filter(
+        Q(concurrency__isnull=True) | Q(running__lt=F("concurrency")), rate_open_at__gt=now.timestamp(), paused=False)
+    if queue is not None:
+        held = held.filter(name=queue)
+    opens = dict(held.values_list("name", "rate_open_at"))
+    if not opens:
+        return None
+    waiting = set(ready_tasks(now, queue, scope=scope, using=using).filter(queue__in=list(opens))
+                  .order_by().values_list("queue", flat=True).distinct())
+    return max(0.0, min(opens[name] for name in waiting) - now.timestamp()) if waiting else None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -329,7 +348,28 @@ def flow_problems(*, using: str = "default") -> list[Problem]:
                    "name", "concurrency", "running", "updated_at")]
     running = Task.objects.using(using).filter(stage=Stage.RUNNING).values_list(
         "queue", "concurrency_key", "stage_changed_at")
-    return check_limits(limits, running.iterator(_CHUNK)) + _dedup_problems(using)
+    return check_limits(limits, running.iterator(_CHUNK)) + _rate_problems(using) + _dedup_problems(using)
+
+
+# A claim's history row and its rate's opening are written from one time, but the row keeps it to
+# the microsecond: claims exactly one interval apart may look a hair closer.
+_RATE_SLACK = timedelta(milliseconds=1)
+
+
+def _rate_problems(using: str) -> list[Problem]:
+    """check_rates over the queues with a rate: the claims (moves into RUNNING) of each in its
+    last window, since its rate last changed (normally a few queues: one count each)."""
+    now = clock.now(using)
+    rates = []
+    for name, count, per_seconds, changed in Queue.objects.using(using).filter(rate_count__isnull=False).values_list(
+            "name", "rate_count", "rate_per_seconds", "updated_at"):
+        since = now - timedelta(seconds=per_seconds) + _RATE_SLACK
+        if changed is not None and changed > since:
+            since = changed
+        started = (TaskEvent.objects.using(using).filter(task__queue=name, to_stage=Stage.RUNNING, at__gt=since)
+                   .exclude(from_stage=Stage.RUNNING).count())
+        rates.append((name, count, per_seconds, started))
+    return check_rates(rates)
 
 
 def _dedup_problems(using: str) -> list[Problem]:

@@ -101,17 +101,19 @@ _LIVE_STAGES = ("PENDING", "QUEUED", "RUNNING", "PAUSED")
 
 def queue_items(using: str = "default") -> tuple[list[dict], int]:
     """The queues strip's rows (selectors.queue_overview, one consistent read) and how many more
-    queues were left out. A queue is shown when it is paused, has a limit or has unfinished
+    queues were left out. A queue is shown when it is paused, has a limit or a rate, or has unfinished
     tasks; a queue whose tasks all finished and that nobody set is not news. Only what changes
     when something happens is sent (no "oldest queued for n seconds", which changes every second:
     a frame is pushed only when its content changed)."""
     shown = []
     for queue in selectors.queue_overview(using=using):
         depth = queue["depth"]
-        if not (queue["paused"] or queue["concurrency"] is not None or any(depth[s] for s in _LIVE_STAGES)):
+        if not (queue["paused"] or queue["concurrency"] is not None or queue["rate"] is not None
+                or any(depth[s] for s in _LIVE_STAGES)):
             continue
+        # Not next_claim_at: a rated queue's changes with every claim.
         shown.append({**{k: queue[k] for k in ("name", "concurrency", "running", "paused", "paused_by",
-                                               "paused_reason", "paused_at")},
+                                               "paused_reason", "paused_at", "rate")},
                       "queued": depth["QUEUED"]})
     shown.sort(key=lambda q: (not q["paused"], q["name"]))
     return shown[:QUEUES_SHOWN], max(0, len(shown) - QUEUES_SHOWN)

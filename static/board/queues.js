@@ -28,6 +28,11 @@ function runningText(q) {
   return q.concurrency === null ? `${q.running} running` : `${q.running}/${q.concurrency} running`;
 }
 
+function rateText(rate) {
+  const per = { 1: "s", 60: "min", 3600: "h" }[rate.per_seconds];
+  return per ? `rate ${rate.count}/${per}` : `rate ${rate.count} per ${rate.per_seconds} s`;
+}
+
 function queueItem(q) {
   const li = el("li", "queue");
   li.dataset.queue = q.name;
@@ -38,6 +43,11 @@ function queueItem(q) {
   const full = q.concurrency !== null && q.running >= q.concurrency;
   li.append(el("b", "queue-name", q.name), " ", el("span", full ? "queue-running full" : "queue-running", runningText(q)),
     " · ", el("span", "queue-queued", `${q.queued} queued`));
+  if (q.rate) {
+    const rate = el("span", "queue-rate", rateText(q.rate));
+    rate.title = `at most ${q.rate.count} claims start in any ${q.rate.per_seconds} s, spaced evenly`;
+    li.append(" · ", rate);
+  }
   if (q.paused) {
     const note = el("span", "queue-paused",
       `paused by ${q.paused_by || "?"}${q.paused_reason ? `: ${q.paused_reason}` : ""}`);

@@ -4,6 +4,7 @@ call of board.engine.transitions.
 """
 from __future__ import annotations
 
+import math
 import time
 
 from django.conf import settings
@@ -72,8 +73,17 @@ def claim_next(request, body: ClaimNextIn):
                                    scope=request.auth.scope)
     if claim is not None:
         return _answer(request, render_claim(claim))
-    if body.wait_seconds <= 0 or (body.queue is not None and not scopes.allows(request.auth.scope, body.queue)):
+    if body.queue is not None and not scopes.allows(request.auth.scope, body.queue):
         return Status(204, None)  # (a queue outside a scoped key's queues never has work for it)
+    # Ready work held back only by a queue's rate: say when it opens (Retry-After), and a waiting
+    # claim that would see it open within its wait is answered now, to come back then, rather
+    # than parked and replayed while the rate keeps it shut.
+    opens_in = selectors.seconds_until_rate_opens(body.queue, scope=request.auth.scope)
+    if body.wait_seconds <= 0 or (opens_in is not None and opens_in < body.wait_seconds):
+        response = HttpResponse(status=204)
+        if opens_in is not None:
+            response["Retry-After"] = str(max(1, math.ceil(opens_in)))
+        return response
     if (parking := parked.parking_of(request)) is not None:  # the server parks it (board/live/parked.py)
         parking.park(body.wait_seconds, body.queue, request.auth.name,
                      body.model_dump_json(exclude_defaults=True).encode())

@@ -40,9 +40,10 @@ def get_queue(request, name: str):
 
 
 @router.put("/queues/{name}", response={200: QueueOut, **ERRORS},
-            summary="Operator: set a queue's concurrency limit, pause or resume it")
+            summary="Operator: set a queue's concurrency limit or rate, pause or resume it")
 def change_queue(request, name: str, body: QueueIn):
-    """Only the fields sent change (`"concurrency": null` removes the limit). Lowering the limit
+    """Only the fields sent change (`"concurrency": null` removes the limit, `"rate": null` the
+    rate: `{"count": C, "per_seconds": S}`, at most C claims start in any S seconds). Lowering the limit
     below the running count stops new claims until there is room; running tasks go on. Pausing
     stops new claims at once; leases already held renew and complete as usual. The change, with
     its actor and `reason`, goes to the queue's history (`GET /api/queues/{name}/history`)."""
@@ -53,7 +54,8 @@ def change_queue(request, name: str, body: QueueIn):
         raise errors.InvalidRequest("paused must be true or false", field="paused")
     flow.change_queue(name, actor=actor, reason=body.reason,
                       concurrency=body.concurrency if "concurrency" in sent else flow.UNSET,
-                      paused=body.paused if "paused" in sent else flow.UNSET)
+                      paused=body.paused if "paused" in sent else flow.UNSET,
+                      rate=(body.rate.model_dump() if body.rate is not None else None) if "rate" in sent else flow.UNSET)
     return selectors.queue_overview([name])[0]
 
 

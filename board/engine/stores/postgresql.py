@@ -23,7 +23,7 @@ from board.engine.stores.statements import (
     LIMIT_FILLED,
     COLUMNS,
     CONCURRENCY_KEY,
-    OPEN_FOR_CLAIMS,
+    open_for_claims,
     QUEUE,
     EVENT,
     EVENT_COLUMNS,
@@ -114,16 +114,20 @@ class PostgresStore(DirectCommitHooks, Store):
 # statement_timestamp() (PostgresStore.now): one value for the whole statement, so the expiry is
 # exactly the write's time + the TTL and the history row's time is the task's updated_at.
 
+# The statement's time in Unix seconds: what a queue's rate_open_at is compared with and moved
+# from (board.engine.flow).
+PG_NOW_EPOCH = "extract(epoch from statement_timestamp())::double precision"
+
 # The caller's agent key, when the verb is given one to check (as in stores.sqlite).
 _KEY_IS_LIVE = (f"(%(key_hash)s::text IS NULL OR EXISTS (SELECT 1 FROM {KEY} AS k"
                 " WHERE k.key_hash = %(key_hash)s AND k.name = %(agent)s"
                 " AND (k.revoked_at IS NULL OR k.revoked_at > statement_timestamp())))")
 
 # claim_next: QUEUED -> RUNNING. `picked` locks the best ready task (QUEUED, past any backoff,
-# its queue and concurrency key open as the counts read: OPEN_FOR_CLAIMS; priority, age, id) with
+# its queue and concurrency key open as the rows read: open_for_claims; priority, age, id) with
 # FOR UPDATE SKIP LOCKED, so concurrent claimers take different tasks instead of queueing on one
 # row. Flow control (board.engine.flow): `queue_slot` and `key_slot` lock the task's queue (only
-# one with a limit: the others are not counted, and a claim never waits on their row) and key rows
+# one with a limit or a rate: the others are not written, and a claim never waits on their row) and key rows
 # only while they still have room (a row another claimer holds is waited for, then its
 # WHERE is checked again on the row as that claimer left it: READ COMMITTED's re-check); the
 # task is `allowed` when both have room (or have no row: no limit), and only then are the slots
@@ -137,13 +141,15 @@ _PG_CLAIM_NEXT = f"""
 WITH picked AS MATERIALIZED (
     SELECT t.id, t.version, t.queue, t.concurrency_key FROM {TASK} AS t
     WHERE t.stage = 'QUEUED' AND (t.not_before IS NULL OR t.not_before <= statement_timestamp()){{queue}}
-      AND {OPEN_FOR_CLAIMS} AND {_KEY_IS_LIVE}
+      AND {open_for_claims(PG_NOW_EPOCH)} AND {_KEY_IS_LIVE}
     ORDER BY t.priority DESC, t.created_at, t.id
     LIMIT 1
     FOR UPDATE OF t SKIP LOCKED
 ), queue_slot AS MATERIALIZED (
     SELECT q.name FROM {QUEUE} AS q JOIN picked ON q.name = picked.queue
-    WHERE NOT q.paused AND q.concurrency IS NOT NULL AND q.running < q.concurrency
+    WHERE NOT q.paused AND (q.concurrency IS NOT NULL OR q.rate_interval IS NOT NULL)
+      AND (q.concurrency IS NULL OR q.running < q.concurrency)
+      AND (q.rate_open_at IS NULL OR q.rate_open_at <= {PG_NOW_EPOCH})
     FOR UPDATE OF q
 ), key_slot AS MATERIALIZED (
     SELECT k.name FROM {CONCURRENCY_KEY} AS k JOIN picked ON k.name = picked.concurrency_key
@@ -153,12 +159,15 @@ WITH picked AS MATERIALIZED (
     SELECT picked.* FROM picked
     WHERE (EXISTS (SELECT 1 FROM queue_slot)
            OR NOT EXISTS (SELECT 1 FROM {QUEUE} AS q WHERE q.name = picked.queue
-                          AND (q.paused OR q.concurrency IS NOT NULL)))
+                          AND (q.paused OR q.concurrency IS NOT NULL OR q.rate_interval IS NOT NULL)))
       AND (picked.concurrency_key IS NULL OR EXISTS (SELECT 1 FROM key_slot)
            OR NOT EXISTS (SELECT 1 FROM {CONCURRENCY_KEY} AS k WHERE k.name = picked.concurrency_key))
 ), queue_taken AS (
-    UPDATE {QUEUE} AS q SET running = q.running + 1 FROM allowed
-    WHERE q.name = allowed.queue AND q.concurrency IS NOT NULL
+    UPDATE {QUEUE} AS q SET running = q.running + (q.concurrency IS NOT NULL)::int,
+        rate_open_at = CASE WHEN q.rate_interval IS NULL THEN q.rate_open_at
+                            ELSE {PG_NOW_EPOCH} + q.rate_interval END
+    FROM allowed
+    WHERE q.name = allowed.queue AND (q.concurrency IS NOT NULL OR q.rate_interval IS NOT NULL)
 ), key_taken AS (
     UPDATE {CONCURRENCY_KEY} AS k SET running = k.running + 1 FROM allowed WHERE k.name = allowed.concurrency_key
 ), moved AS (

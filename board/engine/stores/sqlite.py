@@ -35,7 +35,7 @@ from board.engine.stores.statements import (
     COLUMNS,
     CONCURRENCY_KEY,
     CONCURRENCY_KEY_NAME,
-    OPEN_FOR_CLAIMS,
+    open_for_claims,
     QUEUE,
     QUEUE_NAME,
     EVENT,
@@ -167,12 +167,12 @@ _KEY_IS_LIVE = (f"(? IS NULL OR EXISTS (SELECT 1 FROM {KEY} WHERE key_hash = ? A
 # and the outer WHERE is the CAS on that task's (id, version) and stage. Sets a new lease (owner,
 # token hash, expiry, and the claim request when there is one, else NULL), raises fence and
 # attempts by one, clears the backoff, version + 1. Flow control: the pick leaves out tasks whose
-# queue is paused or full or whose concurrency key is full (OPEN_FOR_CLAIMS); the claimed task's
-# slots are then taken by SQLITE_TAKE_SLOTS in the same transaction, under the only write lock, so
-# the counts the pick read are the counts it updates.
+# queue is paused, full or waiting for its rate, or whose concurrency key is full
+# (open_for_claims); the claimed task's slots are then taken by SQLITE_TAKE_SLOTS in the same
+# transaction, under the only write lock, so the rows the pick read are the rows it updates.
 # Params: agent, token_hash, lease_expires_at, claim_request_hash, claim_token_seed, updated_at,
-# stage_changed_at, now (the backoff bound) [, queue], then the key check's (key_hash, key_hash,
-# agent, now).
+# stage_changed_at, now (the backoff bound) [, queue], now in Unix seconds (the rates' bound),
+# then the key check's (key_hash, key_hash, agent, now).
 _SQLITE_CLAIM_NEXT = f"""
 UPDATE {TASK}
 SET stage = 'RUNNING', version = version + 1, owner = %s, lease_token_hash = %s,
@@ -181,7 +181,7 @@ SET stage = 'RUNNING', version = version + 1, owner = %s, lease_token_hash = %s,
 WHERE (id, version) = (
         SELECT id, version FROM {TASK} AS t
         WHERE stage = 'QUEUED' AND (not_before IS NULL OR not_before <= %s){{queue}}
-          AND {OPEN_FOR_CLAIMS}
+          AND {open_for_claims("%s")}
         ORDER BY priority DESC, created_at, id
         LIMIT 1)
   AND stage = 'QUEUED' AND {_KEY_IS_LIVE}
@@ -244,7 +244,12 @@ RETURNING {COLUMNS}
 # saw room under the same write lock); the completed task gives them back. Params: queue,
 # concurrency_key (NULL: no key).
 # A queue is counted only while it has a limit (board.engine.flow).
-SQLITE_TAKE_SLOTS = (f"UPDATE {QUEUE} SET running = running + 1 WHERE name = %s AND concurrency IS NOT NULL",
+# A queue's rate (board.engine.flow): the claim moves its next opening one interval past its own
+# time (the claim's `now`, in Unix seconds: the first param). The pick saw it open
+# (open_for_claims) under the same write lock, so this matches whenever the queue has a rate.
+SQLITE_TAKE_SLOTS = (f"UPDATE {QUEUE} SET running = running + (concurrency IS NOT NULL),"
+                     " rate_open_at = CASE WHEN rate_interval IS NULL THEN rate_open_at ELSE %s + rate_interval END"
+                     " WHERE name = %s AND (concurrency IS NOT NULL OR rate_interval IS NOT NULL)",
                      f"UPDATE {CONCURRENCY_KEY} SET running = running + 1 WHERE name = %s")
 SQLITE_GIVE_BACK_SLOTS = (f"UPDATE {QUEUE} SET running = running - 1"
                           " WHERE name = %s AND concurrency IS NOT NULL AND running > 0",
@@ -324,7 +329,7 @@ class SQLiteStatements(Statements):
             statement, params = SQLITE_CLAIM_NEXT_IN_SCOPE, (*params, json.dumps([as_glob(p) for p in scope]))
         else:
             statement = SQLITE_CLAIM_NEXT
-        params = (*params, key_hash, key_hash, agent, at)
+        params = (*params, now.timestamp(), key_hash, key_hash, agent, at)
         execute, translated = self._executor(connection)
         with translated:
             rows = execute(statement, params).fetchall()  # to the end: the statement is done
@@ -332,7 +337,7 @@ class SQLiteStatements(Statements):
                 return None
             row = rows[0]
             execute(SQLITE_HISTORY, (row[ID], "claim", "QUEUED", "RUNNING", row[VERSION], row[FENCE], agent, at))
-            _move_slots(execute, SQLITE_TAKE_SLOTS, row)
+            _move_slots(execute, SQLITE_TAKE_SLOTS, row, now.timestamp())
         return Written(row, ((LEASE_EXPIRES_AT, until), (NOT_BEFORE, None), (UPDATED_AT, now),
                              (STAGE_CHANGED_AT, now)), self._converters["claim"])
 
@@ -373,10 +378,11 @@ class SQLiteStatements(Statements):
                        self._converters["complete"])
 
 
-def _move_slots(execute, statements: tuple[str, str], row: tuple) -> None:
-    """Take or give back the slots of a task's queue and concurrency key (flow control)."""
+def _move_slots(execute, statements: tuple[str, str], row: tuple, *claimed_at: float) -> None:
+    """Take (`claimed_at`: the claim's time, Unix seconds, for the queue's rate) or give back
+    the slots of a task's queue and concurrency key (flow control)."""
     queue_statement, key_statement = statements
-    execute(queue_statement, (row[QUEUE_NAME],))
+    execute(queue_statement, (*claimed_at, row[QUEUE_NAME]))
     if row[CONCURRENCY_KEY_NAME] is not None:
         execute(key_statement, (row[CONCURRENCY_KEY_NAME],))
 

@@ -48,13 +48,16 @@ KEY_LOOKUP = (f"SELECT {', '.join(AgentKey._meta.get_field(f).column for f in KE
 
 _LAST_USED = AgentKey._meta.get_field("last_used_at").get_col(KEY)
 
-# Flow control (board.engine.flow), in the pick of claim_next: a task is a candidate only when
-# its queue is not paused and below its limit, and its concurrency key (if any) below its
-# limit, as the counts read. `t` is the task table's name in the pick.
-OPEN_FOR_CLAIMS = (f"NOT EXISTS (SELECT 1 FROM {QUEUE} AS q WHERE q.name = t.queue"
-                   " AND (q.paused OR q.running >= q.concurrency))"
-                   f" AND (t.concurrency_key IS NULL OR NOT EXISTS (SELECT 1 FROM {CONCURRENCY_KEY} AS k"
-                   " WHERE k.name = t.concurrency_key AND k.running >= k.concurrency))")
+
+def open_for_claims(now_epoch: str) -> str:
+    """Flow control (board.engine.flow), in the pick of claim_next: a task is a candidate only
+    when its queue is not paused, below its limit and open by its rate (`now_epoch`: the store's
+    SQL for the statement's time in Unix seconds), and its concurrency key (if any) below its
+    limit, as the rows read. `t` is the task table's name in the pick."""
+    return (f"NOT EXISTS (SELECT 1 FROM {QUEUE} AS q WHERE q.name = t.queue"
+            f" AND (q.paused OR q.running >= q.concurrency OR q.rate_open_at > {now_epoch}))"
+            f" AND (t.concurrency_key IS NULL OR NOT EXISTS (SELECT 1 FROM {CONCURRENCY_KEY} AS k"
+            " WHERE k.name = t.concurrency_key AND k.running >= k.concurrency))")
 
 MODES = ("auto", "orm")
 

@@ -117,7 +117,7 @@ def _swap(
     # Flow control (board.engine.flow): a move into RUNNING takes a slot of its queue and key
     # (or raises AtLimit, rolling this transaction back); a move out of it gives the slot back.
     if to == Stage.RUNNING and task.stage != Stage.RUNNING:
-        flow.take_slot(using, task)
+        flow.take_slot(using, task, now)
     elif task.stage == Stage.RUNNING and to != Stage.RUNNING:
         flow.give_back_slot(using, task)
     if not pin_version:  # this transaction wrote the row last: it reads its own write
