@@ -845,6 +845,41 @@ class BoardContract:
         for claim in held:
             transitions.complete(claim.task.pk, claim.lease.token, {}, using=self.alias)
 
+    def test_a_pause_racing_claims_lets_none_start_after_it_over_100_rounds(self):
+        """The brake stops claims at once: each round 12 claimers race a pause of their queue,
+        and every claim that got through started before the pause's time (check()'s
+        claimable_while_paused, read each round), none after."""
+        rounds = self.rounds // 2
+        for start in range(0, 12 * rounds, 600):
+            transitions.create([TaskSpec(id=f"brake-{n}", title="b", queue="braked") for n in range(start, start + 600)],
+                               using=self.alias)
+        for n in range(rounds):
+            calls = [lambda i=i: transitions.claim_next(f"a{i}", 600, queue="braked", using=self.alias)
+                     for i in range(12)]
+            calls.append(lambda: flow.change_queue("braked", paused=True, actor="op", using=self.alias))
+            results = race(calls, self.alias)
+            faults = [r for r in results if isinstance(r, BaseException)]
+            assert not faults, f"round {n}: {faults[:3]}"
+            assert selectors.problems(using=self.alias) == [], f"round {n}"
+            paused_at = Queue.objects.using(self.alias).get(name="braked").paused_at
+            won = [r for r in results[:12] if r is not None]
+            assert all(claim.task.stage_changed_at <= paused_at for claim in won), f"round {n}"
+            assert transitions.claim_next("probe", 600, queue="braked", using=self.alias) is None
+            for claim in won:
+                transitions.complete(claim.task.pk, claim.lease.token, {}, using=self.alias)
+            flow.change_queue("braked", paused=False, actor="op", using=self.alias)
+
+    def test_check_reports_a_task_started_after_its_queue_was_paused(self):
+        self.new("slipped", queue="stopped")
+        claim = transitions.claim_next("a", TTL, using=self.alias)
+        flow.change_queue("stopped", paused=True, actor="op", using=self.alias)
+        assert selectors.problems(using=self.alias) == []  # it started before the pause
+        Queue.objects.using(self.alias).filter(name="stopped").update(
+            paused_at=claim.task.stage_changed_at - timedelta(seconds=1))  # as if it slipped through
+        assert [(p.task, p.code) for p in selectors.problems(using=self.alias)] == [
+            ("queue:stopped", "claimable_while_paused")]
+        transitions.complete("slipped", claim.lease.token, {}, using=self.alias)
+
     # -- rate limits (board.engine.flow: a queue's rate_open_at, moved by each claim) -----------
 
     def open_rate(self, queue: str) -> None:

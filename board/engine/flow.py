@@ -232,8 +232,13 @@ def change_queue(name: str, *, actor: str, reason: str = "", concurrency: Any = 
             # applies from the next claim on).
             values.update(rate_count=count, rate_per_seconds=per_seconds, rate_open_at=None,
                           rate_interval=per_seconds / count if rate else None)
+        if paused is True and not queue.paused:
+            # The brake stops claims at once: the claims under way end first, and the pause's
+            # time is read after them (check()'s claimable_while_paused holds to it).
+            s.hold_off_task_writers()
         # Read after the writers are held off: a claim that committed while this waited started
-        # before this time, as check()'s over_concurrency rule needs (it was counted above).
+        # before this time, as check()'s over_concurrency and
+        # claimable_while_paused rules need (it was counted above).
         now = clock.now(using)
         if paused is not UNSET and paused != queue.paused:
             changes["paused"] = [queue.paused, paused]

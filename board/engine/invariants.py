@@ -47,13 +47,14 @@ ALL_CODES = (
 # Their problems name the limited thing ("queue:NAME", "key:NAME") where the others name a task.
 OVER_CONCURRENCY = "over_concurrency"  # more RUNNING than the limit, and one of them started under it
 RUNNING_COUNT_DRIFT = "running_count_drift"  # the row's running count is not its RUNNING tasks
+CLAIMABLE_WHILE_PAUSED = "claimable_while_paused"  # a task of a paused queue started after the pause
 # More claims started in the last `per_seconds` (since the rate last changed) than a queue's
 # rate allows: named "queue:NAME". Found by check_rates.
 OVER_RATE = "over_rate"
 # Live tasks sharing a dedup key (the live tasks' unique index on Task.dedup_key forbids it):
 # named "dedup:KEY". Found by check_dedup_keys.
 SHARED_DEDUP_KEY = "shared_dedup_key"
-FLOW_CODES = (OVER_CONCURRENCY, RUNNING_COUNT_DRIFT, OVER_RATE, SHARED_DEDUP_KEY)
+FLOW_CODES = (OVER_CONCURRENCY, RUNNING_COUNT_DRIFT, CLAIMABLE_WHILE_PAUSED, OVER_RATE, SHARED_DEDUP_KEY)
 
 
 # Stages a task can only reach through a claim, hence only once its dependencies completed
@@ -269,6 +270,7 @@ class LimitSnapshot:
     concurrency: int | None
     running: int
     changed_at: datetime | None = None
+    paused_at: datetime | None = None  # a paused queue's: when the brake was pulled
 
 
 def check_limits(limits: Iterable[LimitSnapshot],
@@ -299,6 +301,12 @@ def check_limits(limits: Iterable[LimitSnapshot],
             problems.append(Problem(name, OVER_CONCURRENCY,
                                     f"{len(starts)} tasks of {limit.kind} {limit.name} are running; "
                                     f"its limit is {limit.concurrency}"))
+        # The pause holds off the task writers before it reads its time (flow.change_queue), so
+        # every claim it did not stop started before paused_at.
+        late = [s for s in starts if s is not None and limit.paused_at is not None and s > limit.paused_at]
+        if late:
+            problems.append(Problem(name, CLAIMABLE_WHILE_PAUSED,
+                                    f"{len(late)} tasks of paused queue {limit.name} started after the pause"))
     return sorted(problems)
 
 

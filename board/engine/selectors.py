@@ -340,9 +340,9 @@ def problems(*, now: datetime | None = None, using: str = "default") -> list[Pro
 def flow_problems(*, using: str = "default") -> list[Problem]:
     """check_limits over the queues' and concurrency keys' rows and the RUNNING tasks, read in
     the caller's transaction (one snapshot: the counts and the tasks are written together)."""
-    limits = [LimitSnapshot("queue", name, concurrency, running, changed)
-              for name, concurrency, running, changed in Queue.objects.using(using).values_list(
-                  "name", "concurrency", "running", "updated_at")]
+    limits = [LimitSnapshot("queue", name, concurrency, running, changed, paused_at if paused else None)
+              for name, concurrency, running, changed, paused, paused_at in Queue.objects.using(using).values_list(
+                  "name", "concurrency", "running", "updated_at", "paused", "paused_at")]
     limits += [LimitSnapshot("key", name, concurrency, running, changed)
                for name, concurrency, running, changed in ConcurrencyKey.objects.using(using).values_list(
                    "name", "concurrency", "running", "updated_at")]
