@@ -30,14 +30,17 @@ from board.engine.invariants import (
     WAITING,
     LimitSnapshot,
     Problem,
+    ScheduleSnapshot,
     TaskSnapshot,
     check,
     check_limits,
+    check_schedules,
     cycle_problem,
     tasks_on_cycles,
 )
 from board.engine.lifecycle import DEAD_ENDS, LEASED, Stage
-from board.models import ConcurrencyKey, Dependency, Queue, Task, TaskEvent
+from board.engine.limits import SCHEDULE_MISSED_GRACE
+from board.models import ConcurrencyKey, Dependency, Queue, Schedule, Task, TaskEvent
 
 _CHUNK = 2000  # rows fetched at a time when streaming
 
@@ -302,7 +305,7 @@ def problems(*, now: datetime | None = None, using: str = "default") -> list[Pro
         # as. Slower on a big board (every task is read), exact on any.
         with store(using).read_transaction():
             tasks = snapshot(using=using)
-            flow = flow_problems(using=using)
+            flow = flow_problems(using=using) + schedule_problems(now, using=using)
         return sorted(check(tasks, now) + flow)
     with store(using).read_transaction():
         suspects = _suspects(now, using)
@@ -312,7 +315,7 @@ def problems(*, now: datetime | None = None, using: str = "default") -> list[Pro
         for start in range(0, len(wanted), _CHUNK):
             rows += _check_rows(Task.objects.using(using).filter(pk__in=wanted[start:start + _CHUNK]))
         on_cycles = _tasks_on_cycles(using)
-        flow = flow_problems(using=using)
+        flow = flow_problems(using=using) + schedule_problems(now, using=using)
     found = [p for p in check(_task_snapshots(rows, deps), now) if p.task in suspects and p.code != DEP_CYCLE]
     return sorted(found + [cycle_problem(task_id) for task_id in on_cycles] + flow)
 
@@ -329,6 +332,14 @@ def flow_problems(*, using: str = "default") -> list[Problem]:
     running = Task.objects.using(using).filter(stage=Stage.RUNNING).values_list(
         "queue", "concurrency_key", "stage_changed_at")
     return check_limits(limits, running.iterator(_CHUNK))
+
+
+def schedule_problems(now: datetime, *, using: str = "default") -> list[Problem]:
+    """check_schedules over the schedules that are due for longer than the grace (normally none:
+    an indexed-or-tiny read), at `now`."""
+    late = Schedule.objects.using(using).filter(paused=False, next_tick_at__lt=now - SCHEDULE_MISSED_GRACE)
+    return check_schedules([ScheduleSnapshot(name, paused, next_tick_at) for name, paused, next_tick_at
+                            in late.values_list("name", "paused", "next_tick_at")], now, SCHEDULE_MISSED_GRACE)
 
 
 def _suspects(now: datetime, using: str) -> set[str]:
