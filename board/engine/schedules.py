@@ -328,7 +328,11 @@ def fire_due(*, now: datetime | None = None, using: str = "default") -> list[Fir
 def _fire(name: str, now: datetime, *, using: str) -> Fired | None:
     try:
         with store(using).write_transaction():
-            schedule = Schedule.objects.using(using).filter(pk=name, paused=False, next_tick_at__lte=now).first()
+            # Locked where the store has row locks (PostgreSQL), only so that a second firer waits
+            # for the first one's commit and then finds nothing due, instead of trying the tick's
+            # create into DuplicateId. Not the mechanism: the id and the swap below decide.
+            schedule = store(using).lock_rows(Schedule.objects.using(using).filter(
+                pk=name, paused=False, next_tick_at__lte=now)).first()
             if schedule is None:
                 return None  # fired, paused, changed or deleted since the list was read
             expected = schedule.next_tick_at
