@@ -30,11 +30,11 @@ SCHEDULE_MISSED_GRACE behind the store's clock (`schedule_missed`: no reaper is 
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import logging
 import zoneinfo
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -52,12 +52,12 @@ from board.models import Schedule
 
 log = logging.getLogger("board.engine.schedules")
 
-# The template's fields and their defaults (TaskSpec's): what each tick's task is made from.
-TEMPLATE_DEFAULTS: dict[str, Any] = {
-    "description": "", "payload": None, "queue": "default", "priority": 0, "max_retries": 3,
-    "concurrency_key": None, "concurrency_limit": None,
-}
-TEMPLATE_FIELDS = ("title", *TEMPLATE_DEFAULTS)
+# The template's fields: what each tick's task is made from (its id is the name and the tick;
+# no dependencies, no hold). Their defaults are TaskSpec's own.
+TEMPLATE_FIELDS = ("title", "description", "payload", "queue", "priority", "max_retries", "concurrency_key",
+                   "concurrency_limit")
+TEMPLATE_DEFAULTS: dict[str, Any] = {spec_field.name: spec_field.default for spec_field in dataclasses.fields(TaskSpec)
+                                     if spec_field.name in TEMPLATE_FIELDS[1:]}
 NEXT_TICKS_SHOWN = 5
 
 UNSET: Any = object()
@@ -282,7 +282,7 @@ def describe(schedule: Schedule) -> dict[str, Any]:
 # Firing: the reaper's pass calls fire_due
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class Fired:
     """What one due schedule's fire did: the tick fired, its task's id, whether this fire created
     it (False: the task already existed, so the tick had fired), how many missed ticks before it
