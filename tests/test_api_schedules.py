@@ -160,3 +160,16 @@ def test_a_scoped_key_sees_and_changes_only_the_schedules_of_its_queues(http, op
     assert everything() == before
     assert put(http, "/schedules/ci", {"paused": True}, key).json()["paused"] is True
     assert Task.objects.count() == 0
+
+
+def test_a_schedule_no_reaper_fires_is_reported_by_check(http, operator):
+    post(http, "/schedules", BODY, operator)
+    assert get(http, "/check", operator).json()["problems"] == []
+    # As after an hour with no reaper: the row's next tick written an hour back.
+    Schedule.objects.filter(pk="nightly").update(next_tick_at=Schedule.objects.get(pk="nightly").created_at
+                                                 - timedelta(hours=1))
+    (problem,) = get(http, "/check", operator).json()["problems"]
+    assert (problem["task"], problem["code"]) == ("schedule:nightly", "schedule_missed")
+    assert "is a reaper running?" in problem["text"]
+    put(http, "/schedules/nightly", {"paused": True}, operator)  # a paused schedule misses nothing
+    assert get(http, "/check", operator).json()["problems"] == []
