@@ -39,7 +39,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from cronsim import CronSim, CronSimError
-from django.db import IntegrityError
+from django.db import DatabaseError, IntegrityError
 from django.db.models import F
 
 from board.engine import clock, errors, flow
@@ -318,6 +318,12 @@ def fire_due(*, now: datetime | None = None, using: str = "default") -> list[Fir
             # schedule due, so check() reports it missed until an operator changes it.
             log.warning("schedule %s: not fired: %s", name, exc.message)
             fired.append(Fired(name, error=exc.message))
+            continue
+        except DatabaseError:
+            raise  # the store is away: the reaper's loop reports it and tries again
+        except Exception as exc:  # one schedule's fault must not stop the reaper's other work
+            log.exception("schedule %s: not fired", name)
+            fired.append(Fired(name, error=f"{type(exc).__name__}: {exc}"))
             continue
         if done is not None:
             fired.append(done)
