@@ -3,7 +3,7 @@ access needs. The API (board/api/auth.py), the board page (board/live/views.py) 
 here; the admin applies the same permissions to its screens (board/admin/).
 
 Agents authenticate with a key (board/agent_keys.py) and may read, create, claim and hold
-tasks; an operator key may also intervene and change queues. People authenticate with an active staff account's
+tasks; an operator key may also intervene and change queues and schedules. People authenticate with an active staff account's
 session and get what their permissions say (a superuser has them all):
 
 | to ...                                                    | a staff user needs                |
@@ -12,6 +12,7 @@ session and get what their permissions say (a superuser has them all):
 | create tasks through the API                              | board.add_task                    |
 | act as an operator (admit, requeue, cancel, force-*)      | board.intervene                   |
 | change a queue's limit, pause or resume it                | board.change_queue                |
+| create, change, pause, resume or delete a schedule        | board.change_queue (the admin's Schedules page: also board.view_schedule to only look) |
 | claim, resume, renew, complete, fail, pause, release      | nobody: these are agents' verbs (a lease belongs to an agent process, which renews it); a person uses an agent key |
 """
 from __future__ import annotations

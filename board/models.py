@@ -233,6 +233,38 @@ class QueueChange(models.Model):
         return f"{self.queue} changed by {self.actor} at {self.at}"
 
 
+class Schedule(models.Model):
+    """A periodic task (issue 29): at each tick of `cron` (five fields, in `timezone`) the engine
+    creates a task from the template `task`, exactly once per tick across server processes and
+    restarts (board.engine.schedules: the tick's task id is made from the name and the tick, and
+    the create and the advance of `next_tick_at` commit together, the advance by a compare-and-
+    swap). Written only by board.engine.schedules."""
+
+    name = models.CharField(primary_key=True, max_length=85, db_column=_PK_COLUMN)
+    cron = models.CharField(max_length=200, help_text="Five-field cron expression (minute hour day month weekday).")
+    timezone = models.CharField(max_length=64, default="UTC", help_text="IANA time zone the cron is read in.")
+    task = models.JSONField(help_text="The template of each tick's task: title, description, payload, queue, "
+                                      "priority, max_retries, concurrency_key, concurrency_limit.")
+    paused = models.BooleanField(default=False, help_text="Fires nothing; resuming starts from the next tick.")
+    # Engine-owned: the next tick not yet fired (its compare-and-swap value), and what the last fire did.
+    next_tick_at = models.DateTimeField(help_text="The next tick not yet fired.")
+    last_tick_at = models.DateTimeField(null=True, blank=True, help_text="The tick of the last task created.")
+    last_task_id = models.CharField(max_length=100, blank=True, default="", help_text="The last task created.")
+    skipped_ticks = models.BigIntegerField(
+        default=0, help_text="Ticks missed while no reaper ran and not fired (only the latest missed one fires).")
+    # Rises with every change of the settings: a fire commits only if the settings it read still stand.
+    version = models.BigIntegerField(default=0)
+    created_by = models.CharField(max_length=200, blank=True, default="")
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.cron} {self.timezone})"
+
+
 class RemovedTask(models.Model):
     """A task the prune deleted (board.engine.retention), written in the transaction that
     deleted it: how open live boards learn that its card is gone (board.live.outbox reads these

@@ -24,22 +24,25 @@ What is here:
   `cancel`, `check`) and the context managers `hold` / `hold_task`.
 - `Client.queues()`, `Client.queue(name)` -> `Queue` -- queues' limits, pause and running counts;
   an operator key's ``queue.pause(reason=...)``, ``resume``, ``set_concurrency(n)``, ``history()``.
+- `Client.schedules()`, `Client.schedule(name)` -> `Schedule` -- periodic tasks (a cron, in a time
+  zone): ``create(cron, task)``, ``get``, ``update``, ``pause``, ``resume``, ``delete``.
 - `Lease` -- what a claim returns (task, token, fence, expires_at) with the holder's verbs.
 - `Job` -- a lease held by a ``with`` block: background renewal every ttl/3, ``job.lost`` (a bool),
   ``job.checkpoint()``, ``job.pause()``, complete on success, fail on an exception.
 - Errors: `TaskflowError` (the board refused; one subclass per error code: `NotFound`,
   `Taken`, `Blocked`, `Terminal`, `LeaseLost`, `VersionConflict`, `InvalidTransition`,
-  `DuplicateId`, `ValidationFailed`, `Unauthorized`, `Forbidden`, `TooLarge`, `TooManyWaiters`) and
+  `DuplicateId`, `DuplicateName`, `ValidationFailed`, `Unauthorized`, `Forbidden`, `TooLarge`, `TooManyWaiters`) and
   `TransportError` (no definitive answer; never a `TaskflowError`).
 - ``python -m taskflow_client --help`` -- the same from a shell.
 - ``python -m taskflow_client.mcp`` -- the same as MCP tools for LLM agents (the one module that
   needs a package: the ``mcp`` SDK; nothing here imports it).
 """
-from .client import Client, Lease, Queue
+from .client import Client, Lease, Queue, Schedule
 from .errors import (
     ERROR_CLASSES,
     Blocked,
     DuplicateId,
+    DuplicateName,
     Forbidden,
     InvalidTransition,
     LeaseLost,
@@ -61,6 +64,7 @@ __all__ = [
     "Blocked",
     "Client",
     "DuplicateId",
+    "DuplicateName",
     "Forbidden",
     "Hold",
     "InvalidTransition",
@@ -69,6 +73,7 @@ __all__ = [
     "LeaseLost",
     "NotFound",
     "Queue",
+    "Schedule",
     "Taken",
     "TaskflowError",
     "Terminal",

@@ -34,7 +34,7 @@ from urllib.parse import quote, urlencode, urlsplit
 from .errors import TaskflowError, TooManyWaiters, TransportError, error_from_body
 from .hold import Hold, Job
 
-__all__ = ["Client", "Lease", "Queue"]
+__all__ = ["Client", "Lease", "Queue", "Schedule"]
 
 DEFAULT_TIMEOUT = 30.0
 USER_AGENT = "taskflow-client/1"
@@ -247,6 +247,61 @@ class Queue:
         return self.client.queue_history(self.name)
 
 
+class Schedule:
+    """A schedule of the board (a periodic task), by name: what `Client.schedule(name)` returns.
+    Like `Queue`, it holds nothing but the name; each method asks the board.
+
+    At each tick of its cron (five fields, read in its time zone) the board creates one task from
+    its template, with the id ``NAME:YYYYMMDDTHHMMZ`` (the tick in UTC), exactly once per tick.
+    After downtime only the latest missed tick fires (the others are counted in
+    ``skipped_ticks``). Reading needs any key that may read its template's queue; creating,
+    changing and deleting need an operator key (`Forbidden` otherwise). Every method returns the
+    schedule as a dict (see `get`), except `delete`.
+    """
+
+    def __init__(self, client: Client, name: str):
+        self.client = client
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"<Schedule {self.name!r}>"
+
+    def create(self, cron: str, task: dict[str, Any], *, timezone: str = "UTC",
+               paused: bool = False) -> dict[str, Any]:
+        """Operator: create it. `cron`: five fields (``"0 2 * * *"``, ``"*/15 * * * MON-FRI"``);
+        `task`: the template of each tick's task (``title`` required; ``description``,
+        ``payload``, ``queue``, ``priority``, ``max_retries``, ``concurrency_key``,
+        ``concurrency_limit``); `timezone`: an IANA name. Sent again with the same settings it
+        returns the schedule; other settings under its name raise `DuplicateName`. An invalid
+        cron or an unknown time zone raises `ValidationFailed` (nothing created)."""
+        return self.client.create_schedule(self.name, cron, task, timezone=timezone, paused=paused)
+
+    def get(self) -> dict[str, Any]:
+        """The schedule now: ``name``, ``cron``, ``timezone``, ``task`` (the template, every
+        field filled in), ``paused``, ``next_tick_at`` (None while paused), ``next_ticks`` (the
+        next 5), ``last_tick_at``, ``last_task_id``, ``skipped_ticks``, ``created_by``,
+        ``created_at``, ``updated_at``. `NotFound` if there is none."""
+        return self.client.get_schedule(self.name)
+
+    def update(self, *, cron: str | None = None, timezone: str | None = None,
+               task: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Operator: change what is given (`task` replaces the whole template, from the next
+        tick on). A new cron or time zone starts from its first tick after now."""
+        return self.client.change_schedule(self.name, cron=cron, timezone=timezone, task=task)
+
+    def pause(self) -> dict[str, Any]:
+        """Operator: fire nothing until resumed."""
+        return self.client.change_schedule(self.name, paused=True)
+
+    def resume(self) -> dict[str, Any]:
+        """Operator: fire again, from the first tick after now (the ticks of the pause are not fired)."""
+        return self.client.change_schedule(self.name, paused=False)
+
+    def delete(self) -> None:
+        """Operator: delete it; the tasks it created stay. `NotFound` if there is none."""
+        self.client.delete_schedule(self.name)
+
+
 class _Http:
     """Keep-alive HTTP/1.1 connections, one per thread (and per process after a fork)."""
 
@@ -334,6 +389,9 @@ class Client:
     - operators (a key created with --operator): `admit`, `requeue`, `cancel`
     - queues: `queues`, `queue(name)` -> `Queue` (`get`, `pause`, `resume`,
       `set_concurrency`, `history`); also `get_queue`, `change_queue`, `queue_history`
+    - schedules: `schedules`, `schedule(name)` -> `Schedule` (`create`, `get`, `update`,
+      `pause`, `resume`, `delete`); also `create_schedule`, `get_schedule`,
+      `change_schedule`, `delete_schedule`
     - health: `check`
 
     Example::
@@ -693,6 +751,47 @@ class Client:
     def queue_history(self, name: str) -> builtins.list[dict[str, Any]]:
         """Who changed a queue's settings, newest first (see `Queue.history`)."""
         return self.request("GET", self._path("queues", name, "history"))["items"]
+
+    # -- schedules (periodic tasks) ---------------------------------------------------------
+
+    def schedules(self) -> builtins.list[dict[str, Any]]:
+        """Every schedule (of the queues this key may read), by name: each a dict as
+        `Schedule.get` describes it."""
+        return self.request("GET", "/schedules")["items"]
+
+    def schedule(self, name: str) -> Schedule:
+        """A handle on the schedule `name` (no request is sent until one of its methods is
+        called): ``client.schedule("nightly").create("0 2 * * *", {"title": "report"})``."""
+        return Schedule(self, name)
+
+    def create_schedule(self, name: str, cron: str, task: dict[str, Any], *, timezone: str = "UTC",
+                        paused: bool = False) -> dict[str, Any]:
+        """Operator: create a schedule (see `Schedule.create`)."""
+        return self.request("POST", "/schedules", {"name": name, "cron": cron, "timezone": timezone,
+                                                   "task": task, "paused": paused})
+
+    def get_schedule(self, name: str) -> dict[str, Any]:
+        """One schedule (see `Schedule.get`)."""
+        return self.request("GET", self._path("schedules", name))
+
+    def change_schedule(self, name: str, *, cron: str | None = None, timezone: str | None = None,
+                        task: dict[str, Any] | None = None, paused: bool | None = None) -> dict[str, Any]:
+        """Operator: change a schedule; only what is given changes (see `Schedule.update`,
+        `pause`, `resume`)."""
+        body: dict[str, Any] = {}
+        if cron is not None:
+            body["cron"] = cron
+        if timezone is not None:
+            body["timezone"] = timezone
+        if task is not None:
+            body["task"] = task
+        if paused is not None:
+            body["paused"] = paused
+        return self.request("PUT", self._path("schedules", name), body)
+
+    def delete_schedule(self, name: str) -> None:
+        """Operator: delete a schedule; the tasks it created stay."""
+        self.request("DELETE", self._path("schedules", name))
 
     # -- health -----------------------------------------------------------------------------
 

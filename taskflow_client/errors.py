@@ -19,6 +19,7 @@ __all__ = [
     "ERROR_CLASSES",
     "Blocked",
     "DuplicateId",
+    "DuplicateName",
     "Forbidden",
     "InvalidTransition",
     "LeaseLost",
@@ -118,6 +119,12 @@ class DuplicateId(TaskflowError):
     code = "duplicate_id"
 
 
+class DuplicateName(TaskflowError):
+    """A schedule with this name already exists with other settings (409 duplicate_name)."""
+
+    code = "duplicate_name"
+
+
 class ValidationFailed(TaskflowError):
     """The request is not valid; ``details`` lists the fields (422 validation_error)."""
 
@@ -165,7 +172,7 @@ class TransportError(Exception):
 ERROR_CLASSES: dict[str, type[TaskflowError]] = {
     cls.code: cls
     for cls in (NotFound, Taken, Blocked, Terminal, LeaseLost, VersionConflict, InvalidTransition,
-                DuplicateId, ValidationFailed, Unauthorized, Forbidden, TooLarge, TooManyWaiters)
+                DuplicateId, DuplicateName, ValidationFailed, Unauthorized, Forbidden, TooLarge, TooManyWaiters)
 }
 
 

@@ -175,3 +175,31 @@ def test_serve_refuses_a_pool_smaller_than_what_a_process_holds():
         Command.check_pool({"max_size": 5}, threads=2)
     Command.check_pool({"max_size": 6}, threads=2)
     Command.check_pool(True, threads=2)  # a pool of the driver's default size: not checked
+
+
+def test_a_reaper_pass_fires_a_due_schedule_once_and_says_so():
+    """A schedule whose tick is 10 minutes past (the row aged, as after downtime): one pass of the
+    reaper process creates the latest tick's task and reports it with the skipped ticks; a second
+    pass fires nothing."""
+    from board.engine import schedules
+    from board.models import Schedule
+
+    schedules.create_schedule("every-minute", cron="* * * * *", task={"title": "tick"})
+    ten_ago = timezone.now().replace(second=0, microsecond=0) - timedelta(minutes=10)
+    Schedule.objects.filter(pk="every-minute").update(next_tick_at=ten_ago)
+    first = manage("reap", stdout=subprocess.PIPE, text=True)
+    out, _ = first.communicate(timeout=60)
+    assert first.returncode == 0
+    row = Schedule.objects.get(pk="every-minute")
+    assert row.last_tick_at > ten_ago and row.skipped_ticks >= 9 and row.next_tick_at > row.last_tick_at
+    assert (f"fired every-minute {row.last_tick_at:%Y-%m-%dT%H:%MZ} -> {row.last_task_id} created "
+            f"({row.skipped_ticks} missed ticks skipped)") in out
+    assert list(Task.objects.values_list("id", flat=True)) == [row.last_task_id]
+    again = manage("reap", stdout=subprocess.PIPE, text=True)
+    out, _ = again.communicate(timeout=60)
+    later = Schedule.objects.get(pk="every-minute")
+    if later.last_tick_at == row.last_tick_at:
+        assert "fired" not in out and Task.objects.count() == 1
+    else:  # a new minute began between the two passes: its own tick fired, once, nothing skipped
+        assert (later.last_tick_at, later.skipped_ticks, Task.objects.count()) == (
+            row.next_tick_at, row.skipped_ticks, 2)

@@ -33,6 +33,7 @@ EXPECTED = {
     "`dedup_key`": [1, limits.MAX_DEDUP_KEY_CHARS],
     "a queue's `rate`": [1, limits.MAX_RATE_COUNT, 1, limits.MAX_RATE_PER_SECONDS],
     "task id, `queue`, agent name": [1, limits.MAX_NAME_CHARS],
+    "a schedule's `name` / `cron`": [1, limits.MAX_SCHEDULE_NAME_CHARS, 15, limits.MAX_CRON_CHARS],
     "live keys per agent name / a rotated key's grace": [1, 0, limits.MAX_ROTATION_GRACE.total_seconds()],
     "a key's queue patterns": [limits.MAX_SCOPE_PATTERNS, 1, limits.MAX_NAME_CHARS],
     "`token`": [limits.MAX_TOKEN_CHARS, 43],

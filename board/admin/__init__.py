@@ -6,6 +6,8 @@ stage, version or lease, or an agent key's hash. Laid out as Django's own apps a
 - `queues.py`   QueueAdmin: each queue's limit, pause and running count, its history, the pause
                 and resume actions (all through `board.engine.flow.change_queue`);
                 ConcurrencyKeyAdmin, read-only
+- `schedules.py` ScheduleAdmin: periodic tasks, their next ticks, the pause and resume actions
+                (all through `board.engine.schedules`)
 - `actions.py`  the task actions (each a verb of `board.engine.transitions` per selected task,
                 held to the version read, or to the lease shown for force release) and their
                 report: one summary message per action, each task's line in a collapsed list
@@ -25,6 +27,7 @@ Django's admin autodiscovery imports this package, which registers the ModelAdmi
 from board.admin.forms import TaskEditForm
 from board.admin.keys import AgentKeyAdmin
 from board.admin.queues import ConcurrencyKeyAdmin, QueueAdmin
+from board.admin.schedules import ScheduleAdmin
 from board.admin.tasks import TaskAdmin
 
-__all__ = ["AgentKeyAdmin", "ConcurrencyKeyAdmin", "QueueAdmin", "TaskAdmin", "TaskEditForm"]
+__all__ = ["AgentKeyAdmin", "ConcurrencyKeyAdmin", "QueueAdmin", "ScheduleAdmin", "TaskAdmin", "TaskEditForm"]

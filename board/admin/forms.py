@@ -1,5 +1,6 @@
 """The admin's forms. Validation is the engine's and so is the write: each form calls a verb
-(`transitions.edit`, `transitions.create`, `agent_keys.create_key`, `flow.change_queue`) as the last step of its
+(`transitions.edit`, `transitions.create`, `agent_keys.create_key`, `flow.change_queue`, `schedules.create_schedule`
+/ `change_schedule`) as the last step of its
 validation, so that a refusal shows on the form, and Django's save() writes nothing. An engine
 error is shown on the field it names (`BoardError.field`), or above the form when it names none
 of the form's fields; its message is never searched for a field's name.
@@ -17,9 +18,9 @@ from django.core import signing
 
 from board import agent_keys
 from board.admin import reads
-from board.engine import errors, flow, selectors, transitions
+from board.engine import errors, flow, schedules, selectors, transitions
 from board.engine.limits import MAX_REASON_CHARS, MAX_ROTATION_GRACE
-from board.models import AgentKey, Queue, Task
+from board.models import AgentKey, Queue, Schedule, Task
 
 # Fields an operator may edit; the engine's list, so the two can never disagree.
 EDITABLE = tuple(transitions.EDITABLE)
@@ -335,6 +336,41 @@ def queue_changed(name: str, opened: dict, now: Queue, settings: list[str]) -> s
     diffs = "; ".join(f"{s} {_short(opened[s])} → {_short(getattr(now, s))}" for s in settings)
     return (f"Not saved: queue {name} changed after you opened it{by}: {diffs}. "
             "Nothing was written; reload the page to change the current settings.")
+
+
+class ScheduleForm(_EngineForm):
+    """Creates a schedule through schedules.create_schedule, or changes one through
+    schedules.change_schedule with only the fields the operator changed (a field someone else
+    changed meanwhile and this form did not touch is left as they set it). The engine validates
+    the cron, the time zone and the template; a template field's refusal shows on `task`."""
+
+    class Meta:
+        model = Schedule
+        fields = ("name", "cron", "timezone", "task", "paused")
+        help_texts = {"task": "The template of each tick's task, as JSON: " + ", ".join(schedules.TEMPLATE_FIELDS)
+                              + " (title required). Its id is the schedule's name and the tick: NAME:20261204T1405Z."}
+
+    def validate_unique(self):
+        pass  # the engine refuses a taken name (DuplicateName), atomically
+
+    def refused(self, exc: errors.BoardError) -> None:
+        field = "task" if exc.field in schedules.TEMPLATE_FIELDS else exc.field
+        self.add_error(field if field in self.fields else None, exc.message)
+
+    def apply(self) -> None:
+        data = self.cleaned_data
+        try:
+            if self.instance._state.adding:
+                self.written, created = schedules.create_schedule(
+                    data["name"], cron=data["cron"], timezone=data["timezone"], task=data["task"],
+                    paused=data["paused"], actor=self.actor)
+                if not created:
+                    raise errors.DuplicateName(f"a schedule named {data['name']!r} already exists", field="name")
+            else:
+                changed = {name: data[name] for name in self.changed_data if name in ("cron", "timezone", "task", "paused")}
+                self.written = schedules.change_schedule(self.instance.pk, **changed)
+        except errors.BoardError as exc:
+            self.refused(exc)
 
 
 class QueueActionForm(admin.helpers.ActionForm):

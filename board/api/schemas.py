@@ -32,12 +32,14 @@ from board.engine.limits import (
     MAX_DEDUP_KEY_CHARS,
     MAX_RATE_COUNT,
     MAX_RATE_PER_SECONDS,
+    MAX_CRON_CHARS,
     MAX_DEPENDENCIES,
     MAX_DESCRIPTION_CHARS,
     MAX_ERROR_CHARS,
     MAX_REASON_CHARS,
     MAX_REQUEST_ID_CHARS,
     MAX_RETRIES_LIMIT,
+    MAX_SCHEDULE_NAME_CHARS,
     MAX_SNOOZE_SECONDS,
     MAX_TITLE_CHARS,
     MAX_TOKEN_CHARS,
@@ -309,6 +311,63 @@ class QueueChangeOut(Schema):
 
 class QueueHistory(Schema):
     items: list[QueueChangeOut]
+
+
+class ScheduleTaskIn(StrictIn):
+    """The template of each tick's task (a create's fields; its id is the schedule's name and the tick)."""
+
+    title: str = Field(..., min_length=1, max_length=MAX_TITLE_CHARS)
+    description: str = Field("", max_length=MAX_DESCRIPTION_CHARS)
+    payload: JsonValue = None
+    queue: str = Field("default", pattern=TASK_ID_PATTERN)
+    priority: int = Field(0, ge=-(2**31) + 1, le=2**31 - 1, description="higher runs first")
+    max_retries: int = Field(3, ge=0, le=MAX_RETRIES_LIMIT)
+    concurrency_key: Optional[str] = Field(None, min_length=1, max_length=MAX_CONCURRENCY_KEY_CHARS)
+    concurrency_limit: Optional[int] = Field(None, ge=1, le=MAX_CONCURRENCY)
+
+
+CRON = Field(..., min_length=1, max_length=MAX_CRON_CHARS,
+             description="five-field cron: minute hour day-of-month month day-of-week (e.g. '*/15 * * * *', "
+                         "'0 9 * * MON-FRI')")
+TIMEZONE = Field("UTC", min_length=1, max_length=64, description="the IANA time zone the cron is read in")
+
+
+class ScheduleIn(StrictIn):
+    name: str = Field(..., pattern=TASK_ID_PATTERN, max_length=MAX_SCHEDULE_NAME_CHARS,
+                      description="each tick's task id is the name and the tick: NAME:20261204T1405Z")
+    cron: str = CRON
+    timezone: str = TIMEZONE
+    task: ScheduleTaskIn
+    paused: bool = Field(False, description="true: fires nothing until resumed")
+
+
+class ScheduleChangeIn(StrictIn):
+    cron: Optional[str] = Field(None, min_length=1, max_length=MAX_CRON_CHARS,
+                                description="a new cron (the next tick is its first after now); omitted: unchanged")
+    timezone: Optional[str] = Field(None, min_length=1, max_length=64, description="omitted: unchanged")
+    task: Optional[ScheduleTaskIn] = Field(None, description="replaces the whole template, from the next tick on")
+    paused: Optional[bool] = Field(None, description="true: fires nothing; false: resumes from the first tick "
+                                                     "after now (the ticks of the pause are not fired)")
+
+
+class ScheduleOut(Schema):
+    name: str
+    cron: str
+    timezone: str
+    task: dict[str, Any] = Field(..., description="the template, every field filled in")
+    paused: bool
+    next_tick_at: Optional[datetime] = Field(..., description="the next tick to fire; null while paused")
+    next_ticks: list[datetime] = Field(..., description="the next 5 ticks (empty while paused)")
+    last_tick_at: Optional[datetime] = Field(..., description="the tick of the last task created")
+    last_task_id: Optional[str]
+    skipped_ticks: int = Field(..., description="missed ticks not fired (after downtime only the latest fires)")
+    created_by: str
+    created_at: datetime
+    updated_at: datetime
+
+
+class ScheduleList(Schema):
+    items: list[ScheduleOut]
 
 
 class ProblemOut(Schema):

@@ -72,6 +72,14 @@ class DuplicateId(BoardError):
     code = "duplicate_id"
 
 
+class DuplicateName(BoardError):
+    """A schedule with this name already exists, with other settings."""
+
+    # Not duplicate_id (a task's): a schedule is created again with the same settings (200), so
+    # this says that the name is taken by a different schedule.
+    code = "duplicate_name"
+
+
 class InvalidRequest(BoardError):
     """The request is not valid.
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from board.engine.lifecycle import DEAD_ENDS, LEASED, TERMINAL, Stage
 
@@ -55,6 +55,11 @@ OVER_RATE = "over_rate"
 # named "dedup:KEY". Found by check_dedup_keys.
 SHARED_DEDUP_KEY = "shared_dedup_key"
 FLOW_CODES = (OVER_CONCURRENCY, RUNNING_COUNT_DRIFT, CLAIMABLE_WHILE_PAUSED, OVER_RATE, SHARED_DEDUP_KEY)
+
+# Schedules' (board.engine.schedules), over their rows: `check_schedules`. Their problems name the
+# schedule ("schedule:NAME").
+SCHEDULE_MISSED = "schedule_missed"  # not paused, and its next tick long past: no reaper fires it
+SCHEDULE_CODES = (SCHEDULE_MISSED,)
 
 
 # Stages a task can only reach through a claim, hence only once its dependencies completed
@@ -327,3 +332,27 @@ def check_rates(rates: Iterable[tuple[str, int, int, int]]) -> list[Problem]:
     return [Problem(f"queue:{queue}", OVER_RATE,
                     f"queue {queue} started {started} claims in {per_seconds} s; its rate allows {count}")
             for queue, count, per_seconds, started in sorted(rates) if started > count]
+
+
+# ---------------------------------------------------------------------------------------------
+# Schedules
+
+
+@dataclass(frozen=True)
+class ScheduleSnapshot:
+    """A schedule's row as check_schedules reads it."""
+
+    name: str
+    paused: bool
+    next_tick_at: datetime
+
+
+def check_schedules(schedules: Iterable[ScheduleSnapshot], now: datetime, grace: timedelta) -> list[Problem]:
+    """schedule_missed: a schedule not paused whose next tick is more than `grace` before `now`.
+    The reaper's pass (every second) fires a due tick and moves the next one past now, so a tick
+    that old means no reaper is firing (or its fire keeps being refused: the reaper logs why)."""
+    problems = [Problem(f"schedule:{s.name}", SCHEDULE_MISSED,
+                        f"schedule {s.name}'s tick of {s.next_tick_at.isoformat()} has not fired "
+                        f"({int((now - s.next_tick_at).total_seconds())} s late): is a reaper running?")
+                for s in schedules if not s.paused and s.next_tick_at < now - grace]
+    return sorted(problems)

@@ -52,6 +52,19 @@ MAX_SNOOZE_SECONDS = 7 * 24 * 3600
 MAX_RATE_COUNT = 100_000
 MAX_RATE_PER_SECONDS = 24 * 3600
 
+# --- schedules (board.engine.schedules)
+# A schedule's tick makes the task `<name>:<tick, e.g. 20261204T1405Z>`, which must be a task id
+# (MAX_NAME_CHARS): the name keeps room for the 15 characters of ":YYYYMMDDTHHMMZ".
+MAX_SCHEDULE_NAME_CHARS = MAX_NAME_CHARS - len(":20261204T1405Z")
+MAX_CRON_CHARS = 200  # a five-field cron expression, as text
+# check()'s schedule_missed: a schedule not paused whose next tick is this far behind the store's
+# clock has not been fired by any reaper (each pass, every second, fires what is due).
+SCHEDULE_MISSED_GRACE = timedelta(seconds=60)
+# After downtime only the latest missed tick fires; the ticks skipped before it are counted up
+# to this many (a per-minute cron down for a year has 525,600: counting them all would hold the
+# reaper's pass for seconds). More are reported as this many.
+MAX_SKIPPED_TICKS_COUNTED = 10_000
+
 # --- JSON values: payload, result and checkpoint
 # Each at most this many bytes as compact JSON (a task's row, its history and every card of it
 # stay small enough to read and send whole) ...

@@ -30,16 +30,19 @@ from board.engine.invariants import (
     WAITING,
     LimitSnapshot,
     Problem,
+    ScheduleSnapshot,
     TaskSnapshot,
     check,
     check_dedup_keys,
     check_rates,
     check_limits,
+    check_schedules,
     cycle_problem,
     tasks_on_cycles,
 )
 from board.engine.lifecycle import DEAD_ENDS, LEASED, Stage
-from board.models import LIVE_STAGES, ConcurrencyKey, Dependency, Queue, Task, TaskEvent
+from board.engine.limits import SCHEDULE_MISSED_GRACE
+from board.models import LIVE_STAGES, ConcurrencyKey, Dependency, Queue, Schedule, Task, TaskEvent
 
 _CHUNK = 2000  # rows fetched at a time when streaming
 
@@ -322,7 +325,7 @@ def problems(*, now: datetime | None = None, using: str = "default") -> list[Pro
         # as. Slower on a big board (every task is read), exact on any.
         with store(using).read_transaction():
             tasks = snapshot(using=using)
-            flow = flow_problems(using=using)
+            flow = flow_problems(using=using) + schedule_problems(now, using=using)
         return sorted(check(tasks, now) + flow)
     with store(using).read_transaction():
         suspects = _suspects(now, using)
@@ -332,7 +335,7 @@ def problems(*, now: datetime | None = None, using: str = "default") -> list[Pro
         for start in range(0, len(wanted), _CHUNK):
             rows += _check_rows(Task.objects.using(using).filter(pk__in=wanted[start:start + _CHUNK]))
         on_cycles = _tasks_on_cycles(using)
-        flow = flow_problems(using=using)
+        flow = flow_problems(using=using) + schedule_problems(now, using=using)
     found = [p for p in check(_task_snapshots(rows, deps), now) if p.task in suspects and p.code != DEP_CYCLE]
     return sorted(found + [cycle_problem(task_id) for task_id in on_cycles] + flow)
 
@@ -380,6 +383,14 @@ def _dedup_problems(using: str) -> list[Problem]:
     if not shared:
         return []
     return check_dedup_keys(live.filter(dedup_key__in=shared).values_list("pk", "dedup_key"))
+
+
+def schedule_problems(now: datetime, *, using: str = "default") -> list[Problem]:
+    """check_schedules over the schedules that are due for longer than the grace (normally none:
+    an indexed-or-tiny read), at `now`."""
+    late = Schedule.objects.using(using).filter(paused=False, next_tick_at__lt=now - SCHEDULE_MISSED_GRACE)
+    return check_schedules([ScheduleSnapshot(name, paused, next_tick_at) for name, paused, next_tick_at
+                            in late.values_list("name", "paused", "next_tick_at")], now, SCHEDULE_MISSED_GRACE)
 
 
 def _suspects(now: datetime, using: str) -> set[str]:

@@ -1,4 +1,5 @@
-"""Take back expired leases and admit unblocked tasks. `manage.py serve` (so `make run`) starts
+"""Take back expired leases, admit unblocked tasks and fire due schedules (board.engine.schedules:
+each tick's task once, whichever reapers run). `manage.py serve` (so `make run`) starts
 it with --loop and restarts it if it dies; each pass is recorded for /healthz (board/health.py).
 With --loop it also prunes the history every TASKFLOW["PRUNE_INTERVAL_SECONDS"] (board.engine.retention),
 in a thread of its own: a prune of a big board takes many batches, and lost leases must keep
@@ -13,7 +14,7 @@ from django.db import DatabaseError, connections
 from django.utils import timezone
 
 from board import health
-from board.engine import retention, transitions
+from board.engine import retention, schedules, transitions
 from server import tracing
 
 log = logging.getLogger("board.reaper")
@@ -22,7 +23,8 @@ log = logging.getLogger("board.reaper")
 class Command(BaseCommand):
     help = (
         "Return expired leases to QUEUED (or FAILED when attempts are spent) and admit PENDING "
-        "tasks whose dependencies have completed. Once, or every --interval seconds with --loop."
+        "tasks whose dependencies have completed, and create the tasks of due schedules. Once, or every "
+        "--interval seconds with --loop."
     )
 
     def add_arguments(self, parser):
@@ -65,6 +67,13 @@ class Command(BaseCommand):
         admitted = transitions.admit_ready(using=database)
         for task_id in admitted:
             self.stdout.write(f"admitted {task_id}")
+        for fired in schedules.fire_due(using=database):
+            if fired.error is not None:
+                self.stdout.write(f"schedule {fired.schedule} not fired: {fired.error}")
+                continue
+            skipped = f" ({fired.skipped} missed ticks skipped)" if fired.skipped else ""
+            made = "created" if fired.created else "already existed"
+            self.stdout.write(f"fired {fired.schedule} {fired.tick:%Y-%m-%dT%H:%MZ} -> {fired.task_id} {made}{skipped}")
         self.stdout.flush()
         self.passes += 1
         health.record_reaper_pass(started_at=self.started_at, passes=self.passes, reclaimed=len(reclaimed),
