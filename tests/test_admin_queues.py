@@ -60,8 +60,9 @@ def form_data(client, name: str, **values) -> dict:
     response = client.get(page_of(name))
     assert response.status_code == 200
     form = response.context["adminform"].form
-    data = {"concurrency": "" if form.initial["concurrency"] is None else form.initial["concurrency"],
-            "opened": form.initial["opened"], "reason": ""}
+    data = {name: "" if form.initial[name] is None else form.initial[name]
+            for name in ("concurrency", "rate_count", "rate_per_seconds")}
+    data.update(opened=form.initial["opened"], reason="")
     if form.initial["paused"]:
         data["paused"] = "on"
     for key, value in values.items():
@@ -143,6 +144,32 @@ def test_setting_and_clearing_a_limit_goes_through_the_engine_and_its_history(ch
         ("op", "three runners", {"concurrency": [None, 3]}),
         ("op", "", {"concurrency": [3, None]}),
     ]
+
+
+def test_setting_and_clearing_a_rate_goes_through_the_engine_and_its_history(changer):
+    tasks_in("llm", 1)
+    response = changer.post(page_of("llm"), form_data(changer, "llm", rate_count="60", rate_per_seconds="60",
+                                                       reason="provider RPM"))
+    assert response.status_code == 302, errors_of(response)
+    queue = Queue.objects.get(name="llm")
+    assert (queue.rate_count, queue.rate_per_seconds, queue.rate_interval) == (60, 60, 1.0)
+    assert "60 per 60 s" in changer.get(reverse("admin:board_queue_changelist")).content.decode()
+    response = changer.post(page_of("llm"), form_data(changer, "llm", rate_count="", rate_per_seconds=""))
+    assert response.status_code == 302, errors_of(response)
+    assert Queue.objects.get(name="llm").rate_count is None
+    assert [c.changes for c in QueueChange.objects.order_by("pk")] == [
+        {"rate": [None, {"count": 60, "per_seconds": 60}]}, {"rate": [{"count": 60, "per_seconds": 60}, None]}]
+    assert "60 per 60 s → no rate" in changer.get(page_of("llm")).content.decode()
+
+
+@pytest.mark.parametrize("count, per_seconds", [("60", ""), ("", "60"), ("0", "60"), ("5", "86401")])
+def test_a_bad_rate_shows_the_form_error_and_changes_nothing(changer, count, per_seconds):
+    tasks_in("llm", 1)
+    before = everything()
+    response = changer.post(page_of("llm"), form_data(changer, "llm", rate_count=count, rate_per_seconds=per_seconds))
+    assert response.status_code == 200
+    assert "rate_count" in errors_of(response)
+    assert everything() == before
 
 
 def test_pausing_needs_a_reason_and_records_who_and_why(changer):

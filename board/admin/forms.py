@@ -271,12 +271,18 @@ class QueueChangeForm(_EngineForm):
     someone else is refused with who changed it, and nothing is written."""
 
     SALT = "board.admin.queue-change"
-    SETTINGS = ("concurrency", "paused")
+    SETTINGS = ("concurrency", "rate_count", "rate_per_seconds", "paused")
 
     concurrency = forms.IntegerField(
         required=False, label="Concurrency limit",
         help_text="At most this many RUNNING tasks of the queue at once; empty: no limit. Lowering it below "
                   "the running count stops new claims until there is room; running tasks go on.")
+    rate_count = forms.IntegerField(
+        required=False, label="Rate: claims",
+        help_text="With the window below: at most this many claims start in any window, spaced evenly "
+                  "(60 per 60 s: one a second). Both empty: no rate.")
+    rate_per_seconds = forms.IntegerField(
+        required=False, label="Rate: per seconds", help_text="The window: 1 (per second), 60 (per minute), 3600 (per hour).")
     reason = forms.CharField(
         required=False, max_length=MAX_REASON_CHARS, strip=True,
         help_text="Why (kept in the queue's history; needed to pause, shown on the board).")
@@ -284,7 +290,7 @@ class QueueChangeForm(_EngineForm):
 
     class Meta:
         model = Queue
-        fields = ("concurrency", "paused")
+        fields = ("concurrency", "rate_count", "rate_per_seconds", "paused")
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -301,6 +307,16 @@ class QueueChangeForm(_EngineForm):
             return flow.concurrency_limit(self.cleaned_data.get("concurrency"))
         except errors.BoardError as exc:
             raise forms.ValidationError(exc.message)
+
+    def clean(self):
+        data = super().clean()
+        count, per_seconds = data.get("rate_count"), data.get("rate_per_seconds")
+        if count is not None or per_seconds is not None:
+            try:  # the engine's rule and words (both, each in range)
+                flow.rate_setting({"count": count, "per_seconds": per_seconds})
+            except errors.BoardError as exc:
+                self.add_error("rate_count", exc.message)
+        return data
 
     def apply(self) -> None:
         data = self.cleaned_data
@@ -323,6 +339,10 @@ class QueueChangeForm(_EngineForm):
             self.add_error("reason", "Pausing a queue needs a reason: it is kept in the history and shown on the "
                                      "board.")
             return
+        if "rate_count" in sent or "rate_per_seconds" in sent:  # one setting for the engine
+            sent.pop("rate_count", None), sent.pop("rate_per_seconds", None)
+            sent["rate"] = (None if data["rate_count"] is None
+                            else {"count": data["rate_count"], "per_seconds": data["rate_per_seconds"]})
         try:
             self.written = flow.change_queue(name, actor=self.actor, reason=data.get("reason") or "", **sent)
         except errors.BoardError as exc:

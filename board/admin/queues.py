@@ -45,7 +45,7 @@ class QueueChangeList(ChangeList):
 
 @admin.register(Queue)
 class QueueAdmin(admin.ModelAdmin):
-    list_display = ("name", "running_of_limit", "queued", "paused", "paused_by", "paused_reason", "paused_at")
+    list_display = ("name", "running_of_limit", "rate", "queued", "paused", "paused_by", "paused_reason", "paused_at")
     list_filter = ("paused",)
     search_fields = ("name",)
     ordering = ("name",)
@@ -84,6 +84,12 @@ class QueueAdmin(admin.ModelAdmin):
             return running_of_limit(queue.running, queue.concurrency)
         return running_of_limit(self.tasks_now(queue)[Stage.RUNNING], None)
 
+    @admin.display(description="rate")
+    def rate(self, queue: Queue) -> str:
+        if queue.rate_count is None:
+            return "—"
+        return f"{queue.rate_count} per {queue.rate_per_seconds} s"
+
     @admin.display(description="queued")
     def queued(self, queue: Queue) -> int:
         return self.tasks_now(queue)[Stage.QUEUED]
@@ -91,7 +97,7 @@ class QueueAdmin(admin.ModelAdmin):
     # -- the change page -------------------------------------------------------------------------
 
     def get_fieldsets(self, request, obj=None):
-        settings = ("concurrency", "paused")
+        settings = ("concurrency", "rate_count", "rate_per_seconds", "paused")
         if self.has_change_permission(request, obj):
             settings += ("reason", "opened")
         return [
@@ -186,6 +192,8 @@ def describe_changes(change: QueueChange) -> str:
     def word(setting: str, value) -> str:
         if setting == "paused":
             return "yes" if value else "no"
+        if setting == "rate":
+            return "no rate" if value is None else f"{value['count']} per {value['per_seconds']} s"
         return "no limit" if value is None else str(value)
 
     return "; ".join(f"{setting}: {word(setting, before)} → {word(setting, after)}"
