@@ -869,6 +869,27 @@ class BoardContract:
                 transitions.complete(claim.task.pk, claim.lease.token, {}, using=self.alias)
             flow.change_queue("braked", paused=False, actor="op", using=self.alias)
 
+    def test_a_waiting_claim_sees_no_ready_work_in_a_paused_full_or_rate_held_queue(self):
+        """has_ready_task (a waiting claim's look) and the parked claims' poll pass over work a
+        queue or key keeps back: a claim would find nothing, so nothing is woken for it."""
+        from board.live.reads import ready_counts
+
+        self.new("p1", queue="held")
+        self.new("k1", queue="free", concurrency_key="one-at-a-time")
+        self.new("k2", queue="free", concurrency_key="one-at-a-time")
+        ready = lambda queue: selectors.has_ready_task(queue, using=self.alias)  # noqa: E731
+        assert (ready("held"), ready("free")) == (True, True)
+        flow.change_queue("held", paused=True, actor="op", using=self.alias)
+        claim = transitions.claim_next("a", TTL, queue="free", using=self.alias)  # the key is now full
+        assert (ready("held"), ready("free"), ready(None)) == (False, False, False)
+        assert ready_counts({"held": 5, "free": 5, None: 5}, using=self.alias) == {"held": 0, "free": 0, None: 0}
+        flow.change_queue("held", paused=False, rate={"count": 1, "per_seconds": 3600}, actor="op", using=self.alias)
+        assert ready("held") is True
+        transitions.complete(claim.task.pk, claim.lease.token, {}, using=self.alias)
+        held = transitions.claim_next("a", TTL, queue="held", using=self.alias)  # the rate is now shut
+        assert (ready("held"), ready("free")) == (False, True)
+        transitions.complete(held.task.pk, held.lease.token, {}, using=self.alias)
+
     def test_check_reports_a_task_started_after_its_queue_was_paused(self):
         self.new("slipped", queue="stopped")
         claim = transitions.claim_next("a", TTL, using=self.alias)

@@ -171,18 +171,6 @@ def _queue_refusal(queue: Queue, now: float | None = None) -> str:
     return f"queue {queue.name} took no claim"  # changed meanwhile: the claim may be tried again
 
 
-def closed(*, now: float, using: str) -> tuple[list[str], list[str]]:
-    """The queues that take no claim now (paused, full, or waiting for their rate's next opening
-    after `now`, Unix seconds) and the full keys: what claim_next's ORM path leaves out of its
-    pick (a read in its transaction; take_slot decides)."""
-    queues = list(Queue.objects.using(using).filter(
-        Q(paused=True) | Q(concurrency__isnull=False, running__gte=F("concurrency"))
-        | Q(rate_open_at__gt=now)).values_list("name", flat=True))
-    keys = list(ConcurrencyKey.objects.using(using).filter(running__gte=F("concurrency"))
-                .values_list("name", flat=True))
-    return queues, keys
-
-
 # ---------------------------------------------------------------------------------------------
 # Operators' changes
 

@@ -106,10 +106,35 @@ def ready_tasks(now: datetime, queue: str | None = None, *, scope: scopes.Scope 
     return rows.order_by(*CLAIM_ORDER)
 
 
+def closed_to_claims(now: datetime, *, using: str = "default") -> tuple[list[str], list[str]]:
+    """The queues that take no claim now (paused, full, or waiting for their rate's next opening)
+    and the full concurrency keys (board.engine.flow): what claim_next's ORM path leaves out of its
+    pick (a read in its transaction; the slot decides) and what a waiting claim does not wait on."""
+    queues = list(Queue.objects.using(using).filter(
+        Q(paused=True) | Q(concurrency__isnull=False, running__gte=F("concurrency"))
+        | Q(rate_open_at__gt=now.timestamp())).values_list("name", flat=True))
+    keys = list(ConcurrencyKey.objects.using(using).filter(running__gte=F("concurrency"))
+                .values_list("name", flat=True))
+    return queues, keys
+
+
+def claimable_tasks(now: datetime, queue: str | None = None, *, scope: scopes.Scope = None,
+                    using: str = "default"):
+    """ready_tasks without those of a queue or key closed to claims now (closed_to_claims)."""
+    rows = ready_tasks(now, queue, scope=scope, using=using)
+    closed_queues, full_keys = closed_to_claims(now, using=using)
+    if closed_queues:
+        rows = rows.exclude(queue__in=closed_queues)
+    if full_keys:
+        rows = rows.exclude(concurrency_key__in=full_keys)
+    return rows
+
+
 def has_ready_task(queue: str | None = None, *, scope: scopes.Scope = None, using: str = "default") -> bool:
     """Whether some task is ready to claim, read without a transaction: a waiting claim asks
-    this first, so that idle agents do not take SQLite's write lock several times a second."""
-    return ready_tasks(timezone.now(), queue, scope=scope, using=using).exists()
+    this first, so that idle agents do not take SQLite's write lock several times a second (nor
+    for work a paused, full or rate-held queue keeps back)."""
+    return claimable_tasks(timezone.now(), queue, scope=scope, using=using).exists()
 
 
 def seconds_until_rate_opens(queue: str | None = None, *, scope: scopes.Scope = None,

@@ -14,7 +14,7 @@ from django.db.models import Count, Max
 from django.utils import timezone
 
 from board.engine.lifecycle import TERMINAL, Stage, Verb
-from board.engine.selectors import CLAIM_ORDER, ready_tasks
+from board.engine.selectors import CLAIM_ORDER, claimable_tasks
 from board.engine.stores import store
 from board.models import Dependency, Task, TaskEvent
 
@@ -160,7 +160,8 @@ def ready_counts(wanted: dict[str | None, int], *, using: str = "default") -> di
     than `wanted[queue]`: the parked claims' poll (board.live.parked). One bounded query per
     queue, without a transaction, like has_ready_task."""
     now = timezone.now()
-    return {queue: len(ready_tasks(now, queue, using=using).values_list("pk", flat=True)[:n])
+    # Work a paused, full or rate-held queue keeps back wakes nobody: its claim would find nothing.
+    return {queue: len(claimable_tasks(now, queue, using=using).values_list("pk", flat=True)[:n])
             for queue, n in wanted.items()}
 
 

@@ -230,12 +230,7 @@ def claim_next(
                 now = clock.now(using)
                 # Queues and keys that take no claim now are left out of the pick; the move's
                 # slot (flow.take_slot) decides, so one that filled meanwhile rolls back.
-                closed_queues, full_keys = flow.closed(now=now.timestamp(), using=using)
-                ready = selectors.ready_tasks(now, queue, scope=scope, using=using)
-                if closed_queues:
-                    ready = ready.exclude(queue__in=closed_queues)
-                if full_keys:
-                    ready = ready.exclude(concurrency_key__in=full_keys)
+                ready = selectors.claimable_tasks(now, queue, scope=scope, using=using)
                 task = store(using).skip_locked(ready).first()
                 if task is None:
                     outcomes.record(using, Verb.CLAIM, outcomes.EMPTY)
