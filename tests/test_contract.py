@@ -44,6 +44,37 @@ RACERS = 16
 TTL = 60
 
 
+class FlowObserver:
+    """A thread reading check()'s flow problems (limits, rates, dedup keys) all through a race, in
+    one consistent read each time, paced (stop.wait) so as not to starve the racers of the GIL.
+    `seen` counts its reads and gathers what it found; a fault of its own is one of them."""
+
+    def __init__(self, alias: str):
+        self.alias, self.seen = alias, {"reads": 0, "problems": []}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._observe)
+
+    def __enter__(self) -> dict:
+        self._thread.start()
+        return self.seen
+
+    def __exit__(self, *_exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _observe(self) -> None:
+        try:
+            while not self._stop.is_set():
+                with stores.store(self.alias).read_transaction():
+                    self.seen["problems"] += selectors.flow_problems(using=self.alias)
+                self.seen["reads"] += 1
+                self._stop.wait(0.002)  # paced; never a condition
+        except BaseException as exc:  # a fault of the observer fails the test, never passes it
+            self.seen["problems"].append(exc)
+        finally:
+            connections[self.alias].close()
+
+
 class BoardContract:
     """Every backend must pass all of these. Subclasses set `alias`, and `hot_path` ("auto":
     the store's statements; "orm": the ORM path)."""
@@ -966,23 +997,7 @@ class BoardContract:
         flow.change_queue("paced", rate={"count": 1, "per_seconds": 3600}, actor="op", using=self.alias)
         transitions.create([TaskSpec(id=f"paced-{n}", title="p", queue="paced") for n in range(self.rounds + RACERS)],
                            using=self.alias)
-        stop, seen = threading.Event(), {"reads": 0, "problems": []}
-
-        def observe() -> None:
-            try:
-                while not stop.is_set():
-                    with stores.store(self.alias).read_transaction():
-                        seen["problems"] += selectors.flow_problems(using=self.alias)
-                    seen["reads"] += 1
-                    stop.wait(0.002)  # paced, not to starve the claimers of the GIL; never a condition
-            except BaseException as exc:  # a fault of the observer fails the test, never passes it
-                seen["problems"].append(exc)
-            finally:
-                connections[self.alias].close()
-
-        observer = threading.Thread(target=observe)
-        observer.start()
-        try:
+        with FlowObserver(self.alias) as seen:
             for n in range(self.rounds):
                 results = race([lambda i=i: transitions.claim_next(f"agent-{i}", TTL, using=self.alias)
                                 for i in range(RACERS)], self.alias)
@@ -996,9 +1011,6 @@ class BoardContract:
                 TaskEvent.objects.using(self.alias).filter(task_id=won[0].task.pk, verb="claim").update(
                     at=timezone.now() - timedelta(hours=1, seconds=1))
                 self.open_rate("paced")
-        finally:
-            stop.set()
-            observer.join()
         assert seen["problems"] == [] and seen["reads"] > 0
         assert Task.objects.using(self.alias).filter(queue="paced", stage=Stage.COMPLETED).count() == self.rounds
 
@@ -1073,23 +1085,7 @@ class BoardContract:
         """Each round 16 creators of one key (each its own id) are released together: exactly
         one task is made, and every creator gets it back. An observer reading all along never
         sees two live tasks with one key (check()'s shared_dedup_key)."""
-        stop, seen = threading.Event(), {"reads": 0, "problems": []}
-
-        def observe() -> None:
-            try:
-                while not stop.is_set():
-                    with stores.store(self.alias).read_transaction():
-                        seen["problems"] += selectors.flow_problems(using=self.alias)
-                    seen["reads"] += 1
-                    stop.wait(0.002)  # paced, not to starve the creators of the GIL; never a condition
-            except BaseException as exc:  # a fault of the observer fails the test, never passes it
-                seen["problems"].append(exc)
-            finally:
-                connections[self.alias].close()
-
-        observer = threading.Thread(target=observe)
-        observer.start()
-        try:
+        with FlowObserver(self.alias) as seen:
             for n in range(self.rounds):
                 key = f"once-{n}"
                 results = race([lambda i=i: transitions.create(
@@ -1104,9 +1100,6 @@ class BoardContract:
                 if n % 2:  # every other round the task finishes, so that the next key's race
                     claim = self.claim(made.get().pk)  # also meets finished tasks
                     transitions.complete(claim.task.pk, claim.lease.token, {}, using=self.alias)
-        finally:
-            stop.set()
-            observer.join()
         assert seen["problems"] == [] and seen["reads"] > 0
 
     def _race_a_limit(self, *, queue_limit: int | None, key: str | None) -> None:
