@@ -191,3 +191,55 @@ def test_a_queued_card_of_a_queue_at_its_limit_says_so_until_a_slot_frees(open_b
     expect(second.locator(".badge.waiting")).to_have_text("waiting: queue capped at its limit 1/1", timeout=STRIP)
     orm(transitions.complete, "first", held.lease.token, {})
     expect(second.locator(".badge.waiting")).to_have_count(0, timeout=STRIP)
+
+
+def test_a_queued_card_whose_concurrency_key_is_full_says_so_until_a_slot_frees(open_board, orm):
+    """A concurrency key at its limit: the QUEUED cards naming it say so, live, on every board,
+    and stop when the running task that holds the key finishes; a card of another key does not."""
+    orm(transitions.create, [TaskSpec(id="web-1", title="deploy web", concurrency_key="repo:acme/web",
+                                      concurrency_limit=1),
+                             TaskSpec(id="web-2", title="migrate web", concurrency_key="repo:acme/web"),
+                             TaskSpec(id="api-1", title="deploy api", concurrency_key="repo:acme/api")])
+    page = open_board(superuser=False)
+    waiting = card(page, "web-2", "QUEUED")
+    expect(waiting).to_be_visible(timeout=STRIP)
+    expect(waiting.locator(".badge.waiting")).to_have_count(0)
+    held = orm(transitions.claim, "web-1", "agent-1", 60)
+    expect(waiting.locator(".badge.waiting")).to_have_text("waiting: repo:acme/web at its limit 1/1", timeout=STRIP)
+    expect(card(page, "api-1", "QUEUED").locator(".badge.waiting")).to_have_count(0)
+    page.screenshot(path="/tmp/boardq-key-full.png")
+    orm(transitions.complete, "web-1", held.lease.token, {})
+    expect(waiting.locator(".badge.waiting")).to_have_count(0, timeout=STRIP)
+
+
+def test_a_queued_card_of_a_rated_queue_says_when_the_next_claim_may_start(open_board, orm):
+    """A queue whose rate spaces claims 10 s apart (6/min): after a claim its QUEUED cards say
+    when the next one may start, and stop saying it when that time passes (with no frame: the
+    page's timer). The time is the API's next_claim_at."""
+    import time
+
+    from datetime import UTC, datetime
+
+    orm(flow.change_queue, "slow", rate={"count": 6, "per_seconds": 60}, actor="op")
+    orm(transitions.create, [TaskSpec(id="call-1", title="call", queue="slow"),
+                             TaskSpec(id="call-2", title="call", queue="slow")])
+    page = open_board()
+    waiting = card(page, "call-2", "QUEUED")
+    expect(waiting).to_be_visible(timeout=STRIP)
+    expect(strip_item(page, "slow")).to_contain_text("rate 6/min", timeout=STRIP)
+    expect(waiting.locator(".badge.waiting")).to_have_count(0)
+    orm(transitions.claim, "call-1", "agent-1", 60)
+    opens = orm(lambda: Queue.objects.get(name="slow").rate_open_at)
+    shown = page.evaluate("(s) => new Date(s * 1000).toLocaleTimeString()", opens)
+    expect(waiting.locator(".badge.waiting")).to_have_text(f"waiting: rate 6/min, next at {shown}", timeout=STRIP)
+    page.screenshot(path="/tmp/boardq-rate.png")
+    # The window opens 4 s from now (the row written, as a claim writes it; a change that rang no
+    # doorbell is read within 2 s): the badge goes when that time passes, without another frame.
+    soon = time.time() + 4
+    orm(lambda: Queue.objects.filter(name="slow").update(rate_open_at=soon))
+    shown = page.evaluate("(s) => new Date(s * 1000).toLocaleTimeString()", soon)
+    expect(waiting.locator(".badge.waiting")).to_have_text(f"waiting: rate 6/min, next at {shown}", timeout=STRIP)
+    updates = page.locator("#queues").get_attribute("data-updates")
+    expect(waiting.locator(".badge.waiting")).to_have_count(0, timeout=STRIP)
+    assert datetime.now(UTC).timestamp() >= soon
+    assert page.locator("#queues").get_attribute("data-updates") == updates  # no frame did it

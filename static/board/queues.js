@@ -12,7 +12,7 @@
 // button.queue-toggle (data-pending="true" while its request or the frame that answers it is
 // on the way). The section's data-updates counts the frames drawn.
 
-import { CAN_CHANGE_QUEUES, el, showMessage } from "./page.js";
+import { CAN_CHANGE_QUEUES, el, rateText, showMessage } from "./page.js";
 import { getQueues, subscribe } from "./store.js";
 import { changeQueue } from "./api.js";
 
@@ -26,11 +26,6 @@ const PENDING_MS = 10000;
 
 function runningText(q) {
   return q.concurrency === null ? `${q.running} running` : `${q.running}/${q.concurrency} running`;
-}
-
-function rateText(rate) {
-  const per = { 1: "s", 60: "min", 3600: "h" }[rate.per_seconds];
-  return per ? `rate ${rate.count}/${per}` : `rate ${rate.count} per ${rate.per_seconds} s`;
 }
 
 function queueItem(q) {
