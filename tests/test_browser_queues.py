@@ -243,3 +243,67 @@ def test_a_queued_card_of_a_rated_queue_says_when_the_next_claim_may_start(open_
     expect(waiting.locator(".badge.waiting")).to_have_count(0, timeout=STRIP)
     assert datetime.now(UTC).timestamp() >= soon
     assert page.locator("#queues").get_attribute("data-updates") == updates  # no frame did it
+
+
+def test_an_operator_sets_a_queues_limit_and_rate_from_the_strip_and_a_refusal_is_shown(open_board, orm):
+    """The Limits dialog: set a limit and a rate with a reason (kept in the history), every board
+    shows them from the next frame; the dialog opens with the current settings; emptied, they are
+    removed; a value the server refuses is shown and changes nothing; without board.change_queue
+    there is no such button."""
+    orm(transitions.create, [TaskSpec(id="ci-1", title="build", queue="ci")])
+    operator = open_board()
+    watcher = open_board(superuser=False)
+    ci = strip_item(operator, "ci")
+    expect(ci).to_contain_text("ci 0 running · 1 queued", timeout=STRIP)
+    expect(strip_item(watcher, "ci")).to_contain_text("ci 0 running", timeout=STRIP)
+    expect(watcher.locator("#queues button.queue-limits")).to_have_count(0)
+
+    dialog = operator.locator("#limits-dialog")
+    ci.locator("button.queue-limits").click()
+    expect(dialog).to_be_visible()
+    expect(dialog.locator(".queue-name")).to_have_text("ci")
+    expect(dialog.locator('input[name="limit"]')).to_have_value("")
+    expect(dialog.locator('input[name="rate-count"]')).to_have_value("")
+    # The browser's own check: a limit of 0 is not sent (the dialog stays open).
+    dialog.locator('input[name="limit"]').fill("0")
+    dialog.get_by_role("button", name="Save limits").click()
+    expect(dialog).to_be_visible()
+    dialog.locator('input[name="limit"]').fill("2")
+    dialog.locator('input[name="rate-count"]').fill("30")
+    dialog.locator('select[name="rate-unit"]').select_option(label="minute")
+    dialog.locator("textarea").fill("provider quota")
+    operator.screenshot(path="/tmp/boardq-limits-dialog.png")
+    dialog.get_by_role("button", name="Save limits").click()
+    expect(dialog).to_be_hidden()
+    for page in (operator, watcher):
+        shown = strip_item(page, "ci")
+        expect(shown).to_have_attribute("data-limit", "2", timeout=STRIP)
+        expect(shown).to_contain_text("ci 0/2 running · 1 queued · rate 30/min")
+    assert orm(lambda: (Queue.objects.get(name="ci").concurrency, Queue.objects.get(name="ci").rate_count,
+                        Queue.objects.get(name="ci").rate_per_seconds)) == (2, 30, 60)
+    assert orm(lambda: list(QueueChange.objects.filter(queue="ci").values_list("reason", "changes"))) == [
+        ("provider quota", {"concurrency": [None, 2], "rate": [None, {"count": 30, "per_seconds": 60}]})]
+
+    # A refusal (a limit past the most the server takes) is shown; nothing changes.
+    ci.locator("button.queue-limits").click()
+    expect(dialog.locator('input[name="limit"]')).to_have_value("2")
+    expect(dialog.locator('input[name="rate-count"]')).to_have_value("30")
+    expect(dialog.locator('select[name="rate-unit"]')).to_have_value("60")
+    dialog.locator('input[name="limit"]').fill(str(flow.MAX_CONCURRENCY + 1))
+    dialog.get_by_role("button", name="Save limits").click()
+    expect(operator.locator("#message")).to_contain_text("could not change the limits of queue ci", timeout=STRIP)
+    expect(operator.locator("#message")).to_have_attribute("data-kind", "error")
+    expect(ci.locator("button.queue-limits")).to_be_enabled()
+    assert orm(lambda: (Queue.objects.get(name="ci").concurrency, QueueChange.objects.count())) == (2, 1)
+
+    # Emptied: no limit, no rate.
+    ci.locator("button.queue-limits").click()
+    dialog.locator('input[name="limit"]').fill("")
+    dialog.locator('input[name="rate-count"]').fill("")
+    dialog.get_by_role("button", name="Save limits").click()
+    for page in (operator, watcher):
+        shown = strip_item(page, "ci")
+        expect(shown).to_have_attribute("data-limit", "", timeout=STRIP)
+        expect(shown.locator(".queue-rate")).to_have_count(0)
+    assert orm(lambda: (Queue.objects.get(name="ci").concurrency, Queue.objects.get(name="ci").rate_count)) == (
+        None, None)

@@ -18,7 +18,8 @@
 //   attempts.js  the attempt timeline (details.js shows it)
 //   details.js   the details panel of one task (full task, history, attempt timeline)
 //   insights.js  the agents and throughput panel
-//   queues.js    the queues strip: running/limit, depth, pauses, and Pause/Resume
+//   limits.js    the queue limits dialog: concurrency limit and rate (queues.js opens it)
+//   queues.js    the queues strip: running/limit, depth, rate, pauses; Pause/Resume, Limits
 //
 // A module imports only modules above it in that list, so never in a circle (a module below
 // learns of a change by subscribing: store.subscribe, view.subscribeView, actions.onActed): tests/test_js_modules.py checks it, and that only api.js fetches, only socket.js
