@@ -307,3 +307,36 @@ def test_an_operator_sets_a_queues_limit_and_rate_from_the_strip_and_a_refusal_i
         expect(shown.locator(".queue-rate")).to_have_count(0)
     assert orm(lambda: (Queue.objects.get(name="ci").concurrency, Queue.objects.get(name="ci").rate_count)) == (
         None, None)
+
+
+def test_the_column_headers_sum_up_the_queues_held_back_and_the_limits_on_a_board_of_30_queues(open_board, orm):
+    """Under QUEUED: the queues that take no claim now (paused first), at most three named, the rest
+    counted; under RUNNING: the limited queues, fullest first. Live, and readable."""
+    orm(transitions.create, [TaskSpec(id=f"t-{n:02d}", title="work", queue=f"q{n:02d}") for n in range(26)]
+        + [TaskSpec(id=f"{q}-{n}", title="work", queue=q) for q in ("ci", "web", "slow", "docs") for n in (1, 2)])
+    orm(flow.change_queue, "docs", actor="op", reason="freeze", paused=True)
+    orm(flow.change_queue, "q05", actor="op", reason="freeze", paused=True)
+    orm(flow.change_queue, "ci", actor="op", concurrency=1)
+    orm(flow.change_queue, "web", actor="op", concurrency=3)
+    orm(flow.change_queue, "slow", actor="op", rate={"count": 6, "per_seconds": 60})
+    leases = {task: orm(transitions.claim, task, "agent-1", 60).lease for task in ("ci-1", "web-1", "slow-1")}
+    page = open_board(superuser=False)
+    held = page.locator('.column[data-stage="QUEUED"] .queue-summary')
+    limits = page.locator('.column[data-stage="RUNNING"] .queue-summary')
+    expect(held).to_have_attribute("data-queues", "docs,q05,ci,slow", timeout=STRIP)
+    expect(held).to_have_text("held: docs paused · q05 paused · ci 1/1 · +1 more")
+    assert page.evaluate("(e) => e.title", held.element_handle()).split("\n") == [
+        "queue docs paused", "queue q05 paused", "queue ci at its limit 1/1",
+        page.locator('.card[data-id="slow-2"] .badge.waiting').inner_text().removeprefix("waiting: ")]
+    expect(limits).to_have_text("limits: ci 1/1 · web 1/3")
+    measured = page.evaluate(CONTRAST_JS, ['.column[data-stage="QUEUED"] .queue-summary',
+                                           '.column[data-stage="RUNNING"] .queue-summary'])
+    low = {sel: m for sel, m in measured.items() if m is None or m["ratio"] < 4.5}
+    assert low == {}, json.dumps(low, indent=1)
+    page.screenshot(path="/tmp/boardq-headers.png")
+    # Live: docs resumed, a slot of ci freed.
+    orm(flow.change_queue, "docs", actor="op", paused=False)
+    orm(transitions.complete, "ci-1", leases["ci-1"].token, {})
+    expect(held).to_have_attribute("data-queues", "q05,slow", timeout=STRIP)
+    expect(held).to_have_text("held: q05 paused · slow rate")
+    expect(limits).to_have_text("limits: web 1/3 · ci 0/1")

@@ -47,6 +47,8 @@ const listeners = [];
  *   {what: "insights"}                  the agents and throughput panel's figures (getInsights)
  *   {what: "queues"}                    the queues strip's content (getQueues); the cards a
  *                                       pause or resume concerns come as a "tasks" change
+ *   {what: "closed"}                    the queues that take no claim now changed
+ *                                       (closedQueueList): a frame, or a rate's time passed
  *   {what: "missing", id}               a dependency not on the board was asked about: api.js
  *                                       fetches its stage (setDepStage) */
 export function subscribe(listener) {
@@ -113,6 +115,11 @@ export function queueClosed(name) {
   return closedQueues.get(name);
 }
 
+/** Every queue that takes no claim now, as [name, why] pairs (queueClosed's reasons). */
+export function closedQueueList() {
+  return [...closedQueues];
+}
+
 /** "repo:web at its limit 1/1" when concurrency key `name` is full, as the latest "queues"
  * frame says; else undefined. */
 export function keyFull(name) {
@@ -171,6 +178,7 @@ function closeAndOpen() {
   const flippedKeys = flips(fullKeys, full);
   clearTimeout(reopenTimer);
   if (reopensAt < Infinity) reopenTimer = setTimeout(closeAndOpen, reopensAt - now + 50);
+  if (flippedQueues.size) tell({ what: "closed" });
   if (flippedQueues.size || flippedKeys.size) {
     changed(order.get("QUEUED").filter((id) => {
       const task = tasks.get(id);
