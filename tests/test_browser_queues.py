@@ -162,12 +162,17 @@ def test_the_strip_and_the_waiting_badge_are_readable_in_the_dark_scheme_and_on_
 
     orm(transitions.create, [TaskSpec(id=f"w{n}", title="waiting", queue=f"queue-{n}") for n in range(6)])
     orm(flow.change_queue, "queue-0", actor="op-1", reason="a long reason " * 10, paused=True)
+    orm(flow.change_queue, "queue-1", actor="op-1", concurrency=2)
     page = open_board(width=390, height=844, color_scheme="dark")
     expect(strip_item(page, "queue-0")).to_have_attribute("data-paused", "true", timeout=STRIP)
     expect(card(page, "w0").locator(".badge.waiting")).to_have_text("waiting: queue queue-0 paused")
+    expect(page.locator('.column[data-stage="QUEUED"] .queue-summary')).to_have_text("held: queue-0 paused")
+    expect(page.locator('.column[data-stage="RUNNING"] .queue-summary')).to_have_text("limits: queue-1 0/2")
     measured = page.evaluate(CONTRAST_JS, ['#queues li.queue[data-paused="true"] .queue-paused',
                                            '#queues li.queue[data-paused="false"] .queue-running',
-                                           "#queues button.queue-toggle", ".card .badge.waiting"])
+                                           "#queues button.queue-toggle", "#queues button.queue-limits",
+                                           ".card .badge.waiting", '.column[data-stage="QUEUED"] .queue-summary',
+                                           '.column[data-stage="RUNNING"] .queue-summary'])
     low = {sel: m for sel, m in measured.items() if m is None or m["ratio"] < 4.5}
     assert low == {}, json.dumps(low, indent=1)
     # Nothing of the strip runs off a phone's screen: it wraps.
