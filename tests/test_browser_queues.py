@@ -162,12 +162,17 @@ def test_the_strip_and_the_waiting_badge_are_readable_in_the_dark_scheme_and_on_
 
     orm(transitions.create, [TaskSpec(id=f"w{n}", title="waiting", queue=f"queue-{n}") for n in range(6)])
     orm(flow.change_queue, "queue-0", actor="op-1", reason="a long reason " * 10, paused=True)
+    orm(flow.change_queue, "queue-1", actor="op-1", concurrency=2)
     page = open_board(width=390, height=844, color_scheme="dark")
     expect(strip_item(page, "queue-0")).to_have_attribute("data-paused", "true", timeout=STRIP)
     expect(card(page, "w0").locator(".badge.waiting")).to_have_text("waiting: queue queue-0 paused")
+    expect(page.locator('.column[data-stage="QUEUED"] .queue-summary')).to_have_text("held: queue-0 paused")
+    expect(page.locator('.column[data-stage="RUNNING"] .queue-summary')).to_have_text("limits: queue-1 0/2")
     measured = page.evaluate(CONTRAST_JS, ['#queues li.queue[data-paused="true"] .queue-paused',
                                            '#queues li.queue[data-paused="false"] .queue-running',
-                                           "#queues button.queue-toggle", ".card .badge.waiting"])
+                                           "#queues button.queue-toggle", "#queues button.queue-limits",
+                                           ".card .badge.waiting", '.column[data-stage="QUEUED"] .queue-summary',
+                                           '.column[data-stage="RUNNING"] .queue-summary'])
     low = {sel: m for sel, m in measured.items() if m is None or m["ratio"] < 4.5}
     assert low == {}, json.dumps(low, indent=1)
     # Nothing of the strip runs off a phone's screen: it wraps.
@@ -191,3 +196,152 @@ def test_a_queued_card_of_a_queue_at_its_limit_says_so_until_a_slot_frees(open_b
     expect(second.locator(".badge.waiting")).to_have_text("waiting: queue capped at its limit 1/1", timeout=STRIP)
     orm(transitions.complete, "first", held.lease.token, {})
     expect(second.locator(".badge.waiting")).to_have_count(0, timeout=STRIP)
+
+
+def test_a_queued_card_whose_concurrency_key_is_full_says_so_until_a_slot_frees(open_board, orm):
+    """A concurrency key at its limit: the QUEUED cards naming it say so, live, on every board,
+    and stop when the running task that holds the key finishes; a card of another key does not."""
+    orm(transitions.create, [TaskSpec(id="web-1", title="deploy web", concurrency_key="repo:acme/web",
+                                      concurrency_limit=1),
+                             TaskSpec(id="web-2", title="migrate web", concurrency_key="repo:acme/web"),
+                             TaskSpec(id="api-1", title="deploy api", concurrency_key="repo:acme/api")])
+    page = open_board(superuser=False)
+    waiting = card(page, "web-2", "QUEUED")
+    expect(waiting).to_be_visible(timeout=STRIP)
+    expect(waiting.locator(".badge.waiting")).to_have_count(0)
+    held = orm(transitions.claim, "web-1", "agent-1", 60)
+    expect(waiting.locator(".badge.waiting")).to_have_text("waiting: repo:acme/web at its limit 1/1", timeout=STRIP)
+    expect(card(page, "api-1", "QUEUED").locator(".badge.waiting")).to_have_count(0)
+    page.screenshot(path="/tmp/boardq-key-full.png")
+    orm(transitions.complete, "web-1", held.lease.token, {})
+    expect(waiting.locator(".badge.waiting")).to_have_count(0, timeout=STRIP)
+
+
+def test_a_queued_card_of_a_rated_queue_says_when_the_next_claim_may_start(open_board, orm):
+    """A queue whose rate spaces claims 10 s apart (6/min): after a claim its QUEUED cards say
+    when the next one may start, and stop saying it when that time passes (with no frame: the
+    page's timer). The time is the API's next_claim_at."""
+    import time
+
+    from datetime import UTC, datetime
+
+    orm(flow.change_queue, "slow", rate={"count": 6, "per_seconds": 60}, actor="op")
+    orm(transitions.create, [TaskSpec(id="call-1", title="call", queue="slow"),
+                             TaskSpec(id="call-2", title="call", queue="slow")])
+    page = open_board()
+    waiting = card(page, "call-2", "QUEUED")
+    expect(waiting).to_be_visible(timeout=STRIP)
+    expect(strip_item(page, "slow")).to_contain_text("rate 6/min", timeout=STRIP)
+    expect(waiting.locator(".badge.waiting")).to_have_count(0)
+    orm(transitions.claim, "call-1", "agent-1", 60)
+    opens = orm(lambda: Queue.objects.get(name="slow").rate_open_at)
+    shown = page.evaluate("(s) => new Date(s * 1000).toLocaleTimeString()", opens)
+    expect(waiting.locator(".badge.waiting")).to_have_text(f"waiting: rate 6/min, next at {shown}", timeout=STRIP)
+    page.screenshot(path="/tmp/boardq-rate.png")
+    # The window opens 4 s from now (the row written, as a claim writes it; a change that rang no
+    # doorbell is read within 2 s): the badge goes when that time passes, without another frame.
+    soon = time.time() + 4
+    orm(lambda: Queue.objects.filter(name="slow").update(rate_open_at=soon))
+    shown = page.evaluate("(s) => new Date(s * 1000).toLocaleTimeString()", soon)
+    expect(waiting.locator(".badge.waiting")).to_have_text(f"waiting: rate 6/min, next at {shown}", timeout=STRIP)
+    updates = page.locator("#queues").get_attribute("data-updates")
+    expect(waiting.locator(".badge.waiting")).to_have_count(0, timeout=STRIP)
+    assert datetime.now(UTC).timestamp() >= soon
+    assert page.locator("#queues").get_attribute("data-updates") == updates  # no frame did it
+
+
+def test_an_operator_sets_a_queues_limit_and_rate_from_the_strip_and_a_refusal_is_shown(open_board, orm):
+    """The Limits dialog: set a limit and a rate with a reason (kept in the history), every board
+    shows them from the next frame; the dialog opens with the current settings; emptied, they are
+    removed; a value the server refuses is shown and changes nothing; without board.change_queue
+    there is no such button."""
+    orm(transitions.create, [TaskSpec(id="ci-1", title="build", queue="ci")])
+    operator = open_board()
+    watcher = open_board(superuser=False)
+    ci = strip_item(operator, "ci")
+    expect(ci).to_contain_text("ci 0 running · 1 queued", timeout=STRIP)
+    expect(strip_item(watcher, "ci")).to_contain_text("ci 0 running", timeout=STRIP)
+    expect(watcher.locator("#queues button.queue-limits")).to_have_count(0)
+
+    dialog = operator.locator("#limits-dialog")
+    ci.locator("button.queue-limits").click()
+    expect(dialog).to_be_visible()
+    expect(dialog.locator(".queue-name")).to_have_text("ci")
+    expect(dialog.locator('input[name="limit"]')).to_have_value("")
+    expect(dialog.locator('input[name="rate-count"]')).to_have_value("")
+    # The browser's own check: a limit of 0 is not sent (the dialog stays open).
+    dialog.locator('input[name="limit"]').fill("0")
+    dialog.get_by_role("button", name="Save limits").click()
+    expect(dialog).to_be_visible()
+    dialog.locator('input[name="limit"]').fill("2")
+    dialog.locator('input[name="rate-count"]').fill("30")
+    dialog.locator('select[name="rate-unit"]').select_option(label="minute")
+    dialog.locator("textarea").fill("provider quota")
+    operator.screenshot(path="/tmp/boardq-limits-dialog.png")
+    dialog.get_by_role("button", name="Save limits").click()
+    expect(dialog).to_be_hidden()
+    for page in (operator, watcher):
+        shown = strip_item(page, "ci")
+        expect(shown).to_have_attribute("data-limit", "2", timeout=STRIP)
+        expect(shown).to_contain_text("ci 0/2 running · 1 queued · rate 30/min")
+    assert orm(lambda: (Queue.objects.get(name="ci").concurrency, Queue.objects.get(name="ci").rate_count,
+                        Queue.objects.get(name="ci").rate_per_seconds)) == (2, 30, 60)
+    assert orm(lambda: list(QueueChange.objects.filter(queue="ci").values_list("reason", "changes"))) == [
+        ("provider quota", {"concurrency": [None, 2], "rate": [None, {"count": 30, "per_seconds": 60}]})]
+
+    # A refusal (a limit past the most the server takes) is shown; nothing changes.
+    ci.locator("button.queue-limits").click()
+    expect(dialog.locator('input[name="limit"]')).to_have_value("2")
+    expect(dialog.locator('input[name="rate-count"]')).to_have_value("30")
+    expect(dialog.locator('select[name="rate-unit"]')).to_have_value("60")
+    dialog.locator('input[name="limit"]').fill(str(flow.MAX_CONCURRENCY + 1))
+    dialog.get_by_role("button", name="Save limits").click()
+    expect(operator.locator("#message")).to_contain_text("could not change the limits of queue ci", timeout=STRIP)
+    expect(operator.locator("#message")).to_have_attribute("data-kind", "error")
+    expect(ci.locator("button.queue-limits")).to_be_enabled()
+    assert orm(lambda: (Queue.objects.get(name="ci").concurrency, QueueChange.objects.count())) == (2, 1)
+
+    # Emptied: no limit, no rate.
+    ci.locator("button.queue-limits").click()
+    dialog.locator('input[name="limit"]').fill("")
+    dialog.locator('input[name="rate-count"]').fill("")
+    dialog.get_by_role("button", name="Save limits").click()
+    for page in (operator, watcher):
+        shown = strip_item(page, "ci")
+        expect(shown).to_have_attribute("data-limit", "", timeout=STRIP)
+        expect(shown.locator(".queue-rate")).to_have_count(0)
+    assert orm(lambda: (Queue.objects.get(name="ci").concurrency, Queue.objects.get(name="ci").rate_count)) == (
+        None, None)
+
+
+def test_the_column_headers_sum_up_the_queues_held_back_and_the_limits_on_a_board_of_30_queues(open_board, orm):
+    """Under QUEUED: the queues that take no claim now (paused first), at most three named, the rest
+    counted; under RUNNING: the limited queues, fullest first. Live, and readable."""
+    orm(transitions.create, [TaskSpec(id=f"t-{n:02d}", title="work", queue=f"q{n:02d}") for n in range(26)]
+        + [TaskSpec(id=f"{q}-{n}", title="work", queue=q) for q in ("ci", "web", "slow", "docs") for n in (1, 2)])
+    orm(flow.change_queue, "docs", actor="op", reason="freeze", paused=True)
+    orm(flow.change_queue, "q05", actor="op", reason="freeze", paused=True)
+    orm(flow.change_queue, "ci", actor="op", concurrency=1)
+    orm(flow.change_queue, "web", actor="op", concurrency=3)
+    orm(flow.change_queue, "slow", actor="op", rate={"count": 6, "per_seconds": 60})
+    leases = {task: orm(transitions.claim, task, "agent-1", 60).lease for task in ("ci-1", "web-1", "slow-1")}
+    page = open_board(superuser=False)
+    held = page.locator('.column[data-stage="QUEUED"] .queue-summary')
+    limits = page.locator('.column[data-stage="RUNNING"] .queue-summary')
+    expect(held).to_have_attribute("data-queues", "docs,q05,ci,slow", timeout=STRIP)
+    expect(held).to_have_text("held: docs paused · q05 paused · ci 1/1 · +1 more")
+    assert page.evaluate("(e) => e.title", held.element_handle()).split("\n") == [
+        "queue docs paused", "queue q05 paused", "queue ci at its limit 1/1",
+        page.locator('.card[data-id="slow-2"] .badge.waiting').inner_text().removeprefix("waiting: ")]
+    expect(limits).to_have_text("limits: ci 1/1 · web 1/3")
+    measured = page.evaluate(CONTRAST_JS, ['.column[data-stage="QUEUED"] .queue-summary',
+                                           '.column[data-stage="RUNNING"] .queue-summary'])
+    low = {sel: m for sel, m in measured.items() if m is None or m["ratio"] < 4.5}
+    assert low == {}, json.dumps(low, indent=1)
+    page.screenshot(path="/tmp/boardq-headers.png")
+    # Live: docs resumed, a slot of ci freed.
+    orm(flow.change_queue, "docs", actor="op", paused=False)
+    orm(transitions.complete, "ci-1", leases["ci-1"].token, {})
+    expect(held).to_have_attribute("data-queues", "q05,slow", timeout=STRIP)
+    expect(held).to_have_text("held: q05 paused · slow rate")
+    expect(limits).to_have_text("limits: web 1/3 · ci 0/1")

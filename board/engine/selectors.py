@@ -194,6 +194,27 @@ def queue_overview(names: Iterable[str] | None = None, *, now: datetime | None =
     return out
 
 
+def key_overview(limit: int, *, using: str = "default") -> tuple[list[dict], int]:
+    """The concurrency keys an unfinished task names, at most `limit`: those at their limit first
+    (they hold work back), then the others, each by name, with its limit and running count; and
+    how many more there are. One consistent read. A full key is one that RUNNING tasks name, so
+    every key shown is named by an unfinished task (flow.ensure_rows made its row before it)."""
+    with store(using).read_transaction():
+        keys = ConcurrencyKey.objects.using(using)
+        full = list(keys.filter(running__gte=F("concurrency"), running__gt=0).order_by("name").values_list(
+            "name", "concurrency", "running")[:limit])
+        named = (Task.objects.using(using).filter(stage__in=LIVE_STAGES, concurrency_key__isnull=False)
+                 .order_by().values_list("concurrency_key", flat=True).distinct())
+        others: list[tuple[str, int, int]] = []
+        if len(full) < limit:
+            names = list(named.exclude(concurrency_key__in=[name for name, _, _ in full])
+                         .order_by("concurrency_key")[:limit - len(full)])
+            others = list(keys.filter(name__in=names).order_by("name").values_list("name", "concurrency", "running"))
+        total = named.count()
+    shown = [{"name": n, "concurrency": c, "running": r} for n, c, r in full + others]
+    return shown, max(0, total - len(shown))
+
+
 # ---------------------------------------------------------------------------------------------
 # Dependencies: written with their task, never changed. The passes (admission, the reaper) read
 # their candidates without a transaction; each move then re-reads its own row.

@@ -111,19 +111,39 @@ def queue_items(using: str = "default") -> tuple[list[dict], int]:
         if not (queue["paused"] or queue["concurrency"] is not None or queue["rate"] is not None
                 or any(depth[s] for s in _LIVE_STAGES)):
             continue
-        # Not next_claim_at: a rated queue's changes with every claim.
         shown.append({**{k: queue[k] for k in ("name", "concurrency", "running", "paused", "paused_by",
                                                "paused_reason", "paused_at", "rate")},
-                      "queued": depth["QUEUED"]})
+                      "queued": depth["QUEUED"], "next_claim_at": _next_claim_shown(queue)})
     shown.sort(key=lambda q: (not q["paused"], q["name"]))
     return shown[:QUEUES_SHOWN], max(0, len(shown) - QUEUES_SHOWN)
 
 
+# A rated queue's next claim time is sent only when its claims are at least this far apart: it
+# moves with every claim, so a frame per claim is then at most one per 10 s per queue, and the
+# time is one a person can act on. A faster rate (60/min: a claim a second) would push a frame
+# per claim for as long as work waits, to show a time that is past before it is read; its
+# cards say the rate, not a time (docs/live-protocol.md).
+RATE_TIME_SHOWN_SECONDS = 10
+
+
+def _next_claim_shown(queue: dict):
+    rate = queue["rate"]
+    if rate is None or rate["per_seconds"] / rate["count"] < RATE_TIME_SHOWN_SECONDS:
+        return None
+    return queue["next_claim_at"]
+
+
+# Concurrency keys the frame carries at most (the full ones first): bounded as the queues are.
+KEYS_SHOWN = 50
+
+
 def queues_message(using: str = "default") -> dict:
     """The queues strip's content now, as the "queues" frame holds it (datetimes still objects:
-    `queues_frame` encodes)."""
+    `queues_frame` encodes): the queues, and the concurrency keys unfinished tasks name (their
+    QUEUED cards say when a key is at its limit)."""
     queues, more = queue_items(using)
-    return {"type": "queues", "queues": queues, "more_queues": more}
+    keys, more_keys = selectors.key_overview(KEYS_SHOWN, using=using)
+    return {"type": "queues", "queues": queues, "more_queues": more, "keys": keys, "more_keys": more_keys}
 
 
 def queues_frame(message: dict) -> str:

@@ -1,7 +1,8 @@
 // The live board's entry point (templates/board/board.html loads it as a module; native ES
 // modules, no build step). It only wires the modules together. Data flows one way:
 //
-//   socket.js, api.js  ->  store.js  ->  render.js, details.js, view.js, insights.js, queues.js
+//   socket.js, api.js  ->  store.js  ->  render.js, details.js, view.js, insights.js, queues.js,
+//                                       headers.js
 //
 //   page.js      what the page hands the scripts (stages, moves, rights, URLs), DOM helpers
 //   store.js     the model: tasks, versions, column order, counts, dependencies, problems,
@@ -18,7 +19,9 @@
 //   attempts.js  the attempt timeline (details.js shows it)
 //   details.js   the details panel of one task (full task, history, attempt timeline)
 //   insights.js  the agents and throughput panel
-//   queues.js    the queues strip: running/limit, depth, pauses, and Pause/Resume
+//   limits.js    the queue limits dialog: concurrency limit and rate (queues.js opens it)
+//   queues.js    the queues strip: running/limit, depth, rate, pauses; Pause/Resume, Limits
+//   headers.js   under the QUEUED and RUNNING headers: the queues held back, the limits' use
 //
 // A module imports only modules above it in that list, so never in a circle (a module below
 // learns of a change by subscribing: store.subscribe, view.subscribeView, actions.onActed): tests/test_js_modules.py checks it, and that only api.js fetches, only socket.js
@@ -31,6 +34,7 @@
 import { startApi } from "./api.js";
 import { startDragAndDrop } from "./actions.js";
 import { startDetails } from "./details.js";
+import { startHeaders } from "./headers.js";
 import { startInsights } from "./insights.js";
 import { startQueues } from "./queues.js";
 import { startRendering } from "./render.js";
@@ -44,5 +48,6 @@ startDragAndDrop();
 startView();
 startInsights();
 startQueues();
+startHeaders();
 restoreView(); // the filters and the open task from the URL (the task opens with the first snapshot)
 startSocket();

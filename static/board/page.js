@@ -40,6 +40,12 @@ export function showMessage(text, kind = "info") {
   messageTimer = setTimeout(() => { box.hidden = true; }, kind === "error" ? 15000 : 6000);
 }
 
+/** A queue's rate as the board writes it: "rate 60/min", "rate 2/s", "rate 5 per 90 s". */
+export function rateText(rate) {
+  const per = { 1: "s", 60: "min", 3600: "h" }[rate.per_seconds];
+  return per ? `rate ${rate.count}/${per}` : `rate ${rate.count} per ${rate.per_seconds} s`;
+}
+
 /** The admin's change page of a task: its id quoted as django.contrib.admin.utils.quote does. */
 export function adminUrl(id) {
   const quoted = id.replace(/[":/_#?;@&=+$,[\]<>%\n\\]/g, (c) => `_${c.charCodeAt(0).toString(16).toUpperCase().padStart(2, "0")}`);

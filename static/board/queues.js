@@ -3,34 +3,33 @@
 // tailer when it changes) in the model, and the strip redraws from it. Each queue says how many
 // of its tasks run against its limit ("ci 2/3 running"), how many wait, and, when paused, by
 // whom and why. A user with board.change_queue (data-can-change-queues) gets a Pause/Resume
-// button per queue: Pause asks for a reason (the dialog), Resume is one click; both PUT
+// button per queue, and a Limits button (its concurrency limit and rate: limits.js's dialog).
+// Pause asks for a reason (the dialog), Resume is one click; all three PUT
 // /api/queues/{name} (api.js), and the new state comes back over the socket, as every other
 // open board sees it.
 //
 // What a test or a person may read: each queue is li.queue[data-queue] with data-paused
 // ("true"/"false"), data-running, data-limit ("" without one) and data-queued; its button is
 // button.queue-toggle (data-pending="true" while its request or the frame that answers it is
-// on the way). The section's data-updates counts the frames drawn.
+// on the way), and button.queue-limits. The section's data-updates counts the frames drawn.
 
-import { CAN_CHANGE_QUEUES, el, showMessage } from "./page.js";
+import { CAN_CHANGE_QUEUES, el, rateText, showMessage } from "./page.js";
 import { getQueues, subscribe } from "./store.js";
 import { changeQueue } from "./api.js";
+import { askLimits } from "./limits.js";
 
 const section = document.getElementById("queues");
 const dialog = document.getElementById("queue-dialog");
 // Queue name -> the paused state asked for, until a frame shows it or the request failed: the
 // button stays disabled meanwhile (a second click would ask for the same change again).
 const pending = new Map();
+// Queues whose limits request is on the way: their Limits button is disabled until it is answered.
+const limitsPending = new Set();
 let updates = 0;
 const PENDING_MS = 10000;
 
 function runningText(q) {
   return q.concurrency === null ? `${q.running} running` : `${q.running}/${q.concurrency} running`;
-}
-
-function rateText(rate) {
-  const per = { 1: "s", 60: "min", 3600: "h" }[rate.per_seconds];
-  return per ? `rate ${rate.count}/${per}` : `rate ${rate.count} per ${rate.per_seconds} s`;
 }
 
 function queueItem(q) {
@@ -64,7 +63,12 @@ function queueItem(q) {
       button.disabled = true;
       button.dataset.pending = "true";
     }
-    li.append(" ", button);
+    const limits = el("button", "queue-limits", "Limits");
+    limits.type = "button";
+    limits.dataset.queue = q.name;
+    limits.title = `set the concurrency limit and rate of ${q.name}`;
+    if (limitsPending.has(q.name)) limits.disabled = true;
+    li.append(" ", button, " ", limits);
   }
   return li;
 }
@@ -124,7 +128,27 @@ async function toggle(name, pause) {
   showMessage(`queue ${name} ${pause ? "paused" : "resumed"}`);
 }
 
-/** Redraw on each "queues" frame; wire the Pause/Resume buttons. */
+/** The Limits button: the dialog (limits.js), then PUT /api/queues/{name}; the strip shows the
+ * new limits from the next frame, as every other open board does. */
+async function setLimits(name) {
+  const q = getQueues()?.queues.find((item) => item.name === name);
+  if (!q) return;
+  const fields = await askLimits(q);
+  if (!fields) return;
+  limitsPending.add(name);
+  render();
+  const { ok, status, body } = await changeQueue(name, fields);
+  limitsPending.delete(name);
+  render();
+  if (!ok) {
+    const why = (body && body.error && body.error.message) || `HTTP ${status}`;
+    showMessage(`could not change the limits of queue ${name}: ${why}`, "error");
+    return;
+  }
+  showMessage(`queue ${name}: limits saved`);
+}
+
+/** Redraw on each "queues" frame; wire the Pause/Resume and Limits buttons. */
 export function startQueues() {
   subscribe((change) => {
     if (change.what !== "queues") return;
@@ -132,6 +156,8 @@ export function startQueues() {
     render();
   });
   section.addEventListener("click", (e) => {
+    const limits = e.target.closest("button.queue-limits");
+    if (limits && !limits.disabled) setLimits(limits.dataset.queue);
     const button = e.target.closest("button.queue-toggle");
     if (!button || button.disabled) return;
     toggle(button.dataset.queue, button.dataset.pause === "true");

@@ -6,7 +6,7 @@
 
 import { adminUrl, CAN_INTERVENE, COLUMN_ELS, el, frameBatcher, showMessage, STAGES, TERMINAL } from "./page.js";
 import {
-  countIn, depDone, getProblems, getTask, idsIn, moreCursor, positionOf, queueClosed, subscribe,
+  countIn, depDone, getProblems, getTask, idsIn, moreCursor, positionOf, queueClosed, keyFull, subscribe,
 } from "./store.js";
 import { loadOlder } from "./api.js";
 import {
@@ -226,10 +226,13 @@ function fillCard(card, task, filter) {
   const parts = [head, el("div", "card-title", task.title), meta];
   const progress = task.progress !== null && task.progress !== undefined;
   const held = task.hold && task.stage === "PENDING";
-  // Why a ready task is not claimed: its queue is paused or at its limit (the "queues" frame;
-  // store.js redraws these cards when that changes).
-  const closed = task.stage === "QUEUED" ? queueClosed(task.queue) : undefined;
-  const paused = closed !== undefined;
+  // Why a ready task is not claimed: its queue is paused, at its limit or waiting for its rate,
+  // or its concurrency key is full (the "queues" frame; store.js redraws these cards when that
+  // changes).
+  const queued = task.stage === "QUEUED";
+  const closed = queued ? queueClosed(task.queue) : undefined;
+  const keyHeld = queued && task.concurrency_key ? keyFull(task.concurrency_key) : undefined;
+  const paused = closed !== undefined || keyHeld !== undefined;
   // ... or it may not start yet: a run_at, a snooze or a retry's backoff (its not_before, as
   // drawn; the card is not redrawn when that time passes, so the badge names the time).
   const notBefore = task.stage === "QUEUED" && task.not_before ? Date.parse(task.not_before) : NaN;
@@ -237,7 +240,8 @@ function fillCard(card, task, filter) {
   const { error, attempt } = troubleBadges(task);
   if (error || attempt || held || progress || paused || later) {
     const badges = el("div", "badges");
-    if (paused) badges.append(el("span", "badge waiting", `waiting: queue ${task.queue} ${closed}`));
+    if (closed) badges.append(el("span", "badge waiting", `waiting: ${closed}`));
+    if (keyHeld) badges.append(el("span", "badge waiting key-full", `waiting: ${keyHeld}`));
     if (later) {
       const b = el("span", "badge waiting not-before", `not before ${new Date(notBefore).toLocaleTimeString()}`);
       b.title = new Date(notBefore).toLocaleString();

@@ -16,7 +16,7 @@
 // milliseconds since the epoch: createdMs, updatedMs, leaseExpiresMs (null without a lease),
 // inStageSinceMs (when it entered its stage).
 
-import { STAGES, TERMINAL } from "./page.js";
+import { STAGES, TERMINAL, rateText } from "./page.js";
 
 const tasks = new Map(); // id -> task
 const dependents = new Map(); // dependency id -> Set of ids of the tasks that wait for it
@@ -29,9 +29,11 @@ const depAsked = new Set(); // dependencies not on the board already asked for
 let problems = [];
 let insights = null;
 let queues = null; // the latest "queues" frame, or null before the first
-// Why a queue takes no claim now, by name, as the latest "queues" frame says: "paused", or "at its
-// limit 2/2" (a queue open for claims is not in it).
+// Why a queue takes no claim now, by name, as the latest "queues" frame says: "queue ci paused",
+// "queue ci at its limit 2/2" or its rate's next claim time (a queue open for claims is not in
+// it); and the concurrency keys at their limit ("repo:web at its limit 1/1").
 const closedQueues = new Map();
+const fullKeys = new Map();
 let snapshotsApplied = 0;
 
 const listeners = [];
@@ -45,6 +47,8 @@ const listeners = [];
  *   {what: "insights"}                  the agents and throughput panel's figures (getInsights)
  *   {what: "queues"}                    the queues strip's content (getQueues); the cards a
  *                                       pause or resume concerns come as a "tasks" change
+ *   {what: "closed"}                    the queues that take no claim now changed
+ *                                       (closedQueueList): a frame, or a rate's time passed
  *   {what: "missing", id}               a dependency not on the board was asked about: api.js
  *                                       fetches its stage (setDepStage) */
 export function subscribe(listener) {
@@ -105,10 +109,21 @@ export function getQueues() {
   return queues;
 }
 
-/** Why queue `name` takes no claim now ("paused", "at its limit 2/2"), or undefined when it
- * does, as the latest "queues" frame says. */
+/** Why queue `name` takes no claim now ("queue ci paused", "queue ci at its limit 2/2", "rate
+ * 6/min, next at 14:05:03"), or undefined when it does, as the latest "queues" frame says. */
 export function queueClosed(name) {
   return closedQueues.get(name);
+}
+
+/** Every queue that takes no claim now, as [name, why] pairs (queueClosed's reasons). */
+export function closedQueueList() {
+  return [...closedQueues];
+}
+
+/** "repo:web at its limit 1/1" when concurrency key `name` is full, as the latest "queues"
+ * frame says; else undefined. */
+export function keyFull(name) {
+  return fullKeys.get(name);
 }
 
 /** How many snapshots the page has applied since it was loaded (0: it shows nothing yet). */
@@ -129,24 +144,57 @@ export function setInsights(frame) {
   tell({ what: "insights" });
 }
 
-/** A "queues" frame: the strip redraws, and so do the QUEUED cards of every queue that closed
- * or opened or whose reason changed (they say "waiting: queue NAME paused" / "at its limit"). */
+/** A "queues" frame: the strip redraws, and so do the QUEUED cards of every queue or
+ * concurrency key that closed or opened or whose reason changed (they say "waiting: queue NAME
+ * paused", "... at its limit 2/2", "waiting: KEY at its limit 1/1", "waiting: rate 6/min, next
+ * at 14:05:03"). A rate's next claim time passes with no frame: a timer reopens its queue then. */
 export function setQueues(frame) {
   queues = frame;
+  tell({ what: "queues" });
+  closeAndOpen();
+}
+
+let reopenTimer = null;
+
+function closeAndOpen() {
+  const now = Date.now();
+  let reopensAt = Infinity;
   const closed = new Map();
-  for (const q of frame.queues) {
-    if (q.paused) closed.set(q.name, "paused");
+  for (const q of queues.queues) {
+    const nextMs = q.next_claim_at ? Date.parse(q.next_claim_at) : NaN;
+    if (q.paused) closed.set(q.name, `queue ${q.name} paused`);
     else if (q.concurrency !== null && q.running >= q.concurrency) {
-      closed.set(q.name, `at its limit ${q.running}/${q.concurrency}`);
+      closed.set(q.name, `queue ${q.name} at its limit ${q.running}/${q.concurrency}`);
+    } else if (q.rate && nextMs > now) {
+      closed.set(q.name, `${rateText(q.rate)}, next at ${new Date(nextMs).toLocaleTimeString()}`);
+      reopensAt = Math.min(reopensAt, nextMs);
     }
   }
+  const full = new Map();
+  for (const k of queues.keys || []) {
+    if (k.running >= k.concurrency) full.set(k.name, `${k.name} at its limit ${k.running}/${k.concurrency}`);
+  }
+  const flippedQueues = flips(closedQueues, closed);
+  const flippedKeys = flips(fullKeys, full);
+  clearTimeout(reopenTimer);
+  if (reopensAt < Infinity) reopenTimer = setTimeout(closeAndOpen, reopensAt - now + 50);
+  if (flippedQueues.size) tell({ what: "closed" });
+  if (flippedQueues.size || flippedKeys.size) {
+    changed(order.get("QUEUED").filter((id) => {
+      const task = tasks.get(id);
+      return flippedQueues.has(task.queue) || (task.concurrency_key && flippedKeys.has(task.concurrency_key));
+    }), false);
+  }
+}
+
+/** Replace `shown` (name -> why) by `now`; the names whose reason came, went or changed. */
+function flips(shown, now) {
   const flipped = new Set();
-  for (const [name, why] of closed) if (closedQueues.get(name) !== why) flipped.add(name);
-  for (const name of closedQueues.keys()) if (!closed.has(name)) flipped.add(name);
-  closedQueues.clear();
-  for (const [name, why] of closed) closedQueues.set(name, why);
-  tell({ what: "queues" });
-  if (flipped.size) changed(order.get("QUEUED").filter((id) => flipped.has(tasks.get(id).queue)), false);
+  for (const [name, why] of now) if (shown.get(name) !== why) flipped.add(name);
+  for (const name of shown.keys()) if (!now.has(name)) flipped.add(name);
+  shown.clear();
+  for (const [name, why] of now) shown.set(name, why);
+  return flipped;
 }
 
 export function setMoreCursor(stage, cursor) {

@@ -1,0 +1,252 @@
+"""The live board's queues strip at 100,000 tasks: what the tailer reads for each "queues" frame,
+against a plain SQL GROUP BY.
+
+What is measured
+----------------
+A board of N tasks (default 100,000) over Q queues (default 50) is written once per backend, then,
+in the same process:
+
+- **queues**: `board.live.frames.queue_items()`, the strip's rows (board.engine.selectors
+  .queue_overview: every queue's settings, tasks per stage and oldest QUEUED age, one read).
+- **keys**: `board.engine.selectors.key_overview(KEYS_SHOWN)`, the concurrency keys the frame
+  carries (full ones first, then the keys unfinished tasks name, at most 50, and how many more).
+- **frame**: `board.live.frames.queues_message()` encoded: both, as the tailer does after a
+  commit (at most twice a second while commits come, and every 2 s).
+- **baseline**: the plain driver, in one read transaction, fetching the same figures into
+  Python tuples: `SELECT queue, stage, COUNT(*) FROM board_task GROUP BY queue, stage`, the
+  oldest QUEUED per queue (`MIN(stage_changed_at) ... GROUP BY queue`) and the queue rows; for
+  the keys, the distinct keys of unfinished tasks (the first 50, and their count) and the key
+  rows. Printed beside: the same GROUP BY over the unfinished tasks only. The ratio ours/baseline is what the layer costs on top of the database's own work; the
+  baseline's time is what any strip that shows per-queue depths pays at this size.
+
+The mix: bench/big_board.py's stages (per 100: 67 COMPLETED, 12 QUEUED, 15 PENDING, 2 RUNNING,
+1 PAUSED, 2 FAILED, 1 CANCELLED), queue i % Q; one task in five names one of 500 concurrency keys
+(limit 2; the RUNNING ones counted on the key rows, so some are full); queue rows for every queue:
+10 with a limit (running counted), 5 with a rate, 3 paused.
+
+`--profile` prints, per backend, cProfile's top functions of one `queues_message()` (what to look
+at before optimising anything).
+
+Databases: SQLite, a fresh file in a temporary directory, configured like the project's default;
+PostgreSQL (`--postgres`): the database ``taskflow_bench_queues`` on 127.0.0.1:5432 (user
+postgres), created when missing and migrated, its board tables emptied before the fill. Each
+backend runs in a process of its own.
+
+Run (from the project folder)
+-----------------------------
+    .venv/bin/python bench/queues_strip.py --postgres
+    .venv/bin/python bench/queues_strip.py --tasks 20000 --queues 30 --profile
+
+Figures are this run's only; on a shared machine compare the ratios.
+"""
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import os
+import pstats
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+PROJECT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(PROJECT))
+
+from bench.big_board import MIX, configure_django, ensure_postgres_database, raw_connection  # noqa: E402
+
+DEFAULT_PG_URL = "postgres://postgres@127.0.0.1:5432/taskflow_bench_queues"
+FILL_BATCH = 5000
+KEYS = 500
+LIVE = ("PENDING", "QUEUED", "RUNNING", "PAUSED")
+
+
+def fill(count: int, queues: int) -> dict:
+    """Write the board (see the module docstring), in bulk, with consistent running counts."""
+    from django.db import connections, transaction
+
+    from board.models import ConcurrencyKey, Queue, Task
+
+    now = datetime.now(timezone.utc)
+    running_by_queue: dict[str, int] = {}
+    running_by_key: dict[str, int] = {}
+    counts: dict[str, int] = {}
+    with transaction.atomic():
+        for start in range(0, count, FILL_BATCH):
+            rows = []
+            for i in range(start, min(count, start + FILL_BATCH)):
+                stage = MIX[(i * 37) % len(MIX)]
+                queue = f"queue-{i % queues:02d}"
+                key = f"repo:org/r{i % KEYS:03d}" if i % 5 == 0 else None
+                counts[stage] = counts.get(stage, 0) + 1
+                if stage == "RUNNING":
+                    running_by_queue[queue] = running_by_queue.get(queue, 0) + 1
+                    if key:
+                        running_by_key[key] = running_by_key.get(key, 0) + 1
+                when = now - timedelta(seconds=count - i)
+                rows.append(Task(id=f"task-{i:06d}", title=f"task {i}", queue=queue, priority=i % 4, stage=stage,
+                                 version=1, concurrency_key=key, created_at=when, updated_at=when,
+                                 stage_changed_at=when, owner=f"agent-{i % 50}" if stage == "RUNNING" else "",
+                                 lease_expires_at=now + timedelta(hours=1) if stage == "RUNNING" else None))
+            Task.objects.bulk_create(rows)
+        names = [f"queue-{n:02d}" for n in range(queues)]
+        Queue.objects.bulk_create([Queue(
+            name=name, concurrency=(running_by_queue.get(name, 0) + n % 3) or 1 if n < 10 else None,
+            running=running_by_queue.get(name, 0) if n < 10 else 0,
+            rate_count=60 if 10 <= n < 15 else None, rate_per_seconds=60 if 10 <= n < 15 else None,
+            rate_interval=1.0 if 10 <= n < 15 else None, rate_open_at=now.timestamp() if 10 <= n < 15 else None,
+            paused=15 <= n < 18, paused_by="op" if 15 <= n < 18 else "", paused_at=now if 15 <= n < 18 else None,
+            updated_at=now) for n, name in enumerate(names)])
+        ConcurrencyKey.objects.bulk_create([ConcurrencyKey(
+            name=f"repo:org/r{k:03d}", concurrency=2, running=running_by_key.get(f"repo:org/r{k:03d}", 0),
+            updated_at=now) for k in range(KEYS)])
+    if connections["default"].vendor == "postgresql":
+        with connections["default"].cursor() as cursor:  # as autovacuum leaves a board that stood a while
+            cursor.execute("VACUUM ANALYZE board_task, board_queue, board_concurrencykey")
+    return counts
+
+
+def prepare(tasks: int, queues: int) -> tuple[dict, float]:
+    from django.core.management import call_command
+    from django.db import connections, transaction
+
+    call_command("migrate", verbosity=0)
+    with transaction.atomic(), connections["default"].cursor() as cursor:
+        for table in ("board_taskevent", "board_dependency", "board_task", "board_queue", "board_concurrencykey",
+                      "board_queuechange"):
+            cursor.execute(f"DELETE FROM {table}")
+    started = time.perf_counter()
+    counts = fill(tasks, queues)
+    return counts, time.perf_counter() - started
+
+
+_LIVE_SQL = ", ".join(f"'{s}'" for s in LIVE)
+QUEUES_BASELINE = [
+    "SELECT queue, stage, COUNT(*) FROM board_task GROUP BY queue, stage",
+    "SELECT queue, MIN(stage_changed_at) FROM board_task WHERE stage = 'QUEUED' GROUP BY queue",
+    "SELECT * FROM board_queue",
+]
+# What a strip that counts only the unfinished tasks would read (the strip shows no finished
+# count; queue_overview counts every stage, for GET /api/queues): printed beside, not timed as ours.
+QUEUES_LIVE_ONLY = [
+    f"SELECT queue, stage, COUNT(*) FROM board_task WHERE stage IN ({_LIVE_SQL}) GROUP BY queue, stage",
+    QUEUES_BASELINE[1], QUEUES_BASELINE[2],
+]
+KEYS_BASELINE = [
+    "SELECT name, concurrency, running FROM board_concurrencykey WHERE running >= concurrency AND running > 0"
+    " ORDER BY name LIMIT 50",
+    f"SELECT DISTINCT concurrency_key FROM board_task WHERE stage IN ({_LIVE_SQL})"
+    " AND concurrency_key IS NOT NULL ORDER BY concurrency_key LIMIT 50",
+    f"SELECT COUNT(*) FROM (SELECT DISTINCT concurrency_key FROM board_task WHERE stage IN ({_LIVE_SQL})"
+    " AND concurrency_key IS NOT NULL) AS named",
+]
+
+
+def raw_read(database_url: str, statements: list[str]):
+    conn = raw_connection(database_url)
+    try:
+        conn.execute("BEGIN")
+        rows = [conn.execute(sql).fetchall() for sql in statements]
+        conn.execute("COMMIT")
+        return rows
+    finally:
+        conn.close()
+
+
+def timed(call, repeat: int) -> list[float]:
+    times = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - started)
+    return times
+
+
+def measure(backend: str, database_url: str, args: argparse.Namespace) -> None:
+    configure_django(database_url)
+    from board.engine import selectors
+    from board.live import frames
+
+    counts, fill_seconds = prepare(args.tasks, args.queues)
+    print(f"{backend}: {args.tasks:,} tasks over {args.queues} queues written in {fill_seconds:.1f} s "
+          f"({', '.join(f'{stage} {n:,}' for stage, n in sorted(counts.items()))})")
+    # A first call of each, untimed: connections opened, statements prepared.
+    message = frames.queues_message()
+    raw_read(database_url, QUEUES_BASELINE + KEYS_BASELINE)
+    rows = [
+        ("queues", timed(frames.queue_items, args.repeat), timed(lambda: raw_read(database_url, QUEUES_BASELINE),
+                                                                 args.repeat)),
+        ("keys", timed(lambda: selectors.key_overview(frames.KEYS_SHOWN), args.repeat),
+         timed(lambda: raw_read(database_url, KEYS_BASELINE), args.repeat)),
+        ("frame", timed(lambda: frames.queues_frame(frames.queues_message()), args.repeat),
+         timed(lambda: raw_read(database_url, QUEUES_BASELINE + KEYS_BASELINE), args.repeat)),
+    ]
+    live_only = min(timed(lambda: raw_read(database_url, QUEUES_LIVE_ONLY), args.repeat))
+    print(f"  {'':<8} {'best ms':>9} {'median ms':>10} {'raw ms':>8} {'ratio':>7}")
+    for what, ours, base in rows:
+        median = statistics.median(ours)
+        print(f"  {what:<8} {min(ours) * 1000:9.1f} {median * 1000:10.1f} {min(base) * 1000:8.1f} "
+              f"{median / min(base):7.2f}")
+    print(f"  raw GROUP BY of the unfinished tasks only (the stages the strip shows): {live_only * 1000:.1f} ms")
+    size = len(frames.queues_frame(message))
+    print(f"  the frame: {len(message['queues'])} queues (+{message['more_queues']}), {len(message['keys'])} keys "
+          f"(+{message['more_keys']}), {size / 1024:.1f} KiB")
+    print(f"  (median of {args.repeat} runs; raw = the best plain-driver read of the same figures; "
+          "ratio = median / raw)")
+    if args.profile:
+        profile = cProfile.Profile()
+        profile.enable()
+        frames.queues_message()
+        profile.disable()
+        out = io.StringIO()
+        pstats.Stats(profile, stream=out).sort_stats("tottime").print_stats(12)
+        print("  cProfile of one queues_message(), by own time:")
+        for line in out.getvalue().splitlines():
+            if line.strip():
+                print("   ", line[:150])
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--tasks", type=int, default=100_000)
+    parser.add_argument("--queues", type=int, default=50)
+    parser.add_argument("--repeat", type=int, default=7, help="timed runs of each read (default 7)")
+    parser.add_argument("--postgres", action="store_true", help="PostgreSQL too")
+    parser.add_argument("--pg-url", default=DEFAULT_PG_URL)
+    parser.add_argument("--profile", action="store_true", help="cProfile one frame per backend")
+    parser.add_argument("--backend", choices=("sqlite", "postgres"), help=argparse.SUPPRESS)
+    parser.add_argument("--database-url", help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.backend:
+        measure(args.backend, args.database_url, args)
+        return 0
+    print(f"bench/queues_strip.py: {args.tasks:,} tasks, {args.queues} queues, {time.strftime('%Y-%m-%d %H:%M')}, "
+          f"{os.cpu_count()} cores")
+    with tempfile.TemporaryDirectory(prefix="taskflow-queues-strip-") as folder:
+        runs = [("sqlite", f"sqlite:///{Path(folder) / 'board.sqlite3'}")]
+        if args.postgres:
+            why = ensure_postgres_database(args.pg_url)
+            if why:
+                print(f"NOT RUN: PostgreSQL ({args.pg_url} unreachable: {why})")
+            else:
+                runs.append(("postgres", args.pg_url))
+        status = 0
+        for backend, url in runs:
+            child = subprocess.run([sys.executable, __file__, "--backend", backend, "--database-url", url,
+                                    "--tasks", str(args.tasks), "--queues", str(args.queues),
+                                    "--repeat", str(args.repeat)] + (["--profile"] if args.profile else []),
+                                   cwd=PROJECT)
+            status = status or child.returncode
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
