@@ -1,5 +1,6 @@
 """The "queues" frame's concurrency keys and rate times (issue 29, the board's cards say why a task
-waits) on each SQL store: the keys unfinished tasks name, full ones first and bounded; a slow
+waits) on each SQL store: the keys RUNNING tasks name (read from the keys' own counts, never the
+tasks), full ones first and bounded; a slow
 rate's next claim time and no time for a fast one (a frame per claim otherwise); and the frame's
 text changes only when what it shows does."""
 from __future__ import annotations
@@ -22,25 +23,28 @@ def keyed(n: int, key: str, limit: int | None = None, queue: str = "default") ->
 
 
 @pytest.mark.parametrize("using", STORES)
-def test_the_frame_carries_the_keys_unfinished_tasks_name_full_ones_first(using):
+def test_the_frame_carries_the_keys_running_tasks_name_full_ones_first(using):
     transitions.create([keyed(1, "repo:web", 1), keyed(2, "repo:web"), keyed(1, "repo:api", 2),
-                        keyed(1, "repo:old")], using=using)
+                        keyed(2, "repo:api"), keyed(1, "repo:old"), keyed(1, "repo:idle")], using=using)
     held = transitions.claim("repo-web-1", "agent-1", 60, using=using)
+    transitions.claim("repo-api-1", "agent-3", 60, using=using)
     old = transitions.claim("repo-old-1", "agent-2", 60, using=using)
-    transitions.complete("repo-old-1", old.lease.token, {}, using=using)  # named by no unfinished task now
+    transitions.complete("repo-old-1", old.lease.token, {}, using=using)  # nothing runs under it now
     message = frames.queues_message(using)
+    # repo:idle has only a QUEUED task: nothing it holds back, not shown.
     assert message["keys"] == [{"name": "repo:web", "concurrency": 1, "running": 1},  # full: first
-                               {"name": "repo:api", "concurrency": 2, "running": 0}]
+                               {"name": "repo:api", "concurrency": 2, "running": 1}]
     assert message["more_keys"] == 0
-    # The slot frees: the key is no longer full, and sorts by name among the others.
+    # The slot frees: the key is no longer listed (nothing runs under it).
     transitions.complete("repo-web-1", held.lease.token, {}, using=using)
-    assert frames.queues_message(using)["keys"] == [{"name": "repo:api", "concurrency": 2, "running": 0},
-                                                    {"name": "repo:web", "concurrency": 1, "running": 0}]
+    assert frames.queues_message(using)["keys"] == [{"name": "repo:api", "concurrency": 2, "running": 1}]
 
 
 @pytest.mark.parametrize("using", STORES)
 def test_the_keys_are_bounded_with_the_full_ones_kept(using):
-    transitions.create([keyed(0, f"k{n:03d}") for n in range(12)] + [keyed(1, "zz-full")], using=using)
+    transitions.create([keyed(0, f"k{n:03d}", 2) for n in range(12)] + [keyed(1, "zz-full")], using=using)
+    for n in range(12):
+        transitions.claim(f"k{n:03d}-0", f"agent-{n}", 60, using=using)  # 1 of 2 running: not full
     transitions.claim("zz-full-1", "agent-1", 60, using=using)
     keys, more = selectors.key_overview(5, using=using)
     # The full key sorts last by name, yet is shown first: the cards that wait for it need it.

@@ -159,11 +159,13 @@ def seconds_until_rate_opens(queue: str | None = None, *, scope: scopes.Scope = 
 # Queues: their settings (board.engine.flow) beside what waits and runs in them.
 
 
-def queue_overview(names: Iterable[str] | None = None, *, now: datetime | None = None,
+def queue_overview(names: Iterable[str] | None = None, *, now: datetime | None = None, live_only: bool = False,
                    using: str = "default") -> list[dict]:
     """Every queue (those with a row, and those only tasks name), or those of `names`, by name:
     its settings and running count (flow.describe), tasks per stage, and how long its oldest QUEUED
-    task has waited (seconds, None when none waits). One consistent read."""
+    task has waited (seconds, None when none waits). One consistent read. `live_only`: count the
+    unfinished tasks only (the finished ones' stages stay 0, and a queue only finished tasks name
+    is left out): the live board's strip, which never shows them, reads a fraction of the rows."""
     from board.engine import flow
 
     now = now or clock.now(using)
@@ -175,13 +177,15 @@ def queue_overview(names: Iterable[str] | None = None, *, now: datetime | None =
             rows, tasks = rows.filter(name__in=names), tasks.filter(queue__in=names)
         settings = {queue.name: flow.describe(queue) for queue in rows}
         depth: dict[str, dict[str, int]] = defaultdict(lambda: dict.fromkeys((s.value for s in Stage), 0))
-        for queue, stage, n in tasks.values_list("queue", "stage").annotate(n=Count("pk")).order_by():
+        counted = tasks.filter(stage__in=LIVE_STAGES) if live_only else tasks
+        for queue, stage, n in counted.values_list("queue", "stage").annotate(n=Count("pk")).order_by():
             depth[queue][stage] = n
         oldest = dict(tasks.filter(stage=Stage.QUEUED).values_list("queue").annotate(
             since=Min("stage_changed_at")).order_by())
     # A row with no settings and no task (a limit set, then removed, on a queue since emptied)
     # is listed only when asked for by name.
-    bare = {name for name, item in settings.items() if item["concurrency"] is None and not item["paused"]}
+    bare = {name for name, item in settings.items()
+            if item["concurrency"] is None and item["rate"] is None and not item["paused"]}
     out = []
     for name in sorted((settings.keys() - bare) | depth.keys() | set(names or ())):
         described = settings.get(name) or flow.describe(Queue(name=name))
@@ -195,22 +199,19 @@ def queue_overview(names: Iterable[str] | None = None, *, now: datetime | None =
 
 
 def key_overview(limit: int, *, using: str = "default") -> tuple[list[dict], int]:
-    """The concurrency keys an unfinished task names, at most `limit`: those at their limit first
-    (they hold work back), then the others, each by name, with its limit and running count; and
-    how many more there are. One consistent read. A full key is one that RUNNING tasks name, so
-    every key shown is named by an unfinished task (flow.ensure_rows made its row before it)."""
+    """The concurrency keys RUNNING tasks name, at most `limit`: those at their limit first (they
+    hold work back), then the others, each by name, with its limit and running count; and how
+    many more there are. Read from the keys' own rows (the engine's counts), never the tasks: a
+    key nothing runs under holds nothing back. One consistent read."""
     with store(using).read_transaction():
-        keys = ConcurrencyKey.objects.using(using)
-        full = list(keys.filter(running__gte=F("concurrency"), running__gt=0).order_by("name").values_list(
+        keys = ConcurrencyKey.objects.using(using).filter(running__gt=0)
+        full = list(keys.filter(running__gte=F("concurrency")).order_by("name").values_list(
             "name", "concurrency", "running")[:limit])
-        named = (Task.objects.using(using).filter(stage__in=LIVE_STAGES, concurrency_key__isnull=False)
-                 .order_by().values_list("concurrency_key", flat=True).distinct())
         others: list[tuple[str, int, int]] = []
         if len(full) < limit:
-            names = list(named.exclude(concurrency_key__in=[name for name, _, _ in full])
-                         .order_by("concurrency_key")[:limit - len(full)])
-            others = list(keys.filter(name__in=names).order_by("name").values_list("name", "concurrency", "running"))
-        total = named.count()
+            others = list(keys.filter(running__lt=F("concurrency")).order_by("name").values_list(
+                "name", "concurrency", "running")[:limit - len(full)])
+        total = keys.count()
     shown = [{"name": n, "concurrency": c, "running": r} for n, c, r in full + others]
     return shown, max(0, total - len(shown))
 

@@ -106,7 +106,7 @@ def queue_items(using: str = "default") -> tuple[list[dict], int]:
     when something happens is sent (no "oldest queued for n seconds", which changes every second:
     a frame is pushed only when its content changed)."""
     shown = []
-    for queue in selectors.queue_overview(using=using):
+    for queue in selectors.queue_overview(live_only=True, using=using):
         depth = queue["depth"]
         if not (queue["paused"] or queue["concurrency"] is not None or queue["rate"] is not None
                 or any(depth[s] for s in _LIVE_STAGES)):
