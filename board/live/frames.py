@@ -139,7 +139,7 @@ KEYS_SHOWN = 50
 
 def queues_message(using: str = "default") -> dict:
     """The queues strip's content now, as the "queues" frame holds it (datetimes still objects:
-    `queues_frame` encodes): the queues, and the concurrency keys unfinished tasks name (their
+    `queues_frame` encodes): the queues, and the concurrency keys RUNNING tasks name (their
     QUEUED cards say when a key is at its limit)."""
     queues, more = queue_items(using)
     keys, more_keys = selectors.key_overview(KEYS_SHOWN, using=using)
