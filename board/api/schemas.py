@@ -29,6 +29,7 @@ from board.engine.limits import (
     MAX_BATCH_TASKS,
     MAX_CONCURRENCY,
     MAX_CONCURRENCY_KEY_CHARS,
+    MAX_DEADLINE_SECONDS,
     MAX_DEPENDENCIES,
     MAX_DESCRIPTION_CHARS,
     MAX_ERROR_CHARS,
@@ -90,6 +91,10 @@ REQUEST_ID = Field(
                 "answer was lost.")
 
 
+def DEADLINE(description: str) -> Any:  # noqa: N802  (a Field, named as TTL and TOKEN are)
+    return Field(None, ge=1, le=MAX_DEADLINE_SECONDS, strict=True, description=f"seconds; {description}")
+
+
 class TaskIn(StrictIn):
     id: Optional[str] = Field(None, description="client-chosen id; generated when omitted",
                               pattern=TASK_ID_PATTERN)
@@ -110,6 +115,14 @@ class TaskIn(StrictIn):
         description="the key's limit (needs concurrency_key; the latest create naming one sets it; a new key: 1)")
     run_at: Optional[AwareDatetime] = Field(
         None, strict=False, description="not claimable before this time (ISO 8601 with its zone); shown as not_before")
+
+    # --- deadlines beside the lease (issue 29, item 7; board.engine.deadlines)
+    queue_timeout_seconds: Optional[int] = DEADLINE(
+        "FAILED (reason: not started in time) when QUEUED and claimable this long without starting")
+    attempt_timeout_seconds: Optional[int] = DEADLINE(
+        "one attempt's wall-clock limit: past it the lease is taken back as an expired one, renewed or not")
+    progress_timeout_seconds: Optional[int] = DEADLINE(
+        "a renew keeps the lease only if its progress or checkpoint changed within this many seconds")
 
     @field_validator("run_at", mode="before")
     @classmethod
@@ -209,6 +222,12 @@ class TaskOut(Schema):
     updated_at: datetime
     stage_changed_at: datetime = Field(..., description="when the task entered its current stage")
     concurrency_key: Optional[str] = Field(None, description="the concurrency key it shares with other tasks, if any")
+    queue_timeout_seconds: Optional[int] = Field(None, description="FAILED when QUEUED and claimable this long")
+    attempt_timeout_seconds: Optional[int] = Field(None, description="one attempt's wall-clock limit")
+    progress_timeout_seconds: Optional[int] = Field(
+        None, description="the lease is taken back when progress and checkpoint stay unchanged this long")
+    progress_changed_at: Optional[datetime] = Field(
+        None, description="when a renew last changed progress or saved a checkpoint (or a pause saved one)")
 
 
 class LeaseOut(Schema):

@@ -47,6 +47,9 @@ MAX_CONCURRENCY = 10_000  # a queue's or a concurrency key's limit: 1 to this
 MAX_CONCURRENCY_KEY_CHARS = 200  # a task's concurrency_key: 1 to this, printable
 # A release's retry_after_seconds (a snooze): from 1 s to a week. Longer waits are a run_at.
 MAX_SNOOZE_SECONDS = 7 * 24 * 3600
+# A task's deadlines (board.engine.deadlines): queue_timeout_seconds, attempt_timeout_seconds and
+# progress_timeout_seconds, each a whole number of seconds from 1 to 30 days.
+MAX_DEADLINE_SECONDS = 30 * 24 * 3600
 
 # --- JSON values: payload, result and checkpoint
 # Each at most this many bytes as compact JSON (a task's row, its history and every card of it
