@@ -388,7 +388,9 @@ class Client:
     # -- tasks ------------------------------------------------------------------------------
 
     def create(self, task: dict[str, Any] | Sequence[dict[str, Any]], *, concurrency_key: str | None = None,
-               concurrency_limit: int | None = None) -> dict[str, Any] | builtins.list[dict[str, Any]]:
+               concurrency_limit: int | None = None,
+               queue_timeout_seconds: int | None = None, attempt_timeout_seconds: int | None = None,
+               progress_timeout_seconds: int | None = None) -> dict[str, Any] | builtins.list[dict[str, Any]]:
         """Create one task (a dict) and return it, or a batch (a list of dicts, all or
         nothing, may form a DAG through ``deps``) and return the list.
 
@@ -399,10 +401,20 @@ class Client:
         tasks share it) and ``concurrency_limit`` (1-10,000, with a key: sets the key's limit;
         a new key's is 1). `concurrency_key` / `concurrency_limit` given here are set on every
         task of the call (ValueError, nothing sent, if a task names another value itself).
+        Deadlines beside the lease, whole seconds from 1 to 30 days, applied by the server's
+        reaper: ``queue_timeout_seconds`` (QUEUED and claimable this long without starting: the
+        task FAILS, "not started in time"), ``attempt_timeout_seconds`` (one attempt's limit: the
+        lease is taken back, renewed or not) and ``progress_timeout_seconds`` (the lease is taken
+        back unless a renew changed ``progress`` or saved a checkpoint within that time); given
+        here, set on every task of the call as the concurrency fields are.
         Re-sending an identical create is safe: the existing task comes back. Another task
         under the same id raises `DuplicateId`."""
         flow = {name: value for name, value in (("concurrency_key", concurrency_key),
-                                                ("concurrency_limit", concurrency_limit)) if value is not None}
+                                                ("concurrency_limit", concurrency_limit),
+                                                ("queue_timeout_seconds", queue_timeout_seconds),
+                                                ("attempt_timeout_seconds", attempt_timeout_seconds),
+                                                ("progress_timeout_seconds", progress_timeout_seconds))
+                if value is not None}
         if flow:
             task = _with_fields(task, flow)
         if isinstance(task, dict):
