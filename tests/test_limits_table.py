@@ -30,6 +30,8 @@ EXPECTED = {
     "a concurrency limit (`concurrency` of a queue, `concurrency_limit` of a key)": [1, limits.MAX_CONCURRENCY],
     "`concurrency_key`": [1, limits.MAX_CONCURRENCY_KEY_CHARS],
     "`retry_after_seconds` (a snooze)": [1, limits.MAX_SNOOZE_SECONDS],
+    "`queue_timeout_seconds` / `attempt_timeout_seconds` / `progress_timeout_seconds`":
+        [1, limits.MAX_DEADLINE_SECONDS],
     "task id, `queue`, agent name": [1, limits.MAX_NAME_CHARS],
     "live keys per agent name / a rotated key's grace": [1, 0, limits.MAX_ROTATION_GRACE.total_seconds()],
     "a key's queue patterns": [limits.MAX_SCOPE_PATTERNS, 1, limits.MAX_NAME_CHARS],
