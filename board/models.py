@@ -89,6 +89,10 @@ class Task(models.Model):
             models.Index(fields=["stage", "-priority", "created_at", "id"], name="task_ready_any_queue"),
             # the reaper: RUNNING tasks whose lease has expired.
             models.Index(fields=["stage", "lease_expires_at"], name="task_lease_expiry"),
+            # the reaper's deadline pass (selectors.overdue_deadlines): the QUEUED tasks with a
+            # queue timeout, without reading the whole QUEUED backlog. Partial: a task without one
+            # costs no write. (`>= 1`, not IS NOT NULL: MongoDB's partial indexes take comparisons.)
+            models.Index(fields=["stage"], name="task_queue_deadline", condition=models.Q(queue_timeout_seconds__gte=1)),
             models.Index(fields=["owner"], name="task_owner"),
             # the admin's list: most recently updated first, and its queue filter.
             models.Index(fields=["-updated_at"], name="task_recent"),

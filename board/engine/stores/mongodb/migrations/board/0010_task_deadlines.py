@@ -1,5 +1,6 @@
-"""Deadlines beside the lease (issue 29, item 7): a task's queue, attempt and progress timeouts, and
-when its holder last made progress (board/migrations/0014 on the SQL stores). Existing tasks have none."""
+"""Deadlines beside the lease (issue 29, item 7): a task's queue, attempt and progress timeouts,
+when its holder last made progress, and a partial index of the tasks with a queue timeout (the
+reaper's pass reads those; board/migrations/0014 on the SQL stores). Existing tasks have none."""
 
 from django.db import migrations, models
 
@@ -30,5 +31,9 @@ class Migration(migrations.Migration):
             model_name='task',
             name='queue_timeout_seconds',
             field=models.PositiveIntegerField(blank=True, help_text='FAILED when QUEUED (and claimable) this long without starting.', null=True),
+        ),
+        migrations.AddIndex(
+            model_name='task',
+            index=models.Index(condition=models.Q(('queue_timeout_seconds__gte', 1)), fields=['stage'], name='task_queue_deadline'),
         ),
     ]
