@@ -14,6 +14,7 @@ import io
 from datetime import timedelta
 
 import pytest
+from asgiref.sync import sync_to_async
 from django.core.management import call_command
 from django.utils import timezone
 
@@ -23,6 +24,7 @@ from board.engine.transitions import TaskSpec
 from board.models import Task, TaskEvent
 from tests.support import db_state, postgres_db_mark, race, sqlite_db_mark
 from tests.test_api import assert_error, create, http, post, used_key  # noqa: F401
+from tests.test_consumers import login_cookie, open_socket, receive_until, run, task_frames
 
 TTL = 600  # leases that stay live through every test: only the deadlines take them back
 ROUNDS = 100
@@ -334,3 +336,31 @@ def test_the_reaper_pass_applies_the_deadlines_and_says_why():
     assert sorted(out.getvalue().splitlines()) == ["attempt took too long: r-running -> QUEUED",
                                                    "not started in time: r-queued -> FAILED"]
     assert selectors.problems() == []
+
+
+@pytest.mark.django_db(transaction=True, databases=["default"])
+def test_a_deadline_move_is_pushed_live_with_its_reason():
+    """The live board reads the history: the pass's moves reach an open socket as any move does,
+    the card in its new stage and the event with its reason."""
+    transitions.create([TaskSpec(id="live-q", title="q", queue_timeout_seconds=60),
+                        TaskSpec(id="live-r", title="r", progress_timeout_seconds=60)])
+    transitions.claim("live-r", "agent", TTL)
+    cookie = login_cookie()
+
+    async def scenario():
+        socket, connected, _ = await open_socket(cookie)
+        assert connected
+        frames: list = []
+        await receive_until(socket, lambda m: m["type"] == "snapshot", frames)
+        await sync_to_async(transitions.enforce_deadlines)(now=later(120))
+        await receive_until(socket, lambda m: m["type"] == "task" and m["event"]["task"] == "live-r", frames)
+        await socket.disconnect()
+        return task_frames(frames)
+
+    pushed = {m["event"]["task"]: m for m in run(scenario())}
+    assert set(pushed) == {"live-q", "live-r"}
+    assert (pushed["live-q"]["task"]["stage"], pushed["live-q"]["event"]["verb"],
+            pushed["live-q"]["event"]["detail"]["reason"]) == ("FAILED", "expire", "not started in time")
+    assert (pushed["live-r"]["task"]["stage"], pushed["live-r"]["event"]["verb"],
+            pushed["live-r"]["event"]["detail"]["reason"]) == ("QUEUED", "reclaim", "no progress in 60 s")
+    assert pushed["live-r"]["task"]["progress_timeout_seconds"] == 60
