@@ -68,7 +68,8 @@ TAKEOVERS = Counter("taskflow_takeovers", "Claims that took a task over from an 
 RETRIES = Counter("taskflow_retries", "Failed attempts sent back to the queue behind a backoff.")
 TERMINAL_FAILURES = Counter(
     "taskflow_terminal_failures", "Failures that left the task FAILED: not_retryable (the holder said so), "
-    "attempts_spent, lease_expired (on the last attempt).", ["reason"])
+    "attempts_spent, lease_expired (on the last attempt), deadline (a queue timeout, or an attempt or "
+    "progress timeout on the last attempt).", ["reason"])
 # Django's handling of one /api/ request (a parked claim's wait is not in it: serving.py holds it
 # without a thread and replays the request, each replay measured again).
 API_LATENCY = Histogram(
@@ -96,7 +97,7 @@ TAILER_DELIVERED = Gauge("taskflow_tailer_delivered_event_id",
 
 for _by in ("reaper", "claim"):  # present at 0 from the start, so that rate() has a series
     LEASE_EXPIRIES.labels(by=_by)
-for _reason in ("not_retryable", "attempts_spent", "lease_expired"):
+for _reason in ("not_retryable", "attempts_spent", "lease_expired", "deadline"):
     TERMINAL_FAILURES.labels(reason=_reason)
 
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})

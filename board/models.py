@@ -65,6 +65,18 @@ class Task(models.Model):
     # (a bench's or test's bulk insert); readers then fall back to updated_at.
     stage_changed_at = models.DateTimeField(null=True, blank=True, editable=False)
 
+    # Deadlines beside the lease (issue 29; board.engine.deadlines), set at creation, applied by
+    # the reaper's pass (transitions.enforce_deadlines). Seconds; null: no such deadline.
+    queue_timeout_seconds = models.PositiveIntegerField(
+        null=True, blank=True, help_text="FAILED when QUEUED (and claimable) this long without starting.")
+    attempt_timeout_seconds = models.PositiveIntegerField(
+        null=True, blank=True, help_text="One attempt's wall-clock limit, renewals or not.")
+    progress_timeout_seconds = models.PositiveIntegerField(
+        null=True, blank=True, help_text="The lease is taken back when neither progress nor checkpoint changed this long.")
+    # When a holder last changed its progress or saved a checkpoint (a renew, a pause): what the
+    # progress deadline counts from (with stage_changed_at, the attempt's start). Engine-owned.
+    progress_changed_at = models.DateTimeField(null=True, blank=True, editable=False)
+
     # Flags that let the hot verbs skip a query (dependencies are fixed at creation). Set by
     # transitions.create; the prune (board.engine.retention) clears has_dependents once a task's
     # dependents are gone; db_default too, so that a row inserted by plain SQL is valid.
@@ -85,6 +97,10 @@ class Task(models.Model):
             models.Index(fields=["stage", "-priority", "created_at", "id"], name="task_ready_any_queue"),
             # the reaper: RUNNING tasks whose lease has expired.
             models.Index(fields=["stage", "lease_expires_at"], name="task_lease_expiry"),
+            # the reaper's deadline pass (selectors.overdue_deadlines): the QUEUED tasks with a
+            # queue timeout, without reading the whole QUEUED backlog. Partial: a task without one
+            # costs no write. (`>= 1`, not IS NOT NULL: MongoDB's partial indexes take comparisons.)
+            models.Index(fields=["stage"], name="task_queue_deadline", condition=models.Q(queue_timeout_seconds__gte=1)),
             models.Index(fields=["owner"], name="task_owner"),
             # the admin's list: most recently updated first, and its queue filter.
             models.Index(fields=["-updated_at"], name="task_recent"),

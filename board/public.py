@@ -28,6 +28,12 @@ def public_task(task: Task, deps: list[str]) -> dict:
         "stage_changed_at": task.stage_changed_at or task.updated_at,
         "concurrency_key": task.concurrency_key,
         "dedup_key": task.dedup_key,
+        # Deadlines beside the lease (board.engine.deadlines): the creator's timeouts, and when
+        # the holder last changed its progress or checkpoint (the progress deadline's clock).
+        "queue_timeout_seconds": task.queue_timeout_seconds,
+        "attempt_timeout_seconds": task.attempt_timeout_seconds,
+        "progress_timeout_seconds": task.progress_timeout_seconds,
+        "progress_changed_at": task.progress_changed_at,
     }
 
 

@@ -469,7 +469,9 @@ class Client:
 
     def create(self, task: dict[str, Any] | Sequence[dict[str, Any]], *, concurrency_key: str | None = None,
                concurrency_limit: int | None = None, dedup_key: str | None = None,
-               run_at: datetime | str | None = None) -> dict[str, Any] | builtins.list[dict[str, Any]]:
+               run_at: datetime | str | None = None,
+               queue_timeout_seconds: int | None = None, attempt_timeout_seconds: int | None = None,
+               progress_timeout_seconds: int | None = None) -> dict[str, Any] | builtins.list[dict[str, Any]]:
         """Create one task (a dict) and return it, or a batch (a list of dicts, all or
         nothing, may form a DAG through ``deps``) and return the list.
 
@@ -484,6 +486,12 @@ class Client:
         `run_at` (an aware datetime or ISO text) given here are set on every task of the call;
         `dedup_key` only on a single task (ValueError, nothing sent, if a task names another
         value itself, or for a naive datetime).
+        Deadlines beside the lease, whole seconds from 1 to 30 days, applied by the server's
+        reaper: ``queue_timeout_seconds`` (QUEUED and claimable this long without starting: the
+        task FAILS, "not started in time"), ``attempt_timeout_seconds`` (one attempt's limit: the
+        lease is taken back, renewed or not) and ``progress_timeout_seconds`` (the lease is taken
+        back unless a renew changed ``progress`` or saved a checkpoint within that time); given
+        here, set on every task of the call as the concurrency fields are.
 
         Each returned task has ``deduplicated``: True when a live task held its dedup key
         and was returned instead. Re-sending an identical create is safe: the existing task
@@ -496,7 +504,11 @@ class Client:
             run_at = run_at.isoformat()
         fields = {name: value for name, value in (("concurrency_key", concurrency_key),
                                                   ("concurrency_limit", concurrency_limit),
-                                                  ("dedup_key", dedup_key), ("run_at", run_at)) if value is not None}
+                                                  ("dedup_key", dedup_key), ("run_at", run_at),
+                                                  ("queue_timeout_seconds", queue_timeout_seconds),
+                                                  ("attempt_timeout_seconds", attempt_timeout_seconds),
+                                                  ("progress_timeout_seconds", progress_timeout_seconds))
+                  if value is not None}
         if fields:
             task = _with_fields(task, fields)
         if isinstance(task, dict):

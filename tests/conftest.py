@@ -118,6 +118,10 @@ SLOW = {
         "test_the_sqlite3_recipe_refuses_the_superseded_holder_over_200_rounds",
         "test_two_holders_write_at_once_and_only_the_current_one_survives_200_rounds",
     },
+    "test_deadlines.py": {
+        "test_the_deadline_pass_racing_the_holders_complete_has_exactly_one_winner",
+        "test_a_heartbeat_racing_the_progress_deadline_never_saves_the_lease",
+    },
     "test_key_scopes.py": {"test_scoped_claimers_racing_take_only_their_queues_each_once"},
     "test_key_names.py": {"test_concurrent_mints_for_one_name_make_exactly_one_key"},
     "test_admin.py": {

@@ -976,12 +976,26 @@ def test_adding_a_task_calls_the_engine(op):
     assert selectors.deps_of(["made"]) == {"made": ["dep"]}
 
 
+def test_a_task_added_with_deadlines_shows_them_on_its_page(op):
+    response = op.post(ADD, {"id": "timed", "title": "t", "description": "", "queue": "default", "priority": "0",
+                             "max_retries": "3", "payload": "", "deps": "", "queue_timeout_seconds": "600",
+                             "attempt_timeout_seconds": "", "progress_timeout_seconds": "120"})
+    assert response.status_code == 302
+    made = row("timed")
+    assert (made["queue_timeout_seconds"], made["attempt_timeout_seconds"], made["progress_timeout_seconds"]) == (
+        600, None, 120)
+    page = op.get(change_url("timed")).content.decode()
+    assert "Deadlines" in page and "600" in page and "120" in page
+
+
 @pytest.mark.parametrize("fields, field, message", [
     ({"id": "taken"}, "id", "a task with id 'taken' already exists"),
     ({"id": "bad id"}, "id", None),
     ({"deps": "nope"}, "deps", "unknown dependencies: nope"),
     ({"title": "  "}, "title", "title must be non-empty text of at most 300 characters"),
     ({"queue": "a b"}, "queue", "invalid queue name 'a b'"),
+    ({"attempt_timeout_seconds": "0"}, "attempt_timeout_seconds",
+     "attempt_timeout_seconds must be a whole number of seconds from 1 to 2592000"),
 ])
 def test_adding_an_invalid_task_shows_the_engines_message(op, fields, field, message):
     new("taken")

@@ -43,6 +43,8 @@ TASK_FIELDS = {
     "stage", "version", "owner", "fence", "lease_expires_at", "attempts", "not_before",
     "checkpoint", "progress", "result", "error", "created_at", "updated_at", "stage_changed_at",
     "concurrency_key", "dedup_key",
+    "concurrency_key", "queue_timeout_seconds", "attempt_timeout_seconds", "progress_timeout_seconds",
+    "progress_changed_at",
 }
 EVENT_FIELDS = {"id", "task", "verb", "from_stage", "to_stage", "version", "fence", "actor", "at", "detail"}
 
@@ -225,6 +227,8 @@ def test_create_one_task_is_201_with_the_public_task(http, agent):
         "not_before": None, "checkpoint": None, "progress": None, "result": None, "error": "",
         "created_at": None, "updated_at": None, "stage_changed_at": None, "concurrency_key": None,
         "dedup_key": None,
+        "queue_timeout_seconds": None, "attempt_timeout_seconds": None, "progress_timeout_seconds": None,
+        "progress_changed_at": None,
     }
     assert when(task["created_at"]) == when(task["updated_at"]) == when(task["stage_changed_at"])
     assert current(http, agent, "t1") == task

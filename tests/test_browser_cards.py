@@ -129,6 +129,24 @@ def test_a_queued_card_that_may_not_start_yet_says_until_when(open_board, orm):
     expect(settled(page, "now", "QUEUED").locator(".badge.not-before")).to_have_count(0)
 
 
+def test_a_card_with_a_deadline_says_when_it_runs_out(open_board, orm):
+    """Deadlines (issue 29, item 7): a RUNNING card names its attempt's deadline (the earliest of
+    its deadlines), a QUEUED one when it fails unstarted; a card without one wears no such badge."""
+    orm(transitions.create, [TaskSpec(id="timed", title="an hour at most", attempt_timeout_seconds=3600),
+                             TaskSpec(id="waits", title="ten minutes to start", queue_timeout_seconds=600),
+                             TaskSpec(id="free", title="no deadline")])
+    orm(transitions.claim, "timed", "agent", 300)
+    due = orm(lambda: Task.objects.get(pk="timed").stage_changed_at) + timedelta(seconds=3600)
+    page = open_board()
+    badge = settled(page, "timed", "RUNNING").locator(".badge.deadline")
+    expect(badge).to_contain_text("deadline", timeout=ARRIVAL)
+    title = badge.get_attribute("title")
+    assert title.startswith("the attempt's time runs out at") and str(due.astimezone().year) in title
+    expect(settled(page, "waits", "QUEUED").locator(".badge.deadline")).to_have_attribute(
+        "title", re.compile("^fails if not started by"))
+    expect(settled(page, "free", "QUEUED").locator(".badge.deadline")).to_have_count(0)
+
+
 # ---------------------------------------------------------------------------------------------
 # 3. Cancel asks first; Admit says why it cannot
 

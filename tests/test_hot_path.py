@@ -78,6 +78,7 @@ def orm_row(alias: str, task_id: str) -> dict:
     values = model_to_dict(task, fields=FIELDS)
     del values["id"]
     values["stage_changed_at"] = task.stage_changed_at  # not editable: model_to_dict skips it
+    values["progress_changed_at"] = task.progress_changed_at  # the same
     return values
 
 
@@ -131,13 +132,16 @@ def _database_clock_times_checked(seen: list, ttls: tuple[int, int]) -> list:
     columns, after checking them: each write's expiry is exactly its time + the TTL (one
     reading of the database's clock per move), times rise, and each history row has its
     move's time."""
-    times = ("created_at", "updated_at", "lease_expires_at", "stage_changed_at")
+    times = ("created_at", "updated_at", "lease_expires_at", "stage_changed_at", "progress_changed_at")
     history = seen[-1]
     written = [orm for orm, _ in seen[:-1]]
     # claim and complete change the stage (its time is the write's); renew keeps it.
     claimed, renewed, completed = written
     assert claimed["stage_changed_at"] == claimed["updated_at"] == renewed["stage_changed_at"]
     assert completed["stage_changed_at"] == completed["updated_at"]
+    # The renew saved a checkpoint and changed progress: the progress deadline's clock is its time.
+    assert claimed["progress_changed_at"] is None
+    assert renewed["progress_changed_at"] == renewed["updated_at"] == completed["progress_changed_at"]
     for values, ttl in zip(written[:2], ttls):
         assert values["lease_expires_at"] - values["updated_at"] == timedelta(seconds=ttl)
     assert written[2]["lease_expires_at"] is None

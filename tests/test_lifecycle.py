@@ -32,6 +32,7 @@ def allowed_verbs(stage: Stage | str) -> list[Verb]:
 DESIGN_LEAVES_TO: set[tuple[Stage, Stage]] = {
     (P, Q), (P, X),
     (Q, R), (Q, X),
+    (Q, F),  # issue 29, item 7: a queue timeout (DESIGN.md's table predates it)
     (R, C), (R, F), (R, Z), (R, Q), (R, X),
     (Z, R), (Z, Q), (Z, X),
     (F, Q), (F, X),
@@ -44,6 +45,7 @@ EXPECTED_MOVES: dict[tuple[Stage, Verb], Stage] = {
     (P, Verb.CANCEL): X,
     (Q, Verb.CLAIM): R,
     (Q, Verb.CANCEL): X,
+    (Q, Verb.EXPIRE): F,  # the reaper: not started within its queue timeout
     (R, Verb.RENEW): R,  # extends the lease: stays RUNNING
     (R, Verb.COMPLETE): C,
     (R, Verb.FAIL): F,

@@ -32,6 +32,8 @@ EXPECTED = {
     "`retry_after_seconds` (a snooze)": [1, limits.MAX_SNOOZE_SECONDS],
     "`dedup_key`": [1, limits.MAX_DEDUP_KEY_CHARS],
     "a queue's `rate`": [1, limits.MAX_RATE_COUNT, 1, limits.MAX_RATE_PER_SECONDS],
+    "`queue_timeout_seconds` / `attempt_timeout_seconds` / `progress_timeout_seconds`":
+        [1, limits.MAX_DEADLINE_SECONDS],
     "task id, `queue`, agent name": [1, limits.MAX_NAME_CHARS],
     "a schedule's `name` / `cron`": [1, limits.MAX_SCHEDULE_NAME_CHARS, 15, limits.MAX_CRON_CHARS],
     "live keys per agent name / a rotated key's grace": [1, 0, limits.MAX_ROTATION_GRACE.total_seconds()],

@@ -205,7 +205,7 @@ def test_a_scripted_run_shows_exact_counts_from_every_process(pg_metrics_server)
     assert value(samples, "taskflow_retries_total") == 1
     assert labelled(samples, "taskflow_terminal_failures_total") == {
         frozenset({("reason", "not_retryable")}): 1, frozenset({("reason", "attempts_spent")}): 0,
-        frozenset({("reason", "lease_expired")}): 0}
+        frozenset({("reason", "lease_expired")}): 0, frozenset({("reason", "deadline")}): 0}
 
     # The latency histogram by route, never by raw path: 3 completes (one refused), 5 claim_next.
     count = "taskflow_api_request_duration_seconds_count"

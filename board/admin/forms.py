@@ -18,7 +18,7 @@ from django.core import signing
 
 from board import agent_keys
 from board.admin import reads
-from board.engine import errors, flow, schedules, selectors, transitions
+from board.engine import deadlines, errors, flow, schedules, selectors, transitions
 from board.engine.limits import MAX_REASON_CHARS, MAX_ROTATION_GRACE
 from board.models import AgentKey, Queue, Schedule, Task
 
@@ -185,7 +185,8 @@ class TaskCreateForm(_EngineForm):
 
     class Meta:
         model = Task
-        fields = ("id", "title", "description", "queue", "priority", "max_retries", "hold", "payload")
+        fields = ("id", "title", "description", "queue", "priority", "max_retries", "hold", "payload",
+                  *deadlines.TIMEOUTS)
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -205,6 +206,7 @@ class TaskCreateForm(_EngineForm):
             max_retries=data["max_retries"] if data.get("max_retries") is not None else 3,
             hold=bool(data.get("hold")),
             deps=tuple(d for d in data.get("deps", "").replace(",", " ").split() if d),
+            **{name: data.get(name) for name in deadlines.TIMEOUTS},  # the engine checks 1 s to 30 days
         )
         try:
             self.written = transitions.create(spec, actor=self.actor)[0]

@@ -28,7 +28,7 @@ from board.admin.filters import (
 )
 from board.admin.forms import EDITABLE, TaskActionForm, TaskCreateForm, TaskEditForm
 from board.engine import clock as store_clock
-from board.engine import selectors
+from board.engine import deadlines, selectors
 from board.engine.lifecycle import TERMINAL
 from board.engine.limits import HISTORY_LIMIT
 from board.models import Task, TaskEvent
@@ -106,7 +106,7 @@ class TaskAdmin(NoHashLookups, admin.ModelAdmin):
         "id", "stage", "version", "queue", "concurrency_key", "dedup_key", "hold", "owner", "fence", "lease",
         "lease_expires_at",
         "attempts_of_max", "not_before", "progress", "checkpoint", "result", "last_error_text", "created_at",
-        "updated_at", "dependencies_list",
+        "updated_at", "dependencies_list", *deadlines.TIMEOUTS, "progress_changed_at",
     )
 
     # -- time: a parameter (tests move it; the reaper's rule is "expired by this clock") ------
@@ -165,6 +165,7 @@ class TaskAdmin(NoHashLookups, admin.ModelAdmin):
             return [
                 (None, {"fields": ("id", "title", "description", "queue", "priority", "max_retries",
                                    "hold", "payload", "deps")}),
+                ("Deadlines (seconds; empty: none)", {"fields": deadlines.TIMEOUTS}),
             ]
         editable = list(EDITABLE)
         if self.has_change_permission(request, obj):
@@ -176,6 +177,8 @@ class TaskAdmin(NoHashLookups, admin.ModelAdmin):
             ("Lease", {"fields": ("owner", "fence", "lease", "lease_expires_at", "attempts_of_max", "not_before")}),
             ("Progress and outcome", {"fields": ("progress", "checkpoint", "result", "last_error_text",
                                                  "created_at", "updated_at")}),
+            # Set at creation; progress_changed_at is the engine's (board.engine.deadlines).
+            ("Deadlines", {"fields": (*deadlines.TIMEOUTS, "progress_changed_at")}),
         ]
 
     def get_readonly_fields(self, request, obj=None):

@@ -33,6 +33,7 @@ from board.engine.limits import (
     MAX_RATE_COUNT,
     MAX_RATE_PER_SECONDS,
     MAX_CRON_CHARS,
+    MAX_DEADLINE_SECONDS,
     MAX_DEPENDENCIES,
     MAX_DESCRIPTION_CHARS,
     MAX_ERROR_CHARS,
@@ -95,6 +96,10 @@ REQUEST_ID = Field(
                 "answer was lost.")
 
 
+def DEADLINE(description: str) -> Any:  # noqa: N802  (a Field, named as TTL and TOKEN are)
+    return Field(None, ge=1, le=MAX_DEADLINE_SECONDS, strict=True, description=f"seconds; {description}")
+
+
 class TaskIn(StrictIn):
     id: Optional[str] = Field(None, description="client-chosen id; generated when omitted",
                               pattern=TASK_ID_PATTERN)
@@ -119,6 +124,14 @@ class TaskIn(StrictIn):
         None, min_length=1, max_length=MAX_DEDUP_KEY_CHARS,
         description="while a live task (not COMPLETED, FAILED or CANCELLED) has this key, this create returns "
                     "that task (200, deduplicated: true) and creates nothing")
+
+    # --- deadlines beside the lease (issue 29, item 7; board.engine.deadlines)
+    queue_timeout_seconds: Optional[int] = DEADLINE(
+        "FAILED (reason: not started in time) when QUEUED and claimable this long without starting")
+    attempt_timeout_seconds: Optional[int] = DEADLINE(
+        "one attempt's wall-clock limit: past it the lease is taken back as an expired one, renewed or not")
+    progress_timeout_seconds: Optional[int] = DEADLINE(
+        "a renew keeps the lease only if its progress or checkpoint changed within this many seconds")
 
     @field_validator("run_at", mode="before")
     @classmethod
@@ -219,6 +232,12 @@ class TaskOut(Schema):
     stage_changed_at: datetime = Field(..., description="when the task entered its current stage")
     concurrency_key: Optional[str] = Field(None, description="the concurrency key it shares with other tasks, if any")
     dedup_key: Optional[str] = Field(None, description="while this task is live, a create with this key returns it")
+    queue_timeout_seconds: Optional[int] = Field(None, description="FAILED when QUEUED and claimable this long")
+    attempt_timeout_seconds: Optional[int] = Field(None, description="one attempt's wall-clock limit")
+    progress_timeout_seconds: Optional[int] = Field(
+        None, description="the lease is taken back when progress and checkpoint stay unchanged this long")
+    progress_changed_at: Optional[datetime] = Field(
+        None, description="when a renew last changed progress or saved a checkpoint (or a pause saved one)")
 
 
 class LeaseOut(Schema):

@@ -43,6 +43,7 @@ class Verb(enum.StrEnum):
     RECLAIM = "reclaim"  # a lost (expired) lease taken back by the store
     FORCE_PAUSE = "force_pause"  # an operator pauses a running task, keeping its last checkpoint
     EDIT = "edit"  # an operator edits title, description, priority, max_retries or payload
+    EXPIRE = "expire"  # QUEUED -> FAILED: not started within its queue_timeout_seconds (the reaper)
 
 
 # Stages no transition leaves. FAILED is not here: an operator may requeue it.
@@ -64,6 +65,7 @@ TRANSITIONS: dict[tuple[Stage, Verb], Stage] = {
     (Stage.PENDING, Verb.CANCEL): Stage.CANCELLED,
     (Stage.QUEUED, Verb.CLAIM): Stage.RUNNING,
     (Stage.QUEUED, Verb.CANCEL): Stage.CANCELLED,
+    (Stage.QUEUED, Verb.EXPIRE): Stage.FAILED,  # its queue timeout passed (board.engine.deadlines)
     (Stage.RUNNING, Verb.RENEW): Stage.RUNNING,
     (Stage.RUNNING, Verb.COMPLETE): Stage.COMPLETED,
     (Stage.RUNNING, Verb.FAIL): Stage.FAILED,

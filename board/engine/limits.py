@@ -64,6 +64,9 @@ SCHEDULE_MISSED_GRACE = timedelta(seconds=60)
 # to this many (a per-minute cron down for a year has 525,600: counting them all would hold the
 # reaper's pass for seconds). More are reported as this many.
 MAX_SKIPPED_TICKS_COUNTED = 10_000
+# A task's deadlines (board.engine.deadlines): queue_timeout_seconds, attempt_timeout_seconds and
+# progress_timeout_seconds, each a whole number of seconds from 1 to 30 days.
+MAX_DEADLINE_SECONDS = 30 * 24 * 3600
 
 # --- JSON values: payload, result and checkpoint
 # Each at most this many bytes as compact JSON (a task's row, its history and every card of it

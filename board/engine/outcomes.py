@@ -11,7 +11,7 @@ Transitions call `record(using, verb, outcome, code)`:
 | `refused`   | a call was refused with an error (nothing written; `refusals`)        | the error's code  |
 | `empty`     | claim_next found no ready task                                        | ""                |
 | `expired`   | a lease that had expired was taken back (after its commit)            | who took it: `reaper` or `claim` (a takeover) |
-| `terminal`  | a failure left the task FAILED for good (after its commit)            | `not_retryable`, `attempts_spent` or `lease_expired` |
+| `terminal`  | a failure left the task FAILED for good (after its commit)            | `not_retryable`, `attempts_spent`, `lease_expired` or `deadline` (board.engine.deadlines) |
 
 `won`, `expired` and `terminal` are told only once the transaction commits (a move rolled back,
 or retried after a MongoDB write conflict, is never counted); the others at once. Observers run

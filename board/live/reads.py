@@ -28,7 +28,9 @@ from board.models import Dependency, Task, TaskEvent
 # snapshot's, `board_parts`, and the tailer's, `live_tasks`) select these columns and no other.
 CARD_COLUMNS = ("id", "title", "queue", "priority", "hold", "max_retries", "stage", "version", "owner",
                 "fence", "lease_expires_at", "attempts", "not_before", "progress", "last_error",
-                "created_at", "updated_at", "stage_changed_at", "concurrency_key", "dedup_key")
+                "created_at", "updated_at", "stage_changed_at", "concurrency_key", "dedup_key",
+                "queue_timeout_seconds", "attempt_timeout_seconds", "progress_timeout_seconds",
+                "progress_changed_at")
 NOT_ON_CARDS = ("description", "payload", "checkpoint", "result")
 
 
@@ -79,7 +81,8 @@ def _values_of(queries: list, batch: int, using: str) -> Iterator[tuple]:
 
 
 _ROW_COLUMNS = (*CARD_COLUMNS, "has_deps")  # has_deps: whether to look up its dependencies
-_CARD_TIMES = ("lease_expires_at", "not_before", "created_at", "updated_at", "stage_changed_at")
+_CARD_TIMES = ("lease_expires_at", "not_before", "created_at", "updated_at", "stage_changed_at",
+               "progress_changed_at")
 
 
 def _card_row(values: tuple) -> dict:

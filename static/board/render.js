@@ -202,6 +202,32 @@ function buildCard(task, filter) {
   return card;
 }
 
+const DEADLINE_WHAT = {
+  queue: "fails if not started by",
+  attempt: "the attempt's time runs out at",
+  progress: "the lease is taken back without progress by",
+};
+
+/** The task's next deadline in its stage, {at (ms), what}, or null: the earliest of those
+ * board/engine/deadlines.py's `due` computes (the same clocks, from the card's fields). */
+function deadlineOf(task) {
+  const start = Date.parse(task.stage_changed_at);
+  if (!(start >= 0)) return null;
+  const since = (time) => { const t = time ? Date.parse(time) : NaN; return t > start ? t : start; };
+  const due = [];
+  if (task.stage === "QUEUED" && task.queue_timeout_seconds) {
+    due.push(["queue", since(task.not_before) + task.queue_timeout_seconds * 1000]);
+  } else if (task.stage === "RUNNING") {
+    if (task.attempt_timeout_seconds) due.push(["attempt", start + task.attempt_timeout_seconds * 1000]);
+    if (task.progress_timeout_seconds) {
+      due.push(["progress", since(task.progress_changed_at) + task.progress_timeout_seconds * 1000]);
+    }
+  }
+  if (!due.length) return null;
+  const [kind, at] = due.reduce((a, b) => (b[1] < a[1] ? b : a));
+  return { at, what: DEADLINE_WHAT[kind] };
+}
+
 // A card is kept small (a few elements): 10,000 of them must build and lay out quickly. The
 // two elements that tick are kept on the card: card.inStageEl ("3m in RUNNING") and
 // card.leaseEl (the lease's countdown, RUNNING only).
@@ -237,14 +263,21 @@ function fillCard(card, task, filter) {
   // drawn; the card is not redrawn when that time passes, so the badge names the time).
   const notBefore = task.stage === "QUEUED" && task.not_before ? Date.parse(task.not_before) : NaN;
   const later = notBefore > Date.now();
+  // ... and when one of its deadlines runs out (issue 29, item 7), named as a time like the above.
+  const deadline = deadlineOf(task);
   const { error, attempt } = troubleBadges(task);
-  if (error || attempt || held || progress || paused || later) {
+  if (error || attempt || held || progress || paused || later || deadline) {
     const badges = el("div", "badges");
     if (closed) badges.append(el("span", "badge waiting", `waiting: ${closed}`));
     if (keyHeld) badges.append(el("span", "badge waiting key-full", `waiting: ${keyHeld}`));
     if (later) {
       const b = el("span", "badge waiting not-before", `not before ${new Date(notBefore).toLocaleTimeString()}`);
       b.title = new Date(notBefore).toLocaleString();
+      badges.append(b);
+    }
+    if (deadline) {
+      const b = el("span", "badge deadline", `deadline ${new Date(deadline.at).toLocaleTimeString()}`);
+      b.title = `${deadline.what} ${new Date(deadline.at).toLocaleString()}`;
       badges.append(b);
     }
     if (error) {

@@ -21,7 +21,7 @@ from board.api.pagination import (
     page_limit,
 )
 from board.api.schemas import CreatedTaskOut, EventPage, TaskBatchIn, TaskBatchOut, TaskIn, TaskOut, TaskPage
-from board.engine import errors, scopes, selectors, transitions
+from board.engine import deadlines, errors, scopes, selectors, transitions
 from board.engine.inputs import is_valid_task_id, json_field
 from board.engine.lifecycle import Stage
 from board.engine.limits import MAX_OWNER_CHARS, MAX_PAGE, MAX_PAGE_BYTES, MAX_TITLE_CHARS
@@ -41,7 +41,10 @@ def _spec(item: TaskIn) -> TaskSpec:
     return TaskSpec(title=item.title, id=item.id, description=item.description, payload=item.payload,
                     queue=item.queue, priority=item.priority, deps=tuple(item.deps), hold=item.hold,
                     max_retries=item.max_retries, concurrency_key=item.concurrency_key,
-                    concurrency_limit=item.concurrency_limit, run_at=item.run_at, dedup_key=item.dedup_key)
+                    concurrency_limit=item.concurrency_limit, run_at=item.run_at, dedup_key=item.dedup_key,
+                    queue_timeout_seconds=item.queue_timeout_seconds,
+                    attempt_timeout_seconds=item.attempt_timeout_seconds,
+                    progress_timeout_seconds=item.progress_timeout_seconds)
 
 
 def _same_as_existing(specs: list[TaskSpec]) -> list[Task] | None:
@@ -61,6 +64,8 @@ def _same_as_existing(specs: list[TaskSpec]) -> list[Task] | None:
                 spec.title, spec.description, spec.payload, spec.queue, spec.priority,
                 sorted(spec.deps), spec.hold, spec.max_retries, spec.concurrency_key, spec.dedup_key):
             return None
+        if any(getattr(task, name) != getattr(spec, name) for name in deadlines.TIMEOUTS):
+            return None  # its deadlines differ: not a retry of the same create
     for task in existing.values():
         task.deduplicated = False  # the same create again, not another create with its key
     return [existing[spec.id] for spec in specs]

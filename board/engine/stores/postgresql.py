@@ -196,13 +196,19 @@ PG_CLAIM_NEXT_IN_SCOPE = _PG_CLAIM_NEXT.format(queue=" AND queue LIKE ANY(%(scop
 # still live (expiry after the database's clock as the statement starts), and minted for the
 # agent when one is named. Extends the expiry to the database's clock + ttl, keeps token,
 # fence and claim request, saves checkpoint/progress when given (NULL keeps them), version + 1;
-# `history` records it (the holder, unchanged, is the actor).
+# progress_changed_at (the progress deadline's clock, board.engine.deadlines) becomes the
+# statement's time when a checkpoint is given or the progress given differs from the stored one
+# (the SET reads the row as it was); `history` records it (the holder, unchanged, is the actor).
 PG_RENEW = f"""
 WITH moved AS (
     UPDATE {TASK}
     SET version = version + 1, lease_expires_at = statement_timestamp() + %(ttl)s,
         checkpoint = COALESCE(%(checkpoint)s::jsonb, checkpoint),
-        progress = COALESCE(%(progress)s::double precision, progress), updated_at = statement_timestamp()
+        progress = COALESCE(%(progress)s::double precision, progress),
+        progress_changed_at = CASE WHEN %(checkpoint)s::jsonb IS NOT NULL
+                                     OR progress IS DISTINCT FROM COALESCE(%(progress)s::double precision, progress)
+                                   THEN statement_timestamp() ELSE progress_changed_at END,
+        updated_at = statement_timestamp()
     WHERE id = %(id)s AND stage = 'RUNNING' AND lease_token_hash = %(token_hash)s
       AND lease_expires_at > statement_timestamp() AND owner = COALESCE(%(agent)s, owner)
       AND {_KEY_IS_LIVE}

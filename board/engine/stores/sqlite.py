@@ -199,13 +199,18 @@ SQLITE_CLAIM_NEXT_IN_SCOPE = _SQLITE_CLAIM_NEXT.format(
 # that lease still live (expiry after now: an expired lease is never extended), and, when the
 # caller names its agent, minted for that agent (owner = COALESCE(agent, owner)). Extends the
 # expiry, keeps token and fence, saves checkpoint/progress when given (NULL keeps them),
-# version + 1.
-# Params: lease_expires_at, checkpoint, progress, updated_at, id, token_hash, now, agent, then
-# the key check's (key_hash, key_hash, agent, now).
+# version + 1. progress_changed_at (the progress deadline's clock, board.engine.deadlines) becomes
+# now when a checkpoint is given or the progress given differs from the stored one (a SET's
+# right-hand sides read the row as it was before the UPDATE).
+# Params: lease_expires_at, checkpoint, progress, checkpoint, progress, now, updated_at, id,
+# token_hash, now, agent, then the key check's (key_hash, key_hash, agent, now).
 SQLITE_RENEW = f"""
 UPDATE {TASK}
 SET version = version + 1, lease_expires_at = %s, checkpoint = COALESCE(%s, checkpoint),
-    progress = COALESCE(%s, progress), updated_at = %s
+    progress = COALESCE(%s, progress),
+    progress_changed_at = CASE WHEN %s IS NOT NULL OR progress IS NOT COALESCE(%s, progress) THEN %s
+                               ELSE progress_changed_at END,
+    updated_at = %s
 WHERE id = %s AND stage = 'RUNNING' AND lease_token_hash = %s AND lease_expires_at > %s
   AND owner = COALESCE(%s, owner) AND {_KEY_IS_LIVE}
 RETURNING {COLUMNS}
@@ -347,7 +352,8 @@ class SQLiteStatements(Statements):
         now = timezone.now()
         until = now + ttl
         at = self._dt(now)
-        params = (self._dt(until), self._json(self._checkpoint_field, checkpoint, connection), progress, at,
+        checkpoint = self._json(self._checkpoint_field, checkpoint, connection)
+        params = (self._dt(until), checkpoint, progress, checkpoint, progress, at, at,
                   task_id, token_hash, at, agent, key_hash, key_hash, agent, at)
         execute, translated = self._executor(connection)
         with translated:

@@ -20,13 +20,19 @@ public verb wears `tracing.traced` (outermost).
 The rooms: `cas` (the CAS and what the verbs share), `creation` (create, the DAG checks),
 `leases` (the holder's verbs: claim, claim_next, resume, renew, release, complete, fail, pause),
 `operators` (admit, requeue, cancel, force_release, force_pause, edit), `housekeeping`
-(admit_ready, reclaim_expired). Callers use the names below: `transitions.claim_next(...)`.
+(admit_ready, reclaim_expired, enforce_deadlines). Callers use the names below: `transitions.claim_next(...)`.
 """
 from board.engine import errors  # noqa: F401  (callers catch transitions.errors.X)
 from board.engine.tokens import hash_token  # noqa: F401
 from board.engine.transitions.cas import NO_LEASE, RACE_RETRIES, Claim, Lease, _swap  # noqa: F401
 from board.engine.transitions.creation import TaskSpec, create  # noqa: F401
-from board.engine.transitions.housekeeping import Reclaimed, admit_ready, reclaim_expired  # noqa: F401
+from board.engine.transitions.housekeeping import (  # noqa: F401
+    Enforced,
+    Reclaimed,
+    admit_ready,
+    enforce_deadlines,
+    reclaim_expired,
+)
 from board.engine.transitions.leases import (  # noqa: F401
     _mint_token,
     _require_live_key,

@@ -11,13 +11,14 @@ from typing import Any
 
 from django.db import IntegrityError, connections, transaction
 
-from board.engine import clock, commits, errors, flow, outcomes, tracing
+from board.engine import clock, commits, deadlines, errors, flow, outcomes, tracing
 from board.engine.inputs import is_valid_task_id, json_field, key_text, unstorable_text
 from board.engine.lifecycle import Stage, Verb
 from board.engine.limits import (
     MAX_BATCH_DEPENDENCIES,
     MAX_BATCH_TASKS,
     MAX_DEDUP_KEY_CHARS,
+    MAX_DEADLINE_SECONDS,
     MAX_DEPENDENCIES,
     MAX_DESCRIPTION_CHARS,
     MAX_RETRIES_LIMIT,
@@ -50,6 +51,11 @@ class TaskSpec:
     run_at: datetime | None = None
     # While a live task has this key, creating it again returns that task (see `create`).
     dedup_key: str | None = None
+    # --- deadlines beside the lease (board.engine.deadlines; issue 29, item 7): whole seconds,
+    # 1 to MAX_DEADLINE_SECONDS, or None for none. Applied by the reaper's pass.
+    queue_timeout_seconds: int | None = None  # QUEUED (and claimable) this long: FAILED
+    attempt_timeout_seconds: int | None = None  # one attempt's wall-clock limit
+    progress_timeout_seconds: int | None = None  # no progress/checkpoint change this long: lease taken back
 
 
 # ---------------------------------------------------------------------------------------------
@@ -157,6 +163,7 @@ def create(specs: TaskSpec | Sequence[TaskSpec], *, actor: str = "", using: str 
                     concurrency_key=spec.concurrency_key,
                     not_before=spec.run_at,
                     dedup_key=spec.dedup_key,
+                    **{name: getattr(spec, name) for name in deadlines.TIMEOUTS},
                     has_deps=bool(spec.deps),
                     has_dependents=spec.id in depended_on,
                     stage=Stage.QUEUED if ready else Stage.PENDING,
@@ -274,6 +281,7 @@ def _validate_spec(spec: TaskSpec) -> None:
                                     or spec.run_at.utcoffset() is None):
         raise errors.InvalidRequest("run_at must be a time with its zone (ISO 8601, e.g. 2026-12-04T14:05:00Z)",
                                     field="run_at")
+    _validate_deadlines(spec)
     flow.concurrency_key(spec.concurrency_key)
     key_text(spec.dedup_key, "dedup_key", MAX_DEDUP_KEY_CHARS)
     flow.concurrency_limit(spec.concurrency_limit, "concurrency_limit")
@@ -290,6 +298,17 @@ def _validate_spec(spec: TaskSpec) -> None:
     if spec.id is not None and spec.id in deps:
         raise errors.InvalidRequest(f"task {spec.id} depends on itself", field="deps")
     spec.deps = tuple(deps)
+
+
+def _validate_deadlines(spec: TaskSpec) -> None:
+    """Each deadline is None or a whole number of seconds from 1 to MAX_DEADLINE_SECONDS (a bool
+    is not a number here, nor is 1.5: a deadline of a fraction of a second is a mistake)."""
+    for name in deadlines.TIMEOUTS:
+        value = getattr(spec, name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                  or not 1 <= value <= MAX_DEADLINE_SECONDS):
+            raise errors.InvalidRequest(f"{name} must be a whole number of seconds from 1 to {MAX_DEADLINE_SECONDS}",
+                                        field=name)
 
 
 def _refuse_cycles(batch: list[TaskSpec]) -> None:

@@ -1,5 +1,6 @@
 """The store's own housekeeping: admission of PENDING tasks whose dependencies have completed,
-and the reclaim of expired leases (the reaper's sweep). Each task is its own CAS."""
+the reclaim of expired leases and the deadlines beside the lease (the reaper's sweep). Each task
+is its own CAS."""
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -8,7 +9,7 @@ from datetime import datetime
 
 from django.db.models import Q
 
-from board.engine import clock, outcomes, selectors, tracing
+from board.engine import clock, deadlines, outcomes, selectors, tracing
 from board.engine.lifecycle import Stage, Verb, attempts_left
 from board.engine.stores import retry_conflicts, store
 from board.engine.transitions.cas import NO_LEASE, _swap
@@ -78,3 +79,84 @@ def reclaim_expired(*, now: datetime | None = None, limit: int = 500, task_ids: 
                                 outcomes.EXPIRED, "reaper")
                 moved.append(Reclaimed(task_id, Stage(task.stage)))
     return moved
+
+
+@dataclass(frozen=True)
+class Enforced:
+    """A task moved by the deadline pass: where to, and why (the history's reason)."""
+
+    task_id: str
+    to_stage: Stage
+    reason: str
+
+
+@retry_conflicts
+def enforce_deadlines(*, now: datetime | None = None, limit: int = 500, task_ids: Iterable[str] | None = None,
+                      actor: str = "system:reaper", using: str = "default") -> list[Enforced]:
+    """Apply every deadline (board.engine.deadlines) that has passed by `now` (default: this
+    store's clock): a task QUEUED past its queue timeout goes to FAILED ("not started in time");
+    a RUNNING task past its attempt or progress timeout loses its lease as an expired one does
+    (back to QUEUED, or FAILED when its attempts are spent), however recently it renewed. Each
+    task is its own CAS, recorded in the history with its reason; returns what was moved.
+
+    Each CAS is held to what its deadline was computed from, not to the version: the task's
+    stage and the time it entered it (and not_before for the queue clock; the lease's fence and
+    token and progress_changed_at for the RUNNING ones). So a renew that only repeats its
+    progress does not save the lease, while a claim, a release, a completion or a renew that
+    made progress, committed first, makes the move refuse (and the next pass judges afresh). The
+    lease's token goes with the move: the holder's later renew, complete, fail, pause or release
+    is LeaseLost."""
+    now = now or clock.now(using)
+    moved = []
+    for task_id in selectors.overdue_deadlines(now, limit=limit, task_ids=task_ids, using=using):
+        with store(using).write_transaction():
+            task = Task.objects.using(using).filter(pk=task_id).first()
+            late = deadlines.overdue(task, now) if task is not None else None
+            if late is None:
+                continue  # claimed, finished, or made progress meanwhile
+            detail = {"reason": late.reason, deadlines.TIMEOUT_FIELDS[late.kind]: late.timeout_seconds,
+                      "due_at": late.at.isoformat()}
+            if late.kind == deadlines.QUEUE:
+                ok = _expire(using, task, now, actor, detail)
+            else:
+                ok = _take_back(using, task, late, now, actor, detail)
+            if ok:
+                moved.append(Enforced(task_id, Stage(task.stage), late.reason))
+    return moved
+
+
+def _expire(using: str, task: Task, now: datetime, actor: str, detail: dict) -> bool:
+    """QUEUED -> FAILED: not started within its queue timeout. Terminal as a failure without
+    retries is: an operator may requeue it."""
+    error = f"not started in time: claimable for {detail['queue_timeout_seconds']} s without starting"
+    guard = Q(stage_changed_at=task.stage_changed_at, not_before=task.not_before)
+    with tracing.moving(Verb.EXPIRE, task.pk) as span:
+        ok = _swap(using, task, Verb.EXPIRE, now=now, actor=actor, guard=guard, pin_version=False,
+                   detail={**detail, "error": error, "retryable": False}, last_error=error)
+        if ok:
+            span.made(task)
+            outcomes.record(using, Verb.EXPIRE, outcomes.TERMINAL, "deadline")
+    return ok
+
+
+def _take_back(using: str, task: Task, late: deadlines.Overdue, now: datetime, actor: str,
+               detail: dict) -> bool:
+    """RUNNING -> QUEUED (RECLAIM), or FAILED on the last attempt, as reclaim_expired moves an
+    expired lease, with the deadline's reason."""
+    detail = {"previous_owner": task.owner, **detail}
+    guard = Q(stage_changed_at=task.stage_changed_at, fence=task.fence)
+    if late.kind == deadlines.PROGRESS:
+        guard &= Q(progress_changed_at=task.progress_changed_at)
+    held = {"token_hash": task.lease_token_hash, "guard": guard, "pin_version": False}
+    with tracing.moving(Verb.RECLAIM, task.pk) as span:
+        if attempts_left(task.attempts, task.max_retries):
+            ok = _swap(using, task, Verb.RECLAIM, now=now, actor=actor, detail=detail, **held, **NO_LEASE)
+        else:
+            error = f"{late.reason} on the last attempt"
+            ok = _swap(using, task, Verb.FAIL, now=now, actor=actor, detail={**detail, "error": error, "retryable": False},
+                       last_error=error, **held, **NO_LEASE)
+            if ok:
+                outcomes.record(using, Verb.FAIL, outcomes.TERMINAL, "deadline")
+        if ok:
+            span.made(task)
+    return ok

@@ -440,6 +440,11 @@ def renew(
             changes["checkpoint"] = checkpoint
         if progress is not None:
             changes["progress"] = progress
+        # The progress deadline (board.engine.deadlines) counts from the last change of progress
+        # or checkpoint; a renew that only repeats them is a heartbeat, not progress. The CAS pins
+        # the version, so task.progress is the stored value (the SQL stores' statements: a CASE).
+        if checkpoint is not None or (progress is not None and progress != task.progress):
+            changes["progress_changed_at"] = now
         # The guard re-checks expiry in the statement itself: check and extension are one step.
         if _swap(using, task, Verb.RENEW, now=now, actor=task.owner, token_hash=token_hash,
                  guard=Q(lease_expires_at__gt=now), **changes):
@@ -595,8 +600,9 @@ def pause(task_id: str, token: str, checkpoint: Any, *, agent: str | None = None
     json_field("checkpoint", checkpoint)
 
     def build(task: Task, now: datetime, token_hash: str):
+        # A checkpoint saved is progress made (board.engine.deadlines), as for renew.
         ok = _swap(using, task, Verb.PAUSE, now=now, actor=task.owner, token_hash=token_hash,
-                   checkpoint=checkpoint, **NO_LEASE)
+                   checkpoint=checkpoint, progress_changed_at=now, **NO_LEASE)
         return task if ok else None
 
     return _holder_move(using, task_id, token, build, live_only=False, agent=agent)

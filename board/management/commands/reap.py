@@ -1,5 +1,5 @@
-"""Take back expired leases, admit unblocked tasks and fire due schedules (board.engine.schedules:
-each tick's task once, whichever reapers run). `manage.py serve` (so `make run`) starts
+"""Take back expired leases, apply the tasks' deadlines, admit unblocked tasks and fire due schedules
+(board.engine.schedules: each tick's task once, whichever reapers run). `manage.py serve` (so `make run`) starts
 it with --loop and restarts it if it dies; each pass is recorded for /healthz (board/health.py).
 With --loop it also prunes the history every TASKFLOW["PRUNE_INTERVAL_SECONDS"] (board.engine.retention),
 in a thread of its own: a prune of a big board takes many batches, and lost leases must keep
@@ -22,9 +22,9 @@ log = logging.getLogger("board.reaper")
 
 class Command(BaseCommand):
     help = (
-        "Return expired leases to QUEUED (or FAILED when attempts are spent) and admit PENDING "
-        "tasks whose dependencies have completed, and create the tasks of due schedules. Once, or every "
-        "--interval seconds with --loop."
+        "Return expired leases to QUEUED (or FAILED when attempts are spent), apply the tasks' "
+        "deadlines (queue, attempt and progress timeouts), admit PENDING tasks whose dependencies "
+        "have completed, and create the tasks of due schedules. Once, or every --interval seconds with --loop."
     )
 
     def add_arguments(self, parser):
@@ -64,6 +64,10 @@ class Command(BaseCommand):
         reclaimed = transitions.reclaim_expired(using=database)
         for moved in reclaimed:
             self.stdout.write(f"reclaimed {moved.task_id} -> {moved.to_stage}")
+        # Deadlines beside the lease (board.engine.deadlines): a task QUEUED too long fails, an
+        # attempt over its time or without progress loses its lease.
+        for moved in transitions.enforce_deadlines(using=database):
+            self.stdout.write(f"{moved.reason}: {moved.task_id} -> {moved.to_stage}")
         admitted = transitions.admit_ready(using=database)
         for task_id in admitted:
             self.stdout.write(f"admitted {task_id}")
