@@ -266,8 +266,10 @@ def test_healthz_polled_hard_while_redis_hangs_does_not_slow_an_agent(clients):
         figures = f"agent GET median {median * 1000:.1f} ms, p90 {p90 * 1000:.1f} ms, worst {worst * 1000:.1f} ms"
         print(f"{clients} clients on /healthz: {figures}")
         # The probes still cost CPU (a Django request each) on a shared 2-core machine: the bound
-        # is on the median and p90, far below the 0.5 s a probe used to hold a thread for.
-        assert median < 0.1 and p90 < 0.3, figures
+        # is on the median and p90, far below the 0.5 s a probe used to hold a thread for. With 40
+        # clients the median is 80-92 ms alone on this machine kind (before and after session 16)
+        # and passed 0.1 s beside another test's worker: 0.15 s keeps it far below the regression.
+        assert median < 0.15 and p90 < 0.3, figures
         # ...and every probe still said what is wrong: Redis does not answer.
         assert set(statuses) == {503}, set(statuses)
     finally:
