@@ -9,7 +9,7 @@ pytestmark = [pytest.mark.mongodb, pytest.mark.django_db(transaction=True)]
 
 
 @pytest.mark.parametrize("check", [
-    frame_checks.test_the_frame_carries_the_keys_unfinished_tasks_name_full_ones_first,
+    frame_checks.test_the_frame_carries_the_keys_running_tasks_name_full_ones_first,
     frame_checks.test_the_keys_are_bounded_with_the_full_ones_kept,
     frame_checks.test_a_rate_time_is_sent_only_for_claims_at_least_ten_seconds_apart,
     frame_checks.test_the_frame_text_changes_only_with_what_it_shows,
