@@ -63,16 +63,8 @@ def reclaim_expired(*, now: datetime | None = None, limit: int = 500, task_ids: 
             # The reason, as a failure's error is: the attempt timeline shows why the attempt ended.
             detail = {"previous_owner": task.owner, "lease_expired_at": task.lease_expires_at.isoformat(),
                       "reason": "lease expired"}
-            guard = Q(lease_expires_at__lte=now)
-            if attempts_left(task.attempts, task.max_retries):
-                ok = _swap(using, task, Verb.RECLAIM, now=now, actor=actor, guard=guard,
-                           detail=detail, **NO_LEASE)
-            else:
-                error = "lease expired on the last attempt"
-                ok = _swap(using, task, Verb.FAIL, now=now, actor=actor, guard=guard,
-                           detail={**detail, "error": error, "retryable": False}, last_error=error, **NO_LEASE)
-                if ok:
-                    outcomes.record(using, Verb.FAIL, outcomes.TERMINAL, "lease_expired")
+            ok = _take_lease_back(using, task, now, actor, detail, "lease expired on the last attempt",
+                                  "lease_expired", guard=Q(lease_expires_at__lte=now))
             if ok:
                 span.made(task)
                 outcomes.record(using, Verb.RECLAIM if task.stage == Stage.QUEUED else Verb.FAIL,
@@ -147,16 +139,23 @@ def _take_back(using: str, task: Task, late: deadlines.Overdue, now: datetime, a
     guard = Q(stage_changed_at=task.stage_changed_at, fence=task.fence)
     if late.kind == deadlines.PROGRESS:
         guard &= Q(progress_changed_at=task.progress_changed_at)
-    held = {"token_hash": task.lease_token_hash, "guard": guard, "pin_version": False}
     with tracing.moving(Verb.RECLAIM, task.pk) as span:
-        if attempts_left(task.attempts, task.max_retries):
-            ok = _swap(using, task, Verb.RECLAIM, now=now, actor=actor, detail=detail, **held, **NO_LEASE)
-        else:
-            error = f"{late.reason} on the last attempt"
-            ok = _swap(using, task, Verb.FAIL, now=now, actor=actor, detail={**detail, "error": error, "retryable": False},
-                       last_error=error, **held, **NO_LEASE)
-            if ok:
-                outcomes.record(using, Verb.FAIL, outcomes.TERMINAL, "deadline")
+        ok = _take_lease_back(using, task, now, actor, detail, f"{late.reason} on the last attempt", "deadline",
+                              guard=guard, token_hash=task.lease_token_hash, pin_version=False)
         if ok:
             span.made(task)
+    return ok
+
+
+def _take_lease_back(using: str, task: Task, now: datetime, actor: str, detail: dict, last_error: str,
+                     terminal_reason: str, **held) -> bool:
+    """The reaper's move of a lease it takes back (expired, or past a deadline): RUNNING -> QUEUED
+    (RECLAIM), or FAILED with `last_error` when the task's attempts are spent. `held`: what the
+    CAS is held to besides the stage (guard, token hash, version)."""
+    if attempts_left(task.attempts, task.max_retries):
+        return _swap(using, task, Verb.RECLAIM, now=now, actor=actor, detail=detail, **held, **NO_LEASE)
+    ok = _swap(using, task, Verb.FAIL, now=now, actor=actor, detail={**detail, "error": last_error, "retryable": False},
+               last_error=last_error, **held, **NO_LEASE)
+    if ok:
+        outcomes.record(using, Verb.FAIL, outcomes.TERMINAL, terminal_reason)
     return ok
