@@ -247,6 +247,7 @@ def agent_get_latencies(server: BoardServer, key: str, task_id: str, count: int)
 
 
 @on_postgres
+@pytest.mark.timing
 @pytest.mark.parametrize("clients", [12, 40])
 def test_healthz_polled_hard_while_redis_hangs_does_not_slow_an_agent(clients):
     """A Redis that accepts and never answers, 12 or 40 clients looping on /healthz, one agent
@@ -332,6 +333,7 @@ def timed_healthz(server: BoardServer) -> tuple[float, int, dict]:
 
 
 @on_postgres
+@pytest.mark.timing
 def test_a_database_that_stops_answering_is_reported_within_about_a_second_and_never_holds_the_probe():
     """The answers come from checks run beside the requests; a result older than 1 s is never
     served as current: once PostgreSQL stops answering, /healthz says so (503, the database

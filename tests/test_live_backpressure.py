@@ -198,6 +198,7 @@ def change_latencies(server, agent_key: str, watcher: CountingSocket, prefix: st
     return latencies
 
 
+@pytest.mark.timing
 def test_sockets_asking_for_snapshots_back_to_back_do_not_delay_another_sockets_changes(big_board):
     big_board_server, agent_key = big_board
     _, key = staff_session("default")
