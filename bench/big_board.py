@@ -85,6 +85,7 @@ def fill_board(count: int, *, using: str = "default", seed: int = 9, now: dateti
     task that has been claimed or queued, so the board is valid. Returns the count per stage."""
     from django.db import connections, transaction
 
+    from board.engine import fairness
     from board.models import Dependency, Task
 
     rng = random.Random(seed)
@@ -126,6 +127,7 @@ def fill_board(count: int, *, using: str = "default", seed: int = 9, now: dateti
                     created_at=now - timedelta(seconds=count - i), updated_at=now - timedelta(seconds=(count - i) // 2),
                     has_deps=bool(picked),
                 ))
+                tasks[-1].claim_rank = fairness.rank(tasks[-1].created_at.timestamp(), tasks[-1].priority)
                 if stage == "COMPLETED":
                     completed.append(task_id)
                 elif stage in ("PENDING", "QUEUED", "RUNNING", "PAUSED"):

@@ -14,13 +14,13 @@ One *cycle* is: claim the best ready task, then complete it. Two loops run the c
 - **raw**: the same two moves written by hand with the plain driver (``sqlite3`` / ``psycopg``),
   one connection per thread. Each move is one transaction holding the same conditional UPDATE
   (filtered on id, stage and version, plus the token hash for complete) and one
-  ``board_taskevent`` INSERT. Claim-next first selects the best ready task (priority, age, id;
+  ``board_taskevent`` INSERT. Claim-next first selects the best ready task (claim_rank, id;
   ``FOR UPDATE SKIP LOCKED`` on PostgreSQL; ``BEGIN IMMEDIATE`` on SQLite). Token minting and
   hashing are done as the engine does them, so the baseline differs only in the layer.
 - **raw on MongoDB**: plain ``pymongo``, one client shared by the threads, one session per
   thread. Each move is one session transaction with the engine's options (read concern
   snapshot, write concern majority): claim-next is a ``find_one_and_update`` of the best ready
-  QUEUED task (not_before null or past; sorted priority desc, created_at, id) setting the lease
+  QUEUED task (not_before null or past; sorted claim_rank, id) setting the lease
   fields, version/fence/attempts + 1; complete is an ``update_one`` filtered on id, stage
   RUNNING, version and token hash; each then ``$inc``-s the counter document
   ``board_counter`` {_id: "board_taskevent"} (how the engine numbers history rows,
@@ -52,9 +52,9 @@ Seeding: "ours" is seeded by ``transitions.create`` in batches of 500; "raw" get
 (same columns, one created_at per batch, a 'create' history row each) by plain SQL, because the
 engine creates only a few thousand tasks per second. Each task gets its own priority, as tasks
 created one by one get their own created_at, so the best ready task is the first index entry.
-``--tied`` gives them all priority 0 instead: the 500 tasks of a batch then tie on
-(priority, created_at), which the ready index does not order by id, so every claim-next (ours
-and raw alike) reads and sorts the whole tied group.
+``--tied`` gives them all priority 0 instead: the 500 tasks of a batch then tie on claim_rank
+(board.engine.fairness), which the line's index orders by id, so a claim-next still reads one
+index entry (before the line's index of session 17, a tie was sorted by every claim).
 
 The ratio ours/raw is compared with the project's goal (issue 8, raising DESIGN.md section 5's
 0.2 for SQLite): at least 0.5 on SQLite and on PostgreSQL; none is set for MongoDB. Missing a
@@ -460,7 +460,7 @@ def postgres_dialect(url: str) -> Dialect:
 PICK_SQL = (  # the best ready task (QUEUED, past any retry backoff), as claim_next orders them
     "SELECT id, version, fence, attempts FROM board_task"
     " WHERE stage = 'QUEUED' AND (not_before IS NULL OR not_before <= ?)"
-    " ORDER BY priority DESC, created_at, id LIMIT 1"
+    " ORDER BY claim_rank, id LIMIT 1"
 )
 CLAIM_SQL = (  # QUEUED -> RUNNING, only if nobody moved the task since it was read
     "UPDATE board_task SET stage = 'RUNNING', version = ?, owner = ?, lease_token_hash = ?,"
@@ -475,9 +475,9 @@ COMPLETE_SQL = (  # RUNNING -> COMPLETED, only for the current holder of the lea
 SEED_TASK_SQL = (  # a QUEUED task as transitions.create writes it
     "INSERT INTO board_task (id, title, description, payload, queue, priority, hold, max_retries,"
     " stage, version, owner, lease_token_hash, fence, lease_expires_at, attempts, not_before,"
-    " checkpoint, progress, result, last_error, created_at, updated_at)"
+    " checkpoint, progress, result, last_error, created_at, updated_at, claim_rank)"
     " VALUES (?, ?, '', NULL, 'default', ?, FALSE, 3, 'QUEUED', 0, '', NULL, 0, NULL, 0, NULL,"
-    " NULL, NULL, NULL, '', ?, ?)"
+    " NULL, NULL, NULL, '', ?, ?, ?)"
 )
 EVENT_COLUMNS = "task_id, verb, from_stage, to_stage, version, fence, actor, at, detail"
 SEED_EVENT_SQL = (
@@ -514,15 +514,19 @@ class RawDriver:
         """The same rows as seed_with_engine (one created_at per batch, same priorities and
         history rows), inserted with plain SQL: the engine seeds ~5k tasks/s, too slow to
         feed the raw loop."""
+        from board.engine import fairness
+
         conn = self.d.connect()
         try:
             cursor = conn.cursor()
             self._begin(cursor)
             for start in range(0, count, SEED_BATCH):
-                at = self.d.when(datetime.now(UTC))
+                moment = datetime.now(UTC)
+                at = self.d.when(moment)
                 ids = [secrets.token_hex(8) for _ in range(start, min(count, start + SEED_BATCH))]
                 cursor.executemany(self.d.sql(SEED_TASK_SQL), [
-                    (task_id, f"bench task {start + n}", seed_priority(start + n, tied), at, at)
+                    (task_id, f"bench task {start + n}", seed_priority(start + n, tied), at, at,
+                     fairness.rank(moment.timestamp(), seed_priority(start + n, tied)))
                     for n, task_id in enumerate(ids)
                 ])
                 cursor.executemany(self.d.sql(SEED_EVENT_SQL), [(task_id, at) for task_id in ids])
@@ -629,6 +633,8 @@ class MongoRawDriver:
         creates too slowly to feed a loop."""
         from pymongo import ReturnDocument
 
+        from board.engine import fairness
+
         for start in range(0, count, SEED_BATCH):
             at = datetime.now(UTC)
             ids = [secrets.token_hex(8) for _ in range(start, min(count, start + SEED_BATCH))]
@@ -640,7 +646,8 @@ class MongoRawDriver:
                  "claim_request_hash": None, "claim_token_seed": None, "attempts": 0,
                  "not_before": None, "checkpoint": None, "progress": None, "result": None,
                  "last_error": "", "created_at": at, "updated_at": at, "has_deps": False,
-                 "has_dependents": False}
+                 "has_dependents": False, "fairness_key": None,
+                 "claim_rank": fairness.rank(at.timestamp(), seed_priority(start + n, tied))}
                 for n, task_id in enumerate(ids)
             ])
             last = self.counters.find_one_and_update(
@@ -732,7 +739,7 @@ class MongoRawDriver:
                       "lease_expires_at": now + timedelta(seconds=TTL_SECONDS), "not_before": None,
                       "claim_request_hash": None, "claim_token_seed": None, "updated_at": now},
              "$inc": {"version": 1, "fence": 1, "attempts": 1}},
-            sort=[("priority", -1), ("created_at", 1), ("_id", 1)],
+            sort=[("claim_rank", 1), ("_id", 1)],
             projection={"_id": True, "version": True, "fence": True},
             return_document=ReturnDocument.AFTER, session=session)
         if task is None:

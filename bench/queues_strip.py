@@ -72,6 +72,7 @@ def fill(count: int, queues: int) -> dict:
     """Write the board (see the module docstring), in bulk, with consistent running counts."""
     from django.db import connections, transaction
 
+    from board.engine import fairness
     from board.models import ConcurrencyKey, Queue, Task
 
     now = datetime.now(timezone.utc)
@@ -94,7 +95,8 @@ def fill(count: int, queues: int) -> dict:
                 rows.append(Task(id=f"task-{i:06d}", title=f"task {i}", queue=queue, priority=i % 4, stage=stage,
                                  version=1, concurrency_key=key, created_at=when, updated_at=when,
                                  stage_changed_at=when, owner=f"agent-{i % 50}" if stage == "RUNNING" else "",
-                                 lease_expires_at=now + timedelta(hours=1) if stage == "RUNNING" else None))
+                                 lease_expires_at=now + timedelta(hours=1) if stage == "RUNNING" else None,
+                                 claim_rank=fairness.rank(when.timestamp(), i % 4)))
             Task.objects.bulk_create(rows)
         names = [f"queue-{n:02d}" for n in range(queues)]
         Queue.objects.bulk_create([Queue(

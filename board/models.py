@@ -33,6 +33,13 @@ class Task(models.Model):
     # without any write, and two racing creators cannot both insert.
     dedup_key = models.CharField(max_length=200, null=True, blank=True,
                                  help_text="While this task is live, a create with the same key returns it.")
+    # The claim order (issue 29; board.engine.fairness): claim_next takes the lowest claim_rank
+    # first, ties by id. Set by the engine when the task enters the line (its creation, an
+    # admission); tasks naming one fairness_key take turns with other keys' tasks.
+    fairness_key = models.CharField(max_length=200, null=True, blank=True,
+                                    help_text="Tasks of different keys take turns (a plan, a person).")
+    claim_rank = models.FloatField(default=0.0, db_default=0.0, editable=False,
+                                   help_text="Claimed lowest first: its turn (Unix seconds) minus priority x 60 s.")
 
     # Guarded by the compare-and-swap in board.engine.transitions.
     stage = models.CharField(max_length=16, choices=STAGE_CHOICES, default=Stage.PENDING)
@@ -91,10 +98,12 @@ class Task(models.Model):
         indexes = [
             # claim_next: the best ready task, with or without a queue filter.
             # Ending in id, the order claim_next sorts by, so ties need no sort.
-            models.Index(
-                fields=["stage", "queue", "-priority", "created_at", "id"], name="task_ready_in_queue"
-            ),
-            models.Index(fields=["stage", "-priority", "created_at", "id"], name="task_ready_any_queue"),
+            models.Index(fields=["stage", "queue", "claim_rank", "id"], name="task_line_in_queue"),
+            models.Index(fields=["stage", "claim_rank", "id"], name="task_line_any_queue"),
+            # a fairness key's last waiting task (board.engine.fairness): only keyed tasks are in
+            # it. (`>= ''`, not IS NOT NULL: MongoDB's partial indexes take comparisons.)
+            models.Index(fields=["fairness_key", "stage", "claim_rank"], name="task_fairness_line",
+                         condition=models.Q(fairness_key__gte="")),
             # the reaper: RUNNING tasks whose lease has expired.
             models.Index(fields=["stage", "lease_expires_at"], name="task_lease_expiry"),
             # the reaper's deadline pass (selectors.overdue_deadlines): the QUEUED tasks with a
@@ -230,6 +239,20 @@ class ConcurrencyKey(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.running}/{self.concurrency})"
+
+
+class FairnessKey(models.Model):
+    """A fairness key's weight (issue 29; Task.fairness_key, board.engine.fairness): a key of
+    weight 3 gets three turns for another key's one. A key without a row has weight 1."""
+
+    name = models.CharField(primary_key=True, max_length=200, db_column=_PK_COLUMN)
+    weight = models.PositiveIntegerField(default=1, help_text="Turns for another key's one.")
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return f"{self.name} (weight {self.weight})"
 
 
 class QueueChange(models.Model):

@@ -28,6 +28,8 @@ def public_task(task: Task, deps: list[str]) -> dict:
         "stage_changed_at": task.stage_changed_at or task.updated_at,
         "concurrency_key": task.concurrency_key,
         "dedup_key": task.dedup_key,
+        "fairness_key": task.fairness_key,
+        "claim_rank": task.claim_rank,
         # Deadlines beside the lease (board.engine.deadlines): the creator's timeouts, and when
         # the holder last changed its progress or checkpoint (the progress deadline's clock).
         "queue_timeout_seconds": task.queue_timeout_seconds,

@@ -469,7 +469,8 @@ class Client:
 
     def create(self, task: dict[str, Any] | Sequence[dict[str, Any]], *, concurrency_key: str | None = None,
                concurrency_limit: int | None = None, dedup_key: str | None = None,
-               run_at: datetime | str | None = None,
+               run_at: datetime | str | None = None, fairness_key: str | None = None,
+               fairness_weight: int | None = None,
                queue_timeout_seconds: int | None = None, attempt_timeout_seconds: int | None = None,
                progress_timeout_seconds: int | None = None) -> dict[str, Any] | builtins.list[dict[str, Any]]:
         """Create one task (a dict) and return it, or a batch (a list of dicts, all or
@@ -482,7 +483,10 @@ class Client:
         tasks share it), ``concurrency_limit`` (1-10,000, with a key: sets the key's limit;
         a new key's is 1), ``run_at`` (not claimable before it: ISO 8601 text with its zone)
         and ``dedup_key`` (1-200 printable characters: while a live task holds it, the create
-        returns that task and creates nothing). `concurrency_key`, `concurrency_limit` and
+        returns that task and creates nothing), ``fairness_key`` (1-200 printable characters, a
+        plan or a person: tasks of different keys take turns in the claim order) and
+        ``fairness_weight`` (1-1,000, with a key: its turns for another key's one).
+        `concurrency_key`, `concurrency_limit`, `fairness_key`, `fairness_weight` and
         `run_at` (an aware datetime or ISO text) given here are set on every task of the call;
         `dedup_key` only on a single task (ValueError, nothing sent, if a task names another
         value itself, or for a naive datetime).
@@ -505,6 +509,8 @@ class Client:
         fields = {name: value for name, value in (("concurrency_key", concurrency_key),
                                                   ("concurrency_limit", concurrency_limit),
                                                   ("dedup_key", dedup_key), ("run_at", run_at),
+                                                  ("fairness_key", fairness_key),
+                                                  ("fairness_weight", fairness_weight),
                                                   ("queue_timeout_seconds", queue_timeout_seconds),
                                                   ("attempt_timeout_seconds", attempt_timeout_seconds),
                                                   ("progress_timeout_seconds", progress_timeout_seconds))

@@ -216,6 +216,7 @@ _TASK = _schema(
     concurrency_key={"type": "string", "maxLength": 200, "description": "limits RUNNING tasks sharing it"},
     concurrency_limit={"type": "integer", "minimum": 1, "description": "the key's limit"},
     dedup_key={"type": "string", "maxLength": 200, "description": "a live task with it is returned"},
+    fairness_key={"type": "string", "maxLength": 200, "description": "keys take turns (a plan)"},
 )
 
 

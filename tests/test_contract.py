@@ -21,11 +21,11 @@ from django.db import DatabaseError, IntegrityError, connections, transaction
 from django.forms.models import model_to_dict
 from django.utils import timezone
 
-from board.engine import contract, errors, flow, selectors, stores, transitions
+from board.engine import contract, errors, fairness, flow, selectors, stores, transitions
 from board.engine.contract import DjangoBoard
 from board.engine.lifecycle import Stage
 from board.engine.transitions import TaskSpec
-from board.models import ConcurrencyKey, Queue, QueueChange, Task, TaskEvent
+from board.models import ConcurrencyKey, FairnessKey, Queue, QueueChange, Task, TaskEvent
 from tests import process_racer
 from tests.support import (
     database_url,
@@ -49,8 +49,10 @@ class FlowObserver:
     one consistent read each time, paced (stop.wait) so as not to starve the racers of the GIL.
     `seen` counts its reads and gathers what it found; a fault of its own is one of them."""
 
-    def __init__(self, alias: str):
+    def __init__(self, alias: str, read=None):
         self.alias, self.seen = alias, {"reads": 0, "problems": []}
+        # What it reads: the flow problems, or `read()` (e.g. every problem of check()).
+        self._read = read or (lambda: selectors.flow_problems(using=alias))
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._observe)
 
@@ -66,7 +68,7 @@ class FlowObserver:
         try:
             while not self._stop.is_set():
                 with stores.store(self.alias).read_transaction():
-                    self.seen["problems"] += selectors.flow_problems(using=self.alias)
+                    self.seen["problems"] += self._read()
                 self.seen["reads"] += 1
                 self._stop.wait(0.002)  # paced; never a condition
         except BaseException as exc:  # a fault of the observer fails the test, never passes it
@@ -1013,6 +1015,134 @@ class BoardContract:
                 self.open_rate("paced")
         assert seen["problems"] == [] and seen["reads"] > 0
         assert Task.objects.using(self.alias).filter(queue="paced", stage=Stage.COMPLETED).count() == self.rounds
+
+    # -- the claim order: priority, aging, fairness keys (board.engine.fairness) ----------------
+
+    def claim_order(self, queue: str, count: int) -> list[str]:
+        order = []
+        for _ in range(count):
+            claim = transitions.claim_next("agent", TTL, queue=queue, using=self.alias)
+            assert claim is not None
+            order.append(claim.task.pk)
+            transitions.complete(claim.task.pk, claim.lease.token, {}, using=self.alias)
+        return order
+
+    def created_ago(self, task_id: str, seconds: float) -> None:
+        """Write the row as if the task had been created `seconds` ago (its rank with it)."""
+        task = Task.objects.using(self.alias).get(pk=task_id)
+        Task.objects.using(self.alias).filter(pk=task_id).update(
+            created_at=task.created_at - timedelta(seconds=seconds), claim_rank=task.claim_rank - seconds)
+
+    def test_two_plans_submitted_together_take_turns_and_a_weight_gives_more_turns(self):
+        transitions.create([TaskSpec(id=f"big-{n:02}", title="b", queue="plans", fairness_key="plan:big")
+                            for n in range(20)], using=self.alias)
+        transitions.create([TaskSpec(id=f"small-{n}", title="s", queue="plans", fairness_key="plan:small")
+                            for n in range(3)], using=self.alias)
+        # Without keys the 3-task plan would start after all 20 (oldest first).
+        assert self.claim_order("plans", 6) == ["big-00", "small-0", "big-01", "small-1", "big-02", "small-2"]
+        # A key of weight 3 gets three turns for another key's one.
+        transitions.create([TaskSpec(id=f"heavy-{n:02}", title="h", queue="weighted", fairness_key="heavy",
+                                     fairness_weight=3) for n in range(12)], using=self.alias)
+        transitions.create([TaskSpec(id=f"light-{n:02}", title="l", queue="weighted", fairness_key="light")
+                            for n in range(12)], using=self.alias)
+        assert self.claim_order("weighted", 8) == ["heavy-00", "light-00", "heavy-01", "heavy-02", "heavy-03",
+                                                   "light-01", "heavy-04", "heavy-05"]
+        assert FairnessKey.objects.using(self.alias).get(name="heavy").weight == 3
+        assert not FairnessKey.objects.using(self.alias).filter(name="light").exists()  # weight 1: no row
+
+    def test_a_key_that_has_nothing_waiting_starts_again_at_now(self):
+        self.new("k-0", queue="again", fairness_key="k")
+        self.new("k-1", queue="again", fairness_key="k")
+        assert self.claim_order("again", 2) == ["k-0", "k-1"]
+        self.new("other", queue="again")
+        later = self.new("k-2", queue="again", fairness_key="k")
+        # Not two turns after k-1: its line was empty, so its wait starts at its creation.
+        assert later.claim_rank == pytest.approx(later.created_at.timestamp(), abs=0.01)
+        assert self.claim_order("again", 2) == ["other", "k-2"]
+
+    def test_priority_comes_first_until_a_minute_of_waiting_per_level_makes_up_for_it(self):
+        self.new("low", queue="aging")
+        self.new("high", queue="aging", priority=1)
+        assert self.claim_order("aging", 2) == ["high", "low"]  # created together: priority decides
+        self.new("low-59", queue="aging")
+        self.created_ago("low-59", 59)
+        self.new("high-b", queue="aging", priority=1)
+        assert self.claim_order("aging", 2) == ["high-b", "low-59"]  # 59 s of waiting: not yet a level
+        self.new("low-61", queue="aging")
+        self.created_ago("low-61", 61)
+        self.new("high-c", queue="aging", priority=1)
+        assert self.claim_order("aging", 2) == ["low-61", "high-c"]  # 61 s: more than one level
+
+    def test_a_task_waits_from_when_it_may_run(self):
+        later = timezone.now() + timedelta(hours=1)
+        scheduled = self.new("scheduled", queue="timed", run_at=later)
+        assert scheduled.claim_rank == pytest.approx(later.timestamp(), abs=0.01)  # no aging before run_at
+        self.new("dep", queue="timed")
+        waiting = self.new("after-dep", queue="timed", deps=["dep"])
+        self.created_ago("after-dep", 3600)  # an hour PENDING
+        [done] = self.claim_order("timed", 1)
+        assert done == "dep"
+        admitted = Task.objects.using(self.alias).get(pk="after-dep")
+        assert admitted.stage == Stage.QUEUED and waiting.stage == Stage.PENDING
+        # Admitted now: its wait starts now, not an hour ago.
+        assert admitted.claim_rank >= timezone.now().timestamp() - 60
+
+    def test_bad_fairness_fields_are_refused_and_change_nothing(self):
+        self.new("existing", fairness_key="plan", fairness_weight=2)
+        before = (db_state(self.alias), list(FairnessKey.objects.using(self.alias).values_list("name", "weight")))
+        for fields, field in ((dict(fairness_key="plan", fairness_weight=0), "fairness_weight"),
+                              (dict(fairness_key="plan", fairness_weight=True), "fairness_weight"),
+                              (dict(fairness_key="plan", fairness_weight=1001), "fairness_weight"),
+                              (dict(fairness_weight=2), "fairness_weight"),
+                              (dict(fairness_key=""), "fairness_key"),
+                              (dict(fairness_key="x" * 201), "fairness_key"),
+                              (dict(fairness_key="tab\there"), "fairness_key")):
+            with pytest.raises(errors.InvalidRequest) as refused:
+                transitions.create(TaskSpec(title="bad", **fields), using=self.alias)
+            assert refused.value.field == field, fields
+        assert (db_state(self.alias),
+                list(FairnessKey.objects.using(self.alias).values_list("name", "weight"))) == before
+
+    def test_16_threads_creating_and_claiming_two_plans_lose_no_task_over_200_rounds(self):
+        """Each round 8 creators (4 per plan) and 8 claimers are released together: every task
+        is claimed exactly once, and an observer reading check() all along never sees a task
+        ranked before its creation (rank_before_creation) nor any other problem."""
+        created: list[str] = []
+        claimed: list[str] = []
+
+        def create(n: int, i: int):
+            task_id = f"race-{n}-{i}"
+            transitions.create(TaskSpec(id=task_id, title="r", queue="fair-race",
+                                        fairness_key=f"plan:{i % 2}"), using=self.alias)
+            return task_id
+
+        def claim(i: int):
+            got = transitions.claim_next(f"agent-{i}", TTL, queue="fair-race", using=self.alias)
+            if got is not None:
+                transitions.complete(got.task.pk, got.lease.token, {}, using=self.alias)
+                return got.task.pk
+            return None
+
+        with FlowObserver(self.alias, read=lambda: selectors.problems(using=self.alias)) as seen:
+            for n in range(self.rounds):
+                results = race([lambda i=i, n=n: create(n, i) for i in range(RACERS // 2)]
+                               + [lambda i=i: claim(i) for i in range(RACERS // 2)], self.alias)
+                faults = [r for r in results if isinstance(r, BaseException)]
+                assert not faults, f"round {n}: {faults[:3]}"
+                created += results[:RACERS // 2]
+                claimed += [r for r in results[RACERS // 2:] if r is not None]
+        claimed += self.claim_order("fair-race", len(created) - len(claimed))
+        assert sorted(claimed) == sorted(created) and len(set(claimed)) == len(created) == self.rounds * RACERS // 2
+        assert transitions.claim_next("agent", TTL, queue="fair-race", using=self.alias) is None
+        assert seen["problems"] == [] and seen["reads"] > 0
+
+    def test_check_reports_a_task_ranked_before_its_creation(self):
+        self.new("honest")
+        jumper = self.new("jumper")
+        assert selectors.problems(using=self.alias) == []
+        Task.objects.using(self.alias).filter(pk="jumper").update(claim_rank=jumper.claim_rank - 3600)
+        assert [(p.task, p.code) for p in selectors.problems(using=self.alias)] == [("jumper", "rank_before_creation")]
+        Task.objects.using(self.alias).filter(pk="jumper").update(claim_rank=jumper.claim_rank)
 
     # -- dedup keys (board.engine.transitions.creation; the live tasks' unique index) ----------
 

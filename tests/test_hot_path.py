@@ -79,6 +79,7 @@ def orm_row(alias: str, task_id: str) -> dict:
     del values["id"]
     values["stage_changed_at"] = task.stage_changed_at  # not editable: model_to_dict skips it
     values["progress_changed_at"] = task.progress_changed_at  # the same
+    values["claim_rank"] = task.claim_rank  # the same
     return values
 
 
@@ -132,7 +133,7 @@ def _database_clock_times_checked(seen: list, ttls: tuple[int, int]) -> list:
     columns, after checking them: each write's expiry is exactly its time + the TTL (one
     reading of the database's clock per move), times rise, and each history row has its
     move's time."""
-    times = ("created_at", "updated_at", "lease_expires_at", "stage_changed_at", "progress_changed_at")
+    times = ("created_at", "updated_at", "lease_expires_at", "stage_changed_at", "progress_changed_at", "claim_rank")
     history = seen[-1]
     written = [orm for orm, _ in seen[:-1]]
     # claim and complete change the stage (its time is the write's); renew keeps it.
@@ -145,6 +146,8 @@ def _database_clock_times_checked(seen: list, ttls: tuple[int, int]) -> list:
     for values, ttl in zip(written[:2], ttls):
         assert values["lease_expires_at"] - values["updated_at"] == timedelta(seconds=ttl)
     assert written[2]["lease_expires_at"] is None
+    # The line's rank is the creation's time (priority 0: board.engine.fairness), kept by every move.
+    assert {values["claim_rank"] for values in written} == {written[0]["created_at"].timestamp()}
     moves = [written[0]["created_at"]] + [values["updated_at"] for values in written]
     assert moves == sorted(moves) and [event[6] for event in history] == moves
     stripped = [tuple({k: v for k, v in row.items() if k not in times} for row in pair) for pair in seen[:-1]]

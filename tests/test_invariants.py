@@ -44,7 +44,7 @@ def pairs(tasks, now: datetime = NOW) -> list[tuple[str, str]]:
 
 
 def test_all_codes_are_distinct_and_named():
-    assert len(set(ALL_CODES)) == len(ALL_CODES) == 16
+    assert len(set(ALL_CODES)) == len(ALL_CODES) == 17
     assert all(isinstance(code, str) and code for code in ALL_CODES)
 
 
@@ -133,6 +133,11 @@ POSITIVE_AND_NEGATIVE = {
         [snap("a", Stage.FAILED, attempts=4, max_retries=2)],  # max_retries + 2
         [("a", "attempts_exceeded")],
         [snap("a", Stage.FAILED, attempts=3, max_retries=2)],  # max_retries + 1
+    ),
+    invariants.RANK_BEFORE_CREATION: (
+        [snap("a", Stage.QUEUED, claim_rank=100.0, earliest_rank=160.0)],  # a minute before its creation's rank
+        [("a", "rank_before_creation")],
+        [snap("a", Stage.QUEUED, claim_rank=160.0, earliest_rank=160.0)],  # exactly its creation's
     ),
 }
 
@@ -462,6 +467,7 @@ def broken_board() -> list[TaskSnapshot]:
         snap("empty-handed", Stage.COMPLETED, has_result=False),
         snap("orphaned", Stage.PENDING, deps=("cancelled",)),
         snap("greedy", Stage.FAILED, attempts=3, max_retries=1),
+        snap("jumper", Stage.PENDING, claim_rank=0.0, earliest_rank=1e9),
     ]  # fmt: skip
 
 
@@ -476,6 +482,7 @@ BROKEN_EXPECTED = [
     ("expired", "lease_expired"),
     ("greedy", "attempts_exceeded"),
     ("jumped", "blocked_claim"),
+    ("jumper", "rank_before_creation"),
     ("narcissus", "self_dep"),
     ("no-lease", "claimed_without_lease"),
     ("orphan", "unknown_dep"),

@@ -240,7 +240,8 @@ def test_check_holds_no_row_per_task_and_finds_what_the_full_snapshot_finds(big_
     running = Task.objects.filter(stage="RUNNING").order_by("pk")[0].pk
     Task.objects.filter(pk=running).update(lease_expires_at=now - timedelta(seconds=1))
     queued = Task.objects.filter(stage="QUEUED").order_by("pk")[0].pk
-    Task.objects.bulk_create([Task(id=f"loop-{n}", title="on a cycle", created_at=now, updated_at=now)
+    Task.objects.bulk_create([Task(id=f"loop-{n}", title="on a cycle", created_at=now, updated_at=now,
+                                   claim_rank=now.timestamp())
                               for n in "ab"])
     Dependency.objects.bulk_create([Dependency(task_id="loop-a", depends_on_id="loop-b"),
                                     Dependency(task_id="loop-b", depends_on_id="loop-a"),
@@ -278,7 +279,8 @@ def plant_every_problem(using: str, now) -> None:
     hour = timedelta(hours=1)
 
     def task(task_id, stage, **fields):
-        values = dict(id=task_id, title=task_id or "empty", stage=stage, created_at=now, updated_at=now)
+        values = dict(id=task_id, title=task_id or "empty", stage=stage, created_at=now, updated_at=now,
+                      claim_rank=now.timestamp())  # its creation's place in the line (priority 0)
         if stage in ("RUNNING", "PAUSED", "COMPLETED", "FAILED"):
             values["attempts"] = 1
         if stage == "RUNNING":
@@ -303,6 +305,7 @@ def plant_every_problem(using: str, now) -> None:
         task("retried", "FAILED", attempts=9, max_retries=1),
         task("c1", "PENDING"), task("c2", "PENDING"), task("c3", "QUEUED"), task("after-cycle", "PENDING"),
         task("two-causes", "QUEUED"), task("via-ghost", "PENDING"),
+        task("line-jumper", "QUEUED", claim_rank=now.timestamp() - 3600),  # ranked an hour before its creation
     ])
     edges = [("ok-queued", "ok-done"), ("ok-pending", "ok-queued"), ("lost", "ok-pending"),
              ("ghost-dep", "nowhere"), ("early", "ok-pending"), ("waiting", "ok-pending"),

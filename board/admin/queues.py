@@ -23,7 +23,7 @@ from board.admin.forms import QueueActionForm, QueueChangeForm
 from board.engine import errors, flow
 from board.engine.lifecycle import Stage
 from board.engine.limits import HISTORY_LIMIT, MAX_ACTION_ROWS
-from board.models import ConcurrencyKey, Queue, QueueChange
+from board.models import ConcurrencyKey, FairnessKey, Queue, QueueChange
 
 
 def running_of_limit(running: int, limit: int | None) -> str:
@@ -224,3 +224,20 @@ class ConcurrencyKeyAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None) -> bool:
         return False
+
+
+@admin.register(FairnessKey)
+class FairnessKeyAdmin(admin.ModelAdmin):
+    """A fairness key's weight (board.engine.fairness): its turns in the claim order for another
+    key's one. Set by the creates that give one and editable here; it applies to the key's tasks
+    created from then on (a waiting task keeps its place)."""
+
+    list_display = ("name", "weight")
+    search_fields = ("name",)
+    ordering = ("name",)
+    list_per_page = 100
+    show_facets = admin.ShowFacets.NEVER
+    fields = ("name", "weight")
+
+    def get_readonly_fields(self, request, obj=None):
+        return ("name",) if obj is not None else ()

@@ -37,6 +37,9 @@ HARMLESS_COLUMNS: dict[tuple[str, str], str] = {
                                        "share to be limited together (board.engine.flow); it grants nothing",
     ("board.Task", "dedup_key"): "a label chosen by the task's creator (e.g. nightly:2026-12-04) that makes a "
                                  "second create of the same work return the live task; it grants nothing",
+    ("board.Task", "fairness_key"): "a label chosen by the task's creator (a plan, a person) whose tasks take "
+                                    "turns with other keys' in the claim order (board.engine.fairness); it "
+                                    "grants nothing",
 }
 
 # A field name with one of these in it is declared above, one way or the other.

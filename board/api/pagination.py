@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import math
 from datetime import datetime
 
 from board.api import reads
@@ -55,16 +56,16 @@ def page_limit(limit: int) -> int:
     return limit
 
 
-def _is_priority(value) -> bool:
-    return type(value) is int and abs(value) < 2**31
+def _is_rank(value) -> bool:
+    return type(value) in (int, float) and math.isfinite(value)
 
 
 # A page's cursor is the sort key of its last task: (created_at, id) for the default order,
-# ("claim", priority, created_at, id) for order=claim. The leading "claim" (and the length)
+# ("claim", claim_rank, id) for order=claim. The leading "claim" (and the length)
 # keep a cursor to the order that gave it out: passed with the other order it is refused.
 _CURSOR_CHECKS = {
     "created": (_is_timestamp, is_valid_task_id),
-    "claim": ("claim".__eq__, _is_priority, _is_timestamp, is_valid_task_id),
+    "claim": ("claim".__eq__, _is_rank, is_valid_task_id),
 }
 
 
@@ -72,8 +73,8 @@ def cursor_after(cursor: str, order: str) -> tuple:
     """The list_key (selectors) a cursor of `order` resumes after."""
     parts = decode_cursor(cursor, *_CURSOR_CHECKS[order])
     if order == "claim":
-        _, priority, created_at, last_id = parts
-        return priority, datetime.fromisoformat(created_at), last_id
+        _, rank, last_id = parts
+        return float(rank), last_id
     created_at, last_id = parts
     return datetime.fromisoformat(created_at), last_id
 

@@ -30,6 +30,8 @@ from board.engine.limits import (
     MAX_CONCURRENCY,
     MAX_CONCURRENCY_KEY_CHARS,
     MAX_DEDUP_KEY_CHARS,
+    MAX_FAIRNESS_KEY_CHARS,
+    MAX_FAIRNESS_WEIGHT,
     MAX_RATE_COUNT,
     MAX_RATE_PER_SECONDS,
     MAX_CRON_CHARS,
@@ -124,6 +126,14 @@ class TaskIn(StrictIn):
         None, min_length=1, max_length=MAX_DEDUP_KEY_CHARS,
         description="while a live task (not COMPLETED, FAILED or CANCELLED) has this key, this create returns "
                     "that task (200, deduplicated: true) and creates nothing")
+    fairness_key: Optional[str] = Field(
+        None, min_length=1, max_length=MAX_FAIRNESS_KEY_CHARS,
+        description="tasks of different keys (a plan, a person) take turns among equal priorities: each task "
+                    "a key already has waiting counts as one priority level less for its next")
+    fairness_weight: Optional[int] = Field(
+        None, ge=1, le=MAX_FAIRNESS_WEIGHT,
+        description="the key's weight: its turns for another key's one (needs fairness_key; the latest create "
+                    "naming one sets it; a new key: 1)")
 
     # --- deadlines beside the lease (issue 29, item 7; board.engine.deadlines)
     queue_timeout_seconds: Optional[int] = DEADLINE(
@@ -232,6 +242,9 @@ class TaskOut(Schema):
     stage_changed_at: datetime = Field(..., description="when the task entered its current stage")
     concurrency_key: Optional[str] = Field(None, description="the concurrency key it shares with other tasks, if any")
     dedup_key: Optional[str] = Field(None, description="while this task is live, a create with this key returns it")
+    fairness_key: Optional[str] = Field(None, description="tasks of different keys take turns among equal priorities")
+    claim_rank: float = Field(..., description="the line's order: claims take the lowest first (its turn, Unix seconds, "
+                                               "minus priority x 60 s; then id)")
     queue_timeout_seconds: Optional[int] = Field(None, description="FAILED when QUEUED and claimable this long")
     attempt_timeout_seconds: Optional[int] = Field(None, description="one attempt's wall-clock limit")
     progress_timeout_seconds: Optional[int] = Field(

@@ -34,12 +34,15 @@ COMPLETED_WITHOUT_RESULT = "completed_without_result"
 # for one (down the chain): it cannot proceed.
 DEAD_DEP = "dead_dep"
 ATTEMPTS_EXCEEDED = "attempts_exceeded"  # more claims than 1 + max_retries
+# A waiting task (PENDING or QUEUED) ranked earlier in the line than its creation allows
+# (board.engine.fairness): it would jump every task created before it.
+RANK_BEFORE_CREATION = "rank_before_creation"
 
 ALL_CODES = (
     EMPTY_ID, DUPLICATE_ID, UNKNOWN_STATE, UNKNOWN_DEP, SELF_DEP, DEP_CYCLE,
     CLAIMED_WITHOUT_LEASE, LEASE_WITHOUT_CLAIM, BLOCKED_CLAIM, TERMINAL_CLAIMED,
     LEASE_EXPIRED, QUEUED_BLOCKED, PAUSED_WITHOUT_CHECKPOINT, COMPLETED_WITHOUT_RESULT,
-    DEAD_DEP, ATTEMPTS_EXCEEDED,
+    DEAD_DEP, ATTEMPTS_EXCEEDED, RANK_BEFORE_CREATION,
 )  # fmt: skip
 
 
@@ -87,6 +90,9 @@ class TaskSnapshot:
     max_retries: int = 0
     has_checkpoint: bool = False
     has_result: bool = False
+    # The line (board.engine.fairness): None when the snapshot does not carry it.
+    claim_rank: float | None = None
+    earliest_rank: float | None = None  # its creation's rank: created_at - priority x AGING_SECONDS
 
 
 @dataclass(frozen=True, order=True)
@@ -125,6 +131,7 @@ def check(tasks: Iterable[TaskSnapshot], now: datetime) -> list[Problem]:
         if stage is not None:
             _check_lease(t, stage, now, report)
             _check_payloads(t, stage, report)
+            _check_rank(t, stage, report)
 
     # One dependency list per id (the last copy's, when ids are duplicated).
     graph = {t.id: [d for d in t.deps if d in by_id and d != t.id] for t in tasks}
@@ -195,6 +202,18 @@ def _check_lease(t: TaskSnapshot, stage: Stage, now: datetime, report) -> None:
         code = TERMINAL_CLAIMED if stage in TERMINAL else LEASE_WITHOUT_CLAIM
         holder = f" (owner {t.owner!r})" if t.owner else ""
         report(t.id, code, f"task {t.id} is {stage} but still holds a lease{holder}")
+
+
+# A stored rank is a float made from the same datetime as created_at, which a store may keep to
+# the millisecond only (SQLite's julianday() in the check's SQL): below this, equal.
+RANK_SLACK_SECONDS = 0.01
+
+
+def _check_rank(t: TaskSnapshot, stage: Stage, report) -> None:
+    if (stage in (Stage.PENDING, Stage.QUEUED) and t.claim_rank is not None and t.earliest_rank is not None
+            and t.claim_rank < t.earliest_rank - RANK_SLACK_SECONDS):
+        report(t.id, RANK_BEFORE_CREATION,
+               f"task {t.id} is ranked {t.earliest_rank - t.claim_rank:.3f} s before its creation allows")
 
 
 def _check_payloads(t: TaskSnapshot, stage: Stage, report) -> None:

@@ -46,6 +46,8 @@ MAX_CURSOR_CHARS = 1000  # the API's own cursors are under 200
 MAX_CONCURRENCY = 10_000  # a queue's or a concurrency key's limit: 1 to this
 MAX_CONCURRENCY_KEY_CHARS = 200  # a task's concurrency_key: 1 to this, printable
 MAX_DEDUP_KEY_CHARS = 200  # a task's dedup_key: 1 to this, printable (the column's width)
+MAX_FAIRNESS_KEY_CHARS = 200  # a task's fairness_key: 1 to this, printable (the column's width)
+MAX_FAIRNESS_WEIGHT = 1000  # a fairness key's weight: 1 to this (turns for another key's one)
 # A release's retry_after_seconds (a snooze): from 1 s to a week. Longer waits are a run_at.
 MAX_SNOOZE_SECONDS = 7 * 24 * 3600
 # A queue's rate: at most `count` (1 to this) claims start in any `per_seconds` (1 s to a day).

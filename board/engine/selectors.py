@@ -8,7 +8,7 @@ from __future__ import annotations
 import heapq
 from collections import defaultdict, namedtuple
 from collections.abc import Iterable, Iterator
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from django.db import connections
 from django.db.models import (
@@ -23,11 +23,12 @@ from django.db.models import (
 )
 from django.utils import timezone
 
-from board.engine import clock, deadlines, scopes
+from board.engine import clock, deadlines, fairness, scopes
 from board.engine.stores import store
 from board.engine.invariants import (
     CLAIMED_AT_LEAST_ONCE,
     DEP_CYCLE,
+    RANK_SLACK_SECONDS,
     WAITING,
     LimitSnapshot,
     Problem,
@@ -76,11 +77,12 @@ def queues_of(task_ids: list[str], *, using: str = "default") -> dict[str, str]:
     return queues
 
 
-# The order claim_next takes ready tasks in: highest priority, then oldest, then id. Written here
-# once: ready_tasks (claim_next's ORM path), the live board's snapshot and the API's
-# `?order=claim` sort by it; the SQL stores' claim statements spell it in SQL ("ORDER BY priority
-# DESC, created_at, id"), and tests/test_api.py holds the listed order to what claims take.
-CLAIM_ORDER = ("-priority", "created_at", "pk")
+# The order claim_next takes ready tasks in: the line's (board.engine.fairness: priority, aging
+# and fairness keys in one stored rank), then id. Written here once: ready_tasks (claim_next's
+# ORM path), the live board's snapshot and the API's `?order=claim` sort by it; the SQL stores'
+# claim statements spell it in SQL ("ORDER BY claim_rank, id"), and tests/test_api.py holds the
+# listed order to what claims take.
+CLAIM_ORDER = ("claim_rank", "pk")
 
 
 def in_scope(scope: scopes.Scope) -> Q:
@@ -97,7 +99,7 @@ def in_scope(scope: scopes.Scope) -> Q:
 
 def ready_tasks(now: datetime, queue: str | None = None, *, scope: scopes.Scope = None, using: str = "default"):
     """QUEUED tasks past their retry backoff (in `queue` when given, in a key's `scope` when
-    given), best first: highest priority, then oldest. The order claim_next takes them in."""
+    given), best first (CLAIM_ORDER). The order claim_next takes them in."""
     rows = Task.objects.using(using).filter(stage=Stage.QUEUED).filter(
         Q(not_before__isnull=True) | Q(not_before__lte=now))
     if queue is not None:
@@ -360,7 +362,7 @@ def latest_events(task_id: str, count: int, *, using: str = "default") -> list[T
 # What check() reads of a task: presence only for checkpoint and result (either may be large,
 # and check() needs no content).
 _CHECK_COLUMNS = ("id", "stage", "owner", "lease_token_hash", "lease_expires_at", "attempts",
-                  "max_retries", "has_checkpoint", "has_result")
+                  "max_retries", "has_checkpoint", "has_result", "claim_rank", "priority", "created_at")
 
 
 def _check_rows(tasks):
@@ -371,12 +373,19 @@ def _check_rows(tasks):
 
 
 def _task_snapshots(rows, deps: dict[str, list[str]]) -> Iterator[TaskSnapshot]:
-    for (task_id, stage, owner, token_hash, expires, attempts, max_retries, has_checkpoint, has_result) in rows:
+    for (task_id, stage, owner, token_hash, expires, attempts, max_retries, has_checkpoint, has_result,
+         claim_rank, priority, created_at) in rows:
         yield TaskSnapshot(
             id=task_id, stage=stage, deps=tuple(deps.get(task_id, ())), owner=owner,
             has_token=bool(token_hash), lease_expires_at=expires, attempts=attempts,
             max_retries=max_retries, has_checkpoint=bool(has_checkpoint), has_result=bool(has_result),
+            claim_rank=claim_rank, earliest_rank=fairness.rank(_epoch(created_at), priority),
         )
+
+
+def _epoch(value: datetime) -> float:
+    """Unix seconds of a stored datetime: naive UTC on SQLite (USE_TZ), aware elsewhere."""
+    return (value if value.tzinfo is not None else value.replace(tzinfo=UTC)).timestamp()
 
 
 def snapshot(*, using: str = "default") -> list[TaskSnapshot]:
@@ -507,7 +516,22 @@ def _suspects(now: datetime, using: str) -> set[str]:
         cursor.execute(_STRANDED.format(dead_ends=_placeholders(dead_ends), waiting=_placeholders(waiting_now)),
                        [*dead_ends, *waiting_now, *waiting_now])
         found.update(task_id for (task_id,) in cursor.fetchall())
+        for stage in (Stage.PENDING, Stage.QUEUED):
+            cursor.execute(_RANKED_BEFORE_CREATION.format(epoch=store(using).epoch_of_column.format(column="created_at")),
+                           [stage, LINE_HEAD_CHECKED, fairness.AGING_SECONDS, RANK_SLACK_SECONDS])
+            found.update(task_id for (task_id,) in cursor.fetchall())
     return found
+
+
+# rank_before_creation (board.engine.fairness) on the SQL stores: among the first LINE_HEAD_CHECKED
+# tasks of each waiting stage's line (an index seek: task_line_any_queue), those ranked before
+# their creation's rank. A rank that jumps the line lands at its head, where claims take it next;
+# the whole line would be a scan of the backlog on every check (snapshot() checks every task).
+# Params: the stage, the head's length, AGING_SECONDS, the slack.
+LINE_HEAD_CHECKED = 100
+_RANKED_BEFORE_CREATION = (f"SELECT id FROM (SELECT id, claim_rank, priority, created_at FROM {Task._meta.db_table}"
+                           " WHERE stage = %s ORDER BY claim_rank, id LIMIT %s) AS head"
+                           " WHERE claim_rank + priority * %s < {epoch} - %s")
 
 
 # Tasks with a dependency check() may object to: a self-dependency or one on an unknown task

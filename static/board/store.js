@@ -225,15 +225,14 @@ export function prepare(task) {
   return task;
 }
 
-// Display order: live stages as the server lists them (priority, then age, then id); terminal
-// stages most recent first.
+// Display order: live stages as the server lists them, the order claims take them in (the line's
+// claim_rank, then id: board/engine/fairness.py); terminal stages most recent first.
 function compare(a, b) {
   if (TERMINAL.has(a.stage)) {
     if (a.updatedMs !== b.updatedMs) return b.updatedMs - a.updatedMs;
     return a.id < b.id ? 1 : a.id > b.id ? -1 : 0;
   }
-  if (a.priority !== b.priority) return b.priority - a.priority;
-  if (a.createdMs !== b.createdMs) return a.createdMs - b.createdMs;
+  if (a.claim_rank !== b.claim_rank) return a.claim_rank - b.claim_rank;
   return a.id < b.id ? -1 : a.id > b.id ? 1 : 0;
 }
 

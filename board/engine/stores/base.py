@@ -66,6 +66,9 @@ class Store:
     ids_follow_commit_order = False
     # The store has a clock every process may read, used for lease expiries.
     has_own_clock = False
+    # A stored datetime column in Unix seconds, in this store's SQL ({column} is its name); None
+    # where the store speaks no SQL.
+    epoch_of_column: str | None = None
 
     def __init__(self, using: str):
         self.using = using

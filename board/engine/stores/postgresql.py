@@ -47,6 +47,7 @@ _KEY_LOOKUP = KEY_LOOKUP.format(now=NOW)
 class PostgresStore(DirectCommitHooks, Store):
     speaks_sql = True
     joins_cheaply = True
+    epoch_of_column = "extract(epoch from {column})::double precision"
     # ids_follow_commit_order stays False: a sequence hands ids out at insert time, and
     # transactions commit in any order (board/live/outbox.py keeps holes for that).
     has_own_clock = True
@@ -124,7 +125,8 @@ _KEY_IS_LIVE = (f"(%(key_hash)s::text IS NULL OR EXISTS (SELECT 1 FROM {KEY} AS 
                 " AND (k.revoked_at IS NULL OR k.revoked_at > statement_timestamp())))")
 
 # claim_next: QUEUED -> RUNNING. `picked` locks the best ready task (QUEUED, past any backoff,
-# its queue and concurrency key open as the rows read: open_for_claims; priority, age, id) with
+# its queue and concurrency key open as the rows read: open_for_claims; the line's order,
+# claim_rank then id: board.engine.fairness) with
 # FOR UPDATE SKIP LOCKED, so concurrent claimers take different tasks instead of queueing on one
 # row. Flow control (board.engine.flow): `queue_slot` and `key_slot` lock the task's queue (only
 # one with a limit or a rate: the others are not written, and a claim never waits on their row) and key rows
@@ -142,7 +144,7 @@ WITH picked AS MATERIALIZED (
     SELECT t.id, t.version, t.queue, t.concurrency_key FROM {TASK} AS t
     WHERE t.stage = 'QUEUED' AND (t.not_before IS NULL OR t.not_before <= statement_timestamp()){{queue}}
       AND {open_for_claims(PG_NOW_EPOCH)} AND {_KEY_IS_LIVE}
-    ORDER BY t.priority DESC, t.created_at, t.id
+    ORDER BY t.claim_rank, t.id
     LIMIT 1
     FOR UPDATE OF t SKIP LOCKED
 ), queue_slot AS MATERIALIZED (

@@ -65,6 +65,8 @@ MIN_VERSION = (3, 35, 0)  # RETURNING
 class SQLiteStore(DirectCommitHooks, Store):
     speaks_sql = True
     joins_cheaply = True
+    # julianday() of Django's stored text (naive UTC), in days since -4713: to the millisecond.
+    epoch_of_column = "(julianday({column}) - 2440587.5) * 86400.0"
     # One writer commits before the next takes an id.
     ids_follow_commit_order = True
 
@@ -163,7 +165,8 @@ _KEY_IS_LIVE = (f"(? IS NULL OR EXISTS (SELECT 1 FROM {KEY} WHERE key_hash = ? A
                 " AND (revoked_at IS NULL OR revoked_at > ?)))").replace("?", "%s")
 
 # claim_next: QUEUED -> RUNNING. The inner SELECT picks the best ready task (QUEUED, past any
-# retry backoff; highest priority, then oldest, then id, as selectors.ready_tasks orders them)
+# retry backoff; lowest claim_rank, then id, as selectors.ready_tasks orders them: the line of
+# board.engine.fairness)
 # and the outer WHERE is the CAS on that task's (id, version) and stage. Sets a new lease (owner,
 # token hash, expiry, and the claim request when there is one, else NULL), raises fence and
 # attempts by one, clears the backoff, version + 1. Flow control: the pick leaves out tasks whose
@@ -182,7 +185,7 @@ WHERE (id, version) = (
         SELECT id, version FROM {TASK} AS t
         WHERE stage = 'QUEUED' AND (not_before IS NULL OR not_before <= %s){{queue}}
           AND {open_for_claims("%s")}
-        ORDER BY priority DESC, created_at, id
+        ORDER BY claim_rank, id
         LIMIT 1)
   AND stage = 'QUEUED' AND {_KEY_IS_LIVE}
 RETURNING {COLUMNS}

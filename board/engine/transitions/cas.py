@@ -13,7 +13,7 @@ from typing import Any
 
 from django.db.models import F, Q
 
-from board.engine import commits, errors, flow, outcomes
+from board.engine import commits, errors, fairness, flow, outcomes
 from board.engine.lifecycle import TERMINAL, Stage, Verb, target
 from board.engine.limits import MAX_TTL_SECONDS, MIN_TTL_SECONDS
 from board.models import Task, TaskEvent
@@ -111,6 +111,10 @@ def _swap(
     changes.update(stage=to, version=task.version + 1 if pin_version else F("version") + 1, updated_at=now)
     if to != task.stage:  # a renew or an edit stays in its stage: the time in it keeps counting
         changes["stage_changed_at"] = now
+    if to == Stage.QUEUED and task.stage in (Stage.PENDING, Stage.FAILED):
+        # Entering the line (admitted, or requeued after failing): the wait, and so the aging,
+        # starts now (board.engine.fairness). A release back to QUEUED keeps its place.
+        changes["claim_rank"] = fairness.rank_on_entering_line(task, now)
     if rows.update(**changes) != 1:
         outcomes.record(using, verb, outcomes.LOST_RACE)
         return False

@@ -11,7 +11,7 @@ from typing import Any
 
 from django.db import IntegrityError, connections, transaction
 
-from board.engine import clock, commits, deadlines, errors, flow, outcomes, tracing
+from board.engine import clock, commits, deadlines, errors, fairness, flow, outcomes, tracing
 from board.engine.inputs import is_valid_task_id, json_field, key_text, unstorable_text
 from board.engine.lifecycle import Stage, Verb
 from board.engine.limits import (
@@ -51,6 +51,10 @@ class TaskSpec:
     run_at: datetime | None = None
     # While a live task has this key, creating it again returns that task (see `create`).
     dedup_key: str | None = None
+    # The claim order (board.engine.fairness): tasks of different keys take turns, a key of
+    # weight w getting w turns for another's one (the latest create naming one says it; else 1).
+    fairness_key: str | None = None
+    fairness_weight: int | None = None
     # --- deadlines beside the lease (board.engine.deadlines; issue 29, item 7): whole seconds,
     # 1 to MAX_DEADLINE_SECONDS, or None for none. Applied by the reaper's pass.
     queue_timeout_seconds: int | None = None  # QUEUED (and claimable) this long: FAILED
@@ -147,6 +151,8 @@ def create(specs: TaskSpec | Sequence[TaskSpec], *, actor: str = "", using: str 
             raise errors.InvalidRequest(f"unknown dependencies: {', '.join(unknown)}", field="deps", unknown=unknown)
         flow.set_key_limits(using, {spec.concurrency_key: spec.concurrency_limit for spec in batch
                                     if spec.concurrency_limit is not None})
+        fairness.set_weights(using, {spec.fairness_key: spec.fairness_weight for spec in batch
+                                     if spec.fairness_weight is not None})
         tasks = []
         for spec in batch:
             ready = not spec.hold and all(dep_stages.get(dep) == Stage.COMPLETED for dep in spec.deps)
@@ -163,6 +169,7 @@ def create(specs: TaskSpec | Sequence[TaskSpec], *, actor: str = "", using: str 
                     concurrency_key=spec.concurrency_key,
                     not_before=spec.run_at,
                     dedup_key=spec.dedup_key,
+                    fairness_key=spec.fairness_key,
                     **{name: getattr(spec, name) for name in deadlines.TIMEOUTS},
                     has_deps=bool(spec.deps),
                     has_dependents=spec.id in depended_on,
@@ -173,6 +180,7 @@ def create(specs: TaskSpec | Sequence[TaskSpec], *, actor: str = "", using: str 
                     stage_changed_at=now,
                 )
             )
+        fairness.assign_ranks(using, tasks, now)
         try:
             with store(using).savepoint():  # a racing creator of the same id
                 Task.objects.using(using).bulk_create(tasks)
@@ -284,6 +292,10 @@ def _validate_spec(spec: TaskSpec) -> None:
     _validate_deadlines(spec)
     flow.concurrency_key(spec.concurrency_key)
     key_text(spec.dedup_key, "dedup_key", MAX_DEDUP_KEY_CHARS)
+    fairness.fairness_key(spec.fairness_key)
+    fairness.fairness_weight(spec.fairness_weight)
+    if spec.fairness_weight is not None and spec.fairness_key is None:
+        raise errors.InvalidRequest("fairness_weight needs a fairness_key", field="fairness_weight")
     flow.concurrency_limit(spec.concurrency_limit, "concurrency_limit")
     if spec.concurrency_limit is not None and spec.concurrency_key is None:
         raise errors.InvalidRequest("concurrency_limit needs a concurrency_key", field="concurrency_limit")
