@@ -532,7 +532,7 @@ class Client:
         """Every matching task, oldest first, fetching pages lazily through the ``next``
         cursor. `stage`: one stage name or several (e.g. ``["QUEUED", "RUNNING"]``); `text`
         matches id or title. `order`: ``"created"`` (oldest first, the default) or ``"claim"``
-        (the order claim_next takes tasks in: highest priority, then oldest). `limit`: at most
+        (the order claim_next takes tasks in: claim_rank, then id; priority with aging, fairness keys). `limit`: at most
         this many tasks, asked for in pages of that size (up to the server's 500), so that the
         first `limit` tasks of the order cost one request when they fit one page."""
         if isinstance(stage, str):
@@ -580,7 +580,7 @@ class Client:
 
     def claim_next(self, ttl_seconds: float, queue: str | None = None,
                    wait_seconds: float = 0) -> Lease | None:
-        """Claim the best ready task (highest priority, then oldest; only in `queue` if given)
+        """Claim the best ready task (first in the claim order; only in `queue` if given)
         with a lease of `ttl_seconds` (1 s .. 24 h). With `wait_seconds` (up to 30) the server
         waits for work to become ready (woken by the board's commits). Tasks of a paused or
         full queue, or of a full concurrency key, are passed over; so are those a queue's rate

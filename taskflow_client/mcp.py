@@ -287,7 +287,7 @@ def get_task(holdings: Holdings, task_id: str, history: bool = True) -> dict[str
 
 
 def list_ready(holdings: Holdings, queue: str | None = None, limit: int = LIST_LIMIT) -> dict[str, Any]:
-    # QUEUED in the board's claim order (priority, then age), sorted and cut by the board: one
+    # QUEUED in the board's claim order (claim_rank: priority with aging, fairness keys), sorted and cut by the board: one
     # request for `limit` + 1 tasks (the one more says whether there are more). One backing off
     # after a failure shows its not_before.
     queued = holdings.client.list(stage="QUEUED", queue=queue, order="claim", limit=limit + 1)
@@ -366,7 +366,7 @@ TOOLS: dict[str, ToolSpec] = {spec.name: spec for spec in (
     ToolSpec("get_task", "A task and (unless history is false) its last 50 events; history_truncated "
              "when there were more.",
              _schema(("task_id",), task_id=_ID, history={"type": "boolean"}), get_task),
-    ToolSpec("list_ready", "QUEUED tasks in claim order (priority, then oldest), and the ids you hold.",
+    ToolSpec("list_ready", "QUEUED tasks in claim order (priority, aging, fairness keys), and the ids you hold.",
              _schema(queue={"type": "string"}, limit={"type": "integer", "minimum": 1, "maximum": 100}),
              list_ready),
     ToolSpec("list_queues", "Queues by name: running/limit, paused (by whom, why), tasks per stage, "

@@ -171,12 +171,16 @@ def test_a_client_that_never_reads_is_dropped_and_the_others_stay_live(server):
     # About 8 MB of frames (cards of 300-character titles): several times the bound plus what
     # the kernel and the transport buffer, written fast enough that the client is dropped well
     # before the server's keepalive (a ping unanswered for 20 s) would close it anyway.
+    # The writer goes at the reader's pace (each batch shown before the next is made): a reader
+    # in this process on a loaded machine, left a whole burst behind, is rightly dropped as too
+    # slow itself (CI, session 17). Were the tailer waiting for the stuck client, the reader
+    # would never see the batch after the stuck client's socket filled.
     batches, per_batch = 20, 500
     started = time.monotonic()
     for b in range(batches):
         transitions.create([TaskSpec(id=f"bp-{b}-{i}", title="t" * 300) for i in range(per_batch)])
-    wait_for_versions(reader, "default")  # the tailer never waited for the stuck client
-    assert reader.close_code is None
+        wait_for_versions(reader, "default")  # the tailer never waited for the stuck client
+        assert reader.close_code is None, f"the reader was closed ({reader.close_code}) after batch {b}"
     live_for = time.monotonic() - started
     changes, code = read_until_close(stuck)
     stuck.close()

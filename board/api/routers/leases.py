@@ -55,7 +55,7 @@ def _answer(request, data: dict):
 
 
 @router.post("/claim", response={200: ClaimOut, 204: None, **ERRORS}, auth=HOT_AUTH,
-             summary="Claim the next ready task (highest priority, then oldest); 204 when none")
+             summary="Claim the next ready task (first in the claim order: priority, aging, fairness keys); 204 when none")
 def claim_next(request, body: ClaimNextIn):
     """With `wait_seconds` the request waits (up to 30 s) for work to become ready instead of
     answering 204 at once. The lease token in the answer is shown only to this caller.

@@ -149,7 +149,7 @@ ListOrder = Literal[tuple(reads.LIST_ORDERS)]
 def list_tasks(request, stage: list[str] = Query(None), queue: Optional[str] = None,
                owner: Optional[str] = None, text: Optional[str] = None,
                order: ListOrder = Query("created", description="created: oldest first (the default); claim: the order "
-                                  "claim-next takes tasks in (highest priority, then oldest, then id)"),
+                                  "claim-next takes tasks in (claim_rank, then id: priority, aging, fairness keys)"),
                cursor: Optional[str] = None, limit: int = 100):
     """A page holds at most `limit` tasks, and ends early (with `next`) before the task that
     would take it past MAX_PAGE_BYTES of JSON: a task carries up to three 256 KiB JSON values

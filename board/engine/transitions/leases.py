@@ -188,7 +188,7 @@ def claim_next(
     agent: str, ttl_seconds: float, *, queue: str | None = None, request_id: str | None = None,
     key_hash: str | None = None, scope: scopes.Scope = None, using: str = "default",
 ) -> Claim | None:
-    """Claim the best ready task: highest priority, then oldest, among QUEUED tasks past their
+    """Claim the best ready task: first in the line (claim_rank, then id: board.engine.fairness), among QUEUED tasks past their
     backoff (in `queue` when given). None when there is no ready task.
 
     With `request_id` (board.engine.claim_requests): when this agent's claim with the same id made a
