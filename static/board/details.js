@@ -62,6 +62,11 @@ function renderDetails(refetch) {
   field(dl, "stage", `${task.stage} (version ${task.version}) since ${new Date(task.inStageSinceMs).toLocaleString()}`);
   field(dl, "owner", task.owner || "—");
   field(dl, "queue / priority", `${task.queue} / ${task.priority}`);
+  // The claim order (board/engine/fairness.py): claims take the lowest rank first. As a time, it
+  // is when the task's wait counts from, moved earlier by its priority (a minute a level) and
+  // later by its fairness key's turns.
+  field(dl, "place in line", `${new Date(task.claim_rank * 1000).toLocaleString()}` +
+    (task.fairness_key ? ` (fairness key ${task.fairness_key})` : ""));
   field(dl, "attempts", `${task.attempts} of ${task.max_retries + 1}`);
   field(dl, "fence", String(task.fence));
   if (task.lease_expires_at) field(dl, "lease until", new Date(task.leaseExpiresMs).toLocaleString());

@@ -236,7 +236,10 @@ function fillCard(card, task, filter) {
   card.dataset.version = task.version;
   card.hidden = filter ? !matches(task, filter) : false;
   const head = el("div", "card-head");
-  head.append(el("b", "card-id", task.id), ` P${task.priority} · ${task.queue}`, adminLink(task.id));
+  head.append(el("b", "card-id", task.id), ` P${task.priority} · ${task.queue}`);
+  // A fairness key (a plan, a person): its tasks take turns with other keys' in the claim order.
+  if (task.fairness_key) head.append(" · ", el("span", "fairness-key", task.fairness_key));
+  head.append(adminLink(task.id));
   const meta = el("div", "card-meta");
   // Fence and version are in the details panel: the card says who, how often, how long.
   card.inStageEl = el("span", "in-stage");
