@@ -1,4 +1,4 @@
-"""The Python client's `create(..., dedup_key=, run_at=)` (issue 29) against the REAL server
+"""The Python client's `create(..., dedup_key=, run_at=, fairness_key=, fairness_weight=)` (issue 29) against the REAL server
 (manage.py serve) on the test database: a second create with a live key returns the same task
 marked `deduplicated`, `run_at` is sent as ISO 8601 with its zone, and the call's own refusals
 (a batch given one dedup_key, a naive run_at) send nothing."""
@@ -44,3 +44,13 @@ def test_the_calls_own_refusals_send_nothing(alice):
     with pytest.raises(ValidationFailed):
         alice.create({"title": "bad key"}, dedup_key="x" * 201)
     assert db_state() == before
+
+
+def test_fairness_key_and_weight_are_set_on_every_task_of_the_call(alice):
+    from board.models import FairnessKey
+
+    made = alice.create([{"id": "p1", "title": "plan step 1"}, {"id": "p2", "title": "plan step 2"}],
+                        fairness_key="plan:a", fairness_weight=3)
+    assert [(t["id"], t["fairness_key"]) for t in made] == [("p1", "plan:a"), ("p2", "plan:a")]
+    assert made[0]["claim_rank"] < made[1]["claim_rank"]  # the key's consecutive turns
+    assert FairnessKey.objects.get(name="plan:a").weight == 3
