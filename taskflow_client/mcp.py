@@ -214,9 +214,9 @@ _TASK = _schema(
     hold={"type": "boolean"}, max_retries={"type": "integer", "minimum": 0},
     # The tool list stays under 5,000 characters (tests/test_mcp.py): the API's docs say the rest.
     concurrency_key={"type": "string", "maxLength": 200, "description": "limits RUNNING tasks sharing it"},
-    concurrency_limit={"type": "integer", "minimum": 1, "description": "the key's limit"},
+    concurrency_limit={"type": "integer", "minimum": 1},
     dedup_key={"type": "string", "maxLength": 200, "description": "a live task with it is returned"},
-    fairness_key={"type": "string", "maxLength": 200, "description": "keys take turns (a plan)"},
+    fairness_key={"type": "string", "maxLength": 200, "description": "plans take turns"},
 )
 
 
@@ -363,10 +363,9 @@ TOOLS: dict[str, ToolSpec] = {spec.name: spec for spec in (
              "no attempt counted.",
              _schema(("task_id", "seconds"), task_id=_ID, seconds={"type": "number", "minimum": 1, "maximum": 604800}),
              snooze),
-    ToolSpec("get_task", "A task and (unless history is false) its last 50 events; history_truncated "
-             "when there were more.",
+    ToolSpec("get_task", "A task and its last 50 events (history: false for none).",
              _schema(("task_id",), task_id=_ID, history={"type": "boolean"}), get_task),
-    ToolSpec("list_ready", "QUEUED tasks in claim order (priority, aging, fairness keys), and the ids you hold.",
+    ToolSpec("list_ready", "QUEUED tasks in claim order, and the ids you hold.",
              _schema(queue={"type": "string"}, limit={"type": "integer", "minimum": 1, "maximum": 100}),
              list_ready),
     ToolSpec("list_queues", "Queues by name: running/limit, paused (by whom, why), tasks per stage, "

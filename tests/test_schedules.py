@@ -17,7 +17,7 @@ from django.forms.models import model_to_dict
 from board.engine import errors, schedules, selectors, stores
 from board.engine.inputs import is_valid_task_id
 from board.engine.limits import MAX_SCHEDULE_NAME_CHARS, SCHEDULE_MISSED_GRACE
-from board.models import Queue, Schedule, Task, TaskEvent
+from board.models import FairnessKey, Queue, Schedule, Task, TaskEvent
 from tests.support import db_state, postgres_db_mark, race, sqlite_db_mark
 
 BERLIN = "Europe/Berlin"
@@ -217,6 +217,16 @@ class ScheduleContract:
             tick + timedelta(minutes=15), tick, task_id, 0)
         assert schedules.fire_due(now=tick + timedelta(seconds=3), using=self.alias) == []  # fired already
         assert self.tasks() == [task_id]
+
+    def test_a_tick_task_takes_the_templates_fairness_key_and_deadlines(self):
+        schedule = self.make(task={**TEMPLATE, "fairness_key": "plan:nightly", "fairness_weight": 2,
+                                   "queue_timeout_seconds": 600, "attempt_timeout_seconds": 60,
+                                   "progress_timeout_seconds": 30}, cron="*/15 * * * *")
+        (fired,) = schedules.fire_due(now=schedule.next_tick_at + timedelta(seconds=1), using=self.alias)
+        task = Task.objects.using(self.alias).get(pk=fired.task_id)
+        assert (task.fairness_key, task.queue_timeout_seconds, task.attempt_timeout_seconds,
+                task.progress_timeout_seconds) == ("plan:nightly", 600, 60, 30)
+        assert FairnessKey.objects.using(self.alias).get(name="plan:nightly").weight == 2
 
     def test_after_downtime_only_the_latest_missed_tick_fires_and_the_others_are_counted(self):
         schedule = self.make(cron="*/10 * * * *")

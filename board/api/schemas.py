@@ -356,6 +356,12 @@ class ScheduleTaskIn(StrictIn):
     max_retries: int = Field(3, ge=0, le=MAX_RETRIES_LIMIT)
     concurrency_key: Optional[str] = Field(None, min_length=1, max_length=MAX_CONCURRENCY_KEY_CHARS)
     concurrency_limit: Optional[int] = Field(None, ge=1, le=MAX_CONCURRENCY)
+    fairness_key: Optional[str] = Field(None, min_length=1, max_length=MAX_FAIRNESS_KEY_CHARS,
+                                        description="the ticks' tasks take turns with other keys' in the claim order")
+    fairness_weight: Optional[int] = Field(None, ge=1, le=MAX_FAIRNESS_WEIGHT)
+    queue_timeout_seconds: Optional[int] = DEADLINE("FAILED when QUEUED and claimable this long without starting")
+    attempt_timeout_seconds: Optional[int] = DEADLINE("one attempt's wall-clock limit")
+    progress_timeout_seconds: Optional[int] = DEADLINE("the lease is taken back when progress stays unchanged this long")
 
 
 CRON = Field(..., min_length=1, max_length=MAX_CRON_CHARS,

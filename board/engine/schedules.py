@@ -55,7 +55,8 @@ log = logging.getLogger("board.engine.schedules")
 # The template's fields: what each tick's task is made from (its id is the name and the tick;
 # no dependencies, no hold). Their defaults are TaskSpec's own.
 TEMPLATE_FIELDS = ("title", "description", "payload", "queue", "priority", "max_retries", "concurrency_key",
-                   "concurrency_limit")
+                   "concurrency_limit", "fairness_key", "fairness_weight", "queue_timeout_seconds",
+                   "attempt_timeout_seconds", "progress_timeout_seconds")
 TEMPLATE_DEFAULTS: dict[str, Any] = {spec_field.name: spec_field.default for spec_field in dataclasses.fields(TaskSpec)
                                      if spec_field.name in TEMPLATE_FIELDS[1:]}
 NEXT_TICKS_SHOWN = 5
@@ -170,8 +171,13 @@ def tick_dedup_key(name: str, tick: datetime) -> str:
 # Operators' verbs
 
 
+def stored_template(schedule: Schedule) -> dict[str, Any]:
+    """The schedule's template with every field: one stored before a field existed has its default."""
+    return {**TEMPLATE_DEFAULTS, **schedule.task}
+
+
 def _same(schedule: Schedule, cron: str, zone: str, task: dict, paused: bool) -> bool:
-    return (schedule.cron, schedule.timezone, schedule.task, schedule.paused) == (cron, zone, task, paused)
+    return (schedule.cron, schedule.timezone, stored_template(schedule), schedule.paused) == (cron, zone, task, paused)
 
 
 def _get(name: str, using: str) -> Schedule:
@@ -270,7 +276,7 @@ def delete_schedule(name: str, *, using: str = "default") -> Schedule:
 def describe(schedule: Schedule) -> dict[str, Any]:
     """A schedule as the API and the client show it."""
     return {
-        "name": schedule.name, "cron": schedule.cron, "timezone": schedule.timezone, "task": schedule.task,
+        "name": schedule.name, "cron": schedule.cron, "timezone": schedule.timezone, "task": stored_template(schedule),
         "paused": schedule.paused, "next_tick_at": None if schedule.paused else schedule.next_tick_at,
         "next_ticks": next_ticks(schedule), "last_tick_at": schedule.last_tick_at,
         "last_task_id": schedule.last_task_id or None, "skipped_ticks": schedule.skipped_ticks,
