@@ -347,7 +347,7 @@ def _ms(when) -> int:
 
 def expected_order(stages) -> dict:
     """Each column as the server orders it (times in milliseconds, as the page compares them):
-    by priority, then age, then id; finished ones most recent first."""
+    in the claim order (claim_rank, then id); finished ones most recent first."""
     columns = {stage: [] for stage in stages}
     for t in Task.objects.all():
         columns[t.stage].append(t)
@@ -355,7 +355,7 @@ def expected_order(stages) -> dict:
         if stage in ("COMPLETED", "CANCELLED"):
             rows.sort(key=lambda t: (_ms(t.updated_at), t.id), reverse=True)
         else:
-            rows.sort(key=lambda t: (-t.priority, _ms(t.created_at), t.id))
+            rows.sort(key=lambda t: (t.claim_rank, t.id))
         columns[stage] = [t.id for t in rows]
     return columns
 

@@ -336,7 +336,7 @@ def test_list_ready_is_one_request_in_claim_order_however_long_the_queue(board, 
         assert set(everything["held_by_you"]) == set(listed)
         ids = [t["id"] for t in everything["tasks"]]
         assert not set(ids) & set(listed)
-        assert ids == list(Task.objects.filter(stage="QUEUED").order_by("-priority", "created_at", "id")
+        assert ids == list(Task.objects.filter(stage="QUEUED").order_by("claim_rank", "id")
                            .values_list("id", flat=True)[:100])
 
 
