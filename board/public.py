@@ -27,6 +27,7 @@ def public_task(task: Task, deps: list[str]) -> dict:
         # Null only for a row written outside the engine: its last write is the best bound.
         "stage_changed_at": task.stage_changed_at or task.updated_at,
         "concurrency_key": task.concurrency_key,
+        "rate_key": task.rate_key,
         "dedup_key": task.dedup_key,
         # Deadlines beside the lease (board.engine.deadlines): the creator's timeouts, and when
         # the holder last changed its progress or checkpoint (the progress deadline's clock).

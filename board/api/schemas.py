@@ -118,6 +118,10 @@ class TaskIn(StrictIn):
     concurrency_limit: Optional[int] = Field(
         None, ge=1, le=MAX_CONCURRENCY,
         description="the key's limit (needs concurrency_key; the latest create naming one sets it; a new key: 1)")
+    rate_key: Optional[str] = Field(
+        None, min_length=1, max_length=MAX_CONCURRENCY_KEY_CHARS,
+        description="claims of the tasks sharing this key start no faster than its rate, whatever their queues "
+                    "(e.g. provider:openai; the rate is set with PUT /api/rate-keys/{name})")
     run_at: Optional[AwareDatetime] = Field(
         None, strict=False, description="not claimable before this time (ISO 8601 with its zone); shown as not_before")
     dedup_key: Optional[str] = Field(
@@ -231,6 +235,7 @@ class TaskOut(Schema):
     updated_at: datetime
     stage_changed_at: datetime = Field(..., description="when the task entered its current stage")
     concurrency_key: Optional[str] = Field(None, description="the concurrency key it shares with other tasks, if any")
+    rate_key: Optional[str] = Field(None, description="the rate key whose rate its claims obey, if any")
     dedup_key: Optional[str] = Field(None, description="while this task is live, a create with this key returns it")
     queue_timeout_seconds: Optional[int] = Field(None, description="FAILED when QUEUED and claimable this long")
     attempt_timeout_seconds: Optional[int] = Field(None, description="one attempt's wall-clock limit")
@@ -330,6 +335,21 @@ class QueueChangeOut(Schema):
 
 class QueueHistory(Schema):
     items: list[QueueChangeOut]
+
+
+class RateKeyIn(StrictIn):
+    rate: Optional[RateIn] = Field(..., description="a rate limit on the claims of the key's tasks; null: none")
+    reason: str = Field("", max_length=MAX_REASON_CHARS, description="kept in the key's history")
+
+
+class RateKeyOut(Schema):
+    name: str
+    rate: Optional[RateOut] = Field(..., description="at most count claims start in any per_seconds; null: no rate limit")
+    next_claim_at: Optional[datetime] = Field(..., description="the rate lets the next claim start at this time")
+
+
+class RateKeyList(Schema):
+    items: list[RateKeyOut]
 
 
 class ScheduleTaskIn(StrictIn):
