@@ -234,6 +234,18 @@ def key_overview(limit: int, *, using: str = "default") -> tuple[list[dict], int
     return shown, max(0, total - len(shown))
 
 
+def rate_key_overview(limit: int, *, using: str = "default") -> tuple[list[dict], int]:
+    """The rate keys with a rate, at most `limit`, by name (flow.describe_rate_key each), and how
+    many more there are. A key without a rate holds nothing back. One consistent read."""
+    from board.engine import flow
+
+    with store(using).read_transaction():
+        rated = RateKey.objects.using(using).filter(rate_count__isnull=False)
+        shown = [flow.describe_rate_key(key) for key in rated.order_by("name")[:limit]]
+        total = rated.count()
+    return shown, max(0, total - len(shown))
+
+
 # ---------------------------------------------------------------------------------------------
 # Dependencies: written with their task, never changed. The passes (admission, the reaper) read
 # their candidates without a transaction; each move then re-reads its own row.
