@@ -363,6 +363,7 @@ class ScheduleTaskIn(StrictIn):
     max_retries: int = Field(3, ge=0, le=MAX_RETRIES_LIMIT)
     concurrency_key: Optional[str] = Field(None, min_length=1, max_length=MAX_CONCURRENCY_KEY_CHARS)
     concurrency_limit: Optional[int] = Field(None, ge=1, le=MAX_CONCURRENCY)
+    rate_key: Optional[str] = Field(None, min_length=1, max_length=MAX_CONCURRENCY_KEY_CHARS)
 
 
 CRON = Field(..., min_length=1, max_length=MAX_CRON_CHARS,
