@@ -105,6 +105,10 @@ class Task(models.Model):
             # queue timeout, without reading the whole QUEUED backlog. Partial: a task without one
             # costs no write. (`>= 1`, not IS NOT NULL: MongoDB's partial indexes take comparisons.)
             models.Index(fields=["stage"], name="task_queue_deadline", condition=models.Q(queue_timeout_seconds__gte=1)),
+            # check()'s over_rate for a rate key reads the claims of the tasks naming it. Partial:
+            # a task without one costs no write (`>= ''`: every string, as MongoDB's partial
+            # indexes take comparisons).
+            models.Index(fields=["rate_key"], name="task_rate_key", condition=models.Q(rate_key__gte="")),
             models.Index(fields=["owner"], name="task_owner"),
             # the admin's list: most recently updated first, and its queue filter.
             models.Index(fields=["-updated_at"], name="task_recent"),

@@ -25,11 +25,6 @@ class Migration(migrations.Migration):
                 'ordering': ['name'],
             },
         ),
-        migrations.AddField(
-            model_name='task',
-            name='rate_key',
-            field=models.CharField(blank=True, help_text='Claims of the tasks sharing this key start no faster than its rate.', max_length=200, null=True),
-        ),
         migrations.CreateModel(
             name='RateKeyChange',
             fields=[
@@ -42,7 +37,19 @@ class Migration(migrations.Migration):
             ],
             options={
                 'ordering': ['-at'],
-                'indexes': [models.Index(fields=['key', '-at'], name='rate_key_change_history')],
             },
+        ),
+        migrations.AddField(
+            model_name='task',
+            name='rate_key',
+            field=models.CharField(blank=True, help_text='Claims of the tasks sharing this key start no faster than its rate.', max_length=200, null=True),
+        ),
+        migrations.AddIndex(
+            model_name='task',
+            index=models.Index(condition=models.Q(('rate_key__gte', '')), fields=['rate_key'], name='task_rate_key'),
+        ),
+        migrations.AddIndex(
+            model_name='ratekeychange',
+            index=models.Index(fields=['key', '-at'], name='rate_key_change_history'),
         ),
     ]

@@ -46,4 +46,8 @@ class Migration(migrations.Migration):
                 'indexes': [models.Index(fields=['key', '-at'], name='rate_key_change_history')],
             },
         ),
+        migrations.AddIndex(
+            model_name='task',
+            index=models.Index(condition=models.Q(('rate_key__gte', '')), fields=['rate_key'], name='task_rate_key'),
+        ),
     ]
