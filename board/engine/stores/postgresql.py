@@ -132,12 +132,13 @@ _KEY_IS_LIVE = (f"(%(key_hash)s::text IS NULL OR EXISTS (SELECT 1 FROM {KEY} AS 
 # only while they still have room (a row another claimer holds is waited for, then its
 # WHERE is checked again on the row as that claimer left it: READ COMMITTED's re-check); the
 # task is `allowed` when both have room (or have no row: no limit), and only then are the slots
-# taken and the task moved. `rate_slot` locks the task's rate key row only when the key has a rate
-# and it is open (a key without one is neither locked nor written: `rate_taken` moves a rated
-# key's next opening one interval past the statement's time, as `queue_taken` does the queue's).
-# A pick refused by a limit that filled meanwhile writes nothing and
+# taken and the task moved. A pick refused by a limit that filled meanwhile writes nothing and
 # answers its row with `picks.n` = 1 and no task: the caller runs it again, and the pick then
-# leaves that queue out. Locks are always taken task, queue, key, rate key, as every other move takes them.
+# leaves that queue out. Locks are always taken task, queue, key, as every other move takes them.
+# Rate keys: `rate_slot` locks the task's rate key row (after those) only when the key has a rate
+# and is open; a key without one is neither locked nor written. `allowed` needs it as it needs
+# the others, and `rate_taken` moves the key's next opening one interval past the statement's
+# time, as `queue_taken` does the queue's.
 # The UPDATE is the CAS on the task's id, stage and version. Sets a new lease (owner, token hash,
 # expiry = the database's clock + ttl, the claim request or NULL), fence + 1, attempts + 1,
 # clears the backoff, version + 1; `history` records it.

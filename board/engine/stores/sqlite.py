@@ -169,9 +169,10 @@ _KEY_IS_LIVE = (f"(? IS NULL OR EXISTS (SELECT 1 FROM {KEY} WHERE key_hash = ? A
 # and the outer WHERE is the CAS on that task's (id, version) and stage. Sets a new lease (owner,
 # token hash, expiry, and the claim request when there is one, else NULL), raises fence and
 # attempts by one, clears the backoff, version + 1. Flow control: the pick leaves out tasks whose
-# queue is paused, full or waiting for its rate, or whose concurrency key is full, or whose rate key
-# waits for its rate (open_for_claims); the claimed task's slots are then taken by SQLITE_TAKE_SLOTS in the same
+# queue is paused, full or waiting for its rate, or whose concurrency key is full
+# (open_for_claims); the claimed task's slots are then taken by SQLITE_TAKE_SLOTS in the same
 # transaction, under the only write lock, so the rows the pick read are the rows it updates.
+# A rate key's rate likewise: left out of the pick, its opening taken by SQLITE_TAKE_RATE_KEY.
 # Params: agent, token_hash, lease_expires_at, claim_request_hash, claim_token_seed, updated_at,
 # stage_changed_at, now (the backoff bound) [, queue], now in Unix seconds twice (the bound of the
 # queue's rate, then of the rate key's),
