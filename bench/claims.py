@@ -34,7 +34,9 @@ board.engine.flow), by default as many as the threads, so that it never refuses 
 difference is what enforcing it costs. An observer thread counts the RUNNING tasks all through
 its slices (and through ours', so that both bear its cost); a read over the limit, or a problem
 check() finds after a slice, fails the run. ``--with-rate`` gives that queue a rate as well (`RATE`,
-never binding): check()'s over_rate is then read after each slice too.
+never binding): check()'s over_rate is then read after each slice too. ``--with-rate-key`` makes
+its tasks name a rate key with that rate too (`RATE_KEY`; a rate shared by the tasks of many
+queues): each claim then also takes the key's opening, and check() reads the key's claims.
 
 Both loops run in the same process (for MongoDB, a child process: see Databases), against the
 same tables, on freshly seeded QUEUED tasks, with T threads (default 1 and 8, each with its own
@@ -157,6 +159,8 @@ LIMIT_GOAL = 0.8
 # --with-rate: the limited queue's rate, above any rate this machine claims at (one claim may
 # start every 10 us), so that it never refuses one: what it costs is its check and its write.
 RATE = {"count": 100_000, "per_seconds": 1}
+# --with-rate-key: the rate key the limited queue's tasks name, with RATE (never binding).
+RATE_KEY = "bench:provider"
 # MongoDB is "default" too, but in the child process only (run_mongodb), never beside SQLite's.
 ALIASES = {"sqlite": "default", "postgres": "postgres", "mongodb": "default"}
 SQL_BACKENDS = ("sqlite", "postgres")
@@ -298,13 +302,14 @@ def seed_priority(i: int, tied: bool) -> int:
     return 0 if tied else -i
 
 
-def seed_with_engine(alias: str, count: int, tied: bool) -> None:
-    """`count` QUEUED tasks, created by the engine (transitions.create) in batches."""
+def seed_with_engine(alias: str, count: int, tied: bool, rate_key: str | None = None) -> None:
+    """`count` QUEUED tasks, created by the engine (transitions.create) in batches (naming
+    `rate_key`, when given)."""
     from board.engine import transitions
     from board.engine.transitions import TaskSpec
 
     for start in range(0, count, SEED_BATCH):
-        specs = [TaskSpec(title=f"bench task {i}", priority=seed_priority(i, tied))
+        specs = [TaskSpec(title=f"bench task {i}", priority=seed_priority(i, tied), rate_key=rate_key)
                  for i in range(start, min(count, start + SEED_BATCH))]
         transitions.create(specs, using=alias)
 
@@ -349,15 +354,19 @@ class LimitedDriver(OursDriver):
     limit at the thread count it never refuses a claim: the difference with ours is what
     enforcing it costs. `over_limit` and `most_running` are what an observer thread saw."""
 
-    def __init__(self, alias: str, limit: int, rate: dict | None = None):
+    def __init__(self, alias: str, limit: int, rate: dict | None = None, rate_key: bool = False):
         super().__init__(alias)
-        self.limit, self.rate = limit, rate
+        self.limit, self.rate, self.rate_key = limit, rate, rate_key
 
     def seed(self, count: int, tied: bool) -> None:
         from board.engine import flow
 
         flow.change_queue("default", concurrency=self.limit, rate=self.rate, actor="bench", using=self.alias)
-        super().seed(count, tied)
+        if not self.rate_key:
+            super().seed(count, tied)
+            return
+        flow.change_rate_key(RATE_KEY, rate=RATE, actor="bench", using=self.alias)
+        seed_with_engine(self.alias, count, tied, rate_key=RATE_KEY)
 
 
 class RunningObserver:
@@ -890,6 +899,7 @@ class Row:
     limited: Outcome | None = None  # ours on a queue with a concurrency limit (--with-limit)
     observed: Observed | None = None  # what the limited slices' observers saw
     rate: dict | None = None  # the limited queue's rate (--with-rate)
+    rate_key: str | None = None  # the rate key its tasks name (--with-rate-key)
 
     @property
     def ratio(self) -> float:
@@ -914,9 +924,10 @@ def measure(backend: str, alias: str, raw: Any, threads: int, args: argparse.Nam
     of charging it all to whichever ran last."""
     outcomes: dict[str, list[Outcome]] = {"ours": [], "raw": [], "limited": []}
     drivers: list[tuple[str, Any]] = [("ours", OursDriver(alias)), ("raw", raw)]
-    limit = (args.queue_limit or threads) if args.with_limit or args.with_rate else None
+    limit = (args.queue_limit or threads) if args.with_limit or args.with_rate or args.with_rate_key else None
     if limit is not None:
-        drivers.append(("limited", LimitedDriver(alias, limit, RATE if args.with_rate else None)))
+        drivers.append(("limited", LimitedDriver(alias, limit, RATE if args.with_rate else None,
+                                                 rate_key=args.with_rate_key)))
     observed = Observed(limit or 0)
     slice_seconds = args.seconds / args.rounds
     for _ in range(args.rounds):
@@ -937,7 +948,8 @@ def measure(backend: str, alias: str, raw: Any, threads: int, args: argparse.Nam
     limited = Outcome.total(outcomes["limited"]) if limit is not None else None
     return Row(backend, threads, Outcome.total(outcomes["ours"]), Outcome.total(outcomes["raw"]),
                limited=limited, observed=observed if limit is not None else None,
-               rate=RATE if limit is not None and args.with_rate else None)
+               rate=RATE if limit is not None and args.with_rate else None,
+               rate_key=RATE_KEY if limit is not None and args.with_rate_key else None)
 
 
 @dataclass
@@ -969,6 +981,9 @@ def print_limit_table(rows: list[Row]) -> None:
     if rows[0].rate is not None:
         print(f"limited: a concurrency limit and a rate of {rows[0].rate['count']:,} claims per "
               f"{rows[0].rate['per_seconds']} s on its queue")
+    if rows[0].rate_key is not None:
+        print(f"limited: its tasks name the rate key {rows[0].rate_key} ({RATE['count']:,} claims per "
+              f"{RATE['per_seconds']} s)")
     print(header)
     print("-" * len(header))
     for row in rows:
@@ -1281,6 +1296,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--with-rate", action="store_true",
                         help=f"with --with-limit: the limited queue also has a rate ({RATE['count']:,} per "
                              f"{RATE['per_seconds']} s: never binding, so the difference is what enforcing it costs)")
+    parser.add_argument("--with-rate-key", action="store_true",
+                        help=f"with --with-limit: the limited queue's tasks also name a rate key with that rate "
+                             f"({RATE_KEY}; never binding)")
     parser.add_argument("--queue-limit", type=int, default=0,
                         help="that limit (default: the thread count, so that it never refuses a claim)")
     parser.add_argument("--hot-path", choices=("auto", "orm"), default=None,

@@ -27,6 +27,10 @@ class Task(models.Model):
     # Flow control (issue 29): at most ConcurrencyKey.concurrency RUNNING tasks share this key.
     concurrency_key = models.CharField(max_length=200, null=True, blank=True,
                                        help_text="At most the key's limit of RUNNING tasks share this key.")
+    # Flow control (issue 29): claims of the tasks sharing this key start no faster than the
+    # RateKey's rate (a provider's requests per minute, shared by tasks of many queues).
+    rate_key = models.CharField(max_length=200, null=True, blank=True,
+                                help_text="Claims of the tasks sharing this key start no faster than its rate.")
     # Deduplication (issue 29): while a live task (not COMPLETED, FAILED or CANCELLED) has this
     # key, a create naming it returns that task and creates nothing. Enforced by a unique index
     # over the live tasks only (Meta.constraints), so that a task that finishes frees its key
@@ -110,6 +114,10 @@ class Task(models.Model):
             # queue timeout, without reading the whole QUEUED backlog. Partial: a task without one
             # costs no write. (`>= 1`, not IS NOT NULL: MongoDB's partial indexes take comparisons.)
             models.Index(fields=["stage"], name="task_queue_deadline", condition=models.Q(queue_timeout_seconds__gte=1)),
+            # check()'s over_rate for a rate key reads the claims of the tasks naming it. Partial:
+            # a task without one costs no write (`>= ''`: every string, as MongoDB's partial
+            # indexes take comparisons).
+            models.Index(fields=["rate_key"], name="task_rate_key", condition=models.Q(rate_key__gte="")),
             models.Index(fields=["owner"], name="task_owner"),
             # the admin's list: most recently updated first, and its queue filter.
             models.Index(fields=["-updated_at"], name="task_recent"),
@@ -253,6 +261,46 @@ class FairnessKey(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} (weight {self.weight})"
+
+
+class RateKey(models.Model):
+    """A rate key (issue 29; Task.rate_key): at most `rate_count` claims of the tasks naming it
+    start in any `rate_per_seconds`, whatever their queues, enforced as Queue's rate is (each
+    claim moves `rate_open_at` one `rate_interval` past its own time, in the claim's own
+    transaction). A row is made by the first create naming the key; it holds nothing back until
+    an operator sets its rate."""
+
+    name = models.CharField(primary_key=True, max_length=200, db_column=_PK_COLUMN)
+    rate_count = models.PositiveIntegerField(null=True, blank=True, help_text="Claims per window; empty: no rate limit.")
+    rate_per_seconds = models.PositiveIntegerField(null=True, blank=True, help_text="The window, in seconds.")
+    rate_interval = models.FloatField(null=True, blank=True, editable=False,
+                                      help_text="Seconds between two claims (per_seconds / count).")
+    rate_open_at = models.FloatField(null=True, blank=True, editable=False,
+                                     help_text="No claim starts before this Unix time (kept by the engine).")
+    updated_at = models.DateTimeField(null=True, blank=True, help_text="When its rate last changed.")
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class RateKeyChange(models.Model):
+    """The audit history of rate keys' rates: who changed what, when and why."""
+
+    key = models.CharField(max_length=200)
+    actor = models.CharField(max_length=200)
+    reason = models.CharField(max_length=500, blank=True, default="")
+    changes = models.JSONField(help_text="The settings changed: {name: [before, after]}.")
+    at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["-at"]
+        indexes = [models.Index(fields=["key", "-at"], name="rate_key_change_history")]
+
+    def __str__(self) -> str:
+        return f"{self.key} changed by {self.actor} at {self.at}"
 
 
 class QueueChange(models.Model):

@@ -27,6 +27,7 @@ def public_task(task: Task, deps: list[str]) -> dict:
         # Null only for a row written outside the engine: its last write is the best bound.
         "stage_changed_at": task.stage_changed_at or task.updated_at,
         "concurrency_key": task.concurrency_key,
+        "rate_key": task.rate_key,
         "dedup_key": task.dedup_key,
         "fairness_key": task.fairness_key,
         "claim_rank": task.claim_rank,

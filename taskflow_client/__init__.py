@@ -37,7 +37,7 @@ What is here:
 - ``python -m taskflow_client.mcp`` -- the same as MCP tools for LLM agents (the one module that
   needs a package: the ``mcp`` SDK; nothing here imports it).
 """
-from .client import Client, Lease, Queue, Schedule
+from .client import Client, Lease, Queue, RateKey, Schedule
 from .errors import (
     ERROR_CLASSES,
     Blocked,
@@ -73,6 +73,7 @@ __all__ = [
     "LeaseLost",
     "NotFound",
     "Queue",
+    "RateKey",
     "Schedule",
     "Taken",
     "TaskflowError",

@@ -34,7 +34,7 @@ from urllib.parse import quote, urlencode, urlsplit
 from .errors import TaskflowError, TooManyWaiters, TransportError, error_from_body
 from .hold import Hold, Job
 
-__all__ = ["Client", "Lease", "Queue", "Schedule"]
+__all__ = ["Client", "Lease", "Queue", "RateKey", "Schedule"]
 
 DEFAULT_TIMEOUT = 30.0
 USER_AGENT = "taskflow-client/1"
@@ -245,6 +245,29 @@ class Queue:
         """Who changed the queue's settings, newest first (the last 200): ``actor``,
         ``reason``, ``changes`` (``{setting: [before, after]}``), ``at``."""
         return self.client.queue_history(self.name)
+
+
+class RateKey:
+    """A rate key of the board, by name: what `Client.rate_key(name)` returns. Tasks of any
+    queue that name it (``create(..., rate_key=name)``) share its rate: a provider's requests
+    per minute. Like `Queue`, it holds nothing but the name; setting its rate needs an operator
+    key that is not limited to some queues (`Forbidden` otherwise)."""
+
+    def __init__(self, client: Client, name: str):
+        self.client = client
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"<RateKey {self.name!r}>"
+
+    def set_rate(self, count: int | None, per_seconds: int | None = None, reason: str = "") -> dict[str, Any]:
+        """Operator: at most `count` claims of the tasks naming this key start in any
+        `per_seconds` (1: per second, 60: per minute, 3600: per hour), spaced evenly, whatever
+        their queues; ``set_rate(None)`` removes the rate. Returns the key: ``name``, ``rate``,
+        ``next_claim_at``. A claim finding only work the rate holds back gets None, and a
+        waiting `claim_next` / `hold()` sleeps until the rate opens."""
+        rate = None if count is None else {"count": count, "per_seconds": per_seconds}
+        return self.client.change_rate_key(self.name, rate=rate, reason=reason)
 
 
 class Schedule:
@@ -469,8 +492,8 @@ class Client:
 
     def create(self, task: dict[str, Any] | Sequence[dict[str, Any]], *, concurrency_key: str | None = None,
                concurrency_limit: int | None = None, dedup_key: str | None = None,
-               run_at: datetime | str | None = None, fairness_key: str | None = None,
-               fairness_weight: int | None = None,
+               run_at: datetime | str | None = None, rate_key: str | None = None,
+               fairness_key: str | None = None, fairness_weight: int | None = None,
                queue_timeout_seconds: int | None = None, attempt_timeout_seconds: int | None = None,
                progress_timeout_seconds: int | None = None) -> dict[str, Any] | builtins.list[dict[str, Any]]:
         """Create one task (a dict) and return it, or a batch (a list of dicts, all or
@@ -481,12 +504,14 @@ class Client:
         (ids), ``hold`` (stay PENDING until an operator admits it), ``max_retries`` (3),
         ``concurrency_key`` (1-200 printable characters: at most the key's limit of RUNNING
         tasks share it), ``concurrency_limit`` (1-10,000, with a key: sets the key's limit;
-        a new key's is 1), ``run_at`` (not claimable before it: ISO 8601 text with its zone)
+        a new key's is 1), ``rate_key`` (1-200 printable characters: its claims start no
+        faster than the key's rate, shared with the tasks of every queue naming it; see
+        `rate_key`), ``run_at`` (not claimable before it: ISO 8601 text with its zone)
         and ``dedup_key`` (1-200 printable characters: while a live task holds it, the create
         returns that task and creates nothing), ``fairness_key`` (1-200 printable characters, a
         plan or a person: tasks of different keys take turns in the claim order) and
         ``fairness_weight`` (1-1,000, with a key: its turns for another key's one).
-        `concurrency_key`, `concurrency_limit`, `fairness_key`, `fairness_weight` and
+        `concurrency_key`, `concurrency_limit`, `rate_key`, `fairness_key`, `fairness_weight` and
         `run_at` (an aware datetime or ISO text) given here are set on every task of the call;
         `dedup_key` only on a single task (ValueError, nothing sent, if a task names another
         value itself, or for a naive datetime).
@@ -508,6 +533,7 @@ class Client:
             run_at = run_at.isoformat()
         fields = {name: value for name, value in (("concurrency_key", concurrency_key),
                                                   ("concurrency_limit", concurrency_limit),
+                                                  ("rate_key", rate_key),
                                                   ("dedup_key", dedup_key), ("run_at", run_at),
                                                   ("fairness_key", fairness_key),
                                                   ("fairness_weight", fairness_weight),
@@ -769,6 +795,24 @@ class Client:
     def queue_history(self, name: str) -> builtins.list[dict[str, Any]]:
         """Who changed a queue's settings, newest first (see `Queue.history`)."""
         return self.request("GET", self._path("queues", name, "history"))["items"]
+
+    # -- rate keys (a rate shared by the tasks of many queues) --------------------------------
+
+    def rate_keys(self) -> builtins.list[dict[str, Any]]:
+        """Every rate key (those the tasks of this key's queues name, for a key limited to some),
+        by name: ``name``, ``rate`` (``{"count", "per_seconds"}`` or None), ``next_claim_at``."""
+        return self.request("GET", "/rate-keys")["items"]
+
+    def rate_key(self, name: str) -> RateKey:
+        """A handle on the rate key `name` (no request is sent until one of its methods is
+        called): ``client.rate_key("provider:openai").set_rate(500, per_seconds=60)``."""
+        return RateKey(self, name)
+
+    def change_rate_key(self, name: str, *, rate: dict[str, int] | None, reason: str = "") -> dict[str, Any]:
+        """Operator: set a rate key's rate, ``{"count": C, "per_seconds": S}`` (None: none);
+        `reason` goes to its history. `Forbidden` without operator rights (or for a key limited
+        to some queues), `ValidationFailed` for a bad rate (nothing changed)."""
+        return self.request("PUT", self._path("rate-keys", name), {"rate": rate, "reason": reason})
 
     # -- schedules (periodic tasks) ---------------------------------------------------------
 

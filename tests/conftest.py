@@ -112,6 +112,7 @@ SLOW = {
         "test_16_creators_of_one_dedup_key_make_one_task_over_200_rounds",
         "test_16_claimers_take_exactly_the_rates_one_claim_per_window_over_200_rounds",
         "test_16_threads_creating_and_claiming_two_plans_lose_no_task_over_200_rounds",
+        "test_16_claimers_of_two_queues_take_exactly_one_claim_of_a_rate_key_per_interval_over_200_rounds",
         "test_a_pause_racing_claims_lets_none_start_after_it_over_100_rounds",
     },
     "test_fencing.py": {

@@ -14,7 +14,7 @@ from django.urls import reverse
 
 from board.engine import flow, selectors, transitions
 from board.engine.transitions import TaskSpec
-from board.models import ConcurrencyKey, Queue, QueueChange
+from board.models import ConcurrencyKey, Queue, QueueChange, RateKey, RateKeyChange
 from tests.support import db_state, sqlite_db_mark
 from tests.test_admin import client_for, make_user, messages_of, summaries_of
 
@@ -388,3 +388,68 @@ def test_a_tasks_page_shows_its_concurrency_key_read_only():
     assert response.status_code == 200
     body = response.content.decode()
     assert "repo:acme/web" in body and 'name="concurrency_key"' not in body
+
+
+# ---------------------------------------------------------------------------------------------
+# Rate keys: the list, the rate set on the key's page through flow.change_rate_key, its history
+
+RATE_KEYS = reverse("admin:board_ratekey_changelist")
+
+
+def rate_key_page(name: str) -> str:
+    return reverse("admin:board_ratekey_change", args=[name])
+
+
+def rate_key_form(client, name: str, **values) -> dict:
+    form = client.get(rate_key_page(name)).context["adminform"].form
+    data = {field: "" if form.initial[field] is None else form.initial[field]
+            for field in ("rate_count", "rate_per_seconds")}
+    return {**data, "opened": form.initial["opened"], "reason": "", **values}
+
+
+def rate_keys_now() -> tuple:
+    return db_state(), list(RateKey.objects.values()), list(RateKeyChange.objects.order_by("pk").values())
+
+
+def test_a_rate_key_is_listed_and_its_rate_set_and_cleared_on_its_page_with_its_history(changer):
+    tasks_in("chat", 1, rate_key="provider:llm")
+    tasks_in("embed", 1, rate_key="provider:llm")
+    assert "provider:llm" in changer.get(RATE_KEYS).content.decode()
+    response = changer.post(rate_key_page("provider:llm"), rate_key_form(
+        changer, "provider:llm", rate_count="500", rate_per_seconds="60", reason="provider RPM"))
+    assert response.status_code == 302, errors_of(response)
+    key = RateKey.objects.get(name="provider:llm")
+    assert (key.rate_count, key.rate_per_seconds, key.rate_interval) == (500, 60, 0.12)
+    assert "500 per 60 s" in changer.get(RATE_KEYS).content.decode()
+    response = changer.post(rate_key_page("provider:llm"), rate_key_form(
+        changer, "provider:llm", rate_count="", rate_per_seconds=""))
+    assert response.status_code == 302, errors_of(response)
+    assert RateKey.objects.get(name="provider:llm").rate_count is None
+    assert [(c.actor, c.reason, c.changes) for c in RateKeyChange.objects.order_by("pk")] == [
+        ("op", "provider RPM", {"rate": [None, {"count": 500, "per_seconds": 60}]}),
+        ("op", "", {"rate": [{"count": 500, "per_seconds": 60}, None]})]
+    assert "500 per 60 s → no rate" in changer.get(rate_key_page("provider:llm")).content.decode()
+
+
+@pytest.mark.parametrize("count, per_seconds", [("60", ""), ("", "60"), ("0", "60"), ("5", "86401")])
+def test_a_bad_rate_key_rate_shows_the_form_error_and_changes_nothing(changer, count, per_seconds):
+    tasks_in("chat", 1, rate_key="provider:llm")
+    before = rate_keys_now()
+    response = changer.post(rate_key_page("provider:llm"), rate_key_form(
+        changer, "provider:llm", rate_count=count, rate_per_seconds=per_seconds))
+    assert response.status_code == 200
+    assert "rate_count" in errors_of(response)
+    assert rate_keys_now() == before
+
+
+def test_a_rate_key_changed_after_the_page_opened_is_refused_and_a_viewer_cannot_change_it(changer, watcher):
+    tasks_in("chat", 1, rate_key="provider:llm")
+    stale = rate_key_form(changer, "provider:llm", rate_count="10", rate_per_seconds="60")
+    flow.change_rate_key("provider:llm", actor="alice", rate={"count": 1, "per_seconds": 1})
+    before = rate_keys_now()
+    response = changer.post(rate_key_page("provider:llm"), stale)
+    assert response.status_code == 200 and "changed after you opened it (last changed by alice)" in str(errors_of(response))
+    assert watcher.get(RATE_KEYS).status_code == 200
+    assert watcher.post(rate_key_page("provider:llm"), rate_key_form(
+        changer, "provider:llm", rate_count="10", rate_per_seconds="60")).status_code == 403
+    assert rate_keys_now() == before

@@ -173,3 +173,20 @@ def test_a_schedule_no_reaper_fires_is_reported_by_check(http, operator):
     assert "is a reaper running?" in problem["text"]
     put(http, "/schedules/nightly", {"paused": True}, operator)  # a paused schedule misses nothing
     assert get(http, "/check", operator).json()["problems"] == []
+
+
+def test_a_template_names_a_rate_key_and_each_tick_task_carries_it(http, operator):
+    from board.models import RateKey
+
+    made = post(http, "/schedules", {**BODY, "cron": "*/5 * * * *", "timezone": "UTC",
+                                     "task": {**BODY["task"], "rate_key": "provider:llm"}}, operator)
+    assert made.status_code == 201, made.content
+    assert made.json()["task"]["rate_key"] == "provider:llm"
+    assert RateKey.objects.filter(name="provider:llm").exists()  # made as a create naming it makes it
+    tick = Schedule.objects.get(pk="nightly").next_tick_at
+    schedules.fire_due(now=tick)
+    assert Task.objects.get(pk=schedules.tick_task_id("nightly", tick)).rate_key == "provider:llm"
+    before = db_state()
+    assert_error(post(http, "/schedules", {**BODY, "name": "bad", "task": {**BODY["task"], "rate_key": ""}}, operator),
+                 422, "validation_error")
+    assert db_state() == before

@@ -17,7 +17,7 @@ import pytest
 from board import agent_keys
 from board.engine import flow, transitions
 from board.engine.transitions import TaskSpec
-from board.models import Queue, QueueChange
+from board.models import Queue, QueueChange, RateKey
 from tests.support import sqlite_db_mark
 from tests.test_browser import (  # noqa: F401  (fixtures, found by pytest by name)
     browser,
@@ -248,6 +248,32 @@ def test_a_queued_card_of_a_rated_queue_says_when_the_next_claim_may_start(open_
     expect(waiting.locator(".badge.waiting")).to_have_count(0, timeout=STRIP)
     assert datetime.now(UTC).timestamp() >= soon
     assert page.locator("#queues").get_attribute("data-updates") == updates  # no frame did it
+
+
+def test_a_queued_card_names_the_rate_key_that_holds_it_back_until_its_next_claim_may_start(open_board, orm):
+    """Tasks of two queues share a rate key whose rate spaces claims 10 s apart (6/min): after a
+    claim the other queue's QUEUED card names the key and when its next claim may start, and the
+    badge goes when that time passes (the page's timer, no frame)."""
+    import time
+
+    orm(flow.change_rate_key, "provider:llm", rate={"count": 6, "per_seconds": 60}, actor="op")
+    orm(transitions.create, [TaskSpec(id="chat-1", title="chat", queue="chat", rate_key="provider:llm"),
+                             TaskSpec(id="embed-1", title="embed", queue="embed", rate_key="provider:llm")])
+    page = open_board()
+    waiting = card(page, "embed-1", "QUEUED")
+    expect(waiting).to_be_visible(timeout=STRIP)
+    expect(waiting.locator(".badge.waiting")).to_have_count(0)
+    orm(transitions.claim, "chat-1", "agent-1", 60)
+    opens = orm(lambda: RateKey.objects.get(name="provider:llm").rate_open_at)
+    shown = page.evaluate("(s) => new Date(s * 1000).toLocaleTimeString()", opens)
+    badge = waiting.locator(".badge.waiting.rate-key")
+    expect(badge).to_have_text(f"waiting: provider:llm rate 6/min, next at {shown}", timeout=STRIP)
+    page.screenshot(path="/tmp/boardq-rate-key.png")
+    soon = time.time() + 4
+    orm(lambda: RateKey.objects.filter(name="provider:llm").update(rate_open_at=soon))
+    shown = page.evaluate("(s) => new Date(s * 1000).toLocaleTimeString()", soon)
+    expect(badge).to_have_text(f"waiting: provider:llm rate 6/min, next at {shown}", timeout=STRIP)
+    expect(badge).to_have_count(0, timeout=STRIP)
 
 
 def test_an_operator_sets_a_queues_limit_and_rate_from_the_strip_and_a_refusal_is_shown(open_board, orm):

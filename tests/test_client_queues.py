@@ -6,9 +6,10 @@ import time
 
 import pytest
 
-from board.models import ConcurrencyKey, Queue, QueueChange, Task
+from board.models import ConcurrencyKey, Queue, QueueChange, RateKey, Task
 from taskflow_client import Blocked, Forbidden, NotFound, ValidationFailed
 from taskflow_client import Queue as QueueHandle
+from taskflow_client import RateKey as RateKeyHandle
 from tests.live_server import board_server  # noqa: F401  (fixture)
 from tests.support import db_state, sqlite_db_mark
 from tests.test_client import alice, bob, keys, op  # noqa: F401  (fixtures)
@@ -150,3 +151,27 @@ def test_a_rate_set_by_an_operator_paces_claims_and_a_waiting_claim_sleeps_until
     with pytest.raises(ValidationFailed):
         op.queue("llm").set_rate(0, per_seconds=60)
     assert op.queue("llm").set_rate(None)["rate"] is None
+
+
+def test_a_rate_key_shared_by_two_queues_paces_their_claims_and_a_waiting_claim_sleeps_until_it_opens(alice, op):
+    alice.create([{"id": "chat-0", "title": "chat", "queue": "chat"},
+                  {"id": "embed-0", "title": "embed", "queue": "embed"}], rate_key="provider:llm")
+    handle = op.rate_key("provider:llm")
+    assert isinstance(handle, RateKeyHandle) and repr(handle) == "<RateKey 'provider:llm'>"
+    assert alice.rate_keys() == [{"name": "provider:llm", "rate": None, "next_claim_at": None}]
+    shown = handle.set_rate(1, per_seconds=2, reason="provider RPM")
+    assert shown["rate"] == {"count": 1, "per_seconds": 2}
+    first = alice.claim_next(30)
+    assert first.task_id == "chat-0" and first.task["rate_key"] == "provider:llm"
+    assert alice.claim_next(30) is None  # embed-0, of another queue, waits for the key
+    started = time.monotonic()
+    second = alice.claim_next(30, wait_seconds=10)  # Retry-After: it sleeps and comes back then
+    assert second is not None and second.task_id == "embed-0"
+    assert time.monotonic() - started < 8
+    before = everything(), list(RateKey.objects.values())
+    with pytest.raises(ValidationFailed):
+        handle.set_rate(0, per_seconds=60)
+    with pytest.raises(Forbidden):
+        alice.rate_key("provider:llm").set_rate(None)
+    assert (everything(), list(RateKey.objects.values())) == before
+    assert handle.set_rate(None)["rate"] is None

@@ -25,7 +25,7 @@ from board.engine import contract, errors, fairness, flow, selectors, stores, tr
 from board.engine.contract import DjangoBoard
 from board.engine.lifecycle import Stage
 from board.engine.transitions import TaskSpec
-from board.models import ConcurrencyKey, FairnessKey, Queue, QueueChange, Task, TaskEvent
+from board.models import ConcurrencyKey, FairnessKey, Queue, QueueChange, RateKey, RateKeyChange, Task, TaskEvent
 from tests import process_racer
 from tests.support import (
     database_url,
@@ -1143,6 +1143,134 @@ class BoardContract:
         Task.objects.using(self.alias).filter(pk="jumper").update(claim_rank=jumper.claim_rank - 3600)
         assert [(p.task, p.code) for p in selectors.problems(using=self.alias)] == [("jumper", "rank_before_creation")]
         Task.objects.using(self.alias).filter(pk="jumper").update(claim_rank=jumper.claim_rank)
+
+    # -- rate keys (board.engine.flow: a RateKey's rate_open_at, moved by each claim of its tasks) --
+
+    def open_rate_key(self, key: str) -> None:
+        """Age a rate key's window by writing its row: the next claim of its tasks may start now."""
+        assert RateKey.objects.using(self.alias).filter(name=key).update(rate_open_at=time.time() - 1) == 1
+
+    def test_a_rate_key_spaces_the_claims_of_its_tasks_across_queues(self):
+        flow.change_rate_key("provider:llm", rate={"count": 2, "per_seconds": 3600}, actor="op", using=self.alias)
+        self.new("k0", queue="qa", rate_key="provider:llm")
+        self.new("k1", queue="qb", rate_key="provider:llm")
+        self.new("k2", queue="qa", rate_key="provider:llm")
+        self.new("free", queue="qb")
+        first = self.claim_next()
+        assert first.task.pk == "k0" and first.task.rate_key == "provider:llm"
+        opens = RateKey.objects.using(self.alias).get(name="provider:llm").rate_open_at
+        assert abs(opens - first.task.stage_changed_at.timestamp() - 1800) < 0.01  # one interval past the claim
+        assert self.claim_next().task.pk == "free"  # k1 (another queue) is held by the key; the pick skips it
+        assert self.claim_next() is None
+        assert not selectors.has_ready_task("qa", using=self.alias)  # a waiting claim does not wait on it
+        with pytest.raises(errors.Blocked) as refused:
+            self.claim("k1")
+        assert refused.value.details["waiting"].startswith("provider:llm is at its rate 2 per 3600 s: next claim in")
+        assert self.stage("k1") == Stage.QUEUED
+        self.open_rate_key("provider:llm")
+        assert self.claim_next().task.pk == "k1"
+        transitions.complete("k0", first.lease.token, {}, using=self.alias)  # a finished task frees no opening
+        assert self.claim_next() is None
+        shown = flow.describe_rate_key(RateKey.objects.using(self.alias).get(name="provider:llm"))
+        assert shown["rate"] == {"count": 2, "per_seconds": 3600} and shown["next_claim_at"] is not None
+        flow.change_rate_key("provider:llm", rate=None, actor="op2", reason="lifted", using=self.alias)
+        assert self.claim_next().task.pk == "k2"  # no rate: open at once
+        history = list(RateKeyChange.objects.using(self.alias).filter(key="provider:llm").order_by("at", "pk")
+                       .values_list("actor", "reason", "changes"))
+        assert history == [("op", "", {"rate": [None, {"count": 2, "per_seconds": 3600}]}),
+                           ("op2", "lifted", {"rate": [{"count": 2, "per_seconds": 3600}, None]})]
+
+    def test_a_rate_key_without_a_rate_holds_nothing_back_and_its_row_is_not_written(self):
+        for n in range(3):
+            self.new(f"u{n}", queue=f"q{n}", rate_key="unset")
+        assert [self.claim_next().task.pk for _ in range(3)] == ["u0", "u1", "u2"]
+        key = RateKey.objects.using(self.alias).get(name="unset")
+        assert (key.rate_count, key.rate_interval, key.rate_open_at) == (None, None, None)
+
+    def test_a_queue_rate_and_a_rate_key_both_hold_a_task_back(self):
+        flow.change_queue("slow", rate={"count": 1, "per_seconds": 3600}, actor="op", using=self.alias)
+        flow.change_rate_key("shared", rate={"count": 1, "per_seconds": 3600}, actor="op", using=self.alias)
+        self.new("s0", queue="slow", rate_key="shared")
+        self.new("s1", queue="slow", rate_key="shared")
+        assert self.claim_next().task.pk == "s0"
+        self.open_rate("slow")
+        assert self.claim_next() is None  # the queue is open, the key is not
+        self.open_rate_key("shared")
+        Queue.objects.using(self.alias).filter(name="slow").update(rate_open_at=time.time() + 3600)
+        assert self.claim_next() is None  # the key is open, the queue is not
+        self.open_rate("slow")
+        assert self.claim_next().task.pk == "s1"
+        # Both claims are an hour apart after all (check() would rightly see two in one window).
+        TaskEvent.objects.using(self.alias).filter(task_id="s0", verb="claim").update(
+            at=timezone.now() - timedelta(hours=1, seconds=1))
+
+    def test_bad_rate_keys_are_refused_and_change_nothing(self):
+        flow.change_rate_key("kept", rate={"count": 5, "per_seconds": 60}, actor="op", using=self.alias)
+        before = (db_state(self.alias), list(RateKey.objects.using(self.alias).values()),
+                  list(RateKeyChange.objects.using(self.alias).values()))
+        for bad in ({"count": 0, "per_seconds": 60}, {"count": 5}, {"count": 5, "per_seconds": 0},
+                    {"count": 5, "per_seconds": 86401}, {"count": "5", "per_seconds": 60}, [5, 60], 5):
+            with pytest.raises(errors.InvalidRequest) as refused:
+                flow.change_rate_key("kept", rate=bad, actor="op", using=self.alias)
+            assert refused.value.field == "rate"
+        for name in ("", "k" * 201, "a\nb"):
+            with pytest.raises(errors.InvalidRequest):
+                flow.change_rate_key(name, rate={"count": 1, "per_seconds": 1}, actor="op", using=self.alias)
+        for key in ("", "k" * 201, "tab\there", 7):
+            with pytest.raises(errors.InvalidRequest) as refused:
+                self.new("refused", rate_key=key)
+            assert refused.value.field == "rate_key"
+        assert before == (db_state(self.alias), list(RateKey.objects.using(self.alias).values()),
+                          list(RateKeyChange.objects.using(self.alias).values()))
+
+    def test_check_reports_claims_of_a_rate_key_closer_than_its_interval(self):
+        flow.change_rate_key("watched", rate={"count": 2, "per_seconds": 3600}, actor="op", using=self.alias)
+        RateKey.objects.using(self.alias).filter(name="watched").update(
+            updated_at=timezone.now() - timedelta(hours=2))  # the rate was set before these claims
+        self.new("w0", queue="qa", rate_key="watched")
+        self.new("w1", queue="qb", rate_key="watched")
+        held = [self.claim_next()]
+        self.open_rate_key("watched")  # as if half an hour had passed: it had not
+        held.append(self.claim_next())
+        # Two claims in the window are within the count (2 an hour), but not 30 minutes apart.
+        assert [(p.task, p.code) for p in selectors.problems(using=self.alias)] == [("rate_key:watched", "over_rate")]
+        TaskEvent.objects.using(self.alias).filter(task_id="w0", verb="claim").update(
+            at=timezone.now() - timedelta(minutes=30, seconds=1))  # the first claim, half an hour ago after all
+        assert selectors.problems(using=self.alias) == []
+        for claim in held:
+            transitions.complete(claim.task.pk, claim.lease.token, {}, using=self.alias)
+
+    def test_16_claimers_of_two_queues_take_exactly_one_claim_of_a_rate_key_per_interval_over_200_rounds(self):
+        """Tasks of two queues share a rate key allowing one claim an hour. Each round 16
+        claimers race: exactly one wins, the key's next opening is exactly an hour past that
+        claim, and an observer reading all along never sees check() report claims of the key
+        closer than its interval. The window is opened between rounds by writing the row (as an
+        hour passing would)."""
+        flow.change_rate_key("provider:paced", rate={"count": 1, "per_seconds": 3600}, actor="op", using=self.alias)
+        transitions.create([TaskSpec(id=f"rk-{n}", title="p", queue=f"rq{n % 2}", rate_key="provider:paced")
+                            for n in range(self.rounds + RACERS)], using=self.alias)
+        queues = Counter()
+        with FlowObserver(self.alias) as seen:
+            for n in range(self.rounds):
+                results = race([lambda i=i: transitions.claim_next(f"agent-{i}", TTL, using=self.alias)
+                                for i in range(RACERS)], self.alias)
+                faults = [r for r in results if isinstance(r, BaseException)]
+                assert not faults, f"round {n}: {faults[:3]}"
+                won = [r for r in results if r is not None]
+                assert len(won) == 1, f"round {n}: {len(won)} claims in one interval; the rate key allows 1"
+                opens = RateKey.objects.using(self.alias).get(name="provider:paced").rate_open_at
+                assert abs(opens - won[0].task.stage_changed_at.timestamp() - 3600) < 0.01, f"round {n}"
+                queues[won[0].task.queue] += 1
+                transitions.complete(won[0].task.pk, won[0].lease.token, {}, using=self.alias)
+                # The round's claim is an hour old: rewrite its history row too, or the observer
+                # would rightly see two claims closer than the interval.
+                TaskEvent.objects.using(self.alias).filter(task_id=won[0].task.pk, verb="claim").update(
+                    at=timezone.now() - timedelta(hours=1, seconds=1))
+                self.open_rate_key("provider:paced")
+        assert seen["problems"] == [] and seen["reads"] > 0
+        assert sum(queues.values()) == self.rounds and min(queues.values()) > self.rounds // 4, queues  # both queues
+        claims = TaskEvent.objects.using(self.alias).filter(task__rate_key="provider:paced", verb="claim")
+        assert claims.count() == self.rounds
 
     # -- dedup keys (board.engine.transitions.creation; the live tasks' unique index) ----------
 

@@ -29,6 +29,7 @@ EXPECTED = {
     "`reason` (operators' verbs)": [limits.MAX_REASON_CHARS],
     "a concurrency limit (`concurrency` of a queue, `concurrency_limit` of a key)": [1, limits.MAX_CONCURRENCY],
     "`concurrency_key`": [1, limits.MAX_CONCURRENCY_KEY_CHARS],
+    "`rate_key`": [1, limits.MAX_CONCURRENCY_KEY_CHARS],
     "`retry_after_seconds` (a snooze)": [1, limits.MAX_SNOOZE_SECONDS],
     "`dedup_key`": [1, limits.MAX_DEDUP_KEY_CHARS],
     "a queue's `rate`": [1, limits.MAX_RATE_COUNT, 1, limits.MAX_RATE_PER_SECONDS],

@@ -11,7 +11,7 @@ from django.db.models import F
 from board.engine import flow, selectors, transitions
 from board.engine.transitions import TaskSpec
 from board.live import frames
-from board.models import Queue
+from board.models import Queue, RateKey
 from tests.support import sql_stores
 
 STORES = sql_stores()
@@ -84,3 +84,27 @@ def test_the_frame_text_changes_only_with_what_it_shows(using):
     assert full != first and '"running": 1' in full
     transitions.renew("repo-web-1", held.lease.token, 60, using=using)  # a renew shows nothing new
     assert frames.queues_frame(frames.queues_message(using)) == full
+
+
+@pytest.mark.parametrize("using", STORES)
+def test_the_frame_carries_the_rated_rate_keys_with_a_slow_ones_next_claim_time(using):
+    transitions.create([TaskSpec(id=f"{key}-{n}", title="t", queue=f"q{n}", rate_key=key)
+                        for key in ("slow", "fast", "unset") for n in range(2)], using=using)
+    flow.change_rate_key("slow", actor="op", rate={"count": 6, "per_seconds": 60}, using=using)  # one per 10 s
+    flow.change_rate_key("fast", actor="op", rate={"count": 60, "per_seconds": 60}, using=using)  # one a second
+    for key in ("slow", "fast"):
+        transitions.claim(f"{key}-0", "agent-1", 60, using=using)
+    message = frames.queues_message(using)
+    # A key without a rate holds nothing back: not sent.
+    assert [(k["name"], k["rate"]) for k in message["rate_keys"]] == [
+        ("fast", {"count": 60, "per_seconds": 60}), ("slow", {"count": 6, "per_seconds": 60})]
+    assert message["more_rate_keys"] == 0
+    by_name = {k["name"]: k for k in message["rate_keys"]}
+    opens = RateKey.objects.using(using).get(name="slow").rate_open_at
+    assert by_name["slow"]["next_claim_at"].timestamp() == pytest.approx(opens)
+    assert by_name["fast"]["next_claim_at"] is None  # a time per claim would be a frame a second
+    before = frames.queues_frame(message)
+    RateKey.objects.using(using).filter(name="fast").update(rate_open_at=F("rate_open_at") + 1)
+    assert frames.queues_frame(frames.queues_message(using)) == before
+    RateKey.objects.using(using).filter(name="slow").update(rate_open_at=F("rate_open_at") + 10)
+    assert frames.queues_frame(frames.queues_message(using)) != before

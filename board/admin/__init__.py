@@ -5,7 +5,9 @@ stage, version or lease, or an agent key's hash. Laid out as Django's own apps a
 - `keys.py`     AgentKeyAdmin: keys minted, shown once, revoked
 - `queues.py`   QueueAdmin: each queue's limit, pause and running count, its history, the pause
                 and resume actions (all through `board.engine.flow.change_queue`);
-                ConcurrencyKeyAdmin, read-only; FairnessKeyAdmin, the fairness keys' weights
+                ConcurrencyKeyAdmin, read-only; RateKeyAdmin, each key's rate and its history
+                (through `board.engine.flow.change_rate_key`); FairnessKeyAdmin, the fairness keys'
+                weights
 - `schedules.py` ScheduleAdmin: periodic tasks, their next ticks, the pause and resume actions
                 (all through `board.engine.schedules`)
 - `actions.py`  the task actions (each a verb of `board.engine.transitions` per selected task,
@@ -26,8 +28,9 @@ Django's admin autodiscovery imports this package, which registers the ModelAdmi
 """
 from board.admin.forms import TaskEditForm
 from board.admin.keys import AgentKeyAdmin
-from board.admin.queues import ConcurrencyKeyAdmin, FairnessKeyAdmin, QueueAdmin
+from board.admin.queues import ConcurrencyKeyAdmin, FairnessKeyAdmin, QueueAdmin, RateKeyAdmin
 from board.admin.schedules import ScheduleAdmin
 from board.admin.tasks import TaskAdmin
 
-__all__ = ["AgentKeyAdmin", "ConcurrencyKeyAdmin", "FairnessKeyAdmin", "QueueAdmin", "ScheduleAdmin", "TaskAdmin", "TaskEditForm"]
+__all__ = ["AgentKeyAdmin", "ConcurrencyKeyAdmin", "FairnessKeyAdmin", "QueueAdmin", "RateKeyAdmin", "ScheduleAdmin",
+           "TaskAdmin", "TaskEditForm"]

@@ -20,7 +20,7 @@ from board import agent_keys
 from board.admin import reads
 from board.engine import deadlines, errors, flow, schedules, selectors, transitions
 from board.engine.limits import MAX_REASON_CHARS, MAX_ROTATION_GRACE
-from board.models import AgentKey, Queue, Schedule, Task
+from board.models import AgentKey, Queue, RateKey, Schedule, Task
 
 # Fields an operator may edit; the engine's list, so the two can never disagree.
 EDITABLE = tuple(transitions.EDITABLE)
@@ -358,6 +358,70 @@ def queue_changed(name: str, opened: dict, now: Queue, settings: list[str]) -> s
     diffs = "; ".join(f"{s} {_short(opened[s])} → {_short(getattr(now, s))}" for s in settings)
     return (f"Not saved: queue {name} changed after you opened it{by}: {diffs}. "
             "Nothing was written; reload the page to change the current settings.")
+
+
+class RateKeyChangeForm(_EngineForm):
+    """Sets a rate key's rate through flow.change_rate_key, which writes the row and its history
+    in one transaction. As QueueChangeForm: a rate changed by someone else after the page was
+    opened (`opened`, sealed) is refused with who changed it, and nothing is written."""
+
+    SALT = "board.admin.rate-key-change"
+    SETTINGS = ("rate_count", "rate_per_seconds")
+
+    rate_count = forms.IntegerField(
+        required=False, label="Rate: claims",
+        help_text="With the window below: at most this many claims of the tasks naming this key start in any "
+                  "window, whatever their queues, spaced evenly (60 per 60 s: one a second). Both empty: no rate.")
+    rate_per_seconds = forms.IntegerField(
+        required=False, label="Rate: per seconds", help_text="The window: 1 (per second), 60 (per minute), 3600 (per hour).")
+    reason = forms.CharField(required=False, max_length=MAX_REASON_CHARS, strip=True,
+                             help_text="Why (kept in the key's history).")
+    opened = forms.CharField(widget=forms.HiddenInput)
+
+    class Meta:
+        model = RateKey
+        fields = ("rate_count", "rate_per_seconds")
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if not self.is_bound:
+            self.initial["opened"] = signing.dumps(
+                {name: getattr(self.instance, name) for name in self.SETTINGS}, salt=self.SALT)
+
+    def clean(self):
+        data = super().clean()
+        count, per_seconds = data.get("rate_count"), data.get("rate_per_seconds")
+        if count is not None or per_seconds is not None:
+            try:  # the engine's rule and words (both, each in range)
+                flow.rate_setting({"count": count, "per_seconds": per_seconds})
+            except errors.BoardError as exc:
+                self.add_error("rate_count", exc.message)
+        return data
+
+    def apply(self) -> None:
+        data = self.cleaned_data
+        try:
+            opened = signing.loads(data["opened"], salt=self.SALT)
+        except signing.BadSignature:
+            opened = None
+        if not isinstance(opened, dict) or set(opened) != set(self.SETTINGS):
+            self.add_error(None, "This form is damaged or was not opened here; reload the page.")
+            return
+        name = self.instance.pk
+        now = RateKey.objects.filter(name=name).first()  # self.instance already holds the posted values
+        if now is not None and (now.rate_count, now.rate_per_seconds) != (opened["rate_count"],
+                                                                           opened["rate_per_seconds"]):
+            latest = reads.rate_key_history(name, 1)
+            by = f" (last changed by {latest[0].actor})" if latest else ""
+            self.add_error(None, f"Not saved: rate key {name} changed after you opened it{by}. "
+                                 "Nothing was written; reload the page to change the current rate.")
+            return
+        rate = None if data["rate_count"] is None else {"count": data["rate_count"],
+                                                        "per_seconds": data["rate_per_seconds"]}
+        try:
+            self.written = flow.change_rate_key(name, actor=self.actor, reason=data.get("reason") or "", rate=rate)
+        except errors.BoardError as exc:
+            self.refused(exc)
 
 
 class ScheduleForm(_EngineForm):

@@ -1,5 +1,6 @@
 """The queue admin (issue 29): each queue's limit, pause and running count, its waiting tasks and
-its history; and the concurrency keys, read-only.
+its history; the concurrency keys, read-only; and the rate keys, their rate editable (through
+`flow.change_rate_key`, with the queues' permissions: a rate key is a queue's rate shared by many).
 
 A queue's settings change only through `flow.change_queue` (the change form, QueueChangeForm,
 and the pause / resume actions), which writes the row and its audit row in one transaction: the
@@ -19,11 +20,11 @@ from django.utils.html import format_html, format_html_join
 
 from board.admin import reads
 from board.admin.actions import Report, action_reason
-from board.admin.forms import QueueActionForm, QueueChangeForm
+from board.admin.forms import QueueActionForm, QueueChangeForm, RateKeyChangeForm
 from board.engine import errors, flow
 from board.engine.lifecycle import Stage
 from board.engine.limits import HISTORY_LIMIT, MAX_ACTION_ROWS
-from board.models import ConcurrencyKey, FairnessKey, Queue, QueueChange
+from board.models import ConcurrencyKey, FairnessKey, Queue, QueueChange, RateKey, RateKeyChange
 
 
 def running_of_limit(running: int, limit: int | None) -> str:
@@ -187,7 +188,7 @@ class QueueAdmin(admin.ModelAdmin):
                                             f"{': ' + queue.paused_reason if queue.paused_reason else ''})")
 
 
-def describe_changes(change: QueueChange) -> str:
+def describe_changes(change: QueueChange | RateKeyChange) -> str:
     """'concurrency: no limit → 5; paused: no → yes'."""
     def word(setting: str, value) -> str:
         if setting == "paused":
@@ -224,6 +225,83 @@ class ConcurrencyKeyAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None) -> bool:
         return False
+
+
+@admin.register(RateKey)
+class RateKeyAdmin(admin.ModelAdmin):
+    """A rate key's rate, set on its page (RateKeyChangeForm: flow.change_rate_key) with its history
+    beside it. Rows come with the tasks naming the key (or a change through the API); seeing them
+    needs `board.view_queue`, changing a rate `board.change_queue`, as for a queue's rate."""
+
+    list_display = ("name", "rate", "next_claim_at", "updated_at")
+    search_fields = ("name",)
+    ordering = ("name",)
+    list_per_page = 100
+    show_facets = admin.ShowFacets.NEVER
+    form = RateKeyChangeForm
+    readonly_fields = ("name", "next_claim_at", "updated_at", "history")
+
+    def has_view_permission(self, request, obj=None) -> bool:
+        return request.user.has_perm("board.view_queue") or request.user.has_perm("board.change_queue")
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return request.user.has_perm("board.change_queue")
+
+    def has_module_permission(self, request) -> bool:
+        return self.has_view_permission(request)
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+    @admin.display(description="rate")
+    def rate(self, key: RateKey) -> str:
+        return "—" if key.rate_count is None else f"{key.rate_count} per {key.rate_per_seconds} s"
+
+    @admin.display(description="next claim at")
+    def next_claim_at(self, key: RateKey):
+        return display_for_value(flow.describe_rate_key(key)["next_claim_at"], "—")
+
+    def get_fieldsets(self, request, obj=None):
+        settings = ("rate_count", "rate_per_seconds")
+        if self.has_change_permission(request, obj):
+            settings += ("reason", "opened")
+        return [
+            (None, {"fields": ("name", "next_claim_at", "updated_at")}),
+            ("Rate (saved by the engine, each change kept in the history)", {"fields": settings}),
+            (f"History (newest first, the last {HISTORY_LIMIT} changes)", {"fields": ("history",)}),
+        ]
+
+    def get_form(self, request, obj=None, change=False, **kwargs):
+        form = super().get_form(request, obj, change=change, **kwargs)
+        return type(form.__name__, (form,), {"actor": request.user.get_username()})
+
+    @admin.display(description="changes")
+    def history(self, key: RateKey) -> str:
+        rows = reads.rate_key_history(key.name, HISTORY_LIMIT)
+        if not rows:
+            return "No change yet."
+        body = format_html_join(
+            "", "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            ((display_for_value(row.at, "—"), row.actor, describe_changes(row), row.reason or "—") for row in rows),
+        )
+        return format_html('<table class="queue-history"><thead><tr><th>at</th><th>by</th><th>changed</th>'
+                           '<th>reason</th></tr></thead><tbody>{}</tbody></table>', body)
+
+    def save_model(self, request, obj, form, change):
+        pass  # the form's flow.change_rate_key was the write
+
+    def save_related(self, request, form, formsets, change):
+        pass
+
+    def history_view(self, request, object_id, extra_context=None):
+        """The key's history is on its page (Django's LogEntry rows miss the API's changes)."""
+        if not self.has_view_or_change_permission(request):
+            raise PermissionDenied
+        url = reverse("admin:board_ratekey_change", args=[quote(unquote(object_id))], current_app=self.admin_site.name)
+        return HttpResponseRedirect(url)
 
 
 @admin.register(FairnessKey)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from django.db.models import BooleanField, Count, ExpressionWrapper, Q
 
 from board.engine.lifecycle import Stage
-from board.models import Dependency, QueueChange, Task, TaskEvent
+from board.models import Dependency, QueueChange, RateKeyChange, Task, TaskEvent
 
 
 def queue_names(limit: int | None = None, *, using: str = "default") -> list[str]:
@@ -91,6 +91,11 @@ def waiting_and_running(queues: list[str], *, using: str = "default") -> dict[st
                                 .values_list("queue", "stage").annotate(n=Count("pk")).order_by()):
             counts[queue][stage] = n
     return counts
+
+
+def rate_key_history(key: str, limit: int, *, using: str = "default") -> list[RateKeyChange]:
+    """The rate key's `limit` most recent rate changes, newest first."""
+    return list(RateKeyChange.objects.using(using).filter(key=key).order_by("-at", "-pk")[:limit])
 
 
 def queue_history(queue: str, limit: int, *, using: str = "default") -> list[QueueChange]:

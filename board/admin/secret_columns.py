@@ -35,6 +35,9 @@ HARMLESS_COLUMNS: dict[tuple[str, str], str] = {
                                   "key list on purpose to tell keys apart; the rest stays unguessable",
     ("board.Task", "concurrency_key"): "a label chosen by the task's creator (e.g. repo:acme/web) that tasks "
                                        "share to be limited together (board.engine.flow); it grants nothing",
+    ("board.Task", "rate_key"): "a label chosen by the task's creator (e.g. provider:openai) that tasks share "
+                                "to be paced together by the key's rate (board.engine.flow); it grants nothing",
+    ("board.RateKeyChange", "key"): "the name of the rate key whose rate changed (a Task.rate_key label)",
     ("board.Task", "dedup_key"): "a label chosen by the task's creator (e.g. nightly:2026-12-04) that makes a "
                                  "second create of the same work return the live task; it grants nothing",
     ("board.Task", "fairness_key"): "a label chosen by the task's creator (a plan, a person) whose tasks take "

@@ -20,7 +20,7 @@ from board.api import errors
 from board.api.auth import AUTH
 from board.api.docs import LocalSwagger
 from board.api.json_body import BodyParser
-from board.api.routers import check, leases, operators, queues, schedules, tasks
+from board.api.routers import check, leases, operators, queues, rate_keys, schedules, tasks
 
 
 class BoardAPI(NinjaAPI):
@@ -56,5 +56,5 @@ errors.install(api)
 # Mounted without a prefix or tags: the paths and the OpenAPI document are those of the committed
 # contract (board/api/openapi.json). A path's methods must share one Router (GET and POST /tasks):
 # Django routes a path to the first router that declares it.
-for area in (tasks, leases, operators, queues, schedules, check):
+for area in (tasks, leases, operators, queues, rate_keys, schedules, check):
     api.add_router("", area.router)

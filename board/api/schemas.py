@@ -120,6 +120,10 @@ class TaskIn(StrictIn):
     concurrency_limit: Optional[int] = Field(
         None, ge=1, le=MAX_CONCURRENCY,
         description="the key's limit (needs concurrency_key; the latest create naming one sets it; a new key: 1)")
+    rate_key: Optional[str] = Field(
+        None, min_length=1, max_length=MAX_CONCURRENCY_KEY_CHARS,
+        description="claims of the tasks sharing this key start no faster than its rate, whatever their queues "
+                    "(e.g. provider:openai; the rate is set with PUT /api/rate-keys/{name})")
     run_at: Optional[AwareDatetime] = Field(
         None, strict=False, description="not claimable before this time (ISO 8601 with its zone); shown as not_before")
     dedup_key: Optional[str] = Field(
@@ -241,6 +245,7 @@ class TaskOut(Schema):
     updated_at: datetime
     stage_changed_at: datetime = Field(..., description="when the task entered its current stage")
     concurrency_key: Optional[str] = Field(None, description="the concurrency key it shares with other tasks, if any")
+    rate_key: Optional[str] = Field(None, description="the rate key whose rate its claims obey, if any")
     dedup_key: Optional[str] = Field(None, description="while this task is live, a create with this key returns it")
     fairness_key: Optional[str] = Field(None, description="tasks of different keys take turns among equal priorities")
     claim_rank: float = Field(..., description="the line's order: claims take the lowest first (its turn, Unix seconds, "
@@ -345,6 +350,21 @@ class QueueHistory(Schema):
     items: list[QueueChangeOut]
 
 
+class RateKeyIn(StrictIn):
+    rate: Optional[RateIn] = Field(..., description="a rate limit on the claims of the key's tasks; null: none")
+    reason: str = Field("", max_length=MAX_REASON_CHARS, description="kept in the key's history")
+
+
+class RateKeyOut(Schema):
+    name: str
+    rate: Optional[RateOut] = Field(..., description="at most count claims start in any per_seconds; null: no rate limit")
+    next_claim_at: Optional[datetime] = Field(..., description="the rate lets the next claim start at this time")
+
+
+class RateKeyList(Schema):
+    items: list[RateKeyOut]
+
+
 class ScheduleTaskIn(StrictIn):
     """The template of each tick's task (a create's fields; its id is the schedule's name and the tick)."""
 
@@ -362,6 +382,7 @@ class ScheduleTaskIn(StrictIn):
     queue_timeout_seconds: Optional[int] = DEADLINE("FAILED when QUEUED and claimable this long without starting")
     attempt_timeout_seconds: Optional[int] = DEADLINE("one attempt's wall-clock limit")
     progress_timeout_seconds: Optional[int] = DEADLINE("the lease is taken back when progress stays unchanged this long")
+    rate_key: Optional[str] = Field(None, min_length=1, max_length=MAX_CONCURRENCY_KEY_CHARS)
 
 
 CRON = Field(..., min_length=1, max_length=MAX_CRON_CHARS,

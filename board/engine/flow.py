@@ -1,4 +1,5 @@
-"""Flow control (issue 29): queue concurrency limits, concurrency keys and the queue brake.
+"""Flow control (issue 29): queue concurrency limits, concurrency keys, rates (a queue's, and a
+rate key's shared by the tasks of many queues) and the queue brake.
 
 A rule is enforced inside the move that enters RUNNING, never checked before it
 (../shared/DESIGN.md section 7). Each limited thing has a small row with a `running` count
@@ -16,6 +17,12 @@ setting a limit starts the count with the task writers held off (`change_queue`)
 A queue without a row has no limit and is not paused, exactly as one whose row has no setting.
 Rows are made just before the first create into a queue or naming a key (`ensure_rows`), or by an
 operator's first change of a queue's settings (`change_queue`).
+
+A rate key (board.models.RateKey; Task.rate_key) is a queue's rate without the queue: a
+provider's requests per minute, shared by the tasks of every queue that names the key. A claim
+of such a task moves the key's `rate_open_at` one interval past its own time in the claim's own
+transaction, exactly as it moves its queue's; a key whose rate is unset holds nothing back (and
+its row is not written by claims). Operators set it (`change_rate_key`).
 """
 from __future__ import annotations
 
@@ -29,7 +36,7 @@ from board.engine import clock, errors
 from board.engine.inputs import is_valid_task_id, key_text, reason_text
 from board.engine.limits import MAX_CONCURRENCY, MAX_CONCURRENCY_KEY_CHARS, MAX_RATE_COUNT, MAX_RATE_PER_SECONDS
 from board.engine.stores import store
-from board.models import ConcurrencyKey, Queue, QueueChange, Task
+from board.models import ConcurrencyKey, Queue, QueueChange, RateKey, RateKeyChange, Task
 
 
 class AtLimit(Exception):
@@ -47,6 +54,10 @@ class AtLimit(Exception):
 
 
 def concurrency_key(value: Any, field: str = "concurrency_key") -> str | None:
+    return key_text(value, field, MAX_CONCURRENCY_KEY_CHARS)
+
+
+def rate_key(value: Any, field: str = "rate_key") -> str | None:
     return key_text(value, field, MAX_CONCURRENCY_KEY_CHARS)
 
 
@@ -78,10 +89,11 @@ def rate_setting(value: Any) -> tuple[int, int] | None:
 # Rows, made with the tasks that need them
 
 
-def ensure_rows(using: str, queues: Iterable[str], keys: Iterable[str]) -> None:
+def ensure_rows(using: str, queues: Iterable[str], keys: Iterable[str], rate_keys: Iterable[str] = ()) -> None:
     """Before a create's transaction: a ConcurrencyKey row (limit 1) for each key where missing,
     committed before the tasks that name it exist, so that its count starts right; and a Queue
-    row (no setting) for each new queue, so that operators find it listed (the admin lists rows).
+    row (no setting) for each new queue, so that operators find it listed (the admin lists rows),
+    and a RateKey row (no rate) for each new rate key, for the same reason.
     A create refused after this leaves rows that hold nothing.
 
     In a transaction of its own, and only when one is missing (one read otherwise): inside the
@@ -96,12 +108,16 @@ def ensure_rows(using: str, queues: Iterable[str], keys: Iterable[str]) -> None:
                                        .values_list("name", flat=True)) if queues else set()
     missing_keys = set(keys) - set(ConcurrencyKey.objects.using(using).filter(name__in=keys)
                                    .values_list("name", flat=True)) if keys else set()
-    if not (missing_queues or missing_keys):
+    rate_keys = sorted(set(rate_keys))
+    missing_rate_keys = set(rate_keys) - set(RateKey.objects.using(using).filter(name__in=rate_keys)
+                                             .values_list("name", flat=True)) if rate_keys else set()
+    if not (missing_queues or missing_keys or missing_rate_keys):
         return
     with s.write_transaction():
         now = clock.now(using)
         s.insert_missing(Queue, [Queue(name=name) for name in sorted(missing_queues)])
         s.insert_missing(ConcurrencyKey, [ConcurrencyKey(name=name, updated_at=now) for name in sorted(missing_keys)])
+        s.insert_missing(RateKey, [RateKey(name=name) for name in sorted(missing_rate_keys)])
 
 
 def set_key_limits(using: str, limits: dict[str, int]) -> None:
@@ -148,6 +164,16 @@ def take_slot(using: str, task: Task, now: datetime) -> None:
             key = keys.first()
             if key is not None:
                 raise AtLimit(task, f"{key.name} is at its limit {key.running}/{key.concurrency}")
+    if task.rate_key is not None:
+        # The rate key's rate, as the queue's above (a key with no rate is not written).
+        interval = RateKey.objects.using(using).filter(name=task.rate_key).values_list(
+            "rate_interval", flat=True).first()
+        if interval is not None:
+            at = now.timestamp()
+            if not RateKey.objects.using(using).filter(
+                    Q(rate_open_at__isnull=True) | Q(rate_open_at__lte=at), name=task.rate_key,
+                    rate_interval=interval).update(rate_open_at=at + interval):
+                raise AtLimit(task, _rate_key_refusal(RateKey.objects.using(using).get(name=task.rate_key), at))
 
 
 def give_back_slot(using: str, task: Task) -> None:
@@ -169,6 +195,13 @@ def _queue_refusal(queue: Queue, now: float | None = None) -> str:
         return (f"queue {queue.name} is at its rate {queue.rate_count} per {queue.rate_per_seconds} s: "
                 f"next claim in {queue.rate_open_at - now:.1f} s")
     return f"queue {queue.name} took no claim"  # changed meanwhile: the claim may be tried again
+
+
+def _rate_key_refusal(key: RateKey, now: float) -> str:
+    if key.rate_open_at is not None and key.rate_count is not None and key.rate_open_at > now:
+        return (f"{key.name} is at its rate {key.rate_count} per {key.rate_per_seconds} s: "
+                f"next claim in {key.rate_open_at - now:.1f} s")
+    return f"{key.name} took no claim"  # changed meanwhile: the claim may be tried again
 
 
 # ---------------------------------------------------------------------------------------------
@@ -241,6 +274,50 @@ def change_queue(name: str, *, actor: str, reason: str = "", concurrency: Any = 
         for attribute, value in values.items():
             setattr(queue, attribute, value)
     return queue
+
+
+def change_rate_key(name: str, *, actor: str, rate: Any, reason: str = "", using: str = "default") -> RateKey:
+    """Set a rate key's rate (`{"count", "per_seconds"}`; None: none), recorded with its reason
+    in the key's audit history (RateKeyChange) in the same transaction. A key no task named yet
+    gets its row. A new rate starts open, as a queue's does (change_queue). Nothing changed:
+    nothing recorded."""
+    from board.engine import commits
+
+    rate_key(name, "name")
+    rate = rate_setting(rate)
+    reason_text(reason)
+    s = store(using)
+    with s.write_transaction():
+        s.insert_missing(RateKey, [RateKey(name=name)])
+        key = RateKey.objects.using(using).get(name=name)
+        if rate == _rate_of_key(key):
+            return key
+        now = clock.now(using)
+        count, per_seconds = rate or (None, None)
+        values = dict(rate_count=count, rate_per_seconds=per_seconds, rate_open_at=None,
+                      rate_interval=per_seconds / count if rate else None, updated_at=now)
+        RateKey.objects.using(using).filter(name=name).update(**values)
+        RateKeyChange.objects.using(using).create(
+            key=name, actor=actor, reason=reason, at=now,
+            changes={"rate": [_rate_json(_rate_of_key(key)), _rate_json(rate)]})
+        commits.after_commit(using)
+        for attribute, value in values.items():
+            setattr(key, attribute, value)
+    return key
+
+
+def describe_rate_key(key: RateKey) -> dict[str, Any]:
+    """A rate key's setting as the API shows it."""
+    return {
+        "name": key.name,
+        "rate": _rate_json(_rate_of_key(key)),
+        "next_claim_at": (datetime.fromtimestamp(key.rate_open_at, UTC)
+                          if key.rate_open_at is not None and key.rate_count is not None else None),
+    }
+
+
+def _rate_of_key(key: RateKey) -> tuple[int, int] | None:
+    return None if key.rate_count is None else (key.rate_count, key.rate_per_seconds)
 
 
 def describe(queue: Queue) -> dict[str, Any]:

@@ -52,7 +52,9 @@ OVER_CONCURRENCY = "over_concurrency"  # more RUNNING than the limit, and one of
 RUNNING_COUNT_DRIFT = "running_count_drift"  # the row's running count is not its RUNNING tasks
 CLAIMABLE_WHILE_PAUSED = "claimable_while_paused"  # a task of a paused queue started after the pause
 # More claims started in the last `per_seconds` (since the rate last changed) than a queue's
-# rate allows: named "queue:NAME". Found by check_rates.
+# rate allows: named "queue:NAME". Found by check_rates. A rate key's claims (Task.rate_key) closer
+# together than its interval, or more in its window than its rate allows: "rate_key:NAME", found
+# by check_rate_keys.
 OVER_RATE = "over_rate"
 # Live tasks sharing a dedup key (the live tasks' unique index on Task.dedup_key forbids it):
 # named "dedup:KEY". Found by check_dedup_keys.
@@ -375,3 +377,20 @@ def check_schedules(schedules: Iterable[ScheduleSnapshot], now: datetime, grace:
                         f"({int((now - s.next_tick_at).total_seconds())} s late): is a reaper running?")
                 for s in schedules if not s.paused and s.next_tick_at < now - grace]
     return sorted(problems)
+
+
+def check_rate_keys(rates: Iterable[tuple[str, int, int, Sequence[float]]], slack: float) -> list[Problem]:
+    """`rates`: (rate key, count, per_seconds, the Unix times of the claims of its tasks in its
+    last per_seconds since its rate last changed, newest first: at most count + 1 of them). Two
+    claims closer together than the interval (per_seconds / count, less `slack` for the times'
+    rounding), or more than `count` of them, is a problem: the rate let one through."""
+    problems = []
+    for key, count, per_seconds, times in sorted(rates):
+        interval = per_seconds / count
+        gaps = [newer - older for newer, older in zip(times, times[1:])]
+        if len(times) > count or (gaps and min(gaps) < interval - slack):
+            closest = f"; two {min(gaps):.3f} s apart" if gaps else ""
+            problems.append(Problem(f"rate_key:{key}", OVER_RATE,
+                                    f"rate key {key} started {len(times)}{'+' if len(times) > count else ''} claims "
+                                    f"in {per_seconds} s{closest}; its rate allows {count}, one every {interval:g} s"))
+    return problems

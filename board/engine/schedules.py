@@ -55,7 +55,7 @@ log = logging.getLogger("board.engine.schedules")
 # The template's fields: what each tick's task is made from (its id is the name and the tick;
 # no dependencies, no hold). Their defaults are TaskSpec's own.
 TEMPLATE_FIELDS = ("title", "description", "payload", "queue", "priority", "max_retries", "concurrency_key",
-                   "concurrency_limit", "fairness_key", "fairness_weight", "queue_timeout_seconds",
+                   "concurrency_limit", "rate_key", "fairness_key", "fairness_weight", "queue_timeout_seconds",
                    "attempt_timeout_seconds", "progress_timeout_seconds")
 TEMPLATE_DEFAULTS: dict[str, Any] = {spec_field.name: spec_field.default for spec_field in dataclasses.fields(TaskSpec)
                                      if spec_field.name in TEMPLATE_FIELDS[1:]}
@@ -190,7 +190,9 @@ def _get(name: str, using: str) -> Schedule:
 def _ensure_rows(using: str, task: dict) -> None:
     """The template's queue and key rows, made as a create of its task makes them (outside the
     transaction that needs them: flow.ensure_rows says why)."""
-    flow.ensure_rows(using, [task["queue"]], [task["concurrency_key"]] if task["concurrency_key"] else [])
+    # (A template stored before rate keys has no rate_key: none.)
+    flow.ensure_rows(using, [task["queue"]], [task["concurrency_key"]] if task["concurrency_key"] else [],
+                     [task["rate_key"]] if task.get("rate_key") else [])
 
 
 @retry_conflicts

@@ -36,6 +36,7 @@ from board.engine.invariants import (
     TaskSnapshot,
     check,
     check_dedup_keys,
+    check_rate_keys,
     check_rates,
     check_limits,
     check_schedules,
@@ -44,7 +45,7 @@ from board.engine.invariants import (
 )
 from board.engine.lifecycle import DEAD_ENDS, LEASED, Stage
 from board.engine.limits import SCHEDULE_MISSED_GRACE
-from board.models import LIVE_STAGES, ConcurrencyKey, Dependency, Queue, Schedule, Task, TaskEvent
+from board.models import LIVE_STAGES, ConcurrencyKey, Dependency, Queue, RateKey, Schedule, Task, TaskEvent
 
 _CHUNK = 2000  # rows fetched at a time when streaming
 
@@ -109,27 +110,32 @@ def ready_tasks(now: datetime, queue: str | None = None, *, scope: scopes.Scope 
     return rows.order_by(*CLAIM_ORDER)
 
 
-def closed_to_claims(now: datetime, *, using: str = "default") -> tuple[list[str], list[str]]:
-    """The queues that take no claim now (paused, full, or waiting for their rate's next opening)
-    and the full concurrency keys (board.engine.flow): what claim_next's ORM path leaves out of its
-    pick (a read in its transaction; the slot decides) and what a waiting claim does not wait on."""
+def closed_to_claims(now: datetime, *, using: str = "default") -> tuple[list[str], list[str], list[str]]:
+    """The queues that take no claim now (paused, full, or waiting for their rate's next opening),
+    the full concurrency keys and the rate keys waiting for their rate's next opening
+    (board.engine.flow): what claim_next's ORM path leaves out of its pick (a read in its
+    transaction; the slot decides) and what a waiting claim does not wait on."""
     queues = list(Queue.objects.using(using).filter(
         Q(paused=True) | Q(concurrency__isnull=False, running__gte=F("concurrency"))
         | Q(rate_open_at__gt=now.timestamp())).values_list("name", flat=True))
     keys = list(ConcurrencyKey.objects.using(using).filter(running__gte=F("concurrency"))
                 .values_list("name", flat=True))
-    return queues, keys
+    rate_keys = list(RateKey.objects.using(using).filter(rate_open_at__gt=now.timestamp())
+                     .values_list("name", flat=True))
+    return queues, keys, rate_keys
 
 
 def claimable_tasks(now: datetime, queue: str | None = None, *, scope: scopes.Scope = None,
                     using: str = "default"):
     """ready_tasks without those of a queue or key closed to claims now (closed_to_claims)."""
     rows = ready_tasks(now, queue, scope=scope, using=using)
-    closed_queues, full_keys = closed_to_claims(now, using=using)
+    closed_queues, full_keys, held_rate_keys = closed_to_claims(now, using=using)
     if closed_queues:
         rows = rows.exclude(queue__in=closed_queues)
     if full_keys:
         rows = rows.exclude(concurrency_key__in=full_keys)
+    if held_rate_keys:
+        rows = rows.exclude(rate_key__in=held_rate_keys)
     return rows
 
 
@@ -142,20 +148,31 @@ def has_ready_task(queue: str | None = None, *, scope: scopes.Scope = None, usin
 
 def seconds_until_rate_opens(queue: str | None = None, *, scope: scopes.Scope = None,
                              using: str = "default") -> float | None:
-    """After a claim found nothing: when the first queue holding ready work back only by its rate
-    (not paused, not full) lets a claim start, in seconds from now; None when no ready work waits
-    for a rate (in `queue`, in `scope`). What a 204's Retry-After says."""
+    """After a claim found nothing: when the first ready task held back only by rates (its
+    queue's, not paused nor full, and/or its rate key's; its concurrency key not full) may be
+    claimed, in seconds from now; None when no ready work waits for a rate (in `queue`, in
+    `scope`). What a 204's Retry-After says."""
     now = clock.now(using)
+    at = now.timestamp()
     held = Queue.objects.using(using).filter(
-        Q(concurrency__isnull=True) | Q(running__lt=F("concurrency")), rate_open_at__gt=now.timestamp(), paused=False)
+        Q(concurrency__isnull=True) | Q(running__lt=F("concurrency")), rate_open_at__gt=at, paused=False)
     if queue is not None:
         held = held.filter(name=queue)
     opens = dict(held.values_list("name", "rate_open_at"))
-    if not opens:
+    key_opens = dict(RateKey.objects.using(using).filter(rate_open_at__gt=at).values_list("name", "rate_open_at"))
+    if not (opens or key_opens):
         return None
-    waiting = set(ready_tasks(now, queue, scope=scope, using=using).filter(queue__in=list(opens))
-                  .order_by().values_list("queue", flat=True).distinct())
-    return max(0.0, min(opens[name] for name in waiting) - now.timestamp()) if waiting else None
+    closed_queues, full_keys, _ = closed_to_claims(now, using=using)
+    waiting = ready_tasks(now, queue, scope=scope, using=using).filter(
+        Q(queue__in=list(opens)) | Q(rate_key__in=list(key_opens)))
+    waiting = waiting.exclude(queue__in=[name for name in closed_queues if name not in opens])
+    if full_keys:
+        waiting = waiting.exclude(concurrency_key__in=full_keys)
+    # A task waits for the later of its queue's opening and its rate key's.
+    pairs = set(waiting.order_by().values_list("queue", "rate_key").distinct())
+    if not pairs:
+        return None
+    return max(0.0, min(max(opens.get(name, at), key_opens.get(key, at)) for name, key in pairs) - at)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -216,6 +233,18 @@ def key_overview(limit: int, *, using: str = "default") -> tuple[list[dict], int
                 "name", "concurrency", "running")[:limit - len(full)])
         total = keys.count()
     shown = [{"name": n, "concurrency": c, "running": r} for n, c, r in full + others]
+    return shown, max(0, total - len(shown))
+
+
+def rate_key_overview(limit: int, *, using: str = "default") -> tuple[list[dict], int]:
+    """The rate keys with a rate, at most `limit`, by name (flow.describe_rate_key each), and how
+    many more there are. A key without a rate holds nothing back. One consistent read."""
+    from board.engine import flow
+
+    with store(using).read_transaction():
+        rated = RateKey.objects.using(using).filter(rate_count__isnull=False)
+        shown = [flow.describe_rate_key(key) for key in rated.order_by("name")[:limit]]
+        total = rated.count()
     return shown, max(0, total - len(shown))
 
 
@@ -441,7 +470,8 @@ def flow_problems(*, using: str = "default") -> list[Problem]:
                    "name", "concurrency", "running", "updated_at")]
     running = Task.objects.using(using).filter(stage=Stage.RUNNING).values_list(
         "queue", "concurrency_key", "stage_changed_at")
-    return check_limits(limits, running.iterator(_CHUNK)) + _rate_problems(using) + _dedup_problems(using)
+    return (check_limits(limits, running.iterator(_CHUNK)) + _rate_problems(using) + _rate_key_problems(using)
+            + _dedup_problems(using))
 
 
 # A claim's history row and its rate's opening are written from one time, but the row keeps it to
@@ -463,6 +493,29 @@ def _rate_problems(using: str) -> list[Problem]:
                    .exclude(from_stage=Stage.RUNNING).count())
         rates.append((name, count, per_seconds, started))
     return check_rates(rates)
+
+
+# A rate key's claims are read back this many at most (a rate of more claims per window is checked
+# on its latest claims only).
+_RATE_KEY_CLAIMS_READ = 1000
+
+
+def _rate_key_problems(using: str) -> list[Problem]:
+    """check_rate_keys over the rate keys with a rate: the latest claims (moves into RUNNING) of
+    their tasks in each key's last window, since its rate last changed. The history rows keep the
+    claim's time to the microsecond (MongoDB: the millisecond): hence the slack."""
+    now = clock.now(using)
+    rates = []
+    for name, count, per_seconds, changed in RateKey.objects.using(using).filter(
+            rate_count__isnull=False).values_list("name", "rate_count", "rate_per_seconds", "updated_at"):
+        since = now - timedelta(seconds=per_seconds) + _RATE_SLACK
+        if changed is not None and changed > since:
+            since = changed
+        times = (TaskEvent.objects.using(using).filter(task__rate_key=name, to_stage=Stage.RUNNING, at__gt=since)
+                 .exclude(from_stage=Stage.RUNNING).order_by("-at").values_list("at", flat=True)
+                 [:min(count, _RATE_KEY_CLAIMS_READ) + 1])
+        rates.append((name, count, per_seconds, [at.timestamp() for at in times]))
+    return check_rate_keys(rates, slack=2 * _RATE_SLACK.total_seconds())
 
 
 def _dedup_problems(using: str) -> list[Problem]:

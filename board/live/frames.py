@@ -127,6 +127,7 @@ RATE_TIME_SHOWN_SECONDS = 10
 
 
 def _next_claim_shown(queue: dict):
+    """A queue's (or a rate key's) next claim time, when its rate's claims are slow enough."""
     rate = queue["rate"]
     if rate is None or rate["per_seconds"] / rate["count"] < RATE_TIME_SHOWN_SECONDS:
         return None
@@ -140,10 +141,14 @@ KEYS_SHOWN = 50
 def queues_message(using: str = "default") -> dict:
     """The queues strip's content now, as the "queues" frame holds it (datetimes still objects:
     `queues_frame` encodes): the queues, and the concurrency keys RUNNING tasks name (their
-    QUEUED cards say when a key is at its limit)."""
+    QUEUED cards say when a key is at its limit), and the rate keys with a rate (their QUEUED
+    cards say when a slow one lets the next claim start)."""
     queues, more = queue_items(using)
     keys, more_keys = selectors.key_overview(KEYS_SHOWN, using=using)
-    return {"type": "queues", "queues": queues, "more_queues": more, "keys": keys, "more_keys": more_keys}
+    rate_keys, more_rate_keys = selectors.rate_key_overview(KEYS_SHOWN, using=using)
+    rate_keys = [{**key, "next_claim_at": _next_claim_shown(key)} for key in rate_keys]
+    return {"type": "queues", "queues": queues, "more_queues": more, "keys": keys, "more_keys": more_keys,
+            "rate_keys": rate_keys, "more_rate_keys": more_rate_keys}
 
 
 def queues_frame(message: dict) -> str:

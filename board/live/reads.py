@@ -28,7 +28,8 @@ from board.models import Dependency, Task, TaskEvent
 # snapshot's, `board_parts`, and the tailer's, `live_tasks`) select these columns and no other.
 CARD_COLUMNS = ("id", "title", "queue", "priority", "hold", "max_retries", "stage", "version", "owner",
                 "fence", "lease_expires_at", "attempts", "not_before", "progress", "last_error",
-                "created_at", "updated_at", "stage_changed_at", "concurrency_key", "dedup_key", "fairness_key", "claim_rank",
+                "created_at", "updated_at", "stage_changed_at", "concurrency_key", "rate_key", "dedup_key",
+                "fairness_key", "claim_rank",
                 "queue_timeout_seconds", "attempt_timeout_seconds", "progress_timeout_seconds",
                 "progress_changed_at")
 NOT_ON_CARDS = ("description", "payload", "checkpoint", "result")

@@ -6,7 +6,7 @@
 
 import { adminUrl, CAN_INTERVENE, COLUMN_ELS, el, frameBatcher, showMessage, STAGES, TERMINAL } from "./page.js";
 import {
-  countIn, depDone, getProblems, getTask, idsIn, moreCursor, positionOf, queueClosed, keyFull, subscribe,
+  countIn, depDone, getProblems, getTask, idsIn, moreCursor, positionOf, queueClosed, keyFull, rateKeyHeld, subscribe,
 } from "./store.js";
 import { loadOlder } from "./api.js";
 import {
@@ -256,12 +256,13 @@ function fillCard(card, task, filter) {
   const progress = task.progress !== null && task.progress !== undefined;
   const held = task.hold && task.stage === "PENDING";
   // Why a ready task is not claimed: its queue is paused, at its limit or waiting for its rate,
-  // or its concurrency key is full (the "queues" frame; store.js redraws these cards when that
-  // changes).
+  // or its concurrency key is full, or its rate key's slow rate holds it back (the "queues" frame;
+  // store.js redraws these cards when that changes).
   const queued = task.stage === "QUEUED";
   const closed = queued ? queueClosed(task.queue) : undefined;
   const keyHeld = queued && task.concurrency_key ? keyFull(task.concurrency_key) : undefined;
-  const paused = closed !== undefined || keyHeld !== undefined;
+  const rateHeld = queued && task.rate_key ? rateKeyHeld(task.rate_key) : undefined;
+  const paused = closed !== undefined || keyHeld !== undefined || rateHeld !== undefined;
   // ... or it may not start yet: a run_at, a snooze or a retry's backoff (its not_before, as
   // drawn; the card is not redrawn when that time passes, so the badge names the time).
   const notBefore = task.stage === "QUEUED" && task.not_before ? Date.parse(task.not_before) : NaN;
@@ -273,6 +274,7 @@ function fillCard(card, task, filter) {
     const badges = el("div", "badges");
     if (closed) badges.append(el("span", "badge waiting", `waiting: ${closed}`));
     if (keyHeld) badges.append(el("span", "badge waiting key-full", `waiting: ${keyHeld}`));
+    if (rateHeld) badges.append(el("span", "badge waiting rate-key", `waiting: ${rateHeld}`));
     if (later) {
       const b = el("span", "badge waiting not-before", `not before ${new Date(notBefore).toLocaleTimeString()}`);
       b.title = new Date(notBefore).toLocaleString();

@@ -31,9 +31,11 @@ let insights = null;
 let queues = null; // the latest "queues" frame, or null before the first
 // Why a queue takes no claim now, by name, as the latest "queues" frame says: "queue ci paused",
 // "queue ci at its limit 2/2" or its rate's next claim time (a queue open for claims is not in
-// it); and the concurrency keys at their limit ("repo:web at its limit 1/1").
+// it); the concurrency keys at their limit ("repo:web at its limit 1/1"); and the rate keys
+// whose slow rate holds the next claim back ("provider:llm rate 6/min, next at 14:05:03").
 const closedQueues = new Map();
 const fullKeys = new Map();
+const heldRateKeys = new Map();
 let snapshotsApplied = 0;
 
 const listeners = [];
@@ -126,6 +128,12 @@ export function keyFull(name) {
   return fullKeys.get(name);
 }
 
+/** "provider:llm rate 6/min, next at 14:05:03" while rate key `name` holds the next claim of its
+ * tasks back, as the latest "queues" frame says; else undefined. */
+export function rateKeyHeld(name) {
+  return heldRateKeys.get(name);
+}
+
 /** How many snapshots the page has applied since it was loaded (0: it shows nothing yet). */
 export function snapshotCount() {
   return snapshotsApplied;
@@ -174,15 +182,25 @@ function closeAndOpen() {
   for (const k of queues.keys || []) {
     if (k.running >= k.concurrency) full.set(k.name, `${k.name} at its limit ${k.running}/${k.concurrency}`);
   }
+  const held = new Map();
+  for (const k of queues.rate_keys || []) {
+    const nextMs = k.next_claim_at ? Date.parse(k.next_claim_at) : NaN;
+    if (k.rate && nextMs > now) {
+      held.set(k.name, `${k.name} ${rateText(k.rate)}, next at ${new Date(nextMs).toLocaleTimeString()}`);
+      reopensAt = Math.min(reopensAt, nextMs);
+    }
+  }
   const flippedQueues = flips(closedQueues, closed);
   const flippedKeys = flips(fullKeys, full);
+  const flippedRateKeys = flips(heldRateKeys, held);
   clearTimeout(reopenTimer);
   if (reopensAt < Infinity) reopenTimer = setTimeout(closeAndOpen, reopensAt - now + 50);
   if (flippedQueues.size) tell({ what: "closed" });
-  if (flippedQueues.size || flippedKeys.size) {
+  if (flippedQueues.size || flippedKeys.size || flippedRateKeys.size) {
     changed(order.get("QUEUED").filter((id) => {
       const task = tasks.get(id);
-      return flippedQueues.has(task.queue) || (task.concurrency_key && flippedKeys.has(task.concurrency_key));
+      return flippedQueues.has(task.queue) || (task.concurrency_key && flippedKeys.has(task.concurrency_key))
+        || (task.rate_key && flippedRateKeys.has(task.rate_key));
     }), false);
   }
 }

@@ -75,7 +75,7 @@ def claim_next(request, body: ClaimNextIn):
         return _answer(request, render_claim(claim))
     if body.queue is not None and not scopes.allows(request.auth.scope, body.queue):
         return Status(204, None)  # (a queue outside a scoped key's queues never has work for it)
-    # Ready work held back only by a queue's rate: say when it opens (Retry-After), and a waiting
+    # Ready work held back only by rates (a queue's, a rate key's): say when it opens (Retry-After), and a waiting
     # claim that would see it open within its wait is answered now, to come back then, rather
     # than parked and replayed while the rate keeps it shut.
     opens_in = selectors.seconds_until_rate_opens(body.queue, scope=request.auth.scope)

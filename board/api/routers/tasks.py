@@ -41,8 +41,8 @@ def _spec(item: TaskIn) -> TaskSpec:
     return TaskSpec(title=item.title, id=item.id, description=item.description, payload=item.payload,
                     queue=item.queue, priority=item.priority, deps=tuple(item.deps), hold=item.hold,
                     max_retries=item.max_retries, concurrency_key=item.concurrency_key,
-                    concurrency_limit=item.concurrency_limit, run_at=item.run_at, dedup_key=item.dedup_key,
-                    fairness_key=item.fairness_key, fairness_weight=item.fairness_weight,
+                    concurrency_limit=item.concurrency_limit, rate_key=item.rate_key, run_at=item.run_at,
+                    dedup_key=item.dedup_key, fairness_key=item.fairness_key, fairness_weight=item.fairness_weight,
                     queue_timeout_seconds=item.queue_timeout_seconds,
                     attempt_timeout_seconds=item.attempt_timeout_seconds,
                     progress_timeout_seconds=item.progress_timeout_seconds)
@@ -61,9 +61,9 @@ def _same_as_existing(specs: list[TaskSpec]) -> list[Task] | None:
         task = existing.get(spec.id)
         if task is None or (task.title, task.description, task.payload, task.queue, task.priority,
                             sorted(deps[task.pk]), task.pk in created_on_hold, task.max_retries,
-                            task.concurrency_key, task.dedup_key, task.fairness_key) != (
+                            task.concurrency_key, task.dedup_key, task.rate_key, task.fairness_key) != (
                 spec.title, spec.description, spec.payload, spec.queue, spec.priority,
-                sorted(spec.deps), spec.hold, spec.max_retries, spec.concurrency_key, spec.dedup_key,
+                sorted(spec.deps), spec.hold, spec.max_retries, spec.concurrency_key, spec.dedup_key, spec.rate_key,
                 spec.fairness_key):
             return None
         if any(getattr(task, name) != getattr(spec, name) for name in deadlines.TIMEOUTS):

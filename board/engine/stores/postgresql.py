@@ -25,6 +25,7 @@ from board.engine.stores.statements import (
     CONCURRENCY_KEY,
     open_for_claims,
     QUEUE,
+    RATE_KEY,
     EVENT,
     EVENT_COLUMNS,
     KEY,
@@ -136,12 +137,16 @@ _KEY_IS_LIVE = (f"(%(key_hash)s::text IS NULL OR EXISTS (SELECT 1 FROM {KEY} AS 
 # taken and the task moved. A pick refused by a limit that filled meanwhile writes nothing and
 # answers its row with `picks.n` = 1 and no task: the caller runs it again, and the pick then
 # leaves that queue out. Locks are always taken task, queue, key, as every other move takes them.
+# Rate keys: `rate_slot` locks the task's rate key row (after those) only when the key has a rate
+# and is open; a key without one is neither locked nor written. `allowed` needs it as it needs
+# the others, and `rate_taken` moves the key's next opening one interval past the statement's
+# time, as `queue_taken` does the queue's.
 # The UPDATE is the CAS on the task's id, stage and version. Sets a new lease (owner, token hash,
 # expiry = the database's clock + ttl, the claim request or NULL), fence + 1, attempts + 1,
 # clears the backoff, version + 1; `history` records it.
 _PG_CLAIM_NEXT = f"""
 WITH picked AS MATERIALIZED (
-    SELECT t.id, t.version, t.queue, t.concurrency_key FROM {TASK} AS t
+    SELECT t.id, t.version, t.queue, t.concurrency_key, t.rate_key FROM {TASK} AS t
     WHERE t.stage = 'QUEUED' AND (t.not_before IS NULL OR t.not_before <= statement_timestamp()){{queue}}
       AND {open_for_claims(PG_NOW_EPOCH)} AND {_KEY_IS_LIVE}
     ORDER BY t.claim_rank, t.id
@@ -157,6 +162,10 @@ WITH picked AS MATERIALIZED (
     SELECT k.name FROM {CONCURRENCY_KEY} AS k JOIN picked ON k.name = picked.concurrency_key
     WHERE k.running < k.concurrency
     FOR UPDATE OF k
+), rate_slot AS MATERIALIZED (
+    SELECT r.name FROM {RATE_KEY} AS r JOIN picked ON r.name = picked.rate_key
+    WHERE r.rate_interval IS NOT NULL AND (r.rate_open_at IS NULL OR r.rate_open_at <= {PG_NOW_EPOCH})
+    FOR UPDATE OF r
 ), allowed AS MATERIALIZED (
     SELECT picked.* FROM picked
     WHERE (EXISTS (SELECT 1 FROM queue_slot)
@@ -164,6 +173,8 @@ WITH picked AS MATERIALIZED (
                           AND (q.paused OR q.concurrency IS NOT NULL OR q.rate_interval IS NOT NULL)))
       AND (picked.concurrency_key IS NULL OR EXISTS (SELECT 1 FROM key_slot)
            OR NOT EXISTS (SELECT 1 FROM {CONCURRENCY_KEY} AS k WHERE k.name = picked.concurrency_key))
+      AND (picked.rate_key IS NULL OR EXISTS (SELECT 1 FROM rate_slot)
+           OR NOT EXISTS (SELECT 1 FROM {RATE_KEY} AS r WHERE r.name = picked.rate_key AND r.rate_interval IS NOT NULL))
 ), queue_taken AS (
     UPDATE {QUEUE} AS q SET running = q.running + (q.concurrency IS NOT NULL)::int,
         rate_open_at = CASE WHEN q.rate_interval IS NULL THEN q.rate_open_at
@@ -172,6 +183,9 @@ WITH picked AS MATERIALIZED (
     WHERE q.name = allowed.queue AND (q.concurrency IS NOT NULL OR q.rate_interval IS NOT NULL)
 ), key_taken AS (
     UPDATE {CONCURRENCY_KEY} AS k SET running = k.running + 1 FROM allowed WHERE k.name = allowed.concurrency_key
+), rate_taken AS (
+    UPDATE {RATE_KEY} AS r SET rate_open_at = {PG_NOW_EPOCH} + r.rate_interval
+    FROM allowed WHERE r.name = allowed.rate_key AND r.rate_interval IS NOT NULL
 ), moved AS (
     UPDATE {TASK} AS t
     SET stage = 'RUNNING', version = t.version + 1, owner = %(agent)s,

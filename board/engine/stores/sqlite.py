@@ -35,6 +35,8 @@ from board.engine.stores.statements import (
     COLUMNS,
     CONCURRENCY_KEY,
     CONCURRENCY_KEY_NAME,
+    RATE_KEY,
+    RATE_KEY_NAME,
     open_for_claims,
     QUEUE,
     QUEUE_NAME,
@@ -173,8 +175,10 @@ _KEY_IS_LIVE = (f"(? IS NULL OR EXISTS (SELECT 1 FROM {KEY} WHERE key_hash = ? A
 # queue is paused, full or waiting for its rate, or whose concurrency key is full
 # (open_for_claims); the claimed task's slots are then taken by SQLITE_TAKE_SLOTS in the same
 # transaction, under the only write lock, so the rows the pick read are the rows it updates.
+# A rate key's rate likewise: left out of the pick, its opening taken by SQLITE_TAKE_RATE_KEY.
 # Params: agent, token_hash, lease_expires_at, claim_request_hash, claim_token_seed, updated_at,
-# stage_changed_at, now (the backoff bound) [, queue], now in Unix seconds (the rates' bound),
+# stage_changed_at, now (the backoff bound) [, queue], now in Unix seconds twice (the bound of the
+# queue's rate, then of the rate key's),
 # then the key check's (key_hash, key_hash, agent, now).
 _SQLITE_CLAIM_NEXT = f"""
 UPDATE {TASK}
@@ -259,6 +263,10 @@ SQLITE_TAKE_SLOTS = (f"UPDATE {QUEUE} SET running = running + (concurrency IS NO
                      " rate_open_at = CASE WHEN rate_interval IS NULL THEN rate_open_at ELSE %s + rate_interval END"
                      " WHERE name = %s AND (concurrency IS NOT NULL OR rate_interval IS NOT NULL)",
                      f"UPDATE {CONCURRENCY_KEY} SET running = running + 1 WHERE name = %s")
+# A rate key's rate (board.engine.flow), as the queue's: the claim moves the key's next opening one
+# interval past its own time; a key without a rate is not written. Params: now (Unix seconds), rate_key.
+SQLITE_TAKE_RATE_KEY = (f"UPDATE {RATE_KEY} SET rate_open_at = %s + rate_interval"
+                        " WHERE name = %s AND rate_interval IS NOT NULL")
 SQLITE_GIVE_BACK_SLOTS = (f"UPDATE {QUEUE} SET running = running - 1"
                           " WHERE name = %s AND concurrency IS NOT NULL AND running > 0",
                           f"UPDATE {CONCURRENCY_KEY} SET running = running - 1 WHERE name = %s AND running > 0")
@@ -272,7 +280,7 @@ _QMARK = {
     statement: statement.replace("%s", "?")
     for statement in (SQLITE_CLAIM_NEXT, SQLITE_CLAIM_NEXT_IN_QUEUE, SQLITE_CLAIM_NEXT_IN_SCOPE, SQLITE_RENEW,
                       SQLITE_COMPLETE_HISTORY, SQLITE_COMPLETE, SQLITE_HISTORY,
-                      *SQLITE_TAKE_SLOTS, *SQLITE_GIVE_BACK_SLOTS)
+                      *SQLITE_TAKE_SLOTS, *SQLITE_GIVE_BACK_SLOTS, SQLITE_TAKE_RATE_KEY)
 }
 
 
@@ -337,7 +345,7 @@ class SQLiteStatements(Statements):
             statement, params = SQLITE_CLAIM_NEXT_IN_SCOPE, (*params, json.dumps([as_glob(p) for p in scope]))
         else:
             statement = SQLITE_CLAIM_NEXT
-        params = (*params, now.timestamp(), key_hash, key_hash, agent, at)
+        params = (*params, now.timestamp(), now.timestamp(), key_hash, key_hash, agent, at)
         execute, translated = self._executor(connection)
         with translated:
             rows = execute(statement, params).fetchall()  # to the end: the statement is done
@@ -346,6 +354,8 @@ class SQLiteStatements(Statements):
             row = rows[0]
             execute(SQLITE_HISTORY, (row[ID], "claim", "QUEUED", "RUNNING", row[VERSION], row[FENCE], agent, at))
             _move_slots(execute, SQLITE_TAKE_SLOTS, row, now.timestamp())
+            if row[RATE_KEY_NAME] is not None:
+                execute(SQLITE_TAKE_RATE_KEY, (now.timestamp(), row[RATE_KEY_NAME]))
         return Written(row, ((LEASE_EXPIRES_AT, until), (NOT_BEFORE, None), (UPDATED_AT, now),
                              (STAGE_CHANGED_AT, now)), self._converters["claim"])
 

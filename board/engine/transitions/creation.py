@@ -46,6 +46,9 @@ class TaskSpec:
     # `concurrency_limit` sets that limit (the latest create naming one says it; a new key: 1).
     concurrency_key: str | None = None
     concurrency_limit: int | None = None
+    # Claims of the tasks naming this rate key start no faster than the key's rate (set by
+    # operators: flow.change_rate_key), whatever their queues.
+    rate_key: str | None = None
     # Not claimable before this time (an aware datetime; the task's not_before, which a retry's
     # backoff later sets too).
     run_at: datetime | None = None
@@ -110,7 +113,8 @@ def create(specs: TaskSpec | Sequence[TaskSpec], *, actor: str = "", using: str 
         raise errors.InvalidRequest("a dedup_key appears twice in the batch", field="dedup_key")
 
     flow.ensure_rows(using, (spec.queue for spec in batch),
-                     (spec.concurrency_key for spec in batch if spec.concurrency_key is not None))
+                     (spec.concurrency_key for spec in batch if spec.concurrency_key is not None),
+                     (spec.rate_key for spec in batch if spec.rate_key is not None))
 
     now = clock.now(using)
     with store(using).write_transaction():
@@ -167,6 +171,7 @@ def create(specs: TaskSpec | Sequence[TaskSpec], *, actor: str = "", using: str 
                     hold=spec.hold,
                     max_retries=spec.max_retries,
                     concurrency_key=spec.concurrency_key,
+                    rate_key=spec.rate_key,
                     not_before=spec.run_at,
                     dedup_key=spec.dedup_key,
                     fairness_key=spec.fairness_key,
@@ -291,6 +296,7 @@ def _validate_spec(spec: TaskSpec) -> None:
                                     field="run_at")
     _validate_deadlines(spec)
     flow.concurrency_key(spec.concurrency_key)
+    flow.rate_key(spec.rate_key)
     key_text(spec.dedup_key, "dedup_key", MAX_DEDUP_KEY_CHARS)
     fairness.fairness_key(spec.fairness_key)
     fairness.fairness_weight(spec.fairness_weight)
