@@ -32,6 +32,7 @@ EXPECTED = {
     "`rate_key`": [1, limits.MAX_CONCURRENCY_KEY_CHARS],
     "`retry_after_seconds` (a snooze)": [1, limits.MAX_SNOOZE_SECONDS],
     "`dedup_key`": [1, limits.MAX_DEDUP_KEY_CHARS],
+    "`fairness_key` / `fairness_weight`": [1, limits.MAX_FAIRNESS_KEY_CHARS, 1, limits.MAX_FAIRNESS_WEIGHT],
     "a queue's `rate`": [1, limits.MAX_RATE_COUNT, 1, limits.MAX_RATE_PER_SECONDS],
     "`queue_timeout_seconds` / `attempt_timeout_seconds` / `progress_timeout_seconds`":
         [1, limits.MAX_DEADLINE_SECONDS],
