@@ -265,7 +265,43 @@ class AgentKeyCreateForm(_EngineForm):
         self.written = row
 
 
-class QueueChangeForm(_EngineForm):
+class _SealedSettingsForm(_EngineForm):
+    """A settings page (a queue's, a rate key's): the values the page showed are sealed into
+    `opened` (signed with SALT), so that `apply` sends only what the operator changed and can
+    refuse a setting someone else changed meanwhile; a rate is checked by the engine's rule."""
+
+    SALT: str
+    SETTINGS: tuple[str, ...]
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if not self.is_bound:
+            self.initial["opened"] = signing.dumps(
+                {name: getattr(self.instance, name) for name in self.SETTINGS}, salt=self.SALT)
+
+    def clean(self):
+        data = super().clean()
+        count, per_seconds = data.get("rate_count"), data.get("rate_per_seconds")
+        if count is not None or per_seconds is not None:
+            try:  # the engine's rule and words (both, each in range)
+                flow.rate_setting({"count": count, "per_seconds": per_seconds})
+            except errors.BoardError as exc:
+                self.add_error("rate_count", exc.message)
+        return data
+
+    def opened_settings(self) -> dict | None:
+        """What the page showed, or None (an error added) for a damaged or foreign form."""
+        try:
+            opened = signing.loads(self.cleaned_data["opened"], salt=self.SALT)
+        except signing.BadSignature:
+            opened = None
+        if not isinstance(opened, dict) or set(opened) != set(self.SETTINGS):
+            self.add_error(None, "This form is damaged or was not opened here; reload the page.")
+            return None
+        return opened
+
+
+class QueueChangeForm(_SealedSettingsForm):
     """Sets a queue's limit and pauses or resumes it through flow.change_queue, which writes the
     row and its history in one transaction. Only the settings the operator changed from what the
     page showed (`opened`, sealed) are sent: a form opened before someone else paused the queue
@@ -299,9 +335,6 @@ class QueueChangeForm(_EngineForm):
         if "paused" in self.fields:  # a viewer's page has the settings read-only, not in the form
             self.fields["paused"].help_text = ("No new claim takes a task of this queue; leases already held "
                                                "renew and complete as usual.")
-        if not self.is_bound:
-            self.initial["opened"] = signing.dumps(
-                {name: getattr(self.instance, name) for name in self.SETTINGS}, salt=self.SALT)
 
     def clean_concurrency(self):
         # The engine's rule (1 to MAX_CONCURRENCY, or none) and its words, before the model's.
@@ -310,24 +343,10 @@ class QueueChangeForm(_EngineForm):
         except errors.BoardError as exc:
             raise forms.ValidationError(exc.message)
 
-    def clean(self):
-        data = super().clean()
-        count, per_seconds = data.get("rate_count"), data.get("rate_per_seconds")
-        if count is not None or per_seconds is not None:
-            try:  # the engine's rule and words (both, each in range)
-                flow.rate_setting({"count": count, "per_seconds": per_seconds})
-            except errors.BoardError as exc:
-                self.add_error("rate_count", exc.message)
-        return data
-
     def apply(self) -> None:
         data = self.cleaned_data
-        try:
-            opened = signing.loads(data["opened"], salt=self.SALT)
-        except signing.BadSignature:
-            opened = None
-        if not isinstance(opened, dict) or set(opened) != set(self.SETTINGS):
-            self.add_error(None, "This form is damaged or was not opened here; reload the page.")
+        opened = self.opened_settings()
+        if opened is None:
             return
         name = self.instance.pk
         now = Queue.objects.filter(name=name).first()  # self.instance already holds the posted values
@@ -360,7 +379,7 @@ def queue_changed(name: str, opened: dict, now: Queue, settings: list[str]) -> s
             "Nothing was written; reload the page to change the current settings.")
 
 
-class RateKeyChangeForm(_EngineForm):
+class RateKeyChangeForm(_SealedSettingsForm):
     """Sets a rate key's rate through flow.change_rate_key, which writes the row and its history
     in one transaction. As QueueChangeForm: a rate changed by someone else after the page was
     opened (`opened`, sealed) is refused with who changed it, and nothing is written."""
@@ -382,30 +401,10 @@ class RateKeyChangeForm(_EngineForm):
         model = RateKey
         fields = ("rate_count", "rate_per_seconds")
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        if not self.is_bound:
-            self.initial["opened"] = signing.dumps(
-                {name: getattr(self.instance, name) for name in self.SETTINGS}, salt=self.SALT)
-
-    def clean(self):
-        data = super().clean()
-        count, per_seconds = data.get("rate_count"), data.get("rate_per_seconds")
-        if count is not None or per_seconds is not None:
-            try:  # the engine's rule and words (both, each in range)
-                flow.rate_setting({"count": count, "per_seconds": per_seconds})
-            except errors.BoardError as exc:
-                self.add_error("rate_count", exc.message)
-        return data
-
     def apply(self) -> None:
         data = self.cleaned_data
-        try:
-            opened = signing.loads(data["opened"], salt=self.SALT)
-        except signing.BadSignature:
-            opened = None
-        if not isinstance(opened, dict) or set(opened) != set(self.SETTINGS):
-            self.add_error(None, "This form is damaged or was not opened here; reload the page.")
+        opened = self.opened_settings()
+        if opened is None:
             return
         name = self.instance.pk
         now = RateKey.objects.filter(name=name).first()  # self.instance already holds the posted values

@@ -38,6 +38,18 @@ def with_counts(queues) -> None:
         queue.tasks_now = counts[queue.name]
 
 
+def history_table(rows) -> str:
+    """A queue's or rate key's settings history (QueueChange / RateKeyChange rows, newest first)."""
+    if not rows:
+        return "No change yet."
+    body = format_html_join(
+        "", "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+        ((display_for_value(row.at, "—"), row.actor, describe_changes(row), row.reason or "—") for row in rows),
+    )
+    return format_html('<table class="queue-history"><thead><tr><th>at</th><th>by</th><th>changed</th>'
+                       '<th>reason</th></tr></thead><tbody>{}</tbody></table>', body)
+
+
 class QueueChangeList(ChangeList):
     def get_results(self, request):
         super().get_results(request)
@@ -114,15 +126,7 @@ class QueueAdmin(admin.ModelAdmin):
 
     @admin.display(description="changes")
     def history(self, queue: Queue) -> str:
-        rows = reads.queue_history(queue.name, HISTORY_LIMIT)
-        if not rows:
-            return "No change yet."
-        body = format_html_join(
-            "", "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            ((display_for_value(row.at, "—"), row.actor, describe_changes(row), row.reason or "—") for row in rows),
-        )
-        return format_html('<table class="queue-history"><thead><tr><th>at</th><th>by</th><th>changed</th>'
-                           '<th>reason</th></tr></thead><tbody>{}</tbody></table>', body)
+        return history_table(reads.queue_history(queue.name, HISTORY_LIMIT))
 
     def save_model(self, request, obj, form, change):
         pass  # the form's flow.change_queue was the write
@@ -280,15 +284,7 @@ class RateKeyAdmin(admin.ModelAdmin):
 
     @admin.display(description="changes")
     def history(self, key: RateKey) -> str:
-        rows = reads.rate_key_history(key.name, HISTORY_LIMIT)
-        if not rows:
-            return "No change yet."
-        body = format_html_join(
-            "", "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            ((display_for_value(row.at, "—"), row.actor, describe_changes(row), row.reason or "—") for row in rows),
-        )
-        return format_html('<table class="queue-history"><thead><tr><th>at</th><th>by</th><th>changed</th>'
-                           '<th>reason</th></tr></thead><tbody>{}</tbody></table>', body)
+        return history_table(reads.rate_key_history(key.name, HISTORY_LIMIT))
 
     def save_model(self, request, obj, form, change):
         pass  # the form's flow.change_rate_key was the write
