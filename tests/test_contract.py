@@ -1087,6 +1087,19 @@ class BoardContract:
         # Admitted now: its wait starts now, not an hour ago.
         assert admitted.claim_rank >= timezone.now().timestamp() - 60
 
+    def test_a_snoozed_task_waits_from_the_snoozes_end_and_a_released_one_keeps_its_place(self):
+        snoozed, released = self.new("snoozed", queue="back"), self.new("released", queue="back")
+        for task in (snoozed, released):
+            claim = self.claim(task.pk)
+            if task.pk == "snoozed":
+                transitions.release(task.pk, claim.lease.token, retry_after_seconds=3600, using=self.alias)
+            else:
+                transitions.release(task.pk, claim.lease.token, using=self.alias)
+        back = {t.pk: t for t in Task.objects.using(self.alias).filter(queue="back")}
+        assert back["released"].claim_rank == released.claim_rank  # back in its place
+        # Waiting from the snooze's end: no priority gained for the hour it could not run.
+        assert back["snoozed"].claim_rank == pytest.approx(back["snoozed"].not_before.timestamp(), abs=0.01)
+
     def test_bad_fairness_fields_are_refused_and_change_nothing(self):
         self.new("existing", fairness_key="plan", fairness_weight=2)
         before = (db_state(self.alias), list(FairnessKey.objects.using(self.alias).values_list("name", "weight")))

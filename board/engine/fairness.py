@@ -17,10 +17,11 @@ seek on every store (selectors.CLAIM_ORDER; the SQL stores' ORDER BY claim_rank,
   for 500 claims. FAIR_STEP_SECONDS equals AGING_SECONDS, so the rule in one line: **each task a
   key already has waiting counts as one priority level (over its weight) against the key's next
   one.** Tasks without a key keep their creation time: among themselves, oldest first.
-- A task with `run_at` waits from `run_at`, and a task admitted later (dependencies done, hold
-  released, an operator's requeue of a FAILED task) from its admission: neither gains priority
-  for time it could not have run. A task released back to QUEUED (a retry, a snooze, a lost
-  lease) keeps its rank: it had its turn and goes on waiting from it.
+- A task with `run_at` waits from `run_at`; one admitted later (dependencies done, hold
+  released, a FAILED task retried or requeued) from its admission; one given a delay (a snooze,
+  a retry's backoff) from the delay's end: none gains priority for time it could not have run.
+  A task released back to QUEUED without a delay (a release, a lost lease) keeps its rank: it
+  had its turn and goes on waiting from it.
 
 Concurrent creates under one key may read the same last turn and share a turn (ties go by id):
 the order is a scheduling rule, not an invariant. What check() holds it to: no waiting task's
@@ -73,10 +74,10 @@ def turn_of(task: Task) -> float:
     return task.claim_rank + task.priority * AGING_SECONDS
 
 
-def rank_on_entering_line(task: Task, now: datetime) -> float:
-    """The rank of a task entering QUEUED from PENDING or FAILED: its wait starts now, unless its
-    rank already starts later (a key's later turn, a run_at)."""
-    return max(task.claim_rank, rank(now.timestamp(), task.priority))
+def rank_waiting_from(task: Task, start: datetime) -> float:
+    """The rank of a task (back) in QUEUED whose wait starts at `start`, unless its rank already
+    starts later (a key's later turn, a run_at)."""
+    return max(task.claim_rank, rank(start.timestamp(), task.priority))
 
 
 def earliest_rank(task: Task) -> float:

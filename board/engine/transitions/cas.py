@@ -111,10 +111,15 @@ def _swap(
     changes.update(stage=to, version=task.version + 1 if pin_version else F("version") + 1, updated_at=now)
     if to != task.stage:  # a renew or an edit stays in its stage: the time in it keeps counting
         changes["stage_changed_at"] = now
-    if to == Stage.QUEUED and task.stage in (Stage.PENDING, Stage.FAILED):
-        # Entering the line (admitted, or requeued after failing): the wait, and so the aging,
-        # starts now (board.engine.fairness). A release back to QUEUED keeps its place.
-        changes["claim_rank"] = fairness.rank_on_entering_line(task, now)
+    if to == Stage.QUEUED:
+        # The line (board.engine.fairness): a task entering it (admitted, or requeued or retried
+        # after failing) waits from now, one given a delay (a snooze, a retry's backoff) from the
+        # delay's end; a plain release or a lost lease keeps its place.
+        start = changes.get("not_before")
+        if task.stage in (Stage.PENDING, Stage.FAILED):
+            start = max(now, start or now)
+        if start is not None:
+            changes["claim_rank"] = fairness.rank_waiting_from(task, start)
     if rows.update(**changes) != 1:
         outcomes.record(using, verb, outcomes.LOST_RACE)
         return False
