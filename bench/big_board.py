@@ -304,6 +304,27 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def run_backends(script: str, prefix: str, postgres: bool, pg_url: str, options: list[str],
+                 folder: str | None = None) -> int:
+    """Run `script` once per backend, each in a child process of its own: SQLite (a fresh file in
+    a temporary folder) and, with `postgres`, the database at `pg_url` (created when missing; a
+    NOT RUN line when unreachable). `options` go to every child. Returns the first failing exit code."""
+    with tempfile.TemporaryDirectory(prefix=prefix, dir=folder) as tmp:
+        runs = [("sqlite", f"sqlite:///{Path(tmp) / 'board.sqlite3'}")]
+        if postgres:
+            why = ensure_postgres_database(pg_url)
+            if why:
+                print(f"NOT RUN: PostgreSQL ({pg_url} unreachable: {why})")
+            else:
+                runs.append(("postgres", pg_url))
+        status = 0
+        for backend, url in runs:
+            child = subprocess.run([sys.executable, script, "--backend", backend, "--database-url", url, *options],
+                                   cwd=PROJECT)
+            status = status or child.returncode
+    return status
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.backend:  # a child: one backend
@@ -311,20 +332,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print(f"bench/big_board.py: {args.tasks:,} tasks, {time.strftime('%Y-%m-%d %H:%M')}, "
           f"{os.cpu_count()} cores; pid {os.getpid()}")
-    with tempfile.TemporaryDirectory(prefix="taskflow-big-board-", dir=args.dir) as folder:
-        runs = [("sqlite", f"sqlite:///{Path(folder) / 'board.sqlite3'}")]
-        if args.postgres:
-            why = ensure_postgres_database(args.pg_url)
-            if why:
-                print(f"NOT RUN: PostgreSQL ({args.pg_url} unreachable: {why})")
-            else:
-                runs.append(("postgres", args.pg_url))
-        status = 0
-        for backend, url in runs:
-            child = subprocess.run([sys.executable, __file__, "--backend", backend, "--database-url", url,
-                                    "--tasks", str(args.tasks), "--repeat", str(args.repeat)], cwd=PROJECT)
-            status = status or child.returncode
-    return status
+    return run_backends(__file__, "taskflow-big-board-", args.postgres, args.pg_url,
+                        ["--tasks", str(args.tasks), "--repeat", str(args.repeat)], folder=args.dir)
 
 
 if __name__ == "__main__":

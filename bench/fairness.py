@@ -39,9 +39,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -49,7 +47,7 @@ from pathlib import Path
 PROJECT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(PROJECT))
 
-from bench.big_board import configure_django, ensure_postgres_database  # noqa: E402
+from bench.big_board import configure_django, run_backends  # noqa: E402
 
 DEFAULT_PG_URL = "postgres://postgres@127.0.0.1:5432/taskflow_bench_fairness"
 BIG, SMALL, LATE_AFTER = 500, 3, 100
@@ -191,20 +189,8 @@ def main(argv: list[str] | None = None) -> int:
         measure(args.backend, args.database_url, args)
         return 0
     print(f"bench/fairness.py: {time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} cores")
-    with tempfile.TemporaryDirectory(prefix="taskflow-fairness-") as folder:
-        runs = [("sqlite", f"sqlite:///{Path(folder) / 'board.sqlite3'}")]
-        if args.postgres:
-            why = ensure_postgres_database(args.pg_url)
-            if why:
-                print(f"NOT RUN: PostgreSQL ({args.pg_url} unreachable: {why})")
-            else:
-                runs.append(("postgres", args.pg_url))
-        status = 0
-        for backend, url in runs:
-            child = subprocess.run([sys.executable, __file__, "--backend", backend, "--database-url", url,
-                                    "--agents", str(args.agents), "--repeat", str(args.repeat)], cwd=PROJECT)
-            status = status or child.returncode
-    return status
+    return run_backends(__file__, "taskflow-fairness-", args.postgres, args.pg_url,
+                        ["--agents", str(args.agents), "--repeat", str(args.repeat)])
 
 
 if __name__ == "__main__":

@@ -50,9 +50,7 @@ import io
 import os
 import pstats
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -60,7 +58,7 @@ from pathlib import Path
 PROJECT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(PROJECT))
 
-from bench.big_board import MIX, configure_django, ensure_postgres_database, raw_connection  # noqa: E402
+from bench.big_board import MIX, configure_django, raw_connection, run_backends  # noqa: E402
 
 DEFAULT_PG_URL = "postgres://postgres@127.0.0.1:5432/taskflow_bench_queues"
 FILL_BATCH = 5000
@@ -237,22 +235,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print(f"bench/queues_strip.py: {args.tasks:,} tasks, {args.queues} queues, {time.strftime('%Y-%m-%d %H:%M')}, "
           f"{os.cpu_count()} cores")
-    with tempfile.TemporaryDirectory(prefix="taskflow-queues-strip-") as folder:
-        runs = [("sqlite", f"sqlite:///{Path(folder) / 'board.sqlite3'}")]
-        if args.postgres:
-            why = ensure_postgres_database(args.pg_url)
-            if why:
-                print(f"NOT RUN: PostgreSQL ({args.pg_url} unreachable: {why})")
-            else:
-                runs.append(("postgres", args.pg_url))
-        status = 0
-        for backend, url in runs:
-            child = subprocess.run([sys.executable, __file__, "--backend", backend, "--database-url", url,
-                                    "--tasks", str(args.tasks), "--queues", str(args.queues),
-                                    "--repeat", str(args.repeat)] + (["--profile"] if args.profile else []),
-                                   cwd=PROJECT)
-            status = status or child.returncode
-    return status
+    return run_backends(__file__, "taskflow-queues-strip-", args.postgres, args.pg_url,
+                        ["--tasks", str(args.tasks), "--queues", str(args.queues), "--repeat", str(args.repeat)]
+                        + (["--profile"] if args.profile else []))
 
 
 if __name__ == "__main__":
