@@ -1100,6 +1100,14 @@ class BoardContract:
         # Waiting from the snooze's end: no priority gained for the hour it could not run.
         assert back["snoozed"].claim_rank == pytest.approx(back["snoozed"].not_before.timestamp(), abs=0.01)
 
+    def test_16_first_creates_of_a_weighted_key_all_succeed_and_make_one_row(self):
+        results = race([lambda i=i: transitions.create(TaskSpec(id=f"w-{i}", title="w", fairness_key="plan:new",
+                                                                  fairness_weight=4), using=self.alias)
+                        for i in range(RACERS)], self.alias)
+        assert [r for r in results if isinstance(r, BaseException)] == []
+        assert list(FairnessKey.objects.using(self.alias).values_list("name", "weight")) == [("plan:new", 4)]
+        assert Task.objects.using(self.alias).filter(fairness_key="plan:new").count() == RACERS
+
     def test_bad_fairness_fields_are_refused_and_change_nothing(self):
         self.new("existing", fairness_key="plan", fairness_weight=2)
         before = (db_state(self.alias), list(FairnessKey.objects.using(self.alias).values_list("name", "weight")))

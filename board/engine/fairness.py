@@ -38,11 +38,10 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Q
-
 from board.engine import errors
 from board.engine.inputs import key_text
 from board.engine.limits import MAX_FAIRNESS_KEY_CHARS, MAX_FAIRNESS_WEIGHT
+from board.engine.stores import store
 from board.models import FairnessKey, Stage, Task
 
 # One priority level is worth this many seconds of waiting.
@@ -69,29 +68,23 @@ def rank(turn: float, priority: int) -> float:
     return turn - priority * AGING_SECONDS
 
 
-def turn_of(task: Task) -> float:
-    """The turn a task's rank was made from (the inverse of `rank`)."""
-    return task.claim_rank + task.priority * AGING_SECONDS
-
-
 def rank_waiting_from(task: Task, start: datetime) -> float:
     """The rank of a task (back) in QUEUED whose wait starts at `start`, unless its rank already
     starts later (a key's later turn, a run_at)."""
     return max(task.claim_rank, rank(start.timestamp(), task.priority))
 
 
-def earliest_rank(task: Task) -> float:
-    """The lowest rank a task may have: its creation's (check()'s rank_before_creation)."""
-    return rank(task.created_at.timestamp(), task.priority)
-
 
 def set_weights(using: str, weights: dict[str, int]) -> None:
     """Inside a create's transaction: the weights its tasks give their keys (the latest create
-    naming one says it). A key's row is made by the first create that gives it a weight; a key
-    without a row has weight 1."""
+    naming one says it). A key's row is made by the first create that gives it a weight
+    (insert_missing: two first creates racing make one row, neither fails); a key without a row
+    has weight 1."""
+    if not weights:
+        return
+    store(using).insert_missing(FairnessKey, [FairnessKey(name=name, weight=weight) for name, weight in sorted(weights.items())])
     for name, weight in sorted(weights.items()):
-        if not FairnessKey.objects.using(using).filter(name=name).update(weight=weight):
-            FairnessKey.objects.using(using).create(name=name, weight=weight)
+        FairnessKey.objects.using(using).filter(name=name).exclude(weight=weight).update(weight=weight)
 
 
 def assign_ranks(using: str, tasks: Iterable[Task], now: datetime) -> None:
