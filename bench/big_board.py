@@ -240,7 +240,7 @@ CHECK_BASELINE = [
     " checkpoint IS NOT NULL, result IS NOT NULL FROM board_task",
     "SELECT task_id, depends_on_id FROM board_dependency",
 ]
-CARD_SQL = ("SELECT id, title, queue, priority, hold, max_retries, stage, version, owner, fence,"
+CARD_SQL = ("SELECT id, title, queue, priority, on_hold, max_retries, stage, version, owner, fence,"
             " lease_expires_at, attempts, not_before, progress, last_error, created_at, updated_at FROM board_task")
 SNAPSHOT_BASELINE = [
     CARD_SQL + " WHERE stage NOT IN ('COMPLETED', 'CANCELLED') ORDER BY priority DESC, created_at, id",

@@ -411,7 +411,7 @@ def fill_board(target: int) -> tuple[int, int]:
             spec = TaskSpec(id=f"p{i:05d}", title=f"page task {i}", queue=("ci", "reports", "default")[i % 3],
                             priority=i % 7, description="a task on the big board", payload={"n": i})
             if i % 20 == 0:
-                spec.hold = True  # PENDING
+                spec.on_hold = True  # PENDING
             elif i % 20 == 1 and j > 0:
                 spec.deps = [specs[j - 1].id]  # PENDING behind the previous one
             specs.append(spec)

@@ -482,7 +482,7 @@ COMPLETE_SQL = (  # RUNNING -> COMPLETED, only for the current holder of the lea
     " WHERE id = ? AND stage = 'RUNNING' AND version = ? AND lease_token_hash = ?"
 )
 SEED_TASK_SQL = (  # a QUEUED task as transitions.create writes it
-    "INSERT INTO board_task (id, title, description, payload, queue, priority, hold, max_retries,"
+    "INSERT INTO board_task (id, title, description, payload, queue, priority, on_hold, max_retries,"
     " stage, version, owner, lease_token_hash, fence, lease_expires_at, attempts, not_before,"
     " checkpoint, progress, result, last_error, created_at, updated_at, claim_rank)"
     " VALUES (?, ?, '', NULL, 'default', ?, FALSE, 3, 'QUEUED', 0, '', NULL, 0, NULL, 0, NULL,"
@@ -649,7 +649,7 @@ class MongoRawDriver:
             ids = [secrets.token_hex(8) for _ in range(start, min(count, start + SEED_BATCH))]
             self.tasks.insert_many([
                 {"_id": task_id, "title": f"bench task {start + n}", "description": "", "payload": None,
-                 "queue": "default", "priority": seed_priority(start + n, tied), "hold": False,
+                 "queue": "default", "priority": seed_priority(start + n, tied), "on_hold": False,
                  "max_retries": 3, "stage": "QUEUED", "version": 0, "owner": "",
                  "lease_token_hash": None, "fence": 0, "lease_expires_at": None,
                  "claim_request_hash": None, "claim_token_seed": None, "attempts": 0,

@@ -22,7 +22,8 @@ class Task(models.Model):
     payload = models.JSONField(null=True, blank=True)
     queue = models.CharField(max_length=100, default="default")
     priority = models.IntegerField(default=0)
-    hold = models.BooleanField(default=False, help_text="Stay PENDING until an operator admits it.")
+    # The operator's gate (an approval): "hold" alone would read as a lease (the client's hold()).
+    on_hold = models.BooleanField(default=False, help_text="Stay PENDING until an operator admits it.")
     max_retries = models.PositiveIntegerField(default=3)
     # Flow control (issue 29): at most ConcurrencyKey.concurrency RUNNING tasks share this key.
     concurrency_key = models.CharField(max_length=200, null=True, blank=True,

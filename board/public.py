@@ -13,12 +13,18 @@ from board.engine.transitions import Claim
 from board.models import Task, TaskEvent
 
 
+# Fields the API's answers still carry under a former name (docs/api.md, "API stability"): for
+# clients written before the rename. The live board's page is served with this code and reads
+# the new names, so its cards leave them out (board.live.frames).
+FORMER_NAMES = ("hold",)  # on_hold, since issue 28
+
+
 def public_task(task: Task, deps: list[str]) -> dict:
     """The public fields of a task. Never a token (not even its hash)."""
     return {
         "id": task.id, "title": task.title, "description": task.description,
         "payload": task.payload, "queue": task.queue, "priority": task.priority, "deps": deps,
-        "hold": task.hold, "max_retries": task.max_retries, "stage": task.stage,
+        "on_hold": task.on_hold, "max_retries": task.max_retries, "stage": task.stage,
         "version": task.version, "owner": task.owner, "fence": task.fence,
         "lease_expires_at": task.lease_expires_at, "attempts": task.attempts,
         "not_before": task.not_before, "checkpoint": task.checkpoint, "progress": task.progress,
@@ -37,6 +43,7 @@ def public_task(task: Task, deps: list[str]) -> dict:
         "attempt_timeout_seconds": task.attempt_timeout_seconds,
         "progress_timeout_seconds": task.progress_timeout_seconds,
         "progress_changed_at": task.progress_changed_at,
+        "hold": task.on_hold,  # FORMER_NAMES
     }
 
 

@@ -501,7 +501,7 @@ class Client:
 
         Fields: ``title`` (required), ``id`` (generated when omitted), ``description``,
         ``payload`` (any JSON), ``queue`` ("default"), ``priority`` (higher first), ``deps``
-        (ids), ``hold`` (stay PENDING until an operator admits it), ``max_retries`` (3),
+        (ids), ``on_hold`` (stay PENDING until an operator admits it), ``max_retries`` (3),
         ``concurrency_key`` (1-200 printable characters: at most the key's limit of RUNNING
         tasks share it), ``concurrency_limit`` (1-10,000, with a key: sets the key's limit;
         a new key's is 1), ``rate_key`` (1-200 printable characters: its claims start no

@@ -211,7 +211,7 @@ _TASK = _schema(
     ("title",), id=_ID, title={"type": "string"}, description={"type": "string"}, payload={},
     queue={"type": "string"}, priority={"type": "integer"},
     deps={"type": "array", "items": {"type": "string"}, "description": "ids that must complete first"},
-    hold={"type": "boolean"}, max_retries={"type": "integer", "minimum": 0},
+    on_hold={"type": "boolean"}, max_retries={"type": "integer", "minimum": 0},
     # The tool list stays under 5,000 characters (tests/test_mcp.py): the API's docs say the rest.
     concurrency_key={"type": "string", "maxLength": 200, "description": "limits RUNNING tasks sharing it"},
     concurrency_limit={"type": "integer", "minimum": 1},

@@ -590,7 +590,7 @@ def test_cancel_on_a_mixed_selection(op):
 
 
 def test_admit_on_a_mixed_selection(op):
-    new("held", hold=True)
+    new("held", on_hold=True)
     new("dep")
     new("waiting", deps=["dep"])
     new("q")
@@ -600,7 +600,7 @@ def test_admit_on_a_mixed_selection(op):
         "q: skipped: cannot admit task q: it is QUEUED",
         "waiting: skipped: waiting for dep",
     ]
-    assert row("held")["stage"] == Stage.QUEUED and row("held")["hold"] is False
+    assert row("held")["stage"] == Stage.QUEUED and row("held")["on_hold"] is False
     assert row("waiting")["stage"] == Stage.PENDING
     assert events("held")[-1] == ("admit", "PENDING", "QUEUED", 1, "op")
 
@@ -677,7 +677,7 @@ def test_cancel_that_loses_a_race_to_a_complete(op, monkeypatch):
 
 
 def test_admit_that_loses_a_race_to_another_operator(op, monkeypatch):
-    new("t", hold=True)
+    new("t", on_hold=True)
     shown = lose_a_race(op, monkeypatch, "admit", "admit", lambda: transitions.cancel("t", actor="other-op"))
     assert shown == ["t: lost a race: task changed meanwhile (now CANCELLED v1)"]
 
@@ -708,7 +708,7 @@ def test_the_reason_typed_in_the_action_bar_is_kept_in_the_history(op):
 def test_an_action_over_too_many_tasks_refuses_to_start(op, monkeypatch):
     monkeypatch.setattr("board.admin.actions.MAX_ACTION_ROWS", 2)
     for n in range(3):
-        new(f"t{n}", hold=True)
+        new(f"t{n}", on_hold=True)
     before = db_state()
     _, shown = act(op, "admit", ["t0", "t1", "t2"])
     assert shown == ["Select at most 2 tasks per action; nothing was done."]
@@ -1025,7 +1025,7 @@ def test_tasks_are_never_deleted_through_the_admin(op):
 def test_staff_without_intervene_get_a_read_only_admin(viewer):
     c = running("r")
     expire_lease("r")
-    new("h", hold=True)
+    new("h", on_hold=True)
     response = viewer.get(CHANGELIST)
     assert response.status_code == 200
     assert response.context["action_form"] is None
@@ -1069,7 +1069,7 @@ def test_change_permission_without_intervene_is_still_read_only():
 
 def test_intervene_lets_an_operator_act():
     client = client_for(make_user("intervener", ["board.view_task", "board.intervene"]))
-    new("t", hold=True)
+    new("t", on_hold=True)
     _, shown = act(client, "admit", ["t"])
     assert shown == ["t: admitted (PENDING → QUEUED)"]
 
@@ -1089,7 +1089,7 @@ def test_non_staff_and_anonymous_are_sent_to_the_login_page():
 def test_csrf_is_enforced():
     user = make_user("op", OPERATOR_PERMS)
     client = client_for(user, enforce_csrf_checks=True)
-    new("t", hold=True)
+    new("t", on_hold=True)
     before = db_state()
     no_token = client.post(CHANGELIST, {"action": "admit", "index": "0", "_selected_action": ["t"]})
     assert no_token.status_code == 403
@@ -1121,7 +1121,7 @@ def _fill(start: int, stop: int) -> None:
             if n % 2:
                 expire_lease(f"t{n:03}")
         else:
-            new(f"t{n:03}", queue=f"q{n % 2}", hold=n % 3 == 1)
+            new(f"t{n:03}", queue=f"q{n % 2}", on_hold=n % 3 == 1)
 
 
 @pytest.mark.parametrize("query", ["", "?lease=expired", "?lease=live&stage__exact=RUNNING", "?owner=agent-1",
@@ -1326,7 +1326,7 @@ def test_a_bulk_cancel_of_hundreds_of_tasks_gives_one_summary_with_exact_counts(
 
 def test_an_action_that_does_everything_it_was_asked_says_so_in_one_success_message(op):
     for n in range(3):
-        new(f"h{n}", hold=True)
+        new(f"h{n}", on_hold=True)
     response, lines = act(op, "admit", ["h0", "h1", "h2"])
     [message] = list(response.context["messages"])
     assert message.level_tag == "success"

@@ -39,7 +39,7 @@ MiB = 1024 * 1024
 FIELD_LIMIT = 256 * 1024
 
 TASK_FIELDS = {
-    "id", "title", "description", "payload", "queue", "priority", "deps", "hold", "max_retries",
+    "id", "title", "description", "payload", "queue", "priority", "deps", "on_hold", "hold", "max_retries",
     "stage", "version", "owner", "fence", "lease_expires_at", "attempts", "not_before",
     "checkpoint", "progress", "result", "error", "created_at", "updated_at", "stage_changed_at",
     "concurrency_key", "rate_key", "dedup_key", "fairness_key", "claim_rank",
@@ -222,7 +222,7 @@ def test_create_one_task_is_201_with_the_public_task(http, agent):
     assert task.pop("deduplicated") is False
     assert task | {"created_at": None, "updated_at": None, "stage_changed_at": None} == {
         "id": "t1", "title": "Write tests", "description": "all of them", "payload": {"files": ["a.py"]},
-        "queue": "q1", "priority": 5, "deps": [], "hold": False, "max_retries": 2, "stage": "QUEUED",
+        "queue": "q1", "priority": 5, "deps": [], "on_hold": False, "hold": False, "max_retries": 2, "stage": "QUEUED",
         "version": 0, "owner": "", "fence": 0, "lease_expires_at": None, "attempts": 0,
         "not_before": None, "checkpoint": None, "progress": None, "result": None, "error": "",
         "created_at": None, "updated_at": None, "stage_changed_at": None, "concurrency_key": None,
@@ -299,7 +299,7 @@ def test_a_batch_sent_twice_is_200_with_the_existing_items(http, agent):
 
 @pytest.mark.parametrize("different", [
     {"title": "y"}, {"description": "other"}, {"payload": {"n": 2}}, {"queue": "q2"}, {"priority": 1},
-    {"hold": True}, {"max_retries": 0}, {"deps": ["other"]},
+    {"on_hold": True}, {"hold": True}, {"max_retries": 0}, {"deps": ["other"]},
 ])
 def test_a_different_body_under_an_existing_id_is_duplicate_id(http, agent, different):
     create(http, agent, id="other")
@@ -397,7 +397,7 @@ def listed(http, agent, agent_b):
     create(http, agent, id="q-test", title="Run TESTS", queue="test")
     create(http, agent, id="r-a", title="running for a", queue="build")
     create(http, agent, id="r-b", title="running for b", queue="test")
-    create(http, agent, id="held", title="waiting for an operator", hold=True)
+    create(http, agent, id="held", title="waiting for an operator", on_hold=True)
     create(http, agent, id="done", title="finished")
     claim(http, agent, "r-a")
     claim(http, agent_b, "r-b")
@@ -549,7 +549,7 @@ def claim_order_board(http, agent) -> list[str]:
     post(http, "/tasks", [{"id": i, "title": i, "priority": 5} for i in ("mid-b3", "mid-b1", "mid-b2")], agent)
     create(http, agent, id="high-new", priority=9)
     create(http, agent, id="zero", priority=0)
-    create(http, agent, id="held", priority=100, hold=True)
+    create(http, agent, id="held", priority=100, on_hold=True)
     create(http, agent, id="running", priority=100)
     claim(http, agent, "running")
     return ["high-new", "mid-old", "mid-b1", "mid-b2", "mid-b3", "zero", "low-old"]
@@ -670,7 +670,7 @@ def test_claim_next_in_a_queue_takes_only_from_that_queue(http, agent):
 
 
 def test_claim_next_is_204_with_an_empty_body_when_nothing_is_ready(http, agent):
-    create(http, agent, id="held", hold=True)
+    create(http, agent, id="held", on_hold=True)
     create(http, agent, id="blocked", deps=["held"])
     before = db_state()
     response = post(http, "/claim", {"ttl_seconds": 60}, agent)
@@ -880,16 +880,16 @@ def test_a_failure_on_the_last_attempt_is_failed(http, agent):
 
 
 def test_admit_a_held_task(http, agent, operator):
-    create(http, agent, id="held", hold=True)
+    create(http, agent, id="held", on_hold=True)
     response = post(http, "/tasks/held/admit", {}, operator)
     assert response.status_code == 200
     task = response.json()
-    assert set(task) == TASK_FIELDS and task["stage"] == "QUEUED" and task["hold"] is False
+    assert set(task) == TASK_FIELDS and task["stage"] == "QUEUED" and task["on_hold"] is task["hold"] is False
     assert get(http, "/tasks/held/events", agent).json()["items"][-1]["actor"] == "operator-1"
 
 
 def test_admit_with_unfinished_dependencies_is_blocked(http, agent, operator):
-    post(http, "/tasks", [{"id": "dep", "title": "d"}, {"id": "t", "title": "t", "deps": ["dep"], "hold": True}], agent)
+    post(http, "/tasks", [{"id": "dep", "title": "d"}, {"id": "t", "title": "t", "deps": ["dep"], "on_hold": True}], agent)
     before = db_state()
     error = assert_error(post(http, "/tasks/t/admit", {}, operator), 409, "blocked")
     assert error["task"] == current(http, agent, "t")
@@ -938,7 +938,7 @@ def test_cancel_with_a_stale_version_is_version_conflict(http, agent, operator):
 
 @pytest.mark.parametrize("verb", ["admit", "requeue", "cancel"])
 def test_operator_verbs_are_forbidden_to_a_plain_agent_key(http, agent, verb):
-    create(http, agent, id="t", hold=True)
+    create(http, agent, id="t", on_hold=True)
     before = db_state()
     assert_error(post(http, f"/tasks/t/{verb}", {}, agent), 403, "forbidden")
     assert db_state() == before
@@ -988,7 +988,7 @@ def _blocked_by_dependency(w):
 
 
 def _blocked_by_hold(w):
-    create(w.http, w.a, id="t", hold=True)
+    create(w.http, w.a, id="t", on_hold=True)
     return lambda: post(w.http, "/tasks/t/claim", {"ttl_seconds": 60}, w.a)
 
 
@@ -1128,6 +1128,9 @@ BAD_INPUT = [
     ("/tasks", {"title": "x", "max_retries": 101}, 422),
     ("/tasks", {"title": "x", "hold": "yes"}, 422),
     ("/tasks", {"title": "x", "hold": 1}, 422),
+    ("/tasks", {"title": "x", "on_hold": "yes"}, 422),
+    ("/tasks", {"title": "x", "on_hold": 1}, 422),
+    ("/tasks", {"title": "x", "on_hold": True, "hold": False}, 422),
     ("/tasks", {"title": "x", "deps": "run"}, 422),
     ("/tasks", {"title": "x", "deps": {"run": True}}, 422),
     ("/tasks", {"title": "x", "deps": [5]}, 422),
@@ -1465,7 +1468,7 @@ def test_an_inactive_staff_session_is_401(db):
 
 @pytest.mark.parametrize("verb", ["admit", "requeue", "cancel"])
 def test_operator_verbs_need_the_intervene_permission(http, agent, verb):
-    create(http, agent, id="t", hold=True)
+    create(http, agent, id="t", on_hold=True)
     if verb == "requeue":
         post(http, "/tasks/t/admit", {}, agent_keys.create_key("op", is_operator=True)[1])
         _, token = claim(http, agent, "t")
@@ -1615,20 +1618,43 @@ def test_a_result_or_checkpoint_with_a_non_finite_number_is_a_validation_error(a
 
 
 def test_admit_records_the_operators_reason(http, agent, operator):
-    create(http, agent, id="held", hold=True)
+    create(http, agent, id="held", on_hold=True)
     assert post(http, "/tasks/held/admit", {"reason": "approved by QA"}, operator).status_code == 200
     last = get(http, "/tasks/held/events", agent).json()["items"][-1]
     assert last["verb"] == "admit"
     assert last["detail"] == {"reason": "approved by QA"}
 
 
-def test_retrying_a_held_create_after_admission_is_still_idempotent(http, agent, operator):
-    body = {"id": "held", "title": "x", "hold": True}
+@pytest.mark.parametrize("gate", ["on_hold", "hold"])
+def test_retrying_a_held_create_after_admission_is_still_idempotent(http, agent, operator, gate):
+    body = {"id": "held", "title": "x", gate: True}
     assert post(http, "/tasks", body, agent).status_code == 201
     assert post(http, "/tasks/held/admit", {}, operator).status_code == 200
     again = post(http, "/tasks", body, agent)
     assert again.status_code == 200, again.content
     assert again.json()["stage"] == "QUEUED"
+
+
+def test_a_create_event_written_before_the_rename_still_says_on_hold(http, agent, operator):
+    """Create events written before on_hold (migration 0018) record {"hold": true}: a retry of
+    such a create after its admission is still the same create."""
+    body = {"id": "held", "title": "x", "on_hold": True}
+    assert post(http, "/tasks", body, agent).status_code == 201
+    TaskEvent.objects.filter(task_id="held", verb="create").update(detail={"hold": True})
+    assert post(http, "/tasks/held/admit", {}, operator).status_code == 200
+    again = post(http, "/tasks", body, agent)
+    assert again.status_code == 200, again.content
+
+
+def test_hold_is_on_hold_under_its_former_name(http, agent):
+    """Clients written before the rename send `hold` and read `hold`: both still work, and name
+    the same gate; given both, they must agree (the disagreeing body is in the 422 table above)."""
+    task = post(http, "/tasks", {"id": "old", "title": "x", "hold": True}, agent).json()
+    assert (task["stage"], task["on_hold"], task["hold"]) == ("PENDING", True, True)
+    task = post(http, "/tasks", {"id": "both", "title": "x", "hold": True, "on_hold": True}, agent).json()
+    assert (task["stage"], task["on_hold"], task["hold"]) == ("PENDING", True, True)
+    task = post(http, "/tasks", {"id": "new", "title": "x"}, agent).json()
+    assert (task["stage"], task["on_hold"], task["hold"]) == ("QUEUED", False, False)
 
 
 def test_an_unknown_api_path_answers_in_the_error_shape(http, agent):

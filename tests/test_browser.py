@@ -601,7 +601,7 @@ def test_an_illegal_move_is_not_offered(open_board, orm):
 
 
 def test_buttons_in_the_details_admit_pause_and_retry(open_board, orm):
-    orm(transitions.create, [TaskSpec(id="held", title="held", hold=True), TaskSpec(id="run", title="run"),
+    orm(transitions.create, [TaskSpec(id="held", title="held", on_hold=True), TaskSpec(id="run", title="run"),
                              TaskSpec(id="bad", title="bad", max_retries=0)])
     orm(transitions.claim, "run", "agent-1", 60)
     claim = orm(transitions.claim, "bad", "agent-2", 60)

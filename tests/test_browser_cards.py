@@ -214,7 +214,7 @@ def test_cancelling_a_task_nobody_waits_for_says_so(open_board, orm):
 
 def test_admit_is_disabled_with_the_reason_while_dependencies_are_unfinished(open_board, orm):
     orm(transitions.create, [TaskSpec(id="base", title="base"),
-                             TaskSpec(id="held", title="held and blocked", deps=["base"], hold=True)])
+                             TaskSpec(id="held", title="held and blocked", deps=["base"], on_hold=True)])
     page = open_board()
     card(page, "held").click()
     admit = page.locator('#details button[data-verb="admit"]')
@@ -276,7 +276,7 @@ def _board_of_every_kind(orm, settings):
     """Tasks in every column, with every kind of chip: held, error and attempt badges, an
     expired lease, done and unfinished dependencies, a problem (dead_dep)."""
     orm(transitions.create, [
-        TaskSpec(id="done", title="done"), TaskSpec(id="after-done", title="after done", deps=["done"], hold=True),
+        TaskSpec(id="done", title="done"), TaskSpec(id="after-done", title="after done", deps=["done"], on_hold=True),
         TaskSpec(id="dropped", title="dropped"), TaskSpec(id="stranded", title="stranded", deps=["dropped"]),
         TaskSpec(id="flaky", title="a task with a rather long title that must wrap on a narrow screen"),
         TaskSpec(id="expiring", title="lease runs out"), TaskSpec(id="paused", title="paused"),

@@ -113,7 +113,7 @@ def test_create_get_list_and_events(alice):
         {"id": "fetch", "title": "fetch", "queue": "etl"},
         {"id": "parse", "title": "parse", "queue": "etl", "deps": ["fetch"]},
         {"id": "store", "title": "store", "queue": "etl", "deps": ["parse"]},
-        {"id": "held", "title": "held", "hold": True},
+        {"id": "held", "title": "held", "on_hold": True},
     ])
     assert [(t["id"], t["stage"]) for t in batch] == [
         ("fetch", "QUEUED"), ("parse", "PENDING"), ("store", "PENDING"), ("held", "PENDING")]
@@ -223,10 +223,10 @@ def test_release_fail_pause_resume(alice):
 
 
 def test_operator_verbs(alice, op):
-    alice.create([{"id": "held", "title": "held", "hold": True}, {"id": "doomed", "title": "doomed"},
+    alice.create([{"id": "held", "title": "held", "on_hold": True}, {"id": "doomed", "title": "doomed"},
                   {"id": "broken", "title": "broken", "max_retries": 0}])
     admitted = op.admit("held", reason="looks fine")
-    assert (admitted["stage"], admitted["hold"]) == ("QUEUED", False)
+    assert (admitted["stage"], admitted["on_hold"]) == ("QUEUED", False)
 
     alice.claim("broken", 30).fail("no")
     assert op.requeue("broken", reset_attempts=True)["stage"] == "QUEUED"
@@ -737,7 +737,7 @@ def test_cli(board_server, keys):
 
 
 def test_cli_operator_verbs(board_server, keys):
-    cli(board_server, keys["alice"], "create", '{"id": "h", "title": "held", "hold": true}')
+    cli(board_server, keys["alice"], "create", '{"id": "h", "title": "held", "on_hold": true}')
     refused = cli(board_server, keys["alice"], "admit", "h")
     assert refused.returncode == 4 and refused.stderr.startswith("forbidden: ")
     admitted = cli(board_server, keys["op"], "admit", "h", "--reason", "ok")

@@ -424,7 +424,7 @@ class BoardContract:
         running = self.claim("running", "holder")
         self.new("queued")
         self.new("waiting", deps=["queued"])
-        self.new("held", hold=True)
+        self.new("held", on_hold=True)
         self.new("paused-t")
         p = self.claim("paused-t")
         transitions.pause("paused-t", p.lease.token, {"step": 2}, using=a)
@@ -552,7 +552,7 @@ class BoardContract:
             TaskSpec(id="base", title="base"),
             TaskSpec(id="mid", title="mid", deps=["base"]),
             TaskSpec(id="top", title="top", deps=["base", "mid"]),
-            TaskSpec(id="gated", title="gated", deps=["base"], hold=True),
+            TaskSpec(id="gated", title="gated", deps=["base"], on_hold=True),
         ], using=a)
         assert [self.stage(t) for t in ("base", "mid", "top", "gated")] == ["QUEUED", "PENDING", "PENDING", "PENDING"]
         with pytest.raises(errors.Blocked, match="base"):

@@ -33,7 +33,7 @@ def seed_board():
         TaskSpec(id="s1", title="secret, best", queue="secret", priority=9),
         TaskSpec(id="s2", title="secret, held", queue="secret", priority=9),
         TaskSpec(id="s3", title="secret, paused", queue="secret", priority=9),
-        TaskSpec(id="s4", title="secret, on hold", queue="secret", hold=True),
+        TaskSpec(id="s4", title="secret, on hold", queue="secret", on_hold=True),
         TaskSpec(id="cix", title="not ci- (a prefix without the dash)", queue="cibuild", priority=8),
         TaskSpec(id="c1", title="ci", queue="ci-build", priority=1),
         TaskSpec(id="d1", title="docs", queue="docs"),

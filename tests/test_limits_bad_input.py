@@ -97,7 +97,7 @@ class Board:
         transitions.create([transitions.TaskSpec(title="queued", id="q1"),
                             transitions.TaskSpec(title="running", id="r1"),
                             transitions.TaskSpec(title="paused", id="p1"),
-                            transitions.TaskSpec(title="held", id="h1", hold=True)], actor="test", using=alias)
+                            transitions.TaskSpec(title="held", id="h1", on_hold=True)], actor="test", using=alias)
         self.token = transitions.claim("r1", "agent-a", 600, using=alias).lease.token
         paused = transitions.claim("p1", "agent-a", 600, using=alias).lease.token
         transitions.pause("p1", paused, {"at": 1}, using=alias)

@@ -165,7 +165,7 @@ def test_the_engine_holds_every_caller_to_the_json_and_text_caps_of_every_verb(a
     refuses a value over its cap before writing, with the field it is about on the error, and
     the same message the API answers with."""
     transitions.create([transitions.TaskSpec(title="t", id=task_id) for task_id in ("run", "queued", "held")]
-                       + [transitions.TaskSpec(title="t", id="pending", hold=True)], actor="test", using=alias)
+                       + [transitions.TaskSpec(title="t", id="pending", on_hold=True)], actor="test", using=alias)
     token = transitions.claim("run", "agent-a", 600, using=alias).lease.token
     big = {"blob": "x" * MAX_JSON_FIELD_BYTES}  # 256 KiB of text, and its JSON's braces and key
     size = len(json.dumps(big, separators=(",", ":")))

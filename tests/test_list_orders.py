@@ -16,7 +16,7 @@ def check_claim_order_pages(using: str) -> None:
     transitions.create([transitions.TaskSpec(title=f"t{i}", id=f"t{i}", priority=i % 3) for i in range(9)],
                        actor="test", using=using)
     transitions.create([transitions.TaskSpec(title="late", id="late", priority=2),
-                        transitions.TaskSpec(title="held", id="held", priority=9, hold=True)],
+                        transitions.TaskSpec(title="held", id="held", priority=9, on_hold=True)],
                        actor="test", using=using)
     listed, after = [], None
     while page := reads.task_list(stages=["QUEUED"], order="claim", after=after, count=2, using=using):

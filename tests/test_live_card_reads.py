@@ -17,7 +17,7 @@ from board.engine import clock, selectors, transitions
 from board.engine.transitions import TaskSpec
 from board.live import frames, reads
 from board.models import Task
-from board.public import public_task
+from board.public import FORMER_NAMES, public_task
 from tests.live_server import sessions_server, wait_until  # noqa: F401  (sessions_server: a fixture)
 from tests.support import sql_stores
 from tests.test_live_board import WAIT, BoardSocket, staff_session
@@ -52,10 +52,10 @@ def selected_columns(sql: str) -> str:
 
 
 def expected_card(task: Task, deps: list[str]) -> dict:
-    """The card as the page always received it: the public task without its bulky fields,
-    built from the whole row."""
+    """The card as the page always received it: the public task without its bulky fields (nor
+    the API's former names), built from the whole row."""
     card = public_task(task, deps)
-    for name in BULKY:
+    for name in (*BULKY, *FORMER_NAMES):
         del card[name]
     return json.loads(frames.encode({"card": card}))["card"]
 
@@ -97,8 +97,9 @@ def test_the_snapshot_read_selects_the_card_columns_only(alias):
 
 def test_a_card_is_the_public_task_without_exactly_the_fields_cards_do_not_read():
     """Frames and the live board's reads share one list (reads.CARD_COLUMNS / NOT_ON_CARDS): every
-    public field of a task is either read for the card or named as left out."""
-    fields = set(public_task(Task(id="x", title="x"), []))
+    public field of a task is either read for the card or named as left out (the API's former
+    names too: the page reads the new ones)."""
+    fields = set(public_task(Task(id="x", title="x"), [])) - set(FORMER_NAMES)
     read_for_cards = {"error" if c == "last_error" else c for c in reads.CARD_COLUMNS} | {"deps"}
     assert fields == read_for_cards | set(reads.NOT_ON_CARDS)
     assert not read_for_cards & set(reads.NOT_ON_CARDS)

@@ -44,7 +44,7 @@ def busy_board():
     transitions.create([TaskSpec(id="a", title="first", queue="q", payload={"n": 1}),
                         TaskSpec(id="b", title="second", deps=["a"], queue="q"),
                         TaskSpec(id="c", title="third", queue="r", max_retries=0),
-                        TaskSpec(id="d", title="fourth", queue="r", hold=True), *extra])
+                        TaskSpec(id="d", title="fourth", queue="r", on_hold=True), *extra])
     held = transitions.claim("a", "agent-1", 30)
     transitions.renew("a", held.lease.token, 30, progress=0.5)
     transitions.complete("a", held.lease.token, {"ok": True})

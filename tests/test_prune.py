@@ -99,10 +99,10 @@ def build_board(using: str) -> dict:
     run_task("old-failed-open", using, end="fail", max_retries=3)  # attempts left: an operator's call
     # Old terminal tasks that something which stays depends on, directly or down a chain.
     run_task("base", using, renews=5)
-    transitions.create(TaskSpec(id="gate", title="on hold", deps=("base",), hold=True), using=using)
+    transitions.create(TaskSpec(id="gate", title="on hold", deps=("base",), on_hold=True), using=using)
     run_task("chain-a", using)
     run_task("chain-b", using, deps=["chain-a"])
-    transitions.create(TaskSpec(id="gate-2", title="on hold", deps=("chain-b",), hold=True), using=using)
+    transitions.create(TaskSpec(id="gate-2", title="on hold", deps=("chain-b",), on_hold=True), using=using)
     run_task("old-parent", using)
     run_task("recent-child", using, deps=["old-parent"])  # terminal, but recent: stays, so its parent does
     old = old_done + ["gone-a", "gone-b", "old-cancelled", "old-failed-dead", "old-failed-open", "base",
@@ -274,7 +274,7 @@ def test_a_terminal_task_that_a_pending_task_depends_on_is_kept(alias):
 
 def check_depended_on_is_kept(alias):
     run_task("dep", alias)
-    transitions.create(TaskSpec(id="waiting", title="on hold", deps=("dep",), hold=True), using=alias)
+    transitions.create(TaskSpec(id="waiting", title="on hold", deps=("dep",), on_hold=True), using=alias)
     run_task("lone", alias)
     age_tasks(["dep", "lone"], LONG_AGO, alias)
     report = retention.prune(using=alias)

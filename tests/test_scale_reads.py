@@ -356,7 +356,7 @@ def test_the_snapshot_reads_every_card_as_card_task_makes_it_from_the_full_row(a
     # Whole seconds (no fraction in the text SQLite stores), a held task, progress, a backoff.
     whole = now.replace(microsecond=0)
     Task.objects.using(alias).bulk_create([Task(
-        id="whole-second", title="on the second", stage="PENDING", hold=True, progress=0.25,
+        id="whole-second", title="on the second", stage="PENDING", on_hold=True, progress=0.25,
         not_before=whole, created_at=whole, updated_at=whole)])
     parts = live_reads.board_parts(using=alias)
     head = next(parts)
@@ -371,7 +371,7 @@ def test_the_snapshot_reads_every_card_as_card_task_makes_it_from_the_full_row(a
     deps = selectors.deps_of([t.pk for t in shown], using=alias)
     assert cards == {t.pk: json.loads(live_frames.encode(live_frames.card_task(t, deps[t.pk]))) for t in shown}
     assert cards["whole-second"]["created_at"] == whole.isoformat().replace("+00:00", "Z")
-    assert cards["whole-second"]["hold"] is True
+    assert cards["whole-second"]["on_hold"] is True
 
 
 def test_a_write_inside_a_read_transaction_is_refused_and_writes_nothing():

@@ -21,7 +21,7 @@ def test_parked_claims_are_woken_once_per_move_to_queued_of_a_task_still_queued(
     cursor = cursor_at_the_end(alias)
     transitions.create([TaskSpec(id="a1", title="a", queue="alpha"), TaskSpec(id="a2", title="a", queue="alpha"),
                         TaskSpec(id="b1", title="b", queue="beta"),
-                        TaskSpec(id="held", title="h", queue="beta", hold=True)])
+                        TaskSpec(id="held", title="h", queue="beta", on_hold=True)])
     taken = transitions.claim("a2", "agent", 60)
     transitions.release("a2", taken.lease.token)  # back to QUEUED: a second event for a2
     transitions.claim("b1", "agent", 60)  # no longer ready when the tailer reads

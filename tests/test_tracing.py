@@ -520,7 +520,7 @@ def test_engine_spans_of_a_refusal_a_reclaim_and_an_operators_cancel(engine_span
 @pytest.mark.django_db(transaction=True, databases=["default"])
 def test_every_verb_of_holders_and_operators_makes_its_span(engine_spans):
     transitions.create([transitions.TaskSpec(id="v1", title="t", queue="q"),
-                        transitions.TaskSpec(id="v2", title="t", queue="q", hold=True)])
+                        transitions.TaskSpec(id="v2", title="t", queue="q", on_hold=True)])
     lease = transitions.claim("v1", "a", 30).lease
     transitions.renew("v1", lease.token, 30)
     transitions.pause("v1", lease.token, {"step": 1})

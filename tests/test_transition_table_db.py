@@ -53,7 +53,7 @@ def _claimed() -> str:
 
 
 def pending_held() -> Placed:
-    _create(hold=True)
+    _create(on_hold=True)
     return Placed(Stage.PENDING, NEVER_ISSUED)
 
 

@@ -185,7 +185,7 @@ class TaskCreateForm(_EngineForm):
 
     class Meta:
         model = Task
-        fields = ("id", "title", "description", "queue", "priority", "max_retries", "hold", "payload",
+        fields = ("id", "title", "description", "queue", "priority", "max_retries", "on_hold", "payload",
                   *deadlines.TIMEOUTS)
 
     def __init__(self, *args, **kwargs):
@@ -204,7 +204,7 @@ class TaskCreateForm(_EngineForm):
             description=data.get("description") or "", payload=data.get("payload"),
             queue=data.get("queue") or "default", priority=data.get("priority") or 0,
             max_retries=data["max_retries"] if data.get("max_retries") is not None else 3,
-            hold=bool(data.get("hold")),
+            on_hold=bool(data.get("on_hold")),
             deps=tuple(d for d in data.get("deps", "").replace(",", " ").split() if d),
             **{name: data.get(name) for name in deadlines.TIMEOUTS},  # the engine checks 1 s to 30 days
         )

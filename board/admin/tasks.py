@@ -103,7 +103,7 @@ class TaskAdmin(NoHashLookups, admin.ModelAdmin):
     )
 
     READONLY = (
-        "id", "stage", "version", "queue", "concurrency_key", "rate_key", "dedup_key", "hold", "owner", "fence", "lease",
+        "id", "stage", "version", "queue", "concurrency_key", "rate_key", "dedup_key", "on_hold", "owner", "fence", "lease",
         "lease_expires_at",
         "attempts_of_max", "not_before", "progress", "checkpoint", "result", "last_error_text", "created_at",
         "updated_at", "dependencies_list", *deadlines.TIMEOUTS, "progress_changed_at",
@@ -164,14 +164,14 @@ class TaskAdmin(NoHashLookups, admin.ModelAdmin):
         if obj is None:
             return [
                 (None, {"fields": ("id", "title", "description", "queue", "priority", "max_retries",
-                                   "hold", "payload", "deps")}),
+                                   "on_hold", "payload", "deps")}),
                 ("Deadlines (seconds; empty: none)", {"fields": deadlines.TIMEOUTS}),
             ]
         editable = list(EDITABLE)
         if self.has_change_permission(request, obj):
             editable += ["opened_version", "opened_state"]
         return [
-            (None, {"fields": ("id", "stage", "version", "queue", "concurrency_key", "rate_key", "dedup_key", "hold",
+            (None, {"fields": ("id", "stage", "version", "queue", "concurrency_key", "rate_key", "dedup_key", "on_hold",
                                "dependencies_list")}),
             ("What the task is (editable, under the version guard)", {"fields": editable}),
             ("Lease", {"fields": ("owner", "fence", "lease", "lease_expires_at", "attempts_of_max", "not_before")}),

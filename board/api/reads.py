@@ -56,9 +56,9 @@ def _after(fields: tuple[str, ...], key: tuple) -> Q:
 
 def created_on_hold(task_ids: list[str], *, using: str = "default") -> set[str]:
     """Those of `task_ids` that were created on hold. Their create event records it: the task's
-    own `hold` is cleared by an admit."""
+    own `on_hold` is cleared by an admit. (Events written before the rename say "hold".)"""
     return {
         task_id for task_id, detail in TaskEvent.objects.using(using)
         .filter(task_id__in=task_ids, verb=Verb.CREATE).values_list("task_id", "detail")
-        if detail and detail.get("hold")
+        if detail and (detail.get("on_hold") or detail.get("hold"))
     }

@@ -112,7 +112,9 @@ class TaskIn(StrictIn):
     priority: int = Field(0, ge=-(2**31) + 1, le=2**31 - 1, description="higher runs first")
     deps: list[str] = Field(default_factory=list, max_length=MAX_DEPENDENCIES,
                             description="ids of tasks that must be COMPLETED first")
-    hold: bool = Field(False, description="stay PENDING until an operator admits it")
+    on_hold: bool = Field(False, description="stay PENDING until an operator admits it")
+    hold: Optional[bool] = Field(None, description="on_hold's former name, still accepted (not both)",
+                                 json_schema_extra={"deprecated": True})
     max_retries: int = Field(3, ge=0, le=MAX_RETRIES_LIMIT)
     concurrency_key: Optional[str] = Field(
         None, min_length=1, max_length=MAX_CONCURRENCY_KEY_CHARS,
@@ -154,6 +156,15 @@ class TaskIn(StrictIn):
         if value is not None and not isinstance(value, str):
             raise ValueError("run_at must be an ISO 8601 time with its zone, e.g. 2026-12-04T14:05:00Z")
         return value
+
+    @model_validator(mode="after")
+    def _hold_is_on_hold(self) -> "TaskIn":
+        # `hold`, the gate's name before issue 28, still sets it; with on_hold too, they must agree.
+        if self.hold is not None:
+            if "on_hold" in self.model_fields_set and self.on_hold != self.hold:
+                raise ValueError("hold is on_hold's former name: give on_hold only")
+            self.on_hold = self.hold
+        return self
 
 
 # Checked before any item is: a body of 70,000 tasks is refused at once (413, see api.py).
@@ -228,7 +239,7 @@ class TaskOut(Schema):
     queue: str
     priority: int
     deps: list[str]
-    hold: bool
+    on_hold: bool
     max_retries: int
     stage: str
     version: int
@@ -256,6 +267,7 @@ class TaskOut(Schema):
         None, description="the lease is taken back when progress and checkpoint stay unchanged this long")
     progress_changed_at: Optional[datetime] = Field(
         None, description="when a renew last changed progress or saved a checkpoint (or a pause saved one)")
+    hold: bool = Field(..., description="on_hold's former name (the same value)", json_schema_extra={"deprecated": True})
 
 
 class LeaseOut(Schema):

@@ -303,7 +303,7 @@ def unfinished_deps_of(task_ids: list[str], *, using: str = "default") -> dict[s
 def admission_candidates(task_ids: Iterable[str] | None = None, *, using: str = "default") -> list[str]:
     """Ids of the PENDING tasks not on hold whose dependencies have all COMPLETED (only among
     `task_ids` when given): what transitions.admit_ready tries to admit."""
-    rows = Task.objects.using(using).filter(stage=Stage.PENDING, hold=False)
+    rows = Task.objects.using(using).filter(stage=Stage.PENDING, on_hold=False)
     if task_ids is not None:
         rows = rows.filter(pk__in=list(task_ids))
     if store(using).joins_cheaply:

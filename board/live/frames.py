@@ -17,7 +17,7 @@ from django.core.serializers.json import DjangoJSONEncoder
 from board.engine import selectors
 from board.live import outbox, reads
 from board.models import RemovedTask, Task, TaskEvent
-from board.public import public_event, public_task
+from board.public import FORMER_NAMES, public_event, public_task
 
 # Tasks per snapshot frame: frames stay well under 1 MiB (daphne's limit, and a common proxy
 # limit), and small, because a socket that stops reading keeps the frame it was being sent in the
@@ -36,8 +36,8 @@ def card_task(task: Task, deps: list[str]) -> dict:
     description, payload, checkpoint, result), which the details panel fetches from the API when
     opened. `task` is a Task or any object with its card fields (`card_of_row`)."""
     card = public_task(task, deps)
-    for bulky in reads.NOT_ON_CARDS:
-        del card[bulky]
+    for bulky_or_former in (*reads.NOT_ON_CARDS, *FORMER_NAMES):
+        del card[bulky_or_former]
     return card
 
 

@@ -26,7 +26,7 @@ from board.models import Dependency, Task, TaskEvent
 # What a card shows of a task (board.live.frames.card_task): every public field but the bulky ones
 # (NOT_ON_CARDS: up to 256 KiB each), which the board never reads. The live board's reads (the
 # snapshot's, `board_parts`, and the tailer's, `live_tasks`) select these columns and no other.
-CARD_COLUMNS = ("id", "title", "queue", "priority", "hold", "max_retries", "stage", "version", "owner",
+CARD_COLUMNS = ("id", "title", "queue", "priority", "on_hold", "max_retries", "stage", "version", "owner",
                 "fence", "lease_expires_at", "attempts", "not_before", "progress", "last_error",
                 "created_at", "updated_at", "stage_changed_at", "concurrency_key", "rate_key", "dedup_key",
                 "fairness_key", "claim_rank",
@@ -88,7 +88,7 @@ _CARD_TIMES = ("lease_expires_at", "not_before", "created_at", "updated_at", "st
 
 def _card_row(values: tuple) -> dict:
     row = dict(zip(_ROW_COLUMNS, values, strict=True))
-    row["hold"] = bool(row["hold"])  # SQLite: 0/1
+    row["on_hold"] = bool(row["on_hold"])  # SQLite: 0/1
     for name in _CARD_TIMES:
         row[name] = json_time(row[name])
     return row

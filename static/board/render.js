@@ -254,7 +254,7 @@ function fillCard(card, task, filter) {
   }
   const parts = [head, el("div", "card-title", task.title), meta];
   const progress = task.progress !== null && task.progress !== undefined;
-  const held = task.hold && task.stage === "PENDING";
+  const held = task.on_hold && task.stage === "PENDING";
   // Why a ready task is not claimed: its queue is paused, at its limit or waiting for its rate,
   // or its concurrency key is full, or its rate key's slow rate holds it back (the "queues" frame;
   // store.js redraws these cards when that changes).

@@ -263,7 +263,7 @@ def stored_task(**fields: Any) -> dict:
     (the primary key is the document's `_id`: board/models.py)."""
     document = {
         "_id": TASK_ID, "title": "wire", "description": "", "payload": None,
-        "queue": "default", "priority": 0, "hold": False, "max_retries": 3,
+        "queue": "default", "priority": 0, "on_hold": False, "max_retries": 3,
         "stage": "QUEUED", "version": 0, "owner": "", "lease_token_hash": None, "fence": 0,
         "lease_expires_at": None, "claim_request_hash": None, "claim_token_seed": None,
         "attempts": 0, "not_before": None, "checkpoint": None, "progress": None, "result": None,

@@ -39,7 +39,7 @@ def _spec(item: TaskIn) -> TaskSpec:
     # the engine looks at any, so that an oversized payload is a 413 whatever else is wrong.
     json_field("payload", item.payload)
     return TaskSpec(title=item.title, id=item.id, description=item.description, payload=item.payload,
-                    queue=item.queue, priority=item.priority, deps=tuple(item.deps), hold=item.hold,
+                    queue=item.queue, priority=item.priority, deps=tuple(item.deps), on_hold=item.on_hold,
                     max_retries=item.max_retries, concurrency_key=item.concurrency_key,
                     concurrency_limit=item.concurrency_limit, rate_key=item.rate_key, run_at=item.run_at,
                     dedup_key=item.dedup_key, fairness_key=item.fairness_key, fairness_weight=item.fairness_weight,
@@ -55,7 +55,7 @@ def _same_as_existing(specs: list[TaskSpec]) -> list[Task] | None:
         return None
     existing = selectors.tasks_by_id([s.id for s in specs])
     deps = selectors.deps_of(list(existing))
-    # `hold` is compared as created (the create event records it): an admit clears it later.
+    # `on_hold` is compared as created (the create event records it): an admit clears it later.
     created_on_hold = reads.created_on_hold(list(existing))
     for spec in specs:
         task = existing.get(spec.id)
@@ -63,7 +63,7 @@ def _same_as_existing(specs: list[TaskSpec]) -> list[Task] | None:
                             sorted(deps[task.pk]), task.pk in created_on_hold, task.max_retries,
                             task.concurrency_key, task.dedup_key, task.rate_key, task.fairness_key) != (
                 spec.title, spec.description, spec.payload, spec.queue, spec.priority,
-                sorted(spec.deps), spec.hold, spec.max_retries, spec.concurrency_key, spec.dedup_key, spec.rate_key,
+                sorted(spec.deps), spec.on_hold, spec.max_retries, spec.concurrency_key, spec.dedup_key, spec.rate_key,
                 spec.fairness_key):
             return None
         if any(getattr(task, name) != getattr(spec, name) for name in deadlines.TIMEOUTS):

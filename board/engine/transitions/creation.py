@@ -40,7 +40,7 @@ class TaskSpec:
     queue: str = "default"
     priority: int = 0
     deps: Sequence[str] = field(default_factory=tuple)
-    hold: bool = False
+    on_hold: bool = False
     max_retries: int = 3
     # Flow control (board.engine.flow): at most the key's limit of RUNNING tasks share the key;
     # `concurrency_limit` sets that limit (the latest create naming one says it; a new key: 1).
@@ -159,7 +159,7 @@ def create(specs: TaskSpec | Sequence[TaskSpec], *, actor: str = "", using: str 
                                      if spec.fairness_weight is not None})
         tasks = []
         for spec in batch:
-            ready = not spec.hold and all(dep_stages.get(dep) == Stage.COMPLETED for dep in spec.deps)
+            ready = not spec.on_hold and all(dep_stages.get(dep) == Stage.COMPLETED for dep in spec.deps)
             tasks.append(
                 Task(
                     id=spec.id,
@@ -168,7 +168,7 @@ def create(specs: TaskSpec | Sequence[TaskSpec], *, actor: str = "", using: str 
                     payload=spec.payload,
                     queue=spec.queue,
                     priority=spec.priority,
-                    hold=spec.hold,
+                    on_hold=spec.on_hold,
                     max_retries=spec.max_retries,
                     concurrency_key=spec.concurrency_key,
                     rate_key=spec.rate_key,
@@ -204,7 +204,7 @@ def create(specs: TaskSpec | Sequence[TaskSpec], *, actor: str = "", using: str 
         TaskEvent.objects.using(using).bulk_create(
             [
                 TaskEvent(task_id=t.pk, verb=Verb.CREATE, from_stage="", to_stage=t.stage,
-                          version=0, fence=0, actor=actor, at=now, detail={"hold": True} if t.hold else None)
+                          version=0, fence=0, actor=actor, at=now, detail={"on_hold": True} if t.on_hold else None)
                 for t in tasks
             ]
         )
@@ -212,7 +212,7 @@ def create(specs: TaskSpec | Sequence[TaskSpec], *, actor: str = "", using: str 
         outcomes.record(using, Verb.CREATE, outcomes.WON, count=len(tasks))
         # A dependency may complete while this transaction is open; its own admission pass
         # cannot see these uncommitted tasks, so look again once they are committed.
-        waiting = [t.pk for t in tasks if t.stage == Stage.PENDING and not t.hold]
+        waiting = [t.pk for t in tasks if t.stage == Stage.PENDING and not t.on_hold]
         if waiting and external:
             transaction.on_commit(lambda: admit_ready(waiting, using=using), using=using, robust=True)
     for task in tasks:
@@ -287,8 +287,8 @@ def _validate_spec(spec: TaskSpec) -> None:
     ):
         raise errors.InvalidRequest(f"max_retries must be an integer from 0 to {MAX_RETRIES_LIMIT}",
                                     field="max_retries")
-    if not isinstance(spec.hold, bool):
-        raise errors.InvalidRequest("hold must be true or false", field="hold")
+    if not isinstance(spec.on_hold, bool):
+        raise errors.InvalidRequest("on_hold must be true or false", field="on_hold")
     json_field("payload", spec.payload)
     if spec.run_at is not None and (not isinstance(spec.run_at, datetime) or spec.run_at.tzinfo is None
                                     or spec.run_at.utcoffset() is None):

@@ -28,11 +28,11 @@ def admit_ready(task_ids: Iterable[str] | None = None, *, using: str = "default"
     for task_id in candidates:
         with store(using).write_transaction():
             task = Task.objects.using(using).filter(pk=task_id).first()
-            if task is None or task.stage != Stage.PENDING or task.hold:
+            if task is None or task.stage != Stage.PENDING or task.on_hold:
                 continue
             if selectors.unfinished_deps(task_id, using=using):
                 continue
-            if _swap(using, task, Verb.ADMIT, now=clock.now(using), actor="system", guard=Q(hold=False)):
+            if _swap(using, task, Verb.ADMIT, now=clock.now(using), actor="system", guard=Q(on_hold=False)):
                 admitted.append(task_id)
     return admitted
 

@@ -127,11 +127,11 @@ def _claimable(using: str, task: Task, now: datetime) -> Task | None:
         unfinished = selectors.unfinished_deps(task.pk, using=using)
         if unfinished:
             raise errors.Blocked(f"waiting for {', '.join(sorted(unfinished))}", task=task)
-        if task.hold:
+        if task.on_hold:
             # The wire's message, kept as agents have read it ("held"); the code says "on hold".
             raise errors.Blocked("held until an operator admits it", task=task)
         # Its last dependency has just completed and the admission pass has not reached it yet.
-        ok = _swap(using, task, Verb.ADMIT, now=now, actor="system", guard=Q(hold=False))
+        ok = _swap(using, task, Verb.ADMIT, now=now, actor="system", guard=Q(on_hold=False))
         return task if ok else None
     if task.stage == Stage.RUNNING:
         if not lease_expired(task.lease_expires_at, now):

@@ -37,7 +37,7 @@ def admit(task_id: str, *, actor: str, version: int | None = None, reason: str =
         unfinished = selectors.unfinished_deps(task.pk, using=using)
         if unfinished:
             raise errors.Blocked(f"waiting for {', '.join(sorted(unfinished))}", task=task)
-        return _swap(using, task, Verb.ADMIT, now=now, actor=actor, detail=_reason(reason), hold=False)
+        return _swap(using, task, Verb.ADMIT, now=now, actor=actor, detail=_reason(reason), on_hold=False)
 
     return _operator_move(using, task_id, version, move)
 

@@ -64,7 +64,7 @@ def plan(run: str) -> list[TaskSpec]:
                      max_retries=0 if f"check-{name}" == FAIL_FOR_GOOD else 2,
                      deps=(f"{run}-index-{name}",), payload={"source": name}),
         ]
-    specs.append(TaskSpec(id=f"{run}-approve", title="Approve the release", queue="demo", hold=True,
+    specs.append(TaskSpec(id=f"{run}-approve", title="Approve the release", queue="demo", on_hold=True,
                           description="Held until an operator admits it (the demo does, once every "
                                       "index is checked)."))
     specs.append(TaskSpec(id=f"{run}-merge", title="Merge the indexes", queue="demo-cpu",
