@@ -202,3 +202,26 @@ def test_the_task_page_fits_desktop_phone_and_dark(open_page, orm, name, width, 
         SHOTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=False)
 
+
+def test_the_admin_page_of_a_failed_task_retries_it_and_shows_its_history_collapsed(open_page, orm):
+    def failed_after_renewals():
+        transitions.create(TaskSpec(id="adm", title="fails in the admin", max_retries=0))
+        lease = transitions.claim("adm", "agent-1", 60).lease
+        for _ in range(RENEWS):
+            transitions.renew("adm", lease.token, 60)
+        transitions.fail("adm", lease.token, "ValueError: bad row 17", traceback=TRACEBACK)
+
+    orm(failed_after_renewals)
+    page = open_page("/admin/board/task/adm/change/")
+    history = page.locator("#events-group")
+    expect(history.locator('tr[data-verb="renew"]')).to_have_count(1)
+    expect(history.locator('tr[data-verb="renew"]')).to_contain_text(f"renewed {RENEWS} times")
+    expect(history.locator("details.traceback pre")).to_be_hidden()
+    if os.environ.get("TASKFLOW_SCREENSHOTS"):
+        page.screenshot(path="/tmp/admin-task-page.png", full_page=True)
+    expect(page.locator("#task-page-link")).to_have_attribute("href", "/board/task/adm")
+    page.locator('input[name="reason"]').fill("bad row fixed")
+    page.locator("#task-verb-retry").click()
+    expect(page.locator("ul.messagelist")).to_contain_text("Retry, 1 task: 1 done.")
+    expect(history.locator('tr[data-verb="requeue"]')).to_contain_text("bad row fixed")
+    assert orm(lambda: selectors.get_task("adm").stage) == "QUEUED"
