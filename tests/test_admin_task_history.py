@@ -11,12 +11,12 @@ import re
 import pytest
 from django.urls import reverse
 
-from board.admin.history import HISTORY_PAGE
+from board.admin.history import HISTORY_PAGE, history_page
 from board.engine import selectors, transitions
 from board.engine.lifecycle import Stage
 from board.engine.transitions import TaskSpec
 from board.models import TaskEvent
-from tests.support import sqlite_db_mark
+from tests.support import end_backoff, sql_stores, sqlite_db_mark
 from tests.test_admin import change_url, client_for, db_state, events, make_user, op, running, viewer  # noqa: F401
 
 pytestmark = sqlite_db_mark()
@@ -142,3 +142,22 @@ def test_the_task_page_lists_dependencies_both_ways(viewer):
     assert 'href="/board/task/c"' in waited_by
     for task_id in ("a", "b", "c"):
         transitions.cancel(task_id, actor="op")
+
+
+@pytest.mark.parametrize("using", sql_stores())
+def test_the_grouped_renewals_on_each_sql_store(using):
+    """history_page's one grouped query (count, first and last time per fence) on SQLite and
+    PostgreSQL alike (MongoDB: tests/mongodb/test_admin_mongodb.py collects this module)."""
+    transitions.create(TaskSpec(id="g", title="grouped", max_retries=1), using=using)
+    for agent in ("agent-1", "agent-2"):
+        lease = transitions.claim("g", agent, 60, using=using).lease
+        for _ in range(30 if agent == "agent-1" else 3):
+            transitions.renew("g", lease.token, 60, using=using)
+        transitions.fail("g", lease.token, "boom", using=using)
+        if agent == "agent-1":
+            end_backoff("g", using=using)
+    page = history_page("g", using=using)
+    assert [(r.verb, r.renewals, r.fence) for r in page.rows if r.verb in ("claim", "renew", "fail")] == [
+        ("claim", 0, 1), ("renew", 30, 1), ("fail", 0, 1), ("claim", 0, 2), ("renew", 3, 2), ("fail", 0, 2)]
+    first_run = next(r for r in page.rows if r.renewals)
+    assert page.renewals == 33 and first_run.until >= first_run.at
