@@ -161,3 +161,14 @@ def test_the_grouped_renewals_on_each_sql_store(using):
         ("claim", 0, 1), ("renew", 30, 1), ("fail", 0, 1), ("claim", 0, 2), ("renew", 3, 2), ("fail", 0, 2)]
     first_run = next(r for r in page.rows if r.renewals)
     assert page.renewals == 33 and first_run.until >= first_run.at
+
+
+def test_a_completed_tasks_page_does_not_show_an_earlier_error_as_its_last_error(op):
+    c = running("ok-later", max_retries=1)
+    transitions.fail("ok-later", c.lease.token, "KeyError: 'url'", traceback=TRACEBACK)
+    end_backoff("ok-later")
+    c = transitions.claim("ok-later", "agent-1", 600)
+    transitions.complete("ok-later", c.lease.token, {})
+    html = op.get(change_url("ok-later")).content.decode()
+    assert 'class="last-error"' not in html and "an earlier attempt failed" in html
+    assert html.count('<pre class="error"') == 1  # the error once, in the history's fail row

@@ -30,7 +30,7 @@ from board.admin.filters import (
 from board.admin.forms import EDITABLE, TaskActionForm, TaskCreateForm, TaskEditForm
 from board.engine import clock as store_clock
 from board.engine import deadlines, selectors
-from board.engine.lifecycle import TERMINAL
+from board.engine.lifecycle import TERMINAL, Stage
 from board.models import Task
 
 # Columns the change list reads: never the (possibly large) JSON fields.
@@ -119,6 +119,9 @@ class TaskAdmin(NoHashLookups, admin.ModelAdmin):
         # In <pre>: a traceback keeps its indentation (Django's read-only text collapses it).
         if not task.last_error:
             return "—"
+        if task.stage == Stage.COMPLETED:
+            # Not its state: an earlier attempt's failure, which the history below keeps.
+            return "— (an earlier attempt failed; its error is in the history)"
         return format_html('<pre class="last-error" style="white-space: pre-wrap; margin: 0">{}</pre>', task.last_error)
 
     @admin.display(description="dependencies")
