@@ -23,3 +23,10 @@ urlpatterns = [
     path("metrics", metrics_view, name="metrics"),
     path("favicon.ico", favicon, name="favicon"),
 ]
+
+# A task's own page (issue 30, item 16).
+from board.live.views import task_page  # noqa: E402  (kept in its own block beside the board's)
+
+urlpatterns += [
+    path("board/task/<str:task_id>", task_page, name="board-task"),
+]

@@ -326,3 +326,40 @@ def pause(model_admin, request, queryset):
         return f"paused (was held by {row['owner']}; {kept})"
 
     _held_to_version(model_admin, request, queryset, "Pause", transitions.force_pause, done)
+
+
+# ---------------------------------------------------------------------------------------------
+# The task page's buttons (templates/admin/board/task/change_form.html): Retry on a FAILED task,
+# Cancel on any unfinished one. The same engine verbs as the list's actions (one compare-and-swap,
+# held to the version the page showed, with the reason typed beside them), the same permission
+# (board.intervene: TaskAdmin.act_view checks it) and the same one-message report.
+
+PAGE_VERBS = {
+    # verb: (label, stages it is offered in, the call)
+    "retry": ("Retry", {Stage.FAILED}, lambda task_id, actor, version, reason: transitions.requeue(
+        task_id, actor=actor, version=version, reset_attempts=True, reason=reason)),
+    "cancel": ("Cancel", {Stage.PENDING, Stage.QUEUED, Stage.RUNNING, Stage.PAUSED, Stage.FAILED},
+               lambda task_id, actor, version, reason: transitions.cancel(
+                   task_id, actor=actor, version=version, reason=reason)),
+}
+
+
+def page_verbs(stage: str) -> list[dict]:
+    """The task page's buttons for a task in `stage`: [{verb, label}]."""
+    return [{"verb": verb, "label": label} for verb, (label, stages, _) in PAGE_VERBS.items() if stage in stages]
+
+
+def page_action(model_admin, request, task_id: str, verb: str) -> None:
+    """Run the page's `verb` on `task_id`, held to the POSTed version; report it in one message
+    (a task that moved since the page was read is a lost race: nothing is done)."""
+    label, _, call = PAGE_VERBS[verb]
+    actor = request.user.get_username()
+    reason = request.POST.get("reason", "").strip()[:MAX_REASON_CHARS]
+    version = request.POST.get("version", "")
+    with Report(model_admin, request, label) as report:
+        if not version.isdigit():
+            report.skipped(task_id, "the page sent no version; reload it", "no version")
+            return
+        report.attempt(task_id, lambda: call(task_id, actor, int(version), reason),
+                       lambda task: f"{'requeued, attempts reset' if verb == 'retry' else 'cancelled'} "
+                                    f"(now {task.stage})")

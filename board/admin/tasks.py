@@ -14,11 +14,12 @@ from django.contrib import admin
 from django.contrib.admin.utils import quote, unquote
 from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied
-from django.http import HttpResponseRedirect
-from django.urls import reverse
+from django.http import Http404, HttpResponseNotAllowed, HttpResponseRedirect
+from django.urls import path, reverse
 from django.utils.html import format_html
 
-from board.admin import actions, reads
+from board.admin import actions, history, reads
+from board.admin.actions import page_verbs
 from board.admin.display import LeaseState, board_url
 from board.admin.filters import (
     LeaseStateFilter,
@@ -29,46 +30,14 @@ from board.admin.filters import (
 from board.admin.forms import EDITABLE, TaskActionForm, TaskCreateForm, TaskEditForm
 from board.engine import clock as store_clock
 from board.engine import deadlines, selectors
-from board.engine.lifecycle import TERMINAL
-from board.engine.limits import HISTORY_LIMIT
-from board.models import Task, TaskEvent
+from board.engine.lifecycle import TERMINAL, Stage
+from board.models import Task
 
 # Columns the change list reads: never the (possibly large) JSON fields.
 LIST_COLUMNS = (
     "id", "title", "stage", "owner", "lease_expires_at", "fence", "attempts", "max_retries",
     "version", "updated_at", "queue",
 )
-
-
-class TaskEventInline(admin.TabularInline):
-    """The task's history, read-only, oldest first (the most recent HISTORY_LIMIT events)."""
-
-    model = TaskEvent
-    verbose_name = "event"
-    verbose_name_plural = f"history (most recent {HISTORY_LIMIT} events, oldest first)"
-    fields = ("id", "verb", "from_to", "version", "fence", "actor", "at", "detail")
-    readonly_fields = fields
-    ordering = ("id",)
-    extra = 0
-    can_delete = False
-    show_change_link = False
-
-    @admin.display(description="from → to")
-    def from_to(self, event: TaskEvent) -> str:
-        return f"{event.from_stage or '∅'} → {event.to_stage}"
-
-    def has_add_permission(self, request, obj=None):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
-
-    def has_view_permission(self, request, obj=None):
-        # Whoever may see the task may see its history.
-        return request.user.has_perm("board.view_task") or request.user.has_perm("board.change_task")
 
 
 class TaskChangeList(ChangeList):
@@ -93,7 +62,6 @@ class TaskAdmin(NoHashLookups, admin.ModelAdmin):
     show_full_result_count = False
     show_facets = admin.ShowFacets.NEVER
     exclude = ("lease_token_hash",)
-    inlines = (TaskEventInline,)
     action_form = TaskActionForm
     form = TaskEditForm
     add_form = TaskCreateForm
@@ -151,6 +119,9 @@ class TaskAdmin(NoHashLookups, admin.ModelAdmin):
         # In <pre>: a traceback keeps its indentation (Django's read-only text collapses it).
         if not task.last_error:
             return "—"
+        if task.stage == Stage.COMPLETED:
+            # Not its state: an earlier attempt's failure, which the history below keeps.
+            return "— (an earlier attempt failed; its error is in the history)"
         return format_html('<pre class="last-error" style="white-space: pre-wrap; margin: 0">{}</pre>', task.last_error)
 
     @admin.display(description="dependencies")
@@ -196,24 +167,41 @@ class TaskAdmin(NoHashLookups, admin.ModelAdmin):
         form = super().get_form(request, obj, change=change, **kwargs)
         return type(form.__name__, (form,), {"actor": request.user.get_username()})
 
-    def get_inline_instances(self, request, obj=None):
-        # The history is read-only: a POST carries none of it, so none is built or validated.
-        if obj is None or request.method == "POST":
-            return []
-        return super().get_inline_instances(request, obj)
-
-    def get_formset_kwargs(self, request, obj, inline, prefix):
-        kwargs = super().get_formset_kwargs(request, obj, inline, prefix)
-        if isinstance(inline, TaskEventInline):
-            latest = reads.latest_event_ids(obj.pk, HISTORY_LIMIT)
-            kwargs["queryset"] = TaskEvent.objects.filter(id__in=latest).order_by("id")
-        return kwargs
-
     def change_view(self, request, object_id, form_url="", extra_context=None):
         extra_context = dict(extra_context or {})
-        if selectors.stage_of(unquote(object_id)) in TERMINAL:
+        task_id = unquote(object_id)
+        stage = selectors.stage_of(task_id)
+        if stage in TERMINAL:
             extra_context.update(show_save=False, show_save_and_continue=False, show_save_and_add_another=False)
+        if request.method == "GET" and stage is not None:
+            # The whole history, paged, heartbeats collapsed (board/admin/history.py); and the
+            # operator's buttons for this stage (Retry, Cancel) to whoever may intervene.
+            number = request.GET.get("history", "")
+            extra_context["task_history"] = history.history_page(task_id, int(number) if number.isdigit() else None)
+            if self.has_intervene_permission(request):
+                extra_context["task_verbs"] = page_verbs(stage)
         return super().change_view(request, object_id, form_url, extra_context)
+
+    # -- the task page's own buttons: Retry (a FAILED task), Cancel --------------------------
+
+    def get_urls(self):
+        mine = [path("<path:object_id>/act/<str:verb>/", self.admin_site.admin_view(self.act_view),
+                     name="board_task_act")]
+        return mine + super().get_urls()
+
+    def act_view(self, request, object_id: str, verb: str):
+        """POST: one engine verb (actions.page_action) on this task, held to the version the
+        page showed, with the reason typed beside the button; one message, back to the page."""
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        if not self.has_intervene_permission(request):
+            raise PermissionDenied
+        task_id = unquote(object_id)
+        if verb not in actions.PAGE_VERBS:
+            raise Http404(f"no such action: {verb}")
+        actions.page_action(self, request, task_id, verb)
+        url = reverse("admin:board_task_change", args=[quote(task_id)], current_app=self.admin_site.name)
+        return HttpResponseRedirect(url)
 
     def history_view(self, request, object_id, extra_context=None):
         """Django's object history (its LogEntry rows) shows internal field names and none of
@@ -221,7 +209,7 @@ class TaskAdmin(NoHashLookups, admin.ModelAdmin):
         if not self.has_view_or_change_permission(request):
             raise PermissionDenied
         url = reverse("admin:board_task_change", args=[quote(unquote(object_id))], current_app=self.admin_site.name)
-        return HttpResponseRedirect(f"{url}#events-group")
+        return HttpResponseRedirect(f"{url}#events-group")  # the history section (board/admin/history.py)
 
     def save_model(self, request, obj, form, change):
         pass  # the form's engine call (transitions.edit / create) was the write

@@ -11,11 +11,13 @@ from django.contrib.admin.views.decorators import staff_member_required
 from django.contrib.auth import get_user_model
 from django.http import HttpResponse
 from django.shortcuts import render, resolve_url
+from django.utils.http import urlencode
 from django.views.decorators.cache import cache_control
 from django.views.decorators.csrf import ensure_csrf_cookie
 from django.views.decorators.http import require_GET
 
 from board import access
+from board.engine import selectors
 from board.engine.lifecycle import TRANSITIONS, Stage
 
 # What an empty column says: where its tasks come from, so that a new board tells its user
@@ -71,3 +73,60 @@ def favicon(request):
     """/favicon.ico, which every browser asks for on every page, the admin's included: served,
     not a 404 in the log under `make run`'s banner."""
     return HttpResponse(FAVICON, content_type="image/x-icon")
+
+
+# ---------------------------------------------------------------------------------------------
+# A task's own page, /board/task/<id> (issue 30, item 16). Same rules as the board: a staff user
+# who may read tasks; the actions only with board.intervene. The server renders what only it
+# can say cheaply, the dependencies both ways (the API has no "who waits for it"); the task, its
+# attempts and its history are drawn by the board's own modules from the API
+# (static/board/taskpage.js), as the details panel draws them. No lease token is read here.
+
+STRANDED_AT_MOST = 200  # tasks down the chain a cancel would strand, listed in its dialog
+
+
+def _neighbours(ids: list[str]) -> list[dict]:
+    found = selectors.tasks_by_id(ids)
+    return [{"id": i, "title": found[i].title if i in found else "", "stage": found[i].stage if i in found else "gone"}
+            for i in sorted(ids)]
+
+
+def _stranded_by(task_id: str) -> tuple[list[dict], bool]:
+    """The unfinished tasks that wait for `task_id`, down the chain (what a cancel strands, as
+    check()'s dead_dep), at most STRANDED_AT_MOST; and whether that is all of them."""
+    found: dict[str, dict] = {}
+    todo = [task_id]
+    while todo:
+        waiting = _neighbours(selectors.dependents_of(todo.pop()))
+        for row in waiting:
+            if row["id"] in found or row["stage"] not in STRANDABLE:
+                continue
+            if len(found) >= STRANDED_AT_MOST:
+                return sorted(found.values(), key=lambda r: r["id"]), False
+            found[row["id"]] = row
+            todo.append(row["id"])
+    return sorted(found.values(), key=lambda r: r["id"]), True
+
+
+STRANDABLE = {Stage.PENDING, Stage.QUEUED, Stage.RUNNING, Stage.PAUSED}
+
+
+@staff_member_required
+@ensure_csrf_cookie  # its actions call the API with the session and this token
+def task_page(request, task_id: str):
+    if not access.may_read(request.user):
+        return missing_permission(request)
+    task = selectors.get_task(task_id)
+    context = {"task_id": task_id, "task": None, "can_intervene": access.may_intervene(request.user),
+               "moves": sorted({(s.value, verb.value, to.value) for (s, verb), to in TRANSITIONS.items()})}
+    if task is None:
+        return render(request, "board/task.html", context, status=404)
+    stranded, complete = _stranded_by(task.pk)
+    context.update({
+        "task": {"id": task.pk, "title": task.title, "stage": task.stage},
+        "waits_on": _neighbours(selectors.deps_of_task(task)),
+        "waited_by": _neighbours(selectors.dependents_of(task.pk)),
+        "stranded": {"tasks": stranded, "complete": complete},
+        "board_link": f"{resolve_url('board')}?{urlencode({'task': task.pk})}",
+    })
+    return render(request, "board/task.html", context)

@@ -1,10 +1,14 @@
 // The attempt timeline of the details panel: one entry per attempt (each claim or resume takes
 // a new lease, with a new fence), built from the task's history as GET /api/tasks/<id>/events
 // gives it (oldest first). Who held it, from when to when, its heartbeats (renews) as a count,
-// and how it ended, with that failure's own error and traceback (kept in its history row).
-// details.js calls renderAttempts(events, task) with the history it loaded.
+// and how it ended, with that failure's own error and traceback (kept in its history row), the
+// error shown once (its first line; the traceback folded). Operators' moves between attempts
+// (a requeue, an admit, a cancel, an edit) are entries of the timeline too, with who made them
+// and their reason. details.js and taskpage.js call renderAttempts(events, task) with the
+// history they loaded.
 
 import { el } from "./page.js";
+import { errorNodes, isOperatorMove, operatorWords } from "./timeline.js";
 
 const STYLE = `
 .attempts { margin: 8px 0; }
@@ -19,6 +23,9 @@ const STYLE = `
 .attempt .attempt-outcome { margin-top: 2px; }
 .attempt .attempt-error { white-space: pre-wrap; overflow-wrap: anywhere; margin: 2px 0; font-size: 12px; }
 .attempt details pre { max-height: 240px; overflow: auto; font-size: 11px; margin: 2px 0; }
+.attempts .attempt-budget { color: var(--muted, #6b7280); font-size: 12px; margin: 0 0 4px; }
+.attempts .operator-move { border-left: 4px dashed var(--todo, #a33a00); padding: 2px 8px; margin: 0 0 6px; font-size: 12px; }
+.attempts .operator-move q { display: block; }
 `;
 const style = document.createElement("style");
 style.textContent = STYLE;
@@ -44,24 +51,35 @@ function duration(ms) {
   return `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min`;
 }
 
-/** The attempts of a history (events oldest first), as plain objects for rendering. */
+/** The attempts of a history (events oldest first), as plain objects for rendering, and the
+ * timeline: the attempts and the operators' moves that did not end one, in order. */
 function attemptsOf(events, task) {
   const attempts = [];
+  const timeline = [];
   let current = null;
   for (const e of events) {
     const detail = e.detail && typeof e.detail === "object" ? e.detail : {};
+    const endsAttempt = current && current.to === null && e.from_stage === "RUNNING" && ENDINGS[e.verb];
+    if (isOperatorMove(e) && !endsAttempt) {
+      // A requeue, an admit, a cancel of a task not running, an edit: between attempts.
+      timeline.push({ move: true, verb: e.verb, actor: e.actor, at: e.at, reason: detail.reason || "",
+        reset: !!detail.reset_attempts, changed: detail.changed || [] });
+      continue;
+    }
     if (e.verb === "claim" || e.verb === "resume") {
       current = {
         number: attempts.length + 1, verb: e.verb, agent: e.actor, fence: e.fence, from: e.at,
-        to: null, heartbeats: 0, lastHeartbeat: null, outcome: "running", error: "", traceback: "",
+        to: null, heartbeats: 0, firstHeartbeat: null, lastHeartbeat: null, outcome: "running", error: "", traceback: "",
         by: "", note: "",
       };
       attempts.push(current);
+      timeline.push(current);
       continue;
     }
     if (!current) continue; // before the first claim: creation, admission, edits
     if (e.verb === "renew" && e.fence === current.fence) {
       current.heartbeats += 1;
+      if (!current.firstHeartbeat) current.firstHeartbeat = e.at;
       current.lastHeartbeat = e.at;
       continue;
     }
@@ -82,20 +100,50 @@ function attemptsOf(events, task) {
   // failure (older history rows have none).
   const lastFailed = [...attempts].reverse().find((a) => a.outcome === "failed");
   if (lastFailed && !lastFailed.error && task && task.error) lastFailed.error = task.error;
-  return attempts;
+  return { attempts, timeline };
+}
+
+function moveItem(m) {
+  const li = el("li", "operator-move");
+  li.dataset.verb = m.verb;
+  const what = operatorWords(m.verb, m.actor);
+  li.append(el("strong", null, what), ` · ${new Date(m.at).toLocaleString()}`);
+  if (m.reset) li.append(" · attempts reset");
+  if (m.changed.length) li.append(` · ${m.changed.join(", ")}`);
+  if (m.reason) li.append(el("q", "reason", m.reason));
+  return li;
 }
 
 export function renderAttempts(events, task) {
-  const attempts = attemptsOf(events || [], task);
+  const { attempts, timeline } = attemptsOf(events || [], task);
   const section = el("section", "attempts");
   section.setAttribute("aria-label", "Attempts");
   section.append(el("h3", null, `Attempts (${attempts.length})`));
-  if (!attempts.length) {
+  // One count: the heading's. What the retry limit counts differs when an operator reset it
+  // (a requeue with reset) or a release gave an attempt back; said as such, not as a second
+  // "attempts N of M" beside the heading.
+  if (task && task.max_retries !== undefined) {
+    const left = Math.max(0, task.max_retries + 1 - task.attempts);
+    let budget = "";
+    if (task.attempts !== attempts.length) {
+      budget = `${task.attempts} counted against max retries ${task.max_retries}` +
+        (timeline.some((m) => m.move && m.reset) ? " (an operator reset the count)" : "") + `; ${left} more allowed`;
+    } else {
+      budget = `${left} more allowed (max retries ${task.max_retries})`;
+    }
+    // A finished task runs no more: its retry limit is no longer news.
+    if (budget && task.stage !== "COMPLETED" && task.stage !== "CANCELLED") section.append(el("p", "attempt-budget", budget));
+  }
+  if (!timeline.length) {
     section.append(el("p", "attempt-meta", "Not claimed yet."));
     return section;
   }
   const list = el("ol");
-  for (const a of attempts) {
+  for (const a of timeline) {
+    if (a.move) {
+      list.append(moveItem(a));
+      continue;
+    }
     const li = el("li", "attempt");
     li.dataset.outcome = a.outcome;
     li.dataset.fence = String(a.fence);
@@ -104,7 +152,9 @@ export function renderAttempts(events, task) {
     const to = a.to ? new Date(a.to) : null;
     const span = to ? `${from.toLocaleString()} → ${to.toLocaleTimeString()} (${duration(to - from)})`
       : `since ${from.toLocaleString()}`;
-    const beats = a.heartbeats === 1 ? "1 heartbeat" : `${a.heartbeats} heartbeats`;
+    // Heartbeats as a counted range, never one line each.
+    const beats = `${a.heartbeats === 1 ? "1 heartbeat" : `${a.heartbeats} heartbeats`}` +
+      (a.heartbeats > 1 ? ` (${new Date(a.firstHeartbeat).toLocaleTimeString()}–${new Date(a.lastHeartbeat).toLocaleTimeString()})` : "");
     li.append(el("div", "attempt-meta", `${span} · ${beats}`));
     const outcome = el("div", "attempt-outcome");
     const label = el("strong", "attempt-label", a.outcome === "running" ? "running" : a.outcome);
@@ -112,12 +162,7 @@ export function renderAttempts(events, task) {
     if (a.by) outcome.append(` by ${a.by}`);
     if (a.note) outcome.append(` · ${a.note}`);
     li.append(outcome);
-    if (a.error) li.append(el("pre", "attempt-error", a.error));
-    if (a.traceback) {
-      const more = el("details", "attempt-traceback");
-      more.append(el("summary", null, "traceback"), el("pre", null, a.traceback));
-      li.append(more);
-    }
+    li.append(...errorNodes(a.error, a.traceback, "attempt-error", "attempt-traceback"));
     list.append(li);
   }
   section.append(list);

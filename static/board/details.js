@@ -1,17 +1,20 @@
 // The details panel of one task: every field (the full task from GET /api/tasks/<id>, since
 // the socket's cards leave out the bulky ones), the operator's buttons for its stage, the
-// attempt timeline (attempts.js) and the history (GET /api/tasks/<id>/events, every page).
+// attempt timeline (attempts.js) and the history (GET /api/tasks/<id>/events, every page; its
+// rows drawn by timeline.js, as on the task's own page, which the panel links to).
 // Opened by a click or Enter on a card, or by the URL; Escape or × closes it. Which task is open
 // is the view's (view.js, kept in the URL); this panel follows the view and the model (store.js),
 // redrawn once a frame when the open task changes, and after an action on it (actions.js).
 
-import { adminUrl, el, frameBatcher } from "./page.js";
+import { adminUrl, el, frameBatcher, taskPageUrl } from "./page.js";
 import { depDone, getTask, subscribe, unfinishedDeps } from "./store.js";
 import { loadHistory, loadTask } from "./api.js";
 import { closeTask, openTask, openTaskId, subscribeView } from "./view.js";
 import { cardOf } from "./render.js";
 import { act, actionsFor, onActed } from "./actions.js";
 import { renderAttempts } from "./attempts.js";
+import { historyItems } from "./timeline.js";
+import { taskFields } from "./taskfields.js";
 
 const details = document.getElementById("details");
 let historyFor = null; // "id@version" the history shown was fetched for
@@ -23,28 +26,28 @@ function showPanel(id) {
   detailsFull = null;
   details.hidden = false;
   details.querySelector(".details-admin").href = adminUrl(id);
+  pageLink().href = taskPageUrl(id);
   renderDetails(true);
   // Keyboard users land in the panel (its heading; Tab goes on to the actions), and go back
   // to the card they came from when it closes.
   details.querySelector(".details-title").focus();
 }
 
+/** The link to the task's own page (/board/task/<id>), beside the admin's: made here once,
+ * so that the board's template stays as it is. */
+function pageLink() {
+  let link = details.querySelector(".details-page");
+  if (!link) {
+    link = el("a", "details-page page-link", "full page");
+    details.querySelector(".details-admin").before(link);
+  }
+  return link;
+}
+
 function hidePanel(id) {
   details.hidden = true;
   const card = cardOf(id);
   if (card && card.isConnected && !card.hidden) card.focus();
-}
-
-function field(dl, name, value, pre = false) {
-  dl.append(el("dt", null, name));
-  const dd = el("dd");
-  if (pre) dd.append(el("pre", null, value));
-  else dd.textContent = value;
-  dl.append(dd);
-}
-
-function json(value) {
-  return value === null || value === undefined ? "—" : JSON.stringify(value, null, 2);
 }
 
 /** Redraw the open task's panel; `refetch`: read its full task and history again (once per
@@ -58,27 +61,8 @@ function renderDetails(refetch) {
   const task = detailsFull && detailsFull.id === shown.id && detailsFull.version >= shown.version ? detailsFull : shown;
   details.dataset.id = task.id;
   details.querySelector(".details-title").textContent = `${task.id}: ${task.title}`;
-  const dl = el("dl");
-  field(dl, "stage", `${task.stage} (version ${task.version}) since ${new Date(task.inStageSinceMs).toLocaleString()}`);
-  field(dl, "owner", task.owner || "—");
-  field(dl, "queue / priority", `${task.queue} / ${task.priority}`);
-  // The claim order (board/engine/fairness.py): claims take the lowest rank first. As a time, it
-  // is when the task's wait counts from, moved earlier by its priority (a minute a level) and
-  // later by its fairness key's turns.
-  field(dl, "place in line", `${new Date(task.claim_rank * 1000).toLocaleString()}` +
-    (task.fairness_key ? ` (fairness key ${task.fairness_key})` : ""));
-  field(dl, "attempts", `${task.attempts} of ${task.max_retries + 1}`);
-  field(dl, "fence", String(task.fence));
-  if (task.lease_expires_at) field(dl, "lease until", new Date(task.leaseExpiresMs).toLocaleString());
-  if (task.not_before) field(dl, "not before", new Date(task.not_before).toLocaleString());
-  field(dl, "dependencies", (task.deps || []).map((d) => `${d} ${depDone(d) ? "✓ done" : "(not done)"}`).join(", ") || "none");
-  field(dl, "description", task.description || "—", true);
-  field(dl, "payload", json(task.payload), true);
-  field(dl, "checkpoint", json(task.checkpoint), true);
-  field(dl, "progress", task.progress === null || task.progress === undefined ? "—" : `${Math.round(task.progress * 100)}%`);
-  if (task.result !== null && task.result !== undefined) field(dl, "result", json(task.result), true);
-  if (task.error) field(dl, "last error", task.error, true);
-  field(dl, "created / updated", `${new Date(task.createdMs).toLocaleString()} / ${new Date(task.updatedMs).toLocaleString()}`);
+  const deps = (task.deps || []).map((d) => `${d} ${depDone(d) ? "✓ done" : "(not done)"}`).join(", ") || "none";
+  const dl = taskFields(task, deps);
   details.querySelector(".details-body").replaceChildren(dl);
 
   const buttons = [];
@@ -139,17 +123,7 @@ async function showHistory(id, key) {
   }
   if (historyFor !== key) return; // another task (or version) is shown now
   details.querySelector(".attempts-slot").replaceChildren(renderAttempts(items, getTask(id)));
-  list.replaceChildren(...items.map((e) => {
-    const li = el("li", "history-item");
-    li.dataset.verb = e.verb;
-    li.append(
-      el("time", null, new Date(e.at).toLocaleString()), " ",
-      el("strong", null, e.verb), ` ${e.from_stage || "∅"} → ${e.to_stage} · v${e.version} · fence ${e.fence}`,
-      e.actor ? ` · ${e.actor}` : "",
-    );
-    if (e.detail) li.append(el("pre", "detail", JSON.stringify(e.detail)));
-    return li;
-  }));
+  list.replaceChildren(...historyItems(items)); // renews collapsed, reasons as text (timeline.js)
 }
 
 /** Follow the view (open, close), the model (the open task changed) and the actions; a click or

@@ -16,12 +16,17 @@
 //   render.js    cards, columns, counts, "show more", the problems panel
 //   actions.js   the operator's buttons, drag and drop, the cancel dialog: they call the API,
 //                and the socket brings the result back
+//   timeline.js  a task's history rows, heartbeats collapsed (details.js, attempts.js, taskpage.js)
+//   taskfields.js  a task's fields (details.js, taskpage.js)
 //   attempts.js  the attempt timeline (details.js shows it)
 //   details.js   the details panel of one task (full task, history, attempt timeline)
 //   insights.js  the agents and throughput panel
 //   limits.js    the queue limits dialog: concurrency limit and rate (queues.js opens it)
 //   queues.js    the queues strip: running/limit, depth, rate, pauses; Pause/Resume, Limits
 //   headers.js   under the QUEUED and RUNNING headers: the queues held back, the limits' use
+//
+// taskpage.js is the other entry point: a task's own page (/board/task/<id>), drawn with
+// taskfields.js, attempts.js and timeline.js from api.js, as the details panel is.
 //
 // A module imports only modules above it in that list, so never in a circle (a module below
 // learns of a change by subscribing: store.subscribe, view.subscribeView, actions.onActed): tests/test_js_modules.py checks it, and that only api.js fetches, only socket.js

@@ -7,9 +7,11 @@
 
 /** stage -> its column element, in the order the page lists them (the lifecycle's). */
 export const COLUMN_ELS = new Map([...document.querySelectorAll("#columns .column")].map((c) => [c.dataset.stage, c]));
-export const STAGES = [...COLUMN_ELS.keys()];
 /** Every legal move of the lifecycle as [from stage, verb, to stage] (board.engine.lifecycle.TRANSITIONS). */
 export const MOVES = JSON.parse(document.getElementById("moves").textContent);
+// A page without columns (a task's own page, templates/board/task.html) still knows the stages:
+// the lifecycle's moves name them all.
+export const STAGES = COLUMN_ELS.size ? [...COLUMN_ELS.keys()] : [...new Set(MOVES.flatMap(([from, , to]) => [from, to]))];
 /** Terminal stages are those no move leaves (COMPLETED, CANCELLED): the snapshot carries only
  * their most recent tasks, and their columns list the most recent first. */
 export const TERMINAL = new Set(STAGES.filter((s) => !MOVES.some(([from]) => from === s)));
@@ -50,6 +52,11 @@ export function rateText(rate) {
 export function adminUrl(id) {
   const quoted = id.replace(/[":/_#?;@&=+$,[\]<>%\n\\]/g, (c) => `_${c.charCodeAt(0).toString(16).toUpperCase().padStart(2, "0")}`);
   return `${ADMIN_URL}board/task/${encodeURIComponent(quoted)}/change/`;
+}
+
+/** The task's own page (board/live/views.py task_page). */
+export function taskPageUrl(id) {
+  return `/board/task/${encodeURIComponent(id)}`;
 }
 
 /** A redraw batched per animation frame: the function returned asks for one `draw()` on the

@@ -9,6 +9,7 @@ from django.conf import settings
 
 import tests.test_admin
 from tests.test_admin import *  # noqa: F401,F403
+from tests.test_admin_task_history import *  # noqa: F401,F403  (the history's grouped renews, the page's buttons)
 
 pytestmark = [pytest.mark.mongodb, pytest.mark.django_db(transaction=True)]
 

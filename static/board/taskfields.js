@@ -1,0 +1,42 @@
+// A task's fields as a <dl>, for the details panel (details.js) and the task's own page
+// (taskpage.js): one renderer. The attempts and the errors are not here: the attempt timeline
+// (attempts.js) counts the attempts once and shows each failure's error once.
+
+import { el } from "./page.js";
+
+function field(dl, name, value, pre = false) {
+  dl.append(el("dt", null, name));
+  const dd = el("dd");
+  if (pre) dd.append(el("pre", null, value));
+  else dd.textContent = value;
+  dl.append(dd);
+}
+
+function json(value) {
+  return value === null || value === undefined ? "—" : JSON.stringify(value, null, 2);
+}
+
+/** The fields of `task` (as store.js prepares it: createdMs, inStageSinceMs, ...); `deps`: the
+ * dependencies as text, or null to leave them out (the task page lists them both ways). */
+export function taskFields(task, deps) {
+  const dl = el("dl");
+  field(dl, "stage", `${task.stage} (version ${task.version}) since ${new Date(task.inStageSinceMs).toLocaleString()}`);
+  field(dl, "owner", task.owner || "—");
+  field(dl, "queue / priority", `${task.queue} / ${task.priority}`);
+  // The claim order (board/engine/fairness.py): claims take the lowest rank first. As a time, it
+  // is when the task's wait counts from, moved earlier by its priority (a minute a level) and
+  // later by its fairness key's turns.
+  field(dl, "place in line", `${new Date(task.claim_rank * 1000).toLocaleString()}` +
+    (task.fairness_key ? ` (fairness key ${task.fairness_key})` : ""));
+  field(dl, "fence", String(task.fence));
+  if (task.lease_expires_at) field(dl, "lease until", new Date(task.leaseExpiresMs).toLocaleString());
+  if (task.not_before) field(dl, "not before", new Date(task.not_before).toLocaleString());
+  if (deps !== null) field(dl, "dependencies", deps);
+  field(dl, "description", task.description || "—", true);
+  field(dl, "payload", json(task.payload), true);
+  field(dl, "checkpoint", json(task.checkpoint), true);
+  field(dl, "progress", task.progress === null || task.progress === undefined ? "—" : `${Math.round(task.progress * 100)}%`);
+  if (task.result !== null && task.result !== undefined) field(dl, "result", json(task.result), true);
+  field(dl, "created / updated", `${new Date(task.createdMs).toLocaleString()} / ${new Date(task.updatedMs).toLocaleString()}`);
+  return dl;
+}

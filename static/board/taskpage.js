@@ -1,0 +1,162 @@
+// The entry point of a task's own page, /board/task/<id> (templates/board/task.html, rendered by
+// board/live/views.py task_page). The server wrote the header and the dependencies both ways;
+// this draws the rest with the details panel's own renderers, fed by the same API calls:
+//   taskfields.js  the task's fields        (GET /api/tasks/<id>)
+//   attempts.js    the attempt timeline     (GET /api/tasks/<id>/events, every page)
+//   timeline.js    the history, renews collapsed, paged here (HISTORY_PAGE rows a page)
+//   actions.js     which operator buttons the stage has (the lifecycle's moves, board.intervene)
+// An action is sent with the version shown (api.js sendAction); Cancel asks first, listing the
+// tasks it would strand (the server's list, down the chain). The page reads the task again every
+// few seconds while it is visible and redraws when its version moved.
+
+import { el, showMessage } from "./page.js";
+import { loadHistory, loadTask, sendAction } from "./api.js";
+import { actionsFor } from "./actions.js";
+import { renderAttempts } from "./attempts.js";
+import { historyItems } from "./timeline.js";
+import { taskFields } from "./taskfields.js";
+
+const HISTORY_PAGE = 100; // history rows (after collapsing renews) a page
+const REFRESH_MS = 5000;
+
+const root = document.getElementById("task-page");
+const taskId = root.dataset.id;
+let shown = null; // the task as last drawn
+let rows = []; // the history's <li>s, oldest first
+let pageEnd = 0; // rows shown: [pageEnd - HISTORY_PAGE, pageEnd)
+let busy = false;
+
+function drawTask(task) {
+  shown = task;
+  document.title = `${task.id}: ${task.title} — TaskFlow board`;
+  root.querySelector(".details-title").textContent = `${task.id}: ${task.title}`;
+  const chip = root.querySelector(".stage-chip");
+  chip.textContent = task.stage;
+  chip.dataset.stage = task.stage;
+  root.querySelector(".details-body").replaceChildren(taskFields(task, null)); // dependencies: the server's lists
+  drawActions(task);
+}
+
+function unfinishedDeps() {
+  return [...root.querySelectorAll(".waits-on li")].filter((li) => li.dataset.stage !== "COMPLETED").map((li) => li.dataset.id);
+}
+
+function drawActions(task) {
+  const buttons = [];
+  for (const action of actionsFor(task.stage)) {
+    const b = el("button", "action", action.label);
+    b.type = "button";
+    b.dataset.verb = action.verb;
+    b.addEventListener("click", () => act(action));
+    buttons.push(b);
+    const blockedBy = action.verb === "admit" ? unfinishedDeps() : [];
+    if (blockedBy.length) {
+      const why = `Blocked: waiting for ${blockedBy.join(", ")} to complete`;
+      b.disabled = true;
+      b.title = why;
+      buttons.push(el("span", "action-note", why));
+    }
+  }
+  root.querySelector(".details-actions").replaceChildren(...buttons);
+}
+
+/** Ask before cancelling: resolves to {reason} when confirmed, null when dismissed. */
+function confirmCancel() {
+  const dialog = document.getElementById("cancel-dialog");
+  const { tasks, complete } = JSON.parse(document.getElementById("stranded").textContent);
+  dialog.querySelector(".cancel-task").textContent = taskId;
+  const list = dialog.querySelector(".stranded");
+  list.replaceChildren(...tasks.map((t) => el("li", null, `${t.id}: ${t.title}`)));
+  if (!complete) list.append(el("li", "possibly-more", "and more down the chain"));
+  dialog.querySelector(".stranded-none").hidden = tasks.length > 0;
+  dialog.querySelector(".stranded-some").hidden = tasks.length === 0;
+  const reason = dialog.querySelector("textarea");
+  reason.value = "";
+  dialog.returnValue = "";
+  return new Promise((resolve) => {
+    dialog.addEventListener("close", () => {
+      resolve(dialog.returnValue === "confirm" ? { reason: reason.value.trim() } : null);
+    }, { once: true });
+    dialog.showModal();
+    reason.focus();
+  });
+}
+
+async function act(action) {
+  let extra = action.extra;
+  if (action.verb === "cancel") {
+    const answer = await confirmCancel();
+    if (!answer) return;
+    if (answer.reason) extra = { ...extra, reason: answer.reason };
+  }
+  const { ok, status, body } = await sendAction(taskId, action.path, { version: shown.version, ...extra });
+  if (ok && body && body.id) {
+    showMessage(`${action.label}: ${taskId} is now ${body.stage}`);
+  } else {
+    const error = (body && body.error) || {};
+    showMessage(`${action.label} ${taskId} refused: ${error.message || (status !== null ? `HTTP ${status}` : "no answer")}`, "error");
+  }
+  await refresh(true);
+}
+
+function drawHistoryPage() {
+  const list = root.querySelector(".history");
+  const start = Math.max(0, pageEnd - HISTORY_PAGE);
+  list.replaceChildren(...rows.slice(start, pageEnd));
+  list.start = start + 1;
+  const pager = root.querySelector(".history-pager");
+  pager.hidden = rows.length <= HISTORY_PAGE;
+  pager.querySelector(".history-range").textContent = `rows ${start + 1}–${pageEnd} of ${rows.length}`;
+  pager.querySelector(".history-older").disabled = start === 0;
+  pager.querySelector(".history-newer").disabled = pageEnd >= rows.length;
+}
+
+async function drawHistory(task) {
+  let events;
+  try {
+    events = await loadHistory(taskId);
+  } catch (err) {
+    root.querySelector(".history").replaceChildren(el("li", "error", String(err.message || err)));
+    return;
+  }
+  root.querySelector(".attempts-slot").replaceChildren(renderAttempts(events, task));
+  const atNewest = pageEnd === rows.length;
+  rows = historyItems(events);
+  if (atNewest || pageEnd > rows.length) pageEnd = rows.length; // the newest page, unless paging back
+  root.querySelector(".history-count").textContent = `(${events.length} events, ${rows.length} rows)`;
+  drawHistoryPage();
+}
+
+/** Read the task; redraw it and its history when its version moved (or `force`). */
+async function refresh(force = false) {
+  if (busy) return;
+  busy = true;
+  try {
+    const loaded = await loadTask(taskId);
+    if (!loaded) {
+      showMessage(`task ${taskId} is gone (pruned)`, "error");
+      return;
+    }
+    if (force || !shown || loaded.task.version !== shown.version) {
+      drawTask(loaded.task);
+      await drawHistory(loaded.task);
+    }
+  } catch (err) {
+    showMessage(`could not read task ${taskId}: ${err.message || err}`, "error");
+  } finally {
+    busy = false;
+  }
+}
+
+if (taskId) {
+  root.querySelector(".history-older").addEventListener("click", () => {
+    pageEnd = Math.max(Math.min(HISTORY_PAGE, rows.length), pageEnd - HISTORY_PAGE);
+    drawHistoryPage();
+  });
+  root.querySelector(".history-newer").addEventListener("click", () => {
+    pageEnd = Math.min(rows.length, pageEnd + HISTORY_PAGE);
+    drawHistoryPage();
+  });
+  refresh(true);
+  setInterval(() => { if (!document.hidden) refresh(); }, REFRESH_MS);
+}
