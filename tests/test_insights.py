@@ -204,3 +204,83 @@ def test_an_insights_frame_follows_the_snapshot_and_changes_after_a_completion(b
                 break
         assert fails[0]["detail"] == {"error": "boom", "has_traceback": True, "retryable": True}
         assert other.token not in json.dumps(frame)
+
+
+@pytest.mark.parametrize("using", STORES)
+def test_a_claim_committed_between_the_panels_reads_leaves_the_depth_exact(using, monkeypatch):
+    """Under a churn the chart drew bars of negative height: the history and today's counts were
+    read one after the other, so a claim committed between them was in the count (one fewer
+    queued) and not in the history, and the level replayed back to the window's start came out
+    below 0 (then clamped to 0: the queue's one waiting task vanished from the chart). Here a
+    claim commits, from another connection, right after the history is read."""
+    import threading
+
+    from django.db import connections
+
+    s = Script(using)
+    s.at(ago(10), lambda: transitions.create(TaskSpec(id="w1", title="waits", queue="q"), actor="c", using=using))
+    read_history = insights.reads.history_window
+
+    def history_then_a_claim(*args, **kwargs):
+        found = read_history(*args, **kwargs)
+        if not claimed:
+            def claim():
+                try:
+                    claimed.append(transitions.claim("w1", "ann", 60, using=using))
+                finally:
+                    connections.close_all()
+            thread = threading.Thread(target=claim)
+            thread.start()
+            thread.join(timeout=30)
+            assert claimed, "the claim did not commit"
+        return found
+
+    claimed: list = []
+    monkeypatch.setattr(insights.reads, "history_window", history_then_a_claim)
+    data, _ = insights.compute(NOW, using=using)
+    # w1 waited from 12:20:20 (minute 49) on; the claim is stamped after NOW (real time).
+    assert data["queue_depth"]["q"] == [0] * 49 + [1] * 11
+    assert data["queued_now"]["q"] in (0, 1)  # the claim may or may not be in the reads' snapshot
+
+
+@pytest.mark.parametrize("using", STORES)
+def test_under_a_churn_every_computation_starts_the_window_at_the_true_level(using, monkeypatch):
+    """Six agents create, claim and complete (threads released by a barrier) while an observer
+    computes the panel over and over: every task was made inside the window, so every queue's
+    level at the window's start must be exactly 0 in every computation (read one query after
+    another it came out between -2 and +4)."""
+    import threading
+
+    from tests.test_browser_charts import churn
+
+    levels: list[int] = []
+    peaks = insights._peaks
+
+    def spy(now, changes, minutes):
+        levels.append(now - sum(delta for _, delta in changes))
+        return peaks(now, changes, minutes)
+
+    monkeypatch.setattr(insights, "_peaks", spy)
+    stop = threading.Event()
+    computed = []
+
+    def observe():
+        from django.db import connections
+        try:
+            state = insights.Insights(using=using)
+            while not stop.is_set():
+                computed.append(state.compute())
+        finally:
+            connections.close_all()
+
+    observer = threading.Thread(target=observe)
+    observer.start()
+    try:
+        errors = churn(agents=6, rounds=40, using=using)
+    finally:
+        stop.set()
+        observer.join(timeout=60)
+    assert errors == []
+    assert len(computed) >= 5 and levels
+    assert set(levels) == {0}
+    assert all(min(series) >= 0 for data in computed for series in data["queue_depth"].values())

@@ -12,17 +12,19 @@ history of the last WINDOW_MINUTES minutes and the tasks RUNNING and QUEUED now,
   that filled and emptied within one minute shows its peak, not the empty end), reconstructed
   from today's counts: the level at the window's start is today's less every move into QUEUED
   since, plus every move out; the window's moves are then replayed in order. Renews never change
-  stage and are not read for this. A level read one off (see below) is never shown below 0.
+  stage and are not read for this.
 - `queued_now`: QUEUED tasks per queue now (the queues of `queue_depth`).
 
 Bucket i of each series covers [start + i min, start + (i + 1) min); the last bucket is the
 current, partial minute (its depth is today's).
 
-The queries are not one transaction, on purpose: a read transaction over both tables, held
-while the rows are turned into series, deadlocked with a TRUNCATE of them (PostgreSQL takes
-its locks table by table). A change committed between two of the queries may put a series one
-off; it also writes an event, which makes the tailer compute again within seconds. Names of
-agents only: nothing here carries a
+The queries are one read transaction (the store's snapshot): read one after the other, a
+claim committed between the history's read and the count's was in the count (one fewer queued)
+and not in the history, and the level replayed back to the window's start came out below 0 (a
+chart bar of negative height under a churn). From one snapshot the level at the start is
+today's count less the moves since: a number of tasks, never below 0. The transaction spans the
+reads only, not the work on the rows, and gives way (`give_way`) to a TRUNCATE of the tables
+on PostgreSQL instead of deadlocking with it. Names of agents only: nothing here carries a
 lease token or a key. The tailer (board.live.tailer) computes it once per server process, at most
 every INSIGHTS_MIN_INTERVAL_SECONDS when something changed, and pushes it to every socket.
 
@@ -39,6 +41,7 @@ from datetime import datetime, timedelta
 from board.engine import clock, selectors
 from board.engine.lifecycle import Stage, Verb
 from board.engine.limits import MAX_AGENTS, MAX_HELD_IDS, MAX_QUEUES
+from board.engine.stores import store
 from board.live import reads
 from board.live.reads import json_time
 
@@ -74,14 +77,15 @@ def compute(now: datetime | None = None, *, using: str = "default", since_id: in
     of the window (where the next computation may start reading; `since_id` if none)."""
     now = now or clock.now(using)
     start = window_start(now, minutes)
-    # No transaction around these reads: see the module's docstring.
-    # Every move but renews (the bulk of a busy history), oldest first.
-    moves, heartbeats, first_renew = reads.history_window(start, since_id=since_id, using=using)
-    held = reads.held_tasks(using=using)
-    queued_now = reads.queued_per_queue(using=using)
-    queue_of = selectors.queues_of(sorted({task_id for _, task_id, _, from_stage, to_stage, _, _ in moves
-                                           if (from_stage == Stage.QUEUED) != (to_stage == Stage.QUEUED)}),
-                                   using=using)
+    # One snapshot for every read: see the module's docstring.
+    with store(using).read_transaction(give_way=True):
+        # Every move but renews (the bulk of a busy history), oldest first.
+        moves, heartbeats, first_renew = reads.history_window(start, since_id=since_id, using=using)
+        held = reads.held_tasks(using=using)
+        queued_now = reads.queued_per_queue(using=using)
+        queue_of = selectors.queues_of(sorted({task_id for _, task_id, _, from_stage, to_stage, _, _ in moves
+                                               if (from_stage == Stage.QUEUED) != (to_stage == Stage.QUEUED)}),
+                                       using=using)
 
     def bucket(at: datetime) -> int | None:
         i = int((at - start).total_seconds() // 60)
@@ -159,7 +163,9 @@ def _is_agent(actor: str) -> bool:
 
 def _peaks(now: int, changes, minutes: int) -> list[int]:
     """Each minute's most, from the depth `now` and the (bucket, +1/-1) changes in history order
-    (bucket `minutes`: stamped after now)."""
+    (bucket `minutes`: stamped after now), both from one snapshot: the level at the window's
+    start is then the number of tasks queued at that moment, never below 0 (no clamp here: a
+    negative level would be a move written without its history row, a bug to see)."""
     level = now - sum(delta for _, delta in changes)  # at the window's start
     changes = sorted(changes, key=lambda change: change[0])  # stable: history order within a minute
     series = [0] * minutes
@@ -170,5 +176,5 @@ def _peaks(now: int, changes, minutes: int) -> list[int]:
             level += changes[at][1]
             peak = max(peak, level)
             at += 1
-        series[i] = max(0, peak)
+        series[i] = peak
     return series
