@@ -91,6 +91,13 @@ def assert_exact(scripted: str) -> None:
         {"name": "cy", "holds": ["a3"], "holding": 1, "last_heartbeat": None, "completed": 0, "failed": 0},
     ]
     assert (data["more_agents"], data["more_queues"]) == (0, 0)
+    # The last hour's waits and runs (board.engine.timing): a1 waited 40 min and ran 6 s, a2
+    # waited 65 min and ran 5 min before failing; b1 waited 85 min and runs still; a3's wait
+    # ended before the hour.
+    assert data["timing"] == {
+        "alpha": {"wait": {"count": 2, "p50": 2400, "p95": 3900}, "run": {"count": 2, "p50": 6, "p95": 300}},
+        "beta": {"wait": {"count": 1, "p50": 5100, "p95": 5100}, "run": {"count": 0, "p50": None, "p95": None}},
+    }
     first_in_window = TaskEvent.objects.using(scripted).filter(at__gte=datetime(2026, 1, 1, 11, 31, tzinfo=UTC))
     assert first_id == min(first_in_window.values_list("id", flat=True))
     assert "token" not in repr(data).lower()

@@ -14,6 +14,9 @@ history of the last WINDOW_MINUTES minutes and the tasks RUNNING and QUEUED now,
   since, plus every move out; the window's moves are then replayed in order. Renews never change
   stage and are not read for this.
 - `queued_now`: QUEUED tasks per queue now (the queues of `queue_depth`).
+- `timing`: per queue, the waits and runs that ended in the last hour, their count, p50 and p95
+  (board.engine.timing, its own bounded reads of the history; the MAX_QUEUES queues with the
+  most samples).
 
 Bucket i of each series covers [start + i min, start + (i + 1) min); the last bucket is the
 current, partial minute (its depth is today's).
@@ -38,7 +41,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from board.engine import clock, selectors
+from board.engine import clock, selectors, timing
 from board.engine.lifecycle import Stage, Verb
 from board.engine.limits import MAX_AGENTS, MAX_HELD_IDS, MAX_QUEUES
 from board.engine.stores import store
@@ -138,6 +141,8 @@ def compute(now: datetime | None = None, *, using: str = "default", since_id: in
             "completed": done[name][0] if name in done else 0,
             "failed": done[name][1] if name in done else 0,
         })
+    timed = timing.queue_timings(now, using=using)
+    timed_queues = sorted(timed, key=lambda q: (-(timed[q]["wait"]["count"] + timed[q]["run"]["count"]), q))
     first_ids = [moves[0][0]] if moves else []
     if first_renew is not None:
         first_ids.append(first_renew)
@@ -152,6 +157,7 @@ def compute(now: datetime | None = None, *, using: str = "default", since_id: in
         "queue_depth": depth,
         "queued_now": {queue: queued_now.get(queue, 0) for queue in depth},
         "more_queues": len(queues) - len(depth),
+        "timing": {queue: timed[queue] for queue in sorted(timed_queues[:MAX_QUEUES])},
     }
     return data, min(first_ids) if first_ids else since_id
 
