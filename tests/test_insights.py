@@ -291,3 +291,19 @@ def test_under_a_churn_every_computation_starts_the_window_at_the_true_level(usi
     assert len(computed) >= 5 and levels
     assert set(levels) == {0}
     assert all(min(series) >= 0 for data in computed for series in data["queue_depth"].values())
+
+
+@pytest.mark.parametrize("scripted", STORES, indirect=True)
+def test_the_timing_figures_are_read_again_after_fifteen_seconds(scripted, monkeypatch):
+    """The hour's wait and run percentiles are kept TIMING_MAX_AGE by a process's Insights (they
+    need not move every 3 s), then read again."""
+    reads = []
+    real = insights.timing.queue_timings
+    monkeypatch.setattr(insights.timing, "queue_timings", lambda *a, **k: reads.append(a) or real(*a, **k))
+    state = insights.Insights(using=scripted)
+    first = state.compute(NOW)
+    assert state.compute(NOW + timedelta(seconds=14))["timing"] == first["timing"] and len(reads) == 1
+    state.compute(NOW + timedelta(seconds=15))
+    assert len(reads) == 2
+    state.compute(NOW)  # a clock that went back: read again
+    assert len(reads) == 3

@@ -16,7 +16,7 @@ history of the last WINDOW_MINUTES minutes and the tasks RUNNING and QUEUED now,
 - `queued_now`: QUEUED tasks per queue now (the queues of `queue_depth`).
 - `timing`: per queue, the waits and runs that ended in the last hour, their count, p50 and p95
   (board.engine.timing, its own bounded reads of the history; the MAX_QUEUES queues with the
-  most samples).
+  most samples); a process's `Insights` reads them again after TIMING_MAX_AGE (15 s).
 
 Bucket i of each series covers [start + i min, start + (i + 1) min); the last bucket is the
 current, partial minute (its depth is today's).
@@ -63,21 +63,32 @@ def window_start(now: datetime, minutes: int = WINDOW_MINUTES) -> datetime:
 
 @dataclass
 class Insights:
-    """The per-process state of the computation: where the window's events start."""
+    """The per-process state of the computation: where the window's events start, and the last
+    `timing` figures with their time (kept TIMING_MAX_AGE: an hour's percentiles need not move
+    every 3 s, and reading them was half of a computation's time at 11,000 rows in the hour)."""
 
     first_id: int = 0
     using: str = "default"
+    timed: dict | None = None
+    timed_at: datetime | None = None
 
     def compute(self, now: datetime | None = None) -> dict:
-        data, first_id = compute(now, using=self.using, since_id=self.first_id)
+        now = now or clock.now(self.using)
+        if self.timed is None or self.timed_at is None or not timedelta(0) <= now - self.timed_at < TIMING_MAX_AGE:
+            self.timed, self.timed_at = timing.queue_timings(now, using=self.using), now
+        data, first_id = compute(now, using=self.using, since_id=self.first_id, timed=self.timed)
         self.first_id = max(self.first_id, first_id)
         return data
 
 
+TIMING_MAX_AGE = timedelta(seconds=15)
+
+
 def compute(now: datetime | None = None, *, using: str = "default", since_id: int = 0,
-            minutes: int = WINDOW_MINUTES) -> tuple[dict, int]:
+            minutes: int = WINDOW_MINUTES, timed: dict | None = None) -> tuple[dict, int]:
     """The panel's data at `now` (default: the store's clock), and the id of the oldest event
-    of the window (where the next computation may start reading; `since_id` if none)."""
+    of the window (where the next computation may start reading; `since_id` if none). `timed`:
+    timing.queue_timings' figures when the caller has them (else read here)."""
     now = now or clock.now(using)
     start = window_start(now, minutes)
     # One snapshot for every read: see the module's docstring.
@@ -141,7 +152,8 @@ def compute(now: datetime | None = None, *, using: str = "default", since_id: in
             "completed": done[name][0] if name in done else 0,
             "failed": done[name][1] if name in done else 0,
         })
-    timed = timing.queue_timings(now, using=using)
+    if timed is None:
+        timed = timing.queue_timings(now, using=using)
     timed_queues = sorted(timed, key=lambda q: (-(timed[q]["wait"]["count"] + timed[q]["run"]["count"]), q))
     first_ids = [moves[0][0]] if moves else []
     if first_renew is not None:
