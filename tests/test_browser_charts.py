@@ -7,17 +7,16 @@ from __future__ import annotations
 import os
 import re
 import tempfile
-import threading
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from django.db import connections
 
 from board.engine import transitions
 from board.engine.transitions import TaskSpec
 from tests.support import sqlite_db_mark
 from tests.test_browser import SLOW, browser, open_board, orm, server  # noqa: F401  (fixtures)
+from tests.test_insights import Script, churn
 
 try:
     from playwright.sync_api import expect
@@ -26,44 +25,12 @@ except ImportError:  # reported before each test (the `browser` marker, tests/co
 
 pytestmark = [pytest.mark.browser, *sqlite_db_mark()]
 
-QUEUES = ("ingest", "ux", "mail")
-
-
 def watch_console(seen: list[str]):
     """A before_load hook: every console error (and warning) the page logs goes to `seen`."""
     def watch(page):
         page.on("console", lambda message: seen.append(f"{message.type}: {message.text}")
                 if message.type in ("error", "warning") else None)
     return watch
-
-
-def churn(agents: int, rounds: int, using: str = "default") -> list[BaseException]:
-    """`agents` threads released together by a barrier; each, `rounds` times: create two tasks in
-    its queue, claim the next ready one there, complete it. Returns the errors they met."""
-    barrier = threading.Barrier(agents)
-    errors: list[BaseException] = []
-
-    def agent(n: int):
-        queue = QUEUES[n % len(QUEUES)]
-        try:
-            barrier.wait(timeout=30)
-            for i in range(rounds):
-                transitions.create([TaskSpec(id=f"c{n}-{i}-{j}", title="churn", queue=queue) for j in (0, 1)],
-                                   actor=f"maker-{n}", using=using)
-                claim = transitions.claim_next(f"agent-{n}", 60, queue=queue, using=using)
-                if claim is not None:
-                    transitions.complete(claim.task.id, claim.lease.token, {"i": i}, using=using)
-        except BaseException as error:  # noqa: BLE001 (reported by the test)
-            errors.append(error)
-        finally:
-            connections.close_all()
-
-    threads = [threading.Thread(target=agent, args=(n,), name=f"churn-{n}") for n in range(agents)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=120)
-    return errors
 
 
 def test_a_churn_while_the_board_is_open_logs_no_console_error(open_board):
@@ -92,8 +59,6 @@ def seed_an_hour():
     (waits 10, 12, .. 28 min), each completed a minute later (runs 1 min) but 2 that failed for
     good: 786 left; ux: 2 queued 15 min ago. Rows stamped minutes ago, in time order."""
     from django.utils import timezone
-
-    from tests.test_insights import Script
 
     now = timezone.now()
     s = Script("default")

@@ -3,9 +3,11 @@ scripted set of transitions, each stamped at a chosen time (the history rows are
 their `at`, never waited for), computed at a controlled `now`."""
 from __future__ import annotations
 
+import threading
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.db import connections
 
 from board.engine import transitions
 from board.engine.transitions import TaskSpec
@@ -14,6 +16,7 @@ from board.models import TaskEvent
 from tests.support import sql_stores
 
 STORES = sql_stores()
+QUEUES = ("ingest", "ux", "mail")
 
 NOW = datetime(2026, 1, 1, 12, 30, 20, tzinfo=UTC)  # the window's buckets start at 11:31
 
@@ -220,10 +223,6 @@ def test_a_claim_committed_between_the_panels_reads_leaves_the_depth_exact(using
     queued) and not in the history, and the level replayed back to the window's start came out
     below 0 (then clamped to 0: the queue's one waiting task vanished from the chart). Here a
     claim commits, from another connection, right after the history is read."""
-    import threading
-
-    from django.db import connections
-
     s = Script(using)
     s.at(ago(10), lambda: transitions.create(TaskSpec(id="w1", title="waits", queue="q"), actor="c", using=using))
     read_history = insights.reads.history_window
@@ -256,10 +255,6 @@ def test_under_a_churn_every_computation_starts_the_window_at_the_true_level(usi
     computes the panel over and over: every task was made inside the window, so every queue's
     level at the window's start must be exactly 0 in every computation (read one query after
     another it came out between -2 and +4)."""
-    import threading
-
-    from tests.test_browser_charts import churn
-
     levels: list[int] = []
     peaks = insights._peaks
 
@@ -272,7 +267,6 @@ def test_under_a_churn_every_computation_starts_the_window_at_the_true_level(usi
     computed = []
 
     def observe():
-        from django.db import connections
         try:
             state = insights.Insights(using=using)
             while not stop.is_set():
@@ -307,3 +301,32 @@ def test_the_timing_figures_are_read_again_after_fifteen_seconds(scripted, monke
     assert len(reads) == 2
     state.compute(NOW)  # a clock that went back: read again
     assert len(reads) == 3
+
+
+def churn(agents: int, rounds: int, using: str = "default") -> list[BaseException]:
+    """`agents` threads released together by a barrier; each, `rounds` times: create two tasks in
+    its queue, claim the next ready one there, complete it. Returns the errors they met."""
+    barrier = threading.Barrier(agents)
+    errors: list[BaseException] = []
+
+    def agent(n: int):
+        queue = QUEUES[n % len(QUEUES)]
+        try:
+            barrier.wait(timeout=30)
+            for i in range(rounds):
+                transitions.create([TaskSpec(id=f"c{n}-{i}-{j}", title="churn", queue=queue) for j in (0, 1)],
+                                   actor=f"maker-{n}", using=using)
+                claim = transitions.claim_next(f"agent-{n}", 60, queue=queue, using=using)
+                if claim is not None:
+                    transitions.complete(claim.task.id, claim.lease.token, {"i": i}, using=using)
+        except BaseException as error:  # noqa: BLE001 (reported by the test)
+            errors.append(error)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=agent, args=(n,), name=f"churn-{n}") for n in range(agents)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    return errors
