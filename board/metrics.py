@@ -4,9 +4,10 @@ Counters are fed by the engine's outcome hook (board.engine.outcomes: board/apps
 `on_outcome`), so the engine never imports prometheus; the API's latency histogram by a
 middleware (`api_latency`, in settings.MIDDLEWARE); the websocket gauge by the board's sockets
 (board.live.consumers) and the tailer's position by the tailer (board.live.tailer). What the
-board holds (tasks by stage and queue, the oldest QUEUED task's age per queue, live leases) is
-read at scrape time, one grouped query each (the reads before `_Scrape`, below), so
-no request pays for it. Queues are named up to QUEUE_LABEL_LIMIT, the rest summed (below).
+board holds (tasks by stage and queue, the oldest QUEUED task's age per queue, live leases, the
+last hour's waits and runs per queue) is read at scrape time, one grouped query each (the reads
+before `_Scrape`, below; the waits and runs: board.engine.timing's bounded reads of the history's
+last hour), so no request pays for it. Queues are named up to QUEUE_LABEL_LIMIT, the rest summed (below).
 
 Several processes serve one port (`manage.py serve`: uvicorn workers, and the reaper beside
 them). With PROMETHEUS_MULTIPROC_DIR set (serve sets it for its workers and the reaper) every
@@ -48,7 +49,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from board import access, agent_keys
-from board.engine import clock, outcomes
+from board.engine import clock, outcomes, timing
 from board.engine.lifecycle import Stage, Verb
 from board.engine.limits import QUEUE_LABEL_LIMIT
 from board.models import Task, TaskEvent
@@ -279,6 +280,8 @@ class _Scrape:
             oldest.add_metric([label], max(0.0, (now - since).total_seconds()))
         yield oldest
 
+        yield from queue_timing_families(timing.samples_by_queue(now, using=using), named)
+
         yield GaugeMetricFamily("taskflow_live_leases", "RUNNING tasks whose lease has not expired.",
                                 value=live_lease_count(now, using=using))
 
@@ -289,6 +292,36 @@ class _Scrape:
         for pid, last in sorted(delivered):
             lag.add_metric([pid], max(0.0, newest - last))
         yield lag
+
+
+def queue_timing_families(figures: Mapping[str, Mapping[str, list[float]]], named: frozenset[str]):
+    """taskflow_queue_{wait,run}_seconds{queue,quantile} and taskflow_queue_{waits,runs}_last_hour
+    {queue}: the waits and runs that ended in the last hour (board.engine.timing), per queue of
+    taskflow_tasks, the other queues' samples pooled into queue="_other" (its quantiles are those
+    of the pooled samples, not sums). Gauges, not a summary: the counts are the last hour's, not
+    running totals. A queue with none in the hour has no sample (no NaN)."""
+    pooled: dict[str, dict[str, list[float]]] = {}
+    for queue, kinds in figures.items():
+        into = pooled.setdefault(queue_label(queue, named), {timing.WAIT: [], timing.RUN: []})
+        for kind, values in kinds.items():
+            into[kind].extend(values)
+    for kind, what in ((timing.WAIT, "from ready (QUEUED, past any backoff or run_at) to claimed"),
+                       (timing.RUN, "from the claim (or resume) to the complete or fail of that lease")):
+        quantiles = GaugeMetricFamily(
+            f"taskflow_queue_{kind}_seconds", f"Seconds {what}, per queue, over what ended in the last hour: "
+            "the nearest-rank p50 and p95 (quantile=\"0.5\", \"0.95\").", labels=["queue", "quantile"])
+        counts = GaugeMetricFamily(
+            f"taskflow_queue_{kind}s_last_hour", f"How many {kind}s ({what}) ended in the last hour, per queue.",
+            labels=["queue"])
+        for label in sorted(pooled):
+            values = pooled[label][kind]
+            if not values:
+                continue
+            for q in timing.QUANTILES:
+                quantiles.add_metric([label, str(q)], timing.quantile(values, q))
+            counts.add_metric([label], len(values))
+        yield quantiles
+        yield counts
 
 
 def scrape(using: str = "default") -> bytes:

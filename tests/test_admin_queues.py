@@ -115,6 +115,34 @@ def test_the_list_shows_running_of_limit_queued_and_who_paused(changer):
     assert "1 / no limit" in page
 
 
+def test_the_list_and_the_page_show_the_last_hours_wait_and_run_times(changer):
+    """p50 / p95 (count) of the waits and runs that ended in the last hour (board.engine.timing),
+    from history rows stamped at chosen times."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from tests.test_insights import Script
+
+    now = timezone.now()
+    s = Script("default")
+    s.at(now - timedelta(minutes=30), lambda: tasks_in("ci", 3))
+    s.at(now - timedelta(minutes=30), lambda: tasks_in("docs", 1))
+    leases = [s.at(now - timedelta(minutes=30 - 2 * (i + 1)), lambda i=i: transitions.claim(f"ci-{i}", "a", 600).lease)
+              for i in range(3)]  # waits 2, 4 and 6 min
+    for i, lease in enumerate(leases):  # runs 10 s, 20 s, 30 s
+        s.at(now - timedelta(minutes=30 - 2 * (i + 1), seconds=-10 * (i + 1)),
+             lambda i=i, lease=lease: transitions.complete(f"ci-{i}", lease.token, {}))
+    response = changer.get(QUEUES)
+    admin_of = response.context["cl"].model_admin
+    rows = {q.name: q for q in response.context["cl"].result_list}
+    assert {name: (admin_of.wait_times(q), admin_of.run_times(q)) for name, q in rows.items()} == {
+        "ci": ("4m 00s / 6m 00s (3)", "20 s / 30 s (3)"), "docs": ("—", "—")}
+    body = response.content.decode()
+    assert "Wait p50 / p95, last hour" in body and "4m 00s / 6m 00s (3)" in body
+    assert "20 s / 30 s (3)" in changer.get(page_of("ci")).content.decode()
+
+
 def test_the_queued_column_is_one_grouped_query_for_the_page(changer):
     for n in range(6):
         tasks_in(f"q{n}", n + 1)

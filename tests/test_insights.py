@@ -3,9 +3,11 @@ scripted set of transitions, each stamped at a chosen time (the history rows are
 their `at`, never waited for), computed at a controlled `now`."""
 from __future__ import annotations
 
+import threading
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.db import connections
 
 from board.engine import transitions
 from board.engine.transitions import TaskSpec
@@ -14,6 +16,7 @@ from board.models import TaskEvent
 from tests.support import sql_stores
 
 STORES = sql_stores()
+QUEUES = ("ingest", "ux", "mail")
 
 NOW = datetime(2026, 1, 1, 12, 30, 20, tzinfo=UTC)  # the window's buckets start at 11:31
 
@@ -91,6 +94,13 @@ def assert_exact(scripted: str) -> None:
         {"name": "cy", "holds": ["a3"], "holding": 1, "last_heartbeat": None, "completed": 0, "failed": 0},
     ]
     assert (data["more_agents"], data["more_queues"]) == (0, 0)
+    # The last hour's waits and runs (board.engine.timing): a1 waited 40 min and ran 6 s, a2
+    # waited 65 min and ran 5 min before failing; b1 waited 85 min and runs still; a3's wait
+    # ended before the hour.
+    assert data["timing"] == {
+        "alpha": {"wait": {"count": 2, "p50": 2400, "p95": 3900}, "run": {"count": 2, "p50": 6, "p95": 300}},
+        "beta": {"wait": {"count": 1, "p50": 5100, "p95": 5100}, "run": {"count": 0, "p50": None, "p95": None}},
+    }
     first_in_window = TaskEvent.objects.using(scripted).filter(at__gte=datetime(2026, 1, 1, 11, 31, tzinfo=UTC))
     assert first_id == min(first_in_window.values_list("id", flat=True))
     assert "token" not in repr(data).lower()
@@ -204,3 +214,119 @@ def test_an_insights_frame_follows_the_snapshot_and_changes_after_a_completion(b
                 break
         assert fails[0]["detail"] == {"error": "boom", "has_traceback": True, "retryable": True}
         assert other.token not in json.dumps(frame)
+
+
+@pytest.mark.parametrize("using", STORES)
+def test_a_claim_committed_between_the_panels_reads_leaves_the_depth_exact(using, monkeypatch):
+    """Under a churn the chart drew bars of negative height: the history and today's counts were
+    read one after the other, so a claim committed between them was in the count (one fewer
+    queued) and not in the history, and the level replayed back to the window's start came out
+    below 0 (then clamped to 0: the queue's one waiting task vanished from the chart). Here a
+    claim commits, from another connection, right after the history is read."""
+    s = Script(using)
+    s.at(ago(10), lambda: transitions.create(TaskSpec(id="w1", title="waits", queue="q"), actor="c", using=using))
+    read_history = insights.reads.history_window
+
+    def history_then_a_claim(*args, **kwargs):
+        found = read_history(*args, **kwargs)
+        if not claimed:
+            def claim():
+                try:
+                    claimed.append(transitions.claim("w1", "ann", 60, using=using))
+                finally:
+                    connections.close_all()
+            thread = threading.Thread(target=claim)
+            thread.start()
+            thread.join(timeout=30)
+            assert claimed, "the claim did not commit"
+        return found
+
+    claimed: list = []
+    monkeypatch.setattr(insights.reads, "history_window", history_then_a_claim)
+    data, _ = insights.compute(NOW, using=using)
+    # w1 waited from 12:20:20 (minute 49) on; the claim is stamped after NOW (real time).
+    assert data["queue_depth"]["q"] == [0] * 49 + [1] * 11
+    assert data["queued_now"]["q"] in (0, 1)  # the claim may or may not be in the reads' snapshot
+
+
+@pytest.mark.parametrize("using", STORES)
+def test_under_a_churn_every_computation_starts_the_window_at_the_true_level(using, monkeypatch):
+    """Six agents create, claim and complete (threads released by a barrier) while an observer
+    computes the panel over and over: every task was made inside the window, so every queue's
+    level at the window's start must be exactly 0 in every computation (read one query after
+    another it came out between -2 and +4)."""
+    levels: list[int] = []
+    peaks = insights._peaks
+
+    def spy(now, changes, minutes):
+        levels.append(now - sum(delta for _, delta in changes))
+        return peaks(now, changes, minutes)
+
+    monkeypatch.setattr(insights, "_peaks", spy)
+    stop = threading.Event()
+    computed = []
+
+    def observe():
+        try:
+            state = insights.Insights(using=using)
+            while not stop.is_set():
+                computed.append(state.compute())
+        finally:
+            connections.close_all()
+
+    observer = threading.Thread(target=observe)
+    observer.start()
+    try:
+        errors = churn(agents=6, rounds=40, using=using)
+    finally:
+        stop.set()
+        observer.join(timeout=60)
+    assert errors == []
+    assert len(computed) >= 5 and levels
+    assert set(levels) == {0}
+    assert all(min(series) >= 0 for data in computed for series in data["queue_depth"].values())
+
+
+@pytest.mark.parametrize("scripted", STORES, indirect=True)
+def test_the_timing_figures_are_read_again_after_fifteen_seconds(scripted, monkeypatch):
+    """The hour's wait and run percentiles are kept TIMING_MAX_AGE by a process's Insights (they
+    need not move every 3 s), then read again."""
+    reads = []
+    real = insights.timing.queue_timings
+    monkeypatch.setattr(insights.timing, "queue_timings", lambda *a, **k: reads.append(a) or real(*a, **k))
+    state = insights.Insights(using=scripted)
+    first = state.compute(NOW)
+    assert state.compute(NOW + timedelta(seconds=14))["timing"] == first["timing"] and len(reads) == 1
+    state.compute(NOW + timedelta(seconds=15))
+    assert len(reads) == 2
+    state.compute(NOW)  # a clock that went back: read again
+    assert len(reads) == 3
+
+
+def churn(agents: int, rounds: int, using: str = "default") -> list[BaseException]:
+    """`agents` threads released together by a barrier; each, `rounds` times: create two tasks in
+    its queue, claim the next ready one there, complete it. Returns the errors they met."""
+    barrier = threading.Barrier(agents)
+    errors: list[BaseException] = []
+
+    def agent(n: int):
+        queue = QUEUES[n % len(QUEUES)]
+        try:
+            barrier.wait(timeout=30)
+            for i in range(rounds):
+                transitions.create([TaskSpec(id=f"c{n}-{i}-{j}", title="churn", queue=queue) for j in (0, 1)],
+                                   actor=f"maker-{n}", using=using)
+                claim = transitions.claim_next(f"agent-{n}", 60, queue=queue, using=using)
+                if claim is not None:
+                    transitions.complete(claim.task.id, claim.lease.token, {"i": i}, using=using)
+        except BaseException as error:  # noqa: BLE001 (reported by the test)
+            errors.append(error)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=agent, args=(n,), name=f"churn-{n}") for n in range(agents)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    return errors

@@ -223,6 +223,12 @@ def test_a_scripted_run_shows_exact_counts_from_every_process(pg_metrics_server)
     oldest = Task.objects.using(PG).filter(stage="QUEUED").order_by("stage_changed_at").first()
     age = value(samples, "taskflow_oldest_queued_age_seconds", queue="mq")
     assert 0 <= age <= (timezone.now() - oldest.stage_changed_at).total_seconds()
+    # The last hour's waits (7 claims out of QUEUED: 4 claim_next, m5's claim and its takeover
+    # (written as a reclaim and a claim: a wait of 0), the rival's m6) and runs (2 completes,
+    # 2 fails; a lease reclaimed ends none).
+    assert value(samples, "taskflow_queue_waits_last_hour", queue="mq") == 7
+    assert value(samples, "taskflow_queue_runs_last_hour", queue="mq") == 4
+    assert {dict(labels)["quantile"] for labels in labelled(samples, "taskflow_queue_run_seconds")} == {"0.5", "0.95"}
 
     # Two processes at least wrote what this scrape added up: a worker and the reaper.
     pids = {name[:-3].rsplit("_", 1)[1] for name in os.listdir(directory) if name.startswith("counter_")}
@@ -315,6 +321,67 @@ def test_a_queued_task_written_outside_the_engine_is_aged_by_its_last_write():
             for family in text_string_to_metric_families(metrics.scrape().decode())
             for sample in family.samples if sample.name == "taskflow_oldest_queued_age_seconds"}
     assert set(ages) == {"oq"} and ages["oq"] >= 0
+
+
+@pytest.mark.parametrize("using", ["default", pytest.param(PG, marks=postgres_db_mark())])
+def test_the_last_hours_waits_and_runs_per_queue_are_exported_exact(using, monkeypatch):
+    """taskflow_queue_{wait,run}_seconds{queue,quantile} (nearest-rank p50/p95) and the counts,
+    from history rows stamped at chosen times; with one queue named, the others' samples are
+    pooled into queue="_other" (their quantiles, not a sum); what ended over an hour ago is out."""
+    from datetime import timedelta
+
+    from board import metrics
+    from board.engine import clock
+    from board.engine.transitions import TaskSpec
+    from tests.test_insights import Script
+
+    named_queues = metrics.named_queues
+    monkeypatch.setattr(metrics, "named_queues", lambda held: named_queues(held, limit=1))
+    now = clock.now(using)
+    s = Script(using)
+
+    def at(seconds_ago: float, step):
+        return s.at(now - timedelta(seconds=seconds_ago), step)
+
+    def claim(task_id):
+        return lambda: transitions.claim(task_id, "ann", 3600, using=using).lease
+
+    def complete(task_id, lease):
+        return lambda: transitions.complete(task_id, lease.token, {}, using=using)
+
+    def create(queue, *ids):
+        return lambda: transitions.create([TaskSpec(id=i, title=i, queue=queue) for i in ids], using=using)
+
+    at(3 * 3600, create("small1", "o1"))
+    o1 = at(2 * 3600, claim("o1"))
+    at(2 * 3600 - 60, complete("o1", o1))  # waited and ran over an hour ago: not exported
+    at(600, create("big", "b1", "b2", "b3"))
+    b1, b2, b3 = at(590, claim("b1")), at(580, claim("b2")), at(570, claim("b3"))  # waits 10, 20, 30
+    at(560, complete("b1", b1))  # runs 30,
+    at(550, complete("b2", b2))  # 30
+    at(500, lambda: transitions.fail("b3", b3.token, "bad", retryable=False, using=using))  # and 70
+    at(400, create("small1", "s1"))
+    at(400, create("small2", "s2"))
+    s1 = at(300, claim("s1"))  # wait 100
+    at(290, complete("s1", s1))  # run 10
+    s2 = at(200, claim("s2"))  # wait 200
+    at(100, complete("s2", s2))  # run 100
+
+    samples = {(sample.name, frozenset(sample.labels.items())): sample.value
+               for family in text_string_to_metric_families(metrics.scrape(using).decode())
+               for sample in family.samples if sample.name.startswith("taskflow_queue_")}
+
+    def of(name: str) -> dict:
+        return {tuple(sorted(dict(labels).items())): v for (n, labels), v in samples.items() if n == name}
+
+    assert of("taskflow_queue_wait_seconds") == {
+        (("quantile", "0.5"), ("queue", "big")): 20, (("quantile", "0.95"), ("queue", "big")): 30,
+        (("quantile", "0.5"), ("queue", "_other")): 100, (("quantile", "0.95"), ("queue", "_other")): 200}
+    assert of("taskflow_queue_run_seconds") == {
+        (("quantile", "0.5"), ("queue", "big")): 30, (("quantile", "0.95"), ("queue", "big")): 70,
+        (("quantile", "0.5"), ("queue", "_other")): 10, (("quantile", "0.95"), ("queue", "_other")): 100}
+    assert of("taskflow_queue_waits_last_hour") == {(("queue", "big"),): 3, (("queue", "_other"),): 2}
+    assert of("taskflow_queue_runs_last_hour") == {(("queue", "big"),): 3, (("queue", "_other"),): 2}
 
 
 # ---------------------------------------------------------------------------------------------

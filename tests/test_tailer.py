@@ -219,3 +219,51 @@ def test_a_parked_claim_is_woken_by_the_tailers_poll_when_no_event_announces_the
     woken, idle, took = asyncio.run(scenario())
     assert (woken, idle) == (True, False)
     assert took < 10
+
+
+@pytest.mark.parametrize("alias", [BACKENDS[0]])
+def test_changes_made_while_no_socket_watched_are_in_the_next_sockets_insights(alias, monkeypatch):
+    """The panel's figures were marked stale only by a pass that had sockets to feed: work done
+    while nobody watched left the last frame cached, and the next socket got that old frame
+    until the refresh timer (30 s) ran. Here the timer is an hour: the new figures come from the
+    changes alone."""
+    monkeypatch.setattr(tailer, "INSIGHTS_REFRESH_SECONDS", 3600.0)
+    monkeypatch.setattr(tailer, "INSIGHTS_MIN_INTERVAL_SECONDS", 0.0)
+    passes: list[int] = []
+    real_pass = tailer.Tailer._pass
+
+    async def counted(self, cursor):
+        result = await real_pass(self, cursor)
+        passes.append(len(self.subscribers))
+        return result
+
+    monkeypatch.setattr(tailer.Tailer, "_pass", counted)
+
+    async def next_insights(socket, timeout=10):
+        while True:
+            frame = await asyncio.wait_for(socket.frames.get(), timeout=timeout)
+            if frame["type"] == "insights":
+                return frame
+
+    async def scenario():
+        running = tailer.ensure_tailer()
+        try:
+            await asyncio.wait_for(running.ready.wait(), timeout=30)
+            first = Socket()
+            running.subscribers.add(first)
+            running.want_insights()
+            assert (await next_insights(first))["queued_now"] == {}
+            running.subscribers.discard(first)
+            await sync_to_async(transitions.create)([TaskSpec(id=f"q{i}", title="q", queue="quiet") for i in range(3)])
+            seen = len(passes)
+            while len(passes) < seen + 2 or passes[-1]:  # two passes with nobody watching
+                running.wake.set()
+                await asyncio.sleep(0.05)
+            second = Socket()
+            running.subscribers.add(second)  # the cached frame is not None: no want_insights()
+            running.wake.set()
+            return await next_insights(second)
+        finally:
+            running.task.cancel()
+
+    assert asyncio.run(scenario())["queued_now"] == {"quiet": 3}

@@ -7,6 +7,8 @@ and the pause / resume actions), which writes the row and its audit row in one t
 admin never saves those fields itself, and `running` is the engine's count. Rows are made by the
 engine (a queue's first task, or a change through the API), so nothing is added or deleted here.
 Seeing the page needs `board.view_queue`; changing it and the actions `board.change_queue`.
+The list and the page show each queue's wait and run times over the last hour, p50 / p95
+(board.engine.timing, read once for the page).
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from django.utils.html import format_html, format_html_join
 from board.admin import reads
 from board.admin.actions import Report, action_reason
 from board.admin.forms import QueueActionForm, QueueChangeForm, RateKeyChangeForm
-from board.engine import errors, flow
+from board.engine import errors, flow, timing
 from board.engine.lifecycle import Stage
 from board.engine.limits import HISTORY_LIMIT, MAX_ACTION_ROWS
 from board.models import ConcurrencyKey, FairnessKey, Queue, QueueChange, RateKey, RateKeyChange
@@ -32,10 +34,32 @@ def running_of_limit(running: int, limit: int | None) -> str:
 
 
 def with_counts(queues) -> None:
-    """Keep on each queue its QUEUED and RUNNING tasks (`tasks_now`), read in one grouped query."""
+    """Keep on each queue its QUEUED and RUNNING tasks (`tasks_now`), read in one grouped query,
+    and its waits and runs of the last hour (`timing_now`: board.engine.timing, one read)."""
     counts = reads.waiting_and_running([queue.name for queue in queues])
+    timings = timing.queue_timings()
     for queue in queues:
         queue.tasks_now = counts[queue.name]
+        queue.timing_now = timings.get(queue.name)
+
+
+def duration_text(seconds: float) -> str:
+    if seconds < 10:
+        return f"{seconds:.1f} s"
+    if seconds < 60:
+        return f"{round(seconds)} s"
+    minutes, rest = divmod(round(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m {rest:02}s"
+    return f"{minutes // 60}h {minutes % 60:02}m"
+
+
+def timing_text(figures: dict | None, kind: str) -> str:
+    """"p50 / p95 (count)" of a queue's waits or runs that ended in the last hour; "—": none."""
+    summary = (figures or {}).get(kind)
+    if not summary or not summary["count"]:
+        return "—"
+    return f"{duration_text(summary['p50'])} / {duration_text(summary['p95'])} ({summary['count']})"
 
 
 def history_table(rows) -> str:
@@ -58,7 +82,8 @@ class QueueChangeList(ChangeList):
 
 @admin.register(Queue)
 class QueueAdmin(admin.ModelAdmin):
-    list_display = ("name", "running_of_limit", "rate", "queued", "paused", "paused_by", "paused_reason", "paused_at")
+    list_display = ("name", "running_of_limit", "rate", "queued", "wait_times", "run_times", "paused", "paused_by",
+                    "paused_reason", "paused_at")
     list_filter = ("paused",)
     search_fields = ("name",)
     ordering = ("name",)
@@ -67,8 +92,8 @@ class QueueAdmin(admin.ModelAdmin):
     form = QueueChangeForm
     action_form = QueueActionForm
     actions = ("pause_queues", "resume_queues")
-    readonly_fields = ("name", "running_of_limit", "queued", "paused_by", "paused_reason", "paused_at",
-                       "updated_at", "history")
+    readonly_fields = ("name", "running_of_limit", "queued", "wait_times", "run_times", "paused_by", "paused_reason",
+                       "paused_at", "updated_at", "history")
 
     # -- permissions: Django's own board.view_queue / board.change_queue; rows are the engine's --
 
@@ -107,6 +132,16 @@ class QueueAdmin(admin.ModelAdmin):
     def queued(self, queue: Queue) -> int:
         return self.tasks_now(queue)[Stage.QUEUED]
 
+    @admin.display(description="wait p50 / p95, last hour")
+    def wait_times(self, queue: Queue) -> str:
+        self.tasks_now(queue)  # reads timing_now too
+        return timing_text(queue.timing_now, timing.WAIT)
+
+    @admin.display(description="run p50 / p95, last hour")
+    def run_times(self, queue: Queue) -> str:
+        self.tasks_now(queue)
+        return timing_text(queue.timing_now, timing.RUN)
+
     # -- the change page -------------------------------------------------------------------------
 
     def get_fieldsets(self, request, obj=None):
@@ -114,7 +149,7 @@ class QueueAdmin(admin.ModelAdmin):
         if self.has_change_permission(request, obj):
             settings += ("reason", "opened")
         return [
-            (None, {"fields": ("name", "running_of_limit", "queued")}),
+            (None, {"fields": ("name", "running_of_limit", "queued", "wait_times", "run_times")}),
             ("Settings (saved by the engine, each change kept in the history)", {"fields": settings}),
             ("Paused", {"fields": ("paused_by", "paused_reason", "paused_at", "updated_at")}),
             (f"History (newest first, the last {HISTORY_LIMIT} changes)", {"fields": ("history",)}),

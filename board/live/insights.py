@@ -12,17 +12,22 @@ history of the last WINDOW_MINUTES minutes and the tasks RUNNING and QUEUED now,
   that filled and emptied within one minute shows its peak, not the empty end), reconstructed
   from today's counts: the level at the window's start is today's less every move into QUEUED
   since, plus every move out; the window's moves are then replayed in order. Renews never change
-  stage and are not read for this. A level read one off (see below) is never shown below 0.
+  stage and are not read for this.
 - `queued_now`: QUEUED tasks per queue now (the queues of `queue_depth`).
+- `timing`: per queue, the waits and runs that ended in the last hour, their count, p50 and p95
+  (board.engine.timing, its own bounded reads of the history; the MAX_QUEUES queues with the
+  most samples); a process's `Insights` reads them again after TIMING_MAX_AGE (15 s).
 
 Bucket i of each series covers [start + i min, start + (i + 1) min); the last bucket is the
 current, partial minute (its depth is today's).
 
-The queries are not one transaction, on purpose: a read transaction over both tables, held
-while the rows are turned into series, deadlocked with a TRUNCATE of them (PostgreSQL takes
-its locks table by table). A change committed between two of the queries may put a series one
-off; it also writes an event, which makes the tailer compute again within seconds. Names of
-agents only: nothing here carries a
+The queries are one read transaction (the store's snapshot): read one after the other, a
+claim committed between the history's read and the count's was in the count (one fewer queued)
+and not in the history, and the level replayed back to the window's start came out below 0 (a
+chart bar of negative height under a churn). From one snapshot the level at the start is
+today's count less the moves since: a number of tasks, never below 0. The transaction spans the
+reads only, not the work on the rows, and gives way (`give_way`) to a TRUNCATE of the tables
+on PostgreSQL instead of deadlocking with it. Names of agents only: nothing here carries a
 lease token or a key. The tailer (board.live.tailer) computes it once per server process, at most
 every INSIGHTS_MIN_INTERVAL_SECONDS when something changed, and pushes it to every socket.
 
@@ -36,9 +41,10 @@ from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from board.engine import clock, selectors
+from board.engine import clock, selectors, timing
 from board.engine.lifecycle import Stage, Verb
 from board.engine.limits import MAX_AGENTS, MAX_HELD_IDS, MAX_QUEUES
+from board.engine.stores import store
 from board.live import reads
 from board.live.reads import json_time
 
@@ -57,31 +63,43 @@ def window_start(now: datetime, minutes: int = WINDOW_MINUTES) -> datetime:
 
 @dataclass
 class Insights:
-    """The per-process state of the computation: where the window's events start."""
+    """The per-process state of the computation: where the window's events start, and the last
+    `timing` figures with their time (kept TIMING_MAX_AGE: an hour's percentiles need not move
+    every 3 s, and reading them was half of a computation's time at 11,000 rows in the hour)."""
 
     first_id: int = 0
     using: str = "default"
+    timed: dict | None = None
+    timed_at: datetime | None = None
 
     def compute(self, now: datetime | None = None) -> dict:
-        data, first_id = compute(now, using=self.using, since_id=self.first_id)
+        now = now or clock.now(self.using)
+        if self.timed is None or self.timed_at is None or not timedelta(0) <= now - self.timed_at < TIMING_MAX_AGE:
+            self.timed, self.timed_at = timing.queue_timings(now, using=self.using), now
+        data, first_id = compute(now, using=self.using, since_id=self.first_id, timed=self.timed)
         self.first_id = max(self.first_id, first_id)
         return data
 
 
+TIMING_MAX_AGE = timedelta(seconds=15)
+
+
 def compute(now: datetime | None = None, *, using: str = "default", since_id: int = 0,
-            minutes: int = WINDOW_MINUTES) -> tuple[dict, int]:
+            minutes: int = WINDOW_MINUTES, timed: dict | None = None) -> tuple[dict, int]:
     """The panel's data at `now` (default: the store's clock), and the id of the oldest event
-    of the window (where the next computation may start reading; `since_id` if none)."""
+    of the window (where the next computation may start reading; `since_id` if none). `timed`:
+    timing.queue_timings' figures when the caller has them (else read here)."""
     now = now or clock.now(using)
     start = window_start(now, minutes)
-    # No transaction around these reads: see the module's docstring.
-    # Every move but renews (the bulk of a busy history), oldest first.
-    moves, heartbeats, first_renew = reads.history_window(start, since_id=since_id, using=using)
-    held = reads.held_tasks(using=using)
-    queued_now = reads.queued_per_queue(using=using)
-    queue_of = selectors.queues_of(sorted({task_id for _, task_id, _, from_stage, to_stage, _, _ in moves
-                                           if (from_stage == Stage.QUEUED) != (to_stage == Stage.QUEUED)}),
-                                   using=using)
+    # One snapshot for every read: see the module's docstring.
+    with store(using).read_transaction(give_way=True):
+        # Every move but renews (the bulk of a busy history), oldest first.
+        moves, heartbeats, first_renew = reads.history_window(start, since_id=since_id, using=using)
+        held = reads.held_tasks(using=using)
+        queued_now = reads.queued_per_queue(using=using)
+        queue_of = selectors.queues_of(sorted({task_id for _, task_id, _, from_stage, to_stage, _, _ in moves
+                                               if (from_stage == Stage.QUEUED) != (to_stage == Stage.QUEUED)}),
+                                       using=using)
 
     def bucket(at: datetime) -> int | None:
         i = int((at - start).total_seconds() // 60)
@@ -134,6 +152,9 @@ def compute(now: datetime | None = None, *, using: str = "default", since_id: in
             "completed": done[name][0] if name in done else 0,
             "failed": done[name][1] if name in done else 0,
         })
+    if timed is None:
+        timed = timing.queue_timings(now, using=using)
+    timed_queues = sorted(timed, key=lambda q: (-(timed[q]["wait"]["count"] + timed[q]["run"]["count"]), q))
     first_ids = [moves[0][0]] if moves else []
     if first_renew is not None:
         first_ids.append(first_renew)
@@ -148,6 +169,7 @@ def compute(now: datetime | None = None, *, using: str = "default", since_id: in
         "queue_depth": depth,
         "queued_now": {queue: queued_now.get(queue, 0) for queue in depth},
         "more_queues": len(queues) - len(depth),
+        "timing": {queue: timed[queue] for queue in sorted(timed_queues[:MAX_QUEUES])},
     }
     return data, min(first_ids) if first_ids else since_id
 
@@ -159,7 +181,9 @@ def _is_agent(actor: str) -> bool:
 
 def _peaks(now: int, changes, minutes: int) -> list[int]:
     """Each minute's most, from the depth `now` and the (bucket, +1/-1) changes in history order
-    (bucket `minutes`: stamped after now)."""
+    (bucket `minutes`: stamped after now), both from one snapshot: the level at the window's
+    start is then the number of tasks queued at that moment, never below 0 (no clamp here: a
+    negative level would be a move written without its history row, a bug to see)."""
     level = now - sum(delta for _, delta in changes)  # at the window's start
     changes = sorted(changes, key=lambda change: change[0])  # stable: history order within a minute
     series = [0] * minutes
@@ -170,5 +194,5 @@ def _peaks(now: int, changes, minutes: int) -> list[int]:
             level += changes[at][1]
             peak = max(peak, level)
             at += 1
-        series[i] = max(0, peak)
+        series[i] = peak
     return series

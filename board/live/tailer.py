@@ -206,6 +206,9 @@ class Tailer:
                 parked.waiters().notify_ready(ready)
             if frame is not None:
                 await self._broadcast(frame)
+            if page.events:
+                # Stale now, sockets or not: the next socket gets the cached frames, and work
+                # done while nobody watched must not wait for the refresh timers to show.
                 self.problems_dirty = True
                 self.insights_dirty = True
                 self.queues_dirty = True  # running counts and depths

@@ -111,14 +111,19 @@ class Store:
         return self.write_transaction()
 
     @contextmanager
-    def read_transaction(self) -> Iterator[None]:
+    def read_transaction(self, *, give_way: bool = False) -> Iterator[None]:
         """One consistent read of several queries, holding no write lock and waiting for none.
         Inside a transaction the caller already reads a consistent state: nothing is opened.
-        Nothing may write inside it (write_transaction refuses)."""
+        Nothing may write inside it (write_transaction refuses).
+
+        `give_way`: a reader that can be retried (a panel recomputed later) gives up, with the
+        store's error, rather than wait long for a table lock (on PostgreSQL only DDL or a
+        TRUNCATE holds one; a TRUNCATE that locked one of the tables while this read holds the
+        other would otherwise deadlock, and PostgreSQL may cancel the TRUNCATE)."""
         if self.in_transaction():
             yield
             return
-        with self._read_transaction():
+        with self._read_transaction(give_way=give_way):
             connection = self.connection
             setattr(connection, _READ_ONLY_FLAG, True)
             try:
@@ -126,7 +131,7 @@ class Store:
             finally:
                 setattr(connection, _READ_ONLY_FLAG, False)
 
-    def _read_transaction(self):
+    def _read_transaction(self, *, give_way: bool = False):
         return transaction.atomic(using=self.using)
 
     def verb_gate(self):

@@ -115,7 +115,7 @@ class SQLiteStore(DirectCommitHooks, Store):
             yield
 
     @contextmanager
-    def _read_transaction(self) -> Iterator[None]:
+    def _read_transaction(self, *, give_way: bool = False) -> Iterator[None]:
         # BEGIN DEFERRED: the settings' IMMEDIATE would take the write lock and queue behind
         # writers; a deferred transaction that only reads takes no lock but the WAL snapshot.
         connection = self.connection

@@ -204,7 +204,7 @@ def create(specs: TaskSpec | Sequence[TaskSpec], *, actor: str = "", using: str 
         TaskEvent.objects.using(using).bulk_create(
             [
                 TaskEvent(task_id=t.pk, verb=Verb.CREATE, from_stage="", to_stage=t.stage,
-                          version=0, fence=0, actor=actor, at=now, detail={"on_hold": True} if t.on_hold else None)
+                          version=0, fence=0, actor=actor, at=now, detail=_create_detail(t))
                 for t in tasks
             ]
         )
@@ -357,3 +357,14 @@ def _refuse_cycles(batch: list[TaskSpec]) -> None:
                 stack.append((child, iter(graph[child])))
                 path.append(child)
 
+
+
+def _create_detail(task: Task) -> dict | None:
+    """The create row's detail: on_hold, and a run_at (the time its wait counts from, for
+    board.engine.timing; the task's not_before is cleared by its claim)."""
+    detail = {}
+    if task.on_hold:
+        detail["on_hold"] = True
+    if task.not_before is not None:
+        detail["run_at"] = task.not_before.isoformat()
+    return detail or None

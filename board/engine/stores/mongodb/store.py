@@ -66,7 +66,7 @@ class MongoDBStore(Store):
         with process_lock(self.using), self._transaction():
             yield
 
-    def _read_transaction(self):
+    def _read_transaction(self, *, give_way: bool = False):
         return self._transaction(read_only=True)
 
     def in_transaction(self) -> bool:
