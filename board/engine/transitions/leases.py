@@ -2,12 +2,12 @@
 fence, an expiry from the store's clock), then renew, release, complete, fail, pause (refused
 with LeaseLost unless the token is the task's current lease).
 
-The hot verbs (claim_next, renew, complete) have two implementations of the same move: the
-hand-written statements of the SQL stores (`store(using).statements`, board.engine.stores: one
-conditional UPDATE with RETURNING each, no read before it), and the ORM path below for any other
-store or when settings.TASKFLOW["HOT_PATH"] is "orm". Both raise the same errors: on a statement
-that matched nothing the hot path reloads the row and judges it with the same checks as the ORM
-path (`_refuse_holder`).
+The hot verbs (claim_next, renew, complete) check their inputs, then run on their store's path,
+chosen in one place (`_path`): `_StatementPath`, the hand-written statements of the SQL stores
+(`store(using).statements`, board.engine.stores: one conditional UPDATE with RETURNING each, no
+read before it), or `_OrmPath` for any other store or when settings.TASKFLOW["HOT_PATH"] is
+"orm". Both raise the same errors: on a statement that matched nothing the statement path reads
+the row and judges it with the same checks as the ORM path (`_refuse_holder`).
 """
 from __future__ import annotations
 
@@ -215,78 +215,7 @@ def claim_next(
             return None
         scope = None  # `queue = %s` alone picks only that queue's tasks
     request = claim_requests.of(agent, request_id)
-    hot = store(using).statements
-    if hot is not None:
-        return _hot_claim_next(hot, using, agent, ttl, queue, request, key_hash, scope)
-    for _ in range(RACE_RETRIES):
-        try:
-            with store(using).write_transaction():
-                _require_live_key(using, key_hash, agent)
-                if request is not None:
-                    claim_requests.serialise(using, request)
-                    made = claim_requests.made_by(using, request, agent)
-                    if made is not None:
-                        return _claim_of(*made)
-                now = clock.now(using)
-                # Queues and keys that take no claim now are left out of the pick; the move's
-                # slot (flow.take_slot) decides, so one that filled meanwhile rolls back.
-                ready = selectors.claimable_tasks(now, queue, scope=scope, using=using)
-                task = store(using).skip_locked(ready).first()
-                if task is None:
-                    outcomes.record(using, Verb.CLAIM, outcomes.EMPTY)
-                    return None
-                won = _take(using, task, Verb.CLAIM, agent, ttl, now, request)
-                if won is not None:
-                    return won
-        except flow.AtLimit:
-            outcomes.record(using, Verb.CLAIM, outcomes.LOST_RACE)
-    log.warning("claim_next by %s lost %d races in a row", agent, RACE_RETRIES)
-    return None
-
-
-def _hot_claim_next(hot: Statements, using: str, agent: str, ttl: timedelta,
-                    queue: str | None, request: ClaimRequest | None, key_hash: str | None,
-                    scope: scopes.Scope = None) -> Claim | None:
-    """claim_next as one statement: pick, CAS and history together, nothing read before. On
-    SQLite the pick runs under the write lock; on PostgreSQL it skips rows other claimers have
-    locked. So a match count of 0 means no ready task (what the ORM path says after losing
-    every race, too), never a lost race to retry; except on PostgreSQL when a queue or
-    concurrency key filled between the pick and its slot (LIMIT_FILLED): the pick runs again.
-
-    With a claim request (only then), the statement runs in a write transaction after the
-    request is serialised and looked up: a live lease it made is returned instead."""
-    for _ in range(RACE_RETRIES):
-        if request is None:
-            token, seed = _mint_token(), None
-            context = hot.transaction()
-        else:
-            token, seed = request.mint()
-            context = store(using).write_transaction()
-        with context:
-            if request is not None:
-                _require_live_key(using, key_hash, agent)
-                claim_requests.serialise(using, request)
-                made = claim_requests.made_by(using, request, agent)
-                if made is not None:
-                    return _claim_of(*made)
-            row = hot.claim_next(agent, hash_token(token), ttl, queue,
-                                 request.digest if request is not None else None, seed, key_hash, scope)
-        if row is not LIMIT_FILLED:
-            break
-        # A queue or key filled between the pick and its slot (board.engine.flow): nothing was
-        # written; the next pick leaves it out.
-        outcomes.record(using, Verb.CLAIM, outcomes.LOST_RACE)
-    else:
-        log.warning("claim_next by %s lost %d races for a slot in a row", agent, RACE_RETRIES)
-        return None
-    if row is None:
-        # Nothing was ready, or the key is gone (the statement checks both): say which, out of
-        # the transaction (nothing was written; on SQLite it holds the writers' lock).
-        _require_live_key(using, key_hash, agent)
-        outcomes.record(using, Verb.CLAIM, outcomes.EMPTY)
-        return None
-    _tell_hot_move(using, Verb.CLAIM)
-    return _claim_of(hot.task(row), token)  # the task built out of the transaction: see HotStore
+    return _path(using).claim_next(using, agent, ttl, queue, request, key_hash, scope)
 
 
 @tracing.traced(Verb.RESUME)
@@ -425,33 +354,7 @@ def renew(
     ttl = _ttl(ttl_seconds)
     _check_progress(progress)
     json_field("checkpoint", checkpoint)
-    hot = store(using).statements
-    if hot is not None:
-        token_hash = _token_hash(token)
-        task = _hot_holder_move(
-            hot, using, task_id, token_hash,
-            lambda: hot.renew(task_id, token_hash, agent, ttl, checkpoint, progress, key_hash),
-            live_only=True, agent=agent, verb=Verb.RENEW, key_hash=key_hash)
-        return Claim(task=task, lease=Lease(token=token, fence=task.fence, expires_at=task.lease_expires_at))
-
-    def build(task: Task, now: datetime, token_hash: str):
-        changes: dict[str, Any] = {"lease_expires_at": now + ttl}
-        if checkpoint is not None:
-            changes["checkpoint"] = checkpoint
-        if progress is not None:
-            changes["progress"] = progress
-        # The progress deadline (board.engine.deadlines) counts from the last change of progress
-        # or checkpoint; a renew that only repeats them is a heartbeat, not progress. The CAS pins
-        # the version, so task.progress is the stored value (the SQL stores' statements: a CASE).
-        if checkpoint is not None or (progress is not None and progress != task.progress):
-            changes["progress_changed_at"] = now
-        # The guard re-checks expiry in the statement itself: check and extension are one step.
-        if _swap(using, task, Verb.RENEW, now=now, actor=task.owner, token_hash=token_hash,
-                 guard=Q(lease_expires_at__gt=now), **changes):
-            return Claim(task=task, lease=Lease(token=token, fence=task.fence, expires_at=task.lease_expires_at))
-        return None
-
-    return _holder_move(using, task_id, token, build, live_only=True, agent=agent, key_hash=key_hash)
+    return _path(using).renew(using, task_id, token, ttl, checkpoint, progress, agent, key_hash)
 
 
 @tracing.traced(Verb.RELEASE)
@@ -492,34 +395,7 @@ def complete(task_id: str, token: str, result: Any, *, agent: str | None = None,
     if result is None:
         raise errors.InvalidRequest("result is required (use {} for a task with no output)", field="result")
     json_field("result", result)
-    hot = store(using).statements
-    if hot is not None:
-        token_hash = _token_hash(token)
-        task = _hot_holder_move(
-            hot, using, task_id, token_hash,
-            lambda: hot.complete(task_id, token_hash, agent, result, key_hash),
-            live_only=False, agent=agent, verb=Verb.COMPLETE, key_hash=key_hash)
-        # has_dependents as written, read under the row's lock. Registered after the move's
-        # transaction: outside a caller's transaction it runs now (the move has committed),
-        # inside one at its commit.
-        if task.has_dependents:
-            _admit_dependents_after_commit(task.pk, using)
-        return task
-
-    def build(task: Task, now: datetime, token_hash: str):
-        # Without dependents when read, the CAS also pins has_dependents = false: a dependent
-        # created meanwhile (transitions.create sets the flag in its transaction) makes this
-        # CAS fail and the retry read the flag, so its admission cannot be skipped.
-        guard = None if task.has_dependents else Q(has_dependents=False)
-        ok = _swap(using, task, Verb.COMPLETE, now=now, actor=task.owner, token_hash=token_hash,
-                   guard=guard, result=result, **NO_LEASE)
-        if not ok:
-            return None
-        if task.has_dependents:
-            _admit_dependents_after_commit(task.pk, using)
-        return task
-
-    return _holder_move(using, task_id, token, build, live_only=False, agent=agent, key_hash=key_hash)
+    return _path(using).complete(using, task_id, token, result, agent, key_hash)
 
 
 def _admit_dependents_after_commit(task_id: str, using: str) -> None:
@@ -613,3 +489,164 @@ def _check_progress(progress: float | None) -> None:
         return
     if isinstance(progress, bool) or not isinstance(progress, (int, float)) or not 0 <= progress <= 1:
         raise errors.InvalidRequest("progress must be a fraction from 0 to 1", field="progress")
+
+
+# ---------------------------------------------------------------------------------------------
+# The hot verbs' two paths: the verbs above check their inputs, then hand the move to the path
+# their store takes (`_path`, the one place that chooses): the store's statements (the SQL
+# stores: one conditional UPDATE with RETURNING per move) or the ORM (MongoDB, any other
+# backend, and HOT_PATH "orm"). Both raise the same errors (_refuse_holder).
+
+
+def _path(using: str) -> _StatementPath | _OrmPath:
+    hot = store(using).statements
+    return _ORM_PATH if hot is None else _StatementPath(hot)
+
+
+class _StatementPath:
+    """claim_next, renew and complete through the store's statements: on a statement that
+    matched nothing the row is read and judged as the ORM path judges it (_hot_holder_move)."""
+
+    def __init__(self, hot: Statements):
+        self.hot = hot
+
+    def claim_next(self, using: str, agent: str, ttl: timedelta, queue: str | None,
+                   request: ClaimRequest | None, key_hash: str | None, scope: scopes.Scope) -> Claim | None:
+        """One statement: pick, CAS and history together, nothing read before. On SQLite the
+        pick runs under the write lock; on PostgreSQL it skips rows other claimers have locked.
+        So a match count of 0 means no ready task (what the ORM path says after losing every
+        race, too), never a lost race to retry; except on PostgreSQL when a queue or
+        concurrency key filled between the pick and its slot (LIMIT_FILLED): the pick runs again.
+
+        With a claim request (only then), the statement runs in a write transaction after the
+        request is serialised and looked up: a live lease it made is returned instead."""
+        hot = self.hot
+        for _ in range(RACE_RETRIES):
+            if request is None:
+                token, seed = _mint_token(), None
+                context = hot.transaction()
+            else:
+                token, seed = request.mint()
+                context = store(using).write_transaction()
+            with context:
+                if request is not None:
+                    _require_live_key(using, key_hash, agent)
+                    claim_requests.serialise(using, request)
+                    made = claim_requests.made_by(using, request, agent)
+                    if made is not None:
+                        return _claim_of(*made)
+                row = hot.claim_next(agent, hash_token(token), ttl, queue,
+                                     request.digest if request is not None else None, seed, key_hash, scope)
+            if row is not LIMIT_FILLED:
+                break
+            # A queue or key filled between the pick and its slot (board.engine.flow): nothing
+            # was written; the next pick leaves it out.
+            outcomes.record(using, Verb.CLAIM, outcomes.LOST_RACE)
+        else:
+            log.warning("claim_next by %s lost %d races for a slot in a row", agent, RACE_RETRIES)
+            return None
+        if row is None:
+            # Nothing was ready, or the key is gone (the statement checks both): say which, out
+            # of the transaction (nothing was written; on SQLite it holds the writers' lock).
+            _require_live_key(using, key_hash, agent)
+            outcomes.record(using, Verb.CLAIM, outcomes.EMPTY)
+            return None
+        _tell_hot_move(using, Verb.CLAIM)
+        return _claim_of(hot.task(row), token)  # the task built out of the transaction: see HotStore
+
+    def renew(self, using: str, task_id: str, token: str, ttl: timedelta, checkpoint: Any,
+              progress: float | None, agent: str | None, key_hash: str | None) -> Claim:
+        hot, token_hash = self.hot, _token_hash(token)
+        task = _hot_holder_move(
+            hot, using, task_id, token_hash,
+            lambda: hot.renew(task_id, token_hash, agent, ttl, checkpoint, progress, key_hash),
+            live_only=True, agent=agent, verb=Verb.RENEW, key_hash=key_hash)
+        return Claim(task=task, lease=Lease(token=token, fence=task.fence, expires_at=task.lease_expires_at))
+
+    def complete(self, using: str, task_id: str, token: str, result: Any, agent: str | None,
+                 key_hash: str | None) -> Task:
+        hot, token_hash = self.hot, _token_hash(token)
+        task = _hot_holder_move(
+            hot, using, task_id, token_hash,
+            lambda: hot.complete(task_id, token_hash, agent, result, key_hash),
+            live_only=False, agent=agent, verb=Verb.COMPLETE, key_hash=key_hash)
+        # has_dependents as written, read under the row's lock. Registered after the move's
+        # transaction: outside a caller's transaction it runs now (the move has committed),
+        # inside one at its commit.
+        if task.has_dependents:
+            _admit_dependents_after_commit(task.pk, using)
+        return task
+
+
+class _OrmPath:
+    """claim_next, renew and complete through the ORM: read the row in a write transaction,
+    judge it, then CAS (cas._swap) on its stage and version (and token hash)."""
+
+    def claim_next(self, using: str, agent: str, ttl: timedelta, queue: str | None,
+                   request: ClaimRequest | None, key_hash: str | None, scope: scopes.Scope) -> Claim | None:
+        for _ in range(RACE_RETRIES):
+            try:
+                with store(using).write_transaction():
+                    _require_live_key(using, key_hash, agent)
+                    if request is not None:
+                        claim_requests.serialise(using, request)
+                        made = claim_requests.made_by(using, request, agent)
+                        if made is not None:
+                            return _claim_of(*made)
+                    now = clock.now(using)
+                    # Queues and keys that take no claim now are left out of the pick; the
+                    # move's slot (flow.take_slot) decides, so one that filled meanwhile rolls back.
+                    ready = selectors.claimable_tasks(now, queue, scope=scope, using=using)
+                    task = store(using).skip_locked(ready).first()
+                    if task is None:
+                        outcomes.record(using, Verb.CLAIM, outcomes.EMPTY)
+                        return None
+                    won = _take(using, task, Verb.CLAIM, agent, ttl, now, request)
+                    if won is not None:
+                        return won
+            except flow.AtLimit:
+                outcomes.record(using, Verb.CLAIM, outcomes.LOST_RACE)
+        log.warning("claim_next by %s lost %d races in a row", agent, RACE_RETRIES)
+        return None
+
+    def renew(self, using: str, task_id: str, token: str, ttl: timedelta, checkpoint: Any,
+              progress: float | None, agent: str | None, key_hash: str | None) -> Claim:
+        def build(task: Task, now: datetime, token_hash: str):
+            changes: dict[str, Any] = {"lease_expires_at": now + ttl}
+            if checkpoint is not None:
+                changes["checkpoint"] = checkpoint
+            if progress is not None:
+                changes["progress"] = progress
+            # The progress deadline (board.engine.deadlines) counts from the last change of
+            # progress or checkpoint; a renew that only repeats them is a heartbeat, not progress.
+            # The CAS pins the version, so task.progress is the stored value (the SQL stores'
+            # statements: a CASE).
+            if checkpoint is not None or (progress is not None and progress != task.progress):
+                changes["progress_changed_at"] = now
+            # The guard re-checks expiry in the statement itself: check and extension are one step.
+            if _swap(using, task, Verb.RENEW, now=now, actor=task.owner, token_hash=token_hash,
+                     guard=Q(lease_expires_at__gt=now), **changes):
+                return Claim(task=task, lease=Lease(token=token, fence=task.fence, expires_at=task.lease_expires_at))
+            return None
+
+        return _holder_move(using, task_id, token, build, live_only=True, agent=agent, key_hash=key_hash)
+
+    def complete(self, using: str, task_id: str, token: str, result: Any, agent: str | None,
+                 key_hash: str | None) -> Task:
+        def build(task: Task, now: datetime, token_hash: str):
+            # Without dependents when read, the CAS also pins has_dependents = false: a dependent
+            # created meanwhile (transitions.create sets the flag in its transaction) makes this
+            # CAS fail and the retry read the flag, so its admission cannot be skipped.
+            guard = None if task.has_dependents else Q(has_dependents=False)
+            ok = _swap(using, task, Verb.COMPLETE, now=now, actor=task.owner, token_hash=token_hash,
+                       guard=guard, result=result, **NO_LEASE)
+            if not ok:
+                return None
+            if task.has_dependents:
+                _admit_dependents_after_commit(task.pk, using)
+            return task
+
+        return _holder_move(using, task_id, token, build, live_only=False, agent=agent, key_hash=key_hash)
+
+
+_ORM_PATH = _OrmPath()
