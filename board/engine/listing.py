@@ -148,12 +148,20 @@ def _value(task: Task, name: str):
 
 def _after(fields: tuple[str, ...], key: tuple) -> Q:
     """The rows after `key` in the order `fields` ("-name": descending): after on the first
-    field, or equal on it and after on the rest."""
+    field, or equal on it and after on the rest. Written as "at or after on the first field, and
+    (after on it, or after on the rest)": the same rows, but the leading range stands alone in
+    the WHERE clause, so that SQLite and PostgreSQL scan the order's index from the cursor on.
+    (As "after, or equal and after on the rest" SQLite sorted every remaining row per page: a
+    50,000-task export took 58 s.)"""
     after = Q()
     for position in reversed(range(len(fields))):
         name = fields[position].lstrip("-")
-        beyond = Q(**{f"{name}__{'lt' if fields[position].startswith('-') else 'gt'}": key[position]})
-        after = beyond if position == len(fields) - 1 else beyond | Q(**{name: key[position]}) & after
+        down = fields[position].startswith("-")
+        beyond = Q(**{f"{name}__{'lt' if down else 'gt'}": key[position]})
+        if position == len(fields) - 1:
+            after = beyond
+        else:
+            after = Q(**{f"{name}__{'lte' if down else 'gte'}": key[position]}) & (beyond | after)
     return after
 
 
