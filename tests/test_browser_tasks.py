@@ -250,3 +250,19 @@ def test_screenshots_of_the_table_and_the_board_at_three_sizes(open_page, orm):
         expect(card(page, "held-0")).to_be_visible()
         expect(page.locator("#queues li.queue").first).to_be_visible(timeout=SLOW)  # the strip's first frame
         page.screenshot(path=str(SCREENSHOTS / f"board-{name}.png"))
+
+
+# ---------------------------------------------------------------------------------------------
+# 20. The API docs, grouped by area
+
+
+def test_the_api_docs_show_a_group_per_area_and_no_default_group(open_page):
+    page = open_page("/api/docs")
+    groups = page.locator(".opblock-tag-section h3 .opblock-tag, .opblock-tag-section h3")
+    expect(page.locator(".opblock-tag-section")).to_have_count(7, timeout=SLOW)
+    names = page.locator(".opblock-tag-section h3").evaluate_all("hs => hs.map(h => h.dataset.tag)")
+    assert names == ["tasks", "leases", "operators", "queues", "rate keys", "schedules", "check"], names
+    assert groups.filter(has_text="default").count() == 0
+    # A group holds its operations: the tasks group lists GET /api/tasks.
+    expect(page.locator('.opblock-tag-section:has(h3[data-tag="tasks"]) .opblock-summary-path',
+                        has_text="/api/tasks").first).to_be_visible()
