@@ -4,7 +4,8 @@ from django.views.generic import RedirectView
 
 from board.api.main import api
 from board.health import healthz
-from board.live.views import board_page, favicon
+from board.live.tasks_table import tasks_export, tasks_page
+from board.live.views import board_page, favicon, task_page
 from board.metrics import metrics_view
 
 # The admin is the operators' side of the board: it says so on every page (not "Django
@@ -17,16 +18,12 @@ admin.site.site_url = "/board/"
 urlpatterns = [
     path("", RedirectView.as_view(url="/board/", permanent=False)),
     path("board/", board_page, name="board"),
+    path("board/task/<str:task_id>", task_page, name="board-task"),  # one task, whole
+    path("board/tasks/", tasks_page, name="tasks"),  # every task, paged, with its export
+    path("board/tasks/export", tasks_export, name="tasks_export"),
     path("admin/", admin.site.urls),
     path("api/", api.urls),
     path("healthz", healthz, name="healthz"),
     path("metrics", metrics_view, name="metrics"),
     path("favicon.ico", favicon, name="favicon"),
-]
-
-# A task's own page (issue 30, item 16).
-from board.live.views import task_page  # noqa: E402  (kept in its own block beside the board's)
-
-urlpatterns += [
-    path("board/task/<str:task_id>", task_page, name="board-task"),
 ]

@@ -359,3 +359,23 @@ def test_the_committed_schema_compared_with_itself_has_no_changes():
     committed = json.loads(SCHEMA_FILE.read_text())
     changes = compare(committed, copy.deepcopy(committed))
     assert (changes.breaking, changes.additive) == ([], [])
+
+
+# -- the docs' groups --------------------------------------------------------------------------
+
+API_TAGS = ("tasks", "leases", "operators", "queues", "rate keys", "schedules", "check")
+
+
+def test_every_operation_is_in_one_named_group_of_the_docs():
+    """/api/docs groups operations by their tag: each has exactly one of the areas (none falls into
+    Swagger's "default" group), every area is used, and the document describes each group once."""
+    served = Client().get("/api/openapi.json").json()
+    used = set()
+    for path, operations in served["paths"].items():
+        for method, operation in operations.items():
+            tags = operation.get("tags")
+            assert tags is not None and len(tags) == 1 and tags[0] in API_TAGS, (method, path, tags)
+            used.add(tags[0])
+    assert used == set(API_TAGS)
+    assert [tag["name"] for tag in served["tags"]] == list(API_TAGS)
+    assert all(tag["description"] for tag in served["tags"])

@@ -52,3 +52,74 @@ def test_claim_order_pages_are_the_order_claims_take(using):
 @pytest.mark.parametrize("using", sql_stores())
 def test_latest_events_are_the_most_recent_oldest_first(using):
     check_latest_events(using)
+
+
+# -- every order of the task list (board.engine.listing), paged by cursors -----------------------
+
+
+def _varied_board(using: str) -> list:
+    """25 tasks with distinct creation and update times, priorities with ties, and some RUNNING
+    since different moments (the in_stage order's key), one written outside the engine without a
+    stage_changed_at (it sorts by its last write, as board.public shows it)."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from board.models import Task
+    transitions.create([transitions.TaskSpec(title=f"task {i}", id=f"v{i:02}", priority=i % 4, queue=f"q{i % 2}")
+                        for i in range(25)], actor="test", using=using)
+    base = timezone.now() - timedelta(hours=1)
+    for i in range(25):
+        # created in one order, updated in another, in stage since a third
+        Task.objects.using(using).filter(pk=f"v{i:02}").update(
+            created_at=base + timedelta(seconds=i), updated_at=base + timedelta(seconds=(i * 7) % 25, minutes=5),
+            stage_changed_at=None if i == 3 else base + timedelta(seconds=(i * 11) % 25, minutes=2))
+    return list(Task.objects.using(using).all())
+
+
+def _expected(tasks, order: str) -> list[str]:
+    from board.engine import listing
+    keyed = [(listing.list_key(t, order), t.pk) for t in tasks]
+    fields = listing.LIST_ORDERS[order]
+    for position in reversed(range(len(fields))):  # a stable sort per field, last field first
+        keyed.sort(key=lambda pair: pair[0][position], reverse=fields[position].startswith("-"))
+    return [pk for _, pk in keyed]
+
+
+def check_every_order_pages_by_cursor(using: str) -> None:
+    from board.engine import listing
+    tasks = _varied_board(using)
+    for order in listing.LIST_ORDERS:
+        listed, cursor = [], None
+        while True:
+            after = listing.cursor_after(cursor, order) if cursor else None
+            page = listing.task_list(order=order, after=after, count=4, using=using)
+            listed += [task.pk for task in page]
+            if len(page) < 4:
+                break
+            cursor = listing.cursor_of(page[-1], order)
+        assert listed == _expected(tasks, order), order
+        assert len(listed) == listing.count_tasks(listing.Filters(), using=using) == 25
+    # A filter narrows every order alike, and the count says how many its pages hold.
+    narrowed = listing.check_filters(queue="q1", text="TASK 1")
+    assert listing.count_tasks(narrowed, using=using) == 6  # v01, v11, v13, v15, v17, v19
+    ids = [t.pk for t in listing.task_list(queue="q1", text="TASK 1", order="priority", count=100, using=using)]
+    assert ids == ["v11", "v15", "v19", "v01", "v13", "v17"]  # priority 3 then 1, oldest first
+
+
+@pytest.mark.parametrize("using", sql_stores())
+def test_every_order_of_the_task_list_pages_by_cursor_in_exactly_its_sort(using):
+    check_every_order_pages_by_cursor(using)
+
+
+def test_a_cursor_is_good_only_for_its_own_order():
+    from board.engine import errors, listing
+    from board.models import Task
+    from django.utils import timezone
+    task = Task(id="t", created_at=timezone.now(), updated_at=timezone.now(), priority=2, claim_rank=1.0)
+    for order in listing.LIST_ORDERS:
+        cursor = listing.cursor_of(task, order)
+        assert listing.cursor_after(cursor, order) == listing.list_key(task, order)
+        for other in set(listing.LIST_ORDERS) - {order}:
+            with pytest.raises(errors.InvalidRequest):
+                listing.cursor_after(cursor, other)

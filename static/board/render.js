@@ -149,6 +149,7 @@ function flush() {
 
 function renderCounts() {
   const shown = matchingCounts();
+  renderNoMatch(shown);
   // A board with no task at all says how to get some (the hints are in board.html).
   document.getElementById("empty-board").hidden = STAGES.some((s) => countIn(s) > 0);
   for (const stage of STAGES) {
@@ -162,6 +163,22 @@ function renderCounts() {
       more.textContent = `show more (${hidden} older)`;
     }
   }
+}
+
+/** A filter that hides every card of the shown columns says so, offers to clear it, and links
+ * to the all-tasks table, which searches every task (the board holds the most recent finished
+ * ones only). */
+function renderNoMatch(shown) {
+  const box = document.getElementById("no-match");
+  const f = currentFilter();
+  const visible = STAGES.filter((s) => !COLUMN_ELS.get(s).hidden);
+  box.hidden = !(shown && f && visible.some((s) => countIn(s) > 0) && visible.every((s) => shown[s] === 0));
+  if (box.hidden) return;
+  const query = new URLSearchParams();
+  if (f.text) query.set("text", f.text);
+  if (f.queue) query.set("queue", f.queue);
+  for (const s of visible.length < STAGES.length ? visible : []) query.append("stage", s);
+  box.querySelector("a.search-all").href = `/board/tasks/?${query}`;
 }
 
 // ------------------------------------------------------------------------------------------
@@ -236,10 +253,11 @@ function fillCard(card, task, filter) {
   card.dataset.version = task.version;
   card.hidden = filter ? !matches(task, filter) : false;
   const head = el("div", "card-head");
-  head.append(el("b", "card-id", task.id), ` P${task.priority} · ${task.queue}`);
+  // The id on a line of its own (an id of 40 characters wraps there, not into the priority and
+  // queue); the admin link sits at the end of the meta line, out of the id's way.
+  head.append(el("b", "card-id", task.id), `P${task.priority} · ${task.queue}`);
   // A fairness key (a plan, a person): its tasks take turns with other keys' in the claim order.
   if (task.fairness_key) head.append(" · ", el("span", "fairness-key", task.fairness_key));
-  head.append(adminLink(task.id));
   const meta = el("div", "card-meta");
   // Fence and version are in the details panel: the card says who, how often, how long.
   card.inStageEl = el("span", "in-stage");
@@ -252,6 +270,7 @@ function fillCard(card, task, filter) {
     card.leaseEl = el("span", "lease");
     meta.append(" ", card.leaseEl);
   }
+  meta.append(adminLink(task.id));
   const parts = [head, el("div", "card-title", task.title), meta];
   const progress = task.progress !== null && task.progress !== undefined;
   const held = task.on_hold && task.stage === "PENDING";
@@ -421,6 +440,7 @@ export function startRendering() {
   subscribeView((change) => {
     if (change.what === "filters") applyFilter();
   });
+  document.querySelector("#no-match .clear-filter").addEventListener("click", () => clearFilters());
   setInterval(tickStages, 1000);
   setInterval(tickLeases, 1000);
 

@@ -2,7 +2,7 @@
 import pytest
 from django.db import connections
 
-from tests.test_list_orders import check_claim_order_pages, check_latest_events
+from tests.test_list_orders import check_claim_order_pages, check_every_order_pages_by_cursor, check_latest_events
 
 pytestmark = [pytest.mark.mongodb, pytest.mark.django_db(transaction=True)]
 
@@ -14,3 +14,7 @@ def test_claim_order_pages_are_the_order_claims_take():
 
 def test_latest_events_are_the_most_recent_oldest_first():
     check_latest_events("default")
+
+
+def test_every_order_of_the_task_list_pages_by_cursor_in_exactly_its_sort():
+    check_every_order_pages_by_cursor("default")

@@ -21,10 +21,9 @@ from board.api.pagination import (
     page_limit,
 )
 from board.api.schemas import CreatedTaskOut, EventPage, TaskBatchIn, TaskBatchOut, TaskIn, TaskOut, TaskPage
-from board.engine import deadlines, errors, scopes, selectors, transitions
+from board.engine import deadlines, errors, listing, scopes, selectors, transitions
 from board.engine.inputs import is_valid_task_id, json_field
-from board.engine.lifecycle import Stage
-from board.engine.limits import MAX_OWNER_CHARS, MAX_PAGE, MAX_PAGE_BYTES, MAX_TITLE_CHARS
+from board.engine.limits import MAX_PAGE, MAX_PAGE_BYTES
 from board.engine.transitions import TaskSpec
 from board.models import Task
 from board.public import public_event, public_task
@@ -134,12 +133,6 @@ def _query(request, allowed: set[str], repeatable: frozenset[str] = frozenset())
         raise errors.InvalidRequest(f"query parameter {repeated[0]!r} is given more than once")
 
 
-def _filter_text(name: str, value: str, max_chars: int) -> str:
-    if len(value) > max_chars:
-        raise errors.InvalidRequest(f"{name} is at most {max_chars} characters")
-    return value
-
-
 # The task list's orders, as the engine names them (its schema lists them as an enum).
 ListOrder = Literal[tuple(reads.LIST_ORDERS)]
 
@@ -149,7 +142,10 @@ ListOrder = Literal[tuple(reads.LIST_ORDERS)]
 def list_tasks(request, stage: list[str] = Query(None), queue: Optional[str] = None,
                owner: Optional[str] = None, text: Optional[str] = None,
                order: ListOrder = Query("created", description="created: oldest first (the default); claim: the order "
-                                  "claim-next takes tasks in (claim_rank, then id: priority, aging, fairness keys)"),
+                                  "claim-next takes tasks in (claim_rank, then id: priority, aging, fairness keys); "
+                                  "newest: most recently created first; updated: most recently changed first; "
+                                  "priority: highest first, oldest first among equals; in_stage: longest in its "
+                                  "stage first (RUNNING: the longest running)"),
                cursor: Optional[str] = None, limit: int = 100):
     """A page holds at most `limit` tasks, and ends early (with `next`) before the task that
     would take it past MAX_PAGE_BYTES of JSON: a task carries up to three 256 KiB JSON values
@@ -162,18 +158,10 @@ def list_tasks(request, stage: list[str] = Query(None), queue: Optional[str] = N
     page's last task), and a cursor is good only for the order that gave it out."""
     require_reader(request)
     _query(request, {"stage", "queue", "owner", "text", "order", "cursor", "limit"}, repeatable=frozenset({"stage"}))
-    if stage:
-        unknown = [s for s in stage if s not in Stage.__members__]
-        if unknown:
-            raise errors.InvalidRequest(f"unknown stage {unknown[0]!r}; one of {', '.join(Stage)}")
-    if queue and not is_valid_task_id(queue):
-        raise errors.InvalidRequest(f"invalid queue name {queue!r}")
-    if owner:
-        _filter_text("owner", owner, MAX_OWNER_CHARS)
-    if text:
-        _filter_text("text", text, MAX_TITLE_CHARS)
+    checked = listing.check_filters(stage or (), queue, owner, text)  # the board's table checks the same
     after = cursor_after(cursor, order) if cursor else None
-    filters = {"stages": stage, "queue": queue, "owner": owner, "text": text, "scope": request.auth.scope}
+    filters = {"stages": list(checked.stages), "queue": checked.queue, "owner": checked.owner, "text": checked.text,
+               "scope": request.auth.scope}
     items, last = _task_page(filters, order, after, page_limit(limit))
     return {"items": items, "next": cursor_of(last, order) if last is not None else None}
 

@@ -1,0 +1,268 @@
+"""The all-tasks table, the header's navigation, and cards that breathe, in a real browser (Debian's
+Chromium, Playwright) against a real board server (manage.py serve) on the test database.
+
+The server, browser and ORM-thread fixtures are tests/test_browser.py's; every page here fails its
+test on a JavaScript error or a console error. Waits are Playwright's `expect(...)` with a bound,
+never a sleep. The screenshots (1600x1000, 390x844, dark) land in SCREENSHOTS; those committed
+under docs/screenshots/ are copies of them."""
+# The fixtures imported from tests/test_browser.py are test parameters by the same names.
+# ruff: noqa: F811
+from __future__ import annotations
+
+import csv
+import io
+import re
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from board.engine import transitions
+from board.engine.transitions import TaskSpec
+from tests.support import sqlite_db_mark
+from tests.test_browser import (  # noqa: F401  (fixtures, found by pytest by name)
+    ARRIVAL,
+    SLOW,
+    _session_cookie,
+    _user,
+    browser,
+    card,
+    count,
+    orm,
+    server,
+)
+
+try:
+    from playwright.sync_api import expect
+except ImportError:  # reported before each test (the `browser` marker, tests/conftest.py)
+    expect = None
+
+pytestmark = [pytest.mark.browser, *sqlite_db_mark()]
+
+SCREENSHOTS = Path(tempfile.gettempdir()) / "taskflow-board-screenshots"
+SIZES = {"desktop": (1600, 1000, "light"), "phone": (390, 844, "light"), "dark": (1600, 1000, "dark")}
+
+
+@pytest.fixture
+def open_page(server, browser, orm):
+    """open_page(path, width=1600, height=1000, color_scheme="light", superuser=True, expected=None) -> a page
+    of the board's site, logged in as a new user (its name: page.username)."""
+    contexts, problems = [], []
+
+    def open_(path: str, width: int = 1600, height: int = 1000, color_scheme: str = "light",
+              superuser: bool = True, expected: str | None = None):
+        """`expected`: the one console error the test provokes (a refused address's 4xx)."""
+        user = orm(lambda: _user(superuser=superuser))
+        cookie = orm(_session_cookie, user)
+        context = browser.new_context(viewport={"width": width, "height": height}, color_scheme=color_scheme,
+                                      accept_downloads=True)
+        contexts.append(context)
+        context.add_cookies([{"name": "sessionid", "value": cookie, "url": server.url}])
+        page = context.new_page()
+        page.on("pageerror", lambda error: problems.append(f"page error: {error}"))
+        page.on("console", lambda message: message.type == "error" and message.text != expected
+                and problems.append(f"console: {message.text}"))
+        page.username = user.username
+        page.goto(f"{server.url}{path}")
+        if path.startswith("/board/") and not path.startswith("/board/tasks"):
+            expect(page.locator("#connection")).to_have_attribute("data-state", "live", timeout=SLOW)
+        return page
+
+    yield open_
+    for context in contexts:
+        context.close()
+    assert problems == [], f"errors on the page: {problems}\n{server.log_tail()}"
+
+
+def _many(n: int = 60) -> None:
+    transitions.create([TaskSpec(id=f"job-{i:03}", title=f"job {i}", priority=i % 4, queue="ingest" if i % 2 else "render")
+                        for i in range(n)], actor="test")
+
+
+def _rows(page) -> list[str]:
+    return page.locator("#tasks-table tbody tr").evaluate_all("rows => rows.map(r => r.dataset.id)")
+
+
+# ---------------------------------------------------------------------------------------------
+# 17. The all-tasks table
+
+
+def test_the_table_pages_sorts_filters_and_exports_what_it_shows(open_page, orm, server):
+    orm(_many)
+    page = open_page("/board/tasks/?limit=25&order=created")
+    expect(page.locator("#tasks-count")).to_have_text("1–25 of 60 tasks (times in UTC)")
+    assert _rows(page) == [f"job-{i:03}" for i in range(25)]
+    # Each id links to the task's own page.
+    expect(page.locator('tr[data-id="job-007"] td.id a')).to_have_attribute("href", "/board/task/job-007")
+    page.click("#next-page")
+    expect(page.locator("#tasks-count")).to_have_text("26–50 of 60 tasks (times in UTC)")
+    assert _rows(page) == [f"job-{i:03}" for i in range(25, 50)]
+    page.click("#next-page")
+    expect(page.locator("#tasks-count")).to_have_text("51–60 of 60 tasks (times in UTC)")
+    assert _rows(page) == [f"job-{i:03}" for i in range(50, 60)]
+    expect(page.locator("#next-page")).to_have_count(0)
+    page.click("#first-page")
+    expect(page.locator("#tasks-count")).to_have_text("1–25 of 60 tasks (times in UTC)")
+
+    # Sorts: the headers' links.
+    page.click("#tasks-table th >> text=priority")
+    expect(page.locator("#tasks-table th a[aria-current]")).to_have_text("priority ↓")
+    assert _rows(page)[:3] == ["job-003", "job-007", "job-011"]  # priority 3, oldest first
+    page.click("#tasks-table th >> text=created")  # newest first
+    assert _rows(page)[0] == "job-059"
+    page.click("#tasks-table th >> text=created")  # then oldest first
+    assert _rows(page)[0] == "job-000"
+
+    # A filter (the form): the rows and the count narrow, and the export holds exactly them.
+    page.fill('input[name="text"]', "job 1")
+    page.fill('input[name="queue"]', "ingest")
+    page.check('input[name="stage"][value="QUEUED"]')
+    page.click("#tasks-filters button[type=submit]")
+    expect(page.locator("#tasks-count")).to_have_text("1–6 of 6 tasks matching the filter (times in UTC)")
+    assert _rows(page) == ["job-001", "job-011", "job-013", "job-015", "job-017", "job-019"]
+    with page.expect_download() as download:
+        page.click("#export-csv")
+    exported = list(csv.DictReader(io.StringIO(Path(download.value.path()).read_text())))
+    assert [row["id"] for row in exported] == _rows(page)
+    with page.expect_download() as download:
+        page.click("#export-jsonl")
+    assert len(Path(download.value.path()).read_text().splitlines()) == 6
+
+    # No match: said so, with a way back.
+    page.fill('input[name="text"]', "nothing like it")
+    page.click("#tasks-filters button[type=submit]")
+    expect(page.locator("#tasks-count")).to_have_text("No task matches the filter. Clear the filter")
+    page.click("#tasks-count a")
+    expect(page.locator("#tasks-count")).to_have_text("1–50 of 60 tasks (times in UTC)")
+
+
+def test_a_bad_address_says_what_is_wrong_and_offers_every_task(open_page, orm, server):
+    orm(_many, 3)
+    page = open_page("/board/tasks/", expected="Failed to load resource: the server responded with a status "
+                                               "of 422 (Unprocessable Entity)")
+    answer = page.goto(f"{server.url}/board/tasks/?order=fastest")
+    assert answer.status == 422
+    expect(page.locator("#tasks-error")).to_contain_text("unknown order 'fastest'")
+    page.click("#tasks-error a")
+    expect(page.locator("#tasks-count")).to_have_text("1–3 of 3 tasks (times in UTC)")
+
+
+# ---------------------------------------------------------------------------------------------
+# 19. The header's navigation
+
+
+def test_the_header_names_the_user_links_every_page_and_logs_out_with_a_post(open_page, orm, server):
+    orm(_many, 3)
+    page = open_page("/board/")
+    nav = page.locator("#site-nav")
+    expect(nav.locator(".nav-user")).to_have_text(page.username)
+    links = dict(nav.locator("a").evaluate_all("links => links.map(a => [a.textContent, a.getAttribute('href')])"))
+    assert links == {"Board": "/board/", "All tasks": "/board/tasks/", "Queues": "/admin/board/queue/",
+                     "API docs": "/api/docs", "Admin": "/admin/"}
+    expect(nav.locator('a[aria-current="page"]')).to_have_text("Board")
+    nav.locator("text=All tasks").click()
+    expect(page).to_have_url(f"{server.url}/board/tasks/")
+    expect(page.locator('#site-nav a[aria-current="page"]')).to_have_text("All tasks")
+    expect(page.locator("#site-nav .nav-user")).to_have_text(page.username)
+    page.locator("#site-nav >> text=Queues").click()
+    expect(page).to_have_url(f"{server.url}/admin/board/queue/")
+    page.go_back()
+    # Log out: a POST with the CSRF token (Django 5 refuses a GET), back to the login page.
+    page.locator("#site-nav button", has_text="Log out").click()
+    expect(page).to_have_url(re.compile(r"/admin/login/\?next=/board/tasks/$"))
+    page.goto(f"{server.url}/board/")
+    expect(page).to_have_url(re.compile(r"/admin/login/\?next=/board/$"))
+
+
+# ---------------------------------------------------------------------------------------------
+# 21. Cards that breathe; a filter with no match
+
+
+def _busy_board() -> None:
+    """Five stages with cards (PAUSED and CANCELLED empty, as on most boards), long ids."""
+    transitions.create([TaskSpec(id=f"ux-run-2026-12-05-build-{i:04}", title=f"build the docs site, part {i}",
+                                 queue="docs-builds") for i in range(12)], actor="test")
+    transitions.create([TaskSpec(id=f"held-{i}", title="waits for an operator", hold=True) for i in range(3)],
+                       actor="test")
+    for i in range(3):
+        transitions.claim(f"ux-run-2026-12-05-build-{i:04}", "agent-with-a-long-name-7", 600)
+    lease = transitions.claim("ux-run-2026-12-05-build-0003", "agent-2", 600).lease
+    transitions.complete("ux-run-2026-12-05-build-0003", lease.token, {"ok": True})
+    lease = transitions.claim("ux-run-2026-12-05-build-0004", "agent-2", 600).lease
+    transitions.fail("ux-run-2026-12-05-build-0004", lease.token, "boom", retryable=False)
+
+
+def test_at_1600_px_cards_are_wide_ids_have_their_line_and_count_pills_stay_whole(open_page, orm):
+    orm(_busy_board)
+    page = open_page("/board/")
+    expect(card(page, "ux-run-2026-12-05-build-0011")).to_be_visible()
+    widths = page.locator(".card:visible").evaluate_all("cards => cards.map(c => c.getBoundingClientRect().width)")
+    assert min(widths) >= 180, widths  # 158 px before
+    # The id has a line of its own; the admin link is not in the id's line.
+    head = card(page, "ux-run-2026-12-05-build-0011").locator(".card-head")
+    assert head.locator("a.admin-link").count() == 0
+    id_box, head_box = head.locator(".card-id").bounding_box(), head.bounding_box()
+    assert abs(id_box["width"] - head_box["width"]) < 1 and id_box["height"] < 40  # a block: at most two lines
+    # A filtered count ("1 of 8") is one pill on one line in every column.
+    page.fill("#filter-text", "build-0011")
+    expect(count(page, "QUEUED")).to_have_text("1 of 7")
+    for stage in ("PENDING", "QUEUED", "RUNNING", "COMPLETED", "FAILED"):
+        box = count(page, stage).bounding_box()
+        assert box["height"] < 22, (stage, box)
+    page.fill("#filter-text", "")
+
+
+def test_a_filter_with_no_match_says_so_offers_to_clear_it_and_to_search_every_task(open_page, orm, server):
+    orm(_busy_board)
+    page = open_page("/board/")
+    no_match = page.locator("#no-match")
+    expect(no_match).to_be_hidden()
+    page.fill("#filter-text", "no-such-thing")
+    expect(no_match).to_be_visible()
+    expect(no_match).to_contain_text("No card on the board matches the filter.")
+    expect(no_match.locator("a.search-all")).to_have_attribute("href", "/board/tasks/?text=no-such-thing")
+    no_match.locator("button.clear-filter").click()
+    expect(no_match).to_be_hidden()
+    expect(page.locator("#filter-text")).to_have_value("")
+    expect(card(page, "held-0")).to_be_visible()
+    # The same link answers over every task.
+    page.fill("#filter-text", "build-0003")
+    page.select_option("#filter-stage", "QUEUED")
+    expect(no_match).to_be_visible()
+    no_match.locator("a.search-all").click()
+    expect(page).to_have_url(f"{server.url}/board/tasks/?text=build-0003&stage=QUEUED")
+    expect(page.locator("#tasks-count")).to_have_text("No task matches the filter. Clear the filter")
+
+
+# ---------------------------------------------------------------------------------------------
+# Screenshots (committed copies: docs/screenshots/)
+
+
+def test_screenshots_of_the_table_and_the_board_at_three_sizes(open_page, orm):
+    orm(_many, 40)
+    orm(_busy_board)  # changed last: the table's "recently updated" shows every stage first
+    SCREENSHOTS.mkdir(exist_ok=True)
+    for name, (width, height, scheme) in SIZES.items():
+        page = open_page("/board/tasks/?order=updated", width=width, height=height, color_scheme=scheme)
+        expect(page.locator("#tasks-count")).to_contain_text("of 55 tasks")
+        page.screenshot(path=str(SCREENSHOTS / f"tasks-{name}.png"))
+        page = open_page("/board/", width=width, height=height, color_scheme=scheme)
+        expect(card(page, "held-0")).to_be_visible()
+        expect(page.locator("#queues li.queue").first).to_be_visible(timeout=SLOW)  # the strip's first frame
+        page.screenshot(path=str(SCREENSHOTS / f"board-{name}.png"))
+
+
+# ---------------------------------------------------------------------------------------------
+# 20. The API docs, grouped by area
+
+
+def test_the_api_docs_show_a_group_per_area_and_no_default_group(open_page):
+    page = open_page("/api/docs")
+    groups = page.locator(".opblock-tag-section h3 .opblock-tag, .opblock-tag-section h3")
+    expect(page.locator(".opblock-tag-section")).to_have_count(7, timeout=SLOW)
+    names = page.locator(".opblock-tag-section h3").evaluate_all("hs => hs.map(h => h.dataset.tag)")
+    assert names == ["tasks", "leases", "operators", "queues", "rate keys", "schedules", "check"], names
+    assert groups.filter(has_text="default").count() == 0
+    # A group holds its operations: the tasks group lists GET /api/tasks.
+    expect(page.locator('.opblock-tag-section:has(h3[data-tag="tasks"]) .opblock-summary-path',
+                        has_text="/api/tasks").first).to_be_visible()
