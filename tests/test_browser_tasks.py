@@ -182,7 +182,7 @@ def _busy_board() -> None:
     """Five stages with cards (PAUSED and CANCELLED empty, as on most boards), long ids."""
     transitions.create([TaskSpec(id=f"ux-run-2026-12-05-build-{i:04}", title=f"build the docs site, part {i}",
                                  queue="docs-builds") for i in range(12)], actor="test")
-    transitions.create([TaskSpec(id=f"held-{i}", title="waits for an operator", hold=True) for i in range(3)],
+    transitions.create([TaskSpec(id=f"held-{i}", title="waits for an operator", on_hold=True) for i in range(3)],
                        actor="test")
     for i in range(3):
         transitions.claim(f"ux-run-2026-12-05-build-{i:04}", "agent-with-a-long-name-7", 600)
