@@ -7,7 +7,7 @@
 // in its new column meanwhile, is drawn from it. Cancel asks first (the dialog): a reason for
 // the history, and which waiting tasks it would strand.
 
-import { CAN_INTERVENE, COLUMN_ELS, el, MOVES, showMessage, STAGES } from "./page.js";
+import { askReason, CAN_INTERVENE, COLUMN_ELS, el, MOVES, showMessage, STAGES } from "./page.js";
 import { getTask, strandedBy } from "./store.js";
 import { sendAction } from "./api.js";
 import { cardOf, cardsOf, detach, markDirty, newChunk } from "./render.js";
@@ -69,16 +69,7 @@ function confirmCancel(id) {
   if (!complete) list.append(el("li", "possibly-more", "and possibly more (the board has not loaded every task)"));
   cancelDialog.querySelector(".stranded-none").hidden = ids.length > 0 || !complete;
   cancelDialog.querySelector(".stranded-some").hidden = ids.length === 0 && complete;
-  const reason = cancelDialog.querySelector("textarea");
-  reason.value = "";
-  cancelDialog.returnValue = "";
-  return new Promise((resolve) => {
-    cancelDialog.addEventListener("close", () => {
-      resolve(cancelDialog.returnValue === "confirm" ? { reason: reason.value.trim() } : null);
-    }, { once: true });
-    cancelDialog.showModal();
-    reason.focus();
-  });
+  return askReason(cancelDialog);
 }
 
 /** Send `action` for task `id`; the card waits in the target column until the answer. */

@@ -76,3 +76,18 @@ export function frameBatcher(draw) {
     setTimeout(run, 300);
   };
 }
+
+/** Open `dialog` (a <dialog> whose form has a reason textarea and a "confirm" button): resolves
+ * to {reason} when confirmed, null when dismissed. */
+export function askReason(dialog) {
+  const reason = dialog.querySelector("textarea");
+  reason.value = "";
+  dialog.returnValue = "";
+  return new Promise((resolve) => {
+    dialog.addEventListener("close", () => {
+      resolve(dialog.returnValue === "confirm" ? { reason: reason.value.trim() } : null);
+    }, { once: true });
+    dialog.showModal();
+    reason.focus();
+  });
+}

@@ -13,7 +13,7 @@
 // button.queue-toggle (data-pending="true" while its request or the frame that answers it is
 // on the way), and button.queue-limits. The section's data-updates counts the frames drawn.
 
-import { CAN_CHANGE_QUEUES, el, rateText, showMessage } from "./page.js";
+import { askReason, CAN_CHANGE_QUEUES, el, rateText, showMessage } from "./page.js";
 import { getQueues, subscribe } from "./store.js";
 import { changeQueue } from "./api.js";
 import { askLimits } from "./limits.js";
@@ -88,16 +88,7 @@ function render() {
 /** Ask for a reason before pausing `name`: resolves to {reason} when confirmed, null when dismissed. */
 function askPause(name) {
   dialog.querySelector(".queue-name").textContent = name;
-  const reason = dialog.querySelector("textarea");
-  reason.value = "";
-  dialog.returnValue = "";
-  return new Promise((resolve) => {
-    dialog.addEventListener("close", () => {
-      resolve(dialog.returnValue === "confirm" ? { reason: reason.value.trim() } : null);
-    }, { once: true });
-    dialog.showModal();
-    reason.focus();
-  });
+  return askReason(dialog);
 }
 
 async function toggle(name, pause) {

@@ -9,7 +9,7 @@
 // tasks it would strand (the server's list, down the chain). The page reads the task again every
 // few seconds while it is visible and redraws when its version moved.
 
-import { el, showMessage } from "./page.js";
+import { askReason, el, showMessage } from "./page.js";
 import { loadHistory, loadTask, sendAction } from "./api.js";
 import { actionsFor } from "./actions.js";
 import { renderAttempts } from "./attempts.js";
@@ -70,16 +70,7 @@ function confirmCancel() {
   if (!complete) list.append(el("li", "possibly-more", "and more down the chain"));
   dialog.querySelector(".stranded-none").hidden = tasks.length > 0;
   dialog.querySelector(".stranded-some").hidden = tasks.length === 0;
-  const reason = dialog.querySelector("textarea");
-  reason.value = "";
-  dialog.returnValue = "";
-  return new Promise((resolve) => {
-    dialog.addEventListener("close", () => {
-      resolve(dialog.returnValue === "confirm" ? { reason: reason.value.trim() } : null);
-    }, { once: true });
-    dialog.showModal();
-    reason.focus();
-  });
+  return askReason(dialog);
 }
 
 async function act(action) {
