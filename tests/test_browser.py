@@ -24,7 +24,7 @@ from django.test import Client
 
 from board.engine import retention, transitions
 from board.engine.transitions import TaskSpec
-from board.models import Dependency, Task
+from board.models import Dependency, Task, TaskEvent
 from harness.browser import launch_chromium
 from tests.live_server import BoardServer
 from tests.support import database_url, sqlite_db_mark
@@ -614,7 +614,13 @@ def test_buttons_in_the_details_admit_pause_and_retry(open_board, orm):
 
     card(page, "run").click()
     page.click('#details button[data-verb="force_pause"]')
+    dialog = page.locator("#reason-dialog")  # it takes agent-1's lease away: it asks first
+    expect(dialog.locator("h2")).to_have_text("Pause run?")
+    dialog.locator("textarea").fill("the GPU host goes down for maintenance")
+    dialog.get_by_role("button", name="Pause the task").click()
     expect(settled(page, "run", "PAUSED")).to_be_visible()
+    paused = orm(lambda: TaskEvent.objects.filter(task_id="run").last())
+    assert (paused.verb, paused.detail["reason"]) == ("force_pause", "the GPU host goes down for maintenance")
 
     card(page, "bad").click()
     retry = page.locator('#details button[data-verb="requeue"]')
@@ -624,6 +630,28 @@ def test_buttons_in_the_details_admit_pause_and_retry(open_board, orm):
     stages = orm(lambda: dict(Task.objects.values_list("id", "stage")))
     assert stages == {"held": "QUEUED", "run": "PAUSED", "bad": "QUEUED"}
     assert orm(lambda: Task.objects.get(pk="bad").attempts) == 0  # retry gave its attempts back
+
+
+def test_release_of_a_running_task_asks_first_and_dismissing_changes_nothing(open_board, orm):
+    """Release takes the holder's lease away: one click opens the reason dialog, and "Keep it
+    running" sends nothing (issue 30, item 10); confirmed, the reason is in the history."""
+    orm(transitions.create, TaskSpec(id="busy", title="busy"))
+    orm(transitions.claim, "busy", "agent-1", 60)
+    page = open_board()
+    card(page, "busy").click()
+    page.click('#details button[data-verb="force_release"]')
+    dialog = page.locator("#reason-dialog")
+    expect(dialog.locator("h2")).to_have_text("Release busy?")
+    dialog.get_by_role("button", name="Keep it running").click()
+    expect(dialog).to_be_hidden()
+    task = orm(Task.objects.get, pk="busy")
+    assert (task.stage, task.version, task.owner) == ("RUNNING", 1, "agent-1")  # nothing was sent
+    page.click('#details button[data-verb="force_release"]')
+    dialog.locator("textarea").fill("agent-1 is stuck")
+    dialog.get_by_role("button", name="Release the task").click()
+    expect(settled(page, "busy", "QUEUED")).to_be_visible()
+    released = orm(lambda: TaskEvent.objects.filter(task_id="busy").last())
+    assert (released.verb, released.detail["reason"]) == ("force_release", "agent-1 is stuck")
 
 
 def test_a_move_that_lost_a_race_snaps_back_with_a_message(open_board, orm):
@@ -663,7 +691,9 @@ def test_a_move_that_lost_a_race_snaps_back_with_a_message(open_board, orm):
     message = page.locator("#message")
     expect(message).to_be_visible()
     expect(message).to_have_attribute("data-kind", "error")
-    expect(message).to_contain_text("version")
+    # What happened, not the versions (issue 30, item 9): the move that came first, its actor.
+    expect(message).to_contain_text("Cancel q3: not done; it was claimed by agent-fast at ")
+    expect(message).to_contain_text("(now RUNNING)")
     task = orm(Task.objects.get, pk="q3")
     assert (task.stage, task.version) == ("RUNNING", 1)
 

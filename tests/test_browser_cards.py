@@ -197,6 +197,14 @@ def test_cancel_asks_for_a_reason_lists_the_stranded_chain_and_dismissing_change
     expect(problems).to_have_count(2, timeout=ARRIVAL)
     assert [(p.get_attribute("data-task"), p.get_attribute("data-code")) for p in problems.all()] == [
         ("child", "dead_dep"), ("grandchild", "dead_dep")]
+    # ... and their cards say so, instead of looking like tasks that wait (issue 30, item 12).
+    for stranded in ("child", "grandchild"):
+        expect(card(page, stranded)).to_have_class(re.compile(r"\bstranded\b"), timeout=ARRIVAL)
+        expect(card(page, stranded).locator(".badge.stranded")).to_have_text("stranded: can never run")
+    expect(card(page, "child").locator(".badge.stranded")).to_have_attribute(
+        "title", re.compile(r"child waits for root, which is CANCELLED"))
+    expect(card(page, "bystander")).not_to_have_class(re.compile(r"\bstranded\b"))
+    expect(card(page, "child").locator("li.dep.dead")).to_have_text("✗ root")
 
 
 def test_cancelling_a_task_nobody_waits_for_says_so(open_board, orm):

@@ -157,6 +157,23 @@ def test_the_task_page_acts_retry_and_cancel_with_a_reason(open_page, orm):
     assert orm(lambda: selectors.get_task("f2").stage) == "CANCELLED"
 
 
+def test_the_task_page_asks_a_reason_before_pausing_a_running_task(open_page, orm):
+    """Pause takes the holder's lease away: the page asks first, as the board does (issue 30,
+    item 10), and the reason is in the timeline."""
+    orm(transitions.create, TaskSpec(id="r1", title="runs"))
+    orm(transitions.claim, "r1", "agent-1", 600)
+    page = open_page("/board/task/r1")
+    expect(page.locator(".stage-chip")).to_have_text("RUNNING")
+    page.locator('button[data-verb="force_pause"]').click()
+    dialog = page.locator("#reason-dialog")
+    expect(dialog.locator("h2")).to_have_text("Pause r1?")
+    dialog.locator("textarea").fill("disk full on agent-1")
+    dialog.get_by_role("button", name="Pause the task").click()
+    expect(page.locator(".stage-chip")).to_have_text("PAUSED", timeout=SLOW)
+    expect(page.locator('.history li[data-verb="force_pause"]')).to_contain_text("disk full on agent-1")
+    assert orm(lambda: selectors.get_task("r1").stage) == "PAUSED"
+
+
 def test_the_details_panel_counts_attempts_once_and_links_to_the_full_page(open_page, orm):
     orm(plan)
     page = open_page("/board/?task=mid")

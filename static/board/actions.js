@@ -5,11 +5,13 @@
 // the server says it is (api.js lands the task the refusal names). An accepted move is not
 // applied here: the socket brings the change, as it does every other one, and the card, shown
 // in its new column meanwhile, is drawn from it. Cancel asks first (the dialog): a reason for
-// the history, and which waiting tasks it would strand.
+// the history, and which waiting tasks it would strand; Release and Pause, which take a holder's
+// lease away, ask for a reason too (`confirmed`). A move refused because the task changed says
+// what changed it (`refusalText`: the task's last move, who made it and when).
 
 import { askReason, CAN_INTERVENE, COLUMN_ELS, el, MOVES, showMessage, STAGES } from "./page.js";
 import { getTask, strandedBy } from "./store.js";
-import { sendAction } from "./api.js";
+import { lastEvent, sendAction } from "./api.js";
 import { cardOf, cardsOf, detach, markDirty, newChunk } from "./render.js";
 
 // The operator's verbs and their endpoints. FAILED -> QUEUED is offered as "retry": a requeue
@@ -72,6 +74,63 @@ function confirmCancel(id) {
   return askReason(cancelDialog);
 }
 
+/** `action` with the operator's reason in what it sends (none given: nothing added). */
+export function withReason(action, reason) {
+  return reason ? { ...action, extra: { ...action.extra, reason } } : action;
+}
+
+// Moves that take a holder's lease away ask first, as Cancel does: the reason goes to the history.
+const ASKS_A_REASON = {
+  force_release: {
+    title: "Release", confirm: "Release the task",
+    text: "Its holder loses the lease (its next renew or complete is refused) and the task goes back to QUEUED.",
+  },
+  force_pause: {
+    title: "Pause", confirm: "Pause the task",
+    text: "Its holder loses the lease and the task waits in PAUSED, with its last checkpoint, until it is resumed.",
+  },
+};
+
+/** Ask for a reason before `action` on task `id` when the move takes a lease away (the page's
+ * #reason-dialog): resolves to the action with the reason, the action as it is when the move
+ * asks nothing, or null when dismissed. */
+export async function confirmed(id, action) {
+  const asks = ASKS_A_REASON[action.verb];
+  if (!asks) return action;
+  const dialog = document.getElementById("reason-dialog");
+  dialog.querySelector(".reason-title").textContent = `${asks.title} ${id}?`;
+  dialog.querySelector(".reason-text").textContent = asks.text;
+  dialog.querySelector("button[value=confirm]").textContent = asks.confirm;
+  const answer = await askReason(dialog);
+  return answer && withReason(action, answer.reason);
+}
+
+// A history row's verb as what happened to the task ("already admitted by ops-1 at 05:21:50").
+const DONE = {
+  create: "created", admit: "admitted", claim: "claimed", resume: "resumed", renew: "renewed",
+  release: "released", force_release: "released", complete: "completed", fail: "failed",
+  retry: "queued for a retry", pause: "paused", force_pause: "paused", requeue: "requeued",
+  cancel: "cancelled", reclaim: "taken back (lease expired)", edit: "edited", expire: "failed (not started in time)",
+};
+
+/** What to say when `action` on `id` was refused (`sent`: sendAction's answer). A version
+ * conflict means someone moved the task first: say who, what and when (its last history row)
+ * rather than the versions. */
+export async function refusalText(id, action, sent) {
+  const error = (sent.body && sent.body.error) || {};
+  if (error.code === "version_conflict" && error.task) {
+    try {
+      const last = await lastEvent(id);
+      if (last) {
+        const when = new Date(last.at).toLocaleTimeString();
+        return `${action.label} ${id}: not done; it was ${DONE[last.verb] || last.verb} by ${last.actor} at ${when} meanwhile (now ${error.task.stage})`;
+      }
+    } catch { /* no history to tell: the refusal's own words below */ }
+  }
+  const what = error.message || (sent.status !== null ? `HTTP ${sent.status}` : "no answer");
+  return `${action.label} ${id} refused: ${what}`;
+}
+
 /** Send `action` for task `id`; the card waits in the target column until the answer. */
 export async function act(id, action) {
   const task = getTask(id);
@@ -79,7 +138,10 @@ export async function act(id, action) {
   if (action.verb === "cancel") {
     const answer = await confirmCancel(id);
     if (!answer) return; // dismissed: nothing sent, nothing moved
-    action = { ...action, extra: { ...action.extra, ...(answer.reason ? { reason: answer.reason } : {}) } };
+    action = withReason(action, answer.reason);
+  } else {
+    action = await confirmed(id, action);
+    if (!action) return;
   }
   const card = cardOf(id);
   if (card) {
@@ -91,15 +153,13 @@ export async function act(id, action) {
       container.firstElementChild.prepend(card);
     }
   }
-  const { ok, status, body } = await sendAction(id, action.path, { version: task.version, ...action.extra });
+  const sent = await sendAction(id, action.path, { version: task.version, ...action.extra });
   card?.classList.remove("pending");
-  if (ok && body && body.id) {
-    showMessage(`${action.label}: ${id} is now ${body.stage}`);
+  if (sent.ok && sent.body && sent.body.id) {
+    showMessage(`${action.label}: ${id} is now ${sent.body.stage}`);
   } else {
-    const error = (body && body.error) || {};
-    const what = error.message || (status !== null ? `HTTP ${status}` : "no answer");
-    showMessage(`${action.label} ${id} refused: ${what}`, "error");
     markDirty(id); // back where the model says it is
+    showMessage(await refusalText(id, action, sent), "error");
   }
   for (const listener of actedListeners) listener(id);
 }

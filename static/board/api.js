@@ -52,6 +52,12 @@ export async function loadOlder(stage, pageSize) {
 
 /** The history of task `id`, oldest first (GET /api/tasks/{id}/events, every page up to 20 of
  * 500); throws when the API fails. Not part of the model: the details panel shows it. */
+/** The task's most recent history row, or null (none, or the request failed). */
+export async function lastEvent(id) {
+  const response = await fetch(`/api/tasks/${encodeURIComponent(id)}/events?last=1`, { credentials: "same-origin" });
+  return response.ok ? (await response.json()).items.pop() || null : null;
+}
+
 export async function loadHistory(id) {
   const items = [];
   let cursor = null;

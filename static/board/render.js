@@ -6,7 +6,8 @@
 
 import { adminUrl, CAN_INTERVENE, COLUMN_ELS, el, frameBatcher, showMessage, STAGES, TERMINAL } from "./page.js";
 import {
-  countIn, depDone, getProblems, getTask, idsIn, moreCursor, positionOf, queueClosed, keyFull, rateKeyHeld, subscribe,
+  countIn, depDead, depDone, getProblems, getTask, idsIn, moreCursor, positionOf, queueClosed, keyFull, rateKeyHeld,
+  strandedWhy, subscribe,
 } from "./store.js";
 import { loadOlder } from "./api.js";
 import {
@@ -18,6 +19,8 @@ const SHOW_MORE_PAGE = 200;
 
 const dirty = new Set();
 let countsDirty = false;
+let strandedIds = new Set(); // the tasks check() last named stranded (dead_dep), drawn so
+const strandedNow = () => new Set(getProblems().filter((p) => p.code === "dead_dep").map((p) => p.task));
 let highlighted = null; // the card a problem pointed at
 const scheduleFrame = frameBatcher(() => flush());
 
@@ -289,8 +292,17 @@ function fillCard(card, task, filter) {
   // ... and when one of its deadlines runs out (issue 29, item 7), named as a time like the above.
   const deadline = deadlineOf(task);
   const { error, attempt } = troubleBadges(task);
-  if (error || attempt || held || progress || paused || later || deadline) {
+  // ... or it never will: check() found it stranded behind a cancelled or failed dependency
+  // (the problems frame; a change of it redraws the cards it names, startRendering).
+  const stranded = strandedWhy(task.id);
+  card.classList.toggle("stranded", Boolean(stranded));
+  if (error || attempt || held || progress || paused || later || deadline || stranded) {
     const badges = el("div", "badges");
+    if (stranded) {
+      const b = el("span", "badge bad stranded", "stranded: can never run");
+      b.title = stranded;
+      badges.append(b);
+    }
     if (closed) badges.append(el("span", "badge waiting", `waiting: ${closed}`));
     if (keyHeld) badges.append(el("span", "badge waiting key-full", `waiting: ${keyHeld}`));
     if (rateHeld) badges.append(el("span", "badge waiting rate-key", `waiting: ${rateHeld}`));
@@ -318,7 +330,8 @@ function fillCard(card, task, filter) {
     const deps = el("ul", "deps");
     for (const dep of task.deps) {
       const done = depDone(dep);
-      const li = el("li", done ? "dep done" : done === false ? "dep todo" : "dep unknown", `${done ? "✓" : done === false ? "…" : "?"} ${dep}`);
+      const li = depDead(dep) ? el("li", "dep dead", `✗ ${dep}`)
+        : el("li", done ? "dep done" : done === false ? "dep todo" : "dep unknown", `${done ? "✓" : done === false ? "…" : "?"} ${dep}`);
       li.dataset.dep = dep;
       deps.append(li);
     }
@@ -428,6 +441,7 @@ function applyFilter() {
 export function startRendering() {
   subscribe((change) => {
     if (change.what === "snapshot") {
+      strandedIds = strandedNow();
       renderAll();
     } else if (change.what === "tasks") {
       for (const id of change.ids) dirty.add(id);
@@ -435,6 +449,10 @@ export function startRendering() {
       scheduleFrame();
     } else if (change.what === "problems") {
       renderProblems();
+      // Cards that became stranded, or stopped being (requeued dependency): drawn again.
+      const now = strandedNow();
+      for (const id of new Set([...strandedIds, ...now])) if (strandedIds.has(id) !== now.has(id)) markDirty(id);
+      strandedIds = now;
     }
   });
   subscribeView((change) => {

@@ -101,6 +101,13 @@ export function getProblems() {
   return problems;
 }
 
+/** What check() says strands `id` (its dead_dep problem: a dependency, or one down the chain,
+ * was CANCELLED or FAILED, so it can never run), or undefined. */
+export function strandedWhy(id) {
+  const problem = problems.find((p) => p.task === id && p.code === "dead_dep");
+  return problem && problem.text;
+}
+
 /** The latest {"type": "insights", ...} frame, or null before the first. */
 export function getInsights() {
   return insights;
@@ -372,6 +379,12 @@ export function depDone(dep) {
     return null;
   }
   return task.stage === "COMPLETED";
+}
+
+/** Whether dependency `dep` is a dead end as far as the board knows (CANCELLED or FAILED). */
+export function depDead(dep) {
+  const task = tasks.get(dep) || depInfo.get(dep);
+  return Boolean(task) && (task.stage === "CANCELLED" || task.stage === "FAILED");
 }
 
 /** The dependencies of `task` not known to be COMPLETED (unknown ones count: the server

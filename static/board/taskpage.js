@@ -11,7 +11,7 @@
 
 import { askReason, el, showMessage } from "./page.js";
 import { loadHistory, loadTask, sendAction } from "./api.js";
-import { actionsFor } from "./actions.js";
+import { actionsFor, confirmed, refusalText, withReason } from "./actions.js";
 import { renderAttempts } from "./attempts.js";
 import { historyItems } from "./timeline.js";
 import { taskFields } from "./taskfields.js";
@@ -74,18 +74,19 @@ function confirmCancel() {
 }
 
 async function act(action) {
-  let extra = action.extra;
   if (action.verb === "cancel") {
     const answer = await confirmCancel();
     if (!answer) return;
-    if (answer.reason) extra = { ...extra, reason: answer.reason };
-  }
-  const { ok, status, body } = await sendAction(taskId, action.path, { version: shown.version, ...extra });
-  if (ok && body && body.id) {
-    showMessage(`${action.label}: ${taskId} is now ${body.stage}`);
+    action = withReason(action, answer.reason);
   } else {
-    const error = (body && body.error) || {};
-    showMessage(`${action.label} ${taskId} refused: ${error.message || (status !== null ? `HTTP ${status}` : "no answer")}`, "error");
+    action = await confirmed(taskId, action); // Release and Pause ask for a reason too
+    if (!action) return;
+  }
+  const sent = await sendAction(taskId, action.path, { version: shown.version, ...action.extra });
+  if (sent.ok && sent.body && sent.body.id) {
+    showMessage(`${action.label}: ${taskId} is now ${sent.body.stage}`);
+  } else {
+    showMessage(await refusalText(taskId, action, sent), "error");
   }
   await refresh(true);
 }
