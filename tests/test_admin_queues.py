@@ -8,6 +8,7 @@ import html
 import re
 
 import pytest
+from django.contrib.admin.utils import quote
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
@@ -481,3 +482,17 @@ def test_a_rate_key_changed_after_the_page_opened_is_refused_and_a_viewer_cannot
     assert watcher.post(rate_key_page("provider:llm"), rate_key_form(
         changer, "provider:llm", rate_count="10", rate_per_seconds="60")).status_code == 403
     assert rate_keys_now() == before
+
+
+def test_django_s_object_history_of_a_queue_or_a_rate_key_leads_to_its_page(changer):
+    """Django's own history view (LogEntry rows) misses the changes made over the API: the
+    admin sends it to the object's page, whose history has every change; a user who may not
+    view the object gets a 403 there, as on the page."""
+    tasks_in("q-hist", 1, rate_key="provider:hist")
+    for model, name in (("queue", "q-hist"), ("ratekey", "provider:hist")):
+        history = reverse(f"admin:board_{model}_history", args=[quote(name)])
+        response = changer.get(history)
+        assert (response.status_code, response["Location"]) == (
+            302, reverse(f"admin:board_{model}_change", args=[quote(name)]))
+    nobody = client_for(make_user("nobody", []))
+    assert nobody.get(reverse("admin:board_queue_history", args=["q-hist"])).status_code == 403

@@ -74,6 +74,30 @@ def history_table(rows) -> str:
                        '<th>reason</th></tr></thead><tbody>{}</tbody></table>', body)
 
 
+class _EngineSavesAdmin(admin.ModelAdmin):
+    """A page whose form saves through the engine (flow.change_queue, flow.change_rate_key: the
+    form's save, with the user as its actor), so the admin's own save does nothing; and whose
+    history is on the object's page (Django's LogEntry rows miss the API's changes)."""
+
+    def get_form(self, request, obj=None, change=False, **kwargs):
+        form = super().get_form(request, obj, change=change, **kwargs)
+        return type(form.__name__, (form,), {"actor": request.user.get_username()})
+
+    def save_model(self, request, obj, form, change):
+        pass  # the form's engine call was the write
+
+    def save_related(self, request, form, formsets, change):
+        pass
+
+    def history_view(self, request, object_id, extra_context=None):
+        if not self.has_view_or_change_permission(request):
+            raise PermissionDenied
+        opts = self.model._meta
+        url = reverse(f"admin:{opts.app_label}_{opts.model_name}_change", args=[quote(unquote(object_id))],
+                      current_app=self.admin_site.name)
+        return HttpResponseRedirect(url)
+
+
 class QueueChangeList(ChangeList):
     def get_results(self, request):
         super().get_results(request)
@@ -81,7 +105,7 @@ class QueueChangeList(ChangeList):
 
 
 @admin.register(Queue)
-class QueueAdmin(admin.ModelAdmin):
+class QueueAdmin(_EngineSavesAdmin):
     list_display = ("name", "running_of_limit", "rate", "queued", "wait_times", "run_times", "paused", "paused_by",
                     "paused_reason", "paused_at")
     list_filter = ("paused",)
@@ -155,27 +179,9 @@ class QueueAdmin(admin.ModelAdmin):
             (f"History (newest first, the last {HISTORY_LIMIT} changes)", {"fields": ("history",)}),
         ]
 
-    def get_form(self, request, obj=None, change=False, **kwargs):
-        form = super().get_form(request, obj, change=change, **kwargs)
-        return type(form.__name__, (form,), {"actor": request.user.get_username()})
-
     @admin.display(description="changes")
     def history(self, queue: Queue) -> str:
         return history_table(reads.queue_history(queue.name, HISTORY_LIMIT))
-
-    def save_model(self, request, obj, form, change):
-        pass  # the form's flow.change_queue was the write
-
-    def save_related(self, request, form, formsets, change):
-        pass
-
-    def history_view(self, request, object_id, extra_context=None):
-        """Django's object history (its LogEntry rows) misses changes made through the API: the
-        queue's history is on its page, so go there."""
-        if not self.has_view_or_change_permission(request):
-            raise PermissionDenied
-        url = reverse("admin:board_queue_change", args=[quote(unquote(object_id))], current_app=self.admin_site.name)
-        return HttpResponseRedirect(url)
 
     # -- actions: flow.change_queue per selected queue, each reported in one message -------------
 
@@ -267,7 +273,7 @@ class ConcurrencyKeyAdmin(admin.ModelAdmin):
 
 
 @admin.register(RateKey)
-class RateKeyAdmin(admin.ModelAdmin):
+class RateKeyAdmin(_EngineSavesAdmin):
     """A rate key's rate, set on its page (RateKeyChangeForm: flow.change_rate_key) with its history
     beside it. Rows come with the tasks naming the key (or a change through the API); seeing them
     needs `board.view_queue`, changing a rate `board.change_queue`, as for a queue's rate."""
@@ -313,26 +319,9 @@ class RateKeyAdmin(admin.ModelAdmin):
             (f"History (newest first, the last {HISTORY_LIMIT} changes)", {"fields": ("history",)}),
         ]
 
-    def get_form(self, request, obj=None, change=False, **kwargs):
-        form = super().get_form(request, obj, change=change, **kwargs)
-        return type(form.__name__, (form,), {"actor": request.user.get_username()})
-
     @admin.display(description="changes")
     def history(self, key: RateKey) -> str:
         return history_table(reads.rate_key_history(key.name, HISTORY_LIMIT))
-
-    def save_model(self, request, obj, form, change):
-        pass  # the form's flow.change_rate_key was the write
-
-    def save_related(self, request, form, formsets, change):
-        pass
-
-    def history_view(self, request, object_id, extra_context=None):
-        """The key's history is on its page (Django's LogEntry rows miss the API's changes)."""
-        if not self.has_view_or_change_permission(request):
-            raise PermissionDenied
-        url = reverse("admin:board_ratekey_change", args=[quote(unquote(object_id))], current_app=self.admin_site.name)
-        return HttpResponseRedirect(url)
 
 
 @admin.register(FairnessKey)
