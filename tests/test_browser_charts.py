@@ -1,7 +1,7 @@
 """The insights panel's charts in a real browser (Debian's Chromium, Playwright) against the real
-server: under a churn of tasks created, claimed and completed by agent threads while the board is
-open, the page logs no console error (a chart bar drawn with a negative height did); the charts
-share one scale per panel and carry axes. Waits are Playwright's `expect(...)` with a bound."""
+server: the charts share one scale per panel, carry axes and print the latest value, and the
+last hour's wait and run times are exact (the churn is in tests/test_browser_churn.py, with a
+server of its own). Waits are Playwright's `expect(...)` with a bound."""
 from __future__ import annotations
 
 import os
@@ -16,7 +16,8 @@ from board.engine import transitions
 from board.engine.transitions import TaskSpec
 from tests.support import sqlite_db_mark
 from tests.test_browser import SLOW, browser, open_board, orm, server  # noqa: F401  (fixtures)
-from tests.test_insights import Script, churn
+from tests.test_browser_churn import watch_console
+from tests.test_insights import Script
 
 try:
     from playwright.sync_api import expect
@@ -24,29 +25,6 @@ except ImportError:  # reported before each test (the `browser` marker, tests/co
     expect = None
 
 pytestmark = [pytest.mark.browser, *sqlite_db_mark()]
-
-def watch_console(seen: list[str]):
-    """A before_load hook: every console error (and warning) the page logs goes to `seen`."""
-    def watch(page):
-        page.on("console", lambda message: seen.append(f"{message.type}: {message.text}")
-                if message.type in ("error", "warning") else None)
-    return watch
-
-
-def test_a_churn_while_the_board_is_open_logs_no_console_error(open_board):
-    """Before the panel's reads shared one snapshot: "Error: <rect> attribute height: A negative
-    value is not valid. ("-0.26490066225165565")", 59 times."""
-    seen: list[str] = []
-    page = open_board(before_load=watch_console(seen))
-    panel = page.locator("#insights")
-    expect(panel).to_have_attribute("data-updates", "1", timeout=SLOW)
-    errors = churn(agents=6, rounds=300)  # about 15 s: five or more of the panel's recomputations
-    assert errors == [], errors
-    # The panel redrew with the churn's figures (each of the 1,800 rounds completed one task).
-    expect(panel).to_have_attribute("data-completed", "1800", timeout=SLOW)
-    assert int(panel.get_attribute("data-updates")) >= 3
-    assert seen == [], seen
-
 
 # ---------------------------------------------------------------------------------------------
 # Readable charts: one scale for every queue, axes, bars a few px wide, the latest value printed
