@@ -16,7 +16,7 @@ import pytest
 from board.engine import selectors, transitions
 from board.engine.transitions import TaskSpec
 from tests.support import end_backoff, sqlite_db_mark
-from tests.test_browser import SLOW, _session_cookie, _user, browser, orm, server  # noqa: F401  (fixtures)
+from tests.test_browser import SLOW, browser, open_page, orm, server  # noqa: F401  (fixtures)
 
 try:
     from playwright.sync_api import expect
@@ -28,30 +28,6 @@ pytestmark = [pytest.mark.browser, *sqlite_db_mark()]
 SHOTS = Path(__file__).resolve().parent.parent / "docs" / "screenshots"
 TRACEBACK = 'Traceback (most recent call last):\n  File "loader.py", line 88, in load_rows\nValueError: bad row 17'
 RENEWS = 8
-
-
-@pytest.fixture
-def open_page(server, browser, orm):
-    """open_page(path, superuser=True, width=1600, height=1000, color_scheme="light") -> a page
-    at `path`, logged in; any page error or console error fails the test."""
-    contexts, errors = [], []
-
-    def open_(path: str, superuser: bool = True, width: int = 1600, height: int = 1000,
-              color_scheme: str = "light"):
-        cookie = orm(lambda: _session_cookie(_user(superuser=superuser)))
-        context = browser.new_context(viewport={"width": width, "height": height}, color_scheme=color_scheme)
-        contexts.append(context)
-        context.add_cookies([{"name": "sessionid", "value": cookie, "url": server.url}])
-        page = context.new_page()
-        page.on("pageerror", lambda error: errors.append(str(error)))
-        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-        page.goto(f"{server.url}{path}")
-        return page
-
-    yield open_
-    for context in contexts:
-        context.close()
-    assert errors == [], f"errors on the page: {errors}\n{server.log_tail()}"
 
 
 def plan():

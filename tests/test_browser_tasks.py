@@ -23,11 +23,10 @@ from tests.support import sqlite_db_mark
 from tests.test_browser import (  # noqa: F401  (fixtures, found by pytest by name)
     ARRIVAL,
     SLOW,
-    _session_cookie,
-    _user,
     browser,
     card,
     count,
+    open_page,
     orm,
     server,
 )
@@ -41,37 +40,6 @@ pytestmark = [pytest.mark.browser, *sqlite_db_mark()]
 
 SCREENSHOTS = Path(tempfile.gettempdir()) / "taskflow-board-screenshots"
 SIZES = {"desktop": (1600, 1000, "light"), "phone": (390, 844, "light"), "dark": (1600, 1000, "dark")}
-
-
-@pytest.fixture
-def open_page(server, browser, orm):
-    """open_page(path, width=1600, height=1000, color_scheme="light", superuser=True, expected=None) -> a page
-    of the board's site, logged in as a new user (its name: page.username)."""
-    contexts, problems = [], []
-
-    def open_(path: str, width: int = 1600, height: int = 1000, color_scheme: str = "light",
-              superuser: bool = True, expected: str | None = None):
-        """`expected`: the one console error the test provokes (a refused address's 4xx)."""
-        user = orm(lambda: _user(superuser=superuser))
-        cookie = orm(_session_cookie, user)
-        context = browser.new_context(viewport={"width": width, "height": height}, color_scheme=color_scheme,
-                                      accept_downloads=True)
-        contexts.append(context)
-        context.add_cookies([{"name": "sessionid", "value": cookie, "url": server.url}])
-        page = context.new_page()
-        page.on("pageerror", lambda error: problems.append(f"page error: {error}"))
-        page.on("console", lambda message: message.type == "error" and message.text != expected
-                and problems.append(f"console: {message.text}"))
-        page.username = user.username
-        page.goto(f"{server.url}{path}")
-        if path.startswith("/board/") and not path.startswith("/board/tasks"):
-            expect(page.locator("#connection")).to_have_attribute("data-state", "live", timeout=SLOW)
-        return page
-
-    yield open_
-    for context in contexts:
-        context.close()
-    assert problems == [], f"errors on the page: {problems}\n{server.log_tail()}"
 
 
 def _many(n: int = 60) -> None:
