@@ -115,3 +115,17 @@ def race(calls, alias: str = "default", jitter=None) -> list:
     for thread in threads:
         thread.join()
     return results
+
+
+def plan_node_names(plan: list) -> list[str]:
+    """A PostgreSQL plan (EXPLAIN's FORMAT JSON, parsed) as its nodes in order: "Index Scan
+    board_taskevent_pkey", "Sort", ..."""
+    nodes: list[str] = []
+
+    def walk(node: dict) -> None:
+        nodes.append(f"{node['Node Type']} {node.get('Index Name', '')}".strip())
+        for child in node.get("Plans", ()):
+            walk(child)
+
+    walk(plan[0]["Plan"])
+    return nodes

@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from board.engine.stores import postgresql
 from board.models import Task
-from tests.support import postgres_db_mark
+from tests.support import plan_node_names, postgres_db_mark
 
 pytestmark = postgres_db_mark()
 
@@ -46,16 +46,7 @@ def claim_plan() -> list[str]:
             (plan,), = cursor.fetchall()
         finally:
             cursor.execute("ROLLBACK")
-    plan = plan if isinstance(plan, list) else json.loads(plan)
-    nodes: list[str] = []
-
-    def walk(node: dict) -> None:
-        nodes.append(f"{node['Node Type']} {node.get('Index Name', '')}".strip())
-        for child in node.get("Plans", ()):
-            walk(child)
-
-    walk(plan[0]["Plan"])
-    return nodes
+    return plan_node_names(plan if isinstance(plan, list) else json.loads(plan))
 
 
 def test_the_task_table_is_re_analyzed_after_a_fixed_number_of_changes():

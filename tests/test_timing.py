@@ -13,7 +13,7 @@ from django.db import connections
 from board.engine import timing, transitions
 from board.engine.transitions import TaskSpec
 from board.models import Task, TaskEvent
-from tests.support import end_backoff, expire_lease, postgres_db_mark, sql_stores
+from tests.support import end_backoff, expire_lease, plan_node_names, postgres_db_mark, sql_stores
 from tests.test_insights import NOW, Script, ago
 
 STORES = sql_stores()
@@ -137,16 +137,7 @@ def test_the_first_row_of_a_moment_is_found_by_the_primary_key(scripted):
 
 
 def plan_nodes(queryset) -> list[str]:
-    plan = json.loads(queryset.explain(format="json"))
-    nodes: list[str] = []
-
-    def walk(node: dict) -> None:
-        nodes.append(f"{node['Node Type']} {node.get('Index Name', '')}".strip())
-        for child in node.get("Plans", ()):
-            walk(child)
-
-    walk(plan[0]["Plan"])
-    return nodes
+    return plan_node_names(json.loads(queryset.explain(format="json")))
 
 
 def on_postgres(test):
