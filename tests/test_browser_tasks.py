@@ -187,7 +187,7 @@ def test_a_filter_with_no_match_says_so_offers_to_clear_it_and_to_search_every_t
     expect(no_match).to_be_hidden()
     page.fill("#filter-text", "no-such-thing")
     expect(no_match).to_be_visible()
-    expect(no_match).to_contain_text("No card on the board matches the filter.")
+    expect(no_match).to_contain_text("No task matches the filter.")
     expect(no_match.locator("a.search-all")).to_have_attribute("href", "/board/tasks/?text=no-such-thing")
     no_match.locator("button.clear-filter").click()
     expect(no_match).to_be_hidden()
@@ -218,6 +218,62 @@ def test_screenshots_of_the_table_and_the_board_at_three_sizes(open_page, orm):
         expect(card(page, "held-0")).to_be_visible()
         expect(page.locator("#queues li.queue").first).to_be_visible(timeout=SLOW)  # the strip's first frame
         page.screenshot(path=str(SCREENSHOTS / f"board-{name}.png"))
+
+
+# ---------------------------------------------------------------------------------------------
+# 1. The board's filter over every task, not only the cards loaded; 13. who ran a completed task
+
+
+def _finish(ids: list[str], owner: str = "agent-1") -> None:
+    transitions.create([TaskSpec(id=i, title=f"title of {i}") for i in ids], actor="test")
+    for task_id in ids:
+        lease = transitions.claim(task_id, owner, 600).lease
+        transitions.complete(task_id, lease.token, {"ok": True})
+
+
+def test_the_filter_counts_every_task_and_loads_the_matching_finished_cards_the_board_lacked(open_page, orm):
+    # 230 finished ux-run tasks, then 210 newer others: the snapshot holds the 200 most recent
+    # finished, none of them a ux-run one. Before, "/board/?q=ux-run" said "0 of 440" here.
+    orm(_finish, [f"ux-run-{i:03}" for i in range(230)])
+    orm(_finish, [f"other-{i:03}" for i in range(210)])
+    page = open_page("/board/?q=ux-run")
+    completed = count(page, "COMPLETED")
+    expect(completed).to_have_text("230 of 440")
+    expect(card(page, "ux-run-229", "COMPLETED")).to_be_visible()
+    expect(page.locator('.column[data-stage="COMPLETED"] .card:visible')).to_have_count(200)
+    more = page.locator('.column[data-stage="COMPLETED"] .show-more')
+    expect(more).to_have_text("show more (30 older matching)")
+    more.click()
+    expect(page.locator('.column[data-stage="COMPLETED"] .card:visible')).to_have_count(230)
+    expect(card(page, "ux-run-000", "COMPLETED")).to_be_visible()
+    expect(more).to_be_hidden()
+    # A matching task that finishes now: the server's count follows (asked again after changes).
+    orm(_finish, ["ux-run-new"])
+    expect(completed).to_have_text("231 of 441")
+    expect(card(page, "ux-run-new", "COMPLETED")).to_be_visible()
+    # No task anywhere matches: said so, over every task.
+    page.fill("#filter-text", "no-task-has-this")
+    expect(page.locator("#no-match")).to_contain_text("No task matches the filter.")
+    expect(completed).to_have_text("0 of 441")
+    # Without a filter, "show more" pages the column most recent first, as it is drawn.
+    page.fill("#filter-text", "")
+    expect(completed).to_have_text("441")
+    expect(more).to_have_text("show more (10 older)")  # 441 less the 431 loaded: the ux-run ones stay
+    more.click()
+    expect(page.locator('.column[data-stage="COMPLETED"] .card')).to_have_count(441)
+    expect(more).to_be_hidden()
+
+
+def test_a_completed_card_says_who_ran_it_how_long_it_ran_and_how_long_it_waited(open_page, orm):
+    orm(_finish, ["done-1"], "agent-with-a-long-name-7")
+    page = open_page("/board/")
+    done = card(page, "done-1", "COMPLETED")
+    expect(done.locator(".owner.ran-by")).to_have_text("agent-with-a-long-name-7")
+    expect(done.locator(".card-run")).to_have_text(re.compile(r"^ran \d+s · waited \d+s$"))
+    # A task that completes while the page is open: its card says so too (the changes frame).
+    orm(_finish, ["done-2"], "agent-3")
+    expect(card(page, "done-2", "COMPLETED").locator(".owner.ran-by")).to_have_text("agent-3")
+    expect(card(page, "done-2", "COMPLETED").locator(".card-run")).to_contain_text("ran ")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -128,6 +128,30 @@ def assert_exact(using: str) -> None:
 
 
 @pytest.mark.parametrize("scripted", STORES, indirect=True)
+def test_a_completed_tasks_last_run_says_who_ran_it_how_long_and_how_long_it_waited(scripted):
+    assert_last_runs(scripted)
+
+
+def assert_last_runs(using: str) -> None:
+    """After run_script(): what a COMPLETED card shows (tests/mongodb runs it on MongoDB too)."""
+    runs = timing.last_runs(["t1", "t2", "t3", "t4", "t5", "t6", "t7", "t8", "no-such-task"], using=using)
+    # t6 and t7 never completed: left out, like a task with no history.
+    assert runs == {
+        "t1": {"ran_by": "ann", "run_seconds": 60, "wait_seconds": 120},
+        # t2 failed once: the run that completed it (10 min) and the wait before it (3.5 min).
+        "t2": {"ran_by": "ann", "run_seconds": 600, "wait_seconds": 210},
+        "t3": {"ran_by": "ann", "run_seconds": 300, "wait_seconds": 11400},
+        "t4": {"ran_by": "ann", "run_seconds": 4200, "wait_seconds": 1800},
+        "t5": {"ran_by": "ann", "run_seconds": 60, "wait_seconds": 1200},
+        # t8 was paused and resumed by bob: he ran it, 1 min from his resume.
+        "t8": {"ran_by": "bob", "run_seconds": 60, "wait_seconds": 60},
+    }
+    # Retention pruned t4's claim: the run's start is gone, so its length is unknown, not made up.
+    TaskEvent.objects.using(using).filter(task_id="t4", verb="claim").delete()
+    assert timing.last_runs(["t4"], using=using) == {"t4": {"ran_by": "ann", "run_seconds": None, "wait_seconds": None}}
+
+
+@pytest.mark.parametrize("scripted", STORES, indirect=True)
 def test_the_first_row_of_a_moment_is_found_by_the_primary_key(scripted):
     events = TaskEvent.objects.using(scripted)
     for minutes in (300, 200, 120, 50.5, 44, 30, 1, 0.5):

@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.db.models import Q
+from django.db.models import Count, Q
 from django.db.models.functions import Coalesce
 
 from board.engine import errors, scopes
@@ -75,21 +75,22 @@ class Filters:
     queue: str | None = None
     owner: str | None = None
     text: str | None = None
+    owner_part: str | None = None  # the board's owner box: a part of the holder's name, any case
 
 
 def check_filters(stages=(), queue: str | None = None, owner: str | None = None,
-                  text: str | None = None) -> Filters:
+                  text: str | None = None, owner_part: str | None = None) -> Filters:
     """The filters, or InvalidRequest naming the first bad one."""
     unknown = [s for s in stages if s not in Stage.__members__]
     if unknown:
         raise errors.InvalidRequest(f"unknown stage {unknown[0]!r}; one of {', '.join(Stage)}")
     if queue and not is_valid_task_id(queue):
         raise errors.InvalidRequest(f"invalid queue name {queue!r}")
-    if owner and len(owner) > MAX_OWNER_CHARS:
+    if (owner and len(owner) > MAX_OWNER_CHARS) or (owner_part and len(owner_part) > MAX_OWNER_CHARS):
         raise errors.InvalidRequest(f"owner is at most {MAX_OWNER_CHARS} characters")
     if text and len(text) > MAX_TITLE_CHARS:
         raise errors.InvalidRequest(f"text is at most {MAX_TITLE_CHARS} characters")
-    return Filters(tuple(dict.fromkeys(stages)), queue or None, owner or None, text or None)
+    return Filters(tuple(dict.fromkeys(stages)), queue or None, owner or None, text or None, owner_part or None)
 
 
 def check_order(order: str) -> str:
@@ -106,20 +107,24 @@ def _matching(filters: Filters, scope: scopes.Scope, using: str):
         rows = rows.filter(queue=filters.queue)
     if filters.owner:
         rows = rows.filter(owner=filters.owner)
+    if filters.owner_part:
+        rows = rows.filter(owner__icontains=filters.owner_part)
     if filters.text:
         rows = rows.filter(Q(id__icontains=filters.text) | Q(title__icontains=filters.text))
     return rows
 
 
 def task_list(*, stages: list[str] | None = None, queue: str | None = None, owner: str | None = None,
-              text: str | None = None, order: str = "created", after: tuple | None = None, count: int,
+              text: str | None = None, owner_part: str | None = None, order: str = "created",
+              after: tuple | None = None, count: int,
               scope: scopes.Scope = None, using: str = "default", columns: tuple[str, ...] = ()) -> list[Task]:
     """Up to `count` tasks in `order` (LIST_ORDERS), after the task whose `list_key` is `after`
     when given, among those in `stages`, in `queue`, held by `owner`, whose id or title contains
-    `text` (case-insensitive), for each filter given. The caller has checked them. `scope`: a
+    `text` (case-insensitive), whose holder's name contains `owner_part` (case-insensitive), for
+    each filter given. The caller has checked them. `scope`: a
     key's queue patterns; the others' tasks are not listed. `columns`: read only these (and the
     sort key's), for a reader that needs few of a task's up to 256 KiB fields."""
-    rows = _matching(Filters(tuple(stages or ()), queue, owner, text), scope, using)
+    rows = _matching(Filters(tuple(stages or ()), queue, owner, text, owner_part), scope, using)
     fields = LIST_ORDERS[order]
     if "stage_since" in fields:
         rows = rows.annotate(stage_since=Coalesce("stage_changed_at", "updated_at"))
@@ -133,6 +138,14 @@ def task_list(*, stages: list[str] | None = None, queue: str | None = None, owne
 def count_tasks(filters: Filters, *, scope: scopes.Scope = None, using: str = "default") -> int:
     """How many tasks the filters match: the exact total a list's pages add up to."""
     return _matching(filters, scope, using).count()
+
+
+def stage_counts(filters: Filters, *, scope: scopes.Scope = None, using: str = "default") -> dict[str, int]:
+    """Per stage (every one, 0 where none), how many tasks the filters match: one grouped query."""
+    counts = {stage.value: 0 for stage in Stage}
+    for stage, n in _matching(filters, scope, using).values_list("stage").annotate(n=Count("pk")).order_by():
+        counts[stage] = n
+    return counts
 
 
 def list_key(task: Task, order: str) -> tuple:

@@ -184,3 +184,28 @@ def queue_timings(now: datetime | None = None, *, using: str = "default",
     """{queue: {"wait": summary, "run": summary}} over the `window` before `now` (summary())."""
     return {queue: {kind: summary(values) for kind, values in figures.items()}
             for queue, figures in sorted(samples_by_queue(now, using=using, window=window).items())}
+
+
+def last_runs(task_ids: Sequence[str], *, using: str = "default") -> dict[str, dict]:
+    """For each of `task_ids` that COMPLETED: who held the lease it completed under, how long
+    that run took and how long the task waited before it (its last wait), from its own history
+    rows (renews left out; the (task, id) index `event_task_history`), as
+    {"ran_by", "run_seconds", "wait_seconds"}. A figure whose rows retention has pruned is None;
+    a task with no complete row in its history is left out. What a finished card shows
+    (board.live.reads)."""
+    out: dict[str, dict] = {}
+    for begin in range(0, len(task_ids), _CHUNK):
+        by_task: dict[str, list] = defaultdict(list)
+        for row in (TaskEvent.objects.using(using).filter(task_id__in=task_ids[begin:begin + _CHUNK])
+                    .exclude(verb=Verb.RENEW).order_by("task_id", "id").values_list(*_COLUMNS, "actor")):
+            by_task[row[1]].append(row)
+        for task_id, rows in by_task.items():
+            completes = [row for row in rows if row[2] == Verb.COMPLETE]
+            if not completes:
+                continue
+            samples, _ = task_samples(row[:-1] for row in rows)
+            runs = [s for s in samples if s.kind == RUN and s.end == completes[-1][5]]
+            waits = [s for s in samples if s.kind == WAIT]
+            out[task_id] = {"ran_by": completes[-1][-1] or None, "run_seconds": runs[-1].seconds if runs else None,
+                            "wait_seconds": waits[-1].seconds if waits else None}
+    return out

@@ -43,8 +43,19 @@ def card_task(task: Task, deps: list[str]) -> dict:
 
 def card_of_row(row: dict, deps: list[str]) -> dict:
     """The card of a row the live board's reads return (a dict of reads.CARD_COLUMNS, no
-    bulky field read): the same card as `card_task` makes of the whole Task."""
-    return card_task(SimpleNamespace(**row, **_NOT_ON_CARDS), deps)
+    bulky field read): the same card as `card_task` makes of the whole Task, and for a
+    COMPLETED task the figures of the run that completed it (`last_run`: ran_by, run_seconds,
+    wait_seconds; board.engine.timing.last_runs) when the row carries them."""
+    card = card_task(SimpleNamespace(**row, **_NOT_ON_CARDS), deps)
+    if row.get("last_run"):
+        card.update(row["last_run"])
+    return card
+
+
+def card_of_listed(task, deps: list[str], last_run: dict | None = None) -> dict:
+    """The card of a task read with reads.CARD_COLUMNS only (board.engine.listing's `columns`),
+    with its `last_run` when given (card_of_row)."""
+    return card_of_row({**{name: getattr(task, name) for name in reads.CARD_COLUMNS}, "last_run": last_run}, deps)
 
 
 def live_event(event: TaskEvent) -> dict:

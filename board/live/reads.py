@@ -13,6 +13,7 @@ from django.db import connections
 from django.db.models import Count, Max
 from django.utils import timezone
 
+from board.engine import timing
 from board.engine.lifecycle import TERMINAL, Stage, Verb
 from board.engine.selectors import CLAIM_ORDER, claimable_tasks
 from board.engine.stores import store
@@ -59,10 +60,10 @@ def board_parts(*, terminal_limit: int = 200, part_size: int = 1000, using: str 
             for values in rows:
                 part.append(_card_row(values))
                 if len(part) == part_size:
-                    yield _with_deps(part, using)
+                    yield _with_deps(_with_last_runs(part, using), using)
                     part = []
         if part:
-            yield _with_deps(part, using)
+            yield _with_deps(_with_last_runs(part, using), using)
 
 
 def _values_of(queries: list, batch: int, using: str) -> Iterator[tuple]:
@@ -106,6 +107,17 @@ def json_time(value: datetime | None) -> str | None:
     return f"{text[:23] if value.microsecond else text}Z"
 
 
+def _with_last_runs(rows: list[dict], using: str) -> list[dict]:
+    """The rows, each COMPLETED one with its `last_run` (who ran it, how long it ran and waited:
+    board.engine.timing.last_runs; one query for the part's completed tasks): a finished card
+    says so. The others get none."""
+    completed = [row["id"] for row in rows if row["stage"] == Stage.COMPLETED]
+    runs = timing.last_runs(completed, using=using) if completed else {}
+    for row in rows:
+        row["last_run"] = runs.get(row["id"])
+    return rows
+
+
 def _with_deps(rows: list[dict], using: str) -> list[tuple[dict, list[str]]]:
     """Rows paired with their dependencies: one query, for the rows that have some (has_deps)."""
     wanted = [row["id"] for row in rows if row.pop("has_deps")]
@@ -145,7 +157,8 @@ def live_tasks(task_ids: list[str], *, using: str = "default") -> dict[str, tupl
     are read: a page of 1000 events of tasks with 256 KiB checkpoints would otherwise load
     hundreds of MB into every server process."""
     rows = Task.objects.using(using).filter(pk__in=task_ids).values_list(*_ROW_COLUMNS)
-    return {row["id"]: (row, deps) for row, deps in _with_deps([_card_row(values) for values in rows], using)}
+    cards = _with_last_runs([_card_row(values) for values in rows], using)
+    return {row["id"]: (row, deps) for row, deps in _with_deps(cards, using)}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ from board import access
 from board.engine import errors, listing
 from board.engine.lifecycle import Stage
 from board.engine.selectors import deps_of
-from board.live.frames import card_of_row
+from board.live.frames import card_of_listed
 from board.live.reads import CARD_COLUMNS
 from board.live.views import missing_permission
 
@@ -98,11 +98,6 @@ def _rows(query: _Query, after, count: int) -> list:
     return listing.task_list(stages=list(query.filters.stages), queue=query.filters.queue, owner=query.filters.owner,
                              text=query.filters.text, order=query.order, after=after, count=count,
                              columns=CARD_COLUMNS)
-
-
-def _card(task, deps: list[str]) -> dict:
-    """The card view of a task read with CARD_COLUMNS only (board.live.frames): no token, no bulky field."""
-    return card_of_row({name: getattr(task, name) for name in CARD_COLUMNS}, deps)
 
 
 def _refused(request, exc: errors.InvalidRequest, template: bool):
@@ -193,7 +188,7 @@ def _export_lines(query: _Query, kind: str):
             break
         deps = deps_of([task.pk for task in chunk])
         for task in chunk:
-            row = _export_row(_card(task, deps[task.pk]))
+            row = _export_row(card_of_listed(task, deps[task.pk]))
             if kind == "csv":
                 writer.writerow([_cell(row[name]) for name in EXPORT_COLUMNS])
             else:

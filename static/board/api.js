@@ -1,12 +1,13 @@
 // Every request the board's page makes to the HTTP API (/api/tasks..., /api/queues/..., with the page's session
-// cookie); the websocket is socket.js's. What must land in the model lands here, in store.js: a
-// fetched task (applied only when newer, like any), a page of older finished tasks ("show
-// more"), the stage of a dependency not on the board, the task a refused action names. An
+// cookie) and to the board's filter (/board/filter); the websocket is socket.js's. What must
+// land in the model lands here, in store.js: a fetched task (applied only when newer, like any),
+// a page of older finished tasks ("show more"), the server's answer to the filter, the stage of
+// a dependency not on the board, the task a refused action names. An
 // accepted action's result is not applied here: it comes back over the socket like any other
 // change.
 
 import {
-  applyTask, hasTask, moreCursor, prepare, setDepStage, setMoreCursor, subscribe,
+  applyMatches, applyTask, filterMatches, hasTask, moreCursor, prepare, setDepStage, setMoreCursor, subscribe,
 } from "./store.js";
 
 const DEP_REQUESTS = 4; // dependencies not on the board asked for at once
@@ -36,28 +37,59 @@ export async function loadTask(id) {
   return { task, applied: applyTask(task, { older: !hasTask(id) }) };
 }
 
-/** "show more" of a terminal column: older finished tasks, until at least one is new to the
- * page or none is left. The API lists oldest first; its pages are merged into the column,
- * which stays sorted most recent first (a newest-first listing would fit better). */
-export async function loadOlder(stage, pageSize) {
+/** "show more" of a finished column: its older tasks, a page at a time (GET /board/filter with
+ * no filter: most recent first, as the column shows them, each card with who ran it), until at
+ * least one is new to the page or none is left. */
+export async function loadOlder(stage) {
   let added = 0;
   while (added === 0) {
     const cursor = moreCursor(stage);
     if (cursor === null) break;
-    const page = await getJson(`/api/tasks?stage=${stage}&limit=${pageSize}${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ""}`);
-    for (const task of page.items) if (applyTask(task, { older: true })) added++;
-    setMoreCursor(stage, page.next || null);
+    const page = await getJson(`/board/filter?stage=${stage}${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ""}`);
+    for (const task of page.tasks) if (applyTask(task, { older: true })) added++;
+    setMoreCursor(stage, page.more[stage] || null);
   }
 }
 
-/** The history of task `id`, oldest first (GET /api/tasks/{id}/events, every page up to 20 of
- * 500); throws when the API fails. Not part of the model: the details panel shows it. */
+// The board's filter, answered by the server over every task (board/live/board_filter.py): only
+// the latest request's answer lands (one typed letter after another sends several).
+let matchRequest = 0;
+
+function filterQuery(filter) {
+  const query = new URLSearchParams();
+  if (filter.text) query.set("text", filter.text);
+  if (filter.owner) query.set("owner", filter.owner);
+  if (filter.queue) query.set("queue", filter.queue);
+  return query;
+}
+
+/** Ask the server what `filter` ({text, owner, queue}) matches; its counts and the matching
+ * finished cards land (store.applyMatches) under `key`, unless a newer request was sent. */
+export async function loadMatches(filter, key) {
+  const mine = ++matchRequest;
+  const answer = await getJson(`/board/filter?${filterQuery(filter)}`);
+  if (mine === matchRequest) applyMatches(key, answer);
+}
+
+/** "show more" of a finished column under the filter: its next page of matches. */
+export async function loadMoreMatches(stage, filter, key) {
+  const matched = filterMatches();
+  const cursor = matched && matched.key === key ? matched.more.get(stage) : null;
+  if (!cursor) return;
+  const query = filterQuery(filter);
+  query.set("stage", stage);
+  query.set("cursor", cursor);
+  applyMatches(key, await getJson(`/board/filter?${query}`), { page: true });
+}
+
 /** The task's most recent history row, or null (none, or the request failed). */
 export async function lastEvent(id) {
   const response = await fetch(`/api/tasks/${encodeURIComponent(id)}/events?last=1`, { credentials: "same-origin" });
   return response.ok ? (await response.json()).items.pop() || null : null;
 }
 
+/** The history of task `id`, oldest first (GET /api/tasks/{id}/events, every page up to 20 of
+ * 500); throws when the API fails. Not part of the model: the details panel shows it. */
 export async function loadHistory(id) {
   const items = [];
   let cursor = null;

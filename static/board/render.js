@@ -11,11 +11,11 @@ import {
 } from "./store.js";
 import { loadOlder } from "./api.js";
 import {
-  clearFilters, currentFilter, matches, matchingCounts, refreshFilterChoices, subscribeView,
+  clearFilters, currentFilter, currentMatches, loadMoreMatching, matches, matchingCounts, matchingLoaded,
+  refreshFilterChoices, subscribeView,
 } from "./view.js";
 
 const cards = new Map(); // id -> card element (only for tasks on the board)
-const SHOW_MORE_PAGE = 200;
 
 const dirty = new Set();
 let countsDirty = false;
@@ -161,9 +161,11 @@ function renderCounts() {
     column.querySelector("h2 .count").textContent = shown ? `${shown[stage]} of ${countIn(stage)}` : countIn(stage);
     const more = column.querySelector(".show-more");
     if (more && TERMINAL.has(stage)) {
-      const hidden = countIn(stage) - idsIn(stage).length;
-      more.hidden = hidden <= 0 || moreCursor(stage) === null;
-      more.textContent = `show more (${hidden} older)`;
+      // Under a filter: the matches the server counted that are not loaded yet.
+      const server = shown && currentMatches();
+      const hidden = server ? shown[stage] - matchingLoaded(stage) : countIn(stage) - idsIn(stage).length;
+      more.hidden = hidden <= 0 || (server ? !server.more.get(stage) : moreCursor(stage) === null);
+      more.textContent = `show more (${hidden} older${server ? " matching" : ""})`;
     }
   }
 }
@@ -193,6 +195,14 @@ function formatDuration(ms) {
   const m = Math.floor(s / 60);
   if (m < 60) return `${m}m ${String(s % 60).padStart(2, "0")}s`;
   return `${Math.floor(m / 60)}h ${String(m % 60).padStart(2, "0")}m`;
+}
+
+/** "ran 2m 10s · waited 5s" for a COMPLETED card whose figures the server sent ("" without). */
+function runText(task) {
+  const figures = [];
+  if (typeof task.run_seconds === "number") figures.push(`ran ${formatDuration(task.run_seconds * 1000)}`);
+  if (typeof task.wait_seconds === "number") figures.push(`waited ${formatDuration(task.wait_seconds * 1000)}`);
+  return figures.join(" · ");
 }
 
 /** A coarse age for "3m in RUNNING": seconds only in the first minute, then minutes, hours, days. */
@@ -265,8 +275,12 @@ function fillCard(card, task, filter) {
   // Fence and version are in the details panel: the card says who, how often, how long.
   card.inStageEl = el("span", "in-stage");
   card.inStageText = "";
-  meta.append(el("span", "owner", task.owner || "—"),
-    ` · attempts ${task.attempts}/${task.max_retries + 1} · `, card.inStageEl);
+  // A COMPLETED card names who ran it (its holder is gone with the lease; `ran_by` is read from its
+  // history by the server, as are the run's and the wait's lengths below).
+  const ranBy = task.stage === "COMPLETED" && task.ran_by;
+  const owner = el("span", ranBy ? "owner ran-by" : "owner", ranBy || task.owner || "—");
+  if (ranBy) owner.title = `ran by ${ranBy}`;
+  meta.append(owner, ` · attempts ${task.attempts}/${task.max_retries + 1} · `, card.inStageEl);
   updateInStage(card, task, Date.now());
   card.leaseEl = null;
   if (task.stage === "RUNNING" && task.leaseExpiresMs !== null) {
@@ -275,6 +289,8 @@ function fillCard(card, task, filter) {
   }
   meta.append(adminLink(task.id));
   const parts = [head, el("div", "card-title", task.title), meta];
+  const ran = task.stage === "COMPLETED" ? runText(task) : "";
+  if (ran) parts.push(el("div", "card-run", ran));
   const progress = task.progress !== null && task.progress !== undefined;
   const held = task.on_hold && task.stage === "PENDING";
   // Why a ready task is not claimed: its queue is paused, at its limit or waiting for its rate,
@@ -478,7 +494,9 @@ export function startRendering() {
     button.addEventListener("click", async () => {
       button.disabled = true;
       try {
-        await loadOlder(stage, SHOW_MORE_PAGE); // its tasks and cursor land in the model: redrawn from there
+        // Its tasks and cursor land in the model: redrawn from there.
+        if (currentMatches()) await loadMoreMatching(stage);
+        else await loadOlder(stage);
       } catch (err) {
         showMessage(`could not load more ${stage} tasks: ${err.message || err}`, "error");
       } finally {

@@ -37,6 +37,9 @@ const closedQueues = new Map();
 const fullKeys = new Map();
 const heldRateKeys = new Map();
 let snapshotsApplied = 0;
+// The server's latest answer to the board's filter: {key (the filter it answers), counts (per
+// stage), more (finished stage -> cursor of its next matches, or null)}; null before any.
+let matched = null;
 
 const listeners = [];
 
@@ -44,7 +47,8 @@ const listeners = [];
  *   {what: "snapshot"}                  everything was replaced (draw it all again)
  *   {what: "tasks", ids, counts}        the cards of `ids` must be redrawn (a task that changed,
  *                                       and the tasks that wait for it); `counts`: whether the
- *                                       columns' counts or "show more" may have changed
+ *                                       columns' counts or "show more" may have changed;
+ *                                       `matches`: the server answered the filter (applyMatches)
  *   {what: "problems"}                  check()'s findings changed (getProblems)
  *   {what: "insights"}                  the agents and throughput panel's figures (getInsights)
  *   {what: "queues"}                    the queues strip's content (getQueues); the cards a
@@ -139,6 +143,11 @@ export function keyFull(name) {
  * tasks back, as the latest "queues" frame says; else undefined. */
 export function rateKeyHeld(name) {
   return heldRateKeys.get(name);
+}
+
+/** The server's latest answer to the board's filter (applyMatches), or null. */
+export function filterMatches() {
+  return matched;
 }
 
 /** How many snapshots the page has applied since it was loaded (0: it shows nothing yet). */
@@ -328,9 +337,16 @@ export function applySnapshot(snap) {
 /** Show `task` if it is newer than what the page shows. Returns true when applied. `older`:
  * a finished task loaded from the API, already counted in its stage's count. */
 export function applyTask(task, { older = false } = {}) {
+  const redraw = land(task, older);
+  if (redraw) changed(redraw, true);
+  return !!redraw;
+}
+
+/** applyTask without telling: the ids to redraw, or null when `task` was not newer. */
+function land(task, older) {
   prepare(task);
   const shown = tasks.get(task.id);
-  if (shown && task.version <= shown.version) return false;
+  if (shown && task.version <= shown.version) return null;
   const redraw = [task.id];
   if (shown) {
     removeFromOrder(shown);
@@ -347,8 +363,19 @@ export function applyTask(task, { older = false } = {}) {
   insertIntoOrder(task);
   if (!shown) linkDeps(task);
   if (older) olderTerminal.set(task.id, task);
-  changed(redraw, true);
-  return true;
+  return redraw;
+}
+
+/** The server's answer to the board's filter `key` (GET /board/filter, api.js): how many tasks
+ * match per stage, its matching finished cards (landed like "show more" ones) and each finished
+ * column's cursor to more matches. `page`: the next page of one column (no counts). One "tasks"
+ * change tells it, marked `matches` (view.js asks again after other changes, not after these). */
+export function applyMatches(key, answer, { page = false } = {}) {
+  const redraw = [];
+  for (const task of answer.tasks) redraw.push(...(land(task, true) || []));
+  if (!page) matched = { key, counts: answer.counts, more: new Map() };
+  if (matched && matched.key === key) for (const [stage, cursor] of Object.entries(answer.more)) matched.more.set(stage, cursor);
+  tell({ what: "tasks", ids: redraw, counts: true, matches: true });
 }
 
 /** A task the prune deleted: its card goes, and it leaves the count of its column (`stage`:

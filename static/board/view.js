@@ -7,14 +7,15 @@
 // details.js (the panel of the open task) subscribe to its changes (`subscribeView`). It listens
 // to the model (store.js) for the snapshot that a task named by the URL waits for.
 
-import { COLUMN_ELS, columnsEl, showMessage, STAGES } from "./page.js";
-import { allTasks, getTask, hasTask, idsIn, snapshotCount, subscribe } from "./store.js";
-import { loadTask } from "./api.js";
+import { COLUMN_ELS, columnsEl, showMessage, STAGES, TERMINAL } from "./page.js";
+import { allTasks, filterMatches, getTask, hasTask, idsIn, snapshotCount, subscribe } from "./store.js";
+import { loadMatches, loadMoreMatches, loadTask } from "./api.js";
 
 const listeners = [];
 
 /** `listener(change)` is called, synchronously, with each change of the view:
- *   {what: "filters"}         the filters changed (currentFilter, matches)
+ *   {what: "filters"}         the filters changed (currentFilter, matches); the server's
+ *                             answer to them comes as a store change (matchingCounts)
  *   {what: "open", id}        task `id` was opened (openTaskId)
  *   {what: "close", id}       the open task `id` was closed */
 export function subscribeView(listener) {
@@ -46,18 +47,57 @@ export function matches(task, f) {
   return true;
 }
 
-/** Per stage, how many of the tasks on the board match the filter; null when none is set.
- * (Finished columns hold only their most recent tasks: "3 of 120" counts among those.) */
+/** How many of the cards loaded in `stage`'s column match filter `f`. */
+export function matchingLoaded(stage, f = currentFilter()) {
+  let n = 0;
+  if (f) for (const id of idsIn(stage)) if (matches(getTask(id), f)) n++;
+  return n;
+}
+
+const keyOf = (f) => JSON.stringify([f.text, f.owner, f.queue]);
+
+/** The server's answer to the current filter ({counts, more}: store.filterMatches), or null
+ * while it has not answered this filter. */
+export function currentMatches() {
+  const f = currentFilter();
+  const matched = filterMatches();
+  return f && matched && matched.key === keyOf(f) ? matched : null;
+}
+
+/** Per stage, how many tasks match the filter; null when none is set. The page holds every
+ * unfinished task, so their columns are counted here, at once; a finished column holds only its
+ * most recent tasks, so the server counts those over every task (GET /board/filter, asked
+ * again at most REFRESH_MS after a change), and they are counted here only until it answers. */
 export function matchingCounts() {
   const f = currentFilter();
   if (!f) return null;
+  const server = currentMatches();
   const out = {};
-  for (const stage of STAGES) {
-    let n = 0;
-    for (const id of idsIn(stage)) if (matches(getTask(id), f)) n++;
-    out[stage] = n;
-  }
+  for (const stage of STAGES) out[stage] = server && TERMINAL.has(stage) ? server.counts[stage] : matchingLoaded(stage, f);
   return out;
+}
+
+/** "show more" of finished column `stage` under the filter: its next page of matches lands. */
+export async function loadMoreMatching(stage) {
+  const f = currentFilter();
+  if (f) await loadMoreMatches(stage, f, keyOf(f));
+}
+
+// Asking the server: at once when the filter changes, then at most every REFRESH_MS while tasks
+// change (a finished column's count moves with changes the page may not hold).
+const REFRESH_MS = 1000;
+let refreshTimer = null;
+
+function askServer() {
+  clearTimeout(refreshTimer);
+  refreshTimer = null;
+  const f = currentFilter();
+  if (!f) return;
+  loadMatches(f, keyOf(f)).catch((err) => showMessage(`could not search every task: ${err.message || err}`, "error"));
+}
+
+function askServerSoon() {
+  if (refreshTimer === null && currentFilter()) refreshTimer = setTimeout(askServer, REFRESH_MS);
 }
 
 function applyFilters() {
@@ -66,6 +106,7 @@ function applyFilters() {
   for (const [stage, column] of COLUMN_ELS) column.hidden = !!filterStage.value && stage !== filterStage.value;
   tell({ what: "filters" }); // render.js hides the cards that do not match, and counts again
   writeUrl("replace");
+  askServer();
 }
 
 export function clearFilters() {
@@ -218,6 +259,7 @@ async function openTaskFromUrl() {
 export function startView() {
   subscribe((change) => {
     if (change.what === "snapshot") openTaskFromUrl();
+    if (change.what === "snapshot" || (change.what === "tasks" && change.counts && !change.matches)) askServerSoon();
   });
   let filterTimer = null;
   for (const input of [filterText, filterOwner, filterQueue, filterStage]) {

@@ -4,7 +4,7 @@ the task's rows by task id)."""
 import pytest
 from django.db import connections
 
-from tests.test_timing import assert_exact, run_script
+from tests.test_timing import assert_exact, assert_last_runs, run_script
 
 pytestmark = [pytest.mark.mongodb, pytest.mark.django_db(transaction=True)]
 
@@ -13,3 +13,8 @@ def test_per_queue_waits_and_runs_over_the_last_hour_are_exact_on_mongodb():
     assert connections["default"].vendor == "mongodb"
     run_script("default")
     assert_exact("default")
+
+
+def test_a_completed_tasks_last_run_is_read_from_its_history_on_mongodb():
+    run_script("default")
+    assert_last_runs("default")

@@ -1,0 +1,81 @@
+"""The board's filter answered by the server (GET /board/filter): over every task, not only the
+cards a page has loaded. The live board holds every unfinished task but only the most recent
+finished ones (board.live.reads.board_parts), so a filter counted in the browser missed the
+older finished tasks: "0 of 2626" for a task that was there behind "show more".
+
+An answer holds, for the text/owner/queue filter the board's boxes hold (the same matching as
+the page's own: id or title contains the text, the holder's name contains the owner text, both
+in any case; the queue exactly):
+  counts   per stage, how many tasks match (exact, one grouped query);
+  tasks    the matching cards of the finished columns the page may lack, most recent first,
+           CARDS_PER_PAGE per column (the socket's cards: no token, no bulky field; a
+           COMPLETED one with who ran it and how long);
+  more     per finished column, the cursor of its next page of matches, or null.
+With `stage` (and `cursor`), a page of that finished column only: its "show more", filtered or
+not (no filter: every task of the column).
+
+It reads and writes nothing else; who may ask is who may see the board (board.access.may_read).
+"""
+from __future__ import annotations
+
+from django.contrib.admin.views.decorators import staff_member_required
+from django.http import JsonResponse
+from django.views.decorators.http import require_GET
+
+from board import access
+from board.engine import errors, listing, timing
+from board.engine.lifecycle import TERMINAL, Stage
+from board.engine.selectors import deps_of
+from board.live.frames import card_of_listed
+from board.live.reads import CARD_COLUMNS
+
+CARDS_PER_PAGE = 200  # as many as a snapshot holds of each finished column
+ORDER = "updated"  # most recently changed first: a finished column's own order on the page
+PARAMETERS = {"text", "owner", "queue", "stage", "cursor"}
+
+
+def _error(status: int, code: str, message: str) -> JsonResponse:
+    return JsonResponse({"error": {"code": code, "message": message}}, status=status)
+
+
+def _checked(get) -> tuple[listing.Filters, str | None, tuple | None]:
+    """The filters, the one finished stage asked for (or None: all of them) and the cursor's
+    key; InvalidRequest for anything else."""
+    unknown = sorted(set(get) - PARAMETERS)
+    if unknown:
+        raise errors.InvalidRequest(f"unknown query parameter {unknown[0]!r}; known: {', '.join(sorted(PARAMETERS))}")
+    repeated = sorted(name for name, values in get.lists() if len(values) > 1)
+    if repeated:
+        raise errors.InvalidRequest(f"query parameter {repeated[0]!r} is given more than once")
+    filters = listing.check_filters((), get.get("queue") or None, None, (get.get("text") or "").strip() or None,
+                                    (get.get("owner") or "").strip() or None)
+    stage, cursor = get.get("stage") or None, get.get("cursor") or None
+    if stage is not None and stage not in {s.value for s in TERMINAL}:
+        raise errors.InvalidRequest(f"stage is a finished one: {', '.join(sorted(TERMINAL))}")
+    if cursor is not None and stage is None:
+        raise errors.InvalidRequest("a cursor is given with the stage it pages through")
+    return filters, stage, listing.cursor_after(cursor, ORDER) if cursor else None
+
+
+@staff_member_required
+@require_GET
+def board_filter(request):
+    if not access.may_read(request.user):
+        return _error(403, "forbidden", "this user may not read tasks (the board.view_task permission)")
+    try:
+        filters, only_stage, after = _checked(request.GET)
+    except errors.InvalidRequest as exc:
+        return _error(exc.http_status, exc.code, str(exc))
+    stages = [only_stage] if only_stage else sorted(TERMINAL)
+    answer: dict = {"tasks": [], "more": {}}
+    if only_stage is None:
+        answer["counts"] = listing.stage_counts(filters)
+    for stage in stages:
+        rows = listing.task_list(stages=[stage], queue=filters.queue, text=filters.text, owner_part=filters.owner_part,
+                                 order=ORDER, after=after, count=CARDS_PER_PAGE + 1, columns=CARD_COLUMNS)
+        page = rows[:CARDS_PER_PAGE]
+        deps = deps_of([task.pk for task in page])
+        runs = timing.last_runs([task.pk for task in page]) if stage == Stage.COMPLETED else {}
+        answer["tasks"] += [card_of_listed(task, deps[task.pk], runs.get(task.pk)) for task in page]
+        answer["more"][stage] = listing.cursor_of(page[-1], ORDER) if len(rows) > CARDS_PER_PAGE else None
+    return JsonResponse(answer)
