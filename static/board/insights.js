@@ -19,7 +19,12 @@ const STYLE = `
 #insights table { width: 100%; border-collapse: collapse; font-size: 12px; }
 #insights th, #insights td { text-align: left; padding: 2px 4px; border-bottom: 1px solid var(--line, #d9dce1); vertical-align: top; }
 #insights td.num, #insights th.num { text-align: right; }
-#insights .holds { overflow-wrap: anywhere; }
+#insights table.agents { table-layout: fixed; }
+#insights table.agents th:nth-child(1) { width: 30%; }
+#insights table.agents th:nth-child(2) { width: 32%; }
+#insights table.agents th:nth-child(3) { width: 18%; }
+#insights table.agents td, #insights table.agents th { overflow: hidden; text-overflow: ellipsis; }
+#insights .held-id, #insights .agent-name { display: block; overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
 #insights .chart { display: block; margin: 2px 0 6px; overflow: visible; }
 #insights .chart .completed { fill: var(--ok, #2e7d32); }
 #insights .chart .failed { fill: var(--bad, #c62828); }
@@ -124,8 +129,11 @@ function barChart({ width, plot }, height, series, scale, label, start, per, uni
   const slotMs = per * 60000;
   const end = start + n * slotMs;
   const quarter = 15 * 60000;
-  for (let t = Math.ceil(start / quarter) * quarter; t < end - 6 * 60000; t += quarter) {
+  // A time's label (about 30 px wide, centred) keeps clear of "now" (about 22 px, at the end).
+  const lastLabelX = MARGIN.left + plot - 40;
+  for (let t = Math.ceil(start / quarter) * quarter; t < end; t += quarter) {
     const x = MARGIN.left + ((t - start) / slotMs) * slotPx;
+    if (x > lastLabelX) break;
     chart.append(svg("line", { class: "axis", x1: x, x2: x, y1: MARGIN.top + inner, y2: MARGIN.top + inner + 3 }));
     const text = svg("text", { class: "tick x", x, y: height - 3, "text-anchor": "middle" });
     text.textContent = timeLabel(t);
@@ -209,7 +217,13 @@ function agentsTable(data) {
   if (!data.agents.length) return el("p", "empty", "No agent in the last hour.");
   const table = el("table", "agents");
   const head = el("tr");
-  for (const [name, cls] of [["agent"], ["holds"], ["heartbeat"], ["done", "num"], ["failed", "num"]]) head.append(el("th", cls, name));
+  // "seen": its last heartbeat (a claim, renew or finish); ✓ and ✗: its completions and failures.
+  for (const [name, cls, title] of [["agent"], ["holds"], ["seen", "", "last heartbeat"],
+    ["✓", "num", "completed in the last hour"], ["✗", "num", "failed in the last hour"]]) {
+    const th = el("th", cls, name);
+    if (title) th.title = title;
+    head.append(th);
+  }
   const thead = el("thead");
   thead.append(head);
   table.append(thead);
@@ -217,10 +231,22 @@ function agentsTable(data) {
   for (const agent of data.agents) {
     const row = el("tr");
     row.dataset.agent = agent.name;
-    const more = agent.holding > agent.holds.length ? ` +${agent.holding - agent.holds.length}` : "";
+    // One id a line, cut with an ellipsis (the full id in its title): long ids wrapped a letter
+    // a line in the panel's narrow column.
+    const holds = el("td", "holds");
+    for (const id of agent.holds) {
+      const held = el("span", "held-id", id);
+      held.title = id;
+      holds.append(held);
+    }
+    if (agent.holding > agent.holds.length) holds.append(el("span", "held-more", `+${agent.holding - agent.holds.length}`));
+    if (!agent.holds.length) holds.textContent = "—";
+    const name = el("td", "name");
+    name.append(el("span", "agent-name", agent.name));
+    name.title = agent.name;
     row.append(
-      el("td", "name", agent.name),
-      el("td", "holds", agent.holds.join(", ") + more || "—"),
+      name,
+      holds,
       el("td", "heartbeat", ago(agent.last_heartbeat, data.now)),
       el("td", "num completed", String(agent.completed)),
       el("td", "num failed", String(agent.failed)),
