@@ -43,6 +43,10 @@ class Task(models.Model):
     # admission); tasks naming one fairness_key take turns with other keys' tasks.
     fairness_key = models.CharField(max_length=200, null=True, blank=True,
                                     help_text="Tasks of different keys take turns (a plan, a person).")
+    # Labels to find tasks by (issue 33; board.engine.search: `tag:urgent`), set at create: a list
+    # of short labels (board.engine.inputs.tags_list). On PostgreSQL a GIN index serves `tag:`
+    # (board/migrations/0020_task_tags).
+    tags = models.JSONField(default=list, blank=True, help_text="Labels to find the task by (tag:NAME).")
     claim_rank = models.FloatField(default=0.0, db_default=0.0, editable=False,
                                    help_text="Claimed lowest first: its turn (Unix seconds) minus priority x 60 s.")
 

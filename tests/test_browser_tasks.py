@@ -264,6 +264,40 @@ def test_the_filter_counts_every_task_and_loads_the_matching_finished_cards_the_
     expect(more).to_be_hidden()
 
 
+def test_a_search_line_in_the_filter_box_shows_the_tasks_the_server_finds(open_page, orm, server):
+    def board():
+        transitions.create([TaskSpec(id="fix-login", title="fix the login", tags=["urgent"], payload={"repo": "acme/web"}),
+                            TaskSpec(id="fix-api", title="fix the api", payload={"repo": "acme/api"}),
+                            TaskSpec(id="docs", title="write docs", tags=["urgent", "docs"])], actor="test")
+        _finish(["old-urgent"])
+        from board.models import Task
+        Task.objects.filter(pk="old-urgent").update(tags=["urgent"])  # a finished task the search must find too
+        _finish([f"other-{i:03}" for i in range(205)])  # pushes it out of the snapshot's 200
+    orm(board)
+    refused = "Failed to load resource: the server responded with a status of 422 (Unprocessable Entity)"
+    page = open_page("/board/?q=tag:urgent", expected=refused)  # the bad line below
+    expect(count(page, "QUEUED")).to_have_text("2 of 3")
+    expect(count(page, "COMPLETED")).to_have_text("1 of 206")
+    expect(card(page, "fix-login")).to_be_visible()
+    expect(card(page, "docs")).to_be_visible()
+    expect(card(page, "fix-api")).to_be_hidden()
+    expect(card(page, "old-urgent", "COMPLETED")).to_be_visible()
+    page.fill("#filter-text", "payload.repo:acme/web")
+    expect(count(page, "QUEUED")).to_have_text("1 of 3")
+    expect(card(page, "fix-login")).to_be_visible()
+    expect(card(page, "docs")).to_be_hidden()
+    # A task created now that matches shows once the server counts again (after changes).
+    orm(lambda: transitions.create([TaskSpec(id="fix-css", title="css", payload={"repo": "acme/web"})], actor="test"))
+    expect(count(page, "QUEUED")).to_have_text("2 of 4")
+    expect(card(page, "fix-css")).to_be_visible()
+    # A bad line says what is wrong.
+    page.fill("#filter-text", "colour:blue")
+    expect(page.locator("#message")).to_contain_text("unknown qualifier 'colour'")
+    # The table takes the same line.
+    page.goto(f"{server.url}/board/tasks/?search=tag:urgent")
+    expect(page.locator("#tasks-count")).to_contain_text("of 3 tasks matching the filter")
+
+
 def test_a_completed_card_says_who_ran_it_how_long_it_ran_and_how_long_it_waited(open_page, orm):
     orm(_finish, ["done-1"], "agent-with-a-long-name-7")
     page = open_page("/board/")

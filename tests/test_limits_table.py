@@ -42,6 +42,8 @@ EXPECTED = {
     "a key's queue patterns": [limits.MAX_SCOPE_PATTERNS, 1, limits.MAX_NAME_CHARS],
     "`token`": [limits.MAX_TOKEN_CHARS, 43],
     "list filters `owner` / `text` / `queue`": [limits.MAX_OWNER_CHARS, limits.MAX_TITLE_CHARS],
+    "`tags` of a task / a tag": [limits.MAX_TAGS, 1, limits.MAX_TAG_CHARS],
+    "a `search` line": [limits.MAX_SEARCH_CHARS, limits.MAX_SEARCH_TERMS],
     "queues the admin's queue filter offers (`QUEUE_FILTER_LIMIT`, `board/admin/filters.py`)":
         [limits.QUEUE_FILTER_LIMIT],
     "queues named in `/metrics` (`QUEUE_LABEL_LIMIT`, `board/metrics.py`)": [limits.QUEUE_LABEL_LIMIT],

@@ -19,12 +19,14 @@ from pydantic import (
     ConfigDict,
     Field,
     ModelWrapValidatorHandler,
+    StringConstraints,
     field_validator,
     model_validator,
 )
 
 from board.engine import claim_requests
 from board.engine.inputs import TASK_ID_PATTERN, json_too_deep, unstorable_text
+from board.engine.search import TAG_PATTERN
 from board.engine.limits import (
     MAX_BATCH_TASKS,
     MAX_CONCURRENCY,
@@ -44,6 +46,7 @@ from board.engine.limits import (
     MAX_RETRIES_LIMIT,
     MAX_SCHEDULE_NAME_CHARS,
     MAX_SNOOZE_SECONDS,
+    MAX_TAGS,
     MAX_TITLE_CHARS,
     MAX_TOKEN_CHARS,
     MAX_TRACEBACK_CHARS,
@@ -140,6 +143,9 @@ class TaskIn(StrictIn):
         None, ge=1, le=MAX_FAIRNESS_WEIGHT,
         description="the key's weight: its turns for another key's one (needs fairness_key; the latest create "
                     "naming one sets it; a new key: 1)")
+    tags: Optional[list[Annotated[str, StringConstraints(pattern=TAG_PATTERN)]]] = Field(
+        None, max_length=MAX_TAGS,
+        description="labels to find the task by (search: tag:NAME): each 1-50 letters, digits and ._:/-")
 
     # --- deadlines beside the lease (issue 29, item 7; board.engine.deadlines)
     queue_timeout_seconds: Optional[int] = DEADLINE(
@@ -259,6 +265,7 @@ class TaskOut(Schema):
     rate_key: Optional[str] = Field(None, description="the rate key whose rate its claims obey, if any")
     dedup_key: Optional[str] = Field(None, description="while this task is live, a create with this key returns it")
     fairness_key: Optional[str] = Field(None, description="tasks of different keys take turns among equal priorities")
+    tags: list[str] = Field(..., description="labels to find the task by (search: tag:NAME)")
     claim_rank: float = Field(..., description="the line's order: claims take the lowest first (its turn, Unix seconds, "
                                                "minus priority x 60 s; then id)")
     queue_timeout_seconds: Optional[int] = Field(None, description="FAILED when QUEUED and claimable this long")

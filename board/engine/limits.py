@@ -54,6 +54,12 @@ MAX_SNOOZE_SECONDS = 7 * 24 * 3600
 MAX_RATE_COUNT = 100_000
 MAX_RATE_PER_SECONDS = 24 * 3600
 
+# --- tags and search (board.engine.search)
+MAX_TAGS = 20  # of one task
+MAX_TAG_CHARS = 50  # a tag: 1 to this, letters, digits and ._:/- (search.TAG_PATTERN)
+MAX_SEARCH_CHARS = 500  # a search line
+MAX_SEARCH_TERMS = 20  # its words and qualifiers
+
 # --- schedules (board.engine.schedules)
 # A schedule's tick makes the task `<name>:<tick, e.g. 20261204T1405Z>`, which must be a task id
 # (MAX_NAME_CHARS): the name keeps room for the 15 characters of ":YYYYMMDDTHHMMZ".

@@ -24,6 +24,7 @@ from django.db.models.functions import Coalesce
 from board.engine import errors, scopes
 from board.engine.inputs import is_valid_task_id
 from board.engine.lifecycle import Stage
+from board.engine.search import parse as parse_search
 from board.engine.limits import MAX_CURSOR_CHARS, MAX_OWNER_CHARS, MAX_TITLE_CHARS
 from board.engine.selectors import CLAIM_ORDER, in_scope
 from board.models import Task
@@ -76,10 +77,11 @@ class Filters:
     owner: str | None = None
     text: str | None = None
     owner_part: str | None = None  # the board's owner box: a part of the holder's name, any case
+    search: str | None = None  # a search line (board.engine.search), checked
 
 
 def check_filters(stages=(), queue: str | None = None, owner: str | None = None,
-                  text: str | None = None, owner_part: str | None = None) -> Filters:
+                  text: str | None = None, owner_part: str | None = None, search: str | None = None) -> Filters:
     """The filters, or InvalidRequest naming the first bad one."""
     unknown = [s for s in stages if s not in Stage.__members__]
     if unknown:
@@ -90,7 +92,9 @@ def check_filters(stages=(), queue: str | None = None, owner: str | None = None,
         raise errors.InvalidRequest(f"owner is at most {MAX_OWNER_CHARS} characters")
     if text and len(text) > MAX_TITLE_CHARS:
         raise errors.InvalidRequest(f"text is at most {MAX_TITLE_CHARS} characters")
-    return Filters(tuple(dict.fromkeys(stages)), queue or None, owner or None, text or None, owner_part or None)
+    parse_search(search)
+    return Filters(tuple(dict.fromkeys(stages)), queue or None, owner or None, text or None, owner_part or None,
+                   search if search and search.strip() else None)
 
 
 def check_order(order: str) -> str:
@@ -109,22 +113,25 @@ def _matching(filters: Filters, scope: scopes.Scope, using: str):
         rows = rows.filter(owner=filters.owner)
     if filters.owner_part:
         rows = rows.filter(owner__icontains=filters.owner_part)
+    if filters.search:
+        rows = rows.filter(parse_search(filters.search).q(using))
     if filters.text:
         rows = rows.filter(Q(id__icontains=filters.text) | Q(title__icontains=filters.text))
     return rows
 
 
 def task_list(*, stages: list[str] | None = None, queue: str | None = None, owner: str | None = None,
-              text: str | None = None, owner_part: str | None = None, order: str = "created",
-              after: tuple | None = None, count: int,
+              text: str | None = None, owner_part: str | None = None, search: str | None = None,
+              order: str = "created", after: tuple | None = None, count: int,
               scope: scopes.Scope = None, using: str = "default", columns: tuple[str, ...] = ()) -> list[Task]:
     """Up to `count` tasks in `order` (LIST_ORDERS), after the task whose `list_key` is `after`
     when given, among those in `stages`, in `queue`, held by `owner`, whose id or title contains
-    `text` (case-insensitive), whose holder's name contains `owner_part` (case-insensitive), for
-    each filter given. The caller has checked them. `scope`: a
+    `text` (case-insensitive), whose holder's name contains `owner_part` (case-insensitive),
+    matching the search line `search` (board.engine.search), for each filter given. The caller
+    has checked them. `scope`: a
     key's queue patterns; the others' tasks are not listed. `columns`: read only these (and the
     sort key's), for a reader that needs few of a task's up to 256 KiB fields."""
-    rows = _matching(Filters(tuple(stages or ()), queue, owner, text, owner_part), scope, using)
+    rows = _matching(Filters(tuple(stages or ()), queue, owner, text, owner_part, search), scope, using)
     fields = LIST_ORDERS[order]
     if "stage_since" in fields:
         rows = rows.annotate(stage_since=Coalesce("stage_changed_at", "updated_at"))

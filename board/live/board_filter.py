@@ -5,8 +5,11 @@ older finished tasks: "0 of 2626" for a task that was there behind "show more".
 
 An answer holds, for the text/owner/queue filter the board's boxes hold (the same matching as
 the page's own: id or title contains the text, the holder's name contains the owner text, both
-in any case; the queue exactly):
+in any case; the queue exactly), or for a search line (`search`, board.engine.search: what the
+text box holds when it has a qualifier such as tag:urgent):
   counts   per stage, how many tasks match (exact, one grouped query);
+  ids      with a search line only: per unfinished stage, the ids of the matching tasks (the page
+           holds their cards but cannot tell which match: a card has no payload);
   tasks    the matching cards of the finished columns the page may lack, most recent first,
            CARDS_PER_PAGE per column (the socket's cards: no token, no bulky field; a
            COMPLETED one with who ran it and how long);
@@ -31,7 +34,11 @@ from board.live.reads import CARD_COLUMNS
 
 CARDS_PER_PAGE = 200  # as many as a snapshot holds of each finished column
 ORDER = "updated"  # most recently changed first: a finished column's own order on the page
-PARAMETERS = {"text", "owner", "queue", "stage", "cursor"}
+PARAMETERS = {"text", "owner", "queue", "search", "stage", "cursor"}
+# A search line (board.engine.search) asks things a card cannot answer in the browser (a payload
+# path, a tag, an error's text): the answer then also names the matching unfinished tasks, at
+# most this many per column (the page holds them all; it shows those named).
+MAX_MATCHING_IDS = 20_000
 
 
 def _error(status: int, code: str, message: str) -> JsonResponse:
@@ -48,13 +55,20 @@ def _checked(get) -> tuple[listing.Filters, str | None, tuple | None]:
     if repeated:
         raise errors.InvalidRequest(f"query parameter {repeated[0]!r} is given more than once")
     filters = listing.check_filters((), get.get("queue") or None, None, (get.get("text") or "").strip() or None,
-                                    (get.get("owner") or "").strip() or None)
+                                    (get.get("owner") or "").strip() or None, search=get.get("search") or None)
     stage, cursor = get.get("stage") or None, get.get("cursor") or None
     if stage is not None and stage not in {s.value for s in TERMINAL}:
         raise errors.InvalidRequest(f"stage is a finished one: {', '.join(sorted(TERMINAL))}")
     if cursor is not None and stage is None:
         raise errors.InvalidRequest("a cursor is given with the stage it pages through")
     return filters, stage, listing.cursor_after(cursor, ORDER) if cursor else None
+
+
+def _matching_ids(filters: listing.Filters, stage: str) -> list[str]:
+    """The ids of `stage`'s tasks the filters match, in the column's order (at most MAX_MATCHING_IDS)."""
+    rows = listing.task_list(stages=[stage], queue=filters.queue, text=filters.text, owner_part=filters.owner_part,
+                             search=filters.search, order="claim", count=MAX_MATCHING_IDS, columns=("id",))
+    return [task.pk for task in rows]
 
 
 @staff_member_required
@@ -70,9 +84,12 @@ def board_filter(request):
     answer: dict = {"tasks": [], "more": {}}
     if only_stage is None:
         answer["counts"] = listing.stage_counts(filters)
+        if filters.search:
+            answer["ids"] = {stage.value: _matching_ids(filters, stage.value) for stage in Stage if stage not in TERMINAL}
     for stage in stages:
         rows = listing.task_list(stages=[stage], queue=filters.queue, text=filters.text, owner_part=filters.owner_part,
-                                 order=ORDER, after=after, count=CARDS_PER_PAGE + 1, columns=CARD_COLUMNS)
+                                 search=filters.search, order=ORDER, after=after, count=CARDS_PER_PAGE + 1,
+                                 columns=CARD_COLUMNS)
         page = rows[:CARDS_PER_PAGE]
         deps = deps_of([task.pk for task in page])
         runs = timing.last_runs([task.pk for task in page]) if stage == Stage.COMPLETED else {}

@@ -4,6 +4,7 @@ history. Nothing here writes. The outbox's cursor query is a read path of its ow
 (board.live.outbox)."""
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import closing
@@ -30,7 +31,7 @@ from board.models import Dependency, Task, TaskEvent
 CARD_COLUMNS = ("id", "title", "queue", "priority", "on_hold", "max_retries", "stage", "version", "owner",
                 "fence", "lease_expires_at", "attempts", "not_before", "progress", "last_error",
                 "created_at", "updated_at", "stage_changed_at", "concurrency_key", "rate_key", "dedup_key",
-                "fairness_key", "claim_rank",
+                "fairness_key", "tags", "claim_rank",
                 "queue_timeout_seconds", "attempt_timeout_seconds", "progress_timeout_seconds",
                 "progress_changed_at")
 NOT_ON_CARDS = ("description", "payload", "checkpoint", "result")
@@ -90,6 +91,10 @@ _CARD_TIMES = ("lease_expires_at", "not_before", "created_at", "updated_at", "st
 def _card_row(values: tuple) -> dict:
     row = dict(zip(_ROW_COLUMNS, values, strict=True))
     row["on_hold"] = bool(row["on_hold"])  # SQLite: 0/1
+    if isinstance(row["tags"], str):  # SQLite's JSON is text (PostgreSQL's driver decodes jsonb)
+        row["tags"] = json.loads(row["tags"])
+    elif row["tags"] is None:  # a row written before the column had a value
+        row["tags"] = []
     for name in _CARD_TIMES:
         row[name] = json_time(row[name])
     return row

@@ -38,8 +38,8 @@ DEFAULT_PAGE_SIZE = 50
 EXPORT_MAX_ROWS = 20_000
 EXPORT_CHUNK_ROWS = 500
 ERROR_CHARS = 300  # an export's error column: the first line of the last error, cut here
-PARAMETERS = {"stage", "queue", "owner", "text", "order", "cursor", "limit", "start"}
-EXPORT_PARAMETERS = {"stage", "queue", "owner", "text", "order", "format"}
+PARAMETERS = {"stage", "queue", "owner", "text", "search", "order", "cursor", "limit", "start"}
+EXPORT_PARAMETERS = {"stage", "queue", "owner", "text", "search", "order", "format"}
 FORMATS = {"csv": "text/csv; charset=utf-8", "jsonl": "application/x-ndjson"}
 # The table's sortable columns: the order each header link asks for (its label names the sort).
 SORTS = (("newest", "newest first"), ("created", "oldest first"), ("updated", "recently updated"),
@@ -62,7 +62,8 @@ class _Query:
             raise errors.InvalidRequest(f"query parameter {repeated[0]!r} is given more than once")
         # A form's empty field is no filter.
         self.filters = listing.check_filters([s for s in get.getlist("stage") if s], get.get("queue") or None,
-                                             get.get("owner") or None, get.get("text") or None)
+                                             get.get("owner") or None, get.get("text") or None,
+                                             search=get.get("search") or None)
         self.order = listing.check_order(get.get("order") or DEFAULT_ORDER)
         cursor = get.get("cursor") or None
         self.cursor = cursor
@@ -78,7 +79,7 @@ class _Query:
         """This query's URL parameters with `changes` (None: left out)."""
         from urllib.parse import urlencode
         values = {"stage": list(self.filters.stages), "queue": self.filters.queue, "owner": self.filters.owner,
-                  "text": self.filters.text, "order": self.order,
+                  "text": self.filters.text, "search": self.filters.search, "order": self.order,
                   "limit": self.limit if self.limit != DEFAULT_PAGE_SIZE else None}
         values.update(changes)
         pairs = [(name, value) for name, value in values.items() if value not in (None, "", [])]
@@ -96,7 +97,8 @@ def _number(get, name: str, default: int) -> int:
 
 def _rows(query: _Query, after, count: int) -> list:
     return listing.task_list(stages=list(query.filters.stages), queue=query.filters.queue, owner=query.filters.owner,
-                             text=query.filters.text, order=query.order, after=after, count=count,
+                             text=query.filters.text, search=query.filters.search, order=query.order, after=after,
+                             count=count,
                              columns=CARD_COLUMNS)
 
 
@@ -133,7 +135,8 @@ def tasks_page(request):
         "filters": query.filters, "order": query.order, "limit": query.limit, "sorts": sorts,
         "stages": [s.value for s in Stage], "page_sizes": PAGE_SIZES,
         "export_csv": query.link(format="csv", limit=None), "export_jsonl": query.link(format="jsonl", limit=None),
-        "filtered": bool(query.filters.stages or query.filters.queue or query.filters.owner or query.filters.text),
+        "filtered": bool(query.filters.stages or query.filters.queue or query.filters.owner or query.filters.text
+                         or query.filters.search),
     })
 
 

@@ -14,7 +14,11 @@ const DEP_REQUESTS = 4; // dependencies not on the board asked for at once
 
 async function getJson(url) {
   const response = await fetch(url, { credentials: "same-origin" });
-  if (!response.ok) throw new Error(`HTTP ${response.status}`);
+  if (!response.ok) {
+    // The server's own words when it gave them (a refused search line says what is wrong).
+    const body = await response.json().catch(() => null);
+    throw new Error(body?.error?.message || `HTTP ${response.status}`);
+  }
   return response.json();
 }
 
@@ -60,10 +64,11 @@ function filterQuery(filter) {
   if (filter.text) query.set("text", filter.text);
   if (filter.owner) query.set("owner", filter.owner);
   if (filter.queue) query.set("queue", filter.queue);
+  if (filter.search) query.set("search", filter.search);
   return query;
 }
 
-/** Ask the server what `filter` ({text, owner, queue}) matches; its counts and the matching
+/** Ask the server what `filter` ({text, owner, queue, search}) matches; its counts and the matching
  * finished cards land (store.applyMatches) under `key`, unless a newer request was sent. */
 export async function loadMatches(filter, key) {
   const mine = ++matchRequest;

@@ -181,6 +181,7 @@ function renderNoMatch(shown) {
   if (box.hidden) return;
   const query = new URLSearchParams();
   if (f.text) query.set("text", f.text);
+  if (f.search) query.set("search", f.search);
   if (f.queue) query.set("queue", f.queue);
   for (const s of visible.length < STAGES.length ? visible : []) query.append("stage", s);
   box.querySelector("a.search-all").href = `/board/tasks/?${query}`;

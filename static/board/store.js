@@ -38,7 +38,8 @@ const fullKeys = new Map();
 const heldRateKeys = new Map();
 let snapshotsApplied = 0;
 // The server's latest answer to the board's filter: {key (the filter it answers), counts (per
-// stage), more (finished stage -> cursor of its next matches, or null)}; null before any.
+// stage), more (finished stage -> cursor of its next matches, or null), ids (a search line's
+// matching tasks, a Set; null for plain filters, which the page matches itself)}; null before any.
 let matched = null;
 
 const listeners = [];
@@ -373,8 +374,16 @@ function land(task, older) {
 export function applyMatches(key, answer, { page = false } = {}) {
   const redraw = [];
   for (const task of answer.tasks) redraw.push(...(land(task, true) || []));
-  if (!page) matched = { key, counts: answer.counts, more: new Map() };
-  if (matched && matched.key === key) for (const [stage, cursor] of Object.entries(answer.more)) matched.more.set(stage, cursor);
+  if (!page) {
+    // A search line's answer names its matching tasks: the unfinished ones by id, the finished
+    // ones by the cards it sent.
+    const ids = answer.ids ? new Set(Object.values(answer.ids).flat()) : null;
+    matched = { key, counts: answer.counts, more: new Map(), ids };
+  }
+  if (matched && matched.key === key) {
+    for (const [stage, cursor] of Object.entries(answer.more)) matched.more.set(stage, cursor);
+    if (matched.ids) for (const task of answer.tasks) matched.ids.add(task.id);
+  }
   tell({ what: "tasks", ids: redraw, counts: true, matches: true });
 }
 

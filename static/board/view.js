@@ -31,19 +31,31 @@ const filterOwner = document.getElementById("filter-owner");
 const filterQueue = document.getElementById("filter-queue");
 const filterStage = document.getElementById("filter-stage");
 
-/** The filters that hide cards ({text, owner, queue}, lower case), or null when none is set.
- * (The stage filter hides columns, not cards.) */
+/** The filters that hide cards ({text, owner, queue, search}, text and owner in lower case), or
+ * null when none is set. (The stage filter hides columns, not cards.) A text box holding a
+ * qualifier (tag:urgent, payload.repo:acme/web: board/engine/search.py) is a search line, which
+ * the server answers: `search` holds it as typed, and `text` is empty. */
 export function currentFilter() {
-  const text = filterText.value.trim().toLowerCase();
+  const raw = filterText.value.trim();
   const owner = filterOwner.value.trim().toLowerCase();
   const queue = filterQueue.value;
-  return text || owner || queue ? { text, owner, queue } : null;
+  if (QUALIFIER.test(raw)) return { text: "", owner, queue, search: raw };
+  const text = raw.toLowerCase();
+  return text || owner || queue ? { text, owner, queue, search: "" } : null;
 }
 
+const QUALIFIER = /(^|\s)[A-Za-z][A-Za-z0-9_.-]*:/;
+
+/** Whether `task`'s card shows under filter `f`. A search line's matches are the server's (the
+ * ids it named, and the finished cards it sent): none shows until it has answered. */
 export function matches(task, f) {
   if (f.queue && task.queue !== f.queue) return false;
   if (f.owner && !(task.owner || "").toLowerCase().includes(f.owner)) return false;
   if (f.text && !task.id.toLowerCase().includes(f.text) && !task.title.toLowerCase().includes(f.text)) return false;
+  if (f.search) {
+    const server = filterMatches();
+    return !!(server && server.key === keyOf(f) && server.ids && server.ids.has(task.id));
+  }
   return true;
 }
 
@@ -54,7 +66,7 @@ export function matchingLoaded(stage, f = currentFilter()) {
   return n;
 }
 
-const keyOf = (f) => JSON.stringify([f.text, f.owner, f.queue]);
+const keyOf = (f) => JSON.stringify([f.text, f.owner, f.queue, f.search]);
 
 /** The server's answer to the current filter ({counts, more}: store.filterMatches), or null
  * while it has not answered this filter. */
@@ -73,7 +85,9 @@ export function matchingCounts() {
   if (!f) return null;
   const server = currentMatches();
   const out = {};
-  for (const stage of STAGES) out[stage] = server && TERMINAL.has(stage) ? server.counts[stage] : matchingLoaded(stage, f);
+  for (const stage of STAGES) {
+    out[stage] = server && (TERMINAL.has(stage) || f.search) ? server.counts[stage] : matchingLoaded(stage, f);
+  }
   return out;
 }
 
@@ -260,6 +274,8 @@ export function startView() {
   subscribe((change) => {
     if (change.what === "snapshot") openTaskFromUrl();
     if (change.what === "snapshot" || (change.what === "tasks" && change.counts && !change.matches)) askServerSoon();
+    // A search line's matches came: which cards show changed with them (render.js hides the others).
+    if (change.what === "tasks" && change.matches && currentFilter()?.search) tell({ what: "filters" });
   });
   let filterTimer = null;
   for (const input of [filterText, filterOwner, filterQueue, filterStage]) {

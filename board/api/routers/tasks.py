@@ -42,6 +42,7 @@ def _spec(item: TaskIn) -> TaskSpec:
                     max_retries=item.max_retries, concurrency_key=item.concurrency_key,
                     concurrency_limit=item.concurrency_limit, rate_key=item.rate_key, run_at=item.run_at,
                     dedup_key=item.dedup_key, fairness_key=item.fairness_key, fairness_weight=item.fairness_weight,
+                    tags=item.tags,
                     queue_timeout_seconds=item.queue_timeout_seconds,
                     attempt_timeout_seconds=item.attempt_timeout_seconds,
                     progress_timeout_seconds=item.progress_timeout_seconds)
@@ -60,10 +61,11 @@ def _same_as_existing(specs: list[TaskSpec]) -> list[Task] | None:
         task = existing.get(spec.id)
         if task is None or (task.title, task.description, task.payload, task.queue, task.priority,
                             sorted(deps[task.pk]), task.pk in created_on_hold, task.max_retries,
-                            task.concurrency_key, task.dedup_key, task.rate_key, task.fairness_key) != (
+                            task.concurrency_key, task.dedup_key, task.rate_key, task.fairness_key,
+                            list(task.tags or [])) != (
                 spec.title, spec.description, spec.payload, spec.queue, spec.priority,
                 sorted(spec.deps), spec.on_hold, spec.max_retries, spec.concurrency_key, spec.dedup_key, spec.rate_key,
-                spec.fairness_key):
+                spec.fairness_key, list(dict.fromkeys(spec.tags or []))):
             return None
         if any(getattr(task, name) != getattr(spec, name) for name in deadlines.TIMEOUTS):
             return None  # its deadlines differ: not a retry of the same create
@@ -141,6 +143,9 @@ ListOrder = Literal[tuple(reads.LIST_ORDERS)]
          summary="List tasks, oldest first (or in claim order), a page at a time")
 def list_tasks(request, stage: list[str] = Query(None), queue: Optional[str] = None,
                owner: Optional[str] = None, text: Optional[str] = None,
+               search: Optional[str] = Query(None, description="a search line: words and qualifiers (tag:urgent "
+                                             "queue:ci-* owner:w-3 stage:failed error:timeout payload.repo:acme/web "
+                                             "created:<2h); every term must match. See docs/api.md, Searching tasks"),
                order: ListOrder = Query("created", description="created: oldest first (the default); claim: the order "
                                   "claim-next takes tasks in (claim_rank, then id: priority, aging, fairness keys); "
                                   "newest: most recently created first; updated: most recently changed first; "
@@ -157,11 +162,12 @@ def list_tasks(request, stage: list[str] = Query(None), queue: Optional[str] = N
     on through `next` like the default order's (the cursor carries the claim-order key of the
     page's last task), and a cursor is good only for the order that gave it out."""
     require_reader(request)
-    _query(request, {"stage", "queue", "owner", "text", "order", "cursor", "limit"}, repeatable=frozenset({"stage"}))
-    checked = listing.check_filters(stage or (), queue, owner, text)  # the board's table checks the same
+    _query(request, {"stage", "queue", "owner", "text", "search", "order", "cursor", "limit"},
+           repeatable=frozenset({"stage"}))
+    checked = listing.check_filters(stage or (), queue, owner, text, search=search)  # the board's table checks the same
     after = cursor_after(cursor, order) if cursor else None
     filters = {"stages": list(checked.stages), "queue": checked.queue, "owner": checked.owner, "text": checked.text,
-               "scope": request.auth.scope}
+               "search": checked.search, "scope": request.auth.scope}
     items, last = _task_page(filters, order, after, page_limit(limit))
     return {"items": items, "next": cursor_of(last, order) if last is not None else None}
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from django.db import IntegrityError, connections, transaction
 
-from board.engine import clock, commits, deadlines, errors, fairness, flow, outcomes, tracing
+from board.engine import clock, commits, deadlines, errors, fairness, flow, outcomes, search, tracing
 from board.engine.inputs import is_valid_task_id, json_field, key_text, unstorable_text
 from board.engine.lifecycle import Stage, Verb
 from board.engine.limits import (
@@ -58,6 +58,8 @@ class TaskSpec:
     # weight w getting w turns for another's one (the latest create naming one says it; else 1).
     fairness_key: str | None = None
     fairness_weight: int | None = None
+    # Labels to find it by (board.engine.search: `tag:NAME`): at most search.MAX_TAGS.
+    tags: Sequence[str] | None = None
     # --- deadlines beside the lease (board.engine.deadlines; issue 29, item 7): whole seconds,
     # 1 to MAX_DEADLINE_SECONDS, or None for none. Applied by the reaper's pass.
     queue_timeout_seconds: int | None = None  # QUEUED (and claimable) this long: FAILED
@@ -175,6 +177,7 @@ def create(specs: TaskSpec | Sequence[TaskSpec], *, actor: str = "", using: str 
                     not_before=spec.run_at,
                     dedup_key=spec.dedup_key,
                     fairness_key=spec.fairness_key,
+                    tags=search.tags_list(list(spec.tags) if spec.tags is not None else None),
                     **{name: getattr(spec, name) for name in deadlines.TIMEOUTS},
                     has_deps=bool(spec.deps),
                     has_dependents=spec.id in depended_on,
@@ -300,6 +303,9 @@ def _validate_spec(spec: TaskSpec) -> None:
     key_text(spec.dedup_key, "dedup_key", MAX_DEDUP_KEY_CHARS)
     fairness.fairness_key(spec.fairness_key)
     fairness.fairness_weight(spec.fairness_weight)
+    if spec.tags is not None and not isinstance(spec.tags, (list, tuple)):
+        raise errors.InvalidRequest("tags must be a list of tags", field="tags")
+    search.tags_list(list(spec.tags) if spec.tags is not None else None)
     if spec.fairness_weight is not None and spec.fairness_key is None:
         raise errors.InvalidRequest("fairness_weight needs a fairness_key", field="fairness_weight")
     flow.concurrency_limit(spec.concurrency_limit, "concurrency_limit")
