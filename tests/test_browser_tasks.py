@@ -282,6 +282,9 @@ def test_a_search_line_in_the_filter_box_shows_the_tasks_the_server_finds(open_p
     expect(card(page, "docs")).to_be_visible()
     expect(card(page, "fix-api")).to_be_hidden()
     expect(card(page, "old-urgent", "COMPLETED")).to_be_visible()
+    expect(card(page, "docs").locator(".card-head .tag")).to_have_text(["urgent", "docs"])  # its tags, as chips
+    SCREENSHOTS.mkdir(exist_ok=True)
+    page.screenshot(path=SCREENSHOTS / "board-search.png")
     page.fill("#filter-text", "payload.repo:acme/web")
     expect(count(page, "QUEUED")).to_have_text("1 of 3")
     expect(card(page, "fix-login")).to_be_visible()

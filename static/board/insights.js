@@ -20,9 +20,9 @@ const STYLE = `
 #insights th, #insights td { text-align: left; padding: 2px 4px; border-bottom: 1px solid var(--line, #d9dce1); vertical-align: top; }
 #insights td.num, #insights th.num { text-align: right; }
 #insights table.agents { table-layout: fixed; }
-#insights table.agents th:nth-child(1) { width: 30%; }
-#insights table.agents th:nth-child(2) { width: 32%; }
-#insights table.agents th:nth-child(3) { width: 18%; }
+#insights table.agents th:nth-child(1) { width: 28%; }
+#insights table.agents th:nth-child(2) { width: 28%; }
+#insights table.agents th:nth-child(3) { width: 16%; }
 #insights table.agents td, #insights table.agents th { overflow: hidden; text-overflow: ellipsis; }
 #insights .held-id, #insights .agent-name { display: block; overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
 #insights .chart { display: block; margin: 2px 0 6px; overflow: visible; }

@@ -272,6 +272,8 @@ function fillCard(card, task, filter) {
   head.append(el("b", "card-id", task.id), `P${task.priority} · ${task.queue}`);
   // A fairness key (a plan, a person): its tasks take turns with other keys' in the claim order.
   if (task.fairness_key) head.append(" · ", el("span", "fairness-key", task.fairness_key));
+  // Its tags (search: tag:NAME), as small chips after the queue.
+  for (const tag of task.tags || []) head.append(" ", el("span", "tag", tag));
   const meta = el("div", "card-meta");
   // Fence and version are in the details panel: the card says who, how often, how long.
   card.inStageEl = el("span", "in-stage");

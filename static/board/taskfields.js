@@ -28,6 +28,7 @@ export function taskFields(task, deps) {
   // later by its fairness key's turns.
   field(dl, "place in line", `${new Date(task.claim_rank * 1000).toLocaleString()}` +
     (task.fairness_key ? ` (fairness key ${task.fairness_key})` : ""));
+  if (task.tags && task.tags.length) field(dl, "tags", task.tags.join(", "));
   field(dl, "fence", String(task.fence));
   if (task.lease_expires_at) field(dl, "lease until", new Date(task.leaseExpiresMs).toLocaleString());
   if (task.not_before) field(dl, "not before", new Date(task.not_before).toLocaleString());
