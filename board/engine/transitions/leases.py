@@ -511,7 +511,8 @@ class _StatementPath:
         self.hot = hot
 
     def claim_next(self, using: str, agent: str, ttl: timedelta, queue: str | None,
-                   request: ClaimRequest | None, key_hash: str | None, scope: scopes.Scope) -> Claim | None:
+                   request: ClaimRequest | None, key_hash: str | None, scope: scopes.Scope,
+                   look_up: bool = True) -> Claim | None:
         """One statement: pick, CAS and history together, nothing read before. On SQLite the
         pick runs under the write lock; on PostgreSQL it skips rows other claimers have locked.
         So a match count of 0 means no ready task (what the ORM path says after losing every
@@ -519,7 +520,9 @@ class _StatementPath:
         concurrency key filled between the pick and its slot (LIMIT_FILLED): the pick runs again.
 
         With a claim request (only then), the statement runs in a write transaction after the
-        request is serialised and looked up: a live lease it made is returned instead."""
+        request is serialised and looked up: a live lease it made is returned instead.
+        `look_up` False: a claim of a batch, whose caller looked the request up already
+        (board.engine.transitions.batches): the lease records the request, nothing is looked up."""
         hot = self.hot
         for _ in range(RACE_RETRIES):
             if request is None:
@@ -529,7 +532,7 @@ class _StatementPath:
                 token, seed = request.mint()
                 context = store(using).write_transaction()
             with context:
-                if request is not None:
+                if request is not None and look_up:
                     _require_live_key(using, key_hash, agent)
                     claim_requests.serialise(using, request)
                     made = claim_requests.made_by(using, request, agent)
@@ -583,12 +586,13 @@ class _OrmPath:
     judge it, then CAS (cas._swap) on its stage and version (and token hash)."""
 
     def claim_next(self, using: str, agent: str, ttl: timedelta, queue: str | None,
-                   request: ClaimRequest | None, key_hash: str | None, scope: scopes.Scope) -> Claim | None:
+                   request: ClaimRequest | None, key_hash: str | None, scope: scopes.Scope,
+                   look_up: bool = True) -> Claim | None:
         for _ in range(RACE_RETRIES):
             try:
                 with store(using).write_transaction():
                     _require_live_key(using, key_hash, agent)
-                    if request is not None:
+                    if request is not None and look_up:
                         claim_requests.serialise(using, request)
                         made = claim_requests.made_by(using, request, agent)
                         if made is not None:
