@@ -821,12 +821,23 @@ class Client:
                            queue: str | None = None, wait_seconds: float = 0,
                            request_id: str | None = None) -> tuple[dict[str, Any], Lease | None]:
         """`complete`, and in the same request claim the next ready task (as `claim_next` with
-        `ttl_seconds`, `queue`, `wait_seconds`, `request_id` would): one round trip per task.
-        Returns ``(the COMPLETED task, the next Lease or None)``. Refusals are `complete`'s (the
-        next claim is then not made). A board without it (before issue 34) refuses the field: the
-        client then completes alone and returns ``(task, None)`` (the caller claims as before)."""
-        body = {"token": token, "result": {} if result is None else result}
-        return self._finish_and_claim("complete", task_id, body, ttl_seconds, queue, wait_seconds, request_id)
+        `ttl_seconds`, `queue`, `wait_seconds`, `request_id` would; the wait starts once the
+        completion has committed): one round trip per task. Returns ``(the COMPLETED task, the
+        next Lease or None)``. Refusals are `complete`'s (no claim is made then). A board
+        without it (before issue 34) refuses the field: the client then completes alone and
+        returns ``(task, None)`` (the caller claims as before)."""
+        body: dict[str, Any] = {"token": token, "result": {} if result is None else result}
+        path = self._path("tasks", task_id, "complete")
+        if not self._next_refused:
+            body["next"] = self._next_fields(ttl_seconds, queue, wait_seconds, request_id)
+            try:
+                answer = self.request("POST", path, body, timeout=self.timeout + wait_seconds)
+            except ValidationFailed as exc:
+                self._note_next_refused(exc)
+                del body["next"]
+            else:
+                return self._task_and_next(answer, ttl_seconds)
+        return self.request("POST", path, body), None
 
     def fail_and_claim(self, task_id: str, token: str, error: str, *, retryable: bool = True,
                        traceback: str | None = None, ttl_seconds: float, queue: str | None = None,
@@ -835,35 +846,56 @@ class Client:
         body: dict[str, Any] = {"token": token, "error": error, "retryable": retryable}
         if traceback is not None:
             body["traceback"] = traceback
-        return self._finish_and_claim("fail", task_id, body, ttl_seconds, queue, wait_seconds, request_id)
+        path = self._path("tasks", task_id, "fail")
+        if not self._next_refused:
+            body["next"] = self._next_fields(ttl_seconds, queue, wait_seconds, request_id)
+            try:
+                answer = self.request("POST", path, body, timeout=self.timeout + wait_seconds)
+            except ValidationFailed as exc:
+                self._note_next_refused(exc)
+                del body["next"]
+            else:
+                return self._task_and_next(answer, ttl_seconds)
+        return self.request("POST", path, body), None
 
     def release_and_claim(self, task_id: str, token: str, *, ttl_seconds: float, queue: str | None = None,
                           wait_seconds: float = 0, request_id: str | None = None) -> tuple[dict[str, Any], Lease | None]:
         """`release`, and claim the next ready task in the same request (see `complete_and_claim`).
         The released task itself may be the one claimed next, when it is first in the claim order."""
-        return self._finish_and_claim("release", task_id, {"token": token}, ttl_seconds, queue, wait_seconds,
-                                      request_id)
-
-    def _finish_and_claim(self, verb: str, task_id: str, body: dict[str, Any], ttl_seconds: float,
-                          queue: str | None, wait_seconds: float,
-                          request_id: str | None) -> tuple[dict[str, Any], Lease | None]:
-        path = self._path("tasks", task_id, verb)
+        body: dict[str, Any] = {"token": token}
+        path = self._path("tasks", task_id, "release")
         if not self._next_refused:
-            following: dict[str, Any] = {"ttl_seconds": ttl_seconds, "request_id": request_id or _new_request_id()}
-            if queue is not None:
-                following["queue"] = queue
-            if wait_seconds:
-                following["wait_seconds"] = wait_seconds
+            body["next"] = self._next_fields(ttl_seconds, queue, wait_seconds, request_id)
             try:
-                answer = self.request("POST", path, {**body, "next": following}, timeout=self.timeout + wait_seconds)
+                answer = self.request("POST", path, body, timeout=self.timeout + wait_seconds)
             except ValidationFailed as exc:
-                if not _refuses_field(exc, "next"):
-                    raise
-                self._next_refused = True  # an older board: finish alone, the caller claims
+                self._note_next_refused(exc)
+                del body["next"]
             else:
-                claimed = answer.pop("next", None)
-                return answer, None if claimed is None else Lease(self, claimed, ttl_seconds)
+                return self._task_and_next(answer, ttl_seconds)
         return self.request("POST", path, body), None
+
+    @staticmethod
+    def _next_fields(ttl_seconds: float, queue: str | None, wait_seconds: float,
+                     request_id: str | None) -> dict[str, Any]:
+        """The `next` of a complete, fail or release: POST /claim's fields."""
+        fields: dict[str, Any] = {"ttl_seconds": ttl_seconds, "request_id": request_id or _new_request_id()}
+        if queue is not None:
+            fields["queue"] = queue
+        if wait_seconds:
+            fields["wait_seconds"] = wait_seconds
+        return fields
+
+    def _note_next_refused(self, exc: ValidationFailed) -> None:
+        """A 422 to a request with `next`: an older board that does not know the field (then
+        finish without it from now on), else re-raise the refusal."""
+        if not _refuses_field(exc, "next"):
+            raise exc
+        self._next_refused = True
+
+    def _task_and_next(self, answer: dict[str, Any], ttl_seconds: float) -> tuple[dict[str, Any], Lease | None]:
+        claimed = answer.pop("next", None)
+        return answer, None if claimed is None else Lease(self, claimed, ttl_seconds)
 
     def complete_batch(self, items: Sequence[tuple[Any, ...]]) -> builtins.list[Outcome]:
         """Complete several held tasks in one request (``POST /api/complete``, up to 100):

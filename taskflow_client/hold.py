@@ -674,6 +674,13 @@ class HoldBatch:
             return
         error = outcome.error
         done = outcome.task or {}
+        if isinstance(error, LeaseLost) and sent and not done:
+            # A copy of a batch whose answer was lost: was this item completed by the first one?
+            # (The batch's per-item refusal does not carry the task.)
+            try:
+                done = job.lease.client.get(job.task_id)
+            except (TaskflowError, TransportError):
+                done = {}
         if isinstance(error, LeaseLost) and sent and done.get("stage") == "COMPLETED" and done.get("result") == result:
             job.lease.task = done
             job.outcome = "completed"
