@@ -378,6 +378,11 @@ class _Http:
                 conn.sock.settimeout(timeout)
         return conn
 
+    def resent(self) -> bool:
+        """Whether this thread's last request was sent twice (its kept-alive connection was
+        found closed): then its first copy may have been applied."""
+        return getattr(self._local, "resent", False)
+
     def close(self) -> None:
         conn = getattr(self._local, "conn", None)
         self._local.conn = None
@@ -388,6 +393,7 @@ class _Http:
                 timeout: float):
         url = self.prefix + path
         for attempt in range(2):
+            self._local.resent = attempt > 0  # sent again: the first copy may have taken effect
             conn = self._connection(timeout)
             reused = self._local.used
             try:

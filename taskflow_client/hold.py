@@ -412,6 +412,7 @@ class Job:
                 return
             except LeaseLost as exc:
                 done = exc.task or {}
+                sent = sent or self.lease.client._http.resent()  # a copy sent on a fresh connection
                 if sent and done.get("stage") == "COMPLETED" and done.get("result") == result:
                     self.lease.task = done
                     self.outcome = "completed"
@@ -662,6 +663,7 @@ class HoldBatch:
                     raise
                 time.sleep(delays.pop(0))
                 continue
+            sent = sent or self.client._http.resent()  # a copy sent on a fresh connection
             for job, outcome in zip(ready, outcomes):
                 self._settle_item(job, outcome, results[job.task_id], sent)
             return

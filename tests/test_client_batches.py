@@ -307,3 +307,43 @@ def test_cli_complete_with_next(key, board_server):
     answer = cli("complete", held["task"]["id"], held["lease"]["token"], "--next", "--queue", "cli")
     assert (answer["id"], answer["stage"], answer["next"]) == ("c01", "COMPLETED", None)
     assert stages("cli") == {"c00": "COMPLETED", "c01": "COMPLETED"}
+
+
+def test_a_complete_whose_answer_was_lost_gets_its_next_lease_back(key, board_server):
+    """The first complete (with next) of the loop takes effect, its answer is lost: the client
+    sends it again (LeaseLost naming its own completion: completed), and the next hold() claims
+    with the lost claim's request id, so it gets the lease that claim made instead of a second one."""
+    with Client(board_server.url, key, timeout=10) as setup:
+        make(setup, "cut", 2, prefix="c")
+    with ReplyDropper(board_server.port, ("/complete",), drop=1) as dropping:
+        with Client(dropping.url, key, timeout=10) as client:
+            jobs = []
+            while True:
+                with client.hold(ttl_seconds=30, queue="cut") as job:
+                    if job is None:
+                        break
+                    jobs.append(job)
+        assert dropping.dropped == ["/api/tasks/c00/complete"]
+        assert dropping.forwarded == ["/api/claim", "/api/tasks/c00/complete", "/api/claim",
+                                      "/api/tasks/c01/complete", "/api/claim"]
+    assert [job.outcome for job in jobs] == ["completed", "completed"]
+    assert verbs("c00") == ["create", "claim", "complete"]
+    assert verbs("c01") == ["create", "claim", "complete"]  # claimed once: the claim made with c00's complete
+    assert jobs[1].fence == 1 and set(stages("cut").values()) == {"COMPLETED"}
+
+
+def test_the_interpreter_exit_releases_a_kept_lease(key, board_server):
+    """A program that stops after one task with work left (no close): at its exit the lease its
+    complete claimed for the next hold() goes back to the queue, without an attempt counted."""
+    with Client(board_server.url, key, timeout=10) as setup:
+        make(setup, "exit", 2, prefix="x")
+    program = ("import os\nfrom taskflow_client import Client\n"
+               "client = Client(os.environ['TASKFLOW_URL'], os.environ['TASKFLOW_KEY'])\n"
+               "with client.hold(ttl_seconds=60, queue='exit') as job:\n    job.result = {'one': 1}\n"
+               "print(job.outcome)\n")
+    env = {**os.environ, "TASKFLOW_URL": board_server.url, "TASKFLOW_KEY": key, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", program], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0 and done.stdout == "completed\n", done.stdout + done.stderr
+    assert stages("exit") == {"x00": "COMPLETED", "x01": "QUEUED"}
+    assert verbs("x01") == ["create", "claim", "release"] and Task.objects.get(pk="x01").attempts == 0
