@@ -23,6 +23,13 @@ On leaving the block:
   block is swallowed by the ``with`` statement (so ``job.checkpoint()`` and
   ``job.raise_if_lost()`` are natural stopping points). Any other exception still propagates.
 
+One round trip per task: the complete of a `Client.hold` block also claims the next ready task
+(``next`` on the complete: same ttl and queue, no wait), kept for the thread's next
+``client.hold()``, which then holds it without a request (see `Client.hold`).
+
+Batches: `JobBatch` (``client.hold_batch(10, ...)``) holds the leases of one batch claim, renewed
+by one thread, and completes what its block did not finish in one request (`HoldBatch`).
+
 After the block, ``job.outcome`` says what happened: ``"completed"``, ``"failed"``,
 ``"released"``, ``"paused"`` or ``"lost"``. The heartbeat thread is always stopped (and
 joined) before the task is completed, failed, paused or released.

@@ -347,3 +347,23 @@ def test_the_interpreter_exit_releases_a_kept_lease(key, board_server):
     assert done.returncode == 0 and done.stdout == "completed\n", done.stdout + done.stderr
     assert stages("exit") == {"x00": "COMPLETED", "x01": "QUEUED"}
     assert verbs("x01") == ["create", "claim", "release"] and Task.objects.get(pk="x01").attempts == 0
+
+
+def test_the_client_tells_a_board_that_does_not_know_a_field(key, board_server):
+    """How the client notices a board older than `next` / `max_tasks` (it then finishes alone and
+    claims one task at a time): the board's own 422 for a body field it does not know."""
+    from taskflow_client import ValidationFailed
+    from taskflow_client.client import _refuses_field
+
+    with Client(board_server.url, key, timeout=10) as client:
+        with pytest.raises(ValidationFailed) as refused:
+            client.request("POST", "/claim", {"ttl_seconds": 30, "next_year": True})
+        assert _refuses_field(refused.value, "next_year")
+        assert not _refuses_field(refused.value, "next")
+        with pytest.raises(ValidationFailed) as refused:  # a bad value of a known field is not that
+            client.request("POST", "/claim", {"ttl_seconds": 30, "max_tasks": 101})
+        assert not _refuses_field(refused.value, "max_tasks")
+        # On this board both are known: nothing falls back.
+        client.create({"id": "f1", "title": "f1"})
+        assert [lease.task_id for lease in client.claim_batch(5, ttl_seconds=30)] == ["f1"]
+        assert not client._batches_refused and not client._next_refused
