@@ -9,6 +9,7 @@ writing the row, never by sleeping. After every test, check() must find no probl
 """
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import threading
@@ -1466,19 +1467,25 @@ class BoardContract:
         self.new("then", priority=1)
         held = self.claim_next()
 
+        # The claim's move is made, then the store fails before the commit: on the statements
+        # path inside their shared transaction, on the ORM path inside the claim's own.
+        statements = stores.store(a).statements
+        owner, name = (statements, "claim_next") if statements is not None else (batches, "claim_next")
+        real_claim_next = getattr(owner, name)
+
         def claim_that_fails(*args, **kwargs):
-            with stores.store(a).write_transaction():
+            # (The statements run inside their caller's transaction; the ORM verb opens its own.)
+            with stores.store(a).write_transaction() if statements is None else contextlib.nullcontext():
                 real_claim_next(*args, **kwargs)
                 raise DatabaseError("the store went away mid-claim")
 
-        real_claim_next = batches.claim_next
-        monkeypatch.setattr(batches, "claim_next", claim_that_fails)
+        monkeypatch.setattr(owner, name, claim_that_fails)
         nxt = transitions.NextClaim(TTL)
         if stores.store(a).moves_share_a_transaction:
             with pytest.raises(DatabaseError):
                 transitions.complete_and_claim("done-first", held.lease.token, {}, nxt, agent="agent", using=a)
             assert (self.stage("done-first"), self.stage("then")) == (Stage.RUNNING, Stage.QUEUED)
-            monkeypatch.setattr(batches, "claim_next", real_claim_next)
+            monkeypatch.undo()
             done, claimed = transitions.complete_and_claim("done-first", held.lease.token, {}, nxt, agent="agent",
                                                            using=a)
             assert (done.stage, claimed.task.pk) == (Stage.COMPLETED, "then")
@@ -1489,7 +1496,7 @@ class BoardContract:
             assert (done.stage, claimed) == (Stage.COMPLETED, None)
             assert (self.stage("done-first"), self.stage("then")) == (Stage.COMPLETED, Stage.QUEUED)
             assert not Task.objects.using(a).filter(stage=Stage.RUNNING).exists()
-            monkeypatch.setattr(batches, "claim_next", real_claim_next)
+            monkeypatch.undo()
             transitions.complete("then", self.claim("then").lease.token, {}, using=a)
 
     def test_a_batch_claim_takes_up_to_n_in_claim_order_each_its_own_lease(self):
