@@ -178,3 +178,19 @@ def test_a_bad_max_tasks_is_422_and_claims_nothing(http, agent, max_tasks):  # n
         return
     assert_error(response, 422, "validation_error")
     assert db_state() == before
+
+
+def test_a_revoked_key_completing_a_batch_is_401_and_writes_nothing(http, agent):  # noqa: F811
+    from django.utils import timezone
+
+    from board.models import AgentKey
+
+    create(http, agent, id="k1")
+    held = post(http, "/claim", {"ttl_seconds": 60}, agent).json()
+    # Revoked behind this process's back: the hot verbs' auth still trusts the key it verified a
+    # moment ago (board.agent_keys.authenticate_deferred), so the batch itself must refuse it.
+    AgentKey.objects.filter(name="agent-a").update(revoked_at=timezone.now())
+    before = db_state()
+    response = post(http, "/complete", {"items": [{"id": "k1", "token": held["lease"]["token"], "result": {}}]}, agent)
+    assert_error(response, 401, "unauthorized")
+    assert db_state() == before

@@ -282,11 +282,13 @@ def complete_batch(items: Sequence[CompleteItem], *, agent: str | None = None, k
     refused item undoes nothing. The batch as a whole is checked first (check_complete_items):
     a bad batch is refused whole and nothing is written."""
     check_complete_items(items)
-    outcomes: list[Task | errors.BoardError] = []
+    # A key gone before the batch refuses the whole call (KeyRevoked: 401), as it would one
+    # completion; gone during it, the items after are refused one by one.
+    _require_live_key(using, key_hash, agent)
+    done: list[Task | errors.BoardError] = []
     for item in items:
         try:
-            outcomes.append(complete(item.task_id, item.token, item.result, agent=agent, key_hash=key_hash,
-                                            using=using))
+            done.append(complete(item.task_id, item.token, item.result, agent=agent, key_hash=key_hash, using=using))
         except errors.BoardError as refused:
-            outcomes.append(refused)
-    return outcomes
+            done.append(refused)
+    return done
