@@ -9,6 +9,7 @@ writing the row, never by sleeping. After every test, check() must find no probl
 """
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import threading
@@ -1466,19 +1467,25 @@ class BoardContract:
         self.new("then", priority=1)
         held = self.claim_next()
 
+        # The claim's move is made, then the store fails before the commit: on the statements
+        # path inside their shared transaction, on the ORM path inside the claim's own.
+        statements = stores.store(a).statements
+        owner, name = (statements, "claim_next") if statements is not None else (batches, "claim_next")
+        real_claim_next = getattr(owner, name)
+
         def claim_that_fails(*args, **kwargs):
-            with stores.store(a).write_transaction():
+            # (The statements run inside their caller's transaction; the ORM verb opens its own.)
+            with stores.store(a).write_transaction() if statements is None else contextlib.nullcontext():
                 real_claim_next(*args, **kwargs)
                 raise DatabaseError("the store went away mid-claim")
 
-        real_claim_next = batches.claim_next
-        monkeypatch.setattr(batches, "claim_next", claim_that_fails)
+        monkeypatch.setattr(owner, name, claim_that_fails)
         nxt = transitions.NextClaim(TTL)
         if stores.store(a).moves_share_a_transaction:
             with pytest.raises(DatabaseError):
                 transitions.complete_and_claim("done-first", held.lease.token, {}, nxt, agent="agent", using=a)
             assert (self.stage("done-first"), self.stage("then")) == (Stage.RUNNING, Stage.QUEUED)
-            monkeypatch.setattr(batches, "claim_next", real_claim_next)
+            monkeypatch.undo()
             done, claimed = transitions.complete_and_claim("done-first", held.lease.token, {}, nxt, agent="agent",
                                                            using=a)
             assert (done.stage, claimed.task.pk) == (Stage.COMPLETED, "then")
@@ -1489,7 +1496,7 @@ class BoardContract:
             assert (done.stage, claimed) == (Stage.COMPLETED, None)
             assert (self.stage("done-first"), self.stage("then")) == (Stage.COMPLETED, Stage.QUEUED)
             assert not Task.objects.using(a).filter(stage=Stage.RUNNING).exists()
-            monkeypatch.setattr(batches, "claim_next", real_claim_next)
+            monkeypatch.undo()
             transitions.complete("then", self.claim("then").lease.token, {}, using=a)
 
     def test_a_batch_claim_takes_up_to_n_in_claim_order_each_its_own_lease(self):
@@ -1560,6 +1567,39 @@ class BoardContract:
 
     def test_16_batch_claimers_never_run_more_than_the_queue_limit_over_200_rounds(self):
         self._race_a_limit(queue_limit=3, key=None, batch=4)
+
+    def test_8_workers_completing_and_claiming_across_two_limited_queues_lose_no_task(self):
+        """Workers that each make one call per task (complete, then claim the next) across two
+        queues with limits: every task is completed exactly once, no call fails (on PostgreSQL
+        two calls locking the queues in opposite orders may deadlock: the one the database ends
+        runs again), and an observer reading all along never sees a queue over its limit."""
+        a = self.alias
+        flow.change_queue("left", concurrency=3, actor="op", using=a)
+        flow.change_queue("right", concurrency=3, actor="op", using=a)
+        total = 160 if self.rounds == ROUNDS else 80
+        transitions.create([TaskSpec(id=f"x{i}", title="x", queue=("left", "right")[i % 2]) for i in range(total)],
+                           using=a)
+        done: list[list[str]] = [[] for _ in range(8)]
+
+        def worker(i):
+            def loop():
+                held = transitions.claim_next(f"worker-{i}", TTL, using=a)
+                while held is not None:
+                    finished, held = transitions.complete_and_claim(
+                        held.task.pk, held.lease.token, {"by": i}, transitions.NextClaim(TTL), agent=f"worker-{i}",
+                        using=a)
+                    done[i].append(finished.pk)
+            return loop
+
+        with FlowObserver(a) as seen:
+            results = race([worker(i) for i in range(8)], a)
+        assert not any(isinstance(r, BaseException) for r in results), results
+        assert seen["problems"] == [] and seen["reads"] > 0
+        every = [t for ids in done for t in ids]
+        assert len(every) == len(set(every)) == total
+        assert Task.objects.using(a).filter(stage=Stage.COMPLETED).count() == total
+        assert Counter(TaskEvent.objects.using(a).filter(verb="claim").values_list("task_id", flat=True)) == {
+            f"x{i}": 1 for i in range(total)}
 
     def test_a_batch_complete_reports_each_item_and_one_refusal_undoes_nothing(self):
         a = self.alias

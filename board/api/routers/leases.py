@@ -157,7 +157,7 @@ def _wait_for_work(request, body: ClaimNextIn, claim, render):
         found = _poll_for_work(request.auth, body, claim)
     finally:
         parked.thread_wait_slots.give_back(request.auth.name)
-    return Status(204, None) if found is None else Status(200, render(found))
+    return Status(204, None) if found is None else _answer(request, render(found))
 
 
 def _too_many_waiters(request, cap: int):

@@ -28,6 +28,7 @@ from board.engine.tokens import hash_token  # noqa: F401
 from board.engine.transitions.cas import NO_LEASE, RACE_RETRIES, Claim, Lease, _swap  # noqa: F401
 from board.engine.transitions.batches import (  # noqa: F401
     CompleteItem,
+    Finished,
     NextClaim,
     claim_batch,
     complete_and_claim,

@@ -21,15 +21,17 @@ import logging
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db import DatabaseError
 
-from board.engine import claim_requests, errors, scopes
+from board.engine import claim_requests, errors, outcomes, scopes, tracing
 from board.engine.inputs import agent_name, is_valid_task_id, json_field
+from board.engine.lifecycle import Verb
 from board.engine.limits import MAX_CLAIM_BATCH, MAX_COMPLETE_BATCH
 from board.engine.stores import TransactionConflict, retry_conflicts, store
 from board.engine.transitions.leases import (
+    _StatementPath,
     _claim_of,
     _path,
     _require_live_key,
@@ -63,33 +65,58 @@ def _check_claim(agent: str, ttl_seconds: float, queue: str | None, request_id: 
 
 
 @contextmanager
+def _lock_races(using: str) -> Iterator[None]:
+    """Around a transaction of several moves: a lost race for row locks (PostgreSQL's deadlock
+    detector rolled the transaction back) is a TransactionConflict, so that the verb
+    (retry_conflicts) runs again from the start."""
+    try:
+        yield
+    except DatabaseError as exc:
+        if not isinstance(exc, TransactionConflict) and store(using).lost_a_lock_race(exc):
+            raise TransactionConflict(f"moves sharing a transaction lost a race for row locks: {exc}") from exc
+        raise
+
+
+@contextmanager
 def _shared(using: str) -> Iterator[bool]:
     """One write transaction for the moves made inside, where the store allows it (yields True);
-    otherwise nothing (yields False: each move makes its own). A lost race for row locks
-    (PostgreSQL's deadlock detector rolled the transaction back) is a TransactionConflict: the
-    verb (retry_conflicts) runs again from the start."""
+    otherwise nothing (yields False: each move makes its own)."""
     the_store = store(using)
     if not the_store.moves_share_a_transaction:
         yield False
         return
-    try:
-        with the_store.write_transaction():
-            yield True
-    except DatabaseError as exc:
-        if not isinstance(exc, TransactionConflict) and the_store.lost_a_lock_race(exc):
-            raise TransactionConflict(f"moves sharing a transaction lost a race for row locks: {exc}") from exc
-        raise
+    with _lock_races(using), the_store.write_transaction():
+        yield True
+
+
+def _statements_of(using: str) -> _StatementPath | None:
+    """The store's statements path when it has one (the SQL stores): the moves of a call then
+    run as its statements in one transaction of them (_StatementPath.complete_and_claim,
+    claim_batch), without the ORM path's savepoints."""
+    path = _path(using)
+    return path if isinstance(path, _StatementPath) else None
 
 
 # ---------------------------------------------------------------------------------------------
 # A finishing move, then the next claim
 
 
+class Finished(NamedTuple):
+    """What a finishing move with `next` made: the task it finished, and the next claim (None:
+    no task was ready)."""
+
+    task: Task
+    next: Claim | None
+
+
 def complete_and_claim(task_id: str, token: str, result: Any, next_claim: NextClaim, *, agent: str,
                        key_hash: str | None = None, scope: scopes.Scope = None,
-                       using: str = "default") -> tuple[Task, Claim | None]:
+                       using: str = "default") -> Finished:
     """complete(), then claim_next() for the same agent: (the completed task, the next claim or
     None when no task was ready). Refused completion: its error, and nothing is claimed."""
+    if next_claim.request_id is None and _statements_of(using) is not None:
+        return _complete_and_claim(task_id, token, result, next_claim, agent=agent, key_hash=key_hash, scope=scope,
+                                   using=using)
     return _then_claim(
         lambda: complete(task_id, token, result, agent=agent, key_hash=key_hash, using=using),
         next_claim, agent, key_hash, scope, using=using)
@@ -97,7 +124,7 @@ def complete_and_claim(task_id: str, token: str, result: Any, next_claim: NextCl
 
 def fail_and_claim(task_id: str, token: str, error: str, next_claim: NextClaim, *, retryable: bool = True,
                    traceback: str | None = None, agent: str, key_hash: str | None = None,
-                   scope: scopes.Scope = None, using: str = "default") -> tuple[Task, Claim | None]:
+                   scope: scopes.Scope = None, using: str = "default") -> Finished:
     """fail(), then claim_next() (as complete_and_claim)."""
     return _then_claim(
         lambda: fail(task_id, token, error, retryable=retryable, traceback=traceback, agent=agent,
@@ -107,7 +134,7 @@ def fail_and_claim(task_id: str, token: str, error: str, next_claim: NextClaim, 
 
 def release_and_claim(task_id: str, token: str, next_claim: NextClaim, *, retry_after_seconds: float | None = None,
                       agent: str, key_hash: str | None = None, scope: scopes.Scope = None,
-                      using: str = "default") -> tuple[Task, Claim | None]:
+                      using: str = "default") -> Finished:
     """release(), then claim_next() (as complete_and_claim). The released task may be the one
     claimed next, when it is the first ready task."""
     return _then_claim(
@@ -115,9 +142,30 @@ def release_and_claim(task_id: str, token: str, next_claim: NextClaim, *, retry_
         next_claim, agent, key_hash, scope, using=using)
 
 
+@tracing.traced(Verb.COMPLETE)
+@outcomes.refusals(Verb.COMPLETE)
+@retry_conflicts
+def _complete_and_claim(task_id: str, token: str, result: Any, next_claim: NextClaim, *, agent: str,
+                        key_hash: str | None, scope: scopes.Scope, using: str = "default") -> Finished:
+    """complete_and_claim on a store's statements: the completion's and the claim's statements
+    in one transaction of them."""
+    if result is None:
+        raise errors.InvalidRequest("result is required (use {} for a task with no output)", field="result")
+    json_field("result", result)
+    _check_claim(agent, next_claim.ttl_seconds, next_claim.queue, None)
+    queue = next_claim.queue
+    if scope is not None and queue is not None:
+        if not scopes.allows(scope, queue):
+            return Finished(complete(task_id, token, result, agent=agent, key_hash=key_hash, using=using), None)
+        scope = None
+    with _lock_races(using):
+        return Finished(*_statements_of(using).complete_and_claim(
+            using, task_id, token, result, agent, key_hash, _ttl(next_claim.ttl_seconds), queue, scope))
+
+
 @retry_conflicts
 def _then_claim(finish: Callable[[], Task], next_claim: NextClaim, agent: str, key_hash: str | None,
-                scope: scopes.Scope, using: str = "default") -> tuple[Task, Claim | None]:
+                scope: scopes.Scope, using: str = "default") -> Finished:
     _check_claim(agent, next_claim.ttl_seconds, next_claim.queue, next_claim.request_id)
 
     def claim() -> Claim | None:
@@ -127,15 +175,15 @@ def _then_claim(finish: Callable[[], Task], next_claim: NextClaim, agent: str, k
     with _shared(using) as shared:
         task = finish()
         if shared:
-            return task, claim()
+            return Finished(task, claim())
     # Two transactions: the finishing move has committed. A claim that fails now claimed nothing
     # (its own transaction rolled back): the caller gets its finished task and no next one.
     try:
-        return task, claim()
+        return Finished(task, claim())
     except Exception:  # noqa: BLE001  (logged; the finishing move stands)
         log.exception("the claim after %s's finishing move failed; it stays finished and nothing was claimed",
                       task.pk)
-        return task, None
+        return Finished(task, None)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -147,6 +195,8 @@ def _check_max_tasks(max_tasks: Any) -> None:
         raise errors.InvalidRequest(f"max_tasks must be a whole number from 1 to {MAX_CLAIM_BATCH}", field="max_tasks")
 
 
+@tracing.traced(Verb.CLAIM, names_task=False)
+@outcomes.refusals(Verb.CLAIM)
 @retry_conflicts
 def claim_batch(agent: str, ttl_seconds: float, max_tasks: int, *, queue: str | None = None,
                 request_id: str | None = None, key_hash: str | None = None, scope: scopes.Scope = None,
@@ -171,6 +221,10 @@ def claim_batch(agent: str, ttl_seconds: float, max_tasks: int, *, queue: str | 
             return []
         scope = None
     request = claim_requests.of(agent, request_id)
+    hot = _statements_of(using)
+    if request is None and hot is not None:
+        with _lock_races(using):
+            return hot.claim_batch(using, agent, ttl, max_tasks, queue, key_hash, scope)
     path = _path(using)
     with _shared(using):
         if request is not None:
@@ -228,11 +282,13 @@ def complete_batch(items: Sequence[CompleteItem], *, agent: str | None = None, k
     refused item undoes nothing. The batch as a whole is checked first (check_complete_items):
     a bad batch is refused whole and nothing is written."""
     check_complete_items(items)
-    outcomes: list[Task | errors.BoardError] = []
+    # A key gone before the batch refuses the whole call (KeyRevoked: 401), as it would one
+    # completion; gone during it, the items after are refused one by one.
+    _require_live_key(using, key_hash, agent)
+    done: list[Task | errors.BoardError] = []
     for item in items:
         try:
-            outcomes.append(complete(item.task_id, item.token, item.result, agent=agent, key_hash=key_hash,
-                                            using=using))
+            done.append(complete(item.task_id, item.token, item.result, agent=agent, key_hash=key_hash, using=using))
         except errors.BoardError as refused:
-            outcomes.append(refused)
-    return outcomes
+            done.append(refused)
+    return done
