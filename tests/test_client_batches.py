@@ -367,3 +367,44 @@ def test_the_client_tells_a_board_that_does_not_know_a_field(key, board_server):
         client.create({"id": "f1", "title": "f1"})
         assert [lease.task_id for lease in client.claim_batch(5, ttl_seconds=30)] == ["f1"]
         assert not client._batches_refused and not client._next_refused
+
+
+def test_threads_sharing_a_client_run_batches_each_task_once(key, proxy):
+    """8 threads run work() on ONE client, released together: every task completed exactly once,
+    each batch claim that got work followed by one batch complete, and one empty claim per thread."""
+    client = Client(proxy.url, key, timeout=30)
+    ids = make(client, "batches", 240, prefix="b")
+    proxy.forwarded.clear()
+    start = threading.Barrier(8)
+    counts, failures = [], []
+    seen: list[str] = []
+    lock = threading.Lock()
+
+    def handler(job):
+        with lock:
+            seen.append(job.task_id)
+        return {"n": job.payload["n"]}
+
+    def worker():
+        try:
+            start.wait(timeout=30)
+            counts.append(client.work(handler, max_tasks=10, ttl_seconds=60, queue="batches", wait_seconds=0))
+        except Exception as exc:  # reported below
+            failures.append(exc)
+        finally:
+            client.close()
+
+    threads = [threading.Thread(target=worker) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert failures == [] and not any(thread.is_alive() for thread in threads)
+    assert sorted(seen) == sorted(ids) and sum(c.get("completed", 0) for c in counts) == 240
+    assert all(set(c) <= {"completed"} for c in counts)
+    sent = Counter(proxy.forwarded)
+    assert set(sent) == {"/api/claim", "/api/complete"} and sent["/api/claim"] == sent["/api/complete"] + 8
+    assert 24 <= sent["/api/complete"] < 240
+    assert set(stages("batches").values()) == {"COMPLETED"}
+    claims = Counter(TaskEvent.objects.filter(task_id__in=ids, verb="claim").values_list("task_id", flat=True))
+    assert len(claims) == 240 and set(claims.values()) == {1}
