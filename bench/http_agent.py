@@ -6,6 +6,13 @@ barrier with its siblings, then loops for a fixed time:
 
 - ``cycle``: ``POST /api/claim {"ttl_seconds": 60}`` then
   ``POST /api/tasks/{id}/complete {"token": ..., "result": {"ok": true}}``;
+- ``next``: complete-and-claim-next, one request per task: a first ``POST /api/claim``, then
+  ``POST /api/tasks/{id}/complete {"token", "result", "next": {"ttl_seconds": 60}}`` whose answer
+  holds the next lease (a plain claim again when ``next`` is null); once the time is up, the
+  last complete carries no ``next`` (the agent ends holding nothing);
+- ``batch``: ``POST /api/claim {"ttl_seconds": 60, "max_tasks": BATCH}`` then one
+  ``POST /api/complete {"items": [{"id", "token", "result"}, ...]}`` for the batch (every item
+  must come back ``ok``);
 - ``probe-401``: ``GET /api/tasks/does-not-exist`` without a key (the API answers 401 before
   any database work);
 - ``probe-404``: the same with the agent's key (401-free: one AgentKey lookup by its hash,
@@ -15,7 +22,7 @@ barrier with its siblings, then loops for a fixed time:
   ``bench.bare_settings`` (the baseline of the serving stack).
 
 It times every request (send to last byte of the body read) and puts one dict on the result
-queue: the claimed task ids, the latencies per kind of request, its start and end times
+queue: the claimed task ids, the tasks it completed (``done``), the latencies per kind of request, its start and end times
 (``time.perf_counter``, CLOCK_MONOTONIC on Linux, so comparable across processes), whether it
 ran out of work, the CPU time it used in the loop, and the error that stopped it, if any.
 
@@ -35,6 +42,8 @@ from typing import Any
 
 TTL_SECONDS = 60
 RESULT = {"ok": True}
+BATCH = 10  # tasks per batch claim and batch complete in the ``batch`` mode
+CYCLE_MODES = ("cycle", "next", "batch")  # the modes that claim and complete tasks
 MISSING_TASK = "/api/tasks/does-not-exist"
 # bench/bare_urls.py routes it to the bare view. Under /api/, so that the baseline goes through
 # exactly the middleware work an API request does (the latency histogram, the API's error shape,
@@ -76,7 +85,7 @@ def _describe(method: str, path: str, status: int, data: bytes) -> str:
 def run_agent(index: int, port: int, key: str, mode: str, seconds: float, barrier: Any,
               results: Any) -> None:
     """The body of one agent process (see the module docstring)."""
-    report: dict[str, Any] = {"index": index, "ids": [], "claim": [], "complete": [], "probe": [],
+    report: dict[str, Any] = {"index": index, "ids": [], "claim": [], "complete": [], "probe": [], "done": 0,
                               "start": None, "end": None, "cpu": 0.0, "ran_dry": False, "error": None}
     conn = None
     try:
@@ -84,35 +93,22 @@ def run_agent(index: int, port: int, key: str, mode: str, seconds: float, barrie
         json_headers = {"Content-Type": "application/json", "Authorization": f"Bearer {key}"}
         probe_headers = {} if mode in ("probe-401", "probe-bare") else {"Authorization": f"Bearer {key}"}
         expected_probe = {"probe-401": 401, "probe-404": 404, "probe-bare": 200}.get(mode)
-        if mode != "cycle" and expected_probe is None:
+        if mode not in CYCLE_MODES and expected_probe is None:
             raise ValueError(f"unknown agent mode {mode!r}")
         probe_path = BARE_PATH if mode == "probe-bare" else MISSING_TASK
-        claim_body = {"ttl_seconds": TTL_SECONDS}
         barrier.wait(timeout=120)
         cpu_start = time.process_time()
         report["start"] = start = time.perf_counter()
         deadline = start + seconds
-        ids, claim_times, complete_times, probe_times = (
-            report["ids"], report["claim"], report["complete"], report["probe"])
-        while time.perf_counter() < deadline:
-            if mode == "cycle":
-                status, data, took = _request(conn, "POST", "/api/claim", json_headers, claim_body)
-                if status == 204:
-                    report["ran_dry"] = True
-                    break
-                if status != 200:
-                    raise UnexpectedAnswer(_describe("POST", "/api/claim", status, data))
-                claim_times.append(took)
-                answer = json.loads(data)
-                task_id, token = answer["task"]["id"], answer["lease"]["token"]
-                ids.append(task_id)
-                path = f"/api/tasks/{task_id}/complete"
-                status, data, took = _request(conn, "POST", path, json_headers,
-                                              {"token": token, "result": RESULT})
-                if status != 200:
-                    raise UnexpectedAnswer(_describe("POST", path, status, data))
-                complete_times.append(took)
-            else:
+        if mode == "cycle":
+            _claim_then_complete(conn, json_headers, deadline, report)
+        elif mode == "next":
+            _complete_and_claim_next(conn, json_headers, deadline, report)
+        elif mode == "batch":
+            _batches(conn, json_headers, deadline, report)
+        else:
+            probe_times = report["probe"]
+            while time.perf_counter() < deadline:
                 status, data, took = _request(conn, "GET", probe_path, probe_headers)
                 if status != expected_probe:
                     raise UnexpectedAnswer(_describe("GET", probe_path, status, data))
@@ -129,6 +125,87 @@ def run_agent(index: int, port: int, key: str, mode: str, seconds: float, barrie
         if conn is not None:
             conn.close()
         results.put(report)
+
+
+def _claim(conn: http.client.HTTPConnection, headers: dict, body: dict, report: dict) -> dict | None:
+    """POST /api/claim: the answer, or None (ran dry) on 204."""
+    status, data, took = _request(conn, "POST", "/api/claim", headers, body)
+    if status == 204:
+        report["ran_dry"] = True
+        return None
+    if status != 200:
+        raise UnexpectedAnswer(_describe("POST", "/api/claim", status, data))
+    report["claim"].append(took)
+    return json.loads(data)
+
+
+def _claim_then_complete(conn, headers: dict, deadline: float, report: dict) -> None:
+    """(a) Two requests per task: claim, then complete."""
+    claim_body = {"ttl_seconds": TTL_SECONDS}
+    while time.perf_counter() < deadline:
+        answer = _claim(conn, headers, claim_body, report)
+        if answer is None:
+            break
+        task_id, token = answer["task"]["id"], answer["lease"]["token"]
+        report["ids"].append(task_id)
+        path = f"/api/tasks/{task_id}/complete"
+        status, data, took = _request(conn, "POST", path, headers, {"token": token, "result": RESULT})
+        if status != 200:
+            raise UnexpectedAnswer(_describe("POST", path, status, data))
+        report["complete"].append(took)
+        report["done"] += 1
+
+
+def _complete_and_claim_next(conn, headers: dict, deadline: float, report: dict) -> None:
+    """(b) One request per task: each complete claims the next task."""
+    claim_body = {"ttl_seconds": TTL_SECONDS}
+    held = _claim(conn, headers, claim_body, report)
+    while held is not None:
+        task_id, token = held["task"]["id"], held["lease"]["token"]
+        report["ids"].append(task_id)
+        body: dict[str, Any] = {"token": token, "result": RESULT}
+        more = time.perf_counter() < deadline
+        if more:
+            body["next"] = {"ttl_seconds": TTL_SECONDS}
+        path = f"/api/tasks/{task_id}/complete"
+        status, data, took = _request(conn, "POST", path, headers, body)
+        if status != 200:
+            raise UnexpectedAnswer(_describe("POST", path, status, data))
+        report["complete"].append(took)
+        report["done"] += 1
+        if not more:
+            return
+        answer = json.loads(data)
+        if answer.get("stage") != "COMPLETED" or "next" not in answer:
+            raise UnexpectedAnswer(f"POST {path} with next answered without the outcome and next: "
+                                   f"{data[:300].decode(errors='replace')}")
+        held = answer["next"]
+        if held is None:  # nothing was ready then: claim as usual (ran dry when still none)
+            held = _claim(conn, headers, claim_body, report)
+
+
+def _batches(conn, headers: dict, deadline: float, report: dict) -> None:
+    """(c) Claim BATCH, complete them in one request."""
+    claim_body = {"ttl_seconds": TTL_SECONDS, "max_tasks": BATCH}
+    while time.perf_counter() < deadline:
+        answer = _claim(conn, headers, claim_body, report)
+        if answer is None:
+            break
+        leases = answer["leases"]
+        if not 1 <= len(leases) <= BATCH:
+            raise UnexpectedAnswer(f"a batch claim of {BATCH} answered {len(leases)} leases")
+        items = [{"id": held["task"]["id"], "token": held["lease"]["token"], "result": RESULT} for held in leases]
+        report["ids"] += [item["id"] for item in items]
+        status, data, took = _request(conn, "POST", "/api/complete", headers, {"items": items})
+        if status != 200:
+            raise UnexpectedAnswer(_describe("POST", "/api/complete", status, data))
+        outcomes = json.loads(data)["items"]
+        refused = [item for item in outcomes if not item.get("ok")]
+        if refused or [item["id"] for item in outcomes] != [item["id"] for item in items]:
+            raise UnexpectedAnswer(f"POST /api/complete: {len(refused)} of {len(items)} refused, "
+                                   f"e.g. {json.dumps(refused[:1])[:300]}")
+        report["complete"].append(took)
+        report["done"] += len(items)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -35,13 +35,34 @@ the script:
    (imported: ``OursDriver`` + ``run_threads``: ``transitions.claim_next`` then ``complete``,
    the engine as the API calls it, no HTTP) and prints the ratio http/in-process.
 
-The bare view baseline (unless ``--no-bare``), measured once per run before the board: the same
+Interleaved runs (issue 34): at each agent count the script runs ``--rounds`` rounds (default 5),
+each round the ``--modes`` in turn, then the bare view, each on a freshly seeded board:
+
+- (a) ``cycle``: claim, then complete (two requests per task);
+- (b) ``next``: complete-and-claim-next (``POST /api/tasks/{id}/complete`` with ``next``: one request
+  per task; a plain claim only when ``next`` came back null);
+- (c) ``batch``: ``POST /api/claim`` with ``max_tasks: 10``, then ``POST /api/complete`` with the
+  ten items (two requests per ten tasks);
+- the bare view (``GET /api/bare``) under a second ``manage.py serve`` with the same workers and
+  ``bench.bare_settings``, started beside the board's server for the whole interleaving (idle while
+  the board runs);
+
+so that the host's load swings touch every mode alike. For each mode it prints tasks/s (median
+[min-max] over the rounds), the p99 of all the rounds' requests, and the **server CPU ms per
+completed task**: the server's process tree's own CPU counters (``/proc/<pid>/stat`` utime + stime
+of the supervisor and its worker processes, with their reaped children's) read before and after
+each run, over the tasks the agents completed in it; beside the bare view's req/s of the same
+interleaving. Issue 34's goals at 8 agents: (b) <= 1.0 ms and >= 400 tasks/s, (c) <= 0.4 ms and
+>= 1,000 tasks/s, on SQLite and on PostgreSQL. The classic tables below (a's figures) show the
+median run of (a)'s rounds.
+
+The bare view under daphne (unless ``--no-bare`` or ``--no-daphne``), measured once per run before the board: the same
 agent processes loop ``GET /api/bare`` (``probe-bare``), a JSON view with no database behind the
 project's middleware stack as an API request meets it (bench/bare_urls.py, settings bench/bare_settings.py), for
 ``--bare-seconds`` at each agent count, served
 
 - by the production server exactly as the board is (``manage.py serve``, same workers and
-  threads, ``DJANGO_SETTINGS_MODULE=bench.bare_settings``), once per server size; and
+  threads, ``DJANGO_SETTINGS_MODULE=bench.bare_settings``): in the interleaved rounds above; and
 - by daphne (one process, ``daphne -v 0 bench.bare_asgi:application``: Django's own ASGI
   handler, no access log), for comparison with the stock ASGI path.
 
@@ -83,7 +104,10 @@ When PostgreSQL does not answer, its rows are skipped with a ``NOT RUN: PostgreS
 
 Run (from the project folder)
 -----------------------------
-    .venv/bin/python bench/http_claims.py                         # sqlite+postgres, 1/4/8 agents, 5 s
+    .venv/bin/python bench/http_claims.py                         # sqlite+postgres, 1/4/8 agents, 5 s, 5 rounds
+    .venv/bin/python bench/http_claims.py --agents 8 --rounds 5 --no-daphne --no-ceiling   # issue 34's figures
+    .venv/bin/python bench/http_claims.py --backends sqlite --agents 8 --seconds 2 --rounds 2   # a short try
+    .venv/bin/python bench/http_claims.py --modes cycle --rounds 1   # (a) only, once: the figures before issue 34
     .venv/bin/python bench/http_claims.py --backends sqlite --agents 8 --seconds 3
     .venv/bin/python bench/http_claims.py --backends postgres --agents 8 --compare-workers 1,2
     .venv/bin/python bench/http_claims.py --workers 1 --no-ceiling --no-inprocess --no-bare
@@ -101,6 +125,7 @@ import math
 import multiprocessing
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -131,6 +156,14 @@ GOAL_WORKERS = {"postgres": (1.3, ">="), "sqlite": (1.0, ">")}
 # Tasks seeded per second of HTTP run: above the rates this kind of machine reaches over HTTP
 # (DESIGN.md section 5). A run that exhausts it says so.
 HTTP_SEED_PER_SECOND = 400
+# The same for each mode of the interleaved runs: (b) and (c) aim at 400 and 1,000 tasks/s.
+SEED_PER_SECOND = {"cycle": HTTP_SEED_PER_SECOND, "next": 1_000, "batch": 2_500}
+# The interleaved runs' modes (http_agent's names), as the issue names them.
+MODES = {"cycle": "(a) claim, then complete", "next": "(b) complete-and-claim-next",
+         "batch": f"(c) batches of {http_agent.BATCH}"}
+# Issue 34's goals at 8 agents, SQLite and PostgreSQL: server CPU ms per completed task at most,
+# tasks/s at least.
+GOALS_34 = {"next": (1.0, 400.0), "batch": (0.4, 1_000.0)}
 SERVER_START_TIMEOUT = 60.0
 BARE_SETTINGS = "bench.bare_settings"
 BARE_ASGI = "bench.bare_asgi:application"
@@ -408,18 +441,35 @@ class HttpOutcome:
     machine_cpu: float = math.nan  # out of os.cpu_count()
     stolen_cpu: float = math.nan  # of machine_cpu: taken by the hypervisor (steal)
 
+    server_cpu_seconds: float = math.nan  # the server's process tree, over the run (not divided)
+    mode: str = "cycle"  # http_agent's mode: cycle (a), next (b), batch (c), or a probe
+
     @property
     def rate(self) -> float:
+        """Tasks completed per second (cycle modes), requests per second (probes)."""
         return self.cycles / self.seconds if self.seconds > 0 else 0.0
 
     @property
     def requests_per_second(self) -> float:
-        return 2 * self.rate if self.claim_ms or self.complete_ms else self.rate
+        if self.claim_ms or self.complete_ms:
+            return (len(self.claim_ms) + len(self.complete_ms)) / self.seconds if self.seconds > 0 else 0.0
+        return self.rate
 
     @property
     def server_ms_per_request(self) -> float:
         rps = self.requests_per_second
         return 1000 * self.server_cpu / rps if rps else math.nan
+
+    @property
+    def server_ms_per_task(self) -> float:
+        """Server CPU milliseconds per completed task: its process tree's own counters (utime +
+        stime from /proc) over the run, divided by the tasks the agents completed."""
+        return 1000 * self.server_cpu_seconds / self.cycles if self.cycles else math.nan
+
+    @property
+    def p99_ms(self) -> float:
+        """p99 of every request of the run (claims and completes together)."""
+        return percentile(self.claim_ms + self.complete_ms + self.probe_ms, 99)
 
 
 def run_agents(port: int, keys: list[str], mode: str, seconds: float, server_pid: int) -> HttpOutcome:
@@ -463,8 +513,9 @@ def run_agents(port: int, keys: list[str], mode: str, seconds: float, server_pid
     as_ms = lambda kind: sorted(t * 1000 for r in reports for t in r[kind])  # noqa: E731
     probe_ms = as_ms("probe")
     return HttpOutcome(
-        agents=agents, seconds=elapsed,
-        cycles=sum(len(r["complete"]) for r in reports) if mode == "cycle" else len(probe_ms),
+        agents=agents, seconds=elapsed, mode=mode,
+        server_cpu_seconds=cpu_after[0] - cpu_before[0],
+        cycles=sum(r["done"] for r in reports) if mode in http_agent.CYCLE_MODES else len(probe_ms),
         claim_ms=as_ms("claim"), complete_ms=as_ms("complete"), probe_ms=probe_ms,
         double_claims=sum(1 for times in claimed.values() if times > 1),
         ran_dry=any(r["ran_dry"] for r in reports), errors=errors,
@@ -493,7 +544,8 @@ def measure_bare(database_url: str, args: argparse.Namespace, workers_list: list
     view never opens a connection."""
     runs: list[BareRun] = []
     dummy_keys = ["-"] * max(args.agents)
-    servers = [("serve", workers) for workers in workers_list] + ([] if args.no_daphne else [("daphne", 1)])
+    # manage.py serve's bare view runs interleaved with the board's runs (run_backend), beside it.
+    servers = [] if args.no_daphne else [("daphne", 1)]
     for kind, workers in servers:
         server = (Server(database_url, workers, settings_module=BARE_SETTINGS) if kind == "serve"
                   else DaphneServer(database_url))
@@ -563,15 +615,43 @@ def verify_database(alias: str, outcome: HttpOutcome) -> list[str]:
     return problems
 
 
-def seed_http_run(alias: str, seconds: float, scale: float) -> None:
-    """An empty board with enough QUEUED tasks for one HTTP run of `seconds`."""
+def seed_http_run(alias: str, seconds: float, scale: float, mode: str = "cycle") -> None:
+    """An empty board with enough QUEUED tasks for one HTTP run of `seconds` in `mode`."""
     claims.clear(alias)
-    claims.seed_with_engine(alias, max(1_000, int(HTTP_SEED_PER_SECOND * seconds * scale)), tied=False)
+    per_second = SEED_PER_SECOND.get(mode, HTTP_SEED_PER_SECOND)
+    claims.seed_with_engine(alias, max(1_000, int(per_second * seconds * scale)), tied=False)
     claims.tidy(alias)
 
 
+@dataclass(frozen=True)
+class Interleaved:
+    """The interleaved runs at one agent count on one server: each mode's runs (one per round)
+    and the bare view's, in the order ours (a), (b), (c), bare, (a), (b), (c), bare, ..."""
+
+    backend: str
+    workers: int
+    agents: int
+    runs: dict[str, list[HttpOutcome]]
+    bare: list[HttpOutcome]
+
+    def outcomes(self) -> list[HttpOutcome]:
+        return [o for runs in self.runs.values() for o in runs] + self.bare
+
+
+def median_run(runs: list[HttpOutcome]) -> HttpOutcome:
+    """The run with the median rate (of an even number, the upper middle one)."""
+    return sorted(runs, key=lambda o: o.rate)[len(runs) // 2]
+
+
 def run_backend(backend: str, database_url: str, args: argparse.Namespace, workers: int,
-                probe_401: bool, inprocess: bool) -> tuple[list[Row], list[Probe]]:
+                probe_401: bool, inprocess: bool, bare_url: str | None = None
+                ) -> tuple[list[Row], list[Probe], list[Interleaved]]:
+    """The board on `backend` with `workers` server processes: at each agent count, `--rounds`
+    rounds of the modes (`--modes`: (a) claim then complete, (b) complete-and-claim-next, (c)
+    batches) and the bare view (a second server, bench.bare_settings on `bare_url`, same
+    workers; unless --no-bare), interleaved; then the in-process loop and the ceiling probes.
+    Returns the (a) rows of the classic tables (each the median run of its rounds), the probes,
+    and every interleaved run."""
     from django.db import connections
 
     from board import agent_keys
@@ -585,24 +665,56 @@ def run_backend(backend: str, database_url: str, args: argparse.Namespace, worke
     scrape_key = made[-1][1]
     rows: list[Row] = []
     probes: list[Probe] = []
-    server = None
+    interleaved: list[Interleaved] = []
+    server = bare_server = None
     try:
         server = Server(database_url, workers)
         server.warm_up(keys[0])
         print(f"{backend}: manage.py serve ({workers} worker process{'es' if workers != 1 else ''}) "
               f"pid {server.process.pid} on 127.0.0.1:{server.port} ({database_url})", flush=True)
+        if bare_url is not None:
+            bare_server = Server(bare_url, workers, settings_module=BARE_SETTINGS)
+            warm_up_bare(bare_server.port, rounds=10 * workers)
+            print(f"  bare view beside it: manage.py serve ({workers} worker process"
+                  f"{'es' if workers != 1 else ''}, {BARE_SETTINGS}) pid {bare_server.process.pid} "
+                  f"on 127.0.0.1:{bare_server.port}", flush=True)
         for agents in args.agents:
-            seed_http_run(alias, args.seconds, args.seed_scale)
-            sampler = Sampler(args.py_spy, server.process.pid, f"{backend}-w{workers}-x{agents}", args.seconds)
-            lock_before = server.sqlite_writes(scrape_key) if backend == "sqlite" else None
-            scraped = time.perf_counter()
-            outcome = run_agents(server.port, keys[:agents], "cycle", args.seconds, server.process.pid)
-            # Busy over the time between the two scrapes: the holds of the agents' start and end too.
-            lock = (LockFigures.between(lock_before, server.sqlite_writes(scrape_key), time.perf_counter() - scraped)
-                    if lock_before is not None else None)
-            sampler.wait()
-            if not outcome.errors:
-                outcome.errors.extend(verify_database(alias, outcome))
+            runs: dict[str, list[HttpOutcome]] = {mode: [] for mode in args.modes}
+            locks: list[LockFigures | None] = []
+            bare_runs: list[HttpOutcome] = []
+            for round_no in range(1, args.rounds + 1):
+                for mode in args.modes:
+                    seed_http_run(alias, args.seconds, args.seed_scale, mode)
+                    name = f"{backend}-w{workers}-x{agents}" if mode == "cycle" else f"{backend}-w{workers}-{mode}-x{agents}"
+                    sampler = Sampler(args.py_spy if round_no == 1 else None, server.process.pid, name, args.seconds)
+                    lock_before = server.sqlite_writes(scrape_key) if backend == "sqlite" and mode == "cycle" else None
+                    scraped = time.perf_counter()
+                    outcome = run_agents(server.port, keys[:agents], mode, args.seconds, server.process.pid)
+                    # Busy over the time between the two scrapes: the holds of the agents' start and end too.
+                    if mode == "cycle":
+                        locks.append(LockFigures.between(lock_before, server.sqlite_writes(scrape_key),
+                                                         time.perf_counter() - scraped)
+                                     if lock_before is not None else None)
+                    sampler.wait()
+                    if not outcome.errors:
+                        outcome.errors.extend(verify_database(alias, outcome))
+                    claims.clear(alias)
+                    runs[mode].append(outcome)
+                if bare_server is not None:
+                    sampler = Sampler(args.py_spy if round_no == 1 else None, bare_server.process.pid,
+                                      f"bare-serve-w{workers}-x{agents}", args.bare_seconds)
+                    bare_runs.append(run_agents(bare_server.port, ["-"] * agents, "probe-bare", args.bare_seconds,
+                                                bare_server.process.pid))
+                    sampler.wait()
+                print(f"  {agents} agent(s), round {round_no}/{args.rounds}: "
+                      + ", ".join(f"{mode} {runs[mode][-1].rate:,.0f} tasks/s "
+                                  f"({fmt_ms(runs[mode][-1].server_ms_per_task)} ms CPU/task)" for mode in args.modes)
+                      + (f", bare {bare_runs[-1].rate:,.0f} req/s" if bare_runs else ""), flush=True)
+            interleaved.append(Interleaved(backend, workers, agents, runs, bare_runs))
+            if "cycle" not in runs:
+                continue
+            middle = median_run(runs["cycle"])
+            lock = locks[runs["cycle"].index(middle)]
             inproc = None
             if inprocess:
                 claims.clear(alias)
@@ -612,10 +724,10 @@ def run_backend(backend: str, database_url: str, args: argparse.Namespace, worke
                 # the server's: HTTP threads + 4): the loop's threads need one each.
                 connections[alias].close()
                 inproc = claims.run_threads(claims.OursDriver(alias), agents, args.seconds)
-            claims.clear(alias)
-            rows.append(Row(backend, workers, agents, outcome, inproc, lock))
-            print(f"  {agents} agent(s): {outcome.rate:,.0f} cycles/s over HTTP"
-                  + (f", {inproc.rate:,.0f} in-process" if inproc else ""), flush=True)
+                claims.clear(alias)
+            rows.append(Row(backend, workers, agents, middle, inproc, lock))
+            if inproc:
+                print(f"  {agents} agent(s): {inproc.rate:,.0f} cycles/s in-process", flush=True)
         if not args.no_ceiling:
             kinds = (["probe-401"] if probe_401 else []) + ["probe-404"]
             for mode in kinds:
@@ -627,12 +739,15 @@ def run_backend(backend: str, database_url: str, args: argparse.Namespace, worke
                     sampler.wait()
                     probes.append(Probe(mode, backend, workers, outcome))
         server.check_alive("the run")
+        if bare_server is not None:
+            bare_server.check_alive("the bare view's runs")
     finally:
-        if server is not None:
-            server.close()
+        for running in (server, bare_server):
+            if running is not None:
+                running.close()
         for row, _key in made:
             agent_keys.revoke(row.pk, using=alias)
-    return rows, probes
+    return rows, probes, interleaved
 
 
 # ---------------------------------------------------------------------------------------------
@@ -664,10 +779,78 @@ def p50_p99(values: list[float]) -> str:
 
 
 def bare_rate(bare: list[BareRun], server: str, workers: int, agents: int) -> float:
-    for run in bare:
-        if run.server == server and run.outcome.agents == agents and (server == "daphne" or run.workers == workers):
-            return run.outcome.rate
-    return math.nan
+    """The median req/s of the bare view's runs under `server` with `workers`, at `agents`."""
+    rates = [run.outcome.rate for run in bare
+             if run.server == server and run.outcome.agents == agents and (server == "daphne" or run.workers == workers)]
+    return statistics.median(rates) if rates else math.nan
+
+
+def spread(values: list[float], fmt) -> str:
+    """median [min-max] of `values`, each through `fmt`."""
+    values = [v for v in values if not math.isnan(v)]
+    if not values:
+        return "-"
+    return f"{fmt(statistics.median(values))} [{fmt(min(values))}-{fmt(max(values))}]"
+
+
+def print_interleaved(interleaved: list[Interleaved], args: argparse.Namespace) -> None:
+    """Issue 34's table: each mode's rate, p99 and server CPU per completed task over the
+    interleaved rounds, beside the bare view's req/s of the same interleaving."""
+    if not interleaved:
+        return
+    print()
+    print(f"Interleaved runs (ours {', '.join(m for m in args.modes)}, then the bare view; repeated "
+          f"{args.rounds} times): median [min-max] over the rounds")
+    line = "{:<9} {:>3} {:>6}  {:<29} {:>4} {:>22} {:>8} {:>24} {:>7} {:>7}  {}".format
+    header = line("backend", "wkr", "agents", "run", "runs", "tasks/s (req/s: bare)", "p99 ms",
+                  "server CPU ms/task (req)", "cores", "/bare", "goals at 8 agents (issue 34)")
+    print(header)
+    print("-" * len(header))
+    count = lambda v: f"{v:,.0f}"  # noqa: E731
+    ms = lambda v: f"{v:.2f}"  # noqa: E731
+    for block in interleaved:
+        bare_median = statistics.median([o.rate for o in block.bare]) if block.bare else math.nan
+        for mode, runs in block.runs.items():
+            if not runs:
+                continue
+            pooled = [t for o in runs for t in o.claim_ms + o.complete_ms]
+            rps = statistics.median([o.requests_per_second for o in runs])
+            goal = "-"
+            if mode in GOALS_34 and block.agents == GOAL_AGENTS:
+                cpu_goal, rate_goal = GOALS_34[mode]
+                cpu = statistics.median([o.server_ms_per_task for o in runs])
+                rate = statistics.median([o.rate for o in runs])
+                goal = (f"CPU <= {cpu_goal:g} ms {judged(cpu <= cpu_goal)}, "
+                        f">= {rate_goal:,.0f}/s {judged(rate >= rate_goal)}")
+            print(line(block.backend, block.workers, block.agents, MODES[mode], len(runs),
+                       spread([o.rate for o in runs], count), fmt_ms(percentile(pooled, 99)),
+                       spread([o.server_ms_per_task for o in runs], ms),
+                       fmt_cpu(statistics.median([o.server_cpu for o in runs])), fmt_ratio(divide(rps, bare_median)),
+                       goal))
+        if block.bare:
+            pooled = [t for o in block.bare for t in o.probe_ms]
+            print(line(block.backend, block.workers, block.agents, f"bare view (GET {http_agent.BARE_PATH})",
+                       len(block.bare), spread([o.rate for o in block.bare], count), fmt_ms(percentile(pooled, 99)),
+                       spread([o.server_ms_per_request for o in block.bare], ms),
+                       fmt_cpu(statistics.median([o.server_cpu for o in block.bare])), "1.00", "-"))
+    print("tasks/s = tasks completed per second (bare view: its req/s); p99 = of every request of the rounds "
+          "(claims, completes, batch requests);")
+    print("server CPU ms/task = the server's process tree's user+system CPU (/proc/<pid>/stat, its supervisor and "
+          "workers) over the run / tasks completed")
+    print("     (bare view: per request); cores = that CPU over the run's wall time; /bare = the mode's req/s over "
+          "the bare view's req/s (medians);")
+    print(f"(a) = POST /api/claim + POST /api/tasks/{{id}}/complete; (b) = POST /api/tasks/{{id}}/complete with "
+          f"next (one request per task); (c) = POST /api/claim max_tasks={http_agent.BATCH} + POST /api/complete")
+    for block in interleaved:
+        where = f"{block.backend} w{block.workers} x{block.agents}"
+        for mode, runs in [*block.runs.items(), ("bare", block.bare)]:
+            for round_no, outcome in enumerate(runs, 1):
+                if outcome.ran_dry and mode != "bare":
+                    print(f"note: {where} {mode} round {round_no} ran out of seeded tasks after "
+                          f"{outcome.seconds:.2f} s ({outcome.cycles} tasks); its rate is over that time "
+                          "(try --seed-scale 2)")
+                for error in outcome.errors:
+                    print(f"ERROR: {where} {mode} round {round_no}: {error}")
 
 
 def print_tables(rows: list[Row], probes: list[Probe], bare: list[BareRun], args: argparse.Namespace) -> None:
@@ -712,12 +895,16 @@ def print_tables(rows: list[Row], probes: list[Probe], bare: list[BareRun], args
         print("-" * len(bheader))
         names = {"serve": "manage.py serve (WSGI handler, as board)",
                  "daphne": "daphne, Django's ASGI handler"}
-        for run in bare:
-            o = run.outcome
-            vs = divide(o.rate, bare_rate(bare, "daphne", 1, o.agents)) if run.server == "serve" else math.nan
-            print(bline(names[run.server], run.workers, o.agents, f"{o.rate:,.0f}", p50_p99(o.probe_ms),
-                        fmt_ratio(vs), fmt_cpu(o.server_cpu), fmt_cpu(o.agents_cpu), fmt_cpu(o.machine_cpu),
-                        fmt_ms(o.server_ms_per_request)))
+        groups: dict[tuple[str, int, int], list[HttpOutcome]] = {}
+        for run in bare:  # serve's runs: one per round of the interleaving; medians shown
+            groups.setdefault((run.server, run.workers, run.outcome.agents), []).append(run.outcome)
+        for (server_kind, workers, agents), outcomes in groups.items():
+            rate = statistics.median([o.rate for o in outcomes])
+            vs = divide(rate, bare_rate(bare, "daphne", 1, agents)) if server_kind == "serve" else math.nan
+            med = lambda name: statistics.median([getattr(o, name) for o in outcomes])  # noqa: E731
+            print(bline(names[server_kind], workers, agents, f"{rate:,.0f}",
+                        p50_p99([t for o in outcomes for t in o.probe_ms]), fmt_ratio(vs), fmt_cpu(med("server_cpu")),
+                        fmt_cpu(med("agents_cpu")), fmt_cpu(med("machine_cpu")), fmt_ms(med("server_ms_per_request"))))
     if probes:
         print()
         print("HTTP ceiling of the API: the same agent processes and server, looping one cheap request")
@@ -859,6 +1046,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--agents", default="1,4,8", help="comma-separated agent process counts (default 1,4,8)")
     parser.add_argument("--backends", default="sqlite,postgres", help="comma-separated: sqlite,postgres")
     parser.add_argument("--seconds", type=float, default=5.0, help="duration of each run (default 5)")
+    parser.add_argument("--rounds", type=int, default=5,
+                        help="interleaved rounds at each agent count: each round runs every --modes once, "
+                             "then the bare view (default 5); medians and spreads are over the rounds")
+    parser.add_argument("--modes", default="cycle,next,batch",
+                        help="comma-separated, in this order in each round: cycle = (a) claim then complete, "
+                             "next = (b) complete-and-claim-next, batch = (c) batches of "
+                             f"{http_agent.BATCH} (default cycle,next,batch)")
     parser.add_argument("--workers", type=int, default=None,
                         help="server worker processes (manage.py serve --workers; default: the serve "
                              "default, TASKFLOW_WORKERS or one per core)")
@@ -888,6 +1082,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if unknown:
         parser.error(f"unknown backend(s): {', '.join(sorted(unknown))}")
     args.agents = parse_int_list(parser, args.agents, "--agents")
+    args.modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    if not args.modes or set(args.modes) - set(MODES) or len(set(args.modes)) != len(args.modes):
+        parser.error(f"--modes takes some of {', '.join(MODES)}, each once")
+    if args.rounds < 1:
+        parser.error("--rounds needs a positive integer")
     if args.compare_workers is not None:
         args.compare_workers = parse_int_list(parser, args.compare_workers, "--compare-workers")
     if args.workers is not None and args.workers < 1:
@@ -924,6 +1123,7 @@ def main(argv: list[str] | None = None) -> int:
     probes: list[Probe] = []
     bare: list[BareRun] = []
     failures: list[str] = []
+    interleaved: list[Interleaved] = []
     print_machine_load()
     with tempfile.TemporaryDirectory(prefix="taskflow-http-bench-", dir=args.dir) as tmp_name:
         tmp = Path(tmp_name)
@@ -955,27 +1155,34 @@ def main(argv: list[str] | None = None) -> int:
         for backend in backends:
             for n, workers in enumerate(workers_list):
                 try:
-                    more_rows, more_probes = run_backend(
+                    more_rows, more_probes, more_interleaved = run_backend(
                         backend, urls[backend], args, workers,
-                        probe_401=backend == backends[0], inprocess=n == 0 and not args.no_inprocess)
+                        probe_401=backend == backends[0], inprocess=n == 0 and not args.no_inprocess,
+                        bare_url=None if args.no_bare else urls["sqlite"])
                 except RuntimeError as exc:  # the server did not start, or died
                     failures.append(f"{backend} w{workers}: {exc}")
                     print(f"ERROR: {backend} w{workers}: {exc}")
                     continue
                 rows += more_rows
                 probes += more_probes
+                interleaved += more_interleaved
+                bare += [BareRun("serve", workers, o) for block in more_interleaved for o in block.bare]
         print()
         print_tables(rows, probes, bare, args)
+        print_interleaved(interleaved, args)
         from django.db import connections
 
         connections.close_all()
     if not_run:
         print(not_run)
 
-    doubles = sum(row.http.double_claims for row in rows)
+    # Every interleaved run counts (the rows' HTTP runs are among them; the bare view's too).
+    runs = [o for block in interleaved for o in block.outcomes()]
+    doubles = sum(o.double_claims for o in runs)
     doubles += sum(row.inproc.double_claims for row in rows if row.inproc)
-    faults = sum(len(row.http.errors) + (len(row.inproc.errors) if row.inproc else 0) for row in rows)
-    faults += sum(len(p.outcome.errors) for p in probes) + sum(len(b.outcome.errors) for b in bare)
+    faults = sum(len(o.errors) for o in runs) + sum(len(row.inproc.errors) for row in rows if row.inproc)
+    faults += sum(len(p.outcome.errors) for p in probes)
+    faults += sum(len(b.outcome.errors) for b in bare if b.server == "daphne")
     faults += len(failures)
     if doubles:
         print(f"\nFAIL: {doubles} double claim(s) seen")

@@ -28,7 +28,11 @@ What is here:
   zone): ``create(cron, task)``, ``get``, ``update``, ``pause``, ``resume``, ``delete``.
 - `Lease` -- what a claim returns (task, token, fence, expires_at) with the holder's verbs.
 - `Job` -- a lease held by a ``with`` block: background renewal every ttl/3, ``job.lost`` (a bool),
-  ``job.checkpoint()``, ``job.pause()``, complete on success, fail on an exception.
+  ``job.checkpoint()``, ``job.pause()``, complete on success, fail on an exception. ``hold()``'s
+  complete also claims the next task (one round trip per task in a worker loop).
+- Batches: `Client.claim_batch` / `complete_batch` (one request for up to 100 tasks),
+  `Client.hold_batch` -> `JobBatch` (one heartbeat for the batch), `Client.work(handler)`, the batch
+  worker loop (examples/fast_worker.py).
 - Errors: `TaskflowError` (the board refused; one subclass per error code: `NotFound`,
   `Taken`, `Blocked`, `Terminal`, `LeaseLost`, `VersionConflict`, `InvalidTransition`,
   `DuplicateId`, `DuplicateName`, `ValidationFailed`, `Unauthorized`, `Forbidden`, `TooLarge`, `TooManyWaiters`) and
@@ -57,7 +61,7 @@ from .errors import (
     ValidationFailed,
     VersionConflict,
 )
-from .hold import Hold, Job
+from .hold import Hold, HoldBatch, Job, JobBatch, Outcome
 
 __all__ = [
     "ERROR_CLASSES",
@@ -67,11 +71,14 @@ __all__ = [
     "DuplicateName",
     "Forbidden",
     "Hold",
+    "HoldBatch",
     "InvalidTransition",
     "Job",
+    "JobBatch",
     "Lease",
     "LeaseLost",
     "NotFound",
+    "Outcome",
     "Queue",
     "RateKey",
     "Schedule",

@@ -32,6 +32,14 @@ example:
   claim=$(python -m taskflow_client claim --ttl 60) || exit   # 3 = no work
   id=$(jq -r .task.id <<<"$claim"); token=$(jq -r .lease.token <<<"$claim")
   python -m taskflow_client complete "$id" "$token" '{{"ok": true}}'
+
+a worker loop, one request per task (complete --next also claims the next task; its answer's
+"next" is that {{task, lease}}, or null when none was ready):
+  held=$(python -m taskflow_client claim --ttl 60) || exit
+  while [ "$held" != null ]; do
+    id=$(jq -r .task.id <<<"$held"); token=$(jq -r .lease.token <<<"$held")
+    held=$(python -m taskflow_client complete "$id" "$token" '{{"ok": true}}' --next --ttl 60 | jq -c .next)
+  done
 """
 
 
@@ -44,6 +52,20 @@ def _json_arg(text: str | None, what: str, parser: argparse.ArgumentParser, *, s
         return json.loads(text)
     except ValueError as exc:
         parser.error(f"{what} is not valid JSON: {exc}")
+
+
+def _next_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--next", action="store_true",
+                   help="also claim the next ready task in the same request: the answer (the task) then has "
+                        "\"next\": {task, lease}, or null when none was ready")
+    p.add_argument("--ttl", type=float, default=60.0, help="with --next: its lease seconds (default %(default)s)")
+    p.add_argument("--queue", help="with --next: claim from this queue only")
+    p.add_argument("--wait", type=float, default=0.0, help="with --next: wait up to this many seconds for work")
+
+
+def _with_next(answer: tuple[dict[str, Any], Any]) -> dict[str, Any]:
+    task, lease = answer
+    return {**task, "next": None if lease is None else lease.as_dict()}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -95,17 +117,20 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("release", help="give the task back to the queue")
     p.add_argument("task_id")
     p.add_argument("token")
+    _next_options(p)
 
     p = sub.add_parser("complete", help="commit a result")
     p.add_argument("task_id")
     p.add_argument("token")
     p.add_argument("result", nargs="?", default="{}", help="the result as JSON (default {}; '-' = stdin)")
+    _next_options(p)
 
     p = sub.add_parser("fail", help="record a failed attempt")
     p.add_argument("task_id")
     p.add_argument("token")
     p.add_argument("error", help="what went wrong (text)")
     p.add_argument("--permanent", action="store_true", help="do not retry even with attempts left")
+    _next_options(p)
 
     p = sub.add_parser("pause", help="give the lease up, keeping a checkpoint for resume")
     p.add_argument("task_id")
@@ -160,6 +185,16 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         checkpoint = _json_arg(args.checkpoint, "--checkpoint", parser, stdin_default=False)
         _print(client.renew(args.task_id, args.token, args.ttl, checkpoint=checkpoint,
                             progress=args.progress).as_dict())
+    elif command in ("release", "complete", "fail") and args.next:
+        following = {"ttl_seconds": args.ttl, "queue": args.queue, "wait_seconds": args.wait}
+        if command == "release":
+            _print(_with_next(client.release_and_claim(args.task_id, args.token, **following)))
+        elif command == "complete":
+            result = _json_arg(args.result, "the result", parser, stdin_default=True)
+            _print(_with_next(client.complete_and_claim(args.task_id, args.token, result, **following)))
+        else:
+            _print(_with_next(client.fail_and_claim(args.task_id, args.token, args.error,
+                                                    retryable=not args.permanent, **following)))
     elif command == "release":
         _print(client.release(args.task_id, args.token))
     elif command == "complete":

@@ -16,6 +16,7 @@ current OpenTelemetry span when it has one, else a fresh trace; a board that tra
 """
 from __future__ import annotations
 
+import atexit
 import builtins
 import http.client
 import json
@@ -26,27 +27,42 @@ import sys
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Iterator, Sequence
 from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
 
-from .errors import TaskflowError, TooManyWaiters, TransportError, error_from_body
-from .hold import Hold, Job
+from .errors import TaskflowError, TooManyWaiters, TransportError, ValidationFailed, error_from_body
+from .hold import Hold, HoldBatch, Job, JobBatch, Outcome
 
-__all__ = ["Client", "Lease", "Queue", "RateKey", "Schedule"]
+__all__ = ["Client", "JobBatch", "Lease", "Outcome", "Queue", "RateKey", "Schedule"]
 
 DEFAULT_TIMEOUT = 30.0
 USER_AGENT = "taskflow-client/1"
 BUSY_RETRY_SECONDS = 1.0  # the server's Retry-After for a refused wait
 _ERROR_BODY_PREVIEW = 500
 MAX_PAGE = 500  # the most tasks or events the server sends in one page
+MAX_BATCH = 100  # the most tasks one batch claim or batch complete takes
 
 
 def _new_request_id() -> str:
     """A claim's id, sent again with its retry (unguessable: while its lease lives it gets the
     lease's token back)."""
     return uuid.uuid4().hex
+
+
+def _refuses_field(exc: ValidationFailed, name: str) -> bool:
+    """The board refused the request because it does not know the body field `name` (a board
+    older than the feature): nothing was done."""
+    return any(isinstance(d, dict) and list(d.get("loc") or [])[:1] == [name] and d.get("type") == "extra_forbidden"
+               for d in (exc.details or []))
+
+
+def _release_at_exit(ref) -> None:
+    client = ref()
+    if client is not None:
+        client._release_every_next()
 
 
 def trace_headers() -> dict[str, str]:
@@ -159,6 +175,14 @@ class Lease:
     def complete(self, result: Any = None) -> dict[str, Any]:
         """Commit `result` (any JSON value; None is sent as {}); returns the COMPLETED task."""
         return self.client.complete(self.task_id, self.token, result)
+
+    def complete_and_claim(self, result: Any = None, *, ttl_seconds: float | None = None,
+                           queue: str | None = None, wait_seconds: float = 0) -> tuple[dict[str, Any], Lease | None]:
+        """Commit `result` and claim the next ready task in the same request (ttl: this lease's
+        by default); returns ``(the COMPLETED task, the next Lease or None)``."""
+        return self.client.complete_and_claim(self.task_id, self.token, result,
+                                              ttl_seconds=self.ttl_seconds if ttl_seconds is None else ttl_seconds,
+                                              queue=queue, wait_seconds=wait_seconds)
 
     def fail(self, error: str, *, retryable: bool = True, traceback: str | None = None) -> dict[str, Any]:
         """Record a failed attempt (see `Client.fail`); returns the task."""
@@ -354,6 +378,11 @@ class _Http:
                 conn.sock.settimeout(timeout)
         return conn
 
+    def resent(self) -> bool:
+        """Whether this thread's last request was sent twice (its kept-alive connection was
+        found closed): then its first copy may have been applied."""
+        return getattr(self._local, "resent", False)
+
     def close(self) -> None:
         conn = getattr(self._local, "conn", None)
         self._local.conn = None
@@ -364,6 +393,7 @@ class _Http:
                 timeout: float):
         url = self.prefix + path
         for attempt in range(2):
+            self._local.resent = attempt > 0  # sent again: the first copy may have taken effect
             conn = self._connection(timeout)
             reused = self._local.used
             try:
@@ -408,7 +438,11 @@ class Client:
     - tasks: `create`, `get`, `list` / `iter_tasks`, `events` / `iter_events`
     - claiming: `claim_next`, `claim`, `resume` -> `Lease`; `hold`, `hold_task` -> context
       managers that renew in the background and complete or fail on exit (see `Job`)
-    - the holder's verbs: `renew`, `release`, `complete`, `fail`, `pause` (also on `Lease`)
+    - the holder's verbs: `renew`, `release`, `complete`, `fail`, `pause` (also on `Lease`);
+      `complete_and_claim`, `fail_and_claim`, `release_and_claim`: the verb and the next claim
+      in one request (``hold()`` completes that way: one round trip per task)
+    - batches: `claim_batch` -> leases, `complete_batch` -> `Outcome` per item; `hold_batch`
+      -> `JobBatch` (a context manager); `work(handler)`, the batch worker loop
     - operators (a key created with --operator): `admit`, `requeue`, `cancel`
     - queues: `queues`, `queue(name)` -> `Queue` (`get`, `pause`, `resume`,
       `set_concurrency`, `history`); also `get_queue`, `change_queue`, `queue_history`
@@ -431,12 +465,28 @@ class Client:
         self.timeout = timeout
         self._key = key
         self._http = _Http(base_url, timeout)
+        # complete-and-claim: the lease each thread's last hold() claimed for its next hold()
+        self._next_lock = threading.Lock()
+        self._next_leases: dict[int, tuple[Lease, str | None, float]] = {}
+        self._next_requests: dict[int, tuple[str, float, str | None, float]] = {}
+        self._at_exit = False
+        self._next_refused = False  # a board before issue 34: no `next` on complete
+        self._batches_refused = False  # ... and no batch claims
 
     def __repr__(self) -> str:  # never the key
         return f"<taskflow_client.Client {self.base_url}>"
 
     def close(self) -> None:
-        """Close this thread's keep-alive connection (others close when their thread ends)."""
+        """Give back the lease this thread's last ``hold()`` claimed for the next one, if any
+        (`release_next`), and close this thread's keep-alive connection (others close when
+        their thread ends)."""
+        try:
+            self.release_next()
+        finally:
+            self._http.close()
+
+    def close_connection(self) -> None:
+        """Close this thread's keep-alive connection only (a heartbeat thread's, at its end)."""
         self._http.close()
 
     def __enter__(self) -> Client:  # noqa: PYI034 (typing.Self is 3.11+; the client runs on older Pythons)
@@ -605,7 +655,7 @@ class Client:
     # -- claiming ---------------------------------------------------------------------------
 
     def claim_next(self, ttl_seconds: float, queue: str | None = None,
-                   wait_seconds: float = 0) -> Lease | None:
+                   wait_seconds: float = 0, *, request_id: str | None = None) -> Lease | None:
         """Claim the best ready task (first in the claim order; only in `queue` if given)
         with a lease of `ttl_seconds` (1 s .. 24 h). With `wait_seconds` (up to 30) the server
         waits for work to become ready (woken by the board's commits). Tasks of a paused or
@@ -615,13 +665,46 @@ class Client:
         None when there was no work. A server that already parks all the waiting claims it
         allows answers 503; this method then tries again every second until its wait is over.
         After a transport error the claim is sent once more, with the same request id and
-        what is left of the wait: if the first one took effect, this gets its lease."""
+        what is left of the wait: if the first one took effect, this gets its lease.
+        `request_id`: the claim's id (default: a fresh uuid4); give the id of a claim whose
+        answer was lost to get its lease back while it lives."""
+        answer = self._claim_with_retries({}, ttl_seconds, queue, wait_seconds, request_id)
+        return None if answer is None else Lease(self, answer, ttl_seconds)
+
+    def claim_batch(self, max_tasks: int, ttl_seconds: float, queue: str | None = None,
+                    wait_seconds: float = 0) -> builtins.list[Lease]:
+        """Claim up to `max_tasks` (1-100) ready tasks in one request, in the claim order, each
+        with its own lease (token, fence, expiry) of `ttl_seconds`. Waiting, rates, 503 and
+        the retry after a transport error are as in `claim_next` (``wait_seconds`` waits for the
+        first task; the answer holds what was ready then). Returns the leases, an empty list
+        when there was no work. A board without batch claims (before issue 34) refuses the
+        field: the client then claims one task (``[lease]`` or ``[]``) and `complete_batch`
+        completes one by one."""
+        if not 1 <= max_tasks <= MAX_BATCH:
+            raise ValueError(f"max_tasks is 1 to {MAX_BATCH}, not {max_tasks!r}")
+        if self._batches_refused:
+            lease = self.claim_next(ttl_seconds, queue=queue, wait_seconds=wait_seconds)
+            return [] if lease is None else [lease]
+        try:
+            answer = self._claim_with_retries({"max_tasks": max_tasks}, ttl_seconds, queue, wait_seconds, None)
+        except ValidationFailed as exc:
+            if not _refuses_field(exc, "max_tasks"):
+                raise
+            self._batches_refused = True
+            return self.claim_batch(max_tasks, ttl_seconds, queue, wait_seconds)
+        if answer is None:
+            return []
+        return [Lease(self, item, ttl_seconds) for item in answer["leases"]]
+
+    def _claim_with_retries(self, extra: dict[str, Any], ttl_seconds: float, queue: str | None,
+                            wait_seconds: float, request_id: str | None) -> dict[str, Any] | None:
+        """POST /claim with `extra` fields: the answer, or None when no work came within the wait."""
         deadline = time.monotonic() + wait_seconds
-        request_id = _new_request_id()
+        request_id = request_id or _new_request_id()
         sent_again = False
         while True:
             body: dict[str, Any] = {"ttl_seconds": ttl_seconds, "wait_seconds": wait_seconds,
-                                    "request_id": request_id}
+                                    "request_id": request_id, **extra}
             if queue is not None:
                 body["queue"] = queue
             try:
@@ -644,7 +727,7 @@ class Client:
                 time.sleep(retry_after)
                 wait_seconds = max(0.0, round(deadline - time.monotonic(), 3))
                 continue
-            return None if answer is None else Lease(self, answer, ttl_seconds)
+            return answer
 
     def claim(self, task_id: str, ttl_seconds: float) -> Lease:
         """Claim this task. Refused with `Taken` (a live lease), `Blocked` (dependencies,
@@ -667,7 +750,7 @@ class Client:
                                         {"ttl_seconds": ttl_seconds}), ttl_seconds)
 
     def hold(self, ttl_seconds: float = 60, *, queue: str | None = None, wait_seconds: float = 0,
-             heartbeat: float | None = None):
+             heartbeat: float | None = None, claim_next: bool = True):
         """Claim the next ready task and hold it for the duration of a ``with`` block.
 
         ``with client.hold(ttl_seconds=30, wait_seconds=5) as job:`` gives a `Job`, or
@@ -675,8 +758,19 @@ class Client:
         ``if job is None: break``). While the block runs, a background thread renews the
         lease every `heartbeat` seconds (default ttl/3). On leaving the block the task is
         completed with ``job.result``; an exception fails it (with the traceback summary) and
-        propagates; if the lease was lost, nothing is committed. See `Job` for the details."""
-        return Hold(self, ttl_seconds, queue=queue, wait_seconds=wait_seconds, heartbeat=heartbeat)
+        propagates; if the lease was lost, nothing is committed. See `Job` for the details.
+
+        One round trip per task: the complete on leaving the block also claims the next ready
+        task (same `ttl_seconds` and `queue`, no wait), kept for this thread's next
+        ``hold()`` with the same `ttl_seconds` and `queue`, which takes it without a request.
+        Only when none was ready does that ``hold()`` claim (and wait) itself. A kept lease is
+        not renewed until its ``hold()``: one older than ttl/3 by then is renewed first, one
+        past its TTL is dropped; a ``hold()`` of another ttl or queue releases it, and so do
+        `release_next` and `close` (a loop that stops while work is left), and the
+        interpreter's exit. ``claim_next=False``: complete alone (a loop that will not hold
+        again)."""
+        return Hold(self, ttl_seconds, queue=queue, wait_seconds=wait_seconds, heartbeat=heartbeat,
+                    claim_next=claim_next)
 
     def hold_task(self, task_id: str, ttl_seconds: float = 60, *, resume: bool = False,
                   heartbeat: float | None = None):
@@ -726,6 +820,224 @@ class Client:
         if traceback is not None:
             body["traceback"] = traceback
         return self.request("POST", self._path("tasks", task_id, "fail"), body)
+
+    # -- finishing and claiming the next task in one request (issue 34) -------------------------
+
+    def complete_and_claim(self, task_id: str, token: str, result: Any = None, *, ttl_seconds: float,
+                           queue: str | None = None, wait_seconds: float = 0,
+                           request_id: str | None = None) -> tuple[dict[str, Any], Lease | None]:
+        """`complete`, and in the same request claim the next ready task (as `claim_next` with
+        `ttl_seconds`, `queue`, `wait_seconds`, `request_id` would; the wait starts once the
+        completion has committed): one round trip per task. Returns ``(the COMPLETED task, the
+        next Lease or None)``. Refusals are `complete`'s (no claim is made then). A board
+        without it (before issue 34) refuses the field: the client then completes alone and
+        returns ``(task, None)`` (the caller claims as before)."""
+        body: dict[str, Any] = {"token": token, "result": {} if result is None else result}
+        path = self._path("tasks", task_id, "complete")
+        if not self._next_refused:
+            body["next"] = self._next_fields(ttl_seconds, queue, wait_seconds, request_id)
+            try:
+                answer = self.request("POST", path, body, timeout=self.timeout + wait_seconds)
+            except ValidationFailed as exc:
+                self._note_next_refused(exc)
+                del body["next"]
+            else:
+                return self._task_and_next(answer, ttl_seconds)
+        return self.request("POST", path, body), None
+
+    def fail_and_claim(self, task_id: str, token: str, error: str, *, retryable: bool = True,
+                       traceback: str | None = None, ttl_seconds: float, queue: str | None = None,
+                       wait_seconds: float = 0, request_id: str | None = None) -> tuple[dict[str, Any], Lease | None]:
+        """`fail`, and claim the next ready task in the same request (see `complete_and_claim`)."""
+        body: dict[str, Any] = {"token": token, "error": error, "retryable": retryable}
+        if traceback is not None:
+            body["traceback"] = traceback
+        path = self._path("tasks", task_id, "fail")
+        if not self._next_refused:
+            body["next"] = self._next_fields(ttl_seconds, queue, wait_seconds, request_id)
+            try:
+                answer = self.request("POST", path, body, timeout=self.timeout + wait_seconds)
+            except ValidationFailed as exc:
+                self._note_next_refused(exc)
+                del body["next"]
+            else:
+                return self._task_and_next(answer, ttl_seconds)
+        return self.request("POST", path, body), None
+
+    def release_and_claim(self, task_id: str, token: str, *, ttl_seconds: float, queue: str | None = None,
+                          wait_seconds: float = 0, request_id: str | None = None) -> tuple[dict[str, Any], Lease | None]:
+        """`release`, and claim the next ready task in the same request (see `complete_and_claim`).
+        The released task itself may be the one claimed next, when it is first in the claim order."""
+        body: dict[str, Any] = {"token": token}
+        path = self._path("tasks", task_id, "release")
+        if not self._next_refused:
+            body["next"] = self._next_fields(ttl_seconds, queue, wait_seconds, request_id)
+            try:
+                answer = self.request("POST", path, body, timeout=self.timeout + wait_seconds)
+            except ValidationFailed as exc:
+                self._note_next_refused(exc)
+                del body["next"]
+            else:
+                return self._task_and_next(answer, ttl_seconds)
+        return self.request("POST", path, body), None
+
+    @staticmethod
+    def _next_fields(ttl_seconds: float, queue: str | None, wait_seconds: float,
+                     request_id: str | None) -> dict[str, Any]:
+        """The `next` of a complete, fail or release: POST /claim's fields."""
+        fields: dict[str, Any] = {"ttl_seconds": ttl_seconds, "request_id": request_id or _new_request_id()}
+        if queue is not None:
+            fields["queue"] = queue
+        if wait_seconds:
+            fields["wait_seconds"] = wait_seconds
+        return fields
+
+    def _note_next_refused(self, exc: ValidationFailed) -> None:
+        """A 422 to a request with `next`: an older board that does not know the field (then
+        finish without it from now on), else re-raise the refusal."""
+        if not _refuses_field(exc, "next"):
+            raise exc
+        self._next_refused = True
+
+    def _task_and_next(self, answer: dict[str, Any], ttl_seconds: float) -> tuple[dict[str, Any], Lease | None]:
+        claimed = answer.pop("next", None)
+        return answer, None if claimed is None else Lease(self, claimed, ttl_seconds)
+
+    def complete_batch(self, items: Sequence[tuple[Any, ...]]) -> builtins.list[Outcome]:
+        """Complete several held tasks in one request (``POST /api/complete``, up to 100):
+        `items` are ``(lease_or_job, result)`` or ``(task_id, token, result)`` tuples. Each
+        item is its own compare-and-swap: one refused (its lease lost, ...) does not undo the
+        others. Returns one `Outcome` per item, in order: ``ok`` and the COMPLETED ``task``, or
+        ``error`` (the `TaskflowError` a single `complete` would have raised, not raised here).
+        A transport error raises `TransportError` (which items took effect is unknown: each
+        one sent again meets its own completion as `LeaseLost` with the task COMPLETED)."""
+        body_items = []
+        for item in items:
+            if len(item) == 2:
+                holder, result = item
+                lease = getattr(holder, "lease", holder)  # a Job or a Lease
+                task_id, token = lease.task_id, lease.token
+            else:
+                task_id, token, result = item
+            body_items.append({"id": task_id, "token": token, "result": {} if result is None else result})
+        if not body_items:
+            return []
+        if len(body_items) > MAX_BATCH:
+            raise ValueError(f"at most {MAX_BATCH} items per batch, not {len(body_items)}")
+        if self._batches_refused:
+            return [self._complete_one(item) for item in body_items]
+        answer = self.request("POST", "/complete", {"items": body_items})
+        outcomes = []
+        for item in answer["items"]:
+            if item.get("ok"):
+                outcomes.append(Outcome(item["id"], True, item.get("task"), None))
+            else:
+                error = error_from_body(int(item.get("status") or 0), {"error": item.get("error") or {}})
+                outcomes.append(Outcome(item["id"], False, error.task, error))
+        return outcomes
+
+    def _complete_one(self, item: dict[str, Any]) -> Outcome:
+        try:
+            task = self.complete(item["id"], item["token"], item["result"])
+        except TaskflowError as exc:
+            return Outcome(item["id"], False, exc.task, exc)
+        return Outcome(item["id"], True, task, None)
+
+    def hold_batch(self, max_tasks: int, ttl_seconds: float = 60, *, queue: str | None = None,
+                   wait_seconds: float = 0, heartbeat: float | None = None):
+        """Claim up to `max_tasks` ready tasks in one request and hold them for a ``with``
+        block: ``with client.hold_batch(10, ttl_seconds=30, wait_seconds=5) as batch:`` gives a
+        `JobBatch` (a list of `Job`; empty when no work came within `wait_seconds`). One
+        background thread renews every lease of the batch; on leaving the block, the jobs not
+        finished inside it are completed with their ``job.result`` in one request. See
+        `JobBatch` (``batch.run(fn)`` runs `fn` on each job: its return value is the result,
+        its exception fails that job alone)."""
+        return HoldBatch(self, max_tasks, ttl_seconds, queue=queue, wait_seconds=wait_seconds, heartbeat=heartbeat)
+
+    def work(self, handler, *, max_tasks: int = 10, ttl_seconds: float = 60, queue: str | None = None,
+             wait_seconds: float = 3, heartbeat: float | None = None,
+             stop: threading.Event | None = None) -> dict[str, int]:
+        """A batch worker loop: claim up to `max_tasks` tasks in one request, run
+        ``handler(job)`` on each (its return value is the task's result; an exception fails
+        that task alone, with its traceback), complete the batch in one request, and again,
+        until no work came within `wait_seconds` (or `stop` is set). Two round trips per
+        batch. Returns the counts of the jobs' outcomes, e.g. ``{"completed": 95, "failed": 5}``."""
+        counts: dict[str, int] = {}
+        while stop is None or not stop.is_set():
+            with self.hold_batch(max_tasks, ttl_seconds, queue=queue, wait_seconds=wait_seconds,
+                                 heartbeat=heartbeat) as batch:
+                if not batch:
+                    break
+                batch.run(handler)
+            for job in batch:
+                counts[job.outcome or "lost"] = counts.get(job.outcome or "lost", 0) + 1
+        return counts
+
+    # -- the lease a hold() claimed for the next hold() (complete-and-claim) -------------------
+
+    def _keep_next(self, lease: Lease, queue: str | None) -> None:
+        """Keep `lease` (claimed with a complete) for this thread's next ``hold()``."""
+        with self._next_lock:
+            stale = self._next_leases.pop(threading.get_ident(), None)
+            self._next_leases[threading.get_ident()] = (lease, queue, time.monotonic())
+            if not self._at_exit:
+                self._at_exit = True
+                atexit.register(_release_at_exit, weakref.ref(self))
+        if stale is not None:
+            self._give_back(stale[0])
+
+    def _keep_request(self, request_id: str, ttl_seconds: float, queue: str | None) -> None:
+        """A complete-and-claim whose answer was lost took effect: its claim may have too. The
+        next hold() sends its claim with this request id, and so gets that lease if it lives."""
+        with self._next_lock:
+            self._next_requests[threading.get_ident()] = (request_id, ttl_seconds, queue, time.monotonic())
+
+    def _take_next(self, ttl_seconds: float, queue: str | None) -> tuple[Lease | None, str | None]:
+        """For ``hold()``: (the lease kept for it, or None; the request id of a claim to recover, or None)."""
+        me = threading.get_ident()
+        with self._next_lock:
+            kept = self._next_leases.pop(me, None)
+            request = self._next_requests.pop(me, None)
+        request_id = None
+        if request is not None and request[1:3] == (ttl_seconds, queue) and time.monotonic() - request[3] < ttl_seconds:
+            request_id = request[0]
+        if kept is None:
+            return None, request_id
+        lease, kept_queue, received = kept
+        if (lease.ttl_seconds, kept_queue) != (ttl_seconds, queue):
+            self._give_back(lease)  # another kind of hold(): this lease is not what it asks for
+            return None, request_id
+        age = time.monotonic() - received
+        if age >= lease.ttl_seconds:
+            return None, request_id  # expired by now: the board gives the task to others
+        if age > lease.ttl_seconds / 3:  # the caller did other things meanwhile: renew first
+            try:
+                lease.renew()
+            except (TaskflowError, TransportError):
+                return None, request_id
+        return lease, None
+
+    def release_next(self) -> bool:
+        """Give back the lease this thread's last ``hold()`` claimed with its complete for the
+        next ``hold()`` (complete-and-claim), if one is kept: a loop that stops while work is
+        left calls it (`close` does). True if a lease was released."""
+        with self._next_lock:
+            kept = self._next_leases.pop(threading.get_ident(), None)
+        return kept is not None and self._give_back(kept[0])
+
+    def _release_every_next(self) -> None:
+        with self._next_lock:
+            kept, self._next_leases = list(self._next_leases.values()), {}
+        for lease, _queue, _received in kept:
+            self._give_back(lease)
+
+    @staticmethod
+    def _give_back(lease: Lease) -> bool:
+        try:
+            lease.release()
+            return True
+        except (TaskflowError, TransportError):  # expired or taken meanwhile, or the board is away
+            return False
 
     def pause(self, task_id: str, token: str, checkpoint: Any) -> dict[str, Any]:
         """Give the lease up and keep `checkpoint` (any JSON but null) so that a later

@@ -23,6 +23,13 @@ On leaving the block:
   block is swallowed by the ``with`` statement (so ``job.checkpoint()`` and
   ``job.raise_if_lost()`` are natural stopping points). Any other exception still propagates.
 
+One round trip per task: the complete of a `Client.hold` block also claims the next ready task
+(``next`` on the complete: same ttl and queue, no wait), kept for the thread's next
+``client.hold()``, which then holds it without a request (see `Client.hold`).
+
+Batches: `JobBatch` (``client.hold_batch(10, ...)``) holds the leases of one batch claim, renewed
+by one thread, and completes what its block did not finish in one request (`HoldBatch`).
+
 After the block, ``job.outcome`` says what happened: ``"completed"``, ``"failed"``,
 ``"released"``, ``"paused"`` or ``"lost"``. The heartbeat thread is always stopped (and
 joined) before the task is completed, failed, paused or released.
@@ -41,7 +48,8 @@ import logging
 import threading
 import time
 import traceback
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from .errors import (
@@ -56,7 +64,7 @@ from .errors import (
     ValidationFailed,
 )
 
-__all__ = ["Hold", "Job"]
+__all__ = ["Hold", "HoldBatch", "Job", "JobBatch", "Outcome"]
 
 log = logging.getLogger("taskflow_client")
 
@@ -137,6 +145,9 @@ class Job:
         self._pending: dict[str, Any] = {}  # checkpoint/progress for the next heartbeat
         self._thread: threading.Thread | None = None
         self._lost_reason = ""
+        # (ttl_seconds, queue) of the claim the complete makes for the next hold() (Client.hold
+        # sets it), or None: complete alone.
+        self.claims_next: tuple[float, str | None] | None = None
 
     # -- what the worker reads ---------------------------------------------------------------
 
@@ -189,32 +200,42 @@ class Job:
         try:
             self._beat_until_stopped()
         finally:
-            self.lease.client.close()  # this thread's keep-alive connection
+            self.lease.client.close_connection()  # this thread's keep-alive connection
 
     def _beat_until_stopped(self) -> None:
         wait = self.interval
         while not self._stop.wait(wait):
-            wait = self.interval
-            try:
-                self._renew(from_heartbeat=True)
-            except TransportError as exc:
-                self.heartbeat_error = exc
-                wait = min(self.interval, RETRY_AFTER_TRANSPORT_ERROR)
-                log.warning("renewing task %s failed (%s); trying again in %.1f s", self.task_id, exc, wait)
-            except _GONE:
-                return  # _renew marked the job lost
-            except (ValidationFailed, TooLarge) as exc:
-                # A checkpoint the server refuses: drop it (the worker sees heartbeat_error)
-                # and keep the lease alive.
-                self.heartbeat_error = exc
-                log.error("task %s: the server refused a checkpoint: %s", self.task_id, exc)
-                wait = 0
-            except TaskflowError as exc:
-                self.heartbeat_error = exc
-                log.error("renewing task %s refused: %s", self.task_id, exc)
-            except Exception as exc:  # never let the thread die silently
-                self.heartbeat_error = exc
-                log.exception("heartbeat of task %s", self.task_id)
+            wait = self._beat_once()
+            if wait is None:
+                return
+
+    def _beat_once(self) -> float | None:
+        """One renewal by the heartbeat: the seconds until the next one, or None when the lease
+        is gone (stop beating)."""
+        wait = self.interval
+        try:
+            self._renew(from_heartbeat=True)
+        except TransportError as exc:
+            self.heartbeat_error = exc
+            wait = min(self.interval, RETRY_AFTER_TRANSPORT_ERROR)
+            log.warning("renewing task %s failed (%s); trying again in %.1f s", self.task_id, exc, wait)
+        except _GONE:
+            return None  # _renew marked the job lost
+        except (ValidationFailed, TooLarge) as exc:
+            # A checkpoint the server refuses: drop it (the worker sees heartbeat_error)
+            # and keep the lease alive.
+            self.heartbeat_error = exc
+            log.error("task %s: the server refused a checkpoint: %s", self.task_id, exc)
+            wait = 0
+        except TaskflowError as exc:
+            self.heartbeat_error = exc
+            log.error("renewing task %s refused: %s", self.task_id, exc)
+        except RuntimeError:
+            return None  # finished meanwhile (in a batch: by the worker's own call)
+        except Exception as exc:  # never let the thread die silently
+            self.heartbeat_error = exc
+            log.exception("heartbeat of task %s", self.task_id)
+        return wait
 
     def _renew(self, *, from_heartbeat: bool = False, checkpoint: Any = _UNSET,
                progress: float | None = None) -> None:
@@ -304,7 +325,19 @@ class Job:
         """Complete now with `result` (default: ``job.result``) instead of on exit."""
         if result is not _UNSET:
             self.result = result
-        return self._finish("completed", lambda: self.lease.complete(self.result))
+        if self.claims_next is None:
+            return self._finish("completed", lambda: self.lease.complete(self.result))
+        return self._finish("completed", lambda: self._complete_and_claim(self.result, uuid.uuid4().hex))
+
+    def _complete_and_claim(self, result: Any, request_id: str) -> dict[str, Any]:
+        """Complete, claiming the next task for the client's next hold() in the same request."""
+        ttl_seconds, queue = self.claims_next
+        client = self.lease.client
+        task, following = client.complete_and_claim(self.task_id, self.lease.token, result, ttl_seconds=ttl_seconds,
+                                                    queue=queue, request_id=request_id)
+        if following is not None:
+            client._keep_next(following, queue)
+        return task
 
     def fail(self, error: str, *, retryable: bool = True, traceback: str | None = None) -> dict[str, Any]:
         """Fail now with `error` (and `traceback`, kept in the task's history); ``retryable=False``
@@ -375,16 +408,23 @@ class Job:
         delays = [0.2, 0.5, 1.0, 2.0]
         deadline = time.monotonic() + self.lease.ttl_seconds
         sent = False
+        request_id = uuid.uuid4().hex  # the next claim's, the same in every copy of the request
         while True:
             try:
-                self.lease.task = self.lease.complete(result)
+                if self.claims_next is None:
+                    self.lease.task = self.lease.complete(result)
+                else:
+                    self.lease.task = self._complete_and_claim(result, request_id)
                 self.outcome = "completed"
                 return
             except LeaseLost as exc:
                 done = exc.task or {}
+                sent = sent or self.lease.client._http.resent()  # a copy sent on a fresh connection
                 if sent and done.get("stage") == "COMPLETED" and done.get("result") == result:
                     self.lease.task = done
                     self.outcome = "completed"
+                    if self.claims_next is not None:  # its claim may have been made too
+                        self.lease.client._keep_request(request_id, *self.claims_next)
                     return
                 self._mark_lost(exc)
                 self._say_lost()
@@ -408,10 +448,12 @@ class Hold:
     """The context manager returned by `Client.hold` / `Client.hold_task`: on entering it
     claims with `client` (the next ready task, or `task_id`, or resumes `task_id`) and wraps
     the lease in a `Job`, or gives None when `Client.hold` found no work; on exit the job
-    settles the lease."""
+    settles the lease. `Client.hold`'s job completes with the next claim in the same request
+    (`claim_next`), and its next hold() takes that lease without a request."""
 
     def __init__(self, client, ttl_seconds: float, *, task_id: str | None = None, resume: bool = False,
-                 queue: str | None = None, wait_seconds: float = 0, heartbeat: float | None = None):
+                 queue: str | None = None, wait_seconds: float = 0, heartbeat: float | None = None,
+                 claim_next: bool = False):
         self.client = client
         self.ttl_seconds = ttl_seconds
         self.task_id = task_id
@@ -419,12 +461,17 @@ class Hold:
         self.queue = queue
         self.wait_seconds = wait_seconds
         self.heartbeat = heartbeat
+        self.claim_next = claim_next and task_id is None
         self.job: Job | None = None
 
     def _claim(self):
         """The lease this block holds: None only for `Client.hold` with no work ready."""
         if self.task_id is None:
-            return self.client.claim_next(self.ttl_seconds, queue=self.queue, wait_seconds=self.wait_seconds)
+            kept, request_id = self.client._take_next(self.ttl_seconds, self.queue)
+            if kept is not None:
+                return kept  # claimed by the last hold()'s complete: no request now
+            return self.client.claim_next(self.ttl_seconds, queue=self.queue, wait_seconds=self.wait_seconds,
+                                          request_id=request_id)
         if self.resume:
             return self.client.resume(self.task_id, self.ttl_seconds)
         return self.client.claim(self.task_id, self.ttl_seconds)
@@ -434,9 +481,223 @@ class Hold:
         if lease is None:
             return None
         self.job = Job(lease, heartbeat=self.heartbeat)
+        if self.claim_next:
+            self.job.claims_next = (self.ttl_seconds, self.queue)
         return self.job.__enter__()
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         if self.job is None:
             return False
         return self.job.__exit__(exc_type, exc, tb)
+
+
+# -- batches -----------------------------------------------------------------------------------
+
+
+class Outcome:
+    """One item of `Client.complete_batch`'s answer: ``task_id``; ``ok`` (True: completed);
+    ``task`` (the COMPLETED task, or the task as it is when the board says so with a refusal);
+    ``error`` (the `TaskflowError` a single complete would have raised, e.g. `LeaseLost`; None
+    when ok)."""
+
+    __slots__ = ("error", "ok", "task", "task_id")
+
+    def __init__(self, task_id: str, ok: bool, task: dict[str, Any] | None, error: TaskflowError | None):
+        self.task_id = task_id
+        self.ok = ok
+        self.task = task
+        self.error = error
+
+    def __repr__(self) -> str:
+        return f"<Outcome {self.task_id!r} {'ok' if self.ok else self.error.code if self.error else 'refused'}>"
+
+
+class JobBatch(list):
+    """The jobs of one batch claim (`Client.hold_batch`): a list of `Job`, one lease each, all
+    renewed by ONE background thread (every `interval` seconds, default ttl/3). Each job has
+    the holder's methods (`checkpoint`, `complete`, `fail`, `release`, `pause`, ``lost``);
+    what the block does not finish is completed with ``job.result`` in one request when the
+    block ends (see `HoldBatch`).
+
+    ``batch.run(handler)`` runs ``handler(job)`` on each job still held, in order: its return
+    value becomes ``job.result`` (None: ``{}``); an exception fails that job alone (its text
+    and traceback, as ``hold()`` does) and the next job runs; a `LeaseLost` of that job marks it
+    lost. ``KeyboardInterrupt`` propagates (the block's end releases the rest)."""
+
+    def __init__(self, jobs: Iterable[Job], heartbeat: float | None = None):
+        super().__init__(jobs)
+        ttl = min((job.lease.ttl_seconds for job in self), default=60.0)
+        self.interval = heartbeat if heartbeat is not None else max(ttl / 3.0, 0.05)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> JobBatch:
+        if self._thread is None and self:
+            self._thread = threading.Thread(target=self._beat, name=f"taskflow-heartbeat-batch-{self[0].task_id}",
+                                            daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(self[0].lease.client.timeout * len(self) + 5)
+
+    def _beat(self) -> None:
+        try:
+            wait = self.interval
+            while not self._stop.wait(wait):
+                wait = self.interval
+                for job in self:
+                    if self._stop.is_set():
+                        return
+                    if job.outcome is not None or job.lost:
+                        continue
+                    beat = job._beat_once()
+                    if beat is not None:
+                        wait = min(wait, beat)
+        finally:
+            if self:
+                self[0].lease.client.close_connection()
+
+    def held(self) -> list[Job]:
+        """The jobs not finished and not lost."""
+        return [job for job in self if job.outcome is None and not job.lost]
+
+    def run(self, handler: Callable[[Job], Any]) -> None:
+        for job in self.held():
+            try:
+                result = handler(job)
+            except LeaseLost as exc:
+                if (exc.task or {}).get("id", job.task_id) != job.task_id:
+                    job._settle("failed", functools.partial(job.lease.fail, error_summary(exc),
+                                                            traceback=full_traceback(exc)))
+                else:
+                    job._mark_lost(exc)
+                    job._say_lost()
+                continue
+            except Exception as exc:
+                if job.outcome is None and not job.lost:
+                    job._settle("failed", functools.partial(job.lease.fail, error_summary(exc),
+                                                            traceback=full_traceback(exc)))
+                log.warning("task %s failed: %s", job.task_id, exc)
+                continue
+            if job.outcome is None and not job.lost and result is not None:
+                job.result = result
+
+
+class HoldBatch:
+    """The context manager returned by `Client.hold_batch`: on entering it claims up to
+    `max_tasks` tasks in one request and gives a `JobBatch` (empty when no work came within
+    `wait_seconds`); its heartbeat thread renews them all. On leaving the block, for the jobs
+    not finished inside it (not completed, failed, paused, released or lost):
+
+    - normally: they are completed with their ``job.result`` in ONE request
+      (`Client.complete_batch`); a job whose lease was lost meanwhile gets outcome "lost", one
+      whose result the board refuses (or that is not JSON) is failed for good, alone;
+    - by an ``Exception``: each is failed with its text and traceback, and it propagates; by
+      ``KeyboardInterrupt``/``SystemExit``: each is released, and it propagates.
+
+    A batch complete that cannot reach the board is sent again a few times while the leases
+    last (an item meeting its own earlier completion counts as completed), as ``hold()`` does."""
+
+    def __init__(self, client, max_tasks: int, ttl_seconds: float, *, queue: str | None = None,
+                 wait_seconds: float = 0, heartbeat: float | None = None):
+        self.client = client
+        self.max_tasks = max_tasks
+        self.ttl_seconds = ttl_seconds
+        self.queue = queue
+        self.wait_seconds = wait_seconds
+        self.heartbeat = heartbeat
+        self.batch: JobBatch | None = None
+
+    def __enter__(self) -> JobBatch:
+        leases = self.client.claim_batch(self.max_tasks, self.ttl_seconds, queue=self.queue,
+                                         wait_seconds=self.wait_seconds)
+        self.batch = JobBatch([Job(lease) for lease in leases], heartbeat=self.heartbeat)
+        return self.batch.start()
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        batch = self.batch
+        if batch is None:
+            return False
+        batch.stop()
+        for job in batch:
+            job._stop.set()
+            if isinstance(exc, LeaseLost) and (exc.task or {}).get("id") == job.task_id:
+                job._mark_lost(exc)
+        for job in batch:
+            if job.lost and job.outcome is None:
+                job._say_lost()
+        held = batch.held()
+        own_lost = isinstance(exc, LeaseLost) and any(job.lost and (exc.task or {}).get("id") == job.task_id
+                                                      for job in batch)
+        if exc is None or own_lost:
+            self._complete(held)
+            return own_lost
+        if isinstance(exc, Exception):
+            for job in held:
+                job._settle("failed", functools.partial(job.lease.fail, error_summary(exc),
+                                                        traceback=full_traceback(exc)))
+        else:
+            for job in held:
+                job._settle("released", job.lease.release)
+        return False
+
+    def _complete(self, jobs: list[Job]) -> None:
+        results: dict[str, Any] = {}
+        ready = []
+        for job in jobs:
+            result = {} if job.result is None else job.result
+            try:
+                json.dumps(result, allow_nan=False)
+            except (TypeError, ValueError) as exc:
+                job._settle("failed", functools.partial(job.lease.fail, f"the result is not JSON: {exc}",
+                                                        retryable=False))
+                continue
+            results[job.task_id] = result
+            ready.append(job)
+        delays = [0.2, 0.5, 1.0, 2.0]
+        deadline = time.monotonic() + min((job.lease.ttl_seconds for job in ready), default=0)
+        sent = False
+        while ready:
+            try:
+                outcomes = self.client.complete_batch([(job, results[job.task_id]) for job in ready])
+            except TransportError:
+                sent = True
+                if not delays or time.monotonic() + delays[0] > deadline:
+                    raise
+                time.sleep(delays.pop(0))
+                continue
+            sent = sent or self.client._http.resent()  # a copy sent on a fresh connection
+            for job, outcome in zip(ready, outcomes):
+                self._settle_item(job, outcome, results[job.task_id], sent)
+            return
+
+    @staticmethod
+    def _settle_item(job: Job, outcome: Outcome, result: Any, sent: bool) -> None:
+        if outcome.ok:
+            job.lease.task = outcome.task or job.lease.task
+            job.outcome = "completed"
+            return
+        error = outcome.error
+        done = outcome.task or {}
+        if isinstance(error, LeaseLost) and sent and not done:
+            # A copy of a batch whose answer was lost: was this item completed by the first one?
+            # (The batch's per-item refusal does not carry the task.)
+            try:
+                done = job.lease.client.get(job.task_id)
+            except (TaskflowError, TransportError):
+                done = {}
+        if isinstance(error, LeaseLost) and sent and done.get("stage") == "COMPLETED" and done.get("result") == result:
+            job.lease.task = done
+            job.outcome = "completed"
+        elif isinstance(error, (ValidationFailed, TooLarge)):
+            job._settle("failed", functools.partial(job.lease.fail, f"the result was refused: {error}",
+                                                    retryable=False))
+        elif isinstance(error, _GONE):
+            job._mark_lost(error)
+            job._say_lost()
+        else:
+            log.error("task %s: the batch complete was refused (%s); its lease will expire", job.task_id, error)

@@ -254,8 +254,27 @@ def checkpoint(holdings: Holdings, task_id: str, checkpoint: Any = None, progres
     return holdings.use(task_id, save)
 
 
-def complete(holdings: Holdings, task_id: str, result: Any = None) -> dict[str, Any]:
-    return {"task": brief(holdings.use(task_id, lambda job: job.complete({} if result is None else result)))}
+def complete(holdings: Holdings, task_id: str, result: Any = None, next: bool = False,  # noqa: A002 (the API's name)
+             queue: str | None = None) -> dict[str, Any]:
+    result = {} if result is None else result
+    if not next:
+        return {"task": brief(holdings.use(task_id, lambda job: job.complete(result)))}
+    claimed: list[Lease | None] = []
+
+    def complete_and_claim(job: Job) -> dict[str, Any]:
+        # One request: the complete, and a claim of the next ready task (in `queue`) with this
+        # lease's TTL, held by the session from now on as a claim's lease is.
+        def call() -> dict[str, Any]:
+            task, lease = holdings.client.complete_and_claim(task_id, job.lease.token, result,
+                                                             ttl_seconds=job.lease.ttl_seconds, queue=queue)
+            claimed.append(lease)
+            return task
+        return job._finish("completed", call)
+
+    answer: dict[str, Any] = {"task": brief(holdings.use(task_id, complete_and_claim))}
+    lease = claimed[0] if claimed else None
+    answer["next"] = None if lease is None else _held(holdings, lease)["task"]
+    return answer
 
 
 def fail(holdings: Holdings, task_id: str, error: str, retryable: bool = True) -> dict[str, Any]:
@@ -332,24 +351,25 @@ class ToolSpec:
 
 TOOLS: dict[str, ToolSpec] = {spec.name: spec for spec in (
     ToolSpec("create_tasks", "Create tasks, one or a plan (deps form a DAG); all or nothing. "
-             "An identical re-send returns the existing tasks.",
+             "An identical re-send returns them.",
              _schema(("tasks",), tasks={"type": "array", "minItems": 1, "maxItems": 1000, "items": _TASK}),
              create_tasks),
-    ToolSpec("claim", "Claim the next ready task (in queue, waiting up to wait_seconds), or the task task_id. "
-             "The lease is renewed for you until you complete, fail, pause or release it. "
-             "{\"task\": null} when nothing is ready.",
+    ToolSpec("claim", "Claim the next ready task (in queue, waiting up to wait_seconds), or task_id. "
+             "Renewed for you until you complete, fail, pause or release it. {\"task\": null} if none is ready.",
              _schema(task_id=_ID, queue={"type": "string"}, ttl_seconds=_TTL,
                      wait_seconds={"type": "number", "minimum": 0, "maximum": 30}),
              claim),
-    ToolSpec("checkpoint", "Save progress on a task you hold (a checkpoint for a later resume, and/or "
-             "progress 0..1); renews the lease now.",
+    ToolSpec("checkpoint", "Save progress on a task you hold (a checkpoint for a resume, and/or "
+             "progress 0..1); renews the lease.",
              _schema(("task_id",), task_id=_ID, checkpoint=_ANY_BUT_NULL,
                      progress={"type": "number", "minimum": 0, "maximum": 1}),
              checkpoint),
-    ToolSpec("complete", "Complete a task you hold with its result (any JSON).",
-             _schema(("task_id",), task_id=_ID, result={}), complete),
-    ToolSpec("fail", "Record a failed attempt of a task you hold. retryable (default true): back to the "
-             "queue after a backoff while attempts remain; false: FAILED for good.",
+    ToolSpec("complete", "Complete a task you hold with its result (any JSON); next: true also claims your next "
+             "task (in queue).",
+             _schema(("task_id",), task_id=_ID, result={}, next={"type": "boolean"}, queue={"type": "string"}),
+             complete),
+    ToolSpec("fail", "Fail a task you hold. retryable (default true): queued again after a backoff while "
+             "attempts remain; false: FAILED for good.",
              _schema(("task_id", "error"), task_id=_ID, error={"type": "string", "minLength": 1},
                      retryable={"type": "boolean"}),
              fail),
@@ -359,7 +379,7 @@ TOOLS: dict[str, ToolSpec] = {spec.name: spec for spec in (
              _schema(("task_id",), task_id=_ID, ttl_seconds=_TTL), resume),
     ToolSpec("release", "Give a task you hold back to the queue without counting an attempt.",
              _schema(("task_id",), task_id=_ID), release),
-    ToolSpec("snooze", "Give a task you hold back to the queue, not claimable for `seconds` (up to a week); "
+    ToolSpec("snooze", "Give a task you hold back, not claimable for `seconds` (up to a week); "
              "no attempt counted.",
              _schema(("task_id", "seconds"), task_id=_ID, seconds={"type": "number", "minimum": 1, "maximum": 604800}),
              snooze),

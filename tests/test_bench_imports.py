@@ -169,17 +169,26 @@ def test_the_readme_names_the_benchmarks():
 
 def test_http_claims_runs_a_real_server_without_the_test_install(runtime_only_env, tmp_path):
     """The command the issue found failing (`No module named 'pytest'`), at its smallest: the
-    board's server (harness.board_server.BoardServer) on SQLite, one agent process for 1 s.
-    The benchmark exits 1 on a double claim or a fault, and prints its row."""
+    board's server (harness.board_server.BoardServer) on SQLite, one agent process for 1 s, one
+    round of each mode ((a) claim then complete, (b) complete-and-claim-next, (c) batches) and
+    the bare view beside it. The benchmark exits 1 on a double claim, a fault or a database that
+    does not hold what the agents counted, and prints its rows."""
     done = run_bench(runtime_only_env, "bench/http_claims.py", "--backends", "sqlite", "--agents", "1",
-                     "--seconds", "1", "--no-bare", "--no-daphne", "--no-ceiling", "--no-inprocess",
-                     "--dir", str(tmp_path), timeout=300)
+                     "--seconds", "1", "--rounds", "1", "--bare-seconds", "1", "--no-daphne", "--no-ceiling",
+                     "--no-inprocess", "--dir", str(tmp_path), timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "Traceback" not in done.stderr, done.stderr
     # its table's row: backend, server worker processes, agents, cycles/s, ...
     row = re.search(r"^sqlite +\d+ +1 +([\d,]+) ", done.stdout, flags=re.MULTILINE)
     assert row, done.stdout
     assert int(row.group(1).replace(",", "")) > 0  # cycles/s: claims were completed through the server
+    # issue 34's table: each mode's tasks/s and server CPU ms per completed task (from /proc)
+    for run in ("(a) claim, then complete", "(b) complete-and-claim-next", "(c) batches of 10",
+                "bare view (GET /api/bare)"):
+        row = re.search(rf"^sqlite +\d+ +1  {re.escape(run)} +1 +([\d,]+) \[[\d,]+-[\d,]+\] +[\d.]+ +([\d.]+) \[",
+                        done.stdout, flags=re.MULTILINE)
+        assert row, (run, done.stdout)
+        assert int(row.group(1).replace(",", "")) > 0 and float(row.group(2)) > 0, row.group(0)
 
 
 def test_api_cost_splits_a_request_without_the_test_install(runtime_only_env, tmp_path):

@@ -9,6 +9,7 @@ writing the row, never by sleeping. After every test, check() must find no probl
 """
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import threading
@@ -1001,11 +1002,16 @@ class BoardContract:
                            using=self.alias)
         with FlowObserver(self.alias) as seen:
             for n in range(self.rounds):
-                results = race([lambda i=i: transitions.claim_next(f"agent-{i}", TTL, using=self.alias)
-                                for i in range(RACERS)], self.alias)
+                if batch is None:
+                    calls = [lambda i=i: transitions.claim_next(f"agent-{i}", TTL, using=self.alias)
+                             for i in range(RACERS)]
+                else:
+                    calls = [lambda i=i: transitions.claim_batch(f"agent-{i}", TTL, batch, using=self.alias)
+                             for i in range(RACERS)]
+                results = race(calls, self.alias)
                 faults = [r for r in results if isinstance(r, BaseException)]
                 assert not faults, f"round {n}: {faults[:3]}"
-                won = [r for r in results if r is not None]
+                won = [r for r in results if r is not None] if batch is None else [c for r in results for c in r]
                 assert len(won) == 1, f"round {n}: {len(won)} claims in one window; the rate allows 1"
                 transitions.complete(won[0].task.pk, won[0].lease.token, {}, using=self.alias)
                 # The round's claim is an hour old: rewrite its history row too, or the observer
@@ -1381,10 +1387,246 @@ class BoardContract:
                     transitions.complete(claim.task.pk, claim.lease.token, {}, using=self.alias)
         assert seen["problems"] == [] and seen["reads"] > 0
 
-    def _race_a_limit(self, *, queue_limit: int | None, key: str | None) -> None:
+    # -- several moves in one call (issue 34): a finishing move and the next claim, batches ------
+
+    def test_complete_and_claim_completes_then_claims_the_next_ready_task(self):
+        a = self.alias
+        self.new("first", priority=9)
+        self.new("second", priority=5)
+        self.new("third", priority=1)
+        held = self.claim_next()
+        assert held.task.pk == "first"
+        done, nxt = transitions.complete_and_claim("first", held.lease.token, {"n": 1}, transitions.NextClaim(TTL),
+                                                   agent="agent", using=a)
+        assert (done.pk, done.stage, done.result, done.owner) == ("first", Stage.COMPLETED, {"n": 1}, "")
+        assert (nxt.task.pk, nxt.task.stage, nxt.task.owner, nxt.lease.fence) == ("second", Stage.RUNNING, "agent", 1)
+        assert row("second", a)["lease_token_hash"] == transitions.hash_token(nxt.lease.token)
+        assert list(TaskEvent.objects.using(a).filter(task_id__in=["first", "second"]).exclude(verb="create").order_by("pk")
+                    .values_list("task_id", "verb")) == [("first", "claim"), ("first", "complete"), ("second", "claim")]
+        # A queue named: only its tasks; none ready there: next is None, the completion stands.
+        done, nxt = transitions.complete_and_claim("second", nxt.lease.token, {}, transitions.NextClaim(TTL, "elsewhere"),
+                                                   agent="agent", using=a)
+        assert (done.stage, nxt) == (Stage.COMPLETED, None)
+        assert self.stage("third") == Stage.QUEUED
+        renewed = transitions.renew("third", self.claim("third").lease.token, TTL, using=a)
+        transitions.complete("third", renewed.lease.token, {}, using=a)
+
+    def test_a_refused_finishing_move_claims_nothing(self):
+        a = self.alias
+        self.new("held")
+        self.new("ready")
+        held = self.claim("held")
+        before = db_state(a)
+        for move in (
+            lambda nxt: transitions.complete_and_claim("held", "stale", {}, nxt, agent="agent", using=a),
+            lambda nxt: transitions.fail_and_claim("held", "stale", "boom", nxt, agent="agent", using=a),
+            lambda nxt: transitions.release_and_claim("held", "stale", nxt, agent="agent", using=a),
+        ):
+            with pytest.raises(errors.LeaseLost):
+                move(transitions.NextClaim(TTL))
+        with pytest.raises(errors.Forbidden):  # another agent's lease
+            transitions.complete_and_claim("held", held.lease.token, {}, transitions.NextClaim(TTL), agent="other",
+                                           using=a)
+        # A bad next claim is refused before the move: the task stays held.
+        for bad in (transitions.NextClaim(0), transitions.NextClaim(TTL, "bad queue"),
+                    transitions.NextClaim(TTL, request_id="with space")):
+            with pytest.raises(errors.InvalidRequest):
+                transitions.complete_and_claim("held", held.lease.token, {}, bad, agent="agent", using=a)
+        assert db_state(a) == before
+        transitions.complete("held", held.lease.token, {}, using=a)
+        transitions.complete("ready", self.claim("ready").lease.token, {}, using=a)
+
+    def test_fail_and_release_then_claim_the_next(self):
+        a = self.alias
+        self.new("f", priority=9, max_retries=0)
+        self.new("r", priority=5)
+        self.new("n", priority=1)
+        failed, nxt = transitions.fail_and_claim("f", self.claim("f").lease.token, "boom", transitions.NextClaim(TTL),
+                                                 agent="agent", using=a)
+        assert (failed.stage, nxt.task.pk) == (Stage.FAILED, "r")
+        # The released task is ready again and first in line: the next claim takes it back.
+        released, again = transitions.release_and_claim("r", nxt.lease.token, transitions.NextClaim(TTL),
+                                                        agent="agent", using=a)
+        assert (released.stage, again.task.pk, again.lease.fence) == (Stage.QUEUED, "r", 2)
+        snoozed, other = transitions.release_and_claim("r", again.lease.token, transitions.NextClaim(TTL),
+                                                       retry_after_seconds=60, agent="agent", using=a)
+        assert (snoozed.stage, other.task.pk) == (Stage.QUEUED, "n")
+        transitions.complete("n", other.lease.token, {}, using=a)
+        end_backoff("r", a)
+        transitions.complete("r", self.claim("r").lease.token, {}, using=a)
+
+    def test_a_claim_that_fails_after_the_completion_loses_no_lease(self, monkeypatch):
+        """Where the moves share a transaction (SQL stores), a claim that raises undoes the
+        completion too: the holder still holds its task and may complete it again. Where they do
+        not (MongoDB), the completion has committed and stays; the failed claim rolled back, so
+        no task is left RUNNING under a lease nobody was told of, and next is None."""
+        from board.engine.transitions import batches
+
+        a = self.alias
+        self.new("done-first", priority=9)
+        self.new("then", priority=1)
+        held = self.claim_next()
+
+        # The claim's move is made, then the store fails before the commit: on the statements
+        # path inside their shared transaction, on the ORM path inside the claim's own.
+        statements = stores.store(a).statements
+        owner, name = (statements, "claim_next") if statements is not None else (batches, "claim_next")
+        real_claim_next = getattr(owner, name)
+
+        def claim_that_fails(*args, **kwargs):
+            # (The statements run inside their caller's transaction; the ORM verb opens its own.)
+            with stores.store(a).write_transaction() if statements is None else contextlib.nullcontext():
+                real_claim_next(*args, **kwargs)
+                raise DatabaseError("the store went away mid-claim")
+
+        monkeypatch.setattr(owner, name, claim_that_fails)
+        nxt = transitions.NextClaim(TTL)
+        if stores.store(a).moves_share_a_transaction:
+            with pytest.raises(DatabaseError):
+                transitions.complete_and_claim("done-first", held.lease.token, {}, nxt, agent="agent", using=a)
+            assert (self.stage("done-first"), self.stage("then")) == (Stage.RUNNING, Stage.QUEUED)
+            monkeypatch.undo()
+            done, claimed = transitions.complete_and_claim("done-first", held.lease.token, {}, nxt, agent="agent",
+                                                           using=a)
+            assert (done.stage, claimed.task.pk) == (Stage.COMPLETED, "then")
+            transitions.complete("then", claimed.lease.token, {}, using=a)
+        else:
+            done, claimed = transitions.complete_and_claim("done-first", held.lease.token, {}, nxt, agent="agent",
+                                                           using=a)
+            assert (done.stage, claimed) == (Stage.COMPLETED, None)
+            assert (self.stage("done-first"), self.stage("then")) == (Stage.COMPLETED, Stage.QUEUED)
+            assert not Task.objects.using(a).filter(stage=Stage.RUNNING).exists()
+            monkeypatch.undo()
+            transitions.complete("then", self.claim("then").lease.token, {}, using=a)
+
+    def test_a_batch_claim_takes_up_to_n_in_claim_order_each_its_own_lease(self):
+        a = self.alias
+        for n in range(5):
+            self.new(f"b{n}", priority=10 - n)
+        claims = transitions.claim_batch("agent", TTL, 3, using=a)
+        assert [c.task.pk for c in claims] == ["b0", "b1", "b2"]
+        assert len({c.lease.token for c in claims}) == 3 and all(c.lease.fence == 1 for c in claims)
+        for c in claims:
+            assert row(c.task.pk, a)["lease_token_hash"] == transitions.hash_token(c.lease.token)
+            assert c.task.stage == Stage.RUNNING and c.lease.expires_at == c.task.lease_expires_at
+        rest = transitions.claim_batch("agent", TTL, 10, using=a)
+        assert [c.task.pk for c in rest] == ["b3", "b4"]
+        assert transitions.claim_batch("agent", TTL, 10, using=a) == []
+        before = db_state(a)
+        for bad in (0, 101, True, 2.0, None):
+            with pytest.raises(errors.InvalidRequest):
+                transitions.claim_batch("agent", TTL, bad, using=a)
+        assert db_state(a) == before
+        items = [transitions.CompleteItem(c.task.pk, c.lease.token, {"i": i}) for i, c in enumerate(claims + rest)]
+        assert all(t.stage == Stage.COMPLETED for t in transitions.complete_batch(items, agent="agent", using=a))
+
+    def test_a_batch_claim_retried_with_its_request_id_returns_the_leases_still_live(self):
+        a = self.alias
+        for n in range(6):
+            self.new(f"rb{n}", priority=10 - n)
+        first = transitions.claim_batch("agent", TTL, 3, request_id="batch-1", using=a)
+        state = db_state(a)
+        again = transitions.claim_batch("agent", TTL, 3, request_id="batch-1", using=a)
+        assert [(c.task.pk, c.lease) for c in again] == [(c.task.pk, c.lease) for c in first]
+        assert db_state(a) == state
+        # One completed: a retry returns the two still live, and claims nothing more.
+        transitions.complete(first[0].task.pk, first[0].lease.token, {}, using=a)
+        again = transitions.claim_batch("agent", TTL, 3, request_id="batch-1", using=a)
+        assert [c.lease for c in again] == [c.lease for c in first[1:]]
+        # Another agent with that id, or another id: new claims.
+        other = transitions.claim_batch("other", TTL, 2, request_id="batch-1", using=a)
+        assert [c.task.pk for c in other] == ["rb3", "rb4"]
+        for c in first[1:] + other:
+            transitions.complete(c.task.pk, c.lease.token, {}, using=a)
+        # Every lease of it ended: the id claims anew.
+        last = transitions.claim_batch("agent", TTL, 3, request_id="batch-1", using=a)
+        assert [c.task.pk for c in last] == ["rb5"]
+        transitions.complete("rb5", last[0].lease.token, {}, using=a)
+
+    def test_16_batch_claimers_lease_every_task_exactly_once_over_200_rounds(self):
+        a = self.alias
+        per_round = 40  # 16 racers asking for 4 each could take 64
+        for n in range(self.rounds):
+            transitions.create([TaskSpec(id=f"bt-{n}-{i}", title="b") for i in range(per_round)], using=a)
+            results = race([lambda i=i: transitions.claim_batch(f"agent-{i}", TTL, 4, using=a)
+                            for i in range(RACERS)], a)
+            faults = [r for r in results if isinstance(r, BaseException)]
+            assert not faults, f"round {n}: {faults[:3]}"
+            leased = [c for r in results for c in r]
+            ids = [c.task.pk for c in leased]
+            assert len(ids) == len(set(ids)) == per_round, f"round {n}: {len(ids)} leases of {len(set(ids))} tasks"
+            assert all(len(r) <= 4 for r in results)
+            assert len({c.lease.token for c in leased}) == per_round
+            assert Task.objects.using(a).filter(stage=Stage.RUNNING).count() == per_round
+            outcomes = transitions.complete_batch(
+                [transitions.CompleteItem(c.task.pk, c.lease.token, {}) for c in leased], agent=None, using=a)
+            assert all(isinstance(t, Task) and t.stage == Stage.COMPLETED for t in outcomes)
+        claims = Counter(TaskEvent.objects.using(a).filter(verb="claim").values_list("task_id", flat=True))
+        assert len(claims) == self.rounds * per_round and set(claims.values()) == {1}
+        assert Task.objects.using(a).filter(stage=Stage.COMPLETED).count() == self.rounds * per_round
+
+    def test_16_batch_claimers_never_run_more_than_the_queue_limit_over_200_rounds(self):
+        self._race_a_limit(queue_limit=3, key=None, batch=4)
+
+    def test_8_workers_completing_and_claiming_across_two_limited_queues_lose_no_task(self):
+        """Workers that each make one call per task (complete, then claim the next) across two
+        queues with limits: every task is completed exactly once, no call fails (on PostgreSQL
+        two calls locking the queues in opposite orders may deadlock: the one the database ends
+        runs again), and an observer reading all along never sees a queue over its limit."""
+        a = self.alias
+        flow.change_queue("left", concurrency=3, actor="op", using=a)
+        flow.change_queue("right", concurrency=3, actor="op", using=a)
+        total = 160 if self.rounds == ROUNDS else 80
+        transitions.create([TaskSpec(id=f"x{i}", title="x", queue=("left", "right")[i % 2]) for i in range(total)],
+                           using=a)
+        done: list[list[str]] = [[] for _ in range(8)]
+
+        def worker(i):
+            def loop():
+                held = transitions.claim_next(f"worker-{i}", TTL, using=a)
+                while held is not None:
+                    finished, held = transitions.complete_and_claim(
+                        held.task.pk, held.lease.token, {"by": i}, transitions.NextClaim(TTL), agent=f"worker-{i}",
+                        using=a)
+                    done[i].append(finished.pk)
+            return loop
+
+        with FlowObserver(a) as seen:
+            results = race([worker(i) for i in range(8)], a)
+        assert not any(isinstance(r, BaseException) for r in results), results
+        assert seen["problems"] == [] and seen["reads"] > 0
+        every = [t for ids in done for t in ids]
+        assert len(every) == len(set(every)) == total
+        assert Task.objects.using(a).filter(stage=Stage.COMPLETED).count() == total
+        assert Counter(TaskEvent.objects.using(a).filter(verb="claim").values_list("task_id", flat=True)) == {
+            f"x{i}": 1 for i in range(total)}
+
+    def test_a_batch_complete_reports_each_item_and_one_refusal_undoes_nothing(self):
+        a = self.alias
+        for n in range(4):
+            self.new(f"bc{n}")
+        claims = transitions.claim_batch("agent", TTL, 4, using=a)
+        items = [transitions.CompleteItem(c.task.pk, c.lease.token, {"i": i}) for i, c in enumerate(claims)]
+        items[1] = transitions.CompleteItem(items[1].task_id, "stale", {})
+        items.append(transitions.CompleteItem("absent", "x", {}))
+        outcomes = transitions.complete_batch(items, agent="agent", using=a)
+        assert [type(o).__name__ if isinstance(o, errors.BoardError) else o.stage for o in outcomes] == [
+            Stage.COMPLETED, "LeaseLost", Stage.COMPLETED, Stage.COMPLETED, "NotFound"]
+        assert self.stage(claims[1].task.pk) == Stage.RUNNING
+        before = db_state(a)
+        one = transitions.CompleteItem(claims[1].task.pk, claims[1].lease.token, {})
+        for bad in ([], [one] * 2, [one, transitions.CompleteItem("bc0", "t", None)],
+                    [transitions.CompleteItem(f"x{i}", "t", {}) for i in range(101)]):
+            with pytest.raises(errors.InvalidRequest):
+                transitions.complete_batch(bad, agent="agent", using=a)
+        assert db_state(a) == before
+        assert transitions.complete_batch([one], agent="agent", using=a)[0].stage == Stage.COMPLETED
+
+    def _race_a_limit(self, *, queue_limit: int | None, key: str | None, batch: int | None = None) -> None:
         """16 claimers released together each round take exactly the limit's worth of tasks,
         and an observer reading all along never sees more RUNNING than the limit, nor a count
-        that disagrees with the tasks (one consistent read each time)."""
+        that disagrees with the tasks (one consistent read each time). `batch`: each claimer
+        asks for a batch of that many (claim_batch) instead of one."""
         limit = queue_limit or 1
         if queue_limit is not None:
             flow.change_queue("raced", concurrency=queue_limit, actor="op", using=self.alias)

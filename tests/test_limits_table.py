@@ -41,6 +41,7 @@ EXPECTED = {
     "live keys per agent name / a rotated key's grace": [1, 0, limits.MAX_ROTATION_GRACE.total_seconds()],
     "a key's queue patterns": [limits.MAX_SCOPE_PATTERNS, 1, limits.MAX_NAME_CHARS],
     "`token`": [limits.MAX_TOKEN_CHARS, 43],
+    "`max_tasks` (a batch claim) / items of one batch complete": [1, limits.MAX_CLAIM_BATCH, 1, limits.MAX_COMPLETE_BATCH],
     "list filters `owner` / `text` / `queue`": [limits.MAX_OWNER_CHARS, limits.MAX_TITLE_CHARS],
     "`tags` of a task / a tag": [limits.MAX_TAGS, 1, limits.MAX_TAG_CHARS],
     "a `search` line": [limits.MAX_SEARCH_CHARS, limits.MAX_SEARCH_TERMS],

@@ -421,3 +421,22 @@ def test_snooze_gives_the_task_back_not_claimable_for_a_while(session):
     assert (snoozed["stage"], Task.objects.get(pk="z1").attempts) == ("QUEUED", 0)
     assert Task.objects.get(pk="z1").not_before is not None
     assert session.ok("claim", {}) == {"task": None, "message": "no task is ready"}
+
+
+def test_complete_with_next_claims_the_next_task_in_the_same_request(session, board):
+    """complete {next: true, queue} completes and claims in one request: the next task is held
+    by the session as a claim's (renewed, listed, finished by the tools); null when none is ready."""
+    session.ok("create_tasks", {"tasks": [{"id": "n1", "title": "first", "queue": "nx", "priority": 2},
+                                          {"id": "n2", "title": "second", "queue": "nx", "priority": 1},
+                                          {"id": "elsewhere", "title": "another queue's"}]})
+    assert session.ok("claim", {"queue": "nx"})["task"]["id"] == "n1"
+    answer = session.ok("complete", {"task_id": "n1", "result": {"a": 1}, "next": True, "queue": "nx"})
+    assert (answer["task"]["id"], answer["task"]["stage"]) == ("n1", "COMPLETED")
+    assert (answer["next"]["id"], answer["next"]["stage"]) == ("n2", "RUNNING")
+    assert session.ok("list_ready", {})["held_by_you"] == ["n2"]
+    assert verbs("n1") == ["create", "claim", "complete"] and verbs("n2") == ["create", "claim"]
+    answer = session.ok("complete", {"task_id": "n2", "result": {"b": 2}, "next": True, "queue": "nx"})
+    assert answer["task"]["stage"] == "COMPLETED" and answer["next"] is None
+    assert session.ok("list_ready", {})["held_by_you"] == []
+    assert Task.objects.get(pk="elsewhere").stage == "QUEUED"  # another queue's task was left alone
+    session.refused("complete", {"task_id": "n2", "next": "yes"}, "validation_error")

@@ -48,6 +48,13 @@ class BoardAPI(NinjaAPI):
         # endpoint once lived in, board/api/endpoints.py; generated clients are named after them.
         return f"board_api_endpoints_{operation.view_func.__name__}"
 
+    def get_openapi_schema(self, *args, **kwargs):
+        from board.api.routers.leases import document_batch_claim
+
+        schema = super().get_openapi_schema(*args, **kwargs)
+        document_batch_claim(schema)
+        return schema
+
 
 api = BoardAPI(
     title="TaskFlow board",

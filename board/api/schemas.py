@@ -29,6 +29,8 @@ from board.engine.inputs import TASK_ID_PATTERN, json_too_deep, unstorable_text
 from board.engine.search import TAG_PATTERN
 from board.engine.limits import (
     MAX_BATCH_TASKS,
+    MAX_CLAIM_BATCH,
+    MAX_COMPLETE_BATCH,
     MAX_CONCURRENCY,
     MAX_CONCURRENCY_KEY_CHARS,
     MAX_DEDUP_KEY_CHARS,
@@ -177,11 +179,25 @@ class TaskIn(StrictIn):
 TaskBatchIn = Annotated[list[TaskIn], Field(max_length=MAX_BATCH_TASKS)]
 
 
-class ClaimNextIn(StrictIn):
+class NextIn(StrictIn):
+    """The claim a complete, fail or release is followed by (`next`): claim's own fields."""
+
     ttl_seconds: float = TTL
     queue: Optional[str] = Field(None, pattern=TASK_ID_PATTERN)
     wait_seconds: float = Field(0, ge=0, le=MAX_WAIT_SECONDS, description="wait up to this long for work")
     request_id: Optional[str] = REQUEST_ID
+
+
+NEXT = Field(None, description="then claim the next ready task for this agent, as POST /api/claim with these fields "
+                               "would; the answer's `next` holds it (null: none was ready). In one transaction with "
+                               "this move on SQLite and PostgreSQL (docs/api.md)")
+
+
+class ClaimNextIn(NextIn):
+    max_tasks: Optional[int] = Field(
+        None, ge=1, le=MAX_CLAIM_BATCH,
+        description=f"claim up to this many (1-{MAX_CLAIM_BATCH}), each its own lease; the answer is then "
+                    "{\"leases\": [...]} in claim order (omitted: one claim, answered as ever)")
 
 
 class ClaimIn(StrictIn):
@@ -208,11 +224,13 @@ class ReleaseIn(TokenIn):
     retry_after_seconds: Optional[float] = Field(
         None, ge=1, le=MAX_SNOOZE_SECONDS,
         description="snooze: back to QUEUED but not claimable for this long (attempts unchanged)")
+    next: Optional[NextIn] = NEXT
 
 
 class CompleteIn(StrictIn):
     token: str = TOKEN
     result: JsonValue = Field(..., description="any JSON value but null")
+    next: Optional[NextIn] = NEXT
 
 
 class FailIn(StrictIn):
@@ -221,6 +239,34 @@ class FailIn(StrictIn):
     traceback: Optional[str] = Field(None, max_length=MAX_TRACEBACK_CHARS,
                                      description="kept with this failure in the task's history")
     retryable: bool = True
+    next: Optional[NextIn] = NEXT
+
+
+def _not_null(value: Any) -> Any:
+    if value is None:
+        raise ValueError("result is required (use {} for a task with no output)")
+    return value
+
+
+class CompleteItemIn(StrictIn):
+    id: str = Field(..., pattern=TASK_ID_PATTERN)
+    token: str = TOKEN
+    result: Annotated[JsonValue, AfterValidator(_not_null)] = Field(..., description="any JSON value but null")
+
+
+class CompleteBatchIn(StrictIn):
+    items: list[CompleteItemIn] = Field(..., min_length=1, max_length=MAX_COMPLETE_BATCH,
+                                        description=f"1-{MAX_COMPLETE_BATCH} completions, each a task named once")
+
+    @field_validator("items")
+    @classmethod
+    def _each_task_once(cls, items: list[CompleteItemIn]) -> list[CompleteItemIn]:
+        seen: set[str] = set()
+        for item in items:
+            if item.id in seen:
+                raise ValueError(f"task {item.id} appears twice in the batch")
+            seen.add(item.id)
+        return items
 
 
 class PauseIn(StrictIn):
@@ -286,6 +332,31 @@ class LeaseOut(Schema):
 class ClaimOut(Schema):
     task: TaskOut
     lease: LeaseOut
+
+
+class ClaimBatchOut(Schema):
+    leases: list[ClaimOut] = Field(..., description="in claim order, each its own lease (token, fence, expiry)")
+
+
+class TaskNextOut(TaskOut):
+    next: Optional[ClaimOut] = Field(
+        None, description="present when the request sent `next`: the next task claimed and its lease, or null")
+
+
+class ItemErrorOut(Schema):
+    code: str
+    message: str
+
+
+class CompleteItemOut(Schema):
+    id: str
+    ok: bool = Field(..., description="true: completed (task); false: refused (error), nothing written for it")
+    task: Optional[TaskOut] = None
+    error: Optional[ItemErrorOut] = None
+
+
+class CompleteBatchOut(Schema):
+    items: list[CompleteItemOut] = Field(..., description="one per item, in the request's order")
 
 
 class TaskPage(Schema):

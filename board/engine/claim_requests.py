@@ -94,6 +94,17 @@ def made_by(using: str, request: ClaimRequest, agent: str) -> tuple[Task, str] |
     return None
 
 
+def all_made_by(using: str, request: ClaimRequest, agent: str) -> list[tuple[Task, str]]:
+    """Every live lease this request of this agent made (a batch claim makes several), as
+    (task, token), in claim order: by the time each was claimed, then id (board.engine.
+    transitions.batches)."""
+    live = Task.objects.using(using).filter(owner=agent, claim_request_hash=request.digest, stage=Stage.RUNNING,
+                                            lease_expires_at__gt=clock.in_query(using))
+    made = [(task, token) for task in live if (token := _token_of(task, request, agent)) is not None]
+    made.sort(key=lambda pair: (pair[0].stage_changed_at, pair[0].pk))
+    return made
+
+
 def _token_of(task: Task, request: ClaimRequest, agent: str) -> str | None:
     if (task.stage != Stage.RUNNING or task.owner != agent or task.claim_request_hash != request.digest
             or not task.claim_token_seed):

@@ -16,6 +16,10 @@ MAX_TTL_SECONDS = 24 * 3600
 # The longest a claim may wait for work (the server holds it parked meanwhile).
 MAX_WAIT_SECONDS = 30
 MAX_RETRIES_LIMIT = 100
+# One call of several moves (board.engine.transitions.batches): a claim's `max_tasks`, and the
+# items of one batch complete.
+MAX_CLAIM_BATCH = 100
+MAX_COMPLETE_BATCH = 100
 
 # --- a task's dependencies, and one create request
 MAX_DEPENDENCIES = 1000  # of one task

@@ -69,6 +69,11 @@ class Store:
     # A stored datetime column in Unix seconds, in this store's SQL ({column} is its name); None
     # where the store speaks no SQL.
     epoch_of_column: str | None = None
+    # Several moves may share one write transaction (complete-and-claim-next, a batch of claims:
+    # board.engine.transitions.batches): a move nested in it that is refused (flow.AtLimit) rolls
+    # back on its own (a savepoint), leaving the moves before it. False where a nested block has
+    # no savepoint (MongoDB): each move then runs in a transaction of its own.
+    moves_share_a_transaction = True
 
     def __init__(self, using: str):
         self.using = using
@@ -165,6 +170,12 @@ class Store:
         and keep new ones waiting (or conflicting) until this one ends, so that what it then
         reads of the tasks stays true until it commits. Nothing here: SQLite's write transaction
         is the only writer already."""
+
+    def lost_a_lock_race(self, exc: BaseException) -> bool:
+        """Whether `exc`, raised inside a write transaction of several moves, means that
+        transaction lost a race for row locks to another one (PostgreSQL's deadlock detector):
+        it was rolled back as a whole and may run again. False here."""
+        return False
 
     def transactions_open_before(self, moment: datetime) -> int:
         """How many transactions of other sessions, begun before `moment`, are still open,

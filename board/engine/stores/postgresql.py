@@ -95,6 +95,13 @@ class PostgresStore(DirectCommitHooks, Store):
         with self.connection.cursor() as cursor:
             cursor.execute(f"LOCK TABLE {TASK} IN SHARE ROW EXCLUSIVE MODE")
 
+    def lost_a_lock_race(self, exc: BaseException) -> bool:
+        """A deadlock (40P01) or a serialization failure (40001): PostgreSQL rolled the whole
+        transaction back. Moves sharing a transaction (a completion and the next claim, a batch)
+        lock queue and key rows in the order of their tasks, which two such transactions may
+        cross; the deadlock detector then ends one of them (after deadlock_timeout, 1 s)."""
+        return getattr(getattr(exc, "__cause__", None), "sqlstate", None) in ("40P01", "40001")
+
     def transactions_open_before(self, moment: datetime) -> int:
         """pg_stat_activity (the sessions of other roles show no start time and are not counted:
         the board's own connections share one role)."""

@@ -307,6 +307,11 @@ class SQLiteStatements(Statements):
     def transaction(self):
         return self.store.statement_transaction()
 
+    def several(self):
+        # BEGIN IMMEDIATE ... COMMIT under the writers' locks, as for one statement: several
+        # statements in it are one transaction all the same.
+        return self.store.statement_transaction()
+
     @staticmethod
     def _executor(connection):
         """How to run this verb's statements: (execute(statement, params) -> cursor, the

@@ -125,6 +125,12 @@ class Statements:
     def transaction(self) -> Any:
         raise NotImplementedError
 
+    def several(self) -> Any:
+        """One transaction for several of these statements (a completion and the next claim, a
+        batch of claims: board.engine.transitions.batches); inside a caller's transaction, that
+        one. The generic one: the store's write transaction."""
+        return self.store.write_transaction()
+
     def task(self, written: Written) -> Task:
         """The Task a written row stands for, equal to what an ORM read of it builds."""
         connection = connections[self.using]

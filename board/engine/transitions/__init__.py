@@ -19,12 +19,23 @@ public verb wears `tracing.traced` (outermost).
 
 The rooms: `cas` (the CAS and what the verbs share), `creation` (create, the DAG checks),
 `leases` (the holder's verbs: claim, claim_next, resume, renew, release, complete, fail, pause),
-`operators` (admit, requeue, cancel, force_release, force_pause, edit), `housekeeping`
+`batches` (several moves in one call: a finishing move and the next claim, a batch of claims or
+of completions), `operators` (admit, requeue, cancel, force_release, force_pause, edit), `housekeeping`
 (admit_ready, reclaim_expired, enforce_deadlines). Callers use the names below: `transitions.claim_next(...)`.
 """
 from board.engine import errors  # noqa: F401  (callers catch transitions.errors.X)
 from board.engine.tokens import hash_token  # noqa: F401
 from board.engine.transitions.cas import NO_LEASE, RACE_RETRIES, Claim, Lease, _swap  # noqa: F401
+from board.engine.transitions.batches import (  # noqa: F401
+    CompleteItem,
+    Finished,
+    NextClaim,
+    claim_batch,
+    complete_and_claim,
+    complete_batch,
+    fail_and_claim,
+    release_and_claim,
+)
 from board.engine.transitions.creation import TaskSpec, create  # noqa: F401
 from board.engine.transitions.housekeeping import (  # noqa: F401
     Enforced,

@@ -511,7 +511,8 @@ class _StatementPath:
         self.hot = hot
 
     def claim_next(self, using: str, agent: str, ttl: timedelta, queue: str | None,
-                   request: ClaimRequest | None, key_hash: str | None, scope: scopes.Scope) -> Claim | None:
+                   request: ClaimRequest | None, key_hash: str | None, scope: scopes.Scope,
+                   look_up: bool = True) -> Claim | None:
         """One statement: pick, CAS and history together, nothing read before. On SQLite the
         pick runs under the write lock; on PostgreSQL it skips rows other claimers have locked.
         So a match count of 0 means no ready task (what the ORM path says after losing every
@@ -519,7 +520,9 @@ class _StatementPath:
         concurrency key filled between the pick and its slot (LIMIT_FILLED): the pick runs again.
 
         With a claim request (only then), the statement runs in a write transaction after the
-        request is serialised and looked up: a live lease it made is returned instead."""
+        request is serialised and looked up: a live lease it made is returned instead.
+        `look_up` False: a claim of a batch, whose caller looked the request up already
+        (board.engine.transitions.batches): the lease records the request, nothing is looked up."""
         hot = self.hot
         for _ in range(RACE_RETRIES):
             if request is None:
@@ -529,7 +532,7 @@ class _StatementPath:
                 token, seed = request.mint()
                 context = store(using).write_transaction()
             with context:
-                if request is not None:
+                if request is not None and look_up:
                     _require_live_key(using, key_hash, agent)
                     claim_requests.serialise(using, request)
                     made = claim_requests.made_by(using, request, agent)
@@ -553,6 +556,66 @@ class _StatementPath:
             return None
         _tell_hot_move(using, Verb.CLAIM)
         return _claim_of(hot.task(row), token)  # the task built out of the transaction: see HotStore
+
+    # --- several moves in one transaction of the store's statements (transitions.batches) ---
+
+    def _claim_row(self, agent: str, ttl: timedelta, queue: str | None, key_hash: str | None,
+                   scope: scopes.Scope) -> tuple[Any, str] | None:
+        """Inside hot.several(): claim_next's statement, run again while a limit filled between
+        its pick and its slot (PostgreSQL; nothing was written then). (row, token), or None."""
+        for _ in range(RACE_RETRIES):
+            token = _mint_token()
+            row = self.hot.claim_next(agent, hash_token(token), ttl, queue, None, None, key_hash, scope)
+            if row is not LIMIT_FILLED:
+                return None if row is None else (row, token)
+        log.warning("claim_next by %s lost %d races for a slot in a row", agent, RACE_RETRIES)
+        return None
+
+    def complete_and_claim(self, using: str, task_id: str, token: str, result: Any, agent: str,
+                           key_hash: str | None, ttl: timedelta, queue: str | None,
+                           scope: scopes.Scope) -> tuple[Task, Claim | None]:
+        """complete's statement, then (when it matched) claim_next's, in one transaction
+        (hot.several()). A completion that matched nothing claimed nothing: the row is then
+        judged as complete() judges it (_hot_holder_move)."""
+        hot, token_hash = self.hot, _token_hash(token)
+        for _ in range(RACE_RETRIES):
+            claimed = None
+            with hot.several():
+                row = hot.complete(task_id, token_hash, agent, result, key_hash)
+                if row is not None:
+                    claimed = self._claim_row(agent, ttl, queue, key_hash, scope)
+            if row is not None:
+                break
+            _require_live_key(using, key_hash, agent)
+            _refuse_holder(_get(using, task_id), token_hash, clock.now(using), live_only=False, agent=agent)
+            outcomes.record(using, Verb.COMPLETE, outcomes.LOST_RACE)
+        else:
+            raise errors.VersionConflict(f"task {task_id} kept changing; try again")
+        _tell_hot_move(using, Verb.COMPLETE)
+        task = hot.task(row)
+        if task.has_dependents:
+            _admit_dependents_after_commit(task.pk, using)
+        if claimed is None:
+            outcomes.record(using, Verb.CLAIM, outcomes.EMPTY)
+            return task, None
+        _tell_hot_move(using, Verb.CLAIM)
+        return task, _claim_of(hot.task(claimed[0]), claimed[1])
+
+    def claim_batch(self, using: str, agent: str, ttl: timedelta, max_tasks: int, queue: str | None,
+                    key_hash: str | None, scope: scopes.Scope) -> list[Claim]:
+        """Up to max_tasks of claim_next's statement in one transaction (hot.several()), stopping
+        at the first that finds nothing."""
+        claimed = []
+        with self.hot.several():
+            while len(claimed) < max_tasks and (got := self._claim_row(agent, ttl, queue, key_hash, scope)):
+                claimed.append(got)
+        if not claimed:
+            _require_live_key(using, key_hash, agent)  # as claim_next: a gone key is not "no work"
+            outcomes.record(using, Verb.CLAIM, outcomes.EMPTY)
+            return []
+        for _ in claimed:
+            _tell_hot_move(using, Verb.CLAIM)
+        return [_claim_of(self.hot.task(row), token) for row, token in claimed]
 
     def renew(self, using: str, task_id: str, token: str, ttl: timedelta, checkpoint: Any,
               progress: float | None, agent: str | None, key_hash: str | None) -> Claim:
@@ -583,12 +646,13 @@ class _OrmPath:
     judge it, then CAS (cas._swap) on its stage and version (and token hash)."""
 
     def claim_next(self, using: str, agent: str, ttl: timedelta, queue: str | None,
-                   request: ClaimRequest | None, key_hash: str | None, scope: scopes.Scope) -> Claim | None:
+                   request: ClaimRequest | None, key_hash: str | None, scope: scopes.Scope,
+                   look_up: bool = True) -> Claim | None:
         for _ in range(RACE_RETRIES):
             try:
                 with store(using).write_transaction():
                     _require_live_key(using, key_hash, agent)
-                    if request is not None:
+                    if request is not None and look_up:
                         claim_requests.serialise(using, request)
                         made = claim_requests.made_by(using, request, agent)
                         if made is not None:

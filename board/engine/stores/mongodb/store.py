@@ -44,6 +44,9 @@ class MongoDBStore(Store):
     # until the first has committed: ids follow commit order.
     ids_follow_commit_order = True
     has_own_clock = True
+    # savepoint() is nothing here: a move refused inside a shared transaction could not roll
+    # back alone (board.engine.transitions.batches runs each move in its own transaction).
+    moves_share_a_transaction = False
 
     def now(self) -> datetime:
         """The primary's clock, read with `hello` (`localTime`, to the millisecond, which is
