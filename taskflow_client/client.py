@@ -560,7 +560,8 @@ class Client:
         and ``dedup_key`` (1-200 printable characters: while a live task holds it, the create
         returns that task and creates nothing), ``fairness_key`` (1-200 printable characters, a
         plan or a person: tasks of different keys take turns in the claim order) and
-        ``fairness_weight`` (1-1,000, with a key: its turns for another key's one).
+        ``fairness_weight`` (1-1,000, with a key: its turns for another key's one), ``tags`` (up to 20
+        labels of 1-50 letters, digits and ._:/-, found by the search line ``tag:NAME``).
         `concurrency_key`, `concurrency_limit`, `rate_key`, `fairness_key`, `fairness_weight` and
         `run_at` (an aware datetime or ISO text) given here are set on every task of the call;
         `dedup_key` only on a single task (ValueError, nothing sent, if a task names another
@@ -603,11 +604,14 @@ class Client:
         return self.request("GET", self._path("tasks", task_id))
 
     def iter_tasks(self, *, stage: str | Sequence[str] | None = None, queue: str | None = None,
-                   owner: str | None = None, text: str | None = None, order: str | None = None,
-                   limit: int | None = None, page_size: int = 100) -> Iterator[dict[str, Any]]:
+                   owner: str | None = None, text: str | None = None, search: str | None = None,
+                   order: str | None = None, limit: int | None = None,
+                   page_size: int = 100) -> Iterator[dict[str, Any]]:
         """Every matching task, oldest first, fetching pages lazily through the ``next``
         cursor. `stage`: one stage name or several (e.g. ``["QUEUED", "RUNNING"]``); `text`
-        matches id or title. `order`: ``"created"`` (oldest first, the default) or ``"claim"``
+        matches id or title; `search`: a search line, every term must match (``"tag:urgent
+        stage:failed error:timeout"``, ``"payload.repo:acme/web created:<2h"``: the board's
+        docs/api.md, "Searching tasks"). `order`: ``"created"`` (oldest first, the default) or ``"claim"``
         (the order claim_next takes tasks in: claim_rank, then id; priority with aging, fairness keys). `limit`: at most
         this many tasks, asked for in pages of that size (up to the server's 500), so that the
         first `limit` tasks of the order cost one request when they fit one page."""
@@ -619,7 +623,7 @@ class Client:
             size = page_size if remaining is None else min(remaining, MAX_PAGE)
             page = self.request("GET", "/tasks", query={
                 "stage": list(stage) if stage else None, "queue": queue, "owner": owner, "text": text,
-                "order": order, "cursor": cursor, "limit": size})
+                "search": search, "order": order, "cursor": cursor, "limit": size})
             items = page["items"] if remaining is None else page["items"][:remaining]
             yield from items
             if remaining is not None:
@@ -630,7 +634,8 @@ class Client:
 
     def list(self, **filters: Any) -> builtins.list[dict[str, Any]]:
         """All matching tasks (every page, or the first `limit`) as a list; filters as in
-        `iter_tasks`: ``stage``, ``queue``, ``owner``, ``text``, ``order``, ``limit``, ``page_size``."""
+        `iter_tasks`: ``stage``, ``queue``, ``owner``, ``text``, ``search``, ``order``, ``limit``,
+        ``page_size``."""
         return [task for task in self.iter_tasks(**filters)]
 
     def iter_events(self, task_id: str, *, page_size: int = 100) -> Iterator[dict[str, Any]]:

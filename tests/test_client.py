@@ -153,6 +153,15 @@ def test_list_in_claim_order_with_a_limit_and_the_last_events(alice):
     assert alice.events("t2", last=500) == alice.events("t2")
 
 
+def test_tags_at_create_and_a_search_line(alice):
+    alice.create([{"id": "a", "title": "deploy", "tags": ["urgent"], "payload": {"repo": "acme/web"}},
+                  {"id": "b", "title": "deploy", "tags": ["later"]}])
+    assert alice.get("a")["tags"] == ["urgent"]
+    assert [t["id"] for t in alice.list(search="tag:urgent")] == ["a"]
+    assert [t["id"] for t in alice.list(search="deploy payload.repo:acme/web")] == ["a"]
+    assert [t["id"] for t in alice.list(search="deploy", order="newest")] == ["b", "a"]
+
+
 # ---------------------------------------------------------------------------------------------
 # Claiming and the holder's verbs
 
