@@ -35,13 +35,12 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 PROJECT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(PROJECT))
 
-from bench.big_board import DEFAULT_PG_URL, configure_django, ensure_postgres_database, prepare  # noqa: E402
+from bench.big_board import DEFAULT_PG_URL, configure_django, ensure_postgres_database, prepare, timed  # noqa: E402
 
 GOAL_MS = 100.0
 LINES = ("tag:urgent", "payload.repo:acme/7", "tag:urgent stage:completed")
@@ -86,15 +85,6 @@ def label(database_url: str, vendor: str) -> None:
             cursor.executemany("UPDATE board_task SET tags = %s, payload = json_set(coalesce(payload, '{}'), '$.repo', %s)"
                                " WHERE id = %s", updates)
             cursor.execute("ANALYZE")
-
-
-def timed(call, repeat: int) -> tuple[list[float], object]:
-    times, result = [], None
-    for _ in range(repeat):
-        started = time.perf_counter()
-        result = call()
-        times.append(time.perf_counter() - started)
-    return times, result
 
 
 def ms(times: list[float]) -> str:

@@ -7,13 +7,13 @@ The page side (the counts and cards a person sees): tests/test_browser_tasks.py.
 from __future__ import annotations
 
 import pytest
-from django.contrib.auth.models import Permission, User
 from django.test import Client
 
 from board.engine import transitions
 from board.engine.transitions import TaskSpec
 from board.live import board_filter
 from tests.support import db_state
+from tests.test_tasks_table import _client
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -23,15 +23,6 @@ def _finish(ids: list[str], *, queue: str = "ingest", owner: str = "worker-1") -
     for task_id in ids:
         claim = transitions.claim(task_id, owner, 60)
         transitions.complete(task_id, claim.lease.token, {"ok": True})
-
-
-def _client(perms=("view_task",), staff=True) -> Client:
-    user = User.objects.create_user(f"u{User.objects.count()}", password="x", is_staff=staff)
-    for codename in perms:
-        user.user_permissions.add(Permission.objects.get(codename=codename, content_type__app_label="board"))
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 def test_counts_are_exact_over_every_task_and_the_finished_cards_page_to_the_last_match():
