@@ -1002,16 +1002,11 @@ class BoardContract:
                            using=self.alias)
         with FlowObserver(self.alias) as seen:
             for n in range(self.rounds):
-                if batch is None:
-                    calls = [lambda i=i: transitions.claim_next(f"agent-{i}", TTL, using=self.alias)
-                             for i in range(RACERS)]
-                else:
-                    calls = [lambda i=i: transitions.claim_batch(f"agent-{i}", TTL, batch, using=self.alias)
-                             for i in range(RACERS)]
-                results = race(calls, self.alias)
+                results = race([lambda i=i: transitions.claim_next(f"agent-{i}", TTL, using=self.alias)
+                                for i in range(RACERS)], self.alias)
                 faults = [r for r in results if isinstance(r, BaseException)]
                 assert not faults, f"round {n}: {faults[:3]}"
-                won = [r for r in results if r is not None] if batch is None else [c for r in results for c in r]
+                won = [r for r in results if r is not None]
                 assert len(won) == 1, f"round {n}: {len(won)} claims in one window; the rate allows 1"
                 transitions.complete(won[0].task.pk, won[0].lease.token, {}, using=self.alias)
                 # The round's claim is an hour old: rewrite its history row too, or the observer
@@ -1659,11 +1654,16 @@ class BoardContract:
         observer.start()
         try:
             for n in range(self.rounds):
-                results = race([lambda i=i: transitions.claim_next(f"agent-{i}", TTL, using=self.alias)
-                                for i in range(RACERS)], self.alias)
+                if batch is None:
+                    calls = [lambda i=i: transitions.claim_next(f"agent-{i}", TTL, using=self.alias)
+                             for i in range(RACERS)]
+                else:
+                    calls = [lambda i=i: transitions.claim_batch(f"agent-{i}", TTL, batch, using=self.alias)
+                             for i in range(RACERS)]
+                results = race(calls, self.alias)
                 faults = [r for r in results if isinstance(r, BaseException)]
                 assert not faults, f"round {n}: {faults[:3]}"
-                won = [r for r in results if r is not None]
+                won = [r for r in results if r is not None] if batch is None else [c for r in results for c in r]
                 assert len(won) == limit, f"round {n}: {len(won)} claimers won; the limit is {limit}"
                 for claim in won:
                     transitions.complete(claim.task.pk, claim.lease.token, {}, using=self.alias)
