@@ -175,3 +175,13 @@ def test_a_queue_outside_a_scoped_keys_queues_has_no_next(http, verb):  # noqa: 
     assert response.status_code == 200, response.content
     assert response.json()["next"] is None
     assert Task.objects.get(pk="theirs").stage == "QUEUED"
+
+
+def test_fail_and_release_without_next_answer_as_they_always_did(http, agent):  # noqa: F811
+    create(http, agent, id="f")
+    create(http, agent, id="r")
+    for verb, extra in (("fail", {"error": "boom"}), ("release", {})):
+        held = claim_next(http, agent)
+        response = post(http, f"/tasks/{held['task']['id']}/{verb}", {"token": held["lease"]["token"], **extra}, agent)
+        assert response.status_code == 200, response.content
+        assert set(response.json()) == TASK_FIELDS

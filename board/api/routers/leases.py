@@ -229,8 +229,10 @@ def release_task(request, task_id: str, body: ReleaseIn):
         return _then_next(request, body.next, lambda next_claim: transitions.release_and_claim(
             task_id, body.token, next_claim, retry_after_seconds=body.retry_after_seconds, agent=request.auth.name,
             key_hash=request.auth.key_hash, scope=request.auth.scope))
-    return render_task(transitions.release(task_id, body.token, retry_after_seconds=body.retry_after_seconds,
-                                           agent=request.auth.name))
+    # Rendered as is (not through TaskNextOut, which would add "next": null to an answer that
+    # never had it).
+    return _answer(request, render_task(transitions.release(
+        task_id, body.token, retry_after_seconds=body.retry_after_seconds, agent=request.auth.name)))
 
 
 @router.post("/tasks/{task_id}/complete", response={200: TaskNextOut, **ERRORS}, auth=HOT_AUTH,
@@ -263,8 +265,8 @@ def fail_task(request, task_id: str, body: FailIn):
         return _then_next(request, body.next, lambda next_claim: transitions.fail_and_claim(
             task_id, body.token, body.error, next_claim, retryable=body.retryable, traceback=body.traceback,
             agent=request.auth.name, key_hash=request.auth.key_hash, scope=request.auth.scope))
-    return render_task(transitions.fail(task_id, body.token, body.error, retryable=body.retryable,
-                                         traceback=body.traceback, agent=request.auth.name))
+    return _answer(request, render_task(transitions.fail(  # as is: see release
+        task_id, body.token, body.error, retryable=body.retryable, traceback=body.traceback, agent=request.auth.name)))
 
 
 def _then_next(request, body: NextIn, move):

@@ -8,7 +8,11 @@ control; what this module adds is how the moves share a transaction.
   together or not at all, and a batch of claims is one transaction. A move refused inside it
   (flow.AtLimit) rolls back alone (a savepoint). On PostgreSQL two such transactions may lock
   the rows of two queues (or concurrency keys) in opposite orders; the deadlock detector then
-  rolls one back whole, and it runs again (`Store.lost_a_lock_race`, retry_conflicts).
+  rolls one back whole, and it runs again (`Store.lost_a_lock_race`, retry_conflicts). On the
+  SQL stores' statements path a completion and its next claim (without a request id), and a
+  batch of claims, are the verbs' statements in one transaction of them (`Statements.several`:
+  SQLite's BEGIN IMMEDIATE, PostgreSQL's atomic), with no savepoint; the other combinations
+  nest the verbs themselves in the store's write transaction.
 - Elsewhere (MongoDB, whose nested blocks have no savepoint) each move is a transaction of its
   own: the finishing move commits first; a claim that then fails leaves it committed and claims
   nothing (the call answers `next` null, and the failure is logged).
@@ -169,8 +173,8 @@ def _then_claim(finish: Callable[[], Task], next_claim: NextClaim, agent: str, k
     _check_claim(agent, next_claim.ttl_seconds, next_claim.queue, next_claim.request_id)
 
     def claim() -> Claim | None:
-        return claim_next(agent, next_claim.ttl_seconds, queue=next_claim.queue,
-                                 request_id=next_claim.request_id, key_hash=key_hash, scope=scope, using=using)
+        return claim_next(agent, next_claim.ttl_seconds, queue=next_claim.queue, request_id=next_claim.request_id,
+                          key_hash=key_hash, scope=scope, using=using)
 
     with _shared(using) as shared:
         task = finish()
