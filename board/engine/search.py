@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import connections
 from django.db.models import Q, TextField
 from django.db.models.functions import Cast
 from django.db.models.lookups import Contains
@@ -33,6 +32,7 @@ from django.db.models.lookups import Contains
 from board.engine import clock, errors, scopes
 from board.engine.lifecycle import Stage
 from board.engine.limits import MAX_SEARCH_CHARS, MAX_SEARCH_TERMS, MAX_TAG_CHARS, MAX_TAGS
+from board.engine.stores import store
 
 # A tag: 1-50 letters, digits and ._:/- (no quote, space or backslash: the SQLite search finds
 # `"tag"` in the list's JSON text, which these characters cannot fake).
@@ -74,12 +74,12 @@ class Search:
 
     def q(self, using: str = "default") -> Q:
         """The tasks this search matches, as a filter for `using`'s store."""
-        vendor = connections[using].vendor
+        json_search = store(using).json_search
         match = Q()
         for word in self.words:
             match &= Q(id__icontains=word) | Q(title__icontains=word)
         for tag in self.tags:
-            match &= _has_tag(tag, vendor)
+            match &= _has_tag(tag, json_search)
         for column, pattern in self.globs:
             has_wildcard = any(c in pattern for c in "*?")
             match &= Q(**{f"{column}__regex": scopes.as_regex(pattern)}) if has_wildcard else Q(**{column: pattern})
@@ -88,7 +88,7 @@ class Search:
         for text in self.errors:
             match &= Q(last_error__icontains=text)
         for column, path, text in self.json_values:
-            match &= _json_equals(column, path, text, vendor)
+            match &= _json_equals(column, path, text, json_search)
         now = clock.now(using) if any(isinstance(v, timedelta) for _, _, v in self.ages) else None
         for column, sign, value in self.ages:
             if isinstance(value, timedelta):  # an age: "<2h" is newer than 2 hours ago
@@ -188,14 +188,14 @@ def _nested(path: list[str], value: Any) -> dict:
     return value
 
 
-def _json_equals(column: str, path: list[str], text: str, vendor: str) -> Q:
+def _json_equals(column: str, path: list[str], text: str, json_search: str) -> Q:
     """The value at `path` in `column` equals `text`, or the literal it spells. PostgreSQL: as
     containment (`@>`), which the GIN index on payload serves; elsewhere the key's value."""
     is_literal, literal = _literal(text)
     values = [text, literal] if is_literal else [text]
     match = Q(pk__in=[])
     for value in values:
-        if vendor == "postgresql":
+        if json_search == "containment":
             match |= Q(**{f"{column}__contains": _nested(path, value)})
         elif value is None:
             match |= Q(**{f"{column}__{'__'.join(path)}__isnull": False, f"{column}__{'__'.join(path)}": None})
@@ -204,12 +204,12 @@ def _json_equals(column: str, path: list[str], text: str, vendor: str) -> Q:
     return match
 
 
-def _has_tag(tag: str, vendor: str) -> Q:
+def _has_tag(tag: str, json_search: str) -> Q:
     """The task carries `tag`. PostgreSQL: `tags @> '["tag"]'` (its GIN index); SQLite: the
     quoted tag in the list's JSON text (a tag holds no quote: TAG_PATTERN); MongoDB: an array
     element equal to it."""
-    if vendor == "postgresql":
+    if json_search == "containment":
         return Q(tags__contains=[tag])
-    if vendor == "sqlite":
+    if json_search == "text":
         return Q(Contains(Cast("tags", TextField()), f'"{tag}"'))
     return Q(tags=tag)  # MongoDB: a query on an array field matches any element

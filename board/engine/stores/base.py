@@ -59,6 +59,10 @@ class Store:
 
     # The board's hand-written SQL runs here (hot statements, the key lookup, cursors).
     speaks_sql = False
+    # How a JSON column is searched (board.engine.search): "containment" (PostgreSQL's jsonb @>,
+    # which its GIN indexes serve), "text" (SQLite keeps JSON as text), or "document" (a query on
+    # an array field matches any element, a key path reaches into it: MongoDB, the default).
+    json_search = "document"
     # A query may join tables and filter on the joined rows cheaply (SQL, with indexes).
     joins_cheaply = False
     # A history id below one already read is either committed or never will be (one writer

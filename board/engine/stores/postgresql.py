@@ -48,6 +48,7 @@ _KEY_LOOKUP = KEY_LOOKUP.format(now=NOW)
 class PostgresStore(DirectCommitHooks, Store):
     speaks_sql = True
     joins_cheaply = True
+    json_search = "containment"
     epoch_of_column = "extract(epoch from {column})::double precision"
     # ids_follow_commit_order stays False: a sequence hands ids out at insert time, and
     # transactions commit in any order (board/live/outbox.py keeps holes for that).

@@ -67,6 +67,7 @@ MIN_VERSION = (3, 35, 0)  # RETURNING
 class SQLiteStore(DirectCommitHooks, Store):
     speaks_sql = True
     joins_cheaply = True
+    json_search = "text"
     # julianday() of Django's stored text (naive UTC), in days since -4713: to the millisecond.
     epoch_of_column = "(julianday({column}) - 2440587.5) * 86400.0"
     # One writer commits before the next takes an id.
