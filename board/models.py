@@ -46,7 +46,8 @@ class Task(models.Model):
     # Labels to find tasks by (issue 33; board.engine.search: `tag:urgent`), set at create: a list
     # of short labels (board.engine.inputs.tags_list). On PostgreSQL a GIN index serves `tag:`
     # (board/migrations/0020_task_tags).
-    tags = models.JSONField(default=list, blank=True, help_text="Labels to find the task by (tag:NAME).")
+    # Nullable: rows written by plain SQL (the benchmarks' seeds) name no tags; read as none.
+    tags = models.JSONField(default=list, blank=True, null=True, help_text="Labels to find the task by (tag:NAME).")
     claim_rank = models.FloatField(default=0.0, db_default=0.0, editable=False,
                                    help_text="Claimed lowest first: its turn (Unix seconds) minus priority x 60 s.")
 

@@ -91,8 +91,8 @@ def test_the_snapshot_read_selects_the_card_columns_only(alias):
     for columns in task_reads:
         for bulky in BULKY:
             assert f'"{bulky}"' not in columns, f"the snapshot's read selects {bulky}: {columns}"
-    # 50 tasks of three 256 KiB fields each: the cards carry none of them.
-    assert sum(len(f) for f in sent) < 100 * 1024
+    # 50 tasks of three 256 KiB fields each (38 MiB): the cards carry none of them.
+    assert sum(len(f) for f in sent) < 200 * 1024
 
 
 def test_a_card_is_the_public_task_without_exactly_the_fields_cards_do_not_read():

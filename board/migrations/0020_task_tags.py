@@ -36,7 +36,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='task',
             name='tags',
-            field=models.JSONField(blank=True, default=list, help_text='Labels to find the task by (tag:NAME).'),
+            field=models.JSONField(blank=True, default=list, null=True, help_text='Labels to find the task by (tag:NAME).'),
         ),
         migrations.RunPython(create_gin_indexes, drop_gin_indexes, elidable=False),
     ]
