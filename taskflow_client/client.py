@@ -839,16 +839,7 @@ class Client:
         returns ``(task, None)`` (the caller claims as before)."""
         body: dict[str, Any] = {"token": token, "result": {} if result is None else result}
         path = self._path("tasks", task_id, "complete")
-        if not self._next_refused:
-            body["next"] = self._next_fields(ttl_seconds, queue, wait_seconds, request_id)
-            try:
-                answer = self.request("POST", path, body, timeout=self.timeout + wait_seconds)
-            except ValidationFailed as exc:
-                self._note_next_refused(exc)
-                del body["next"]
-            else:
-                return self._task_and_next(answer, ttl_seconds)
-        return self.request("POST", path, body), None
+        return self._finish_and_claim(path, body, ttl_seconds, queue, wait_seconds, request_id)
 
     def fail_and_claim(self, task_id: str, token: str, error: str, *, retryable: bool = True,
                        traceback: str | None = None, ttl_seconds: float, queue: str | None = None,
@@ -858,16 +849,7 @@ class Client:
         if traceback is not None:
             body["traceback"] = traceback
         path = self._path("tasks", task_id, "fail")
-        if not self._next_refused:
-            body["next"] = self._next_fields(ttl_seconds, queue, wait_seconds, request_id)
-            try:
-                answer = self.request("POST", path, body, timeout=self.timeout + wait_seconds)
-            except ValidationFailed as exc:
-                self._note_next_refused(exc)
-                del body["next"]
-            else:
-                return self._task_and_next(answer, ttl_seconds)
-        return self.request("POST", path, body), None
+        return self._finish_and_claim(path, body, ttl_seconds, queue, wait_seconds, request_id)
 
     def release_and_claim(self, task_id: str, token: str, *, ttl_seconds: float, queue: str | None = None,
                           wait_seconds: float = 0, request_id: str | None = None) -> tuple[dict[str, Any], Lease | None]:
@@ -875,13 +857,18 @@ class Client:
         The released task itself may be the one claimed next, when it is first in the claim order."""
         body: dict[str, Any] = {"token": token}
         path = self._path("tasks", task_id, "release")
+        return self._finish_and_claim(path, body, ttl_seconds, queue, wait_seconds, request_id)
+
+    def _finish_and_claim(self, path: str, body: dict[str, Any], ttl_seconds: float, queue: str | None,
+                          wait_seconds: float, request_id: str | None) -> tuple[dict[str, Any], Lease | None]:
+        """POST a finishing move (`body` to `path`) with `next`, or without it on a board that
+        refuses the field (then ``(task, None)``: the caller claims as before)."""
         if not self._next_refused:
-            body["next"] = self._next_fields(ttl_seconds, queue, wait_seconds, request_id)
             try:
-                answer = self.request("POST", path, body, timeout=self.timeout + wait_seconds)
+                answer = self.request("POST", path, {**body, "next": self._next_fields(
+                    ttl_seconds, queue, wait_seconds, request_id)}, timeout=self.timeout + wait_seconds)
             except ValidationFailed as exc:
                 self._note_next_refused(exc)
-                del body["next"]
             else:
                 return self._task_and_next(answer, ttl_seconds)
         return self.request("POST", path, body), None
