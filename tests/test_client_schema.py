@@ -171,19 +171,24 @@ class Source:
             return self.path_of(fn, values[0]) if len(values) == 1 else None
         return None
 
-    def body_of(self, cls: str, fn, expr, kwargs=()):
-        """{field: (always sent, JSON types)} of a request body, or OPAQUE."""
+    def body_of(self, cls: str, fn, expr, kwargs=(), bound=None):
+        """{field: (always sent, JSON types)} of a request body, or OPAQUE. `bound`: (caller,
+        {parameter: argument}) when `fn` is a helper read at one of its call sites."""
         if expr is None:
             return {}
         if isinstance(expr, ast.Dict):
             fields = {}
             for key, value in zip(expr.keys, expr.values):
-                if key is None:  # **extra: the keyword arguments the caller gave
+                if key is None and bound and isinstance(value, ast.Name) and value.id in bound[1]:
+                    fields.update(self.body_of(cls, bound[0], bound[1][value.id]))  # **body of the caller's
+                elif key is None:  # **extra: the keyword arguments the caller gave
                     fields.update({name: (True, types) for name, types in kwargs})
                 else:
                     fields[key.value] = (True, self.types_of(fn, value))
             return fields
         if isinstance(expr, ast.Name):
+            if bound and expr.id in bound[1]:
+                return self.body_of(cls, bound[0], bound[1][expr.id])
             if expr.id in self.params(fn):
                 return OPAQUE
             values = self.assignments(fn, expr.id)
@@ -205,8 +210,18 @@ class Source:
             return self.body_of(cls, callee, returned[0], given)
         raise AssertionError(f"{fn.name}: cannot read the body {ast.unparse(expr)}")
 
+    def call_sites(self, cls: str, fn):
+        """(caller, {parameter: argument}) of every `self.fn(...)` call in class `cls`."""
+        params = [a.arg for a in fn.args.args][1:]  # without self
+        for (caller_cls, _), caller in self.functions.items():
+            for node in ast.walk(caller):
+                if caller_cls == cls and isinstance(node, ast.Call) and ast.unparse(node.func) == f"self.{fn.name}":
+                    yield caller, {**dict(zip(params, node.args)), **{k.arg: k.value for k in node.keywords}}
+
     def requests(self):
-        """Every `self.request("METHOD", path, body, query=...)` call with a literal method."""
+        """Every `self.request("METHOD", path, body, query=...)` call with a literal method. A
+        request whose path is a parameter of its function (a shared helper) is read once per call
+        of the helper, with that caller's path and body."""
         for (cls, _), fn in self.functions.items():
             for node in ast.walk(fn):
                 if isinstance(node, ast.Call) and ast.unparse(node.func) == "self.request" and node.args \
@@ -214,7 +229,15 @@ class Source:
                     body = node.args[2] if len(node.args) > 2 else next(
                         (k.value for k in node.keywords if k.arg == "body"), None)
                     query = next((k.value for k in node.keywords if k.arg == "query"), None)
-                    yield fn, node, node.args[0].value, self.path_of(fn, node.args[1]), self.body_of(cls, fn, body), query
+                    path = node.args[1]
+                    if isinstance(path, ast.Name) and path.id in self.params(fn):
+                        sites = list(self.call_sites(cls, fn))
+                        assert sites, f"{fn.name}: its path {path.id} is a parameter, and no call of it was found"
+                        for caller, args in sites:
+                            yield (fn, node, node.args[0].value, self.path_of(caller, args[path.id]),
+                                   self.body_of(cls, fn, body, bound=(caller, args)), query)
+                    else:
+                        yield fn, node, node.args[0].value, self.path_of(fn, path), self.body_of(cls, fn, body), query
 
 
 CLIENT_SOURCE = Source(CLIENT)
@@ -229,7 +252,7 @@ def request_id(request) -> str:
 def test_every_request_of_the_client_is_read():
     """The reader finds as many requests as the source makes (none slips past it)."""
     written = re.findall(r'self\.request\("(GET|POST|PUT|PATCH|DELETE)"', CLIENT_SOURCE.text)
-    assert len(REQUESTS) == len(written) > 0
+    assert len({id(node) for _, node, *_ in REQUESTS}) == len(written) > 0
 
 
 @pytest.mark.parametrize("request_", REQUESTS, ids=request_id)
