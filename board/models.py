@@ -103,6 +103,9 @@ class Task(models.Model):
     has_dependents = models.BooleanField(
         default=False, db_default=False, editable=False,
         help_text="Some task depends on this one: completing it must admit them.")
+    notes_count = models.PositiveIntegerField(
+        default=0, db_default=0, editable=False,
+        help_text="Notes on the task (board.engine.notes): at most MAX_NOTES_PER_TASK; a claim reads them only when some exist.")
 
     class Meta:
         indexes = [
@@ -361,6 +364,30 @@ class Schedule(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.cron} {self.timezone})"
+
+
+class TaskNote(models.Model):
+    """A note on a task (issue 32, hand-offs): written by its holder (with the lease's token) or
+    by staff, kept across attempts, and handed to the next holder with its claim. Written only
+    by board.engine.notes, which counts them on the task (Task.notes_count) in the same
+    transaction. Never holds a lease token."""
+
+    id = numbered_id()
+    objects = NumberedQuerySet.as_manager()
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="notes")
+    text = models.TextField()
+    author = models.CharField(max_length=200, help_text="The agent that held the task, or the staff user.")
+    by_holder = models.BooleanField(default=False, help_text="Written by the lease's holder (else by staff).")
+    attempt = models.PositiveIntegerField(default=0, help_text="The task's attempt when written (0: before its first claim).")
+    fence = models.BigIntegerField(default=0, help_text="The task's fence when written: which lease's attempt.")
+    at = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(fields=["task", "id"], name="note_task_order")]
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return f"{self.task_id} note {self.id} by {self.author}"
 
 
 class RemovedTask(models.Model):

@@ -44,14 +44,17 @@ def public_task(task: Task, deps: list[str]) -> dict:
         "attempt_timeout_seconds": task.attempt_timeout_seconds,
         "progress_timeout_seconds": task.progress_timeout_seconds,
         "progress_changed_at": task.progress_changed_at,
+        "notes_count": task.notes_count,
         "hold": task.on_hold,  # FORMER_NAMES
     }
 
 
-def public_claim(claim: Claim, deps: list[str]) -> dict:
+def public_claim(claim: Claim, deps: list[str], handoff: dict | None = None) -> dict:
+    """A claim's answer; `handoff`: what the new holder is handed besides the lease (the
+    dependencies' results, the notes: board.engine.handoffs), in the lease object."""
     lease = claim.lease
     return {"task": public_task(claim.task, deps),
-            "lease": {"token": lease.token, "fence": lease.fence, "expires_at": lease.expires_at}}
+            "lease": {"token": lease.token, "fence": lease.fence, "expires_at": lease.expires_at, **(handoff or {})}}
 
 
 def public_event(event: TaskEvent) -> dict:

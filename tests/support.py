@@ -10,7 +10,7 @@ from django.db import connections
 from django.forms.models import model_to_dict
 from django.utils import timezone
 
-from board.models import Dependency, Task, TaskEvent
+from board.models import Dependency, Task, TaskEvent, TaskNote
 
 
 def postgres_db_mark():
@@ -37,16 +37,22 @@ def database_file(using: str = "default") -> str:
 
 def row(task_id: str, using: str = "default") -> dict:
     """Every column of a task, as stored."""
-    return model_to_dict(Task.objects.using(using).get(pk=task_id), fields=[f.name for f in Task._meta.fields])
+    return _columns(Task.objects.using(using).get(pk=task_id))
+
+
+def _columns(task: Task) -> dict:
+    """Every field of a task, the engine's own too (model_to_dict leaves out the fields that are
+    not editable: claim_rank, has_deps, notes_count...)."""
+    return {field.name: getattr(task, field.attname) for field in Task._meta.concrete_fields}
 
 
 def db_state(using: str = "default") -> tuple:
     """Everything the board stores, to compare before and after a refused call."""
-    tasks = [model_to_dict(t, fields=[f.name for f in Task._meta.fields])
-             for t in Task.objects.using(using).order_by("pk")]
+    tasks = [_columns(t) for t in Task.objects.using(using).order_by("pk")]
     deps = list(Dependency.objects.using(using).order_by("pk").values_list("task_id", "depends_on_id"))
     events = list(TaskEvent.objects.using(using).order_by("pk").values())
-    return tasks, deps, events
+    notes = list(TaskNote.objects.using(using).order_by("pk").values())
+    return tasks, deps, events, notes
 
 
 def expire_lease(task_id: str, using: str = "default", ago: timedelta = timedelta(seconds=5)) -> None:

@@ -22,11 +22,12 @@ from django.db import DatabaseError, IntegrityError, connections, transaction
 from django.forms.models import model_to_dict
 from django.utils import timezone
 
-from board.engine import contract, errors, fairness, flow, selectors, stores, transitions
+from board.engine import contract, errors, fairness, flow, handoffs, selectors, stores, transitions
 from board.engine.contract import DjangoBoard
 from board.engine.lifecycle import Stage
 from board.engine.transitions import TaskSpec
-from board.models import ConcurrencyKey, FairnessKey, Queue, QueueChange, RateKey, RateKeyChange, Task, TaskEvent
+from board.engine.limits import MAX_NOTES_PER_TASK
+from board.models import ConcurrencyKey, FairnessKey, Queue, QueueChange, RateKey, RateKeyChange, Task, TaskEvent, TaskNote
 from tests import process_racer
 from tests.support import (
     database_url,
@@ -86,6 +87,9 @@ class BoardContract:
     hot_path: str = "auto"
     # Rounds of each race (a slower test server may run fewer: its subclass says why).
     rounds: int = ROUNDS
+    # The ORM path of a store whose statements another class runs: a race whose code is the
+    # same on both paths (a note has no statement) runs a few rounds here.
+    second_path: bool = False
     # What a racer gets from a store whose task table is gone: SQL stores fail the statement.
     missing_table_fault: type[Exception] = DatabaseError
 
@@ -1382,6 +1386,87 @@ class BoardContract:
                     transitions.complete(claim.task.pk, claim.lease.token, {}, using=self.alias)
         assert seen["problems"] == [] and seen["reads"] > 0
 
+    # -- notes and hand-offs (issue 32, item 4) --------------------------------------------------
+
+    def test_a_note_goes_with_the_task_to_its_next_holder(self):
+        a = self.alias
+        self.new("dep")
+        done = self.claim("dep")
+        transitions.complete("dep", done.lease.token, {"rows": 3}, using=a)
+        self.new("t", deps=("dep",), max_retries=2)
+        first = self.claim("t", "agent-1")
+        note = transitions.add_note("t", "the v2 API rate-limits", author="agent-1", token=first.lease.token, using=a)
+        assert (note.by_holder, note.attempt, note.fence, note.author) == (True, 1, 1, "agent-1")
+        transitions.add_note("t", "use the sandbox", author="op", using=a)  # staff: no token
+        assert row("t", a)["notes_count"] == 2
+        transitions.fail("t", first.lease.token, "boom", using=a)
+        end_backoff("t", a)
+        second = transitions.claim_next("agent-2", TTL, using=a)
+        assert second.task.pk == "t" and second.task.notes_count == 2  # the statement's row carries the count
+        handed = handoffs.for_claim(second.task, selectors.deps_of_task(second.task, using=a), using=a)
+        assert handed["inputs"] == {"dep": {"rows": 3}}
+        assert [(n["text"], n["author"], n["by_holder"], n["fence"]) for n in handed["notes"]] == [
+            ("the v2 API rate-limits", "agent-1", True, 1), ("use the sandbox", "op", False, 1)]
+        transitions.complete("t", second.lease.token, {}, using=a)
+
+    def test_a_stale_or_wrong_holder_writes_no_note(self):
+        a = self.alias
+        self.new("t")
+        old = self.claim("t", "agent-1")
+        expire_lease("t", a)
+        new = self.claim("t", "agent-2")
+        before = db_state(a)
+        with pytest.raises(errors.LeaseLost):
+            transitions.add_note("t", "late", author="agent-1", token=old.lease.token, using=a)
+        with pytest.raises(errors.Forbidden):
+            transitions.add_note("t", "not mine", author="agent-1", token=new.lease.token, using=a)
+        for bad in ("", " ", "x" * 4001, "nul \x00"):
+            with pytest.raises(errors.InvalidRequest):
+                transitions.add_note("t", bad, author="agent-2", token=new.lease.token, using=a)
+        with pytest.raises(errors.NotFound):
+            transitions.add_note("nope", "hi", author="op", using=a)
+        assert db_state(a) == before
+        transitions.complete("t", new.lease.token, {}, using=a)
+        with pytest.raises(errors.LeaseLost):  # a finished task has no holder
+            transitions.add_note("t", "after", author="agent-2", token=new.lease.token, using=a)
+        assert transitions.add_note("t", "post-mortem", author="op", using=a).attempt == 2
+
+    def test_16_note_writers_at_a_tasks_last_4_notes_write_exactly_4_each_round(self):
+        """Each round the task holds its cap of notes less 4; 16 writers (8 with the holder's
+        token, 8 staff) are released together: exactly 4 notes are written, the 12 others
+        refused with NotesFull (no other error: a database fault is never a loser), and an
+        observer reading check() all along never sees a count that is not the rows
+        (notes_miscounted). Between rounds the round's notes are deleted and the count written
+        back (in one transaction), so the next round starts 4 short again."""
+        a = self.alias
+        room = 4
+        # A note is written by the ORM on every engine path (it has no hand-written statement):
+        # the ORM-path classes run the same code again, so a few rounds there.
+        rounds = self.rounds // 8 if self.second_path else self.rounds
+        self.new("noted")
+        held = self.claim("noted", "holder")
+        with stores.store(a).write_transaction():
+            TaskNote.objects.using(a).bulk_create([TaskNote(task_id="noted", text="old", author="op", at=held.task.updated_at)
+                                                   for _ in range(MAX_NOTES_PER_TASK - room)])
+            Task.objects.using(a).filter(pk="noted").update(notes_count=MAX_NOTES_PER_TASK - room)
+        with FlowObserver(a) as seen:
+            for n in range(rounds):
+                transitions.renew("noted", held.lease.token, TTL, using=a)  # however long the rounds take
+                results = race([lambda i=i: transitions.add_note(
+                    "noted", f"note {n}.{i}", author="holder" if i % 2 else "op",
+                    token=held.lease.token if i % 2 else None, using=a) for i in range(RACERS)], a)
+                written = [r for r in results if isinstance(r, TaskNote)]
+                refused = [r for r in results if isinstance(r, errors.NotesFull)]
+                assert (len(written), len(refused)) == (room, RACERS - room), f"round {n}: {results}"
+                notes = TaskNote.objects.using(a).filter(task_id="noted")
+                assert notes.count() == row("noted", a)["notes_count"] == MAX_NOTES_PER_TASK, f"round {n}"
+                assert sorted(notes.exclude(text="old").values_list("pk", flat=True)) == sorted(w.pk for w in written)
+                with stores.store(a).write_transaction():
+                    notes.exclude(text="old").delete()
+                    Task.objects.using(a).filter(pk="noted").update(notes_count=MAX_NOTES_PER_TASK - room)
+        assert seen["problems"] == [] and seen["reads"] > 0
+        transitions.complete("noted", held.lease.token, {}, using=a)
+
     # -- several moves in one call (issue 34): a finishing move and the next claim, batches ------
 
     def test_complete_and_claim_completes_then_claims_the_next_ready_task(self):
@@ -1704,6 +1789,7 @@ class TestSQLiteOrmBoard(BoardContract):
     pytestmark = sqlite_db_mark()
     alias = "default"
     hot_path = "orm"
+    second_path = True
 
 
 class TestPostgresBoard(BoardContract):
@@ -1760,3 +1846,4 @@ class TestPostgresOrmBoard(BoardContract):
     pytestmark = postgres_db_mark()
     alias = "postgres"
     hot_path = "orm"
+    second_path = True

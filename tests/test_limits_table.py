@@ -45,6 +45,8 @@ EXPECTED = {
     "list filters `owner` / `text` / `queue`": [limits.MAX_OWNER_CHARS, limits.MAX_TITLE_CHARS],
     "`tags` of a task / a tag": [limits.MAX_TAGS, 1, limits.MAX_TAG_CHARS],
     "a `search` line": [limits.MAX_SEARCH_CHARS, limits.MAX_SEARCH_TERMS],
+    "a note's `text` / notes of one task": [1, limits.MAX_NOTE_CHARS, limits.MAX_NOTES_PER_TASK],
+    "what a claim hands over: `inputs` / `notes`": [limits.MAX_INPUTS_BYTES, limits.MAX_NOTES_IN_CLAIM],
     "queues the admin's queue filter offers (`QUEUE_FILTER_LIMIT`, `board/admin/filters.py`)":
         [limits.QUEUE_FILTER_LIMIT],
     "queues named in `/metrics` (`QUEUE_LABEL_LIMIT`, `board/metrics.py`)": [limits.QUEUE_LABEL_LIMIT],

@@ -55,7 +55,7 @@ def expected_card(task: Task, deps: list[str]) -> dict:
     """The card as the page always received it: the public task without its bulky fields (nor
     the API's former names), built from the whole row."""
     card = public_task(task, deps)
-    for name in (*BULKY, *FORMER_NAMES):
+    for name in (*BULKY, *FORMER_NAMES, *reads.NOT_LIVE):
         del card[name]
     return json.loads(frames.encode({"card": card}))["card"]
 
@@ -101,7 +101,7 @@ def test_a_card_is_the_public_task_without_exactly_the_fields_cards_do_not_read(
     names too: the page reads the new ones)."""
     fields = set(public_task(Task(id="x", title="x"), [])) - set(FORMER_NAMES)
     read_for_cards = {"error" if c == "last_error" else c for c in reads.CARD_COLUMNS} | {"deps"}
-    assert fields == read_for_cards | set(reads.NOT_ON_CARDS)
+    assert fields == read_for_cards | set(reads.NOT_ON_CARDS) | set(reads.NOT_LIVE)
     assert not read_for_cards & set(reads.NOT_ON_CARDS)
 
 

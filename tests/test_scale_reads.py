@@ -361,7 +361,7 @@ def test_the_snapshot_reads_every_card_as_card_task_makes_it_from_the_full_row(a
     parts = live_reads.board_parts(using=alias)
     head = next(parts)
     cards = {row["id"]: live_frames.card_task(SimpleNamespace(**row, description="", payload=None, checkpoint=None,
-                                                              result=None), deps)
+                                                              result=None, notes_count=0), deps)
              for part in parts for row, deps in part}
     assert head["counts"] == {stage: Task.objects.using(alias).filter(stage=stage).count()
                               for stage in ["PENDING", "QUEUED", "RUNNING", "PAUSED", "COMPLETED", "FAILED", "CANCELLED"]}

@@ -16,7 +16,7 @@ from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpResponseNotAllowed, HttpResponseRedirect
 from django.urls import path, reverse
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 
 from board.admin import actions, history, reads
 from board.admin.actions import page_verbs
@@ -29,7 +29,7 @@ from board.admin.filters import (
 )
 from board.admin.forms import EDITABLE, TaskActionForm, TaskCreateForm, TaskEditForm
 from board.engine import clock as store_clock
-from board.engine import deadlines, selectors
+from board.engine import deadlines, handoffs, selectors
 from board.engine.lifecycle import TERMINAL, Stage
 from board.models import Task
 
@@ -74,7 +74,7 @@ class TaskAdmin(NoHashLookups, admin.ModelAdmin):
         "id", "stage", "version", "queue", "concurrency_key", "rate_key", "dedup_key", "on_hold", "owner", "fence", "lease",
         "lease_expires_at",
         "attempts_of_max", "not_before", "progress", "checkpoint", "result", "last_error_text", "created_at",
-        "updated_at", "dependencies_list", *deadlines.TIMEOUTS, "progress_changed_at",
+        "updated_at", "dependencies_list", *deadlines.TIMEOUTS, "progress_changed_at", "notes_list",
     )
 
     # -- time: a parameter (tests move it; the reaper's rule is "expired by this clock") ------
@@ -129,6 +129,18 @@ class TaskAdmin(NoHashLookups, admin.ModelAdmin):
         deps = reads.dependencies_with_stages(task.pk)
         return ", ".join(f"{dep} ({stage})" for dep, stage in deps) or "—"
 
+    @admin.display(description="notes")
+    def notes_list(self, task: Task) -> str:
+        """The task's notes (its holders' and staff's, board.engine.transitions.notes), oldest first."""
+        if not task.notes_count:
+            return "—"
+        return format_html_join(
+            "", '<p class="task-note" style="margin: 0 0 6px; white-space: pre-wrap">'
+                '<strong>{}</strong> (attempt {}, {}, {}):<br>{}</p>',
+            ((n["author"], n["attempt"], "holder" if n["by_holder"] else "staff",
+              n["at"].strftime("%Y-%m-%d %H:%M:%S"), n["text"])
+             for n in map(handoffs.public_note, handoffs.notes_of(task.pk))))
+
     # -- forms ---------------------------------------------------------------------------------
 
     def get_fieldsets(self, request, obj=None):
@@ -147,7 +159,7 @@ class TaskAdmin(NoHashLookups, admin.ModelAdmin):
             ("What the task is (editable, under the version guard)", {"fields": editable}),
             ("Lease", {"fields": ("owner", "fence", "lease", "lease_expires_at", "attempts_of_max", "not_before")}),
             ("Progress and outcome", {"fields": ("progress", "checkpoint", "result", "last_error_text",
-                                                 "created_at", "updated_at")}),
+                                                 "notes_list", "created_at", "updated_at")}),
             # Set at creation; progress_changed_at is the engine's (board.engine.deadlines).
             ("Deadlines", {"fields": (*deadlines.TIMEOUTS, "progress_changed_at")}),
         ]

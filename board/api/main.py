@@ -20,18 +20,19 @@ from board.api import errors
 from board.api.auth import AUTH
 from board.api.docs import LocalSwagger
 from board.api.json_body import BodyParser
-from board.api.routers import check, leases, operators, queues, rate_keys, schedules, tasks
+from board.api.routers import check, leases, notes, operators, queues, rate_keys, schedules, tasks
 
 
 # The areas of the API, in the order /api/docs shows their groups, each with its group's line.
 AREAS = (
-    (tasks, "tasks"), (leases, "leases"), (operators, "operators"), (queues, "queues"),
+    (tasks, "tasks"), (leases, "leases"), (notes, "notes"), (operators, "operators"), (queues, "queues"),
     (rate_keys, "rate keys"), (schedules, "schedules"), (check, "check"),
 )
 TAG_DESCRIPTIONS = {
     "tasks": "Create tasks (with dependencies), list them a page at a time, read one and its history.",
     "leases": "An agent's side: claim ready work with a lease, renew it, then complete, fail, pause, "
               "release or resume (an agent key only).",
+    "notes": "Notes that stay with a task across attempts: its holder's or staff's; the next claim carries them.",
     "operators": "An operator's moves on any task: admit, requeue, cancel, force-release, force-pause "
                  "(an --operator key or board.intervene).",
     "queues": "Flow control per queue: pause and resume, a concurrency limit, a rate; and each "

@@ -51,6 +51,10 @@ from board.engine.limits import (
     MAX_TAGS,
     MAX_TITLE_CHARS,
     MAX_TOKEN_CHARS,
+    MAX_NOTE_CHARS,
+    MAX_NOTES_IN_CLAIM,
+    MAX_NOTES_PER_TASK,
+    MAX_INPUTS_BYTES,
     MAX_TRACEBACK_CHARS,
     MAX_TTL_SECONDS,
     MAX_WAIT_SECONDS,
@@ -320,13 +324,42 @@ class TaskOut(Schema):
         None, description="the lease is taken back when progress and checkpoint stay unchanged this long")
     progress_changed_at: Optional[datetime] = Field(
         None, description="when a renew last changed progress or saved a checkpoint (or a pause saved one)")
+    notes_count: int = Field(0, description="notes on the task (GET /api/tasks/{id}/notes)")
     hold: bool = Field(..., description="on_hold's former name (the same value)", json_schema_extra={"deprecated": True})
+
+
+class NoteOut(Schema):
+    id: int
+    text: str
+    author: str = Field(..., description="the agent that held the task, or the staff user")
+    by_holder: bool = Field(..., description="written by the lease's holder (else by staff)")
+    attempt: int = Field(..., description="the task's attempt when written (0: before its first claim)")
+    fence: int = Field(..., description="the task's fence when written: which lease's attempt")
+    at: datetime
+
+
+class NotePage(Schema):
+    items: list[NoteOut] = Field(..., description=f"every note of the task, oldest first (at most {MAX_NOTES_PER_TASK})")
+
+
+class NoteIn(StrictIn):
+    token: Optional[str] = Field(None, max_length=MAX_TOKEN_CHARS,
+                                 description="the holder's lease token; without it, staff (operator rights) write the note")
+    text: str = Field(..., min_length=1, max_length=MAX_NOTE_CHARS)
 
 
 class LeaseOut(Schema):
     token: str = Field(..., description="send it back on renew/complete/fail/pause/release; shown only to the holder")
     fence: int = Field(..., description="rises with every new holder; pass it to downstream systems to refuse stale writers")
     expires_at: datetime
+    # Hand-offs (board.engine.handoffs): on a claim, resume or next claim, never on a renew.
+    inputs: Optional[dict[str, Any]] = Field(
+        None, description="the results of the task's dependencies by id (present when it has any; "
+                          f"up to {MAX_INPUTS_BYTES // 1024} KiB of JSON in all)")
+    inputs_omitted: Optional[list[str]] = Field(
+        None, description="dependencies whose results did not fit in inputs: read them with GET /api/tasks/{id}")
+    notes: Optional[list[NoteOut]] = Field(
+        None, description=f"the task's newest {MAX_NOTES_IN_CLAIM} notes, oldest first (present when it has any)")
 
 
 class ClaimOut(Schema):

@@ -54,6 +54,12 @@ class LeaseLost(BoardError):
     code = "lease_lost"
 
 
+class NotesFull(BoardError):
+    """The task has as many notes as it may have (limits.MAX_NOTES_PER_TASK)."""
+
+    code = "notes_full"
+
+
 class VersionConflict(BoardError):
     """The task changed since the version you expected."""
 

@@ -61,6 +61,12 @@ OVER_RATE = "over_rate"
 SHARED_DEDUP_KEY = "shared_dedup_key"
 FLOW_CODES = (OVER_CONCURRENCY, RUNNING_COUNT_DRIFT, CLAIMABLE_WHILE_PAUSED, OVER_RATE, SHARED_DEDUP_KEY)
 
+# Notes' (board.engine.transitions.notes), over the tasks' note counts and the notes' rows:
+# `check_notes`. A task's count is not its notes' rows (the count and the row are written in one
+# transaction), or is over the cap the count's guarded update keeps.
+NOTES_MISCOUNTED = "notes_miscounted"
+NOTE_CODES = (NOTES_MISCOUNTED,)
+
 # Schedules' (board.engine.schedules), over their rows: `check_schedules`. Their problems name the
 # schedule ("schedule:NAME").
 SCHEDULE_MISSED = "schedule_missed"  # not paused, and its next tick long past: no reaper fires it
@@ -345,6 +351,13 @@ def check_dedup_keys(live_keyed: Iterable[tuple[str, str]]) -> list[Problem]:
     return [Problem(f"dedup:{key}", SHARED_DEDUP_KEY,
                     f"{len(ids)} live tasks share the dedup key {key!r}: {', '.join(sorted(ids))}")
             for key, ids in sorted(holders.items()) if len(ids) > 1]
+
+
+def check_notes(counts: Iterable[tuple[str, int, int]], cap: int) -> list[Problem]:
+    """`counts`: (task id, the task's notes_count, its notes' rows). A count that is not the
+    rows, or rows over `cap`, is a problem: a note was written outside its transaction's guard."""
+    return [Problem(task_id, NOTES_MISCOUNTED, f"task {task_id} counts {counted} notes and has {rows} (at most {cap})")
+            for task_id, counted, rows in sorted(counts) if counted != rows or rows > cap]
 
 
 def check_rates(rates: Iterable[tuple[str, int, int, int]]) -> list[Problem]:

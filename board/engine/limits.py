@@ -58,6 +58,13 @@ MAX_SNOOZE_SECONDS = 7 * 24 * 3600
 MAX_RATE_COUNT = 100_000
 MAX_RATE_PER_SECONDS = 24 * 3600
 
+# --- hand-offs: notes on a task (board.engine.transitions.notes) and what a claim hands over
+# (board.engine.handoffs): the notes and the dependencies' results.
+MAX_NOTE_CHARS = 4000  # a note's text
+MAX_NOTES_PER_TASK = 100  # notes of one task, over all its attempts
+MAX_NOTES_IN_CLAIM = 20  # the newest notes a claim carries (GET /api/tasks/{id}/notes has all)
+MAX_INPUTS_BYTES = 1024 * 1024  # the dependencies' results a claim carries, as JSON; the rest are named
+
 # --- tags and search (board.engine.search)
 MAX_TAGS = 20  # of one task
 MAX_TAG_CHARS = 50  # a tag: 1 to this, letters, digits and ._:/- (search.TAG_PATTERN)

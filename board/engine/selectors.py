@@ -36,6 +36,7 @@ from board.engine.invariants import (
     TaskSnapshot,
     check,
     check_dedup_keys,
+    check_notes,
     check_rate_keys,
     check_rates,
     check_limits,
@@ -44,8 +45,8 @@ from board.engine.invariants import (
     tasks_on_cycles,
 )
 from board.engine.lifecycle import DEAD_ENDS, LEASED, Stage
-from board.engine.limits import SCHEDULE_MISSED_GRACE
-from board.models import LIVE_STAGES, ConcurrencyKey, Dependency, Queue, RateKey, Schedule, Task, TaskEvent
+from board.engine.limits import MAX_NOTES_PER_TASK, SCHEDULE_MISSED_GRACE
+from board.models import LIVE_STAGES, ConcurrencyKey, Dependency, Queue, RateKey, Schedule, Task, TaskEvent, TaskNote
 
 _CHUNK = 2000  # rows fetched at a time when streaming
 
@@ -471,7 +472,16 @@ def flow_problems(*, using: str = "default") -> list[Problem]:
     running = Task.objects.using(using).filter(stage=Stage.RUNNING).values_list(
         "queue", "concurrency_key", "stage_changed_at")
     return (check_limits(limits, running.iterator(_CHUNK)) + _rate_problems(using) + _rate_key_problems(using)
-            + _dedup_problems(using))
+            + _dedup_problems(using) + _note_problems(using))
+
+
+def _note_problems(using: str) -> list[Problem]:
+    """check_notes over the tasks that count notes or have some (normally few: one grouped count
+    of the notes, and the counts of the tasks that have any)."""
+    rows = dict(TaskNote.objects.using(using).values("task_id").annotate(n=Count("pk")).values_list("task_id", "n"))
+    counted = dict(Task.objects.using(using).filter(notes_count__gt=0).values_list("pk", "notes_count"))
+    return check_notes([(task_id, counted.get(task_id, 0), rows.get(task_id, 0))
+                        for task_id in counted.keys() | rows.keys()], MAX_NOTES_PER_TASK)
 
 
 # A claim's history row and its rate's opening are written from one time, but the row keeps it to

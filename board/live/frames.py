@@ -36,7 +36,7 @@ def card_task(task: Task, deps: list[str]) -> dict:
     description, payload, checkpoint, result), which the details panel fetches from the API when
     opened. `task` is a Task or any object with its card fields (`card_of_row`)."""
     card = public_task(task, deps)
-    for bulky_or_former in (*reads.NOT_ON_CARDS, *FORMER_NAMES):
+    for bulky_or_former in (*reads.NOT_ON_CARDS, *FORMER_NAMES, *reads.NOT_LIVE):
         del card[bulky_or_former]
     return card
 
@@ -205,4 +205,4 @@ def snapshot_frames(terminal_limit: int = 200, problems: list | None = None, usi
 
 
 # card_task drops these; rows read for cards (reads.CARD_COLUMNS) do not carry them.
-_NOT_ON_CARDS = dict.fromkeys(reads.NOT_ON_CARDS)
+_NOT_ON_CARDS = dict.fromkeys((*reads.NOT_ON_CARDS, *reads.NOT_LIVE))

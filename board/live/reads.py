@@ -35,6 +35,9 @@ CARD_COLUMNS = ("id", "title", "queue", "priority", "on_hold", "max_retries", "s
                 "queue_timeout_seconds", "attempt_timeout_seconds", "progress_timeout_seconds",
                 "progress_changed_at")
 NOT_ON_CARDS = ("description", "payload", "checkpoint", "result")
+# A note changes no version and writes no event (board.engine.transitions.notes): no frame would
+# bring a new count, and a card would show a stale one. The details panel reads the notes.
+NOT_LIVE = ("notes_count",)
 
 
 def board_parts(*, terminal_limit: int = 200, part_size: int = 1000, using: str = "default") -> Iterator:

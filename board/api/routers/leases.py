@@ -32,7 +32,7 @@ from board.api.schemas import (
     TaskOut,
     TokenIn,
 )
-from board.engine import errors, scopes, selectors, transitions
+from board.engine import errors, handoffs, scopes, selectors, transitions
 from board.live import parked
 from board.public import public_claim
 
@@ -43,8 +43,11 @@ router = Router()
 CLAIM_POLL_SECONDS = 0.2
 
 
-def render_claim(claim: transitions.Claim) -> dict:
-    return public_claim(claim, selectors.deps_of_task(claim.task))
+def render_claim(claim: transitions.Claim, *, handoff: bool = True) -> dict:
+    """A claim's answer, with the hand-offs (the dependencies' results, the notes) unless it
+    answers a renew (`handoff=False`: the holder has them)."""
+    deps = selectors.deps_of_task(claim.task)
+    return public_claim(claim, deps, handoffs.for_claim(claim.task, deps) if handoff else None)
 
 
 def _answer(request, data: dict):
@@ -193,8 +196,10 @@ def claim_task(request, task_id: str, body: ClaimIn):
     gets that lease back instead of `taken`."""
     require_agent(request)
     in_scope(request, task_id)
-    return render_claim(transitions.claim(task_id, request.auth.name, body.ttl_seconds,
-                                          request_id=body.request_id))
+    # Rendered as is, as the hot claims are: through ClaimOut the hand-off fields a task
+    # without dependencies or notes does not have would come back as nulls.
+    return _answer(request, render_claim(transitions.claim(task_id, request.auth.name, body.ttl_seconds,
+                                                           request_id=body.request_id)))
 
 
 @router.post("/tasks/{task_id}/resume", response={200: ClaimOut, **ERRORS},
@@ -202,7 +207,7 @@ def claim_task(request, task_id: str, body: ClaimIn):
 def resume_task(request, task_id: str, body: ResumeIn):
     require_agent(request)
     in_scope(request, task_id)
-    return render_claim(transitions.resume(task_id, request.auth.name, body.ttl_seconds))
+    return _answer(request, render_claim(transitions.resume(task_id, request.auth.name, body.ttl_seconds)))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -216,7 +221,7 @@ def renew_task(request, task_id: str, body: RenewIn):
     in_scope(request, task_id)
     claim = transitions.renew(task_id, body.token, body.ttl_seconds, checkpoint=body.checkpoint,
                               progress=body.progress, agent=request.auth.name, key_hash=request.auth.key_hash)
-    return _answer(request, render_claim(claim))
+    return _answer(request, render_claim(claim, handoff=False))
 
 
 @router.post("/tasks/{task_id}/release", response={200: TaskNextOut, **ERRORS},

@@ -20,7 +20,7 @@ public verb wears `tracing.traced` (outermost).
 The rooms: `cas` (the CAS and what the verbs share), `creation` (create, the DAG checks),
 `leases` (the holder's verbs: claim, claim_next, resume, renew, release, complete, fail, pause),
 `batches` (several moves in one call: a finishing move and the next claim, a batch of claims or
-of completions), `operators` (admit, requeue, cancel, force_release, force_pause, edit), `housekeeping`
+of completions), `notes` (a note on a task: not a move, but guarded by the lease as one), `operators` (admit, requeue, cancel, force_release, force_pause, edit), `housekeeping`
 (admit_ready, reclaim_expired, enforce_deadlines). Callers use the names below: `transitions.claim_next(...)`.
 """
 from board.engine import errors  # noqa: F401  (callers catch transitions.errors.X)
@@ -57,6 +57,7 @@ from board.engine.transitions.leases import (  # noqa: F401
     renew,
     resume,
 )
+from board.engine.transitions.notes import add_note  # noqa: F401
 from board.engine.transitions.operators import (  # noqa: F401
     EDITABLE,
     admit,
