@@ -30,12 +30,14 @@ What is here:
 - `Job` -- a lease held by a ``with`` block: background renewal every ttl/3, ``job.lost`` (a bool),
   ``job.checkpoint()``, ``job.pause()``, complete on success, fail on an exception. ``hold()``'s
   complete also claims the next task (one round trip per task in a worker loop).
+- Hand-offs: a claim's ``lease.inputs`` (its dependencies' results) and ``lease.notes`` (what
+  earlier attempts wrote); ``lease.note(text)`` / ``job.note(text)`` / `Client.add_note` leave one.
 - Batches: `Client.claim_batch` / `complete_batch` (one request for up to 100 tasks),
   `Client.hold_batch` -> `JobBatch` (one heartbeat for the batch), `Client.work(handler)`, the batch
   worker loop (examples/fast_worker.py).
 - Errors: `TaskflowError` (the board refused; one subclass per error code: `NotFound`,
   `Taken`, `Blocked`, `Terminal`, `LeaseLost`, `VersionConflict`, `InvalidTransition`,
-  `DuplicateId`, `DuplicateName`, `ValidationFailed`, `Unauthorized`, `Forbidden`, `TooLarge`, `TooManyWaiters`) and
+  `DuplicateId`, `DuplicateName`, `NotesFull`, `ValidationFailed`, `Unauthorized`, `Forbidden`, `TooLarge`, `TooManyWaiters`) and
   `TransportError` (no definitive answer; never a `TaskflowError`).
 - ``python -m taskflow_client --help`` -- the same from a shell.
 - ``python -m taskflow_client.mcp`` -- the same as MCP tools for LLM agents (the one module that
@@ -51,6 +53,7 @@ from .errors import (
     InvalidTransition,
     LeaseLost,
     NotFound,
+    NotesFull,
     Taken,
     TaskflowError,
     Terminal,
@@ -78,6 +81,7 @@ __all__ = [
     "Lease",
     "LeaseLost",
     "NotFound",
+    "NotesFull",
     "Outcome",
     "Queue",
     "RateKey",

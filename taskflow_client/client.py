@@ -131,15 +131,26 @@ class Lease:
         expires_at:  when the lease ends unless renewed (aware datetime, the server's clock).
         ttl_seconds: the TTL it was claimed or last renewed with (the default for `renew`).
         client:      the `Client` that made it; the holder's verbs below go through it.
+        inputs:      the results of the task's dependencies, by id ({} for a task without any;
+                     up to 1 MiB of JSON in all: the ids of those left out are in
+                     `inputs_omitted`, read them with `client.get(id)["result"]`).
+        notes:       the task's newest notes, oldest first (dicts: text, author, by_holder,
+                     attempt, fence, at): what earlier attempts and staff wrote. [] if none.
 
-    The holder's verbs are methods: `renew`, `complete`, `fail`, `pause`, `release`; `hold()`
-    wraps the lease in a `Job` that renews it in the background (see `taskflow_client.Job`).
+    The holder's verbs are methods: `renew`, `complete`, `fail`, `pause`, `release`, `note`;
+    `hold()` wraps the lease in a `Job` that renews it in the background (see
+    `taskflow_client.Job`).
     """
 
     def __init__(self, client: Client, data: dict[str, Any], ttl_seconds: float):
         self.client = client
         self.ttl_seconds = ttl_seconds
         self._update(data)
+        # The claim's hand-offs (a renew's answer has none: they stay as the claim gave them).
+        lease = data["lease"]
+        self.inputs: dict[str, Any] = lease.get("inputs") or {}
+        self.inputs_omitted: builtins.list[str] = lease.get("inputs_omitted") or []
+        self.notes: builtins.list[dict[str, Any]] = lease.get("notes") or []
 
     def _update(self, data: dict[str, Any]) -> None:
         lease = data["lease"]
@@ -175,6 +186,11 @@ class Lease:
     def complete(self, result: Any = None) -> dict[str, Any]:
         """Commit `result` (any JSON value; None is sent as {}); returns the COMPLETED task."""
         return self.client.complete(self.task_id, self.token, result)
+
+    def note(self, text: str) -> dict[str, Any]:
+        """Add a note to the task, as its holder: it stays with the task, and the next claim
+        of it carries it (``lease.notes``). Returns the note."""
+        return self.client.add_note(self.task_id, text, token=self.token)
 
     def complete_and_claim(self, result: Any = None, *, ttl_seconds: float | None = None,
                            queue: str | None = None, wait_seconds: float = 0) -> tuple[dict[str, Any], Lease | None]:
@@ -602,6 +618,21 @@ class Client:
     def get(self, task_id: str) -> dict[str, Any]:
         """One task as a dict; `NotFound` if there is none."""
         return self.request("GET", self._path("tasks", task_id))
+
+    def add_note(self, task_id: str, text: str, *, token: str | None = None) -> dict[str, Any]:
+        """Add a note to a task (up to 4,000 characters; 100 notes a task): as its holder with
+        the lease's `token` (``lease.note(text)`` does this), or, without one, as staff (an
+        operator key). It stays with the task across attempts; the next claim carries it.
+        Returns the note (``id``, ``text``, ``author``, ``by_holder``, ``attempt``, ``fence``,
+        ``at``). `LeaseLost` for a lease that is no longer the task's; `NotesFull` at 100 notes."""
+        body: dict[str, Any] = {"text": text}
+        if token is not None:
+            body["token"] = token
+        return self.request("POST", self._path("tasks", task_id, "notes"), body)
+
+    def notes(self, task_id: str) -> builtins.list[dict[str, Any]]:
+        """Every note of a task, oldest first."""
+        return self.request("GET", self._path("tasks", task_id, "notes"))["items"]
 
     def iter_tasks(self, *, stage: str | Sequence[str] | None = None, queue: str | None = None,
                    owner: str | None = None, text: str | None = None, search: str | None = None,

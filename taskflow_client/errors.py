@@ -24,6 +24,7 @@ __all__ = [
     "InvalidTransition",
     "LeaseLost",
     "NotFound",
+    "NotesFull",
     "Taken",
     "TaskflowError",
     "Terminal",
@@ -125,6 +126,12 @@ class DuplicateName(TaskflowError):
     code = "duplicate_name"
 
 
+class NotesFull(TaskflowError):
+    """The task has as many notes as it may have, 100 (409 notes_full)."""
+
+    code = "notes_full"
+
+
 class ValidationFailed(TaskflowError):
     """The request is not valid; ``details`` lists the fields (422 validation_error)."""
 
@@ -172,7 +179,8 @@ class TransportError(Exception):
 ERROR_CLASSES: dict[str, type[TaskflowError]] = {
     cls.code: cls
     for cls in (NotFound, Taken, Blocked, Terminal, LeaseLost, VersionConflict, InvalidTransition,
-                DuplicateId, DuplicateName, ValidationFailed, Unauthorized, Forbidden, TooLarge, TooManyWaiters)
+                DuplicateId, DuplicateName, NotesFull, ValidationFailed, Unauthorized, Forbidden, TooLarge,
+                TooManyWaiters)
 }
 
 

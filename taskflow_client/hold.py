@@ -286,6 +286,22 @@ class Job:
             if progress is not None:
                 self._pending["progress"] = progress
 
+    @property
+    def inputs(self) -> dict[str, Any]:
+        """The results of the task's dependencies, by id (see `Lease.inputs`)."""
+        return self.lease.inputs
+
+    @property
+    def notes(self) -> list[dict[str, Any]]:
+        """What earlier attempts and staff wrote on the task, oldest first (see `Lease.notes`)."""
+        return self.lease.notes
+
+    def note(self, text: str) -> dict[str, Any]:
+        """Leave a note on the task for whoever holds it next (it stays across attempts)."""
+        with self._lock:
+            self.raise_if_lost()
+            return self.lease.note(text)
+
     def raise_if_lost(self) -> None:
         """Raise `LeaseLost` if the lease is gone (the ``with`` statement swallows it)."""
         if self.lost_event.is_set():

@@ -194,7 +194,7 @@ class Holdings:
 
 # -- the tools --------------------------------------------------------------------------------
 
-_ID = {"type": "string", "minLength": 1, "maxLength": 100}
+_ID = {"type": "string"}  # the board says what an id may be (a 422 the model reads)
 _TTL = {"type": "number", "minimum": 1, "maximum": 86400, "description": f"lease seconds, default {DEFAULT_TTL:g}"}
 _ANY_BUT_NULL = {"not": {"type": "null"}}
 
@@ -227,7 +227,15 @@ def create_tasks(holdings: Holdings, tasks: list[dict[str, Any]]) -> dict[str, A
 
 def _held(holdings: Holdings, lease: Lease) -> dict[str, Any]:
     job = holdings.take(lease)
-    return {"task": brief(job.task)}
+    answer: dict[str, Any] = {"task": brief(job.task)}
+    # The claim's hand-offs: the dependencies' results, what earlier attempts and staff wrote.
+    if lease.inputs:
+        answer["inputs"] = lease.inputs
+    if lease.inputs_omitted:
+        answer["inputs_omitted"] = lease.inputs_omitted
+    if lease.notes:
+        answer["notes"] = [{k: note[k] for k in ("text", "author", "attempt")} for note in lease.notes]
+    return answer
 
 
 def claim(holdings: Holdings, task_id: str | None = None, queue: str | None = None,
@@ -275,6 +283,11 @@ def complete(holdings: Holdings, task_id: str, result: Any = None, next: bool = 
     lease = claimed[0] if claimed else None
     answer["next"] = None if lease is None else _held(holdings, lease)["task"]
     return answer
+
+
+def add_note(holdings: Holdings, task_id: str, text: str) -> dict[str, Any]:
+    note = holdings.use(task_id, lambda job: job.note(text))
+    return {"note": {k: note[k] for k in ("id", "attempt", "at")}}
 
 
 def fail(holdings: Holdings, task_id: str, error: str, retryable: bool = True) -> dict[str, Any]:
@@ -368,6 +381,10 @@ TOOLS: dict[str, ToolSpec] = {spec.name: spec for spec in (
              "task (in queue).",
              _schema(("task_id",), task_id=_ID, result={}, next={"type": "boolean"}, queue={"type": "string"}),
              complete),
+    ToolSpec("add_note", "Note a task you hold for its next holders (a claim carries its notes, and its "
+             "deps' results as inputs).",
+             _schema(("task_id", "text"), task_id=_ID, text={"type": "string"}),
+             add_note),
     ToolSpec("fail", "Fail a task you hold. retryable (default true): queued again after a backoff while "
              "attempts remain; false: FAILED for good.",
              _schema(("task_id", "error"), task_id=_ID, error={"type": "string", "minLength": 1},

@@ -21,7 +21,8 @@ from django.utils import timezone
 
 from board import agent_keys
 from board.engine import selectors, transitions
-from board.models import Task, TaskEvent
+from board.engine.limits import MAX_NOTES_PER_TASK
+from board.models import Task, TaskEvent, TaskNote
 from taskflow_client import (
     Blocked,
     Client,
@@ -31,6 +32,7 @@ from taskflow_client import (
     Lease,
     LeaseLost,
     NotFound,
+    NotesFull,
     Taken,
     TaskflowError,
     Terminal,
@@ -306,6 +308,36 @@ def test_every_error_code_maps_to_its_class(board_server, alice, bob, keys):
     exc = refused(TooLarge, lambda: alice.create({"title": "big", "payload": "x" * 300_000}))
     assert exc.status == 413
     assert lease.complete({"still": "mine"})["stage"] == "COMPLETED"  # none of that changed anything
+
+
+def test_a_claim_hands_over_inputs_and_notes(alice, bob, op):
+    alice.create([{"id": "fetch", "title": "fetch"}, {"id": "parse", "title": "parse", "deps": ["fetch"],
+                                                       "max_retries": 2}])
+    alice.claim("fetch", 30).complete({"pages": 3})
+    with alice.hold(30) as job:
+        assert (job.task_id, job.inputs, job.notes) == ("parse", {"fetch": {"pages": 3}}, [])
+        mine = job.note("tables break the parser")
+        assert (mine["author"], mine["by_holder"], mine["attempt"], mine["fence"]) == ("alice", True, 1, 1)
+        job.fail("the parser crashed")
+    staff = op.add_note("parse", "try the html5 parser")
+    assert (staff["author"], staff["by_holder"]) == ("op", False)
+    with pytest.raises(Forbidden):  # an agent without the token is not staff
+        bob.add_note("parse", "hi")
+    end_backoff("parse")
+    lease = bob.claim_next(30)
+    assert lease.task_id == "parse" and lease.inputs == {"fetch": {"pages": 3}} and lease.inputs_omitted == []
+    assert [(n["text"], n["author"]) for n in lease.notes] == [
+        ("tables break the parser", "alice"), ("try the html5 parser", "op")]
+    lease.renew()
+    assert len(lease.notes) == 2  # a renew keeps what the claim handed over
+    assert bob.notes("parse") == lease.notes
+    TaskNote.objects.bulk_create([TaskNote(task_id="parse", text="n", author="op", at=timezone.now())
+                                  for _ in range(MAX_NOTES_PER_TASK - 2)])
+    Task.objects.filter(pk="parse").update(notes_count=MAX_NOTES_PER_TASK)
+    with pytest.raises(NotesFull) as full:
+        lease.note("one more")
+    assert (full.value.status, full.value.code) == (409, "notes_full")
+    lease.complete({})
 
 
 @contextlib.contextmanager

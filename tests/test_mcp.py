@@ -36,7 +36,7 @@ board_server = live_server.board_server  # the module's real server (a fixture),
 
 AGENT = "mcp-agent"
 TOOL_NAMES = {"create_tasks", "claim", "checkpoint", "complete", "fail", "pause", "resume", "release",
-              "snooze", "get_task", "list_ready", "list_queues", "problems"}
+              "snooze", "get_task", "list_ready", "list_queues", "problems", "add_note"}
 WAIT = 15.0  # deadline for conditions that take a heartbeat or two
 
 
@@ -141,8 +141,12 @@ def test_tools_then_the_full_cycle_plan_claim_checkpoint_complete_fail_and_retry
     done = session.ok("complete", {"task_id": "fetch", "result": {"pages": 3}})["task"]
     assert (done["stage"], done["result"]) == ("COMPLETED", {"pages": 3})
 
-    second = session.ok("claim", {"ttl_seconds": 30})["task"]
+    claimed = session.ok("claim", {"ttl_seconds": 30})
+    second = claimed["task"]
     assert (second["id"], second["stage"], second["fence"]) == ("parse", "RUNNING", 1)
+    assert claimed["inputs"] == {"fetch": {"pages": 3}}  # its dependency's result, handed over
+    noted = session.ok("add_note", {"task_id": "parse", "text": "the parser chokes on tables"})["note"]
+    assert noted["attempt"] == 1
     failed = session.ok("fail", {"task_id": "parse", "error": "the parser crashed"})["task"]
     assert (failed["stage"], failed["attempts"], failed["error"]) == ("QUEUED", 1, "the parser crashed")
     assert failed["not_before"]  # backing off: not claimable yet
@@ -153,8 +157,11 @@ def test_tools_then_the_full_cycle_plan_claim_checkpoint_complete_fail_and_retry
     assert ready["held_by_you"] == []
 
     end_backoff("parse")  # the backoff has passed (written into the row)
-    again = session.ok("claim", {"ttl_seconds": 30})["task"]
+    claimed = session.ok("claim", {"ttl_seconds": 30})
+    again = claimed["task"]
     assert (again["id"], again["stage"], again["attempts"], again["fence"]) == ("parse", "RUNNING", 2, 2)
+    # The next attempt reads what the last one wrote.
+    assert claimed["notes"] == [{"text": "the parser chokes on tables", "author": AGENT, "attempt": 1}]
     session.ok("complete", {"task_id": "parse", "result": {"rows": 7}})
 
     shown = session.ok("get_task", {"task_id": "parse"})
