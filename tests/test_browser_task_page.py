@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from board.engine import selectors, transitions
+from board.engine import handoffs, selectors, transitions
 from board.engine.transitions import TaskSpec
 from tests.support import end_backoff, sqlite_db_mark
 from tests.test_browser import SLOW, browser, open_page, orm, server  # noqa: F401  (fixtures)
@@ -28,6 +28,8 @@ pytestmark = [pytest.mark.browser, *sqlite_db_mark()]
 SHOTS = Path(__file__).resolve().parent.parent / "docs" / "screenshots"
 TRACEBACK = 'Traceback (most recent call last):\n  File "loader.py", line 88, in load_rows\nValueError: bad row 17'
 RENEWS = 8
+HOLDER_NOTE = "row 17 has a stray quote; skipping it would break the totals"
+STAFF_NOTE = "fixed upstream: load from row 1 again"
 
 
 def plan():
@@ -44,8 +46,10 @@ def plan():
     lease = transitions.claim("mid", "agent-2", 60).lease
     for _ in range(RENEWS):
         transitions.renew("mid", lease.token, 60)
+    transitions.add_note("mid", HOLDER_NOTE, author="agent-2", token=lease.token)
     transitions.fail("mid", lease.token, "ValueError: bad row 17\n  File \"loader.py\", line 88", traceback=TRACEBACK)
     transitions.requeue("mid", actor="ops-1", reset_attempts=True, reason="row 17 fixed upstream")
+    transitions.add_note("mid", STAFF_NOTE, author="ops-1")  # between the attempts
     end_backoff("mid")
     lease = transitions.claim("mid", "agent-3", 60).lease
     transitions.renew("mid", lease.token, 60)
@@ -74,6 +78,12 @@ def test_the_task_page_shows_the_whole_task_deps_both_ways_attempts_and_collapse
     expect(move).to_contain_text("attempts reset")
     expect(move.locator("q")).to_have_text("row 17 fixed upstream")
     expect(attempts.locator(".attempt").nth(0)).to_contain_text(f"{RENEWS} heartbeats")
+    # Notes (issue 32, item 4): the holder's in its attempt, staff's between the attempts.
+    expect(attempts.locator(".attempt").nth(0).locator(".note")).to_contain_text(f"note by agent-2 (holder)")
+    expect(attempts.locator(".attempt").nth(0).locator(".note-text")).to_have_text(HOLDER_NOTE)
+    expect(attempts.locator("ol > li.note .note-text")).to_have_text(STAFF_NOTE)
+    assert attempts.locator("ol > li").evaluate_all("items => items.map(i => i.className)") == [
+        "attempt", "operator-move", "note", "attempt"]
     assert page.locator("dt", has_text="attempts").count() == 0
     # Item 8: no "last error" on a COMPLETED task; the traceback once, folded.
     assert page.locator("dt", has_text="last error").count() == 0
@@ -158,6 +168,7 @@ def test_the_details_panel_counts_attempts_once_and_links_to_the_full_page(open_
     # Item 7: one count (no "attempts 1 of 1" beside "Attempts (2)"), the operator's move with its reason.
     assert details.locator("dt", has_text="attempts").count() == 0
     expect(details.locator('.operator-move[data-verb="requeue"] q')).to_have_text("row 17 fixed upstream")
+    expect(details.locator(".attempt .note-text")).to_have_text(HOLDER_NOTE)
     # Item 8: no "last error" on a COMPLETED task, the traceback once (folded).
     assert details.locator("dt", has_text="last error").count() == 0
     assert details.evaluate("e => e.textContent.split('in load_rows').length - 1") == 1
@@ -169,12 +180,28 @@ def test_the_details_panel_counts_attempts_once_and_links_to_the_full_page(open_
     expect(page.locator("#task-page .details-title")).to_have_text("mid: load the rows", timeout=SLOW)
 
 
+def test_staff_add_a_note_from_the_task_page_and_the_holder_gets_it(open_page, orm):
+    orm(transitions.create, TaskSpec(id="n1", title="takes notes"))
+    page = open_page("/board/task/n1")
+    expect(page.locator(".attempts")).to_contain_text("Not claimed yet.")
+    page.locator(".note-form textarea").fill("use the EU endpoint")
+    page.get_by_role("button", name="Add note").click()
+    expect(page.locator("#message")).to_contain_text("note added to n1")
+    expect(page.locator(".attempts li.note .note-text")).to_have_text("use the EU endpoint", timeout=SLOW)
+    expect(page.locator(".note-form textarea")).to_have_value("")
+    claim = orm(transitions.claim_next, "agent-1", 60)
+    handed = orm(lambda: handoffs.for_claim(claim.task, []))
+    assert [(n["text"], n["author"], n["by_holder"]) for n in handed["notes"]] == [
+        ("use the EU endpoint", page.username, False)]
+
+
 def test_a_viewer_sees_the_task_page_without_actions(open_page, orm):
     orm(lambda: transitions.create(TaskSpec(id="p1", title="private")))
     page = open_page("/board/task/p1", superuser=False)  # board.view_task, not board.intervene
     expect(page.locator(".details-title")).to_have_text("p1: private")
     expect(page.locator(".details-body")).to_contain_text("QUEUED")
     expect(page.locator(".details-actions button")).to_have_count(0)
+    assert page.locator(".note-form").count() == 0  # a note without a token is staff's
 
 
 @pytest.mark.parametrize("name,width,height,scheme", [

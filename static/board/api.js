@@ -110,6 +110,19 @@ export async function loadHistory(id) {
   return items;
 }
 
+/** GET /api/tasks/{id}/notes: every note of the task, oldest first (at most 100). */
+export async function loadNotes(id) {
+  const response = await fetch(`/api/tasks/${encodeURIComponent(id)}/notes`, { credentials: "same-origin" });
+  if (!response.ok) throw new Error(`notes: HTTP ${response.status}`);
+  return (await response.json()).items;
+}
+
+/** POST /api/tasks/{id}/notes as staff (no token: the server wants board.intervene). Resolves as
+ * sendJson. */
+export async function addNote(id, text) {
+  return sendJson("POST", `/api/tasks/${encodeURIComponent(id)}/notes`, { text });
+}
+
 function csrfToken() {
   const match = document.cookie.match(/(?:^|;\s*)csrftoken=([^;]+)/);
   return match ? decodeURIComponent(match[1]) : "";

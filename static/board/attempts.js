@@ -4,8 +4,10 @@
 // and how it ended, with that failure's own error and traceback (kept in its history row), the
 // error shown once (its first line; the traceback folded). Operators' moves between attempts
 // (a requeue, an admit, a cancel, an edit) are entries of the timeline too, with who made them
-// and their reason. details.js and taskpage.js call renderAttempts(events, task) with the
-// history they loaded.
+// and their reason. Notes on the task (GET /api/tasks/<id>/notes: its holders' and staff's) sit in
+// the attempt whose lease they were written under (same fence, before it ended), else in the
+// timeline at their time. details.js and taskpage.js call renderAttempts(events, task, notes)
+// with what they loaded.
 
 import { el } from "./page.js";
 import { errorNodes, isOperatorMove, operatorWords } from "./timeline.js";
@@ -26,6 +28,10 @@ const STYLE = `
 .attempts .attempt-budget { color: var(--muted, #6b7280); font-size: 12px; margin: 0 0 4px; }
 .attempts .operator-move { border-left: 4px dashed var(--todo, #a33a00); padding: 2px 8px; margin: 0 0 6px; font-size: 12px; }
 .attempts .operator-move q { display: block; }
+.attempts .note { border-left: 4px dotted var(--muted, #6b7280); padding: 2px 8px; margin: 2px 0 6px; font-size: 12px; }
+.attempt .note { border-left: none; padding: 0; margin: 4px 0 0; }
+.note .note-text { display: block; white-space: pre-wrap; overflow-wrap: anywhere; font-size: 13px; }
+.note .note-meta { color: var(--muted, #6b7280); }
 `;
 const style = document.createElement("style");
 style.textContent = STYLE;
@@ -114,8 +120,31 @@ function moveItem(m) {
   return li;
 }
 
-export function renderAttempts(events, task) {
-  const { attempts, timeline } = attemptsOf(events || [], task);
+/** Put each note in the attempt it was written in (same fence, not after the attempt ended),
+ * or, when none, in the timeline at its time. */
+function placeNotes(timeline, attempts, notes) {
+  for (const a of attempts) a.notes = [];
+  const loose = [];
+  for (const n of notes || []) {
+    const home = attempts.find((a) => a.fence === n.fence && (a.to === null || new Date(n.at) <= new Date(a.to)));
+    if (home) home.notes.push(n);
+    else loose.push({ looseNote: true, at: n.at, note: n });
+  }
+  const when = (item) => new Date(item.looseNote || item.move ? item.at : item.from).getTime();
+  return loose.length ? [...timeline, ...loose].sort((x, y) => when(x) - when(y)) : timeline;
+}
+
+function noteItem(n, tag = "li") {
+  const item = el(tag, "note");
+  item.append(el("span", "note-meta", `note by ${n.author}${n.by_holder ? " (holder)" : ""} · ${new Date(n.at).toLocaleString()}`),
+    el("span", "note-text", n.text));
+  return item;
+}
+
+export function renderAttempts(events, task, notes = []) {
+  const parts = attemptsOf(events || [], task);
+  const attempts = parts.attempts;
+  const timeline = placeNotes(parts.timeline, attempts, notes);
   const section = el("section", "attempts");
   section.setAttribute("aria-label", "Attempts");
   section.append(el("h3", null, `Attempts (${attempts.length})`));
@@ -144,6 +173,10 @@ export function renderAttempts(events, task) {
       list.append(moveItem(a));
       continue;
     }
+    if (a.looseNote) {
+      list.append(noteItem(a.note));
+      continue;
+    }
     const li = el("li", "attempt");
     li.dataset.outcome = a.outcome;
     li.dataset.fence = String(a.fence);
@@ -163,6 +196,7 @@ export function renderAttempts(events, task) {
     if (a.note) outcome.append(` · ${a.note}`);
     li.append(outcome);
     li.append(...errorNodes(a.error, a.traceback, "attempt-error", "attempt-traceback"));
+    for (const n of a.notes) li.append(noteItem(n, "div"));
     list.append(li);
   }
   section.append(list);

@@ -8,7 +8,7 @@
 
 import { adminUrl, el, frameBatcher, taskPageUrl } from "./page.js";
 import { depDone, getTask, subscribe, unfinishedDeps } from "./store.js";
-import { loadHistory, loadTask } from "./api.js";
+import { loadHistory, loadNotes, loadTask } from "./api.js";
 import { closeTask, openTask, openTaskId, subscribeView } from "./view.js";
 import { cardOf } from "./render.js";
 import { act, actionsFor, onActed } from "./actions.js";
@@ -115,14 +115,16 @@ async function loadFull(id, key) {
 async function showHistory(id, key) {
   const list = details.querySelector(".history");
   let items;
+  let notes;
   try {
-    items = await loadHistory(id);
+    // The notes beside the history: a card does not say whether its task has any.
+    [items, notes] = await Promise.all([loadHistory(id), loadNotes(id)]);
   } catch (err) {
     if (historyFor === key) list.replaceChildren(el("li", "error", String(err.message || err)));
     return;
   }
   if (historyFor !== key) return; // another task (or version) is shown now
-  details.querySelector(".attempts-slot").replaceChildren(renderAttempts(items, getTask(id)));
+  details.querySelector(".attempts-slot").replaceChildren(renderAttempts(items, getTask(id), notes));
   list.replaceChildren(...historyItems(items)); // renews collapsed, reasons as text (timeline.js)
 }
 

@@ -5,12 +5,14 @@
 //   attempts.js    the attempt timeline     (GET /api/tasks/<id>/events, every page)
 //   timeline.js    the history, renews collapsed, paged here (HISTORY_PAGE rows a page)
 //   actions.js     which operator buttons the stage has (the lifecycle's moves, board.intervene)
+//   notes          in the attempt timeline (GET /api/tasks/<id>/notes, when the task has any);
+//                  staff add one with the form under it (POST, no token: board.intervene)
 // An action is sent with the version shown (api.js sendAction); Cancel asks first, listing the
 // tasks it would strand (the server's list, down the chain). The page reads the task again every
 // few seconds while it is visible and redraws when its version moved.
 
 import { askReason, el, showMessage } from "./page.js";
-import { loadHistory, loadTask, sendAction } from "./api.js";
+import { addNote, loadHistory, loadNotes, loadTask, sendAction } from "./api.js";
 import { actionsFor, confirmed, refusalText, withReason } from "./actions.js";
 import { renderAttempts } from "./attempts.js";
 import { historyItems } from "./timeline.js";
@@ -105,13 +107,15 @@ function drawHistoryPage() {
 
 async function drawHistory(task) {
   let events;
+  let notes = [];
   try {
     events = await loadHistory(taskId);
+    if (task.notes_count) notes = await loadNotes(taskId);
   } catch (err) {
     root.querySelector(".history").replaceChildren(el("li", "error", String(err.message || err)));
     return;
   }
-  root.querySelector(".attempts-slot").replaceChildren(renderAttempts(events, task));
+  root.querySelector(".attempts-slot").replaceChildren(renderAttempts(events, task, notes));
   const atNewest = pageEnd === rows.length;
   rows = historyItems(events);
   if (atNewest || pageEnd > rows.length) pageEnd = rows.length; // the newest page, unless paging back
@@ -129,7 +133,8 @@ async function refresh(force = false) {
       showMessage(`task ${taskId} is gone (pruned)`, "error");
       return;
     }
-    if (force || !shown || loaded.task.version !== shown.version) {
+    // A note moves no version: its count tells.
+    if (force || !shown || loaded.task.version !== shown.version || loaded.task.notes_count !== shown.notes_count) {
       drawTask(loaded.task);
       await drawHistory(loaded.task);
     }
@@ -149,6 +154,21 @@ if (taskId) {
     pageEnd = Math.min(rows.length, pageEnd + HISTORY_PAGE);
     drawHistoryPage();
   });
+  const noteForm = root.querySelector(".note-form");
+  if (noteForm) {
+    noteForm.addEventListener("submit", async (event) => {
+      event.preventDefault();
+      const box = noteForm.querySelector("textarea");
+      const sent = await addNote(taskId, box.value);
+      if (sent.ok) {
+        box.value = "";
+        showMessage(`note added to ${taskId}`);
+      } else {
+        showMessage(`could not add the note: ${(sent.body && sent.body.error && sent.body.error.message) || sent.status}`, "error");
+      }
+      await refresh(true);
+    });
+  }
   refresh(true);
   setInterval(() => { if (!document.hidden) refresh(); }, REFRESH_MS);
 }
