@@ -85,11 +85,9 @@ class BoardContract:
 
     alias: str
     hot_path: str = "auto"
-    # Rounds of each race (a slower test server may run fewer: its subclass says why).
+    # Rounds of each race (a slower test server, or a store's second engine path, may run fewer:
+    # its subclass says why).
     rounds: int = ROUNDS
-    # The ORM path of a store whose statements another class runs: a race whose code is the
-    # same on both paths (a note has no statement) runs a few rounds here.
-    second_path: bool = False
     # What a racer gets from a store whose task table is gone: SQL stores fail the statement.
     missing_table_fault: type[Exception] = DatabaseError
 
@@ -1440,9 +1438,7 @@ class BoardContract:
         back (in one transaction), so the next round starts 4 short again."""
         a = self.alias
         room = 4
-        # A note is written by the ORM on every engine path (it has no hand-written statement):
-        # the ORM-path classes run the same code again, so a few rounds there.
-        rounds = self.rounds // 8 if self.second_path else self.rounds
+        rounds = self.rounds
         self.new("noted")
         held = self.claim("noted", "holder")
         with stores.store(a).write_transaction():
@@ -1784,12 +1780,15 @@ class TestSQLiteBoard(BoardContract):
 
 
 class TestSQLiteOrmBoard(BoardContract):
-    """SQLite on the ORM path."""
+    """SQLite on the ORM path. Not the path the store serves (its statements are: the class above
+    runs each race 200 rounds); the path MongoDB runs (tests/mongodb) and settings.TASKFLOW's
+    HOT_PATH "orm" fallback. A quarter of the rounds: these races cost the most of the suite
+    (the ORM path makes more queries a move), and CI's time is bounded."""
 
     pytestmark = sqlite_db_mark()
     alias = "default"
     hot_path = "orm"
-    second_path = True
+    rounds = ROUNDS // 4
 
 
 class TestPostgresBoard(BoardContract):
@@ -1841,9 +1840,12 @@ class TestPostgresBoard(BoardContract):
 
 
 class TestPostgresOrmBoard(BoardContract):
-    """PostgreSQL on the ORM path."""
+    """PostgreSQL on the ORM path. Not the path the store serves (its statements are: the class above
+    runs each race 200 rounds); the path MongoDB runs (tests/mongodb) and settings.TASKFLOW's
+    HOT_PATH "orm" fallback. A quarter of the rounds: these races cost the most of the suite
+    (the ORM path makes more queries a move), and CI's time is bounded."""
 
     pytestmark = postgres_db_mark()
     alias = "postgres"
     hot_path = "orm"
-    second_path = True
+    rounds = ROUNDS // 4
