@@ -48,6 +48,10 @@ class Task(models.Model):
     # (board/migrations/0020_task_tags).
     # Nullable: rows written by plain SQL (the benchmarks' seeds) name no tags; read as none.
     tags = models.JSONField(default=list, blank=True, null=True, help_text="Labels to find the task by (tag:NAME).")
+    # Run again as new (transitions.replay): the finished task this one copies. A plain id, not
+    # a foreign key: the original may be pruned before its copy.
+    replay_of = models.CharField(max_length=100, null=True, blank=True, editable=False,
+                                 help_text="The finished task this one was run again from.")
     claim_rank = models.FloatField(default=0.0, db_default=0.0, editable=False,
                                    help_text="Claimed lowest first: its turn (Unix seconds) minus priority x 60 s.")
 
@@ -127,6 +131,9 @@ class Task(models.Model):
             # a task without one costs no write (`>= ''`: every string, as MongoDB's partial
             # indexes take comparisons).
             models.Index(fields=["rate_key"], name="task_rate_key", condition=models.Q(rate_key__gte="")),
+            # A task's replays (search replay_of:ID, its page's "run again as" list). Partial: a
+            # task that is no replay costs no write.
+            models.Index(fields=["replay_of"], name="task_replay_of", condition=models.Q(replay_of__gte="")),
             models.Index(fields=["owner"], name="task_owner"),
             # the admin's list: most recently updated first, and its queue filter.
             models.Index(fields=["-updated_at"], name="task_recent"),

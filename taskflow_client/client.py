@@ -1094,6 +1094,18 @@ class Client:
         `LeaseLost`)."""
         return self.request("POST", self._path("tasks", task_id, "cancel"), self._operator_body(version, reason))
 
+    def replay(self, task_id: str, *, payload: Any = None, new_id: str | None = None) -> dict[str, Any]:
+        """Operator: run a finished (COMPLETED, FAILED or CANCELLED) task again as a new task, a
+        copy of it (its payload, dependencies and settings; `payload` instead when given) whose
+        ``replay_of`` names it; ``new_id`` names the copy (else generated). Returns the new
+        task. `InvalidTransition` for a task that has not finished."""
+        body: dict[str, Any] = {}
+        if payload is not None:
+            body["payload"] = payload
+        if new_id is not None:
+            body["id"] = new_id
+        return self.request("POST", self._path("tasks", task_id, "replay"), body)
+
     # -- queues (flow control) ---------------------------------------------------------------
 
     def queues(self) -> builtins.list[dict[str, Any]]:

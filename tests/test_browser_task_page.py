@@ -101,8 +101,8 @@ def test_the_task_page_shows_the_whole_task_deps_both_ways_attempts_and_collapse
     assert verbs == ["create", "admit", "claim", "renew", "fail", "requeue", "claim", "renew", "complete"] or \
         verbs == ["create", "claim", "renew", "fail", "requeue", "claim", "renew", "complete"], verbs
     expect(page.locator('.history li.history-operator[data-verb="requeue"] q')).to_have_text("row 17 fixed upstream")
-    # No action on a finished task; an admin link and the board's link.
-    expect(page.locator(".details-actions button")).to_have_count(0)
+    # No move on a finished task but running it again as new; an admin link and the board's link.
+    expect(page.locator(".details-actions button")).to_have_text(["Run again as new"])
     expect(page.locator("a.board-link")).to_have_attribute("href", "/board/?task=mid")
     expect(page.locator("a.details-admin")).to_have_attribute("href", "/admin/board/task/mid/change/")
 
@@ -193,6 +193,25 @@ def test_staff_add_a_note_from_the_task_page_and_the_holder_gets_it(open_page, o
     handed = orm(lambda: handoffs.for_claim(claim.task, []))
     assert [(n["text"], n["author"], n["by_holder"]) for n in handed["notes"]] == [
         ("use the EU endpoint", page.username, False)]
+
+
+def test_run_again_as_new_opens_the_copy_linked_both_ways(open_page, orm):
+    def failed():
+        transitions.create(TaskSpec(id="r1", title="flaky", max_retries=0, payload={"n": 1}))
+        transitions.fail("r1", transitions.claim("r1", "agent-1", 60).lease.token, "boom")
+
+    orm(failed)
+    page = open_page("/board/task/r1")
+    expect(page.locator(".stage-chip")).to_have_text("FAILED")
+    page.locator('button[data-verb="replay"]').click()
+    expect(page.locator(".stage-chip")).to_have_text("QUEUED", timeout=SLOW)  # the copy's page
+    copy_id = page.url.rsplit("/", 1)[-1]
+    assert copy_id != "r1"
+    expect(page.locator("a.replay-of")).to_have_text("r1")
+    expect(page.locator(".details-body")).to_contain_text('"n": 1')
+    page.locator("a.replay-of").click()
+    expect(page.locator(".replays")).to_have_text(f"Run again as: {copy_id}", timeout=SLOW)
+    assert orm(lambda: selectors.get_task(copy_id).replay_of) == "r1"
 
 
 def test_a_viewer_sees_the_task_page_without_actions(open_page, orm):

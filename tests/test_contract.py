@@ -22,7 +22,7 @@ from django.db import DatabaseError, IntegrityError, connections, transaction
 from django.forms.models import model_to_dict
 from django.utils import timezone
 
-from board.engine import contract, errors, fairness, flow, handoffs, selectors, stores, transitions
+from board.engine import contract, errors, fairness, flow, handoffs, search, selectors, stores, transitions
 from board.engine.contract import DjangoBoard
 from board.engine.lifecycle import Stage
 from board.engine.transitions import TaskSpec
@@ -1462,6 +1462,59 @@ class BoardContract:
                     Task.objects.using(a).filter(pk="noted").update(notes_count=MAX_NOTES_PER_TASK - room)
         assert seen["problems"] == [] and seen["reads"] > 0
         transitions.complete("noted", held.lease.token, {}, using=a)
+
+    # -- run again as new (issue 33, item 5) ----------------------------------------------------
+
+    def test_a_finished_task_runs_again_as_a_linked_copy(self):
+        a = self.alias
+        self.new("dep")
+        transitions.complete("dep", self.claim("dep").lease.token, {"rows": 3}, using=a)
+        self.new("orig", deps=("dep",), payload={"url": "x"}, queue="crawl", priority=4, max_retries=1,
+                 concurrency_key="site", rate_key="api", fairness_key="plan-1", tags=["nightly"],
+                 attempt_timeout_seconds=600, dedup_key="orig-key")
+        transitions.fail("orig", self.claim("orig").lease.token, "boom", retryable=False, using=a)
+        before = row("orig", a)
+        copy = transitions.replay("orig", actor="ops", new_id="orig-2", using=a)
+        assert row("orig", a) == before  # the original is not touched
+        assert (copy.pk, copy.stage, copy.replay_of, copy.attempts, copy.dedup_key) == ("orig-2", Stage.QUEUED, "orig", 0, None)
+        for name in ("title", "payload", "queue", "priority", "max_retries", "concurrency_key", "rate_key",
+                     "fairness_key", "tags", "attempt_timeout_seconds"):
+            assert getattr(copy, name) == before[name], name
+        assert selectors.deps_of_task(copy, using=a) == ["dep"]
+        created = TaskEvent.objects.using(a).get(task_id="orig-2")
+        assert (created.verb, created.actor, created.detail) == ("create", "ops", {"replay_of": "orig"})
+        # Its claim hands over the same inputs; its replays are found by search.
+        claim = self.claim("orig-2")
+        assert handoffs.for_claim(claim.task, ["dep"], using=a)["inputs"] == {"dep": {"rows": 3}}
+        transitions.complete("orig-2", claim.lease.token, {}, using=a)
+        other = transitions.replay("orig", actor="ops", payload={"url": "y"}, using=a)
+        assert (other.payload, other.replay_of) == ({"url": "y"}, "orig")
+        found = Task.objects.using(a).filter(search.parse('replay_of:orig').q(a)).order_by("created_at", "pk")
+        assert sorted(found.values_list("pk", flat=True)) == sorted(["orig-2", other.pk])
+        transitions.cancel(other.pk, actor="ops", using=a)
+
+    def test_an_unfinished_task_or_one_that_waits_for_a_dead_end_does_not_run_again(self):
+        a = self.alias
+        self.new("queued")
+        self.new("running")
+        held = self.claim("running")
+        self.new("dead")
+        transitions.cancel("dead", actor="ops", using=a)
+        self.new("stuck", deps=("dead",))
+        transitions.cancel("stuck", actor="ops", using=a)
+        before = db_state(a)
+        for task_id in ("queued", "running"):
+            with pytest.raises(errors.InvalidTransition):
+                transitions.replay(task_id, actor="ops", using=a)
+        with pytest.raises(errors.InvalidTransition) as refused:
+            transitions.replay("stuck", actor="ops", using=a)
+        assert refused.value.field == "deps" and "dead" in refused.value.message
+        with pytest.raises(errors.NotFound):
+            transitions.replay("nope", actor="ops", using=a)
+        with pytest.raises(errors.DuplicateId):
+            transitions.replay("dead", actor="ops", new_id="queued", using=a)
+        assert db_state(a) == before
+        transitions.complete("running", held.lease.token, {}, using=a)
 
     # -- several moves in one call (issue 34): a finishing move and the next claim, batches ------
 

@@ -316,6 +316,8 @@ class TaskOut(Schema):
     dedup_key: Optional[str] = Field(None, description="while this task is live, a create with this key returns it")
     fairness_key: Optional[str] = Field(None, description="tasks of different keys take turns among equal priorities")
     tags: list[str] = Field(..., description="labels to find the task by (search: tag:NAME)")
+    replay_of: Optional[str] = Field(None, description="the finished task this one was run again from "
+                                                       "(POST /api/tasks/{id}/replay); its replays: search replay_of:ID")
     claim_rank: float = Field(..., description="the line's order: claims take the lowest first (its turn, Unix seconds, "
                                                "minus priority x 60 s; then id)")
     queue_timeout_seconds: Optional[int] = Field(None, description="FAILED when QUEUED and claimable this long")
@@ -326,6 +328,11 @@ class TaskOut(Schema):
         None, description="when a renew last changed progress or saved a checkpoint (or a pause saved one)")
     notes_count: int = Field(0, description="notes on the task (GET /api/tasks/{id}/notes)")
     hold: bool = Field(..., description="on_hold's former name (the same value)", json_schema_extra={"deprecated": True})
+
+
+class ReplayIn(StrictIn):
+    id: Optional[str] = Field(None, pattern=TASK_ID_PATTERN, description="the new task's id (default: generated)")
+    payload: JsonValue = Field(None, description="the new task's payload (default: the original's)")
 
 
 class NoteOut(Schema):

@@ -38,10 +38,10 @@ from board.engine.stores import store
 # `"tag"` in the list's JSON text, which these characters cannot fake).
 TAG_PATTERN = rf"^[A-Za-z0-9][A-Za-z0-9._:/-]{{0,{MAX_TAG_CHARS - 1}}}$"
 TAG_RE = re.compile(TAG_PATTERN)
-GLOB_FIELDS = {"queue": "queue", "owner": "owner", "id": "id"}
+GLOB_FIELDS = {"queue": "queue", "owner": "owner", "id": "id", "replay_of": "replay_of"}
 AGES = {"created": "created_at", "updated": "updated_at"}
 JSON_FIELDS = ("payload", "result")
-QUALIFIERS = ("tag", "queue", "owner", "id", "stage", "error", "created", "updated", "payload.PATH", "result.PATH")
+QUALIFIERS = ("tag", "queue", "owner", "id", "replay_of", "stage", "error", "created", "updated", "payload.PATH", "result.PATH")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _TOKEN = re.compile(r'\s*(?:([A-Za-z][A-Za-z0-9_.-]*):)?("([^"]*)"|[^\s"]+)')
 _PATH_KEY = re.compile(r"^[A-Za-z0-9_-]{1,100}$")

@@ -110,6 +110,15 @@ export async function loadHistory(id) {
   return items;
 }
 
+/** The ids of the tasks run again from task `id` (GET /api/tasks?search=replay_of:ID), oldest
+ * first, at most 20. */
+export async function loadReplays(id) {
+  const search = encodeURIComponent(`replay_of:"${id}"`);
+  const response = await fetch(`/api/tasks?search=${search}&limit=20`, { credentials: "same-origin" });
+  if (!response.ok) throw new Error(`replays: HTTP ${response.status}`);
+  return (await response.json()).items.map((t) => t.id);
+}
+
 /** GET /api/tasks/{id}/notes: every note of the task, oldest first (at most 100). */
 export async function loadNotes(id) {
   const response = await fetch(`/api/tasks/${encodeURIComponent(id)}/notes`, { credentials: "same-origin" });

@@ -29,6 +29,15 @@ export function taskFields(task, deps) {
   field(dl, "place in line", `${new Date(task.claim_rank * 1000).toLocaleString()}` +
     (task.fairness_key ? ` (fairness key ${task.fairness_key})` : ""));
   if (task.tags && task.tags.length) field(dl, "tags", task.tags.join(", "));
+  if (task.replay_of) {
+    // Run again as new from a finished task: a link to it.
+    dl.append(el("dt", null, "run again from"));
+    const dd = el("dd");
+    const link = el("a", "replay-of", task.replay_of);
+    link.href = `/board/task/${encodeURIComponent(task.replay_of)}`;
+    dd.append(link);
+    dl.append(dd);
+  }
   field(dl, "fence", String(task.fence));
   if (task.lease_expires_at) field(dl, "lease until", new Date(task.leaseExpiresMs).toLocaleString());
   if (task.not_before) field(dl, "not before", new Date(task.not_before).toLocaleString());

@@ -11,8 +11,8 @@
 // tasks it would strand (the server's list, down the chain). The page reads the task again every
 // few seconds while it is visible and redraws when its version moved.
 
-import { askReason, el, showMessage } from "./page.js";
-import { addNote, loadHistory, loadNotes, loadTask, sendAction } from "./api.js";
+import { askReason, CAN_INTERVENE, el, showMessage } from "./page.js";
+import { addNote, loadHistory, loadNotes, loadReplays, loadTask, sendAction } from "./api.js";
 import { actionsFor, confirmed, refusalText, withReason } from "./actions.js";
 import { renderAttempts } from "./attempts.js";
 import { historyItems } from "./timeline.js";
@@ -59,7 +59,44 @@ function drawActions(task) {
       buttons.push(el("span", "action-note", why));
     }
   }
+  if (CAN_INTERVENE && FINISHED.has(task.stage)) {
+    const again = el("button", "action", "Run again as new");
+    again.type = "button";
+    again.dataset.verb = "replay";
+    again.title = "Create a copy of this task (same payload, dependencies and settings), linked to this one";
+    again.addEventListener("click", replay);
+    buttons.push(again);
+  }
   root.querySelector(".details-actions").replaceChildren(...buttons);
+}
+
+// A finished task runs again as a new one (POST /api/tasks/<id>/replay): its page opens.
+const FINISHED = new Set(["COMPLETED", "FAILED", "CANCELLED"]);
+
+async function replay() {
+  const sent = await sendAction(taskId, "replay", {});
+  if (sent.ok && sent.body && sent.body.id) {
+    window.location.assign(`/board/task/${encodeURIComponent(sent.body.id)}`);
+  } else {
+    showMessage(`Run again ${taskId} refused: ${(sent.body && sent.body.error && sent.body.error.message) || sent.status}`, "error");
+  }
+}
+
+/** "Run again as: ..." under the header, when this task has been run again. */
+async function drawReplays() {
+  let ids = [];
+  try {
+    ids = await loadReplays(taskId);
+  } catch {
+    return; // the page stands without the list
+  }
+  const slot = root.querySelector(".replays");
+  slot.hidden = ids.length === 0;
+  slot.replaceChildren("Run again as: ", ...ids.flatMap((id, i) => {
+    const link = el("a", null, id);
+    link.href = `/board/task/${encodeURIComponent(id)}`;
+    return i ? [", ", link] : [link];
+  }));
 }
 
 /** Ask before cancelling: resolves to {reason} when confirmed, null when dismissed. */
@@ -137,6 +174,7 @@ async function refresh(force = false) {
     if (force || !shown || loaded.task.version !== shown.version || loaded.task.notes_count !== shown.notes_count) {
       drawTask(loaded.task);
       await drawHistory(loaded.task);
+      if (FINISHED.has(loaded.task.stage)) await drawReplays();
     }
   } catch (err) {
     showMessage(`could not read task ${taskId}: ${err.message || err}`, "error");

@@ -36,7 +36,7 @@ from board.engine.transitions.batches import (  # noqa: F401
     fail_and_claim,
     release_and_claim,
 )
-from board.engine.transitions.creation import TaskSpec, create  # noqa: F401
+from board.engine.transitions.creation import TaskSpec, create, replay  # noqa: F401
 from board.engine.transitions.housekeeping import (  # noqa: F401
     Enforced,
     Reclaimed,

@@ -11,9 +11,9 @@ from typing import Any
 
 from django.db import IntegrityError, connections, transaction
 
-from board.engine import clock, commits, deadlines, errors, fairness, flow, outcomes, search, tracing
+from board.engine import clock, commits, deadlines, errors, fairness, flow, outcomes, search, selectors, tracing
 from board.engine.inputs import is_valid_task_id, json_field, key_text, unstorable_text
-from board.engine.lifecycle import Stage, Verb
+from board.engine.lifecycle import DEAD_ENDS, Stage, Verb
 from board.engine.limits import (
     MAX_BATCH_DEPENDENCIES,
     MAX_BATCH_TASKS,
@@ -65,6 +65,8 @@ class TaskSpec:
     queue_timeout_seconds: int | None = None  # QUEUED (and claimable) this long: FAILED
     attempt_timeout_seconds: int | None = None  # one attempt's wall-clock limit
     progress_timeout_seconds: int | None = None  # no progress/checkpoint change this long: lease taken back
+    # The finished task this one runs again (set by `replay` only: its create row says so).
+    replay_of: str | None = None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -178,6 +180,7 @@ def create(specs: TaskSpec | Sequence[TaskSpec], *, actor: str = "", using: str 
                     dedup_key=spec.dedup_key,
                     fairness_key=spec.fairness_key,
                     tags=search.tags_list(list(spec.tags) if spec.tags is not None else None),
+                    replay_of=spec.replay_of,
                     **{name: getattr(spec, name) for name in deadlines.TIMEOUTS},
                     has_deps=bool(spec.deps),
                     has_dependents=spec.id in depended_on,
@@ -222,6 +225,41 @@ def create(specs: TaskSpec | Sequence[TaskSpec], *, actor: str = "", using: str 
         task.deduplicated = False
     made = {task.pk: task for task in tasks}
     return [stand_ins.get(spec_id) or made[spec_id] for spec_id in order]
+
+
+def replay(task_id: str, *, actor: str, payload: Any = None, new_id: str | None = None,
+           using: str = "default") -> Task:
+    """Run a finished task (COMPLETED, FAILED or CANCELLED) again as a new task: a copy of what
+    its creator said (title, description, payload, queue, priority, retries, keys, tags,
+    deadlines, and its dependencies, so that the copy gets the same inputs), with `payload`
+    instead when given, under `new_id` (else a generated id), linked to the original by
+    `replay_of` (its create row says so too). Not its dedup_key: the copy is a new run. The
+    original is not touched. Refused (InvalidTransition, nothing written) for a task that has
+    not finished, or whose dependency is FAILED or CANCELLED (the copy could never run)."""
+    original = Task.objects.using(using).filter(pk=task_id).first()
+    if original is None:
+        raise errors.NotFound(f"no task with id {task_id!r}")
+    if original.stage not in TERMINAL_OR_FAILED:
+        raise errors.InvalidTransition(f"only a finished task runs again as new; {task_id} is {original.stage}",
+                                       task=original)
+    deps = selectors.deps_of_task(original, using=using)
+    dead = sorted(pk for pk, stage in Task.objects.using(using).filter(pk__in=deps).values_list("pk", "stage")
+                  if stage in DEAD_ENDS)
+    if dead:
+        raise errors.InvalidTransition(f"{task_id} depends on {', '.join(dead)}, which will never complete: "
+                                       "a copy could not run", task=original, field="deps")
+    spec = TaskSpec(
+        id=new_id, title=original.title, description=original.description,
+        payload=original.payload if payload is None else payload, queue=original.queue,
+        priority=original.priority, deps=tuple(deps), max_retries=original.max_retries,
+        concurrency_key=original.concurrency_key, rate_key=original.rate_key, fairness_key=original.fairness_key,
+        tags=list(original.tags or []), replay_of=original.pk,
+        **{name: getattr(original, name) for name in deadlines.TIMEOUTS})
+    return create(spec, actor=actor, using=using)[0]
+
+
+# A task that runs again as new has finished: COMPLETED, CANCELLED, or FAILED for good.
+TERMINAL_OR_FAILED = frozenset({Stage.COMPLETED, Stage.CANCELLED, Stage.FAILED})
 
 
 def _live_with_keys(using: str, batch: list[TaskSpec]) -> dict[str, Task]:
@@ -373,4 +411,6 @@ def _create_detail(task: Task) -> dict | None:
         detail["on_hold"] = True
     if task.not_before is not None:
         detail["run_at"] = task.not_before.isoformat()
+    if task.replay_of is not None:
+        detail["replay_of"] = task.replay_of
     return detail or None
