@@ -1045,7 +1045,7 @@ def test_staff_without_intervene_get_a_read_only_admin(viewer):
     assert viewer.get(ADD).status_code == 403
     before = db_state()
     # Forged POSTs: every action, and the change form.
-    for action in ("release_stale_leases", "force_release", "cancel", "admit", "requeue", "pause"):
+    for action in ("release_stale_leases", "force_release", "cancel", "admit", "requeue", "pause", "replay"):
         forged = viewer.post(CHANGELIST, {"action": action, "index": "0", "_selected_action": ["r", "h"],
                                           "post": "yes", "holder_r": "agent-1", "fence_r": "1"}, follow=True)
         assert forged.status_code == 200
@@ -1450,3 +1450,19 @@ def test_search_finds_ids_by_prefix_titles_by_word_owners_and_queues(op):
     assert listed(op, "resize images") == ["OPS-LIVE-3", "ops-live-1"]  # every word must match
     assert listed(op, "resize mail") == []
     assert listed(op, "agent") == []  # owners are matched whole
+
+
+def test_run_again_as_new_copies_each_finished_task_and_skips_the_others(op):
+    new("done")
+    claim = transitions.claim("done", "agent-1", 60)
+    transitions.complete("done", claim.lease.token, {"ok": 1})
+    new("waiting")
+    response = op.post(CHANGELIST, {"action": "replay", "index": "0", "_selected_action": ["done", "waiting"]},
+                       follow=True)
+    (summary,) = [str(m.message) for m in response.context["messages"]]
+    assert summary.startswith("Run again as new, 2 tasks: 1 done; 1 skipped (1 is QUEUED)."), summary
+    (copy,) = Task.objects.filter(replay_of="done")
+    assert (copy.stage, copy.title) == ("QUEUED", "title of done")
+    assert messages_of(response) == [f"done: run again as {copy.pk} (QUEUED)",
+                                     "waiting: skipped: only a finished task runs again as new; waiting is QUEUED"]
+    assert Task.objects.filter(replay_of="waiting").count() == 0

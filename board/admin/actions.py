@@ -328,6 +328,19 @@ def pause(model_admin, request, queryset):
     _held_to_version(model_admin, request, queryset, "Pause", transitions.force_pause, done)
 
 
+@admin.action(permissions=["intervene"], description="Run again as new (finished tasks: a linked copy each)")
+def replay(model_admin, request, queryset):
+    """Each finished task selected runs again as a new task (transitions.replay): a copy whose
+    replay_of names it; the original is not touched. An unfinished one is skipped."""
+    actor = request.user.get_username()
+
+    def act(report: Report, row: dict) -> None:
+        report.attempt(row["id"], lambda: transitions.replay(row["id"], actor=actor),
+                       lambda copy: f"run again as {copy.pk} ({copy.stage})")
+
+    _each(model_admin, request, queryset, "Run again as new", act)
+
+
 # ---------------------------------------------------------------------------------------------
 # The task page's buttons (templates/admin/board/task/change_form.html): Retry on a FAILED task,
 # Cancel on any unfinished one. The same engine verbs as the list's actions (one compare-and-swap,

@@ -67,7 +67,7 @@ class TaskAdmin(NoHashLookups, admin.ModelAdmin):
     add_form = TaskCreateForm
     actions = (
         actions.release_stale_leases, actions.force_release, actions.requeue, actions.requeue_reset_attempts,
-        actions.cancel, actions.admit, actions.pause,
+        actions.cancel, actions.admit, actions.pause, actions.replay,
     )
 
     READONLY = (
