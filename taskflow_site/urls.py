@@ -5,6 +5,7 @@ from django.views.generic import RedirectView
 from board.api.main import api
 from board.health import healthz
 from board.live.board_filter import board_filter
+from board.live.graph import graph_data, graph_page
 from board.live.tasks_table import tasks_export, tasks_page
 from board.live.views import board_page, favicon, task_page
 from board.metrics import metrics_view
@@ -21,6 +22,8 @@ urlpatterns = [
     path("board/", board_page, name="board"),
     path("board/filter", board_filter, name="board-filter"),  # the board's filter, over every task
     path("board/task/<str:task_id>", task_page, name="board-task"),  # one task, whole
+    path("board/graph/", graph_page, name="board-graph"),  # a plan's dependency graph
+    path("board/graph/data", graph_data, name="board-graph-data"),
     path("board/tasks/", tasks_page, name="tasks"),  # every task, paged, with its export
     path("board/tasks/export", tasks_export, name="tasks_export"),
     path("admin/", admin.site.urls),

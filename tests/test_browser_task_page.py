@@ -66,6 +66,7 @@ def test_the_task_page_shows_the_whole_task_deps_both_ways_attempts_and_collapse
     expect(page.locator(".waits-on li")).to_have_count(1)
     expect(page.locator('.waits-on li[data-id="up"]')).to_contain_text("COMPLETED")
     expect(page.locator('.waits-on a[href="/board/task/up"]')).to_be_visible()
+    expect(page.locator("a.graph-link")).to_have_attribute("href", "/board/graph/?root=mid")
     expect(page.locator('.waited-by li[data-id="down"]')).to_contain_text("RUNNING")
     expect(page.locator(".details-body")).to_contain_text("loads into the warehouse")
     expect(page.locator(".details-body")).to_contain_text('"loaded": 17')
@@ -176,6 +177,7 @@ def test_the_details_panel_counts_attempts_once_and_links_to_the_full_page(open_
     expect(details.locator(".history li.history-renewals").first).to_contain_text(f"renewed {RENEWS} times")
     assert details.locator('.history li[data-verb="renew"]').count() == 2
     expect(details.locator("a.details-page")).to_have_attribute("href", "/board/task/mid")
+    expect(details.locator("a.details-graph")).to_have_attribute("href", "/board/graph/?root=mid")
     details.locator("a.details-page").click()
     expect(page.locator("#task-page .details-title")).to_have_text("mid: load the rows", timeout=SLOW)
 

@@ -110,6 +110,12 @@ export async function loadHistory(id) {
   return items;
 }
 
+/** A plan's graph (/board/graph/data?root= or ?tag=: `query`, as the page was asked): its tasks
+ * and dependencies (board/live/graph.py). Throws with the server's words when refused. */
+export async function loadPlan(query) {
+  return getJson(`/board/graph/data?${query}`);
+}
+
 /** The ids of the tasks run again from task `id` (GET /api/tasks?search=replay_of:ID), oldest
  * first, at most 20. */
 export async function loadReplays(id) {

@@ -27,6 +27,7 @@ function showPanel(id) {
   details.hidden = false;
   details.querySelector(".details-admin").href = adminUrl(id);
   pageLink().href = taskPageUrl(id);
+  graphLink().href = `/board/graph/?root=${encodeURIComponent(id)}`;
   renderDetails(true);
   // Keyboard users land in the panel (its heading; Tab goes on to the actions), and go back
   // to the card they came from when it closes.
@@ -39,6 +40,17 @@ function pageLink() {
   let link = details.querySelector(".details-page");
   if (!link) {
     link = el("a", "details-page page-link", "full page");
+    details.querySelector(".details-admin").before(link);
+  }
+  return link;
+}
+
+/** The link to the plan's graph (/board/graph/?root=<id>), beside the page's: a task without
+ * dependencies either way is a plan of one (the graph says so). */
+function graphLink() {
+  let link = details.querySelector(".details-graph");
+  if (!link) {
+    link = el("a", "details-graph page-link", "plan graph");
     details.querySelector(".details-admin").before(link);
   }
   return link;
