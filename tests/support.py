@@ -7,7 +7,6 @@ from datetime import timedelta
 import pytest
 from django.conf import settings
 from django.db import connections
-from django.forms.models import model_to_dict
 from django.utils import timezone
 
 from board.models import Dependency, Task, TaskEvent, TaskNote
@@ -37,10 +36,10 @@ def database_file(using: str = "default") -> str:
 
 def row(task_id: str, using: str = "default") -> dict:
     """Every column of a task, as stored."""
-    return _columns(Task.objects.using(using).get(pk=task_id))
+    return task_columns(Task.objects.using(using).get(pk=task_id))
 
 
-def _columns(task: Task) -> dict:
+def task_columns(task: Task) -> dict:
     """Every field of a task, the engine's own too (model_to_dict leaves out the fields that are
     not editable: claim_rank, has_deps, notes_count...)."""
     return {field.name: getattr(task, field.attname) for field in Task._meta.concrete_fields}
@@ -48,7 +47,7 @@ def _columns(task: Task) -> dict:
 
 def db_state(using: str = "default") -> tuple:
     """Everything the board stores, to compare before and after a refused call."""
-    tasks = [_columns(t) for t in Task.objects.using(using).order_by("pk")]
+    tasks = [task_columns(t) for t in Task.objects.using(using).order_by("pk")]
     deps = list(Dependency.objects.using(using).order_by("pk").values_list("task_id", "depends_on_id"))
     events = list(TaskEvent.objects.using(using).order_by("pk").values())
     notes = list(TaskNote.objects.using(using).order_by("pk").values())
