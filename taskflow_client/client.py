@@ -1094,6 +1094,27 @@ class Client:
         `LeaseLost`)."""
         return self.request("POST", self._path("tasks", task_id, "cancel"), self._operator_body(version, reason))
 
+    def edit(self, task_id: str, *, version: int, title: str | None = None, description: str | None = None,
+             payload: Any = None, priority: int | None = None, max_retries: int | None = None,
+             tags: Sequence[str] | None = None) -> dict[str, Any]:
+        """Operator: change what an unfinished task is (the fields given; None leaves one as it
+        is), only while it is at `version` (else `VersionConflict`, nothing written). ``tags``
+        replaces all of the task's tags (``[]``: none). Returns the task."""
+        body: dict[str, Any] = {"version": version}
+        if title is not None:
+            body["title"] = title
+        if description is not None:
+            body["description"] = description
+        if payload is not None:
+            body["payload"] = payload
+        if priority is not None:
+            body["priority"] = priority
+        if max_retries is not None:
+            body["max_retries"] = max_retries
+        if tags is not None:
+            body["tags"] = list(tags)
+        return self.request("PATCH", self._path("tasks", task_id), body)
+
     def replay(self, task_id: str, *, payload: Any = None, new_id: str | None = None) -> dict[str, Any]:
         """Operator: run a finished (COMPLETED, FAILED or CANCELLED) task again as a new task, a
         copy of it (its payload, dependencies and settings; `payload` instead when given) whose

@@ -740,6 +740,17 @@ def test_the_change_form_edits_through_the_engine(op):
     assert (event.verb, event.actor, event.version, event.detail) == ("edit", "op", 1, {"changed": ["payload", "priority", "title"]})
 
 
+def test_the_change_form_edits_tags_and_refuses_a_bad_one(op):
+    new("e", tags=["old"])
+    data = open_form(op, "e")
+    before = db_state()
+    refused = op.post(change_url("e"), {**data, "tags": '["not a tag"]'})
+    assert refused.status_code == 200 and "not a tag" in refused.content.decode()
+    assert db_state() == before
+    assert op.post(change_url("e"), {**data, "tags": '["urgent", "ci"]'}).status_code == 302
+    assert (row("e")["tags"], TaskEvent.objects.filter(task_id="e").last().detail) == (["urgent", "ci"], {"changed": ["tags"]})
+
+
 def test_saving_an_unchanged_form_writes_nothing(op):
     new("e")
     data = open_form(op, "e")

@@ -698,13 +698,19 @@ class BoardContract:
         event = TaskEvent.objects.using(a).filter(task_id="ed").last()
         assert (event.verb, event.detail) == ("edit", {"changed": ["priority", "title"]})
         before = db_state(a)
-        for bad in ({"title": ""}, {"max_retries": -1}, {"stage": "COMPLETED"}):
+        for bad in ({"title": ""}, {"max_retries": -1}, {"stage": "COMPLETED"}, {"tags": ["no spaces"]},
+                    {"tags": "urgent"}, {"tags": [f"t{n}" for n in range(21)]}):
             with pytest.raises(errors.InvalidRequest):
                 transitions.edit("ed", actor="operator", version=2, using=a, **bad)
             assert db_state(a) == before
+        # Tags (issue 33): set by an operator, kept as create keeps them; the search finds them.
+        tagged = transitions.edit("ed", actor="operator", version=2, tags=["urgent", "ci", "urgent"], using=a)
+        assert (tagged.tags, row("ed", a)["tags"], tagged.version) == (["urgent", "ci"], ["urgent", "ci"], 3)
+        assert list(Task.objects.using(a).filter(search.parse("tag:urgent").q(a)).values_list("pk", flat=True)) == ["ed"]
+        assert transitions.edit("ed", actor="operator", version=3, tags=[], using=a).tags == []
         transitions.complete("ed", c.lease.token, {}, using=a)
         with pytest.raises(errors.Terminal):
-            transitions.edit("ed", actor="operator", version=3, title="late", using=a)
+            transitions.edit("ed", actor="operator", version=5, title="late", using=a)
 
     def test_pause_and_resume_keep_the_checkpoint(self):
         self.new("p")

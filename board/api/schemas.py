@@ -283,6 +283,17 @@ class OperatorIn(StrictIn):
     reason: str = Field("", max_length=MAX_REASON_CHARS)
 
 
+class TaskEditIn(StrictIn):
+    version: int = Field(..., description="the version you saw: refused with version_conflict if the task moved on")
+    title: Optional[str] = Field(None, min_length=1, max_length=MAX_TITLE_CHARS)
+    description: Optional[str] = Field(None, max_length=MAX_DESCRIPTION_CHARS)
+    payload: JsonValue = Field(None, description="the new payload (sent as null: left as it is)")
+    priority: Optional[int] = Field(None, ge=-(2**31) + 1, le=2**31 - 1)
+    max_retries: Optional[int] = Field(None, ge=0, le=MAX_RETRIES_LIMIT)
+    tags: Optional[list[Annotated[str, StringConstraints(pattern=TAG_PATTERN)]]] = Field(
+        None, max_length=MAX_TAGS, description="the task's tags, all of them ([]: none)")
+
+
 class RequeueIn(OperatorIn):
     reset_attempts: bool = False
 

@@ -1,5 +1,5 @@
-"""Tasks: create (one or a DAG), list a page, one task, a task's history. Reads ask the engine's
-selectors; creating calls transitions.create.
+"""Tasks: create (one or a DAG), list a page, one task, a task's history, and an operator's edit.
+Reads ask the engine's selectors; creating calls transitions.create, editing transitions.edit.
 """
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from django.core.serializers.json import DjangoJSONEncoder
 from ninja import Body, Query, Router, Status
 
 from board.api import reads
-from board.api.auth import may_create_in, require_creator, require_reader, visible
+from board.api.auth import in_scope, may_create_in, require_creator, require_operator, require_reader, visible
 from board.api.errors import ERRORS
 from board.api.pagination import (
     cursor_after,
@@ -20,7 +20,7 @@ from board.api.pagination import (
     is_event_id,
     page_limit,
 )
-from board.api.schemas import CreatedTaskOut, EventPage, TaskBatchIn, TaskBatchOut, TaskIn, TaskOut, TaskPage
+from board.api.schemas import CreatedTaskOut, EventPage, TaskBatchIn, TaskBatchOut, TaskEditIn, TaskIn, TaskOut, TaskPage
 from board.engine import deadlines, errors, listing, scopes, selectors, transitions
 from board.engine.inputs import is_valid_task_id, json_field
 from board.engine.limits import MAX_PAGE, MAX_PAGE_BYTES
@@ -213,6 +213,22 @@ def render_task(task: Task) -> dict:
 def get_task(request, task_id: str):
     require_reader(request)
     return render_task(visible(request, _one(task_id)))
+
+
+@router.patch("/tasks/{task_id}", response={200: TaskOut, **ERRORS},
+              summary="Operator: edit a task (title, description, priority, max_retries, payload, tags) at the version seen")
+def edit_task(request, task_id: str, body: TaskEditIn):
+    """The fields sent (a null: left as it is) replace the task's, in one compare-and-swap held
+    to `version`: a task that moved on is refused with 409 `version_conflict` and nothing is
+    written; a finished task is not edited (409 `invalid_transition`). Its history row names
+    the fields that changed."""
+    actor = require_operator(request).name
+    in_scope(request, task_id)
+    changes = {name: getattr(body, name) for name in ("title", "description", "payload", "priority",
+                                                      "max_retries", "tags") if getattr(body, name) is not None}
+    if "payload" in changes:
+        json_field("payload", changes["payload"])
+    return render_task(transitions.edit(task_id, actor=actor, version=body.version, **changes))
 
 
 @router.get("/tasks/{task_id}/events", response={200: EventPage, **ERRORS},

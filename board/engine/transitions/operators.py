@@ -10,7 +10,7 @@ from typing import Any
 from django.db import IntegrityError
 from django.db.models import Q
 
-from board.engine import clock, errors, outcomes, selectors, tracing
+from board.engine import clock, errors, outcomes, search, selectors, tracing
 from board.engine.inputs import reason_text
 from board.engine.lifecycle import Stage, Verb, attempts_left, target
 from board.engine.stores import TransactionConflict, retry_conflicts, store
@@ -196,18 +196,21 @@ def force_pause(task_id: str, *, actor: str, version: int | None = None, reason:
     return _operator_move(using, task_id, version, move)
 
 
-EDITABLE = ("title", "description", "priority", "max_retries", "payload")
+EDITABLE = ("title", "description", "priority", "max_retries", "payload", "tags")
 
 
 @tracing.traced(Verb.EDIT)
 @outcomes.refusals(Verb.EDIT)
 @retry_conflicts
 def edit(task_id: str, *, actor: str, version: int, using: str = "default", **fields: Any) -> Task:
-    """Operator: change what a task is (title, description, priority, max_retries, payload),
-    only if it is still at `version`; otherwise VersionConflict and nothing is written."""
+    """Operator: change what a task is (title, description, priority, max_retries, payload,
+    tags), only if it is still at `version`; otherwise VersionConflict and nothing is written.
+    Values equal to the task's are no change; an edit with none writes nothing."""
     unknown = set(fields) - set(EDITABLE)
     if unknown:
         raise errors.InvalidRequest(f"not editable: {', '.join(sorted(unknown))}", field=min(unknown))
+    if "tags" in fields:  # as create keeps them: in order, repeats dropped (None: none)
+        fields["tags"] = search.tags_list(fields["tags"])
 
     def move(task: Task, now: datetime) -> bool:
         if target(task.stage, Verb.EDIT) is None:
@@ -222,8 +225,9 @@ def edit(task_id: str, *, actor: str, version: int, using: str = "default", **fi
                 field="max_retries",
             )
         changed = {name: value for name, value in fields.items() if getattr(task, name) != value}
-        detail = {"changed": sorted(changed)} if changed else None
-        return _swap(using, task, Verb.EDIT, now=now, actor=actor, detail=detail, **changed)
+        if not changed:
+            return True  # an edit that changes nothing writes nothing (no version, no history row)
+        return _swap(using, task, Verb.EDIT, now=now, actor=actor, detail={"changed": sorted(changed)}, **changed)
 
     return _operator_move(using, task_id, version, move)
 
