@@ -310,6 +310,23 @@ def test_every_error_code_maps_to_its_class(board_server, alice, bob, keys):
     assert lease.complete({"still": "mine"})["stage"] == "COMPLETED"  # none of that changed anything
 
 
+def test_an_operator_edits_tags_and_runs_a_finished_task_again(alice, op):
+    alice.create({"id": "t", "title": "t", "tags": ["a"], "max_retries": 0})
+    edited = op.edit("t", version=0, tags=["urgent", "ci"], priority=2)
+    assert (edited["tags"], edited["priority"], edited["version"]) == (["urgent", "ci"], 2, 1)
+    with pytest.raises(VersionConflict):
+        op.edit("t", version=0, title="stale")
+    with pytest.raises(Forbidden):
+        alice.edit("t", version=1, title="not an operator")
+    with pytest.raises(InvalidTransition):  # not finished yet
+        op.replay("t")
+    alice.claim("t", 30).fail("boom", retryable=False)
+    copy = op.replay("t", payload={"again": True}, new_id="t-2")
+    assert (copy["id"], copy["replay_of"], copy["payload"], copy["tags"], copy["stage"]) == (
+        "t-2", "t", {"again": True}, ["urgent", "ci"], "QUEUED")
+    assert [t["id"] for t in alice.list(search="replay_of:t")] == ["t-2"]
+
+
 def test_a_claim_hands_over_inputs_and_notes(alice, bob, op):
     alice.create([{"id": "fetch", "title": "fetch"}, {"id": "parse", "title": "parse", "deps": ["fetch"],
                                                        "max_retries": 2}])
