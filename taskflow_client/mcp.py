@@ -217,6 +217,7 @@ _TASK = _schema(
     concurrency_limit={"type": "integer", "minimum": 1},
     dedup_key={"type": "string", "maxLength": 200, "description": "a live task with it is returned"},
     fairness_key={"type": "string", "maxLength": 200, "description": "plans take turns"},
+    tags={"type": "array", "items": {"type": "string"}},
 )
 
 
@@ -368,12 +369,11 @@ TOOLS: dict[str, ToolSpec] = {spec.name: spec for spec in (
              _schema(("tasks",), tasks={"type": "array", "minItems": 1, "maxItems": 1000, "items": _TASK}),
              create_tasks),
     ToolSpec("claim", "Claim the next ready task (in queue, waiting up to wait_seconds), or task_id. "
-             "Renewed for you until you complete, fail, pause or release it. {\"task\": null} if none is ready.",
+             "Renewed for you until you finish it. {\"task\": null} if none is ready.",
              _schema(task_id=_ID, queue={"type": "string"}, ttl_seconds=_TTL,
                      wait_seconds={"type": "number", "minimum": 0, "maximum": 30}),
              claim),
-    ToolSpec("checkpoint", "Save progress on a task you hold (a checkpoint for a resume, and/or "
-             "progress 0..1); renews the lease.",
+    ToolSpec("checkpoint", "Save a checkpoint (for a resume) and/or progress 0..1 on a task you hold.",
              _schema(("task_id",), task_id=_ID, checkpoint=_ANY_BUT_NULL,
                      progress={"type": "number", "minimum": 0, "maximum": 1}),
              checkpoint),

@@ -171,6 +171,8 @@ def test_tools_then_the_full_cycle_plan_claim_checkpoint_complete_fail_and_retry
     assert events("parse") == [("create", AGENT), ("admit", "system"), ("claim", AGENT), ("fail", AGENT),
                                ("retry", "system"), ("claim", AGENT), ("complete", AGENT)]
     assert events("fetch") == [("create", AGENT), ("claim", AGENT), ("renew", AGENT), ("complete", AGENT)]
+    session.ok("create_tasks", {"tasks": [{"id": "tagged", "title": "t", "tags": ["urgent", "repo:acme/web"]}]})
+    assert session.ok("get_task", {"task_id": "tagged", "history": False})["task"]["tags"] == ["urgent", "repo:acme/web"]
     assert session.ok("problems", {}) == {"problems": []}
 
 
