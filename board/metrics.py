@@ -96,12 +96,29 @@ TAILER_DELIVERED = Gauge("taskflow_tailer_delivered_event_id",
                          "The last history row this process's tailer handed to its sockets.", ["alias"],
                          multiprocess_mode="liveall")
 
+# Usage reported by the holders (board.engine.usage; issue 32): summed over every report.
+USAGE_TOKENS = Counter("taskflow_usage_tokens", "Tokens the holders reported using, by kind (input, output).", ["kind"])
+USAGE_COST = Counter("taskflow_usage_cost_usd", "Cost in US dollars the holders reported (reports with a cost).")
+USAGE_REPORTS = Counter("taskflow_usage_reports", "Usage reports, by whether they gave a cost (given, missing).",
+                        ["cost"])
+
 for _by in ("reaper", "claim"):  # present at 0 from the start, so that rate() has a series
     LEASE_EXPIRIES.labels(by=_by)
 for _reason in ("not_retryable", "attempts_spent", "lease_expired", "deadline"):
     TERMINAL_FAILURES.labels(reason=_reason)
 
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
+
+def on_usage(report: dict) -> None:
+    """One usage report written (board.api.routers.leases): the usage counters."""
+    USAGE_TOKENS.labels("input").inc(report["input_tokens"])
+    USAGE_TOKENS.labels("output").inc(report["output_tokens"])
+    if report["cost_usd"] is None:
+        USAGE_REPORTS.labels("missing").inc()
+    else:
+        USAGE_COST.inc(report["cost_usd"])
+        USAGE_REPORTS.labels("given").inc()
 
 
 def on_outcome(verb: str, outcome: str, code: str, count: int) -> None:

@@ -397,6 +397,34 @@ class TaskNote(models.Model):
         return f"{self.task_id} note {self.id} by {self.author}"
 
 
+class TaskUsage(models.Model):
+    """What an attempt reported it used (issue 32, item 5): tokens and cost, sent with a renew,
+    complete or fail of the lease (board.engine.usage). One row per report; a task's usage is
+    the sum of its rows, an attempt's the sum of its fence's. Written only after the holder's
+    move was accepted; a report that is missing is shown as missing, never as zero."""
+
+    id = numbered_id()
+    objects = NumberedQuerySet.as_manager()
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="usage_reports")
+    fence = models.BigIntegerField(help_text="The lease (attempt) it was reported under.")
+    agent = models.CharField(max_length=200)
+    queue = models.CharField(max_length=100, help_text="The task's queue (fixed at creation): usage by queue.")
+    model = models.CharField(max_length=100, blank=True, default="")
+    input_tokens = models.BigIntegerField(default=0)
+    output_tokens = models.BigIntegerField(default=0)
+    cost_usd = models.FloatField(null=True, blank=True, help_text="Empty: not reported (never read as zero).")
+    source = models.CharField(max_length=10, default="reported", help_text="reported or estimated.")
+    at = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(fields=["task", "id"], name="usage_task_order"),
+                   models.Index(fields=["at"], name="usage_at")]
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return f"{self.task_id} usage {self.input_tokens}+{self.output_tokens} by {self.agent}"
+
+
 class RemovedTask(models.Model):
     """A task the prune deleted (board.engine.retention), written in the transaction that
     deleted it: how open live boards learn that its card is gone (board.live.outbox reads these

@@ -818,15 +818,19 @@ class Client:
     # -- the holder's verbs -----------------------------------------------------------------
 
     def renew(self, task_id: str, token: str, ttl_seconds: float, *, checkpoint: Any = None,
-              progress: float | None = None) -> Lease:
+              progress: float | None = None, usage: dict[str, Any] | None = None) -> Lease:
         """Extend a live lease to now + `ttl_seconds` (same token and fence), optionally
         saving `checkpoint` (any JSON but null) and `progress` (0..1). `LeaseLost` if the
-        lease has expired or is no longer the task's."""
+        lease has expired or is no longer the task's. `usage`: what was used since this
+        lease's last report (``{"model", "input_tokens", "output_tokens", "cost_usd"?,
+        "source"?}``; complete and fail take it too; `usage(task_id)` sums them)."""
         body: dict[str, Any] = {"token": token, "ttl_seconds": ttl_seconds}
         if checkpoint is not None:
             body["checkpoint"] = checkpoint
         if progress is not None:
             body["progress"] = progress
+        if usage is not None:
+            body["usage"] = usage
         return Lease(self, self.request("POST", self._path("tasks", task_id, "renew"), body), ttl_seconds)
 
     def release(self, task_id: str, token: str) -> dict[str, Any]:
@@ -840,22 +844,33 @@ class Client:
         return self.request("POST", self._path("tasks", task_id, "release"),
                             {"token": token, "retry_after_seconds": seconds})
 
-    def complete(self, task_id: str, token: str, result: Any = None) -> dict[str, Any]:
+    def complete(self, task_id: str, token: str, result: Any = None, *,
+                 usage: dict[str, Any] | None = None) -> dict[str, Any]:
         """Commit `result` (any JSON value; None is sent as ``{}``). Returns the COMPLETED
-        task. `LeaseLost` if someone else holds the task now."""
-        body = {"token": token, "result": {} if result is None else result}
+        task. `LeaseLost` if someone else holds the task now. `usage`: as for `renew`."""
+        body: dict[str, Any] = {"token": token, "result": {} if result is None else result}
+        if usage is not None:
+            body["usage"] = usage
         return self.request("POST", self._path("tasks", task_id, "complete"), body)
 
     def fail(self, task_id: str, token: str, error: str, *, retryable: bool = True,
-             traceback: str | None = None) -> dict[str, Any]:
+             traceback: str | None = None, usage: dict[str, Any] | None = None) -> dict[str, Any]:
         """Record a failed attempt with `error` (text, at most 10,000 characters) and, when
         given, `traceback` (at most 64 KiB), both kept in this failure's history row. With
         attempts left and `retryable` the task goes back to QUEUED after a backoff; otherwise
-        it stays FAILED. Returns the task."""
+        it stays FAILED. Returns the task. `usage`: as for `renew`."""
         body: dict[str, Any] = {"token": token, "error": error, "retryable": retryable}
         if traceback is not None:
             body["traceback"] = traceback
+        if usage is not None:
+            body["usage"] = usage
         return self.request("POST", self._path("tasks", task_id, "fail"), body)
+
+    def usage(self, task_id: str) -> dict[str, Any]:
+        """What the task's attempts reported they used: ``total`` and ``attempts`` (by fence),
+        each with ``input_tokens``, ``output_tokens``, ``cost_usd`` (None when a report gave
+        none: ``cost_missing``) and ``reports``."""
+        return self.request("GET", self._path("tasks", task_id, "usage"))
 
     # -- finishing and claiming the next task in one request (issue 34) -------------------------
 

@@ -21,7 +21,7 @@ import pytest
 from django.db import DatabaseError, IntegrityError, connections, transaction
 from django.utils import timezone
 
-from board.engine import contract, errors, fairness, flow, handoffs, search, selectors, stores, transitions
+from board.engine import contract, errors, fairness, flow, handoffs, search, selectors, stores, transitions, usage
 from board.engine.contract import DjangoBoard
 from board.engine.lifecycle import Stage
 from board.engine.transitions import TaskSpec
@@ -1467,6 +1467,27 @@ class BoardContract:
                     Task.objects.using(a).filter(pk="noted").update(notes_count=MAX_NOTES_PER_TASK - room)
         assert seen["problems"] == [] and seen["reads"] > 0
         transitions.complete("noted", held.lease.token, {}, using=a)
+
+    def test_usage_reports_add_up_by_attempt_and_a_missing_cost_stays_missing(self):
+        a = self.alias
+        self.new("u", queue="llm", max_retries=2)
+        first = self.claim("u", "agent-1")
+        report = usage.checked({"model": "opus", "input_tokens": 1000, "output_tokens": 200, "cost_usd": 0.05})
+        usage.record(first.task, first.lease.fence, "agent-1", report, using=a)
+        usage.record(first.task, first.lease.fence, "agent-1", report, using=a)
+        transitions.fail("u", first.lease.token, "boom", using=a)
+        end_backoff("u", a)
+        second = self.claim("u", "agent-2")
+        usage.record(second.task, second.lease.fence, "agent-2", usage.checked({"input_tokens": 7}), using=a)
+        transitions.complete("u", second.lease.token, {}, using=a)
+        got = usage.of_task("u", using=a)
+        assert got["total"] == {"input_tokens": 2007, "output_tokens": 400, "cost_usd": None, "cost_missing": 1,
+                                "reports": 3}
+        assert [(t["fence"], t["agent"], t["models"], t["cost_usd"], t["reports"]) for t in got["attempts"]] == [
+            (1, "agent-1", ["opus"], 0.1, 2), (2, "agent-2", [], None, 1)]
+        overview = usage.by_agent_and_queue(first.task.created_at, using=a)
+        assert [(g["agent"], g["input_tokens"]) for g in overview["agent"]] == [("agent-1", 2000), ("agent-2", 7)]
+        assert [(g["queue"], g["reports"]) for g in overview["queue"]] == [("llm", 3)]
 
     # -- run again as new (issue 33, item 5) ----------------------------------------------------
 

@@ -294,6 +294,26 @@ def test_the_token_setting_lets_the_scraper_in(sqlite_server):
     assert value(samples, "taskflow_live_leases") == 0
 
 
+def test_usage_reports_are_counted_from_the_servers_processes(sqlite_server):
+    """Two reports through the real server (a renew's and a complete's): the usage counters are
+    their sums, whichever worker process took each request."""
+    _, key = agent_keys.create_key("usage-agent")
+    transitions.create(transitions.TaskSpec(id="usage-1", title="u"))
+    status, claimed = call(sqlite_server, "POST", "/api/tasks/usage-1/claim", key, {"ttl_seconds": 60})
+    assert status == 200, claimed
+    token = claimed["lease"]["token"]
+    assert call(sqlite_server, "POST", "/api/tasks/usage-1/renew", key, {"token": token, "ttl_seconds": 60, "usage": {
+        "model": "opus", "input_tokens": 300, "output_tokens": 20, "cost_usd": 0.25}})[0] == 200
+    assert call(sqlite_server, "POST", "/api/tasks/usage-1/complete", key, {"token": token, "result": {}, "usage": {
+        "input_tokens": 5, "output_tokens": 1}})[0] == 200
+    samples = scrape(sqlite_server)
+    assert (value(samples, "taskflow_usage_tokens_total", kind="input"),
+            value(samples, "taskflow_usage_tokens_total", kind="output")) == (305, 21)
+    assert value(samples, "taskflow_usage_cost_usd_total") == 0.25
+    assert (value(samples, "taskflow_usage_reports_total", cost="given"),
+            value(samples, "taskflow_usage_reports_total", cost="missing")) == (1, 1)
+
+
 def test_a_staff_session_needs_view_permission(sqlite_server):
     _, without = staff_session("default", permission=False)
     assert_refused(sqlite_server, {"Cookie": f"sessionid={without}"}, 403, "forbidden")

@@ -10,7 +10,7 @@ value, what a database would refuse to store (NUL, lone surrogates), so that suc
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any, Literal, Optional
 
 from ninja import Schema
 from pydantic import (
@@ -213,11 +213,24 @@ class ResumeIn(StrictIn):
     ttl_seconds: float = TTL
 
 
+class UsageIn(StrictIn):
+    """What the attempt used since its lease's previous report (each report is added)."""
+    model: str = Field("", max_length=100, description="the model's name, e.g. claude-opus-4")
+    input_tokens: int = Field(0, ge=0, le=10**12)
+    output_tokens: int = Field(0, ge=0, le=10**12)
+    cost_usd: Optional[float] = Field(None, ge=0, le=10**6, description="absent: not known (never read as zero)")
+    source: Literal["reported", "estimated"] = "reported"
+
+
+USAGE = Field(None, description="tokens and cost used since this lease's last report (GET /api/tasks/{id}/usage)")
+
+
 class RenewIn(StrictIn):
     token: str = TOKEN
     ttl_seconds: float = TTL
     checkpoint: JsonValue = None
     progress: Optional[float] = Field(None, ge=0, le=1)
+    usage: Optional[UsageIn] = USAGE
 
 
 class TokenIn(StrictIn):
@@ -235,6 +248,7 @@ class CompleteIn(StrictIn):
     token: str = TOKEN
     result: JsonValue = Field(..., description="any JSON value but null")
     next: Optional[NextIn] = NEXT
+    usage: Optional[UsageIn] = USAGE
 
 
 class FailIn(StrictIn):
@@ -244,6 +258,7 @@ class FailIn(StrictIn):
                                      description="kept with this failure in the task's history")
     retryable: bool = True
     next: Optional[NextIn] = NEXT
+    usage: Optional[UsageIn] = USAGE
 
 
 def _not_null(value: Any) -> Any:
@@ -344,6 +359,40 @@ class TaskOut(Schema):
 class ReplayIn(StrictIn):
     id: Optional[str] = Field(None, pattern=TASK_ID_PATTERN, description="the new task's id (default: generated)")
     payload: JsonValue = Field(None, description="the new task's payload (default: the original's)")
+
+
+class UsageTotalsOut(Schema):
+    input_tokens: int
+    output_tokens: int
+    cost_usd: Optional[float] = Field(None, description="null when a report gave no cost (see cost_missing)")
+    cost_missing: int = Field(..., description="reports without a cost")
+    reports: int
+
+
+class AttemptUsageOut(UsageTotalsOut):
+    fence: int
+    agent: Optional[str]
+    models: list[str]
+
+
+class TaskUsageOut(Schema):
+    task: str
+    total: UsageTotalsOut
+    attempts: list[AttemptUsageOut] = Field(..., description="by lease (fence), in order")
+
+
+class AgentUsageOut(UsageTotalsOut):
+    agent: str
+
+
+class QueueUsageOut(UsageTotalsOut):
+    queue: str
+
+
+class UsageOut(Schema):
+    since: datetime
+    agent: list[AgentUsageOut] = Field(..., description="by agent, most tokens first")
+    queue: list[QueueUsageOut] = Field(..., description="by queue, most tokens first")
 
 
 class NoteOut(Schema):

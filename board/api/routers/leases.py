@@ -32,7 +32,8 @@ from board.api.schemas import (
     TaskOut,
     TokenIn,
 )
-from board.engine import errors, handoffs, scopes, selectors, transitions
+from board import metrics
+from board.engine import errors, handoffs, scopes, selectors, transitions, usage
 from board.live import parked
 from board.public import public_claim
 
@@ -219,8 +220,10 @@ def resume_task(request, task_id: str, body: ResumeIn):
 def renew_task(request, task_id: str, body: RenewIn):
     require_agent(request)
     in_scope(request, task_id)
+    reported = _usage_of(body.usage)
     claim = transitions.renew(task_id, body.token, body.ttl_seconds, checkpoint=body.checkpoint,
                               progress=body.progress, agent=request.auth.name, key_hash=request.auth.key_hash)
+    _record_usage(request, claim.task, claim.lease.fence, reported)
     return _answer(request, render_claim(claim, handoff=False))
 
 
@@ -251,12 +254,14 @@ def complete_task(request, task_id: str, body: CompleteIn):
     completion and the claim are one transaction; on MongoDB two (docs/api.md)."""
     require_agent(request)
     in_scope(request, task_id)
+    reported = _usage_of(body.usage)
     if body.next is not None:
         return _then_next(request, body.next, lambda next_claim: transitions.complete_and_claim(
             task_id, body.token, body.result, next_claim, agent=request.auth.name, key_hash=request.auth.key_hash,
-            scope=request.auth.scope))
-    return _answer(request, render_task(transitions.complete(task_id, body.token, body.result, agent=request.auth.name,
-                                                             key_hash=request.auth.key_hash)))
+            scope=request.auth.scope), reported)
+    task = transitions.complete(task_id, body.token, body.result, agent=request.auth.name, key_hash=request.auth.key_hash)
+    _record_usage(request, task, task.fence, reported)
+    return _answer(request, render_task(task))
 
 
 @router.post("/tasks/{task_id}/fail", response={200: TaskNextOut, **ERRORS},
@@ -266,15 +271,30 @@ def fail_task(request, task_id: str, body: FailIn):
     """With `next`, then claim the next ready task (see complete)."""
     require_agent(request)
     in_scope(request, task_id)
+    reported = _usage_of(body.usage)
     if body.next is not None:
         return _then_next(request, body.next, lambda next_claim: transitions.fail_and_claim(
             task_id, body.token, body.error, next_claim, retryable=body.retryable, traceback=body.traceback,
-            agent=request.auth.name, key_hash=request.auth.key_hash, scope=request.auth.scope))
-    return _answer(request, render_task(transitions.fail(  # as is: see release
-        task_id, body.token, body.error, retryable=body.retryable, traceback=body.traceback, agent=request.auth.name)))
+            agent=request.auth.name, key_hash=request.auth.key_hash, scope=request.auth.scope), reported)
+    task = transitions.fail(task_id, body.token, body.error, retryable=body.retryable, traceback=body.traceback,
+                            agent=request.auth.name)
+    _record_usage(request, task, task.fence, reported)
+    return _answer(request, render_task(task))  # as is: see release
 
 
-def _then_next(request, body: NextIn, move):
+def _usage_of(body_usage) -> dict | None:
+    """A usage report as the engine takes it (board.engine.usage), checked before the move."""
+    return None if body_usage is None else usage.checked(body_usage.model_dump())
+
+
+def _record_usage(request, task, fence: int, reported: dict | None) -> None:
+    """After the holder's move was accepted: write its usage report, count it for /metrics."""
+    if reported is not None:
+        usage.record(task, fence, request.auth.name, reported)
+        metrics.on_usage(reported)
+
+
+def _then_next(request, body: NextIn, move, reported: dict | None = None):
     """A finishing move with `next`: `move(NextClaim)` makes it and the claim (the engine,
     board.engine.transitions.batches); then, when nothing was ready and the agent may wait, the
     wait, after the move's commit (no transaction is held meanwhile), under the same caps as
@@ -283,6 +303,7 @@ def _then_next(request, body: NextIn, move):
     auth = request.auth
     next_claim = transitions.NextClaim(ttl_seconds=body.ttl_seconds, queue=body.queue, request_id=body.request_id)
     task, claim = move(next_claim)
+    _record_usage(request, task, task.fence, reported)
     if (claim is None and body.wait_seconds > 0
             and (body.queue is None or scopes.allows(auth.scope, body.queue))):
         conf = settings.TASKFLOW

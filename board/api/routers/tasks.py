@@ -4,6 +4,7 @@ Reads ask the engine's selectors; creating calls transitions.create, editing tra
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from typing import Literal, Optional, Union
 
 from django.core.serializers.json import DjangoJSONEncoder
@@ -20,8 +21,19 @@ from board.api.pagination import (
     is_event_id,
     page_limit,
 )
-from board.api.schemas import CreatedTaskOut, EventPage, TaskBatchIn, TaskBatchOut, TaskEditIn, TaskIn, TaskOut, TaskPage
-from board.engine import deadlines, errors, listing, scopes, selectors, transitions
+from board.api.schemas import (
+    CreatedTaskOut,
+    EventPage,
+    TaskBatchIn,
+    TaskBatchOut,
+    TaskEditIn,
+    TaskIn,
+    TaskOut,
+    TaskPage,
+    TaskUsageOut,
+    UsageOut,
+)
+from board.engine import clock, deadlines, errors, listing, scopes, selectors, transitions, usage
 from board.engine.inputs import is_valid_task_id, json_field
 from board.engine.limits import MAX_PAGE, MAX_PAGE_BYTES
 from board.engine.transitions import TaskSpec
@@ -229,6 +241,30 @@ def edit_task(request, task_id: str, body: TaskEditIn):
     if "payload" in changes:
         json_field("payload", changes["payload"])
     return render_task(transitions.edit(task_id, actor=actor, version=body.version, **changes))
+
+
+@router.get("/tasks/{task_id}/usage", response={200: TaskUsageOut, **ERRORS},
+            summary="What the task's attempts reported they used: tokens and cost, in all and by attempt")
+def task_usage(request, task_id: str):
+    """Each report came with a renew, complete or fail of a lease (`usage`), and is added to
+    its attempt's (by fence). `cost_usd` is null when any report gave none: a total is never
+    made of some costs and others' silence (`cost_missing` counts them)."""
+    require_reader(request)
+    visible(request, _one(task_id))
+    return usage.of_task(task_id)
+
+
+@router.get("/usage", response={200: UsageOut, **ERRORS},
+            summary="Usage reported in the last `hours` (1-720, default 24), by agent and by queue")
+def usage_by_agent_and_queue(request, hours: int = 24):
+    require_reader(request)
+    _query(request, {"hours"})
+    if not 1 <= hours <= 720:
+        raise errors.InvalidRequest("hours must be from 1 to 720")
+    if request.auth.scope is not None:
+        raise errors.Forbidden("usage by agent and queue spans every queue: not for a key limited to some")
+    since = clock.now() - timedelta(hours=hours)
+    return {"since": since, **usage.by_agent_and_queue(since)}
 
 
 @router.get("/tasks/{task_id}/events", response={200: EventPage, **ERRORS},
