@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from board.engine import handoffs, selectors, transitions
+from board.engine import handoffs, selectors, transitions, usage
 from board.engine.transitions import TaskSpec
 from tests.support import end_backoff, sqlite_db_mark
 from tests.test_browser import SLOW, browser, open_page, orm, server  # noqa: F401  (fixtures)
@@ -47,12 +47,16 @@ def plan():
     for _ in range(RENEWS):
         transitions.renew("mid", lease.token, 60)
     transitions.add_note("mid", HOLDER_NOTE, author="agent-2", token=lease.token)
+    task = selectors.get_task("mid")
+    usage.record(task, 1, "agent-2", usage.checked({"model": "opus", "input_tokens": 1200, "output_tokens": 300,
+                                                    "cost_usd": 0.05}))
     transitions.fail("mid", lease.token, "ValueError: bad row 17\n  File \"loader.py\", line 88", traceback=TRACEBACK)
     transitions.requeue("mid", actor="ops-1", reset_attempts=True, reason="row 17 fixed upstream")
     transitions.add_note("mid", STAFF_NOTE, author="ops-1")  # between the attempts
     end_backoff("mid")
     lease = transitions.claim("mid", "agent-3", 60).lease
     transitions.renew("mid", lease.token, 60)
+    usage.record(selectors.get_task("mid"), 2, "agent-3", usage.checked({"input_tokens": 40, "output_tokens": 2}))
     transitions.complete("mid", lease.token, {"loaded": 17})
     return transitions.claim("down", "agent-4", 60).lease.token
 
@@ -79,6 +83,13 @@ def test_the_task_page_shows_the_whole_task_deps_both_ways_attempts_and_collapse
     expect(move).to_contain_text("attempts reset")
     expect(move.locator("q")).to_have_text("row 17 fixed upstream")
     expect(attempts.locator(".attempt").nth(0)).to_contain_text(f"{RENEWS} heartbeats")
+    # Usage (issue 32, item 5): each attempt's, and in all; a missing cost is said missing.
+    expect(attempts.locator(".attempt").nth(0).locator(".attempt-usage")).to_have_text(
+        "used 1,200 in + 300 out tokens · $0.0500 (opus)")
+    expect(attempts.locator(".attempt").nth(1).locator(".attempt-usage")).to_have_text(
+        "used 40 in + 2 out tokens · cost not reported (1 of 1 report)")
+    expect(attempts.locator(".usage-total")).to_have_text(
+        "In all: used 1,240 in + 302 out tokens · cost not reported (1 of 2 reports)")
     # Notes (issue 32, item 4): the holder's in its attempt, staff's between the attempts.
     expect(attempts.locator(".attempt").nth(0).locator(".note")).to_contain_text(f"note by agent-2 (holder)")
     expect(attempts.locator(".attempt").nth(0).locator(".note-text")).to_have_text(HOLDER_NOTE)

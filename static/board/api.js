@@ -125,6 +125,11 @@ export async function loadReplays(id) {
   return (await response.json()).items.map((t) => t.id);
 }
 
+/** GET /api/tasks/{id}/usage: what the task's attempts reported they used ({total, attempts}). */
+export async function loadUsage(id) {
+  return getJson(`/api/tasks/${encodeURIComponent(id)}/usage`);
+}
+
 /** GET /api/tasks/{id}/notes: every note of the task, oldest first (at most 100). */
 export async function loadNotes(id) {
   const response = await fetch(`/api/tasks/${encodeURIComponent(id)}/notes`, { credentials: "same-origin" });

@@ -6,8 +6,9 @@
 // (a requeue, an admit, a cancel, an edit) are entries of the timeline too, with who made them
 // and their reason. Notes on the task (GET /api/tasks/<id>/notes: its holders' and staff's) sit in
 // the attempt whose lease they were written under (same fence, before it ended), else in the
-// timeline at their time. details.js and taskpage.js call renderAttempts(events, task, notes)
-// with what they loaded.
+// timeline at their time. Usage reports (GET /api/tasks/<id>/usage) are summed per attempt (by
+// fence) and in all; a missing cost is said as missing, never as $0. details.js and taskpage.js
+// call renderAttempts(events, task, notes, usage) with what they loaded.
 
 import { el } from "./page.js";
 import { errorNodes, isOperatorMove, operatorWords } from "./timeline.js";
@@ -32,6 +33,7 @@ const STYLE = `
 .attempt .note { border-left: none; padding: 0; margin: 4px 0 0; }
 .note .note-text { display: block; white-space: pre-wrap; overflow-wrap: anywhere; font-size: 13px; }
 .note .note-meta { color: var(--muted, #6b7280); }
+.attempt-usage { color: var(--muted, #6b7280); font-size: 12px; margin: 2px 0; }
 `;
 const style = document.createElement("style");
 style.textContent = STYLE;
@@ -141,13 +143,23 @@ function noteItem(n, tag = "li") {
   return item;
 }
 
-export function renderAttempts(events, task, notes = []) {
+/** "1,200 in + 300 out tokens · $0.05 (opus)", or "… · cost not reported (1 of 2 reports)". */
+function usageText(u, models = []) {
+  const tokens = `${u.input_tokens.toLocaleString()} in + ${u.output_tokens.toLocaleString()} out tokens`;
+  const cost = u.cost_usd !== null ? ` · $${u.cost_usd.toFixed(u.cost_usd < 1 ? 4 : 2)}`
+    : ` · cost not reported (${u.cost_missing} of ${u.reports} report${u.reports === 1 ? "" : "s"})`;
+  return `used ${tokens}${cost}${models.length ? ` (${models.join(", ")})` : ""}`;
+}
+
+export function renderAttempts(events, task, notes = [], usage = null) {
   const parts = attemptsOf(events || [], task);
   const attempts = parts.attempts;
   const timeline = placeNotes(parts.timeline, attempts, notes);
   const section = el("section", "attempts");
   section.setAttribute("aria-label", "Attempts");
   section.append(el("h3", null, `Attempts (${attempts.length})`));
+  if (usage && usage.total.reports) section.append(el("p", "attempt-usage usage-total", `In all: ${usageText(usage.total)}`));
+  const usageOf = new Map(((usage && usage.attempts) || []).map((u) => [u.fence, u]));
   // One count: the heading's. What the retry limit counts differs when an operator reset it
   // (a requeue with reset) or a release gave an attempt back; said as such, not as a second
   // "attempts N of M" beside the heading.
@@ -196,6 +208,8 @@ export function renderAttempts(events, task, notes = []) {
     if (a.note) outcome.append(` · ${a.note}`);
     li.append(outcome);
     li.append(...errorNodes(a.error, a.traceback, "attempt-error", "attempt-traceback"));
+    const used = usageOf.get(a.fence);
+    if (used) li.append(el("div", "attempt-usage", usageText(used, used.models)));
     for (const n of a.notes) li.append(noteItem(n, "div"));
     list.append(li);
   }

@@ -8,7 +8,7 @@
 
 import { adminUrl, el, frameBatcher, taskPageUrl } from "./page.js";
 import { depDone, getTask, subscribe, unfinishedDeps } from "./store.js";
-import { loadHistory, loadNotes, loadTask } from "./api.js";
+import { loadHistory, loadNotes, loadTask, loadUsage } from "./api.js";
 import { closeTask, openTask, openTaskId, subscribeView } from "./view.js";
 import { cardOf } from "./render.js";
 import { act, actionsFor, onActed } from "./actions.js";
@@ -128,15 +128,16 @@ async function showHistory(id, key) {
   const list = details.querySelector(".history");
   let items;
   let notes;
+  let usage;
   try {
-    // The notes beside the history: a card does not say whether its task has any.
-    [items, notes] = await Promise.all([loadHistory(id), loadNotes(id)]);
+    // The notes and the usage beside the history: a card does not say whether its task has any.
+    [items, notes, usage] = await Promise.all([loadHistory(id), loadNotes(id), loadUsage(id)]);
   } catch (err) {
     if (historyFor === key) list.replaceChildren(el("li", "error", String(err.message || err)));
     return;
   }
   if (historyFor !== key) return; // another task (or version) is shown now
-  details.querySelector(".attempts-slot").replaceChildren(renderAttempts(items, getTask(id), notes));
+  details.querySelector(".attempts-slot").replaceChildren(renderAttempts(items, getTask(id), notes, usage));
   list.replaceChildren(...historyItems(items)); // renews collapsed, reasons as text (timeline.js)
 }
 

@@ -5,6 +5,7 @@
 //   attempts.js    the attempt timeline     (GET /api/tasks/<id>/events, every page)
 //   timeline.js    the history, renews collapsed, paged here (HISTORY_PAGE rows a page)
 //   actions.js     which operator buttons the stage has (the lifecycle's moves, board.intervene)
+//   usage          each attempt's reported tokens and cost (GET /api/tasks/<id>/usage, once claimed)
 //   notes          in the attempt timeline (GET /api/tasks/<id>/notes, when the task has any);
 //                  staff add one with the form under it (POST, no token: board.intervene)
 // An action is sent with the version shown (api.js sendAction); Cancel asks first, listing the
@@ -12,7 +13,7 @@
 // few seconds while it is visible and redraws when its version moved.
 
 import { askReason, CAN_INTERVENE, el, showMessage } from "./page.js";
-import { addNote, loadHistory, loadNotes, loadReplays, loadTask, sendAction } from "./api.js";
+import { addNote, loadHistory, loadNotes, loadReplays, loadTask, loadUsage, sendAction } from "./api.js";
 import { actionsFor, confirmed, refusalText, withReason } from "./actions.js";
 import { renderAttempts } from "./attempts.js";
 import { historyItems } from "./timeline.js";
@@ -145,14 +146,15 @@ function drawHistoryPage() {
 async function drawHistory(task) {
   let events;
   let notes = [];
+  let usage = null;
   try {
-    events = await loadHistory(taskId);
-    if (task.notes_count) notes = await loadNotes(taskId);
+    [events, notes, usage] = await Promise.all([loadHistory(taskId), task.notes_count ? loadNotes(taskId) : [],
+      task.attempts ? loadUsage(taskId) : null]);
   } catch (err) {
     root.querySelector(".history").replaceChildren(el("li", "error", String(err.message || err)));
     return;
   }
-  root.querySelector(".attempts-slot").replaceChildren(renderAttempts(events, task, notes));
+  root.querySelector(".attempts-slot").replaceChildren(renderAttempts(events, task, notes, usage));
   const atNewest = pageEnd === rows.length;
   rows = historyItems(events);
   if (atNewest || pageEnd > rows.length) pageEnd = rows.length; // the newest page, unless paging back
