@@ -99,12 +99,18 @@ def of_task(task_id: str, *, using: str = "default") -> dict[str, Any]:
 
 
 def by_agent_and_queue(since: datetime, *, using: str = "default") -> dict[str, list[dict[str, Any]]]:
-    """Usage reported since `since`, by agent and by queue (most tokens first)."""
+    """Usage reported since `since`, by agent and by queue (most tokens first): two grouped
+    queries per grouping, however many agents or queues."""
     with store(using).read_transaction():
         rows = TaskUsage.objects.using(using).filter(at__gte=since)
         out = {}
         for key in ("agent", "queue"):
-            groups = sorted(set(rows.values_list(key, flat=True)))
-            out[key] = sorted(({key: name, **_totals(rows.filter(**{key: name}))} for name in groups),
-                              key=lambda g: (-(g["input_tokens"] + g["output_tokens"]), g[key]))
+            sums = rows.values(key).annotate(input_tokens=Sum("input_tokens"), output_tokens=Sum("output_tokens"),
+                                             cost_usd=Sum("cost_usd"), reports=Count("pk")).order_by()
+            missing = dict(rows.filter(cost_usd__isnull=True).values(key).annotate(n=Count("pk")).order_by()
+                           .values_list(key, "n"))
+            groups = [{key: g[key], "input_tokens": g["input_tokens"] or 0, "output_tokens": g["output_tokens"] or 0,
+                       "cost_usd": None if missing.get(g[key]) else round(g["cost_usd"] or 0.0, 6),
+                       "cost_missing": missing.get(g[key], 0), "reports": g["reports"]} for g in sums]
+            out[key] = sorted(groups, key=lambda g: (-(g["input_tokens"] + g["output_tokens"]), g[key]))
         return out
