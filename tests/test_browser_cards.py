@@ -250,8 +250,10 @@ def test_focus_moves_into_the_details_and_back_to_the_card(open_board, orm):
     page.keyboard.press("Enter")
     expect(page.locator("#details")).to_be_visible()
     expect(page.locator("#details .details-title")).to_be_focused()
-    page.keyboard.press("Tab")  # on through the panel: its full page and admin links, close button, then its actions
+    page.keyboard.press("Tab")  # on through the panel: its full page, plan graph and admin links, close button, then its actions
     expect(page.locator("#details .details-page")).to_be_focused()
+    page.keyboard.press("Tab")
+    expect(page.locator("#details .details-graph")).to_be_focused()
     page.keyboard.press("Tab")
     expect(page.locator("#details .details-admin")).to_be_focused()
     page.keyboard.press("Tab")

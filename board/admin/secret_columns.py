@@ -43,6 +43,10 @@ HARMLESS_COLUMNS: dict[tuple[str, str], str] = {
     ("board.Task", "fairness_key"): "a label chosen by the task's creator (a plan, a person) whose tasks take "
                                     "turns with other keys' in the claim order (board.engine.fairness); it "
                                     "grants nothing",
+    ("board.TaskUsage", "input_tokens"): "a count of an LLM's tokens a holder reported using (board.engine.usage), "
+                                         "not a credential",
+    ("board.TaskUsage", "output_tokens"): "a count of an LLM's tokens a holder reported using (board.engine.usage), "
+                                          "not a credential",
 }
 
 # A field name with one of these in it is declared above, one way or the other.
