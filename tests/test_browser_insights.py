@@ -5,11 +5,13 @@ the board's websocket alone (the page never asks the API for it). Waits are Play
 `expect(...)` with a bound, never a sleep."""
 from __future__ import annotations
 
+import os
 import re
 
 import pytest
 
-from board.engine import transitions
+from board.engine import transitions, usage
+from board.models import Task
 from board.engine.transitions import TaskSpec
 from tests.support import end_backoff, sqlite_db_mark
 from tests.test_browser import SLOW, browser, open_board, orm, server  # noqa: F401  (fixtures)
@@ -76,12 +78,25 @@ def test_the_agents_and_throughput_panel_receives_live_data_from_the_socket(open
     agent_row = panel.locator('tr[data-agent="agent-7"]')
     expect(agent_row.locator(".holds")).to_have_text("job-0", timeout=SLOW)
     expect(agent_row.locator(".completed")).to_have_text("0")
+    expect(agent_row.locator(".usage")).to_have_text("—")  # no report yet: missing, not 0
     expect(panel.locator('svg.chart[data-queue="batch"]')).to_have_attribute("data-depth", "2")
     expect(panel).to_have_attribute("data-completed", "0")
 
-    orm(lambda: transitions.complete("job-0", held.token, {}))
+    def complete_with_usage():
+        # Reported before the complete (as with a renew's report): the panel's recomputation that
+        # the complete's history row starts reads it.
+        task = Task.objects.get(pk="job-0")
+        usage.record(task, held.fence, "agent-7", usage.checked({"input_tokens": 12000, "output_tokens": 345,
+                                                                 "cost_usd": 0.42}))
+        transitions.complete("job-0", held.token, {})
+
+    orm(complete_with_usage)
     expect(panel).to_have_attribute("data-completed", "1", timeout=SLOW)
     expect(agent_row.locator(".completed")).to_have_text("1")
+    expect(agent_row.locator(".usage")).to_have_text("12.3k")
+    expect(agent_row.locator(".usage")).to_have_attribute("title", "12,000 in + 345 out tokens · $0.42")
+    if os.environ.get("TASKFLOW_SCREENSHOTS"):  # looked at, not kept: the agents table with a usage column
+        panel.screenshot(path="/tmp/insights-agents.png")
     expect(agent_row.locator(".holds")).to_have_text("—")
     expect(panel.locator("svg.throughput rect.completed")).to_have_count(1)
 

@@ -9,10 +9,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.db import connections
 
-from board.engine import transitions
+from board.engine import transitions, usage
 from board.engine.transitions import TaskSpec
 from board.live import insights
-from board.models import TaskEvent
+from board.models import TaskEvent, TaskUsage
 from tests.support import sql_stores
 
 STORES = sql_stores()
@@ -88,10 +88,11 @@ def assert_exact(scripted: str) -> None:
     assert data["queued_now"] == {"alpha": 1, "beta": 0}
     assert data["agents"] == [
         {"name": "ann", "holds": [], "holding": 0, "last_heartbeat": "2026-01-01T11:40:20Z",
-         "completed": 1, "failed": 0},
+         "completed": 1, "failed": 0, "usage": None},
         {"name": "bob", "holds": ["b1"], "holding": 1, "last_heartbeat": "2026-01-01T12:28:20Z",
-         "completed": 0, "failed": 1},
-        {"name": "cy", "holds": ["a3"], "holding": 1, "last_heartbeat": None, "completed": 0, "failed": 0},
+         "completed": 0, "failed": 1, "usage": None},
+        {"name": "cy", "holds": ["a3"], "holding": 1, "last_heartbeat": None, "completed": 0, "failed": 0,
+         "usage": None},
     ]
     assert (data["more_agents"], data["more_queues"]) == (0, 0)
     # The last hour's waits and runs (board.engine.timing): a1 waited 40 min and ran 6 s, a2
@@ -330,3 +331,25 @@ def churn(agents: int, rounds: int, using: str = "default") -> list[BaseExceptio
     for thread in threads:
         thread.join(timeout=120)
     return errors
+
+
+@pytest.mark.parametrize("using", STORES)
+def test_each_agent_shows_the_usage_it_reported_in_the_window_and_none_is_missing_not_zero(using):
+    transitions.create([TaskSpec(id=f"u{i}", title="u") for i in (1, 2)], using=using)
+    one = transitions.claim("u1", "ann", 3600, using=using)
+    two = transitions.claim("u2", "bob", 3600, using=using)
+    report = usage.checked({"model": "opus", "input_tokens": 100, "output_tokens": 10, "cost_usd": 0.5})
+    usage.record(one.task, one.lease.fence, "ann", report, using=using)
+    usage.record(one.task, one.lease.fence, "ann", report, using=using)
+    old = usage.record(one.task, one.lease.fence, "ann", report, using=using)
+    TaskUsage.objects.using(using).filter(pk=old.pk).update(at=NOW - timedelta(hours=2))  # before the window
+    usage.record(two.task, two.lease.fence, "bob", usage.checked({"input_tokens": 7}), using=using)
+    data, _ = insights.compute(NOW, using=using)
+    by_name = {agent["name"]: agent["usage"] for agent in data["agents"]}
+    assert by_name == {
+        "ann": {"input_tokens": 200, "output_tokens": 20, "cost_usd": 1.0, "cost_missing": 0},
+        "bob": {"input_tokens": 7, "output_tokens": 0, "cost_usd": None, "cost_missing": 1},
+    }
+    transitions.create(TaskSpec(id="u3", title="u"), using=using)
+    transitions.claim("u3", "cy", 3600, using=using)
+    assert {a["name"]: a["usage"] for a in insights.compute(NOW, using=using)[0]["agents"]}["cy"] is None

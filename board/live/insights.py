@@ -6,7 +6,8 @@ history of the last WINDOW_MINUTES minutes and the tasks RUNNING and QUEUED now,
 
 - `agents`: each agent that holds a task now or acted as a holder in the window (claim, resume,
   renew, complete, fail, pause, release): its name, the tasks it holds, its last heartbeat (its
-  latest claim, resume or renew in the window) and its completions and failures in the window;
+  latest claim, resume or renew in the window), its completions and failures in the window, and
+  the usage it reported in the window (tokens and cost; null when it reported none);
 - `throughput`: completions and failures per minute;
 - `queue_depth`: the most QUEUED tasks each queue held at any moment of each minute (a queue
   that filled and emptied within one minute shows its peak, not the empty end), reconstructed
@@ -41,7 +42,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from board.engine import clock, selectors, timing
+from board.engine import clock, selectors, timing, usage
 from board.engine.lifecycle import Stage, Verb
 from board.engine.limits import MAX_AGENTS, MAX_HELD_IDS, MAX_QUEUES
 from board.engine.stores import store
@@ -49,6 +50,7 @@ from board.live import reads
 from board.live.reads import json_time
 
 WINDOW_MINUTES = 60
+USAGE_FIELDS = ("input_tokens", "output_tokens", "cost_usd", "cost_missing")
 
 # What an agent does as the holder of a task: the actor of these events is the agent's name
 # (the reaper's and the operators' events are not an agent's).
@@ -97,6 +99,8 @@ def compute(now: datetime | None = None, *, using: str = "default", since_id: in
         moves, heartbeats, first_renew = reads.history_window(start, since_id=since_id, using=using)
         held = reads.held_tasks(using=using)
         queued_now = reads.queued_per_queue(using=using)
+        # What each agent reported it used in the window (board.engine.usage): two grouped reads.
+        used = {group["agent"]: group for group in usage.by_agent_and_queue(start, using=using)["agent"]}
         queue_of = selectors.queues_of(sorted({task_id for _, task_id, _, from_stage, to_stage, _, _ in moves
                                                if (from_stage == Stage.QUEUED) != (to_stage == Stage.QUEUED)}),
                                        using=using)
@@ -151,6 +155,8 @@ def compute(now: datetime | None = None, *, using: str = "default", since_id: in
             "last_heartbeat": json_time(heartbeats.get(name)),
             "completed": done[name][0] if name in done else 0,
             "failed": done[name][1] if name in done else 0,
+            # None when it reported nothing in the window: missing, never shown as zero.
+            "usage": {key: used[name][key] for key in USAGE_FIELDS} if name in used else None,
         })
     if timed is None:
         timed = timing.queue_timings(now, using=using)

@@ -20,9 +20,10 @@ const STYLE = `
 #insights th, #insights td { text-align: left; padding: 2px 4px; border-bottom: 1px solid var(--line, #d9dce1); vertical-align: top; }
 #insights td.num, #insights th.num { text-align: right; }
 #insights table.agents { table-layout: fixed; }
-#insights table.agents th:nth-child(1) { width: 28%; }
-#insights table.agents th:nth-child(2) { width: 28%; }
-#insights table.agents th:nth-child(3) { width: 16%; }
+#insights table.agents th:nth-child(1) { width: 25%; }
+#insights table.agents th:nth-child(2) { width: 20%; }
+#insights table.agents th:nth-child(3) { width: 19%; }
+#insights table.agents th:nth-child(6) { width: 20%; }
 #insights table.agents td, #insights table.agents th { overflow: hidden; text-overflow: ellipsis; }
 #insights .held-id, #insights .agent-name { display: block; overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
 #insights .chart { display: block; margin: 2px 0 6px; overflow: visible; }
@@ -213,13 +214,30 @@ function timingTable(timing) {
   return table;
 }
 
+/** An agent's reported usage: its tokens, compact (12.3k), the detail and the cost in the title;
+ * "—" when it reported none (missing, not zero). */
+function usageCell(used) {
+  const cell = el("td", "num usage", "—");
+  if (!used) {
+    cell.title = "no usage reported in the last hour";
+    return cell;
+  }
+  const tokens = used.input_tokens + used.output_tokens;
+  cell.textContent = tokens >= 10000 ? `${(tokens / 1000).toFixed(tokens >= 100000 ? 0 : 1)}k` : String(tokens);
+  const cost = used.cost_usd !== null ? `$${used.cost_usd.toFixed(2)}` : `cost not reported (${used.cost_missing} reports)`;
+  cell.title = `${used.input_tokens.toLocaleString()} in + ${used.output_tokens.toLocaleString()} out tokens · ${cost}`;
+  return cell;
+}
+
 function agentsTable(data) {
   if (!data.agents.length) return el("p", "empty", "No agent in the last hour.");
   const table = el("table", "agents");
   const head = el("tr");
   // "seen": its last heartbeat (a claim, renew or finish); ✓ and ✗: its completions and failures.
+  // "used": the tokens it reported using in the hour (input + output; the cost in the title).
   for (const [name, cls, title] of [["agent"], ["holds"], ["seen", "", "last heartbeat"],
-    ["✓", "num", "completed in the last hour"], ["✗", "num", "failed in the last hour"]]) {
+    ["✓", "num", "completed in the last hour"], ["✗", "num", "failed in the last hour"],
+    ["used", "num", "tokens it reported using in the last hour"]]) {
     const th = el("th", cls, name);
     if (title) th.title = title;
     head.append(th);
@@ -250,6 +268,7 @@ function agentsTable(data) {
       el("td", "heartbeat", ago(agent.last_heartbeat, data.now)),
       el("td", "num completed", String(agent.completed)),
       el("td", "num failed", String(agent.failed)),
+      usageCell(agent.usage),
     );
     if (agent.last_heartbeat) row.cells[2].title = new Date(agent.last_heartbeat).toLocaleString();
     body.append(row);
