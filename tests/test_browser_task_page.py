@@ -91,7 +91,7 @@ def test_the_task_page_shows_the_whole_task_deps_both_ways_attempts_and_collapse
     expect(attempts.locator(".usage-total")).to_have_text(
         "In all: used 1,240 in + 302 out tokens · cost not reported (1 of 2 reports)")
     # Notes (issue 32, item 4): the holder's in its attempt, staff's between the attempts.
-    expect(attempts.locator(".attempt").nth(0).locator(".note")).to_contain_text(f"note by agent-2 (holder)")
+    expect(attempts.locator(".attempt").nth(0).locator(".note")).to_contain_text("note by agent-2 (holder)")
     expect(attempts.locator(".attempt").nth(0).locator(".note-text")).to_have_text(HOLDER_NOTE)
     expect(attempts.locator("ol > li.note .note-text")).to_have_text(STAFF_NOTE)
     assert attempts.locator("ol > li").evaluate_all("items => items.map(i => i.className)") == [

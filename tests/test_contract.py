@@ -21,7 +21,7 @@ import pytest
 from django.db import DatabaseError, IntegrityError, connections, transaction
 from django.utils import timezone
 
-from board.engine import contract, errors, fairness, flow, handoffs, search, selectors, stores, transitions, usage
+from board.engine import contract, errors, flow, handoffs, search, selectors, stores, transitions, usage
 from board.engine.contract import DjangoBoard
 from board.engine.lifecycle import Stage
 from board.engine.transitions import TaskSpec

@@ -446,7 +446,7 @@ def test_a_write_made_by_a_commit_hook_counts_in_its_writers_hold_not_apart():
     transaction, while the locks are still held: one write for the metrics, as it is one hold."""
     from django.test import override_settings
 
-    from board.engine.stores import sqlite, store
+    from board.engine.stores import sqlite
 
     transitions.create([transitions.TaskSpec(id="up", title="up"),
                         transitions.TaskSpec(id="down", title="down", deps=["up"])])

@@ -317,7 +317,16 @@ def admission_candidates(task_ids: Iterable[str] | None = None, *, using: str = 
 
 def dependents_of(task_id: str, *, using: str = "default") -> list[str]:
     """Ids of the tasks that depend on `task_id`."""
-    return list(Dependency.objects.using(using).filter(depends_on_id=task_id).values_list("task_id", flat=True))
+    return dependents_of_all([task_id], using=using)
+
+
+def dependents_of_all(task_ids: list[str], *, using: str = "default") -> list[str]:
+    """Ids of the tasks that depend on any of `task_ids` (a task once per dependency it has among them)."""
+    out: list[str] = []
+    for start in range(0, len(task_ids), _CHUNK):  # bounded IN lists, however many ids
+        out += Dependency.objects.using(using).filter(depends_on_id__in=task_ids[start:start + _CHUNK]).values_list(
+            "task_id", flat=True)
+    return out
 
 
 # ---------------------------------------------------------------------------------------------

@@ -23,7 +23,6 @@ from board.engine import errors, listing, search, selectors
 from board.engine.inputs import is_valid_task_id
 from board.engine.lifecycle import TRANSITIONS
 from board.live.views import missing_permission
-from board.models import Dependency
 
 MAX_GRAPH_NODES = 1000  # tasks drawn (a 500-task plan is drawn whole)
 NODE_FIELDS = ("id", "title", "stage", "owner", "queue", "attempts", "max_retries", "updated_at")
@@ -37,7 +36,7 @@ def plan_around(root: str, *, limit: int = MAX_GRAPH_NODES, using: str = "defaul
     frontier = [root]
     while frontier:
         upstream = selectors.deps_of(frontier, using=using)
-        downstream = _dependents(frontier, using)
+        downstream = selectors.dependents_of_all(frontier, using=using)
         nxt = []
         for task_id in [dep for deps in upstream.values() for dep in deps] + downstream:
             if task_id in seen:
@@ -49,15 +48,6 @@ def plan_around(root: str, *, limit: int = MAX_GRAPH_NODES, using: str = "defaul
             nxt.append(task_id)
         frontier = nxt
     return found, True
-
-
-def _dependents(task_ids: list[str], using: str) -> list[str]:
-    """The tasks that wait for any of `task_ids` (bounded IN lists)."""
-    out: list[str] = []
-    for begin in range(0, len(task_ids), 1000):
-        out += Dependency.objects.using(using).filter(depends_on_id__in=task_ids[begin:begin + 1000]).values_list(
-            "task_id", flat=True)
-    return out
 
 
 def tagged(tag: str, *, limit: int = MAX_GRAPH_NODES, using: str = "default") -> tuple[list[str], bool]:

@@ -30,7 +30,6 @@ from board.api.schemas import (
     ResumeIn,
     TaskNextOut,
     TaskOut,
-    TokenIn,
 )
 from board import metrics
 from board.engine import errors, handoffs, scopes, selectors, transitions, usage

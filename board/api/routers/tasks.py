@@ -34,7 +34,7 @@ from board.api.schemas import (
     UsageOut,
 )
 from board.engine import clock, deadlines, errors, listing, scopes, selectors, transitions, usage
-from board.engine.inputs import is_valid_task_id, json_field
+from board.engine.inputs import json_field
 from board.engine.limits import MAX_PAGE, MAX_PAGE_BYTES
 from board.engine.transitions import TaskSpec
 from board.models import Task
