@@ -13,6 +13,7 @@ from django.utils import timezone
 from board.engine import transitions
 from board.engine.transitions import TaskSpec
 from board.models import Dependency, Task, TaskEvent
+from harness.board_server import LineReader, stop_process
 from tests import live_server
 from tests.support import database_url, db_state, sqlite_db_mark
 
@@ -30,6 +31,8 @@ def test_reaper_process_returns_an_expired_lease_within_ttl_plus_5_seconds():
     ttl = 2
     claimed = transitions.claim("crashy", "doomed-agent", ttl)
     reaper = manage("reap", "--loop", "--interval", "0.5", stdout=subprocess.PIPE, text=True)
+    said = LineReader(reaper.stdout)
+    lines: list[str | None] = []
     try:
         deadline = claimed.lease.expires_at + timedelta(seconds=5)
         # Waiting on another process: poll the row until the promised bound, then judge.
@@ -38,10 +41,14 @@ def test_reaper_process_returns_an_expired_lease_within_ttl_plus_5_seconds():
         task = Task.objects.get(pk="crashy")
         assert task.stage == "QUEUED", f"still {task.stage} 5 s after the lease expired"
         assert task.updated_at >= claimed.lease.expires_at  # not taken back while live
+        # The reaper writes its line after its commit: wait for the line (bounded) before
+        # stopping it. Stopped as soon as the row changed, a loaded machine could end it
+        # between its commit and its write (the line was then missing, once, in a clean clone).
+        while "reclaimed crashy -> QUEUED" not in lines and None not in lines:
+            lines.append(said.next(timeout=10))
     finally:
-        reaper.terminate()
-        out, _ = reaper.communicate(timeout=10)
-    assert "reclaimed crashy -> QUEUED" in out
+        stop_process(reaper)
+    assert "reclaimed crashy -> QUEUED" in lines, lines
     with pytest.raises(transitions.errors.LeaseLost):
         transitions.complete("crashy", claimed.lease.token, {"late": True})
 
