@@ -52,6 +52,12 @@ class Task(models.Model):
     # a foreign key: the original may be pruned before its copy.
     replay_of = models.CharField(max_length=100, null=True, blank=True, editable=False,
                                  help_text="The finished task this one was run again from.")
+    # Resource leases (issue 32; board.engine.resources): what a claim of this task takes with
+    # it, in the claim's transaction, and every move out of RUNNING gives back. As the creator
+    # gave them, normalised: a name (exclusive) or {"name", "units"} (shared). Null: none (the
+    # hot verbs then touch no resource row). Fixed at creation; its rows: TaskResource.
+    resources = models.JSONField(null=True, blank=True, editable=False,
+                                 help_text="Resources a claim takes with the task (a name: exclusive).")
     claim_rank = models.FloatField(default=0.0, db_default=0.0, editable=False,
                                    help_text="Claimed lowest first: its turn (Unix seconds) minus priority x 60 s.")
 
@@ -268,6 +274,45 @@ class ConcurrencyKey(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.running}/{self.concurrency})"
+
+
+class Resource(models.Model):
+    """A resource tasks hold while RUNNING (issue 32; board.engine.resources): a name such as
+    `merge-slot`, `branch:main` or a directory `file:src/app/` (a glob's node). Counted as a
+    queue's limit is: `held` units (an exclusive hold counts resources.EXCLUSIVE) and `intents`
+    (holds of names below this one), changed by the claim's transaction with a conditional
+    update and given back by every move out of RUNNING. Rows are made before the create that
+    first names them."""
+
+    name = models.CharField(primary_key=True, max_length=200, db_column=_PK_COLUMN)
+    capacity = models.PositiveIntegerField(default=1, help_text="Units the shared holders may hold together.")
+    held = models.BigIntegerField(default=0, editable=False, help_text="Units held now (kept by the engine).")
+    intents = models.IntegerField(default=0, editable=False,
+                                  help_text="Holds of names below this one (kept by the engine).")
+    updated_at = models.DateTimeField(null=True, blank=True, help_text="When its capacity last changed.")
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class TaskResource(models.Model):
+    """One node a task's claim takes (board.engine.resources.needs): the resource it names
+    (units; resources.EXCLUSIVE for an exclusive one) or, with units 0, a name above it in the
+    hierarchy (an intent: nobody may hold that whole subtree meanwhile). Written at creation."""
+
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="resource_needs")
+    name = models.CharField(max_length=200)
+    units = models.BigIntegerField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["task", "name"], name="task_resource_unique")]
+        indexes = [models.Index(fields=["name"], name="task_resource_name")]
+
+    def __str__(self) -> str:
+        return f"{self.task_id} needs {self.name} ({self.units})"
 
 
 class FairnessKey(models.Model):

@@ -37,6 +37,7 @@ def public_task(task: Task, deps: list[str]) -> dict:
         "dedup_key": task.dedup_key,
         "fairness_key": task.fairness_key,
         "tags": list(task.tags or []),
+        "resources": task.resources,
         "replay_of": task.replay_of,
         "claim_rank": task.claim_rank,
         # Deadlines beside the lease (board.engine.deadlines): the creator's timeouts, and when

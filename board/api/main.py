@@ -20,13 +20,13 @@ from board.api import errors
 from board.api.auth import AUTH
 from board.api.docs import LocalSwagger
 from board.api.json_body import BodyParser
-from board.api.routers import check, leases, notes, operators, queues, rate_keys, schedules, tasks
+from board.api.routers import check, leases, notes, operators, queues, rate_keys, resources, schedules, tasks
 
 
 # The areas of the API, in the order /api/docs shows their groups, each with its group's line.
 AREAS = (
     (tasks, "tasks"), (leases, "leases"), (notes, "notes"), (operators, "operators"), (queues, "queues"),
-    (rate_keys, "rate keys"), (schedules, "schedules"), (check, "check"),
+    (rate_keys, "rate keys"), (resources, "resources"), (schedules, "schedules"), (check, "check"),
 )
 TAG_DESCRIPTIONS = {
     "tasks": "Create tasks (with dependencies), list them a page at a time, read one and its history.",
@@ -38,6 +38,8 @@ TAG_DESCRIPTIONS = {
     "queues": "Flow control per queue: pause and resume, a concurrency limit, a rate; and each "
               "queue's history of changes.",
     "rate keys": "Rates shared by the tasks naming a rate key, across queues.",
+    "resources": "Resource leases: who holds what until when, a resource's capacity, whether a lease still "
+                 "holds one (a downstream system's fence check).",
     "schedules": "Periodic tasks: a task created on each tick of a schedule.",
     "check": "The board's invariant check: every contradiction, by machine code.",
 }

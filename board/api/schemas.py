@@ -10,7 +10,7 @@ value, what a database would refuse to store (NUL, lone surrogates), so that suc
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal, Optional
+from typing import Annotated, Any, Literal, Optional, Union
 
 from ninja import Schema
 from pydantic import (
@@ -44,6 +44,9 @@ from board.engine.limits import (
     MAX_DESCRIPTION_CHARS,
     MAX_ERROR_CHARS,
     MAX_REASON_CHARS,
+    MAX_RESOURCE_CAPACITY,
+    MAX_RESOURCE_NAME_CHARS,
+    MAX_TASK_RESOURCES,
     MAX_REQUEST_ID_CHARS,
     MAX_RETRIES_LIMIT,
     MAX_SCHEDULE_NAME_CHARS,
@@ -111,6 +114,16 @@ def DEADLINE(description: str) -> Any:  # noqa: N802  (a Field, named as TTL and
     return Field(None, ge=1, le=MAX_DEADLINE_SECONDS, strict=True, description=f"seconds; {description}")
 
 
+class ResourceShareIn(StrictIn):
+    name: str = Field(..., min_length=1, max_length=MAX_RESOURCE_NAME_CHARS)
+    units: int = Field(1, ge=1, le=MAX_RESOURCE_CAPACITY, description="units of the resource's capacity")
+
+
+class ResourceShareOut(Schema):
+    name: str
+    units: int
+
+
 class TaskIn(StrictIn):
     id: Optional[str] = Field(None, description="client-chosen id; generated when omitted",
                               pattern=TASK_ID_PATTERN)
@@ -152,6 +165,12 @@ class TaskIn(StrictIn):
     tags: Optional[list[Annotated[str, StringConstraints(pattern=TAG_PATTERN)]]] = Field(
         None, max_length=MAX_TAGS,
         description="labels to find the task by (search: tag:NAME): each 1-50 letters, digits and ._:/-")
+
+    resources: Optional[list[Union[str, ResourceShareIn]]] = Field(
+        None, max_length=MAX_TASK_RESOURCES,
+        description="resources a claim takes with the task, all or none, held until the lease ends: a name is "
+                    "exclusive (merge-slot, branch:main, file:src/app/**: a pattern holds its directory's "
+                    "subtree), {\"name\", \"units\"} shares the resource's capacity (docs/resources.md)")
 
     # --- deadlines beside the lease (issue 29, item 7; board.engine.deadlines)
     queue_timeout_seconds: Optional[int] = DEADLINE(
@@ -342,6 +361,8 @@ class TaskOut(Schema):
     dedup_key: Optional[str] = Field(None, description="while this task is live, a create with this key returns it")
     fairness_key: Optional[str] = Field(None, description="tasks of different keys take turns among equal priorities")
     tags: list[str] = Field(..., description="labels to find the task by (search: tag:NAME)")
+    resources: Optional[list[Union[str, ResourceShareOut]]] = Field(
+        None, description="resources a claim takes with it (a name: exclusive); null: none")
     replay_of: Optional[str] = Field(None, description="the finished task this one was run again from "
                                                        "(POST /api/tasks/{id}/replay); its replays: search replay_of:ID")
     claim_rank: float = Field(..., description="the line's order: claims take the lowest first (its turn, Unix seconds, "
@@ -543,6 +564,42 @@ class QueueHistory(Schema):
 class RateKeyIn(StrictIn):
     rate: Optional[RateIn] = Field(..., description="a rate limit on the claims of the key's tasks; null: none")
     reason: str = Field("", max_length=MAX_REASON_CHARS, description="kept in the key's history")
+
+
+class ResourceHolderOut(Schema):
+    task: str
+    agent: str = Field(..., description="the lease's holder")
+    fence: int = Field(..., description="the lease's fence: a holder whose lease was taken over has a lower one")
+    units: Optional[int] = Field(None, description="shared units held; null: held exclusively")
+    exclusive: bool
+    expires_at: Optional[datetime] = Field(..., description="the hold ends with the lease (renewing extends it)")
+
+
+class ResourceOut(Schema):
+    name: str = Field(..., description="a resource, or a directory node a pattern holds (file:src/app/)")
+    capacity: int = Field(..., description="units shared holders may hold together")
+    held: Union[int, str] = Field(..., description="units held now, or \"exclusive\"")
+    holds_below: int = Field(..., description="holds of names inside this one (file:src/app/x.py inside file:src/)")
+    holders: list[ResourceHolderOut]
+
+
+class ResourceList(Schema):
+    items: list[ResourceOut]
+
+
+class ResourceIn(StrictIn):
+    capacity: int = Field(..., ge=1, le=MAX_RESOURCE_CAPACITY,
+                          description="units shared holders may hold together (an exclusive hold takes it whole)")
+    reason: str = Field("", max_length=MAX_REASON_CHARS)
+
+
+class ResourceCheckOut(Schema):
+    name: str
+    node: str = Field(..., description="the node the name holds (a pattern: its directory)")
+    task: str
+    fence: int
+    holds: bool = Field(..., description="true when that lease (task and fence) is live and holds the name now")
+    holders: list[ResourceHolderOut] = Field(..., description="the current holders of the node")
 
 
 class RateKeyOut(Schema):

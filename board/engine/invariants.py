@@ -67,6 +67,16 @@ FLOW_CODES = (OVER_CONCURRENCY, RUNNING_COUNT_DRIFT, CLAIMABLE_WHILE_PAUSED, OVE
 NOTES_MISCOUNTED = "notes_miscounted"
 NOTE_CODES = (NOTES_MISCOUNTED,)
 
+# Resource leases' (board.engine.resources), over the Resource rows and the RUNNING tasks' needs:
+# `check_resources`. Problems are named "resource:NAME".
+# Two RUNNING tasks hold what only one may (an exclusive hold beside another, shared holds over
+# the capacity, a hold of a node beside a hold inside it):
+RESOURCE_DOUBLE_HELD = "resource_double_held"
+# A row's counts are not its RUNNING holders' (a hold left behind by a task that is no longer
+# RUNNING, or one never counted): the claim and every move out of RUNNING write both together.
+RESOURCE_ORPHANED = "resource_orphaned"
+RESOURCE_CODES = (RESOURCE_DOUBLE_HELD, RESOURCE_ORPHANED)
+
 # Schedules' (board.engine.schedules), over their rows: `check_schedules`. Their problems name the
 # schedule ("schedule:NAME").
 SCHEDULE_MISSED = "schedule_missed"  # not paused, and its next tick long past: no reaper fires it
@@ -358,6 +368,37 @@ def check_notes(counts: Iterable[tuple[str, int, int]], cap: int) -> list[Proble
     rows, or rows over `cap`, is a problem: a note was written outside its transaction's guard."""
     return [Problem(task_id, NOTES_MISCOUNTED, f"task {task_id} counts {counted} notes and has {rows} (at most {cap})")
             for task_id, counted, rows in sorted(counts) if counted != rows or rows > cap]
+
+
+def check_resources(rows: Iterable[tuple[str, int, int, int]],
+                    running_needs: Iterable[tuple[str, str, int]], exclusive: int) -> list[Problem]:
+    """`rows`: (name, capacity, held, intents) of every Resource; `running_needs`: (task id, node,
+    units) of every RUNNING task's needs (units `exclusive`, shared units, or 0 for an intent on a
+    node above its hold). One consistent snapshot of both."""
+    held: dict[str, list[tuple[str, int]]] = defaultdict(list)
+    intents: dict[str, list[str]] = defaultdict(list)
+    for task_id, node, units in running_needs:
+        if units:
+            held[node].append((task_id, units))
+        else:
+            intents[node].append(task_id)
+    problems = []
+    for name, capacity, held_units, intent_count in rows:
+        holds, below = held.get(name, []), intents.get(name, [])
+        counted = sum(units for _, units in holds)
+        if (held_units, intent_count) != (counted, len(below)):
+            problems.append(Problem(f"resource:{name}", RESOURCE_ORPHANED,
+                                    f"resource {name} counts {held_units} held and {intent_count} held below it; "
+                                    f"its RUNNING holders make {counted} and {len(below)}"))
+        shared = sum(units for _, units in holds if units < exclusive)
+        exclusives = sum(1 for _, units in holds if units >= exclusive)
+        if (exclusives and len(holds) > 1) or shared > capacity or (holds and below):
+            tasks = sorted({task_id for task_id, _ in holds} | set(below))
+            problems.append(Problem(f"resource:{name}", RESOURCE_DOUBLE_HELD,
+                                    f"resource {name} is held by {', '.join(tasks)} at once "
+                                    f"({exclusives} exclusive, {shared} of {capacity} shared units, "
+                                    f"{len(below)} inside it)"))
+    return sorted(problems)
 
 
 def check_rates(rates: Iterable[tuple[str, int, int, int]]) -> list[Problem]:

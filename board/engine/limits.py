@@ -58,6 +58,14 @@ MAX_SNOOZE_SECONDS = 7 * 24 * 3600
 MAX_RATE_COUNT = 100_000
 MAX_RATE_PER_SECONDS = 24 * 3600
 
+# --- resource leases (board.engine.resources)
+MAX_TASK_RESOURCES = 16  # resources one task declares
+MAX_RESOURCE_NAME_CHARS = 200  # a resource's name: 1 to this (resources.NAME_PATTERN)
+MAX_RESOURCE_CAPACITY = 10_000  # a resource's capacity, and the units a shared hold takes: 1 to this
+# Not a cap: the units an exclusive hold counts, more than any capacity, so that no shared hold
+# fits beside it (one number for the take's condition to read).
+RESOURCE_EXCLUSIVE_UNITS = 1_000_000_000
+
 # --- hand-offs: notes on a task (board.engine.transitions.notes) and what a claim hands over
 # (board.engine.handoffs): the notes and the dependencies' results.
 MAX_NOTE_CHARS = 4000  # a note's text

@@ -23,7 +23,7 @@ from django.db.models import (
 )
 from django.utils import timezone
 
-from board.engine import clock, deadlines, fairness, scopes
+from board.engine import clock, deadlines, fairness, resources, scopes
 from board.engine.stores import store
 from board.engine.invariants import (
     CLAIMED_AT_LEAST_ONCE,
@@ -39,6 +39,7 @@ from board.engine.invariants import (
     check_notes,
     check_rate_keys,
     check_rates,
+    check_resources,
     check_limits,
     check_schedules,
     cycle_problem,
@@ -46,7 +47,19 @@ from board.engine.invariants import (
 )
 from board.engine.lifecycle import DEAD_ENDS, LEASED, Stage
 from board.engine.limits import MAX_NOTES_PER_TASK, SCHEDULE_MISSED_GRACE
-from board.models import LIVE_STAGES, ConcurrencyKey, Dependency, Queue, RateKey, Schedule, Task, TaskEvent, TaskNote
+from board.models import (
+    LIVE_STAGES,
+    ConcurrencyKey,
+    Dependency,
+    Queue,
+    RateKey,
+    Resource,
+    Schedule,
+    Task,
+    TaskEvent,
+    TaskNote,
+    TaskResource,
+)
 
 _CHUNK = 2000  # rows fetched at a time when streaming
 
@@ -137,6 +150,11 @@ def claimable_tasks(now: datetime, queue: str | None = None, *, scope: scopes.Sc
         rows = rows.exclude(concurrency_key__in=full_keys)
     if held_rate_keys:
         rows = rows.exclude(rate_key__in=held_rate_keys)
+    closed_nodes = resources.closed_nodes(using)
+    if closed_nodes:  # tasks needing a resource that is full (board.engine.resources)
+        waiting = resources.tasks_needing(using, closed_nodes)
+        if waiting:
+            rows = rows.exclude(pk__in=waiting)
     return rows
 
 
@@ -481,7 +499,19 @@ def flow_problems(*, using: str = "default") -> list[Problem]:
     running = Task.objects.using(using).filter(stage=Stage.RUNNING).values_list(
         "queue", "concurrency_key", "stage_changed_at")
     return (check_limits(limits, running.iterator(_CHUNK)) + _rate_problems(using) + _rate_key_problems(using)
-            + _dedup_problems(using) + _note_problems(using))
+            + _dedup_problems(using) + _note_problems(using) + _resource_problems(using))
+
+
+def _resource_problems(using: str) -> list[Problem]:
+    """check_resources over the Resource rows and the needs of the RUNNING tasks that declare
+    resources (one read of the needs; the tasks' stages read by id)."""
+    rows = list(Resource.objects.using(using).values_list("name", "capacity", "held", "intents"))
+    if not rows:
+        return []
+    needs = list(TaskResource.objects.using(using).values_list("task_id", "name", "units"))
+    running = set(Task.objects.using(using).filter(pk__in=list({task_id for task_id, _, _ in needs}),
+                                                   stage=Stage.RUNNING).values_list("pk", flat=True)) if needs else set()
+    return check_resources(rows, [need for need in needs if need[0] in running], resources.EXCLUSIVE)
 
 
 def _note_problems(using: str) -> list[Problem]:

@@ -31,7 +31,7 @@ from board.models import Dependency, Task, TaskEvent
 CARD_COLUMNS = ("id", "title", "queue", "priority", "on_hold", "max_retries", "stage", "version", "owner",
                 "fence", "lease_expires_at", "attempts", "not_before", "progress", "last_error",
                 "created_at", "updated_at", "stage_changed_at", "concurrency_key", "rate_key", "dedup_key",
-                "fairness_key", "tags", "replay_of", "claim_rank",
+                "fairness_key", "tags", "replay_of", "claim_rank", "resources",
                 "queue_timeout_seconds", "attempt_timeout_seconds", "progress_timeout_seconds",
                 "progress_changed_at")
 NOT_ON_CARDS = ("description", "payload", "checkpoint", "result")

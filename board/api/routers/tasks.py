@@ -33,7 +33,7 @@ from board.api.schemas import (
     TaskUsageOut,
     UsageOut,
 )
-from board.engine import clock, deadlines, errors, listing, scopes, selectors, transitions, usage
+from board.engine import clock, deadlines, errors, listing, resources, scopes, selectors, transitions, usage
 from board.engine.inputs import json_field
 from board.engine.limits import MAX_PAGE, MAX_PAGE_BYTES
 from board.engine.transitions import TaskSpec
@@ -55,6 +55,8 @@ def _spec(item: TaskIn) -> TaskSpec:
                     concurrency_limit=item.concurrency_limit, rate_key=item.rate_key, run_at=item.run_at,
                     dedup_key=item.dedup_key, fairness_key=item.fairness_key, fairness_weight=item.fairness_weight,
                     tags=item.tags,
+                    resources=None if item.resources is None else [
+                        r if isinstance(r, str) else r.model_dump() for r in item.resources],
                     queue_timeout_seconds=item.queue_timeout_seconds,
                     attempt_timeout_seconds=item.attempt_timeout_seconds,
                     progress_timeout_seconds=item.progress_timeout_seconds)
@@ -81,6 +83,8 @@ def _same_as_existing(specs: list[TaskSpec]) -> list[Task] | None:
             return None
         if any(getattr(task, name) != getattr(spec, name) for name in deadlines.TIMEOUTS):
             return None  # its deadlines differ: not a retry of the same create
+        if task.resources != resources.declared(spec.resources):
+            return None
     for task in existing.values():
         task.deduplicated = False  # the same create again, not another create with its key
     return [existing[spec.id] for spec in specs]

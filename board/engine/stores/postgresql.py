@@ -26,6 +26,9 @@ from board.engine.stores.statements import (
     open_for_claims,
     QUEUE,
     RATE_KEY,
+    RESOURCE,
+    RESOURCE_FREE,
+    TASK_RESOURCE,
     EVENT,
     EVENT_COLUMNS,
     KEY,
@@ -150,13 +153,18 @@ _KEY_IS_LIVE = (f"(%(key_hash)s::text IS NULL OR EXISTS (SELECT 1 FROM {KEY} AS 
 # Rate keys: `rate_slot` locks the task's rate key row (after those) only when the key has a rate
 # and is open; a key without one is neither locked nor written. `allowed` needs it as it needs
 # the others, and `rate_taken` moves the key's next opening one interval past the statement's
-# time, as `queue_taken` does the queue's.
+# time, as `queue_taken` does the queue's. Resources (board.engine.resources): `resource_slot`
+# locks, in name order, the rows of the task's `need`s that are free for them (RESOURCE_FREE,
+# checked again on a row another claimer changed); the task is allowed only when all are, and
+# `resource_taken` takes them. Name order everywhere (complete's `resource_locked`, the ORM
+# path's take): two claimers never wait for each other in a circle.
 # The UPDATE is the CAS on the task's id, stage and version. Sets a new lease (owner, token hash,
 # expiry = the database's clock + ttl, the claim request or NULL), fence + 1, attempts + 1,
 # clears the backoff, version + 1; `history` records it.
 _PG_CLAIM_NEXT = f"""
 WITH picked AS MATERIALIZED (
-    SELECT t.id, t.version, t.queue, t.concurrency_key, t.rate_key FROM {TASK} AS t
+    SELECT t.id, t.version, t.queue, t.concurrency_key, t.rate_key, t.resources IS NOT NULL AS has_resources
+    FROM {TASK} AS t
     WHERE t.stage = 'QUEUED' AND (t.not_before IS NULL OR t.not_before <= statement_timestamp()){{queue}}
       AND {open_for_claims(PG_NOW_EPOCH)} AND {_KEY_IS_LIVE}
     ORDER BY t.claim_rank, t.id
@@ -176,6 +184,14 @@ WITH picked AS MATERIALIZED (
     SELECT r.name FROM {RATE_KEY} AS r JOIN picked ON r.name = picked.rate_key
     WHERE r.rate_interval IS NOT NULL AND (r.rate_open_at IS NULL OR r.rate_open_at <= {PG_NOW_EPOCH})
     FOR UPDATE OF r
+), need AS MATERIALIZED (
+    SELECT n.name, n.units FROM {TASK_RESOURCE} AS n JOIN picked ON n.task_id = picked.id
+    WHERE picked.has_resources
+), resource_slot AS MATERIALIZED (
+    SELECT r.name FROM {RESOURCE} AS r JOIN need AS n ON r.name = n.name
+    WHERE {RESOURCE_FREE}
+    ORDER BY r.name
+    FOR UPDATE OF r
 ), allowed AS MATERIALIZED (
     SELECT picked.* FROM picked
     WHERE (EXISTS (SELECT 1 FROM queue_slot)
@@ -185,6 +201,7 @@ WITH picked AS MATERIALIZED (
            OR NOT EXISTS (SELECT 1 FROM {CONCURRENCY_KEY} AS k WHERE k.name = picked.concurrency_key))
       AND (picked.rate_key IS NULL OR EXISTS (SELECT 1 FROM rate_slot)
            OR NOT EXISTS (SELECT 1 FROM {RATE_KEY} AS r WHERE r.name = picked.rate_key AND r.rate_interval IS NOT NULL))
+      AND (NOT picked.has_resources OR (SELECT count(*) FROM resource_slot) = (SELECT count(*) FROM need))
 ), queue_taken AS (
     UPDATE {QUEUE} AS q SET running = q.running + (q.concurrency IS NOT NULL)::int,
         rate_open_at = CASE WHEN q.rate_interval IS NULL THEN q.rate_open_at
@@ -196,6 +213,9 @@ WITH picked AS MATERIALIZED (
 ), rate_taken AS (
     UPDATE {RATE_KEY} AS r SET rate_open_at = {PG_NOW_EPOCH} + r.rate_interval
     FROM allowed WHERE r.name = allowed.rate_key AND r.rate_interval IS NOT NULL
+), resource_taken AS (
+    UPDATE {RESOURCE} AS r SET held = r.held + n.units, intents = r.intents + (n.units = 0)::int
+    FROM need AS n WHERE r.name = n.name AND EXISTS (SELECT 1 FROM allowed)
 ), moved AS (
     UPDATE {TASK} AS t
     SET stage = 'RUNNING', version = t.version + 1, owner = %(agent)s,
@@ -251,7 +271,8 @@ SELECT {COLUMNS} FROM moved
 # the UPDATE clears it. The UPDATE is the CAS on the same guard: stores the result, ends the
 # lease (owner, hash, expiry, claim request cleared; fence kept), version + 1. A lease that
 # expired but was not taken over still completes: the token proves nobody else holds the task.
-# The task's queue and concurrency key get their slots back (board.engine.flow).
+# The task's queue and concurrency key get their slots back (board.engine.flow), and its
+# resources theirs (locked in name order first: `resource_locked`).
 PG_COMPLETE = f"""
 WITH held AS MATERIALIZED (
     SELECT id, owner FROM {TASK}
@@ -276,6 +297,15 @@ WITH held AS MATERIALIZED (
 ), key_given AS (
     UPDATE {CONCURRENCY_KEY} AS k SET running = k.running - 1 FROM moved
     WHERE k.name = moved.concurrency_key AND k.running > 0
+), resource_locked AS MATERIALIZED (
+    SELECT r.name FROM {RESOURCE} AS r JOIN {TASK_RESOURCE} AS n ON r.name = n.name
+    JOIN moved ON n.task_id = moved.id AND moved.resources IS NOT NULL
+    ORDER BY r.name
+    FOR UPDATE OF r
+), resource_given AS (
+    UPDATE {RESOURCE} AS r SET held = r.held - n.units, intents = r.intents - (n.units = 0)::int
+    FROM {TASK_RESOURCE} AS n, moved
+    WHERE n.task_id = moved.id AND r.name = n.name AND r.name IN (SELECT name FROM resource_locked)
 )
 SELECT {COLUMNS} FROM moved
 """

@@ -37,6 +37,9 @@ from board.engine.stores.statements import (
     CONCURRENCY_KEY_NAME,
     RATE_KEY,
     RATE_KEY_NAME,
+    RESOURCE,
+    RESOURCES,
+    TASK_RESOURCE,
     open_for_claims,
     QUEUE,
     QUEUE_NAME,
@@ -177,6 +180,7 @@ _KEY_IS_LIVE = (f"(? IS NULL OR EXISTS (SELECT 1 FROM {KEY} WHERE key_hash = ? A
 # (open_for_claims); the claimed task's slots are then taken by SQLITE_TAKE_SLOTS in the same
 # transaction, under the only write lock, so the rows the pick read are the rows it updates.
 # A rate key's rate likewise: left out of the pick, its opening taken by SQLITE_TAKE_RATE_KEY.
+# A task's resources likewise: left out while one is not free, taken by SQLITE_TAKE_RESOURCES.
 # Params: agent, token_hash, lease_expires_at, claim_request_hash, claim_token_seed, updated_at,
 # stage_changed_at, now (the backoff bound) [, queue], now in Unix seconds twice (the bound of the
 # queue's rate, then of the rate key's),
@@ -272,6 +276,14 @@ SQLITE_GIVE_BACK_SLOTS = (f"UPDATE {QUEUE} SET running = running - 1"
                           " WHERE name = %s AND concurrency IS NOT NULL AND running > 0",
                           f"UPDATE {CONCURRENCY_KEY} SET running = running - 1 WHERE name = %s AND running > 0")
 
+# Resource leases (board.engine.resources): the claimed task takes every node it needs (the pick
+# saw each free for its need, under the same write lock), the completed one gives them back.
+# Only for a task that declares resources (its row says so). Param: the task's id.
+SQLITE_TAKE_RESOURCES = (f"UPDATE {RESOURCE} SET held = held + n.units, intents = intents + (n.units = 0)"
+                         f" FROM {TASK_RESOURCE} AS n WHERE n.task_id = %s AND {RESOURCE}.name = n.name")
+SQLITE_GIVE_BACK_RESOURCES = (f"UPDATE {RESOURCE} SET held = held - n.units, intents = intents - (n.units = 0)"
+                              f" FROM {TASK_RESOURCE} AS n WHERE n.task_id = %s AND {RESOURCE}.name = n.name")
+
 # The history row of a move whose values the caller already has (claim_next, renew).
 # Params: task_id, verb, from_stage, to_stage, version, fence, actor, at.
 SQLITE_HISTORY = f"INSERT INTO {EVENT} ({EVENT_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, NULL)"
@@ -281,7 +293,8 @@ _QMARK = {
     statement: statement.replace("%s", "?")
     for statement in (SQLITE_CLAIM_NEXT, SQLITE_CLAIM_NEXT_IN_QUEUE, SQLITE_CLAIM_NEXT_IN_SCOPE, SQLITE_RENEW,
                       SQLITE_COMPLETE_HISTORY, SQLITE_COMPLETE, SQLITE_HISTORY,
-                      *SQLITE_TAKE_SLOTS, *SQLITE_GIVE_BACK_SLOTS, SQLITE_TAKE_RATE_KEY)
+                      *SQLITE_TAKE_SLOTS, *SQLITE_GIVE_BACK_SLOTS, SQLITE_TAKE_RATE_KEY,
+                      SQLITE_TAKE_RESOURCES, SQLITE_GIVE_BACK_RESOURCES)
 }
 
 
@@ -362,6 +375,8 @@ class SQLiteStatements(Statements):
             _move_slots(execute, SQLITE_TAKE_SLOTS, row, now.timestamp())
             if row[RATE_KEY_NAME] is not None:
                 execute(SQLITE_TAKE_RATE_KEY, (now.timestamp(), row[RATE_KEY_NAME]))
+            if row[RESOURCES] is not None:
+                execute(SQLITE_TAKE_RESOURCES, (row[ID],))
         return Written(row, ((LEASE_EXPIRES_AT, until), (NOT_BEFORE, None), (UPDATED_AT, now),
                              (STAGE_CHANGED_AT, now)), self._converters["claim"])
 
@@ -399,6 +414,8 @@ class SQLiteStatements(Statements):
             if not rows:  # cannot happen under the write lock; never leave the history row alone
                 raise RuntimeError(f"complete of {task_id}: history written but the task did not match")
             _move_slots(execute, SQLITE_GIVE_BACK_SLOTS, rows[0])
+            if rows[0][RESOURCES] is not None:
+                execute(SQLITE_GIVE_BACK_RESOURCES, (task_id,))
         return Written(rows[0], ((LEASE_EXPIRES_AT, None), (UPDATED_AT, now), (STAGE_CHANGED_AT, now)),
                        self._converters["complete"])
 

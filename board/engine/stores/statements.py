@@ -22,7 +22,8 @@ from typing import Any, NamedTuple
 from django.conf import settings
 from django.db import connections
 
-from board.models import AgentKey, ConcurrencyKey, Queue, RateKey, Task, TaskEvent
+from board.engine.limits import RESOURCE_EXCLUSIVE_UNITS as EXCLUSIVE
+from board.models import AgentKey, ConcurrencyKey, Queue, RateKey, Resource, Task, TaskEvent, TaskResource
 
 TASK = Task._meta.db_table
 EVENT = TaskEvent._meta.db_table
@@ -30,14 +31,16 @@ KEY = AgentKey._meta.db_table
 QUEUE = Queue._meta.db_table
 CONCURRENCY_KEY = ConcurrencyKey._meta.db_table
 RATE_KEY = RateKey._meta.db_table
+RESOURCE = Resource._meta.db_table
+TASK_RESOURCE = TaskResource._meta.db_table
 _FIELDS = Task._meta.concrete_fields
 _ATTNAMES = [f.attname for f in _FIELDS]
 # Every column of a task, in the model's field order: what RETURNING gives back.
 COLUMNS = ", ".join(f.column for f in _FIELDS)
 T_COLUMNS = ", ".join(f"t.{f.column}" for f in _FIELDS)
 ID, VERSION, FENCE, OWNER = (_ATTNAMES.index(name) for name in ("id", "version", "fence", "owner"))
-QUEUE_NAME, CONCURRENCY_KEY_NAME, RATE_KEY_NAME = (
-    _ATTNAMES.index(name) for name in ("queue", "concurrency_key", "rate_key"))
+QUEUE_NAME, CONCURRENCY_KEY_NAME, RATE_KEY_NAME, RESOURCES = (
+    _ATTNAMES.index(name) for name in ("queue", "concurrency_key", "rate_key", "resources"))
 LEASE_EXPIRES_AT, NOT_BEFORE, UPDATED_AT, STAGE_CHANGED_AT = (
     _ATTNAMES.index(name) for name in ("lease_expires_at", "not_before", "updated_at", "stage_changed_at"))
 EVENT_COLUMNS = "task_id, verb, from_stage, to_stage, version, fence, actor, at, detail"
@@ -55,14 +58,25 @@ def open_for_claims(now_epoch: str) -> str:
     """Flow control (board.engine.flow), in the pick of claim_next: a task is a candidate only
     when its queue is not paused, below its limit and open by its rate (`now_epoch`: the store's
     SQL for the statement's time in Unix seconds), and its concurrency key (if any) below its
-    limit, and its rate key (if any) open by its rate, as the rows read. `t` is the task table's
-    name in the pick."""
+    limit, and its rate key (if any) open by its rate, and every resource it declares free for
+    its need (RESOURCE_FREE), as the rows read. `t` is the task table's name in the pick."""
     return (f"NOT EXISTS (SELECT 1 FROM {QUEUE} AS q WHERE q.name = t.queue"
             f" AND (q.paused OR q.running >= q.concurrency OR q.rate_open_at > {now_epoch}))"
             f" AND (t.concurrency_key IS NULL OR NOT EXISTS (SELECT 1 FROM {CONCURRENCY_KEY} AS k"
             " WHERE k.name = t.concurrency_key AND k.running >= k.concurrency))"
             f" AND (t.rate_key IS NULL OR NOT EXISTS (SELECT 1 FROM {RATE_KEY} AS r"
-            f" WHERE r.name = t.rate_key AND r.rate_open_at > {now_epoch}))")
+            f" WHERE r.name = t.rate_key AND r.rate_open_at > {now_epoch}))"
+            f" AND (t.resources IS NULL OR NOT EXISTS (SELECT 1 FROM {TASK_RESOURCE} AS n"
+            f" JOIN {RESOURCE} AS r ON r.name = n.name WHERE n.task_id = t.id AND NOT ({RESOURCE_FREE})))")
+
+
+# Resource leases (board.engine.resources, whose take() says the same with the ORM): a need `n`
+# (units: EXCLUSIVE, shared units, or 0 for an intent on a node above the one held) may take its
+# node's row `r` now. An exclusive need's sum can fit only in an empty node (no capacity reaches
+# EXCLUSIVE).
+RESOURCE_FREE = (f"CASE WHEN n.units = 0 THEN r.held = 0"
+                 f" ELSE r.intents = 0 AND r.held + n.units <= CASE WHEN n.units >= {EXCLUSIVE}"
+                 f" THEN {EXCLUSIVE} ELSE r.capacity END END")
 
 MODES = ("auto", "orm")
 

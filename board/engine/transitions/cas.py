@@ -13,7 +13,7 @@ from typing import Any
 
 from django.db.models import F, Q
 
-from board.engine import commits, errors, fairness, flow, outcomes
+from board.engine import commits, errors, fairness, flow, outcomes, resources
 from board.engine.lifecycle import TERMINAL, Stage, Verb, target
 from board.engine.limits import MAX_TTL_SECONDS, MIN_TTL_SECONDS
 from board.models import Task, TaskEvent
@@ -125,10 +125,15 @@ def _swap(
         return False
     # Flow control (board.engine.flow): a move into RUNNING takes a slot of its queue and key
     # (or raises AtLimit, rolling this transaction back); a move out of it gives the slot back.
+    # So do its resources (board.engine.resources), taken all or none.
     if to == Stage.RUNNING and task.stage != Stage.RUNNING:
         flow.take_slot(using, task, now)
+        if task.resources:
+            resources.take(using, task)
     elif task.stage == Stage.RUNNING and to != Stage.RUNNING:
         flow.give_back_slot(using, task)
+        if task.resources:
+            resources.give_back(using, task)
     if not pin_version:  # this transaction wrote the row last: it reads its own write
         changes["version"] = Task.objects.using(using).filter(pk=task.pk).values_list("version", flat=True).get()
     new_version = changes["version"]

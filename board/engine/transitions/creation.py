@@ -11,7 +11,7 @@ from typing import Any
 
 from django.db import IntegrityError, connections, transaction
 
-from board.engine import clock, commits, deadlines, errors, fairness, flow, outcomes, search, selectors, tracing
+from board.engine import clock, commits, deadlines, errors, fairness, flow, outcomes, resources, search, selectors, tracing
 from board.engine.inputs import is_valid_task_id, json_field, key_text, unstorable_text
 from board.engine.lifecycle import DEAD_ENDS, Stage, Verb
 from board.engine.limits import (
@@ -67,6 +67,9 @@ class TaskSpec:
     progress_timeout_seconds: int | None = None  # no progress/checkpoint change this long: lease taken back
     # The finished task this one runs again (set by `replay` only: its create row says so).
     replay_of: str | None = None
+    # Resource leases (board.engine.resources): names (exclusive) and {"name", "units"} (shared)
+    # that a claim of the task takes with it, all or none.
+    resources: Sequence | None = None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -119,6 +122,7 @@ def create(specs: TaskSpec | Sequence[TaskSpec], *, actor: str = "", using: str 
     flow.ensure_rows(using, (spec.queue for spec in batch),
                      (spec.concurrency_key for spec in batch if spec.concurrency_key is not None),
                      (spec.rate_key for spec in batch if spec.rate_key is not None))
+    resources.ensure_rows(using, (node for spec in batch for node, _ in resources.needs(spec.resources)))
 
     now = clock.now(using)
     with store(using).write_transaction():
@@ -181,6 +185,7 @@ def create(specs: TaskSpec | Sequence[TaskSpec], *, actor: str = "", using: str 
                     fairness_key=spec.fairness_key,
                     tags=search.tags_list(list(spec.tags) if spec.tags is not None else None),
                     replay_of=spec.replay_of,
+                    resources=spec.resources,
                     **{name: getattr(spec, name) for name in deadlines.TIMEOUTS},
                     has_deps=bool(spec.deps),
                     has_dependents=spec.id in depended_on,
@@ -207,6 +212,7 @@ def create(specs: TaskSpec | Sequence[TaskSpec], *, actor: str = "", using: str 
                 f"a task with id {getattr(taken, 'pk', ids[0])!r} already exists", task=taken, field="id"
             ) from None
         _insert_dependencies(using, [(spec.id, dep) for spec in batch for dep in spec.deps])
+        resources.insert_needs(using, tasks)
         TaskEvent.objects.using(using).bulk_create(
             [
                 TaskEvent(task_id=t.pk, verb=Verb.CREATE, from_stage="", to_stage=t.stage,
@@ -253,7 +259,7 @@ def replay(task_id: str, *, actor: str, payload: Any = None, new_id: str | None 
         payload=original.payload if payload is None else payload, queue=original.queue,
         priority=original.priority, deps=tuple(deps), max_retries=original.max_retries,
         concurrency_key=original.concurrency_key, rate_key=original.rate_key, fairness_key=original.fairness_key,
-        tags=list(original.tags or []), replay_of=original.pk,
+        tags=list(original.tags or []), replay_of=original.pk, resources=original.resources,
         **{name: getattr(original, name) for name in deadlines.TIMEOUTS})
     return create(spec, actor=actor, using=using)[0]
 
@@ -344,6 +350,7 @@ def _validate_spec(spec: TaskSpec) -> None:
     if spec.tags is not None and not isinstance(spec.tags, (list, tuple)):
         raise errors.InvalidRequest("tags must be a list of tags", field="tags")
     search.tags_list(list(spec.tags) if spec.tags is not None else None)
+    spec.resources = resources.declared(spec.resources)
     if spec.fairness_weight is not None and spec.fairness_key is None:
         raise errors.InvalidRequest("fairness_weight needs a fairness_key", field="fairness_weight")
     flow.concurrency_limit(spec.concurrency_limit, "concurrency_limit")

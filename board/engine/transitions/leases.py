@@ -648,6 +648,7 @@ class _OrmPath:
     def claim_next(self, using: str, agent: str, ttl: timedelta, queue: str | None,
                    request: ClaimRequest | None, key_hash: str | None, scope: scopes.Scope,
                    look_up: bool = True) -> Claim | None:
+        refused: set[str] = set()  # tasks a limit or resource refused in this call's earlier rounds
         for _ in range(RACE_RETRIES):
             try:
                 with store(using).write_transaction():
@@ -661,6 +662,8 @@ class _OrmPath:
                     # Queues and keys that take no claim now are left out of the pick; the
                     # move's slot (flow.take_slot) decides, so one that filled meanwhile rolls back.
                     ready = selectors.claimable_tasks(now, queue, scope=scope, using=using)
+                    if refused:
+                        ready = ready.exclude(pk__in=list(refused))
                     task = store(using).skip_locked(ready).first()
                     if task is None:
                         outcomes.record(using, Verb.CLAIM, outcomes.EMPTY)
@@ -668,7 +671,11 @@ class _OrmPath:
                     won = _take(using, task, Verb.CLAIM, agent, ttl, now, request)
                     if won is not None:
                         return won
-            except flow.AtLimit:
+            except flow.AtLimit as at_limit:
+                # A resource the pick could not see was busy for this task's need (a hold beside
+                # a shared one: board.engine.resources), or a limit filled meanwhile: the next
+                # round picks past it.
+                refused.add(at_limit.task.pk)
                 outcomes.record(using, Verb.CLAIM, outcomes.LOST_RACE)
         log.warning("claim_next by %s lost %d races in a row", agent, RACE_RETRIES)
         return None
