@@ -20,13 +20,13 @@ from board.api import errors
 from board.api.auth import AUTH
 from board.api.docs import LocalSwagger
 from board.api.json_body import BodyParser
-from board.api.routers import check, leases, notes, operators, queues, rate_keys, schedules, tasks
+from board.api.routers import check, leases, notes, operators, queues, rate_keys, schedules, tasks, webhooks
 
 
 # The areas of the API, in the order /api/docs shows their groups, each with its group's line.
 AREAS = (
     (tasks, "tasks"), (leases, "leases"), (notes, "notes"), (operators, "operators"), (queues, "queues"),
-    (rate_keys, "rate keys"), (schedules, "schedules"), (check, "check"),
+    (rate_keys, "rate keys"), (schedules, "schedules"), (check, "check"), (webhooks, "webhooks"),
 )
 TAG_DESCRIPTIONS = {
     "tasks": "Create tasks (with dependencies), list them a page at a time, read one and its history.",
@@ -40,6 +40,8 @@ TAG_DESCRIPTIONS = {
     "rate keys": "Rates shared by the tasks naming a rate key, across queues.",
     "schedules": "Periodic tasks: a task created on each tick of a schedule.",
     "check": "The board's invariant check: every contradiction, by machine code.",
+    "webhooks": "Alerts POSTed to your URL (task.failed, task.deadline_missed, check.problem, ...): signed, "
+                "retried with backoff from a durable outbox (an --operator key or board.add_webhook).",
 }
 
 
