@@ -508,7 +508,7 @@ class Webhook(models.Model):
 
     id = numbered_id()
     objects = NumberedQuerySet.as_manager()
-    url = models.CharField(max_length=2000, help_text="Where deliveries are POSTed (http or https).")
+    url = models.CharField("URL", max_length=2000, help_text="Where deliveries are POSTed (http or https).")
     events = models.JSONField(default=list, help_text="The event names it receives (docs/webhooks.md).")
     filter = models.JSONField(default=dict, blank=True,
                               help_text='Only events of matching tasks: {"queue": "ci-*,docs", "tags": ["urgent"]}.')
@@ -559,6 +559,7 @@ class WebhookDelivery(models.Model):
 
     class Meta:
         ordering = ["-id"]
+        verbose_name_plural = "webhook deliveries"
         constraints = [models.UniqueConstraint(fields=["webhook", "event_id"], name="webhook_delivery_once")]
         indexes = [models.Index(fields=["state", "next_attempt_at"], name="webhook_delivery_due"),
                    models.Index(fields=["created_at"], name="webhook_delivery_age")]

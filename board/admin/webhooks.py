@@ -57,14 +57,21 @@ class WebhookAdmin(_WebhookRights, admin.ModelAdmin):
     search_fields = ("url",)
     ordering = ("id",)
     show_facets = admin.ShowFacets.NEVER
-    fields = ("url", "event_names", "filter", "format", "active", "created_by", "created_at", "cursor",
+    fields = ("url", "event_names", "filter_text", "format", "active", "created_by", "created_at", "cursor",
               "deliveries_summary", "delivery_log")
-    readonly_fields = ("url", "event_names", "filter", "format", "created_by", "created_at", "cursor",
+    readonly_fields = ("url", "event_names", "filter_text", "format", "created_by", "created_at", "cursor",
                        "deliveries_summary", "delivery_log")
 
     @admin.display(description="events")
     def event_names(self, webhook: Webhook) -> str:
         return ", ".join(webhook.events)
+
+    @admin.display(description="filter")
+    def filter_text(self, webhook: Webhook) -> str:
+        wanted = webhook.filter or {}
+        parts = ([f"queue {wanted['queue']}"] if wanted.get("queue") else []) + (
+            [f"tags (any) {', '.join(wanted['tags'])}"] if wanted.get("tags") else [])
+        return "; ".join(parts) or "none: events of every task"
 
     @admin.display(description="deliveries")
     def deliveries_summary(self, webhook: Webhook) -> str:

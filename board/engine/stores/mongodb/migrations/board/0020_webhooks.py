@@ -16,7 +16,7 @@ class Migration(migrations.Migration):
             name='Webhook',
             fields=[
                 ('id', models.BigIntegerField(db_column='_id', primary_key=True, serialize=False)),
-                ('url', models.CharField(help_text='Where deliveries are POSTed (http or https).', max_length=2000)),
+                ('url', models.CharField(help_text='Where deliveries are POSTed (http or https).', max_length=2000, verbose_name='URL')),
                 ('events', models.JSONField(default=list, help_text='The event names it receives (docs/webhooks.md).')),
                 ('filter', models.JSONField(blank=True, default=dict, help_text='Only events of matching tasks: {"queue": "ci-*,docs", "tags": ["urgent"]}.')),
                 ('format', models.CharField(default='json', help_text="json (the board's payload) or slack.", max_length=10)),
@@ -50,6 +50,7 @@ class Migration(migrations.Migration):
                 ('webhook', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='deliveries', to='board.webhook')),
             ],
             options={
+                'verbose_name_plural': 'webhook deliveries',
                 'ordering': ['-id'],
                 'indexes': [models.Index(fields=['state', 'next_attempt_at'], name='webhook_delivery_due'), models.Index(fields=['created_at'], name='webhook_delivery_age')],
                 'constraints': [models.UniqueConstraint(fields=('webhook', 'event_id'), name='webhook_delivery_once')],
