@@ -14,7 +14,7 @@ from django.test import Client
 
 from board.engine import clock
 from board.models import Webhook, WebhookDelivery
-from board.webhooks import sending
+from board.webhooks import outbox, sending
 from tests.support import db_state, sqlite_db_mark
 from tests.test_admin import client_for, make_user
 from tests.test_api import API, assert_error, auth, get, http, operator, post, used_key  # noqa: F401
@@ -143,3 +143,22 @@ def test_the_admin_shows_the_delivery_log_and_never_the_secret(receivers, loopba
     assert outsider.get("/admin/board/webhook/").status_code == 403
     assert User.objects.filter(username="outsider").exists()
 
+
+
+def test_switching_a_webhook_off_in_the_admin_keeps_the_cursor_the_pass_moved(receivers, loopback_allowed):
+    """The change form writes `active` alone: a whole-row save would put back the cursor read when
+    the page opened, and the pass would collect those events again."""
+    webhook = subscribe(receivers())
+    staff = client_for(make_user("maker", ["board.add_webhook"]))
+    page = f"/admin/board/webhook/{webhook.pk}/change/"
+    assert staff.get(page).status_code == 200
+    fail_task("t1")
+    outbox.collect()  # meanwhile
+    moved = Webhook.objects.get().cursor
+    assert staff.post(page, {"_save": "Save"}).status_code == 302  # the box unticked: off
+    row = Webhook.objects.get()
+    assert (row.active, row.cursor) == (False, moved)
+    assert len(deliveries()) == 1
+    watcher = client_for(make_user("watcher", ["board.view_webhook"]))
+    assert watcher.post(page, {"active": "on", "_save": "Save"}).status_code == 403
+    assert Webhook.objects.get().active is False

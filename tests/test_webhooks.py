@@ -281,3 +281,41 @@ def test_a_redirect_is_not_followed(receivers, loopback_allowed):
 
 
 pytestmark = sqlite_db_mark()
+
+
+def test_a_cursor_set_back_collects_nothing_twice_and_moves_on(receivers, loopback_allowed):
+    webhook = subscribe(receivers())
+    fail_task("t1")
+    outbox.collect()
+    Webhook.objects.filter(pk=webhook.pk).update(cursor=0, holes={})  # as a restored backup would
+    fail_task("t2")
+    outbox.collect()
+    assert [d.body["task"]["id"] for d in deliveries()] == ["t1", "t2"]
+    assert Webhook.objects.get().cursor == TaskEvent.objects.order_by("-id").first().id
+
+
+def test_finished_deliveries_are_deleted_after_a_week_and_pending_ones_kept(receivers, loopback_allowed):
+    receiver = receivers(fail_first=1)
+    subscribe(receiver)
+    fail_task("t1")
+    fail_task("t2")
+    now = clock.now()
+    assert [s.state for s in sending.deliver(now=now)] == ["pending", "delivered"]
+    WebhookDelivery.objects.update(next_attempt_at=now + timedelta(days=30))  # t1 keeps failing meanwhile
+    sending.send_due(now=now + timedelta(days=6, hours=23))
+    assert len(deliveries()) == 2
+    sending.send_due(now=now + timedelta(days=7, seconds=1))
+    assert [(d.body["task"]["id"], d.state) for d in deliveries()] == [("t1", "pending")]
+
+
+def test_an_inactive_webhook_collects_and_sends_nothing_until_switched_on(receivers, loopback_allowed):
+    receiver = receivers()
+    webhook = subscribe(receiver)
+    fail_task("t1")
+    outbox.collect()
+    assert subscriptions.set_active(webhook.pk, False)
+    fail_task("t2")
+    assert sending.deliver() == [] and receiver.requests == []
+    assert subscriptions.set_active(webhook.pk, True)
+    assert [s.state for s in sending.deliver()] == ["delivered", "delivered"]  # it catches up
+    assert sorted(r.json["task"]["id"] for r in receiver.accepted) == ["t1", "t2"]

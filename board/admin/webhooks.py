@@ -98,6 +98,11 @@ class WebhookAdmin(_WebhookRights, admin.ModelAdmin):
         return format_html('<table id="delivery-log">{}{}</table><p><a href="{}">every delivery</a></p>',
                            head, body, _deliveries_of(webhook.pk))
 
+    def save_model(self, request, obj, form, change):
+        # Never the whole row: the form read the cursor when the page opened, and a collecting
+        # pass has moved it since. `active` is the one field this page changes.
+        subscriptions.set_active(obj.pk, obj.active)
+
     def delete_model(self, request, obj):
         try:
             subscriptions.delete_webhook(obj.pk)

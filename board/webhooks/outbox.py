@@ -85,7 +85,10 @@ def _commit(webhook: Webhook, rows: list[WebhookDelivery], done: Collected, usin
                     version=F("version") + 1, **values):
                 done.lost_races += 1
                 return False
-            if rows:
+            if rows:  # (none of them should exist: the version says nobody collected them; but never twice)
+                have = set(WebhookDelivery.objects.using(using).filter(
+                    webhook_id=webhook.pk, event_id__in=[r.event_id for r in rows]).values_list("event_id", flat=True))
+                rows = [r for r in rows if r.event_id not in have]
                 WebhookDelivery.objects.using(using).bulk_create(rows)
     except IntegrityError:  # a copy of one of these deliveries committed first: read again next pass
         done.lost_races += 1

@@ -114,6 +114,13 @@ def delete_webhook(webhook_id: int, *, using: str = "default") -> None:
         Webhook.objects.using(using).filter(pk=webhook_id).delete()
 
 
+def set_active(webhook_id: int, active: bool, *, using: str = "default") -> bool:
+    """Switch a webhook off (it collects and sends nothing; its pending deliveries wait) or on.
+    Only that column: the cursor and the problems seen belong to the collecting pass."""
+    with store(using).write_transaction():
+        return bool(Webhook.objects.using(using).filter(pk=webhook_id).update(active=bool(active)))
+
+
 def get_webhook(webhook_id: Any, *, using: str = "default") -> Webhook:
     webhook = Webhook.objects.using(using).filter(pk=webhook_id).first() if isinstance(webhook_id, int) else None
     if webhook is None:
