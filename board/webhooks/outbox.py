@@ -26,7 +26,7 @@ from django.db.models import F
 
 from board.engine import clock, selectors
 from board.engine.limits import WEBHOOK_PROBLEMS_PER_PASS
-from board.engine.stores import store
+from board.engine.stores import TransactionConflict, store
 from board.live import outbox
 from board.models import Task, TaskEvent, Webhook, WebhookDelivery
 from board.webhooks import events
@@ -90,7 +90,7 @@ def _commit(webhook: Webhook, rows: list[WebhookDelivery], done: Collected, usin
                     webhook_id=webhook.pk, event_id__in=[r.event_id for r in rows]).values_list("event_id", flat=True))
                 rows = [r for r in rows if r.event_id not in have]
                 WebhookDelivery.objects.using(using).bulk_create(rows)
-    except IntegrityError:  # a copy of one of these deliveries committed first: read again next pass
+    except (IntegrityError, TransactionConflict):  # another collector wrote first: read again next pass
         done.lost_races += 1
         return False
     done.deliveries += len(rows)
