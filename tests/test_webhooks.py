@@ -22,6 +22,7 @@ from board.engine.limits import WEBHOOK_BACKOFF_BASE_SECONDS, WEBHOOK_MAX_ATTEMP
 from board.engine.transitions import TaskSpec
 from board.models import Task, TaskEvent, Webhook, WebhookDelivery
 from board.webhooks import outbox, sending, subscriptions
+from harness.board_server import server_env, stop_process, wait_until
 from tests.support import database_url, expire_lease, race, sql_stores, sqlite_db_mark
 from tests.webhook_receiver import Receiver, verify
 
@@ -162,6 +163,24 @@ def test_a_delivery_survives_a_restart_and_a_fresh_process_delivers_it(receivers
     assert "attempt 2: delivered (HTTP 200)" in done.stdout, done.stdout
     [row] = deliveries()
     assert (row.state, row.attempts) == ("delivered", 2)
+    assert len(receiver.accepted) == 1 and receiver.bad_signatures == 0
+
+
+def test_the_reapers_loop_delivers_by_itself(receivers, loopback_allowed):
+    """`manage.py reap --loop` (what `manage.py serve` starts) runs the webhook passes in a thread:
+    a real reaper process delivers, bounded by a deadline (polling the row, never a bare sleep)."""
+    receiver = receivers()
+    subscribe(receiver)
+    fail_task("t1")
+    connections["default"].close()
+    env = server_env(database_url(connections["default"].settings_dict), "test-secret",
+                     TASKFLOW_WEBHOOK_ALLOWED_HOSTS="127.0.0.1")
+    reaper = subprocess.Popen([sys.executable, "manage.py", "reap", "--loop", "--interval", "0.2"], cwd=ROOT, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_until(lambda: WebhookDelivery.objects.filter(state="delivered").exists(), 30, "the reaper's delivery")
+    finally:
+        stop_process(reaper)
     assert len(receiver.accepted) == 1 and receiver.bad_signatures == 0
 
 
