@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 from datetime import timedelta
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from django.db import connections
 
 from board.engine import clock, transitions
 from board.engine.limits import WEBHOOK_BACKOFF_BASE_SECONDS, WEBHOOK_MAX_ATTEMPTS
+from board.engine.stores import store
 from board.engine.transitions import TaskSpec
 from board.models import Task, TaskEvent, Webhook, WebhookDelivery
 from board.webhooks import outbox, sending, subscriptions
@@ -130,6 +132,41 @@ def test_only_failures_that_stay_failed_and_missed_deadlines_are_events(using, r
     assert outbox.collect(now=now, using=using).deliveries == 0  # each event once
     sending.send_due(now=now, using=using)
     assert len(receiver.accepted) == 3 and receiver.bad_signatures == 0
+
+
+@pytest.mark.parametrize("using", sql_stores()[1:])
+def test_a_failure_that_commits_after_a_later_one_is_still_delivered(using, receivers, loopback_allowed):
+    """On PostgreSQL a history id can commit after a higher one: the webhook's cursor keeps the
+    missing id as a hole and collects its event once it commits (board.live.outbox.Cursor)."""
+    subscribe(receivers(), using=using)
+    for task_id, queue in (("late", "qa"), ("early", "qb")):  # two queues: no shared row to wait on
+        transitions.create(TaskSpec(id=task_id, title=task_id, queue=queue), actor="test", using=using)
+    tokens = {t: transitions.claim(t, "worker-1", 60, using=using).lease.token for t in ("late", "early")}
+    written, release = threading.Event(), threading.Event()
+
+    def late_failure():
+        try:
+            with store(using).write_transaction():
+                transitions.fail("late", tokens["late"], "slow disk", retryable=False, using=using)
+                written.set()
+                assert release.wait(30)
+        finally:
+            connections[using].close()
+
+    holder = threading.Thread(target=late_failure)
+    holder.start()
+    try:
+        assert written.wait(30)
+        transitions.fail("early", tokens["early"], "fast disk", retryable=False, using=using)
+        outbox.collect(using=using)
+        assert [d.body["task"]["id"] for d in deliveries(using)] == ["early"]
+        assert Webhook.objects.using(using).get().holes  # the late id, still expected
+    finally:
+        release.set()
+        holder.join(30)
+    outbox.collect(using=using)
+    assert [d.body["task"]["id"] for d in deliveries(using)] == ["early", "late"]
+    assert outbox.collect(using=using).deliveries == 0
 
 
 def test_a_new_webhook_hears_only_of_what_happens_after_it_and_its_filter(receivers, loopback_allowed):
