@@ -13,6 +13,9 @@ session and get what their permissions say (a superuser has them all):
 | act as an operator (admit, requeue, cancel, force-*)      | board.intervene                   |
 | change a queue's limit, pause or resume it                | board.change_queue                |
 | create, change, pause, resume or delete a schedule        | board.change_queue (the admin's Schedules page: also board.view_schedule to only look) |
+| create a webhook, send it a test (API, issue 33)          | board.add_webhook (an agent key: an --operator key not limited to some queues) |
+| list and read webhooks and their deliveries (API, admin)  | board.view_webhook or board.add_webhook |
+| delete a webhook                                          | board.delete_webhook or board.add_webhook |
 | claim, resume, renew, complete, fail, pause, release      | nobody: these are agents' verbs (a lease belongs to an agent process, which renews it); a person uses an agent key |
 """
 from __future__ import annotations
@@ -42,3 +45,20 @@ def may_intervene(user) -> bool:
 
 def may_change_queues(user) -> bool:
     return is_board_user(user) and user.has_perm(CHANGE_QUEUE)
+
+
+ADD_WEBHOOK = "board.add_webhook"
+VIEW_WEBHOOK = ("board.view_webhook", "board.add_webhook", "board.change_webhook")
+DELETE_WEBHOOK = ("board.delete_webhook", "board.add_webhook")
+
+
+def may_add_webhooks(user) -> bool:
+    return is_board_user(user) and user.has_perm(ADD_WEBHOOK)
+
+
+def may_view_webhooks(user) -> bool:
+    return is_board_user(user) and any(user.has_perm(perm) for perm in VIEW_WEBHOOK)
+
+
+def may_delete_webhooks(user) -> bool:
+    return is_board_user(user) and any(user.has_perm(perm) for perm in DELETE_WEBHOOK)

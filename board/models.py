@@ -538,3 +538,76 @@ class ReaperPass(models.Model):
 
     def __str__(self) -> str:
         return f"reaper on {self.host} (pid {self.pid})"
+
+
+class Webhook(models.Model):
+    """A webhook subscription (issue 33, item 6; board/webhooks/): the events it wants, where to
+    send them, and its own cursor in the history (the outbox). Each pass of board.webhooks.outbox
+    reads the events after `cursor` (with `holes`: ids below it that may still commit, on
+    PostgreSQL), inserts one WebhookDelivery per matching event and moves the cursor, in one
+    transaction; board.webhooks.sending then sends what is due. Written only by board/webhooks/.
+
+    `secret` signs every delivery (HMAC-SHA256 of the body): the board must keep it to sign, so it
+    is stored as is, shown once in the create's answer and never again (the admin never displays
+    it: board/admin/secret_columns.py)."""
+
+    id = numbered_id()
+    objects = NumberedQuerySet.as_manager()
+    url = models.CharField("URL", max_length=2000, help_text="Where deliveries are POSTed (http or https).")
+    events = models.JSONField(default=list, help_text="The event names it receives (docs/webhooks.md).")
+    filter = models.JSONField(default=dict, blank=True,
+                              help_text='Only events of matching tasks: {"queue": "ci-*,docs", "tags": ["urgent"]}.')
+    format = models.CharField(max_length=10, default="json", help_text="json (the board's payload) or slack.")
+    secret = models.CharField(max_length=100, editable=False)
+    active = models.BooleanField(default=True, help_text="An inactive webhook collects and sends nothing.")
+    created_by = models.CharField(max_length=200, blank=True, default="")
+    created_at = models.DateTimeField()
+    # Engine-owned: the outbox cursor (the last history id consumed, and the ids below it that
+    # may still commit, each with the transaction horizon that proves when it can be given up:
+    # board.live.outbox.Cursor), and the check() problems already announced.
+    cursor = models.BigIntegerField(default=0, editable=False, help_text="The last history event id consumed.")
+    holes = models.JSONField(default=dict, blank=True, editable=False)
+    problems_seen = models.JSONField(default=list, blank=True, editable=False)
+    # Rises with every write of the three above: a collecting pass commits only if the row is
+    # still the one it read (two reapers collect each event once).
+    version = models.BigIntegerField(default=0, editable=False)
+
+    class Meta:
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return f"webhook {self.id} -> {self.url}"
+
+
+class WebhookDelivery(models.Model):
+    """One event for one webhook (the durable outbox's row): inserted by the collecting pass in
+    the transaction that moves the webhook's cursor, then sent until the receiver answers 2xx or
+    the attempts run out (board.webhooks.sending). `event_id` names the event (the same for every
+    webhook); each retry of a delivery carries the same `id` (X-TaskFlow-Delivery), the
+    receiver's key for deduplication."""
+
+    PENDING, DELIVERED, FAILED = "pending", "delivered", "failed"
+
+    id = numbered_id()
+    objects = NumberedQuerySet.as_manager()
+    webhook = models.ForeignKey(Webhook, on_delete=models.CASCADE, related_name="deliveries")
+    event_id = models.CharField(max_length=250, help_text="The event's id (the same for every webhook).")
+    event = models.CharField(max_length=40, help_text="task.failed, task.deadline_missed, check.problem, ...")
+    body = models.JSONField(help_text="The payload sent, as JSON (signed as sent).")
+    state = models.CharField(max_length=10, default=PENDING, help_text="pending, delivered, or failed (gave up).")
+    attempts = models.PositiveIntegerField(default=0)
+    next_attempt_at = models.DateTimeField(null=True, blank=True, help_text="When it is sent next (pending only).")
+    last_status = models.IntegerField(null=True, blank=True, help_text="The receiver's last HTTP status.")
+    last_error = models.TextField(blank=True, default="")
+    delivered_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["-id"]
+        verbose_name_plural = "webhook deliveries"
+        constraints = [models.UniqueConstraint(fields=["webhook", "event_id"], name="webhook_delivery_once")]
+        indexes = [models.Index(fields=["state", "next_attempt_at"], name="webhook_delivery_due"),
+                   models.Index(fields=["created_at"], name="webhook_delivery_age")]
+
+    def __str__(self) -> str:
+        return f"{self.event} {self.event_id} -> webhook {self.webhook_id} ({self.state})"

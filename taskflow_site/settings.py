@@ -323,6 +323,12 @@ TASKFLOW = {
     "PRUNE_TERMINAL_AFTER_SECONDS": float(os.environ.get("TASKFLOW_PRUNE_TERMINAL_AFTER", str(30 * 86400))),
 }
 
+# Webhooks (board/webhooks/ssrf.py, docs/webhooks.md): hosts a delivery may reach although they
+# resolve to a loopback, private, link-local or metadata address (a comma list of host names or IP
+# addresses, e.g. "localhost,hooks.internal"). Empty: only public addresses.
+TASKFLOW_WEBHOOK_ALLOWED_HOSTS = [h.strip() for h in os.environ.get("TASKFLOW_WEBHOOK_ALLOWED_HOSTS", "").split(",")
+                                  if h.strip()]
+
 # Production hardening: on whenever DEBUG is off (what `manage.py check --deploy` asks for).
 if not DEBUG:
     SECURE_SSL_REDIRECT = env_flag("SECURE_SSL_REDIRECT", True)

@@ -126,7 +126,7 @@ def test_the_header_names_the_user_links_every_page_and_logs_out_with_a_post(ope
     expect(nav.locator(".nav-user")).to_have_text(page.username)
     links = dict(nav.locator("a").evaluate_all("links => links.map(a => [a.textContent, a.getAttribute('href')])"))
     assert links == {"Board": "/board/", "All tasks": "/board/tasks/", "Queues": "/admin/board/queue/",
-                     "API docs": "/api/docs", "Admin": "/admin/"}
+                     "Webhooks": "/admin/board/webhook/", "API docs": "/api/docs", "Admin": "/admin/"}
     expect(nav.locator('a[aria-current="page"]')).to_have_text("Board")
     nav.locator("text=All tasks").click()
     expect(page).to_have_url(f"{server.url}/board/tasks/")
@@ -320,9 +320,10 @@ def test_a_completed_card_says_who_ran_it_how_long_it_ran_and_how_long_it_waited
 def test_the_api_docs_show_a_group_per_area_and_no_default_group(open_page):
     page = open_page("/api/docs")
     groups = page.locator(".opblock-tag-section h3 .opblock-tag, .opblock-tag-section h3")
-    expect(page.locator(".opblock-tag-section")).to_have_count(8, timeout=SLOW)
+    expect(page.locator(".opblock-tag-section")).to_have_count(9, timeout=SLOW)
     names = page.locator(".opblock-tag-section h3").evaluate_all("hs => hs.map(h => h.dataset.tag)")
-    assert names == ["tasks", "leases", "notes", "operators", "queues", "rate keys", "schedules", "check"], names
+    assert names == ["tasks", "leases", "notes", "operators", "queues", "rate keys", "schedules", "check",
+                     "webhooks"], names
     assert groups.filter(has_text="default").count() == 0
     # A group holds its operations: the tasks group lists GET /api/tasks.
     expect(page.locator('.opblock-tag-section:has(h3[data-tag="tasks"]) .opblock-summary-path',

@@ -56,6 +56,11 @@ EXPECTED = {
     "`ttl_seconds` / `wait_seconds` / `max_retries` / `priority`":
         [limits.MIN_TTL_SECONDS, limits.MAX_TTL_SECONDS, 0, limits.MAX_WAIT_SECONDS, 0, limits.MAX_RETRIES_LIMIT,
          32],
+    "a webhook's `url` / `events` / webhooks on the board":
+        [limits.MAX_WEBHOOK_URL_CHARS, 1, limits.MAX_WEBHOOK_EVENTS, limits.MAX_WEBHOOKS],
+    "a webhook delivery's attempts":
+        [limits.WEBHOOK_TIMEOUT_SECONDS, limits.WEBHOOK_BACKOFF_BASE_SECONDS, limits.WEBHOOK_BACKOFF_MAX_SECONDS,
+         limits.WEBHOOK_MAX_ATTEMPTS, limits.WEBHOOK_KEEP_DAYS * 86400],
     "any string or JSON value": [],
     "`payload`, `result`, `checkpoint` depth": [limits.MAX_JSON_DEPTH],
 }

@@ -10,6 +10,8 @@ stage, version or lease, or an agent key's hash. Laid out as Django's own apps a
                 weights
 - `schedules.py` ScheduleAdmin: periodic tasks, their next ticks, the pause and resume actions
                 (all through `board.engine.schedules`)
+- `webhooks.py` WebhookAdmin: the subscriptions (created over the API), each with its delivery
+                log; WebhookDeliveryAdmin, every delivery and the "send again" action
 - `actions.py`  the task actions (each a verb of `board.engine.transitions` per selected task,
                 held to the version read, or to the lease shown for force release) and their
                 report: one summary message per action, each task's line in a collapsed list
@@ -31,6 +33,7 @@ from board.admin.keys import AgentKeyAdmin
 from board.admin.queues import ConcurrencyKeyAdmin, FairnessKeyAdmin, QueueAdmin, RateKeyAdmin
 from board.admin.schedules import ScheduleAdmin
 from board.admin.tasks import TaskAdmin
+from board.admin.webhooks import WebhookAdmin, WebhookDeliveryAdmin
 
 __all__ = ["AgentKeyAdmin", "ConcurrencyKeyAdmin", "FairnessKeyAdmin", "QueueAdmin", "RateKeyAdmin", "ScheduleAdmin",
-           "TaskAdmin", "TaskEditForm"]
+           "TaskAdmin", "TaskEditForm", "WebhookAdmin", "WebhookDeliveryAdmin"]

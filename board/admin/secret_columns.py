@@ -23,6 +23,8 @@ SECRET_COLUMNS: dict[tuple[str, str], str] = {
     ("board.Task", "claim_token_seed"): "the seed a claim request's token is computed from (with the request id)",
     ("board.Task", "claim_request_hash"): "SHA-256 of (agent, claim request id)",
     ("board.AgentKey", "key_hash"): "SHA-256 of the agent key",
+    ("board.Webhook", "secret"): "the key every delivery of the webhook is signed with (HMAC-SHA256): the board "
+                                 "must keep it to sign, so it is stored as is, shown once at creation and never again",
     # Not ours, declared so the walk covers them: Django's UserAdmin refuses lookups on
     # `password` itself; sessions have no admin.
     ("auth.User", "password"): "the password's salted hash",

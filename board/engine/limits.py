@@ -137,3 +137,15 @@ MAX_QUEUES = 20
 # Queues named in /metrics: the QUEUE_LABEL_LIMIT holding the most tasks, the rest summed into one
 # label value (board.metrics.OTHER_QUEUES), so a scrape does not grow with the clients' queue names.
 QUEUE_LABEL_LIMIT = 20
+
+# --- webhooks (issue 33, item 6; board/webhooks/, docs/webhooks.md)
+MAX_WEBHOOK_URL_CHARS = 2000  # a subscription's url
+MAX_WEBHOOK_EVENTS = 10  # event names of one subscription (each once)
+MAX_WEBHOOKS = 100  # subscriptions on the board (checked at create)
+WEBHOOK_TIMEOUT_SECONDS = 5  # one delivery attempt: connect, send, and read the status line
+WEBHOOK_MAX_ATTEMPTS = 12  # attempts of one delivery before it is given up (state "failed")
+WEBHOOK_BACKOFF_BASE_SECONDS = 10  # the wait after attempt n: base * 2**(n-1), capped
+WEBHOOK_BACKOFF_MAX_SECONDS = 3600
+WEBHOOK_DELIVERIES_PER_PASS = 100  # due deliveries sent by one pass (the rest: the next pass)
+WEBHOOK_PROBLEMS_PER_PASS = 100  # new check() problems announced per webhook per pass (the rest: the next)
+WEBHOOK_KEEP_DAYS = 7  # delivered and given-up deliveries are deleted after this

@@ -3,7 +3,9 @@
 it with --loop and restarts it if it dies; each pass is recorded for /healthz (board/health.py).
 With --loop it also prunes the history every TASKFLOW["PRUNE_INTERVAL_SECONDS"] (board.engine.retention),
 in a thread of its own: a prune of a big board takes many batches, and lost leases must keep
-coming back every second meanwhile."""
+coming back every second meanwhile. With --loop it also runs the webhook passes (board/webhooks/:
+collect the history's alerts, send the due deliveries) every --interval seconds in another thread:
+a receiver that times out must not hold up the leases either."""
 import logging
 import threading
 import time
@@ -15,6 +17,8 @@ from django.utils import timezone
 
 from board import health
 from board.engine import retention, schedules, transitions
+from board.webhooks import outbox as webhook_outbox
+from board.webhooks import sending as webhook_sending
 from server import tracing
 
 log = logging.getLogger("board.reaper")
@@ -46,6 +50,9 @@ class Command(BaseCommand):
         self.passes = 0
         if loop and prune_interval > 0:
             threading.Thread(target=self.prune_every, args=(prune_interval, database), name="prune",
+                             daemon=True).start()
+        if loop:
+            threading.Thread(target=self.deliver_webhooks_every, args=(interval, database), name="webhooks",
                              daemon=True).start()
         while True:
             try:
@@ -98,4 +105,23 @@ class Command(BaseCommand):
                 log.exception("prune failed")
             finally:
                 connections[database].close()  # this thread's own connection
+            time.sleep(interval)
+
+    def deliver_webhooks_every(self, interval: float, database: str) -> None:
+        """The webhook passes (board.webhooks): collect every `interval` seconds (check()'s problems
+        every PROBLEMS_EVERY_SECONDS), then send what is due. A failed pass is logged and tried
+        again: the deliveries are rows, so nothing is lost meanwhile."""
+        problems_at = 0.0
+        while True:
+            try:
+                problems = time.monotonic() - problems_at >= webhook_outbox.PROBLEMS_EVERY_SECONDS
+                webhook_outbox.collect(problems=problems, using=database)
+                if problems:
+                    problems_at = time.monotonic()
+                for sent in webhook_sending.send_due(using=database):
+                    if sent.error:
+                        log.info("webhook delivery %s attempt %s: %s", sent.delivery, sent.attempt, sent.error)
+            except Exception:  # the reaper's thread must outlive any one failure
+                log.exception("webhook pass failed")
+                connections[database].close()
             time.sleep(interval)
