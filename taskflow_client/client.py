@@ -192,6 +192,11 @@ class Lease:
         of it carries it (``lease.notes``). Returns the note."""
         return self.client.add_note(self.task_id, text, token=self.token)
 
+    def holds(self, resource: str) -> bool:
+        """Whether this lease still holds `resource` (one the task declared): False once it
+        ended or was taken over. Ask before a write another holder must not race."""
+        return self.client.resource_holder(resource, self.task_id, self.fence)["holds"]
+
     def complete_and_claim(self, result: Any = None, *, ttl_seconds: float | None = None,
                            queue: str | None = None, wait_seconds: float = 0) -> tuple[dict[str, Any], Lease | None]:
         """Commit `result` and claim the next ready task in the same request (ttl: this lease's
@@ -577,7 +582,11 @@ class Client:
         returns that task and creates nothing), ``fairness_key`` (1-200 printable characters, a
         plan or a person: tasks of different keys take turns in the claim order) and
         ``fairness_weight`` (1-1,000, with a key: its turns for another key's one), ``tags`` (up to 20
-        labels of 1-50 letters, digits and ._:/-, found by the search line ``tag:NAME``).
+        labels of 1-50 letters, digits and ._:/-, found by the search line ``tag:NAME``),
+        ``resources`` (up to 16: a name such as ``"merge-slot"``, ``"branch:main"`` or
+        ``"file:src/app/**"`` is held exclusively, ``{"name": "gpu", "units": 1}`` shares the
+        resource's capacity; a claim takes them all with the task or waits, and the lease's end
+        frees them: see `resources`).
         `concurrency_key`, `concurrency_limit`, `rate_key`, `fairness_key`, `fairness_weight` and
         `run_at` (an aware datetime or ISO text) given here are set on every task of the call;
         `dedup_key` only on a single task (ValueError, nothing sent, if a task names another
@@ -1196,6 +1205,27 @@ class Client:
         `reason` goes to its history. `Forbidden` without operator rights (or for a key limited
         to some queues), `ValidationFailed` for a bad rate (nothing changed)."""
         return self.request("PUT", self._path("rate-keys", name), {"rate": rate, "reason": reason})
+
+    # -- resources (what a claim takes with its task) ----------------------------------------
+
+    def resources(self) -> builtins.list[dict[str, Any]]:
+        """Every resource tasks have named (and each directory a pattern holds), by name:
+        ``name``, ``capacity``, ``held`` (units, or ``"exclusive"``), ``holds_below`` and
+        ``holders`` (each ``task``, ``agent``, ``fence``, ``units``, ``exclusive``,
+        ``expires_at``: a hold ends with its lease). Empty for a key limited to some queues."""
+        return self.request("GET", "/resources")["items"]
+
+    def set_resource_capacity(self, name: str, capacity: int, *, reason: str = "") -> dict[str, Any]:
+        """Operator: shared holders of `name` may hold `capacity` units together (1-10,000; an
+        exclusive hold takes it whole). Returns the resource as `resources` lists it."""
+        return self.request("PUT", self._path("resources", name), {"capacity": capacity, "reason": reason})
+
+    def resource_holder(self, name: str, task_id: str, fence: int) -> dict[str, Any]:
+        """Whether the lease (`task_id`, `fence`) holds the resource `name` now: ``holds`` (False
+        once the lease ended or was taken over: a newer fence), and the node's ``holders``. What a
+        downstream system asks before it accepts a write (examples/git-hooks/pre-push);
+        ``lease.holds(name)`` asks it for a lease."""
+        return self.request("GET", "/resource-holder", query={"name": name, "task": task_id, "fence": fence})
 
     # -- schedules (periodic tasks) ---------------------------------------------------------
 

@@ -37,6 +37,8 @@ EXPECTED = {
     "`queue_timeout_seconds` / `attempt_timeout_seconds` / `progress_timeout_seconds`":
         [1, limits.MAX_DEADLINE_SECONDS],
     "task id, `queue`, agent name": [1, limits.MAX_NAME_CHARS],
+    "`resources` of a task / a resource's name": [limits.MAX_TASK_RESOURCES, 1, limits.MAX_RESOURCE_NAME_CHARS],
+    "a resource's `capacity` / a shared hold's `units`": [1, limits.MAX_RESOURCE_CAPACITY, 1, limits.MAX_RESOURCE_CAPACITY],
     "a schedule's `name` / `cron`": [1, limits.MAX_SCHEDULE_NAME_CHARS, 15, limits.MAX_CRON_CHARS],
     "live keys per agent name / a rotated key's grace": [1, 0, limits.MAX_ROTATION_GRACE.total_seconds()],
     "a key's queue patterns": [limits.MAX_SCOPE_PATTERNS, 1, limits.MAX_NAME_CHARS],

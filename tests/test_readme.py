@@ -20,6 +20,8 @@ SKIP = {".git", ".venv", "__pycache__", ".pytest_cache", ".secret_key", ".taskfl
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 # The README's walk: the block an agent's first task runs in (key, create, worker).
 AGENT_HEADING = "### 3. Create a key, and let an agent claim and complete a task"
+# ... and the block after it that shares the key: two workers and a merge slot.
+RESOURCES_HEADING = "### 6. Two workers and a merge slot"
 
 
 def readme_manage_lines() -> list[str]:
@@ -92,10 +94,10 @@ def test_outside_a_marked_checkout_debug_stays_off(checkout):
         (checkout / "unmarked").rename(checkout / ".taskflow-dev")
 
 
-def readme_agent_block() -> str:
-    """The README's shell block under AGENT_HEADING, as written (docs/client.md points there)."""
+def readme_agent_block(heading: str = AGENT_HEADING) -> str:
+    """The README's shell block under `heading`, as written (docs/client.md points there)."""
     text = (ROOT / "README.md").read_text()
-    section = text.split(f"\n{AGENT_HEADING}\n", 1)[1]
+    section = text.split(f"\n{heading}\n", 1)[1]
     return re.search(r"```sh\n(.*?)```", section, flags=re.DOTALL).group(1)
 
 
@@ -122,16 +124,33 @@ def test_the_readme_agent_block_runs_as_written_against_the_server(checkout):
                 break
         # The only change to the block: the free port this test's server listens on, not 8000.
         script = block.replace("http://127.0.0.1:8000 ", f"http://127.0.0.1:{port} ")
-        done = subprocess.run(["bash", "-c", script + "python3 -m taskflow_client get t1\n"], check=False,
+        # Then step 6 in the same terminal (it uses step 3's key): each line as written, its exit
+        # status printed after it.
+        step_6 = [line for line in readme_agent_block(RESOURCES_HEADING).splitlines() if line.strip()]
+        script += "python3 -m taskflow_client get t1\n" + "".join(f'{line}\necho "[exit $?]"\n' for line in step_6)
+        done = subprocess.run(["bash", "-c", script], check=False,
                               cwd=checkout, env=nothing_exported(), capture_output=True, text=True, timeout=120)
         # stderr: only create_agent_key's note that the key is shown once (the key is on stdout)
-        noted = [line for line in done.stderr.splitlines() if not re.fullmatch(r"key tfk_\S+ for agent 'py-worker'.*", line)]
+        noted = [line for line in done.stderr.splitlines() if not re.fullmatch(r"key tfk_\S+ for agent 'py-worker'.*", line)
+                 and line != "no work: no task is ready"]  # step 6's second claim says so
         assert done.returncode == 0 and noted == [], f"{script}\n{done.stdout}\n{done.stderr}"
         out = done.stdout.splitlines()
         assert json.loads(out[0])["id"] == "t1"  # created
         assert out[1] == "worker: 1 task(s) completed"
         task = json.loads(out[2])
         assert (task["stage"], task["queue"], task["result"]) == ("COMPLETED", "examples", {"double": 42})
+
+        # Step 6: the create, worker 1's claim, worker 2's (no work: exit 3), the resources.
+        # (curl's answer ends without a newline: its status follows on the same line.)
+        out = "\n".join(out[3:]).replace("[exit", "\n[exit").split("\n")
+        out = [line for line in out if line]
+        assert [line for line in out if line.startswith("[exit")] == ["[exit 0]", "[exit 0]", "[exit 3]", "[exit 0]"], (
+            script, done.stdout, done.stderr)
+        created, claimed, listed = [json.loads(out[0]), json.loads(out[1])], json.loads(out[3]), json.loads(out[6])
+        assert [(t["id"], t["resources"]) for t in created] == [("m1", ["merge-slot"]), ("m2", ["merge-slot"])]
+        assert (claimed["task"]["id"], claimed["task"]["owner"]) == ("m1", "py-worker")
+        [slot] = [r for r in listed["items"] if r["name"] == "merge-slot"]
+        assert [(h["task"], h["agent"]) for h in slot["holders"]] == [("m1", "py-worker")]
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         try:

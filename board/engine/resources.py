@@ -219,6 +219,14 @@ def give_back(using: str, task: Task) -> None:
         Resource.objects.using(using).filter(name=node).update(**changes)
 
 
+def forget_needs(using: str, task: Task) -> None:
+    """`task` has just become COMPLETED or CANCELLED in this transaction: it will never take its
+    nodes again, so its TaskResource rows go (the table then holds the needs of unfinished tasks
+    only, which every read of it relies on to stay small; Task.resources keeps what it declared).
+    A FAILED task keeps them: an operator may requeue it."""
+    TaskResource.objects.using(using).filter(task_id=task.pk).delete()
+
+
 # ---------------------------------------------------------------------------------------------
 # Reads: who holds what, what a task waits for
 
@@ -330,16 +338,26 @@ def _blockers(using: str, node: str, units: int) -> list[tuple]:
     return sorted(found, key=lambda h: (h[0], h[2]))
 
 
-def closed_nodes(using: str) -> list[str]:
-    """Nodes no need can take now (held exclusively, or full): what the ORM path's pick leaves
-    out (a read in its transaction; the take decides). Others that a particular need cannot
-    take (a hold beside a shared one, an intent under a held node) are found by the take."""
-    return list(Resource.objects.using(using).filter(held__gte=F("capacity")).values_list("name", flat=True))
-
-
-def tasks_needing(using: str, nodes: list[str]) -> list[str]:
-    """The QUEUED tasks that need one of `nodes` (the ORM path's pick leaves them out)."""
-    ids = set(TaskResource.objects.using(using).filter(name__in=nodes).values_list("task_id", flat=True))
+def waiting_tasks(using: str):
+    """The QUEUED tasks with a need that cannot be taken now, as the Resource rows read (a
+    read in the ORM path's transaction: the take decides): a need of a full node; an intent
+    under a held node; an exclusive hold of a node held or with holds inside it; a shared hold
+    that does not fit. Where the store joins cheaply, a subquery; elsewhere (MongoDB) a list
+    of ids. Nothing (an empty list) while no resource is held."""
+    busy = list(Resource.objects.using(using).filter(Q(held__gt=0) | Q(intents__gt=0))
+                .values_list("name", "capacity", "held", "intents"))
+    if not busy:
+        return []
+    held = [name for name, _, units, _ in busy if units > 0]
+    inside = [name for name, _, _, count in busy if count > 0]
+    blocked = (Q(name__in=held, units=0) | Q(name__in=held, units__gte=EXCLUSIVE)
+               | Q(name__in=inside, units__gt=0))
+    for name, capacity, units, _ in busy:
+        blocked |= Q(name=name, units__gt=max(capacity - units, 0), units__lt=EXCLUSIVE)
+    needs = TaskResource.objects.using(using).filter(blocked).values("task_id")
+    if store(using).joins_cheaply:
+        return needs
+    ids = {row["task_id"] for row in needs}
     if not ids:
         return []
     return list(Task.objects.using(using).filter(pk__in=list(ids), stage=Stage.QUEUED).values_list("pk", flat=True))

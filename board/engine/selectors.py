@@ -150,11 +150,9 @@ def claimable_tasks(now: datetime, queue: str | None = None, *, scope: scopes.Sc
         rows = rows.exclude(concurrency_key__in=full_keys)
     if held_rate_keys:
         rows = rows.exclude(rate_key__in=held_rate_keys)
-    closed_nodes = resources.closed_nodes(using)
-    if closed_nodes:  # tasks needing a resource that is full (board.engine.resources)
-        waiting = resources.tasks_needing(using, closed_nodes)
-        if waiting:
-            rows = rows.exclude(pk__in=waiting)
+    waiting = resources.waiting_tasks(using)  # a resource they need is held (board.engine.resources)
+    if not isinstance(waiting, list) or waiting:  # a subquery, or ids (never evaluated here)
+        rows = rows.exclude(pk__in=waiting)
     return rows
 
 

@@ -272,7 +272,8 @@ SELECT {COLUMNS} FROM moved
 # lease (owner, hash, expiry, claim request cleared; fence kept), version + 1. A lease that
 # expired but was not taken over still completes: the token proves nobody else holds the task.
 # The task's queue and concurrency key get their slots back (board.engine.flow), and its
-# resources theirs (locked in name order first: `resource_locked`).
+# resources theirs (locked in name order first: `resource_locked`); its needs go
+# (`needs_forgotten`: every part of one statement reads the rows as they were before it).
 PG_COMPLETE = f"""
 WITH held AS MATERIALIZED (
     SELECT id, owner FROM {TASK}
@@ -306,6 +307,8 @@ WITH held AS MATERIALIZED (
     UPDATE {RESOURCE} AS r SET held = r.held - n.units, intents = r.intents - (n.units = 0)::int
     FROM {TASK_RESOURCE} AS n, moved
     WHERE n.task_id = moved.id AND r.name = n.name AND r.name IN (SELECT name FROM resource_locked)
+), needs_forgotten AS (
+    DELETE FROM {TASK_RESOURCE} AS n USING moved WHERE n.task_id = moved.id AND moved.resources IS NOT NULL
 )
 SELECT {COLUMNS} FROM moved
 """

@@ -283,6 +283,8 @@ SQLITE_TAKE_RESOURCES = (f"UPDATE {RESOURCE} SET held = held + n.units, intents 
                          f" FROM {TASK_RESOURCE} AS n WHERE n.task_id = %s AND {RESOURCE}.name = n.name")
 SQLITE_GIVE_BACK_RESOURCES = (f"UPDATE {RESOURCE} SET held = held - n.units, intents = intents - (n.units = 0)"
                               f" FROM {TASK_RESOURCE} AS n WHERE n.task_id = %s AND {RESOURCE}.name = n.name")
+# A COMPLETED task's needs go (resources.forget_needs says why). Param: the task's id.
+SQLITE_FORGET_NEEDS = f"DELETE FROM {TASK_RESOURCE} WHERE task_id = %s"
 
 # The history row of a move whose values the caller already has (claim_next, renew).
 # Params: task_id, verb, from_stage, to_stage, version, fence, actor, at.
@@ -294,7 +296,7 @@ _QMARK = {
     for statement in (SQLITE_CLAIM_NEXT, SQLITE_CLAIM_NEXT_IN_QUEUE, SQLITE_CLAIM_NEXT_IN_SCOPE, SQLITE_RENEW,
                       SQLITE_COMPLETE_HISTORY, SQLITE_COMPLETE, SQLITE_HISTORY,
                       *SQLITE_TAKE_SLOTS, *SQLITE_GIVE_BACK_SLOTS, SQLITE_TAKE_RATE_KEY,
-                      SQLITE_TAKE_RESOURCES, SQLITE_GIVE_BACK_RESOURCES)
+                      SQLITE_TAKE_RESOURCES, SQLITE_GIVE_BACK_RESOURCES, SQLITE_FORGET_NEEDS)
 }
 
 
@@ -416,6 +418,7 @@ class SQLiteStatements(Statements):
             _move_slots(execute, SQLITE_GIVE_BACK_SLOTS, rows[0])
             if rows[0][RESOURCES] is not None:
                 execute(SQLITE_GIVE_BACK_RESOURCES, (task_id,))
+                execute(SQLITE_FORGET_NEEDS, (task_id,))
         return Written(rows[0], ((LEASE_EXPIRES_AT, None), (UPDATED_AT, now), (STAGE_CHANGED_AT, now)),
                        self._converters["complete"])
 

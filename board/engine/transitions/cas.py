@@ -134,6 +134,8 @@ def _swap(
         flow.give_back_slot(using, task)
         if task.resources:
             resources.give_back(using, task)
+    if to in TERMINAL and task.resources:
+        resources.forget_needs(using, task)
     if not pin_version:  # this transaction wrote the row last: it reads its own write
         changes["version"] = Task.objects.using(using).filter(pk=task.pk).values_list("version", flat=True).get()
     new_version = changes["version"]
