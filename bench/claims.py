@@ -161,6 +161,9 @@ LIMIT_GOAL = 0.8
 RATE = {"count": 100_000, "per_seconds": 1}
 # --with-rate-key: the rate key the limited queue's tasks name, with RATE (never binding).
 RATE_KEY = "bench:provider"
+# --with-resources: the resource each of the limited loop's tasks shares a unit of (issue 32;
+# board.engine.resources), its capacity the limit (never refusing a claim).
+RESOURCE = "bench:pool"
 # MongoDB is "default" too, but in the child process only (run_mongodb), never beside SQLite's.
 ALIASES = {"sqlite": "default", "postgres": "postgres", "mongodb": "default"}
 SQL_BACKENDS = ("sqlite", "postgres")
@@ -262,8 +265,8 @@ def migrate(alias: str) -> None:
     call_command("migrate", database=alias, verbosity=0)
 
 
-BOARD_TABLES = ("board_taskevent", "board_dependency", "board_task", "board_queue", "board_concurrencykey",
-                "board_queuechange")
+BOARD_TABLES = ("board_taskevent", "board_dependency", "board_taskresource", "board_task", "board_queue",
+                "board_concurrencykey", "board_queuechange", "board_resource")
 
 
 def clear(alias: str) -> None:
@@ -302,14 +305,16 @@ def seed_priority(i: int, tied: bool) -> int:
     return 0 if tied else -i
 
 
-def seed_with_engine(alias: str, count: int, tied: bool, rate_key: str | None = None) -> None:
+def seed_with_engine(alias: str, count: int, tied: bool, rate_key: str | None = None,
+                     resources: Callable[[int], list] | None = None) -> None:
     """`count` QUEUED tasks, created by the engine (transitions.create) in batches (naming
-    `rate_key`, when given)."""
+    `rate_key`, declaring `resources(i)`, when given)."""
     from board.engine import transitions
     from board.engine.transitions import TaskSpec
 
     for start in range(0, count, SEED_BATCH):
-        specs = [TaskSpec(title=f"bench task {i}", priority=seed_priority(i, tied), rate_key=rate_key)
+        specs = [TaskSpec(title=f"bench task {i}", priority=seed_priority(i, tied), rate_key=rate_key,
+                          resources=None if resources is None else resources(i))
                  for i in range(start, min(count, start + SEED_BATCH))]
         transitions.create(specs, using=alias)
 
@@ -354,14 +359,29 @@ class LimitedDriver(OursDriver):
     limit at the thread count it never refuses a claim: the difference with ours is what
     enforcing it costs. `over_limit` and `most_running` are what an observer thread saw."""
 
-    def __init__(self, alias: str, limit: int, rate: dict | None = None, rate_key: bool = False):
+    def __init__(self, alias: str, limit: int, rate: dict | None = None, rate_key: bool = False,
+                 resources: str | None = None, queue_limit: bool = True):
         super().__init__(alias)
         self.limit, self.rate, self.rate_key = limit, rate, rate_key
+        self.resources, self.queue_limit = resources, queue_limit
 
     def seed(self, count: int, tied: bool) -> None:
-        from board.engine import flow
+        from board.engine import flow, resources
 
-        flow.change_queue("default", concurrency=self.limit, rate=self.rate, actor="bench", using=self.alias)
+        if self.queue_limit:
+            flow.change_queue("default", concurrency=self.limit, rate=self.rate, actor="bench", using=self.alias)
+        if self.resources == "pool":
+            # Each task shares a unit of one resource whose capacity is the limit: every claim
+            # takes a unit of that one row in its own transaction, every complete gives it back.
+            resources.change_capacity(RESOURCE, self.limit, actor="bench", using=self.alias)
+            seed_with_engine(self.alias, count, tied, resources=lambda i: [{"name": RESOURCE, "units": 1}])
+            return
+        if self.resources == "own":
+            # Each task holds a resource of its own exclusively, below one scheme
+            # (bench:file/N, so every claim also takes an intent on bench:): the machinery's
+            # cost where claims rarely meet on a row but the scheme's.
+            seed_with_engine(self.alias, count, tied, resources=lambda i: [f"{RESOURCE}/{i}"])
+            return
         if not self.rate_key:
             super().seed(count, tied)
             return
@@ -900,6 +920,8 @@ class Row:
     observed: Observed | None = None  # what the limited slices' observers saw
     rate: dict | None = None  # the limited queue's rate (--with-rate)
     rate_key: str | None = None  # the rate key its tasks name (--with-rate-key)
+    resources: str | None = None  # its tasks' resources (--with-resources: pool or own)
+    queue_limited: bool = True  # its queue has the limit (--with-limit, --with-rate, --with-rate-key)
 
     @property
     def ratio(self) -> float:
@@ -924,10 +946,12 @@ def measure(backend: str, alias: str, raw: Any, threads: int, args: argparse.Nam
     of charging it all to whichever ran last."""
     outcomes: dict[str, list[Outcome]] = {"ours": [], "raw": [], "limited": []}
     drivers: list[tuple[str, Any]] = [("ours", OursDriver(alias)), ("raw", raw)]
-    limit = (args.queue_limit or threads) if args.with_limit or args.with_rate or args.with_rate_key else None
+    queue_limit = args.with_limit or args.with_rate or args.with_rate_key
+    limit = (args.queue_limit or threads) if queue_limit or args.with_resources else None
     if limit is not None:
         drivers.append(("limited", LimitedDriver(alias, limit, RATE if args.with_rate else None,
-                                                 rate_key=args.with_rate_key)))
+                                                 rate_key=args.with_rate_key, resources=args.with_resources,
+                                                 queue_limit=queue_limit)))
     observed = Observed(limit or 0)
     slice_seconds = args.seconds / args.rounds
     for _ in range(args.rounds):
@@ -949,7 +973,8 @@ def measure(backend: str, alias: str, raw: Any, threads: int, args: argparse.Nam
     return Row(backend, threads, Outcome.total(outcomes["ours"]), Outcome.total(outcomes["raw"]),
                limited=limited, observed=observed if limit is not None else None,
                rate=RATE if limit is not None and args.with_rate else None,
-               rate_key=RATE_KEY if limit is not None and args.with_rate_key else None)
+               rate_key=RATE_KEY if limit is not None and args.with_rate_key else None,
+               resources=args.with_resources, queue_limited=bool(queue_limit))
 
 
 @dataclass
@@ -981,6 +1006,10 @@ def print_limit_table(rows: list[Row]) -> None:
     if rows[0].rate is not None:
         print(f"limited: a concurrency limit and a rate of {rows[0].rate['count']:,} claims per "
               f"{rows[0].rate['per_seconds']} s on its queue")
+    if rows[0].resources:
+        what = (f"each task shares a unit of the resource {RESOURCE}, its capacity the limit"
+                if rows[0].resources == "pool" else f"each task holds its own resource {RESOURCE}/N exclusively")
+        print(f"limited: {what}" + ("" if rows[0].queue_limited else " (no queue limit)"))
     if rows[0].rate_key is not None:
         print(f"limited: its tasks name the rate key {rows[0].rate_key} ({RATE['count']:,} claims per "
               f"{RATE['per_seconds']} s)")
@@ -1299,6 +1328,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--with-rate-key", action="store_true",
                         help=f"with --with-limit: the limited queue's tasks also name a rate key with that rate "
                              f"({RATE_KEY}; never binding)")
+    parser.add_argument("--with-resources", choices=("pool", "own"), default=None,
+                        help=f"also run ours on tasks declaring resources (issue 32): pool: each shares a unit of "
+                             f"{RESOURCE}, whose capacity is the limit (never refusing); own: each holds "
+                             f"{RESOURCE}/N of its own (an intent on {RESOURCE.split(':')[0]}: too). Alone: no queue limit")
     parser.add_argument("--queue-limit", type=int, default=0,
                         help="that limit (default: the thread count, so that it never refuses a claim)")
     parser.add_argument("--hot-path", choices=("auto", "orm"), default=None,

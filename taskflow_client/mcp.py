@@ -210,14 +210,15 @@ def _schema(required: tuple[str, ...] = (), **properties: Any) -> dict[str, Any]
 _TASK = _schema(
     ("title",), id=_ID, title={"type": "string"}, description={"type": "string"}, payload={},
     queue={"type": "string"}, priority={"type": "integer"},
-    deps={"type": "array", "items": {"type": "string"}, "description": "ids that must complete first"},
+    deps={"type": "array", "items": {"type": "string"}, "description": "run after"},
     on_hold={"type": "boolean"}, max_retries={"type": "integer", "minimum": 0},
     # The tool list stays under 5,000 characters (tests/test_mcp.py): the API's docs say the rest.
-    concurrency_key={"type": "string", "maxLength": 200, "description": "limits RUNNING tasks sharing it"},
+    concurrency_key={"type": "string", "maxLength": 200, "description": "caps RUNNING sharing it"},
     concurrency_limit={"type": "integer", "minimum": 1},
-    dedup_key={"type": "string", "maxLength": 200, "description": "a live task with it is returned"},
+    dedup_key={"type": "string", "maxLength": 200, "description": "dedupes live tasks"},
     fairness_key={"type": "string", "maxLength": 200, "description": "plans take turns"},
     tags={"type": "array", "items": {"type": "string"}},
+    resources={"type": "array"},  # names held while RUNNING (docs/resources.md)
 )
 
 
