@@ -251,6 +251,21 @@ class Queue(models.Model):
                                       help_text="Seconds between two claims (per_seconds / count).")
     rate_open_at = models.FloatField(null=True, blank=True, editable=False,
                                      help_text="No claim starts before this Unix time (kept by the engine).")
+    # A budget (issue 32, item 5; board.engine.budgets): the usage its tasks' attempts report
+    # (TaskUsage) is added to spent_* in the report's transaction, per window (a UTC day, a UTC
+    # month, or in total); once spent reaches a budget no claim of the queue starts until the
+    # window ends (budget_closed_until, Unix seconds) or an operator raises the budget.
+    budget_tokens = models.BigIntegerField(null=True, blank=True, help_text="Tokens per window; empty: none.")
+    budget_cost_usd = models.FloatField(null=True, blank=True, help_text="Cost (USD) per window; empty: none.")
+    budget_per = models.CharField(max_length=8, null=True, blank=True, help_text="day, month or total.")
+    budget_window = models.FloatField(null=True, blank=True, editable=False,
+                                      help_text="The current window's start (Unix seconds; 0 for total).")
+    spent_tokens = models.BigIntegerField(default=0, editable=False, help_text="Tokens reported in the window.")
+    spent_cost_usd = models.FloatField(default=0.0, editable=False, help_text="Cost reported in the window.")
+    budget_closed_until = models.FloatField(null=True, blank=True, editable=False,
+                                            help_text="No claim starts before this Unix time: the budget is spent.")
+    budget_closed_at = models.FloatField(null=True, blank=True, editable=False,
+                                         help_text="When the budget was reached (Unix seconds).")
     updated_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:

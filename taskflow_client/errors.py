@@ -25,6 +25,7 @@ __all__ = [
     "LeaseLost",
     "NotFound",
     "NotesFull",
+    "BudgetExhausted",
     "Taken",
     "TaskflowError",
     "Terminal",
@@ -132,6 +133,13 @@ class NotesFull(TaskflowError):
     code = "notes_full"
 
 
+class BudgetExhausted(TaskflowError):
+    """The task's queue has spent its budget: no claim of it starts until its window ends or an
+    operator raises it (409 budget_exhausted)."""
+
+    code = "budget_exhausted"
+
+
 class ValidationFailed(TaskflowError):
     """The request is not valid; ``details`` lists the fields (422 validation_error)."""
 
@@ -179,7 +187,7 @@ class TransportError(Exception):
 ERROR_CLASSES: dict[str, type[TaskflowError]] = {
     cls.code: cls
     for cls in (NotFound, Taken, Blocked, Terminal, LeaseLost, VersionConflict, InvalidTransition,
-                DuplicateId, DuplicateName, NotesFull, ValidationFailed, Unauthorized, Forbidden, TooLarge,
+                DuplicateId, DuplicateName, NotesFull, BudgetExhausted, ValidationFailed, Unauthorized, Forbidden, TooLarge,
                 TooManyWaiters)
 }
 

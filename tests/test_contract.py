@@ -1578,6 +1578,126 @@ class BoardContract:
         assert Task.objects.using(a).filter(stage=Stage.COMPLETED).count() == 5 * rounds
         assert list(Resource.objects.using(a).filter(Q(held__gt=0) | Q(intents__gt=0))) == []
 
+    # -- budgets (issue 32, item 5) ---------------------------------------------------------------
+
+    def report(self, claim, tokens: int, cost: float | None = None) -> None:
+        """Complete the claim and report its usage, as the API does (after the move)."""
+        transitions.complete(claim.task.pk, claim.lease.token, {}, using=self.alias)
+        usage.record(claim.task, claim.lease.fence, claim.task.owner or "agent",
+                     usage.checked({"model": "m", "input_tokens": tokens, "output_tokens": 0,
+                                    **({} if cost is None else {"cost_usd": cost})}), using=self.alias)
+
+    def test_a_spent_budget_refuses_claims_until_an_operator_raises_it(self):
+        a = self.alias
+        flow.change_queue("llm", budget={"tokens": 100, "per": "total"}, actor="op", using=a)
+        for n in range(4):
+            self.new(f"b-{n}", queue="llm", priority=-n)
+        self.new("elsewhere")
+        self.report(self.claim_next(queue="llm"), 60)
+        second = self.claim_next(queue="llm")
+        self.report(second, 50)  # 110 of 100: spent
+        queue = Queue.objects.using(a).get(name="llm")
+        described = flow.describe(queue)
+        assert (described["budget_exhausted"], described["spent"]) == (True, {"tokens": 110, "cost_usd": 0.0})
+        with pytest.raises(errors.BudgetExhausted):
+            self.claim_next(queue="llm")
+        with pytest.raises(errors.BudgetExhausted) as refused:
+            self.claim("b-2")
+        assert "queue llm has spent its budget (100 tokens in total)" in str(refused.value)
+        assert self.claim_next().task.pk == "elsewhere"  # other queues go on
+        assert self.claim_next() is None
+        flow.change_queue("llm", budget={"tokens": 200, "per": "total"}, actor="op", reason="more", using=a)
+        assert self.claim_next(queue="llm").task.pk == "b-2"
+        assert QueueChange.objects.using(a).filter(queue="llm").count() == 2
+
+    def test_a_day_budget_opens_again_with_the_next_day_and_counts_from_zero(self):
+        a = self.alias
+        flow.change_queue("daily", budget={"tokens": 10, "cost_usd": 1.0, "per": "day"}, actor="op", using=a)
+        for n in range(3):
+            self.new(f"d-{n}", queue="daily", priority=-n)
+        self.report(self.claim_next(queue="daily"), 5, cost=1.5)  # the cost budget is spent
+        with pytest.raises(errors.BudgetExhausted):
+            self.claim_next(queue="daily")
+        # The next day, as the rows say it (the window's end passed): written, not slept.
+        rows = Queue.objects.using(a).filter(name="daily")
+        start = rows.get().budget_window
+        rows.update(budget_window=start - 86400, budget_closed_until=start - 1)
+        third = self.claim_next(queue="daily")
+        assert third.task.pk == "d-1"
+        self.report(third, 3)
+        queue = rows.get()
+        assert (queue.spent_tokens, queue.spent_cost_usd, queue.budget_closed_until) == (3, 0.0, None)
+
+    def test_bad_budgets_are_refused_and_change_nothing(self):
+        a = self.alias
+        flow.change_queue("kept", budget={"tokens": 5, "per": "day"}, actor="op", using=a)
+        before = list(Queue.objects.using(a).values_list())
+        for bad in ({"tokens": 5}, {"per": "week", "tokens": 5}, {"per": "day"}, {"per": "day", "tokens": 0},
+                    {"per": "day", "tokens": True}, {"per": "day", "cost_usd": -1}, {"per": "day", "cost_usd": "1"},
+                    {"per": "day", "tokens": 1, "extra": 1}, "100"):
+            with pytest.raises(errors.InvalidRequest) as refused:
+                flow.change_queue("kept", budget=bad, actor="op", using=a)
+            assert refused.value.field == "budget", bad
+        assert list(Queue.objects.using(a).values_list()) == before
+
+    def test_check_reports_a_claim_that_started_after_the_budget_was_spent(self):
+        a = self.alias
+        flow.change_queue("over", budget={"tokens": 1, "per": "total"}, actor="op", using=a)
+        self.new("o-1", queue="over")
+        self.new("o-2", queue="over")
+        self.report(self.claim_next(queue="over"), 1)
+        rows = Queue.objects.using(a).filter(name="over")
+        closed = rows.get().budget_closed_until
+        rows.update(budget_closed_until=None)  # opened behind the engine's back: a claim gets in
+        late = self.claim_next(queue="over")
+        rows.update(budget_closed_until=closed)
+        assert [(p.task, p.code) for p in selectors.problems(using=a)] == [("queue:over", "claimed_over_budget")]
+        transitions.complete(late.task.pk, late.lease.token, {}, using=a)
+
+    def test_16_workers_never_overshoot_a_budget_past_the_attempts_running_when_it_was_reached(self):
+        """Each round a queue with a budget of 100 tokens; 16 workers released together claim
+        and complete with a report of 10 tokens each, until the budget refuses them. Exactly:
+        no claim starts after the report that spent it (the history says so), so the spend is
+        at most the closing report's window (under 110) plus one report of each other worker
+        that was running then (15 x 10). Fewer rounds than the claim races (an eighth: 25 on
+        the statement paths): each round is some 10-25 racing claims, completions and reports
+        (about 2 s a round on SQLite)."""
+        a = self.alias
+        rounds = max(self.rounds // 8, 6)
+        spends = []
+        with FlowObserver(a) as seen:
+            for n in range(rounds):
+                name = f"budget-{n}"
+                flow.change_queue(name, budget={"tokens": 100, "per": "total"}, actor="op", using=a)
+                transitions.create([TaskSpec(id=f"{name}-{i}", title="b", queue=name) for i in range(40)], using=a)
+
+                def work(i: int) -> int:
+                    done = 0
+                    while True:
+                        try:
+                            claim = transitions.claim_next(f"agent-{i}", TTL, queue=name, using=a)
+                        except errors.BudgetExhausted:
+                            return done
+                        if claim is None:
+                            return done
+                        self.report(claim, 10)
+                        done += 1
+
+                results = race([lambda i=i: work(i) for i in range(RACERS)], a)
+                faults = [r for r in results if isinstance(r, BaseException)]
+                assert not faults, f"round {n}: {faults[:3]}"
+                queue = Queue.objects.using(a).get(name=name)
+                assert queue.budget_closed_until is not None, f"round {n}: the budget never closed"
+                assert 100 <= queue.spent_tokens <= 109 + 15 * 10 and queue.spent_tokens == 10 * sum(results), (
+                    n, queue.spent_tokens, results)
+                claims_at = [e.at.timestamp() for e in TaskEvent.objects.using(a).filter(
+                    verb="claim", task_id__in=[f"{name}-{i}" for i in range(40)])]
+                assert len(claims_at) == sum(results)
+                assert [t for t in claims_at if t > queue.budget_closed_at] == [], f"round {n}: a claim after the close"
+                spends.append(queue.spent_tokens)
+        assert seen["problems"] == [] and seen["reads"] > 0
+        assert len(spends) == rounds
+
     # -- notes and hand-offs (issue 32, item 4) --------------------------------------------------
 
     def test_a_note_goes_with_the_task_to_its_next_holder(self):

@@ -524,11 +524,30 @@ class RateOut(Schema):
     per_seconds: int
 
 
+class BudgetIn(StrictIn):
+    tokens: Optional[int] = Field(None, ge=1, le=10**15, description="input + output tokens per window")
+    cost_usd: Optional[float] = Field(None, gt=0, le=10**9, description="cost per window (reports that give one)")
+    per: Literal["day", "month", "total"] = Field(..., description="the window: a UTC day, a UTC month, or in total")
+
+
+class BudgetOut(Schema):
+    tokens: Optional[int]
+    cost_usd: Optional[float]
+    per: str
+
+
+class SpentOut(Schema):
+    tokens: int
+    cost_usd: float
+
+
 class QueueIn(StrictIn):
     concurrency: Optional[int] = Field(None, ge=1, le=MAX_CONCURRENCY,
                                        description="at most this many RUNNING at once; null: no limit; omitted: unchanged")
     rate: Optional[RateIn] = Field(None, description="a rate limit on claims; null: none; omitted: unchanged")
     paused: Optional[bool] = Field(None, description="true: no new claim takes a task of this queue; omitted: unchanged")
+    budget: Optional[BudgetIn] = Field(None, description="a budget of tokens and/or cost per window; at it, claims are "
+                                                         "refused (budget_exhausted); null: none; omitted: unchanged")
     reason: str = Field("", max_length=MAX_REASON_CHARS, description="kept in the queue's history (and shown while paused)")
 
 
@@ -544,6 +563,11 @@ class QueueOut(Schema):
     next_claim_at: Optional[datetime] = Field(..., description="the rate lets the next claim start at this time")
     depth: dict[str, int] = Field(..., description="tasks per stage")
     oldest_queued_seconds: Optional[float] = Field(..., description="how long the longest-waiting QUEUED task has waited")
+    budget: Optional[BudgetOut] = Field(None, description="the usage its tasks may report per window; null: none")
+    spent: Optional[SpentOut] = Field(None, description="what its tasks reported in the budget's current window")
+    budget_exhausted: bool = Field(False, description="its budget is spent: no claim of its tasks starts")
+    budget_exhausted_until: Optional[datetime] = Field(
+        None, description="claims start again at this time (the window's end); null while open or for a total budget")
 
 
 class QueueList(Schema):

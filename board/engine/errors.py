@@ -60,6 +60,13 @@ class NotesFull(BoardError):
     code = "notes_full"
 
 
+class BudgetExhausted(BoardError):
+    """The task's queue has spent its budget (board.engine.budgets): no claim of it starts until
+    its window ends or an operator raises the budget."""
+
+    code = "budget_exhausted"
+
+
 class VersionConflict(BoardError):
     """The task changed since the version you expected."""
 

@@ -32,7 +32,7 @@ from typing import Any
 
 from django.db.models import F, Q
 
-from board.engine import clock, errors
+from board.engine import budgets, clock, errors
 from board.engine.inputs import is_valid_task_id, key_text, reason_text
 from board.engine.limits import MAX_CONCURRENCY, MAX_CONCURRENCY_KEY_CHARS, MAX_RATE_COUNT, MAX_RATE_PER_SECONDS
 from board.engine.stores import store
@@ -41,12 +41,14 @@ from board.models import ConcurrencyKey, Queue, QueueChange, RateKey, RateKeyCha
 
 class AtLimit(Exception):
     """A move into RUNNING found its queue paused or at a limit: raised inside the move's
-    transaction, so that the task's own update is rolled back with it."""
+    transaction, so that the task's own update is rolled back with it. `budget`: the queue's
+    budget is spent (errors.BudgetExhausted, not Blocked, for a claim of that task)."""
 
-    def __init__(self, task: Task, why: str):
+    def __init__(self, task: Task, why: str, budget: bool = False):
         super().__init__(why)
         self.task = task
         self.why = why
+        self.budget = budget
 
 
 # ---------------------------------------------------------------------------------------------
@@ -140,11 +142,22 @@ def take_slot(using: str, task: Task, now: datetime) -> None:
     its key's, or raise AtLimit to roll the move back. A queue without a limit only has to be
     open (not paused): it is not counted (see change_queue for when its count starts)."""
     queue = Queue.objects.using(using).filter(name=task.queue).values_list(
-        "concurrency", "paused", "rate_interval").first()
+        "concurrency", "paused", "rate_interval", "budget_per").first()
     if queue is not None:  # no row: no limit, not paused
-        concurrency, paused, interval = queue
+        concurrency, paused, interval, budget_per = queue
         if paused:
             raise AtLimit(task, f"queue {task.queue} is paused")
+        if budget_per is not None:
+            # The budget (board.engine.budgets): open, checked by a write on the queue's row, so
+            # that this claim and a usage report closing the budget conflict (MongoDB) or queue
+            # on the row (PostgreSQL) instead of passing each other.
+            at = now.timestamp()
+            if not Queue.objects.using(using).filter(
+                    Q(budget_closed_until__isnull=True) | Q(budget_closed_until__lte=at), name=task.queue).update(
+                    budget_window=F("budget_window")):
+                from board.engine import budgets
+
+                raise AtLimit(task, budgets.refusal(Queue.objects.using(using).get(name=task.queue), now), budget=True)
         if concurrency is not None and not Queue.objects.using(using).filter(
                 name=task.queue, paused=False, concurrency__isnull=False, running__lt=F("concurrency")).update(
                 running=F("running") + 1):
@@ -212,7 +225,7 @@ UNSET: Any = object()
 
 
 def change_queue(name: str, *, actor: str, reason: str = "", concurrency: Any = UNSET, paused: Any = UNSET,
-                 rate: Any = UNSET, using: str = "default") -> Queue:
+                 rate: Any = UNSET, budget: Any = UNSET, using: str = "default") -> Queue:
     """Set a queue's limit (None: no limit), its rate (`{"count", "per_seconds"}`, None: none)
     and/or pause or resume it; the change and its reason
     go to the queue's audit history (QueueChange) in the same transaction. A queue with no row
@@ -226,6 +239,8 @@ def change_queue(name: str, *, actor: str, reason: str = "", concurrency: Any = 
         concurrency = concurrency_limit(concurrency)
     if rate is not UNSET:
         rate = rate_setting(rate)
+    if budget is not UNSET:
+        budget = budgets.setting(budget)
     if paused is not UNSET and not isinstance(paused, bool):
         raise errors.InvalidRequest("paused must be true or false", field="paused")
     reason_text(reason)
@@ -265,6 +280,9 @@ def change_queue(name: str, *, actor: str, reason: str = "", concurrency: Any = 
             changes["paused"] = [queue.paused, paused]
             values.update(paused=paused, paused_by=actor if paused else "", paused_reason=reason if paused else "",
                           paused_at=now if paused else None)
+        if budget is not UNSET and budget != budgets.of(queue):
+            changes["budget"] = [budgets.of(queue), budget]
+            values.update(budgets.changed_values(queue, budget, now))
         if not changes:
             return queue
         values["updated_at"] = now
@@ -334,6 +352,8 @@ def describe(queue: Queue) -> dict[str, Any]:
         # When the rate lets the next claim start (None: no rate, or no claim made under it yet).
         "next_claim_at": (datetime.fromtimestamp(queue.rate_open_at, UTC)
                           if queue.rate_open_at is not None and queue.rate_count is not None else None),
+        # Its budget, what the window spent, and whether claims are closed (board.engine.budgets).
+        **budgets.describe(queue, datetime.now(UTC)),
     }
 
 

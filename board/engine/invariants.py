@@ -77,6 +77,10 @@ RESOURCE_DOUBLE_HELD = "resource_double_held"
 RESOURCE_ORPHANED = "resource_orphaned"
 RESOURCE_CODES = (RESOURCE_DOUBLE_HELD, RESOURCE_ORPHANED)
 
+# Budgets' (board.engine.budgets): a task of a queue whose budget is spent started RUNNING after
+# the report that spent it (no claim may start then). Named "queue:NAME".
+CLAIMED_OVER_BUDGET = "claimed_over_budget"
+
 # Schedules' (board.engine.schedules), over their rows: `check_schedules`. Their problems name the
 # schedule ("schedule:NAME").
 SCHEDULE_MISSED = "schedule_missed"  # not paused, and its next tick long past: no reaper fires it
@@ -399,6 +403,19 @@ def check_resources(rows: Iterable[tuple[str, int, int, int]],
                                     f"({exclusives} exclusive, {shared} of {capacity} shared units, "
                                     f"{len(below)} inside it)"))
     return sorted(problems)
+
+
+def check_budgets(closed: Iterable[tuple[str, float]], running: Iterable[tuple[str, float]]) -> list[Problem]:
+    """`closed`: (queue, when its budget was reached, Unix seconds) of the queues closed now;
+    `running`: (queue, when the task started RUNNING) of their RUNNING tasks."""
+    since = dict(closed)
+    late: dict[str, int] = defaultdict(int)
+    for queue, started in running:
+        if queue in since and started > since[queue]:
+            late[queue] += 1
+    return [Problem(f"queue:{queue}", CLAIMED_OVER_BUDGET,
+                    f"{count} tasks of queue {queue} started after its budget was spent")
+            for queue, count in sorted(late.items())]
 
 
 def check_rates(rates: Iterable[tuple[str, int, int, int]]) -> list[Problem]:

@@ -38,6 +38,7 @@ from board.engine.invariants import (
     check_dedup_keys,
     check_notes,
     check_rate_keys,
+    check_budgets,
     check_rates,
     check_resources,
     check_limits,
@@ -131,7 +132,8 @@ def closed_to_claims(now: datetime, *, using: str = "default") -> tuple[list[str
     transaction; the slot decides) and what a waiting claim does not wait on."""
     queues = list(Queue.objects.using(using).filter(
         Q(paused=True) | Q(concurrency__isnull=False, running__gte=F("concurrency"))
-        | Q(rate_open_at__gt=now.timestamp())).values_list("name", flat=True))
+        | Q(rate_open_at__gt=now.timestamp()) | Q(budget_closed_until__gt=now.timestamp()))
+        .values_list("name", flat=True))
     keys = list(ConcurrencyKey.objects.using(using).filter(running__gte=F("concurrency"))
                 .values_list("name", flat=True))
     rate_keys = list(RateKey.objects.using(using).filter(rate_open_at__gt=now.timestamp())
@@ -497,7 +499,19 @@ def flow_problems(*, using: str = "default") -> list[Problem]:
     running = Task.objects.using(using).filter(stage=Stage.RUNNING).values_list(
         "queue", "concurrency_key", "stage_changed_at")
     return (check_limits(limits, running.iterator(_CHUNK)) + _rate_problems(using) + _rate_key_problems(using)
-            + _dedup_problems(using) + _note_problems(using) + _resource_problems(using))
+            + _dedup_problems(using) + _note_problems(using) + _resource_problems(using) + _budget_problems(using))
+
+
+def _budget_problems(using: str) -> list[Problem]:
+    """check_budgets over the queues whose budget is spent now and their RUNNING tasks."""
+    now = clock.now(using).timestamp()
+    closed = list(Queue.objects.using(using).filter(budget_closed_until__gt=now, budget_closed_at__isnull=False)
+                  .values_list("name", "budget_closed_at"))
+    if not closed:
+        return []
+    running = Task.objects.using(using).filter(stage=Stage.RUNNING, queue__in=[name for name, _ in closed]).values_list(
+        "queue", "stage_changed_at")
+    return check_budgets(closed, [(queue, started.timestamp()) for queue, started in running if started is not None])
 
 
 def _resource_problems(using: str) -> list[Problem]:

@@ -1,6 +1,6 @@
 """Usage (issue 32, item 5, its first half): what an attempt reports it used, tokens and cost,
 sent with a renew, complete or fail (`usage: {model, input_tokens, output_tokens, cost_usd?,
-source}`). Budgets, which would refuse claims at a spent budget, are not built yet.
+source}`). A queue's budget counts them (board.engine.budgets).
 
 A report is what was used since the lease's previous report (each one is added, never a running
 total). It is written after the holder's move was accepted, in a transaction of its own, with
@@ -66,9 +66,14 @@ def checked(usage: Any) -> dict[str, Any]:
 @retry_conflicts
 def record(task: Task, fence: int, agent: str, usage: dict[str, Any], *, using: str = "default") -> TaskUsage:
     """Write a report (already `checked`) for `task`'s lease of `fence`, after its move."""
+    from board.engine import budgets
+
     with store(using).write_transaction():
-        row = TaskUsage(task_id=task.pk, fence=fence, agent=agent, queue=task.queue, at=clock.now(using), **usage)
+        now = clock.now(using)
+        row = TaskUsage(task_id=task.pk, fence=fence, agent=agent, queue=task.queue, at=now, **usage)
         TaskUsage.objects.using(using).bulk_create([row])
+        # The queue's budget (board.engine.budgets) counts it in the same transaction.
+        budgets.spend(using, task.queue, usage["input_tokens"] + usage["output_tokens"], usage["cost_usd"], now)
     return row
 
 

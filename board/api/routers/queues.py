@@ -55,7 +55,9 @@ def change_queue(request, name: str, body: QueueIn):
     flow.change_queue(name, actor=actor, reason=body.reason,
                       concurrency=body.concurrency if "concurrency" in sent else flow.UNSET,
                       paused=body.paused if "paused" in sent else flow.UNSET,
-                      rate=(body.rate.model_dump() if body.rate is not None else None) if "rate" in sent else flow.UNSET)
+                      rate=(body.rate.model_dump() if body.rate is not None else None) if "rate" in sent else flow.UNSET,
+                      budget=(body.budget.model_dump() if body.budget is not None else None)
+                      if "budget" in sent else flow.UNSET)
     return selectors.queue_overview([name])[0]
 
 

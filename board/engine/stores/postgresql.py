@@ -153,7 +153,9 @@ _KEY_IS_LIVE = (f"(%(key_hash)s::text IS NULL OR EXISTS (SELECT 1 FROM {KEY} AS 
 # Rate keys: `rate_slot` locks the task's rate key row (after those) only when the key has a rate
 # and is open; a key without one is neither locked nor written. `allowed` needs it as it needs
 # the others, and `rate_taken` moves the key's next opening one interval past the statement's
-# time, as `queue_taken` does the queue's. Resources (board.engine.resources): `resource_slot`
+# time, as `queue_taken` does the queue's. A queue with a budget (board.engine.budgets) is
+# locked by `queue_slot` too, while its budget is open: a usage report that closes it writes
+# that row, so the two are serialised (a claim that waited re-reads it closed). Resources (board.engine.resources): `resource_slot`
 # locks, in name order, the rows of the task's `need`s that are free for them (RESOURCE_FREE,
 # checked again on a row another claimer changed); the task is allowed only when all are, and
 # `resource_taken` takes them. Name order everywhere (complete's `resource_locked`, the ORM
@@ -172,9 +174,10 @@ WITH picked AS MATERIALIZED (
     FOR UPDATE OF t SKIP LOCKED
 ), queue_slot AS MATERIALIZED (
     SELECT q.name FROM {QUEUE} AS q JOIN picked ON q.name = picked.queue
-    WHERE NOT q.paused AND (q.concurrency IS NOT NULL OR q.rate_interval IS NOT NULL)
+    WHERE NOT q.paused AND (q.concurrency IS NOT NULL OR q.rate_interval IS NOT NULL OR q.budget_per IS NOT NULL)
       AND (q.concurrency IS NULL OR q.running < q.concurrency)
       AND (q.rate_open_at IS NULL OR q.rate_open_at <= {PG_NOW_EPOCH})
+      AND (q.budget_closed_until IS NULL OR q.budget_closed_until <= {PG_NOW_EPOCH})
     FOR UPDATE OF q
 ), key_slot AS MATERIALIZED (
     SELECT k.name FROM {CONCURRENCY_KEY} AS k JOIN picked ON k.name = picked.concurrency_key
@@ -196,7 +199,8 @@ WITH picked AS MATERIALIZED (
     SELECT picked.* FROM picked
     WHERE (EXISTS (SELECT 1 FROM queue_slot)
            OR NOT EXISTS (SELECT 1 FROM {QUEUE} AS q WHERE q.name = picked.queue
-                          AND (q.paused OR q.concurrency IS NOT NULL OR q.rate_interval IS NOT NULL)))
+                          AND (q.paused OR q.concurrency IS NOT NULL OR q.rate_interval IS NOT NULL
+                               OR q.budget_per IS NOT NULL)))
       AND (picked.concurrency_key IS NULL OR EXISTS (SELECT 1 FROM key_slot)
            OR NOT EXISTS (SELECT 1 FROM {CONCURRENCY_KEY} AS k WHERE k.name = picked.concurrency_key))
       AND (picked.rate_key IS NULL OR EXISTS (SELECT 1 FROM rate_slot)

@@ -56,12 +56,14 @@ _LAST_USED = AgentKey._meta.get_field("last_used_at").get_col(KEY)
 
 def open_for_claims(now_epoch: str) -> str:
     """Flow control (board.engine.flow), in the pick of claim_next: a task is a candidate only
-    when its queue is not paused, below its limit and open by its rate (`now_epoch`: the store's
+    when its queue is not paused, below its limit, open by its rate and by its budget
+    (board.engine.budgets) (`now_epoch`: the store's
     SQL for the statement's time in Unix seconds), and its concurrency key (if any) below its
     limit, and its rate key (if any) open by its rate, and every resource it declares free for
     its need (RESOURCE_FREE), as the rows read. `t` is the task table's name in the pick."""
     return (f"NOT EXISTS (SELECT 1 FROM {QUEUE} AS q WHERE q.name = t.queue"
-            f" AND (q.paused OR q.running >= q.concurrency OR q.rate_open_at > {now_epoch}))"
+            f" AND (q.paused OR q.running >= q.concurrency OR q.rate_open_at > {now_epoch}"
+            f" OR q.budget_closed_until > {now_epoch}))"
             f" AND (t.concurrency_key IS NULL OR NOT EXISTS (SELECT 1 FROM {CONCURRENCY_KEY} AS k"
             " WHERE k.name = t.concurrency_key AND k.running >= k.concurrency))"
             f" AND (t.rate_key IS NULL OR NOT EXISTS (SELECT 1 FROM {RATE_KEY} AS r"

@@ -24,6 +24,7 @@ from django.db import transaction
 from django.db.models import Q
 
 from board.engine import (
+    budgets,
     claim_requests,
     clock,
     commits,
@@ -52,7 +53,7 @@ from board.engine.transitions.cas import (
     _ttl,
 )
 from board.engine.transitions.housekeeping import admit_ready
-from board.models import AgentKey, Task
+from board.models import AgentKey, Queue, Task
 
 log = logging.getLogger("board.engine.transitions")
 
@@ -107,6 +108,8 @@ def _limits_refuse(using: str, task_id: str) -> Iterator[None]:
     try:
         yield
     except flow.AtLimit as refused:
+        if refused.budget:
+            raise errors.BudgetExhausted(refused.why, task=_get(using, task_id)) from None
         raise errors.Blocked(refused.why, task=_get(using, task_id), waiting=refused.why) from None
 
 
@@ -215,6 +218,12 @@ def claim_next(
             return None
         scope = None  # `queue = %s` alone picks only that queue's tasks
     request = claim_requests.of(agent, request_id)
+    if queue is not None:
+        # A claim of one queue whose budget is spent is refused as such (no other task could be
+        # taken); the claim's own statement or transaction is what keeps it closed.
+        spent = Queue.objects.using(using).filter(name=queue, budget_closed_until__isnull=False).first()
+        if budgets.exhausted(spent, clock.now(using)):
+            raise errors.BudgetExhausted(budgets.refusal(spent, clock.now(using)))
     return _path(using).claim_next(using, agent, ttl, queue, request, key_hash, scope)
 
 
