@@ -259,6 +259,33 @@ def holders(using: str = "default", names: Iterable[str] | None = None) -> list[
              "holds_below": r.intents, "holders": by_node.get(r.name, [])} for r in resources]
 
 
+def overview(limit: int, holders_each: int, *, using: str = "default") -> tuple[list[dict], int]:
+    """The resources that hold something back now, at most `limit`, for the live board's "queues"
+    frame (its QUEUED cards say which one they wait for): the full ones first (held exclusively or
+    to capacity), then those partly held, then those with holds below them only (`holds_below`),
+    each group by name; each with at most `holders_each` holders (`more_holders`: how many more),
+    a holder being a RUNNING task and its agent (never its lease token, fence or expiry: a renew
+    changes nothing shown). And how many more resources there are. One consistent read."""
+    groups = (Q(held__gte=F("capacity")), Q(held__gt=0, held__lt=F("capacity")), Q(held=0, intents__gt=0))
+    fields = ("name", "capacity", "held", "intents")
+    with store(using).read_transaction():
+        rows = Resource.objects.using(using)
+        shown: list[tuple] = []
+        for group in groups:
+            if len(shown) < limit:
+                shown += list(rows.filter(group).order_by("name").values_list(*fields)[:limit - len(shown)])
+        total = rows.filter(Q(held__gt=0) | Q(intents__gt=0)).count()
+        holds = _running_needs(using, [row[0] for row in shown if row[2]])
+    by_node: dict[str, list[dict]] = defaultdict(list)
+    for node, units, task_id, owner, _fence, _expires in sorted(holds, key=lambda h: (h[0], h[2])):
+        if units:
+            by_node[node].append({"task": task_id, "agent": owner})
+    return [{"name": name, "capacity": capacity, "held": "exclusive" if held >= EXCLUSIVE else held,
+             "holds_below": intents, "holders": by_node[name][:holders_each],
+             "more_holders": max(0, len(by_node[name]) - holders_each)}
+            for name, capacity, held, intents in shown], max(0, total - len(shown))
+
+
 def holder_of(using: str, name: str, task_id: str, fence: int) -> dict:
     """Whether the lease (task, fence) holds `name` now: the task is RUNNING under that fence
     with a live lease and declared a resource whose node is `name`'s. What a downstream system
