@@ -115,6 +115,11 @@ def test_a_queues_frame_with_held_resources_is_valid_and_a_holder_carries_no_lea
     resources.change_capacity("gpu", 4, actor="op")
     held = transitions.claim("m1", "worker-3", 30)
     transitions.claim("g1", "worker-4", 30)
+    # The cards carry what each task declares, as the API gives it (SQLite's JSON text decoded).
+    snapshot = json.loads(live_frames.snapshot_frames()[0])
+    assert errors(snapshot) == []
+    assert {c["id"]: c["resources"] for c in snapshot["tasks"]} == {
+        "m1": ["merge-slot", "file:src/app/**"], "m2": ["merge-slot"], "g1": [{"name": "gpu", "units": 2}]}
     text = live_frames.queues_frame(live_frames.queues_message())
     assert held.lease.token not in text
     frame = json.loads(text)
