@@ -16,7 +16,7 @@
 // milliseconds since the epoch: createdMs, updatedMs, leaseExpiresMs (null without a lease),
 // inStageSinceMs (when it entered its stage).
 
-import { STAGES, TERMINAL, rateText } from "./page.js";
+import { ancestorsOf, rateText, resourceNeeds, STAGES, TERMINAL } from "./page.js";
 
 const tasks = new Map(); // id -> task
 const dependents = new Map(); // dependency id -> Set of ids of the tasks that wait for it
@@ -36,6 +36,11 @@ let queues = null; // the latest "queues" frame, or null before the first
 const closedQueues = new Map();
 const fullKeys = new Map();
 const heldRateKeys = new Map();
+// The resources that hold something back, by name, as the latest "queues" frame says ({name,
+// capacity, held, holds_below, holders, more_holders}); and what each QUEUED card waiting for
+// one said when that frame came (id -> text), to redraw the cards whose reason changed.
+const heldResources = new Map();
+const resourceWaits = new Map();
 let snapshotsApplied = 0;
 // The server's latest answer to the board's filter: {key (the filter it answers), counts (per
 // stage), more (finished stage -> cursor of its next matches, or null), ids (a search line's
@@ -146,6 +151,48 @@ export function rateKeyHeld(name) {
   return heldRateKeys.get(name);
 }
 
+/** What keeps QUEUED `task` from being claimed among its resources, as the latest "queues"
+ * frame says, or undefined when none does: {text: "merge-slot held by worker-3", why: "resource
+ * merge-slot held by worker-3 (task t1)", holders: [{task, agent}]}. The claim's rule
+ * (board/engine/resources.py): a need is kept waiting by a hold of its node (an exclusive need:
+ * any hold, or holds below it; a shared one: an exclusive hold or no room), by any hold of a node
+ * above it, and (a directory's node) by any hold inside it. The first need that waits, by node,
+ * as the server's why_waiting. */
+export function resourceWait(task) {
+  if (task.stage !== "QUEUED" || !task.resources || !heldResources.size) return undefined;
+  for (const need of resourceNeeds(task.resources)) {
+    const above = new Set(ancestorsOf(need.node));
+    const directory = need.node.endsWith("/") || need.node.endsWith(":");
+    const blocking = [];
+    let below = false; // holds inside the node that the frame does not list (past its bound)
+    for (const r of heldResources.values()) {
+      if (r.name === need.node) {
+        const room = need.units === null ? r.held === 0 : r.held !== "exclusive" && r.held + need.units <= r.capacity;
+        if (room && !r.holds_below) continue;
+        if (!room) blocking.push(r);
+        else below = true;
+      } else if (r.held !== 0 && (above.has(r.name) || (directory && r.name.startsWith(need.node)))) {
+        blocking.push(r);
+      }
+    }
+    if (!blocking.length && !below) continue;
+    blocking.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+    const holders = blocking.flatMap((r) => r.holders.map((h) => ({ ...h, node: r.name })))
+      .filter((h) => h.task !== task.id);
+    const more = blocking.reduce((n, r) => n + r.more_holders, 0);
+    if (!holders.length) {
+      const text = below && !blocking.length ? `${need.node} held inside` : `${need.node} held`;
+      return { text, why: `resource ${text}${more ? ` by ${more} tasks` : ""}`, holders: [] };
+    }
+    const first = holders[0];
+    const what = first.node === need.node ? need.node : `${need.node} (by ${first.node})`;
+    const others = holders.length - 1 + more;
+    const tail = others ? ` and ${others} more` : "";
+    return { text: `${what} held by ${first.agent}${tail}`, why: `resource ${what} held by ${first.agent} (task ${first.task})${tail}`, holders };
+  }
+  return undefined;
+}
+
 /** The server's latest answer to the board's filter (applyMatches), or null. */
 export function filterMatches() {
   return matched;
@@ -210,16 +257,31 @@ function closeAndOpen() {
   const flippedQueues = flips(closedQueues, closed);
   const flippedKeys = flips(fullKeys, full);
   const flippedRateKeys = flips(heldRateKeys, held);
+  const flippedWaits = reviewResourceWaits();
   clearTimeout(reopenTimer);
   if (reopensAt < Infinity) reopenTimer = setTimeout(closeAndOpen, reopensAt - now + 50);
   if (flippedQueues.size) tell({ what: "closed" });
-  if (flippedQueues.size || flippedKeys.size || flippedRateKeys.size) {
+  if (flippedQueues.size || flippedKeys.size || flippedRateKeys.size || flippedWaits.size) {
     changed(order.get("QUEUED").filter((id) => {
       const task = tasks.get(id);
       return flippedQueues.has(task.queue) || (task.concurrency_key && flippedKeys.has(task.concurrency_key))
-        || (task.rate_key && flippedRateKeys.has(task.rate_key));
+        || (task.rate_key && flippedRateKeys.has(task.rate_key)) || flippedWaits.has(id);
     }), false);
   }
+}
+
+/** The frame's resources replace the last ones; the QUEUED tasks with resources whose wait
+ * (resourceWait) came, went or changed. */
+function reviewResourceWaits() {
+  heldResources.clear();
+  for (const r of queues.resources || []) heldResources.set(r.name, r);
+  const now = new Map();
+  for (const id of order.get("QUEUED")) {
+    const task = tasks.get(id);
+    const wait = task.resources ? resourceWait(task) : undefined;
+    if (wait) now.set(id, wait.why);
+  }
+  return flips(resourceWaits, now);
 }
 
 /** Replace `shown` (name -> why) by `now`; the names whose reason came, went or changed. */

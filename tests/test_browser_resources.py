@@ -1,0 +1,125 @@
+"""Resource leases on the live board (issue 32, item 1) in a real browser (Debian's Chromium,
+Playwright) against a real board server on the test database: a QUEUED card whose resource is
+held by another task says so ("waiting: merge-slot held by worker-3"), from the "queues" frame,
+with the engine's own words in its title; the holder's complete takes the badge away live; a
+RUNNING card says what it holds; a directory's node waits for a hold inside it; the
+details panel and the task's own page say what it needs and who holds it.
+
+The server, browser, ORM-thread and page fixtures are tests/test_browser.py's. Waits are
+Playwright's `expect(...)` with a bound, never a sleep. Screenshots go to /tmp (never the repo)."""
+# The fixtures imported from tests/test_browser.py are test parameters by the same names.
+# ruff: noqa: F811
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from board import agent_keys
+from board.engine import resources, selectors, transitions
+from board.engine.transitions import TaskSpec
+from tests.support import sqlite_db_mark
+from tests.test_browser import (  # noqa: F401  (fixtures, found by pytest by name)
+    SLOW,
+    browser,
+    card,
+    open_board,
+    open_page,
+    orm,
+    server,
+)
+from tests.test_browser_cards import CONTRAST_JS
+
+try:
+    from playwright.sync_api import expect
+except ImportError:  # reported before each test (the `browser` marker, tests/conftest.py)
+    expect = None
+
+pytestmark = [pytest.mark.browser, *sqlite_db_mark()]
+
+# ms: the "queues" frame is read at most twice a second after a commit (board.live.tailer), and
+# may come a pass after the cards; room for a loaded machine.
+STRIP = 5000
+
+
+def api(page, method: str, path: str, key: str, body: dict):
+    """An agent's call (its key, no session), from the page's browser context."""
+    return page.request.fetch(f"{page.url.split('/board/')[0]}{path}", method=method, data=json.dumps(body),
+                              headers={"Content-Type": "application/json", "Authorization": f"Bearer {key}"})
+
+
+def why_waiting(task_id: str) -> str | None:
+    return resources.why_waiting("default", selectors.get_task(task_id))
+
+
+def test_a_queued_card_says_which_resource_it_waits_for_and_who_holds_it_live(open_board, orm):
+    orm(transitions.create, [TaskSpec(id="merge-a", title="merge feature a", queue="merge", resources=["merge-slot"]),
+                             TaskSpec(id="merge-b", title="merge feature b", queue="merge", resources=["merge-slot"]),
+                             TaskSpec(id="free", title="needs nothing", queue="docs")])
+    key = orm(lambda: agent_keys.create_key("worker-3")[1])
+    page = open_board()
+    waiting_b = card(page, "merge-b", "QUEUED").locator(".badge.resource-held")
+    expect(card(page, "merge-b", "QUEUED")).to_be_visible()
+    expect(waiting_b).to_have_count(0)  # nothing held yet
+
+    # worker-3 claims over the API: merge-a, first in the claim order, takes merge-slot.
+    claimed = api(page, "POST", "/api/claim", key, {"ttl_seconds": 60, "queue": "merge"})
+    assert claimed.status == 200, claimed.text()
+    lease = claimed.json()
+    assert lease["task"]["id"] == "merge-a"
+    expect(waiting_b).to_have_text("waiting: merge-slot held by worker-3", timeout=STRIP)
+    # The badge's title is the engine's own account (resources.why_waiting): the page's port of
+    # the hierarchy agrees with it.
+    assert waiting_b.get_attribute("title") == orm(why_waiting, "merge-b") == \
+        "resource merge-slot held by worker-3 (task merge-a)"
+    expect(card(page, "free", "QUEUED").locator(".badge.resource-held")).to_have_count(0)
+    lock = card(page, "merge-a", "RUNNING").locator(".badge.holds-resources")
+    expect(lock).to_have_text("holds merge-slot")
+    expect(lock).to_have_attribute("title", "holds merge-slot (exclusive)")
+
+    # Its colours are readable (WCAG AA), and the picture, to look at.
+    measured = page.evaluate(CONTRAST_JS, [".card .badge.resource-held", ".card .badge.holds-resources"])
+    low = {sel: m for sel, m in measured.items() if m is None or m["ratio"] < 4.5}
+    assert low == {}, json.dumps(low, indent=1)
+    page.screenshot(path="/tmp/resboard-card.png")
+
+    # The details panel: what it needs, what keeps it waiting, the holder a link to its page.
+    card(page, "merge-b", "QUEUED").click()
+    details = page.locator("#details")
+    expect(details.locator(".details-body")).to_contain_text("merge-slot (exclusive)")
+    expect(details.locator(".resource-wait")).to_contain_text("resource merge-slot held by worker-3 (task merge-a)")
+    expect(details.locator(".resource-holders a")).to_have_attribute("href", "/board/task/merge-a")
+    details.screenshot(path="/tmp/resboard-details.png")
+
+    # The holder completes: the badge goes, live, and the panel says it no longer waits.
+    done = api(page, "POST", "/api/tasks/merge-a/complete", key, {"token": lease["lease"]["token"], "result": {}})
+    assert done.status == 200, done.text()
+    expect(card(page, "merge-a", "COMPLETED")).to_be_visible(timeout=STRIP)
+    expect(waiting_b).to_have_count(0, timeout=STRIP)
+    expect(details.locator(".resource-wait")).to_have_count(0)
+    assert orm(why_waiting, "merge-b") is None
+
+
+def test_a_directory_waits_for_a_hold_inside_it_and_the_task_page_names_the_holder(open_board, open_page, orm):
+    orm(transitions.create, [TaskSpec(id="edit-x", title="edit one file", queue="edit",
+                                      resources=["file:src/app/x.py"]),
+                             TaskSpec(id="reformat", title="reformat src", queue="edit", resources=["file:src/**"]),
+                             TaskSpec(id="other", title="edit lib", queue="edit", resources=["file:lib/**"])])
+    orm(transitions.claim, "edit-x", "worker-5", 60)
+    page = open_board()
+    badge = card(page, "reformat", "QUEUED").locator(".badge.resource-held")
+    expect(badge).to_have_text("waiting: file:src/ (by file:src/app/x.py) held by worker-5", timeout=STRIP)
+    assert badge.get_attribute("title") == orm(why_waiting, "reformat")
+    expect(card(page, "other", "QUEUED").locator(".badge.resource-held")).to_have_count(0)  # beside it: free
+
+    task_page = open_page("/board/task/reformat")
+    section = task_page.locator(".task-page-deps")
+    expect(section.locator(".resource-wait")).to_have_text(
+        "waiting: resource file:src/ (by file:src/app/x.py) held by worker-5 (task edit-x)")
+    expect(section.locator('.task-resources li[data-name="file:src/**"]')).to_contain_text(
+        "file:src/** exclusive (holds file:src/): not held")
+    task_page.screenshot(path="/tmp/resboard-taskpage.png", full_page=True)
+    holder_page = open_page("/board/task/edit-x")
+    expect(holder_page.locator('.task-resources li[data-name="file:src/app/x.py"]')).to_contain_text(
+        "held by edit-x (worker-5)")
+    expect(holder_page.locator(".details-body")).to_contain_text("file:src/app/x.py (exclusive): held", timeout=SLOW)
