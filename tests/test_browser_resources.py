@@ -123,3 +123,23 @@ def test_a_directory_waits_for_a_hold_inside_it_and_the_task_page_names_the_hold
     expect(holder_page.locator('.task-resources li[data-name="file:src/app/x.py"]')).to_contain_text(
         "held by edit-x (worker-5)")
     expect(holder_page.locator(".details-body")).to_contain_text("file:src/app/x.py (exclusive): held", timeout=SLOW)
+
+
+def test_the_admin_resources_page_lists_the_holders(open_page, orm):
+    orm(transitions.create, [TaskSpec(id="merge-a", title="m", resources=["merge-slot"]),
+                             TaskSpec(id="train", title="t", resources=[{"name": "gpu", "units": 2}]),
+                             TaskSpec(id="edit-x", title="e", resources=["file:src/app/x.py"])])
+    orm(resources.change_capacity, "gpu", 4, actor="op")
+    for task, agent in (("merge-a", "worker-3"), ("train", "worker-4"), ("edit-x", "worker-5")):
+        orm(transitions.claim, task, agent, 600)
+    listing = open_page("/board/")
+    listing.locator("#site-nav a", has_text="Resources").click()
+    row = listing.locator("#result_list tbody tr", has_text="merge-slot")
+    expect(row).to_contain_text("exclusive")
+    expect(row.locator("a", has_text="merge-a")).to_have_attribute("href", "/admin/board/task/merge-a/change/")
+    expect(listing.locator("#result_list tbody tr", has_text="gpu")).to_contain_text("2 of 4")
+    listing.screenshot(path="/tmp/resboard-admin.png", full_page=True)
+    row.locator("th a").click()
+    expect(listing.locator("table.resource-holders")).to_contain_text("worker-3")
+    expect(listing.locator('input[name="capacity"]')).to_have_value("1")
+    listing.screenshot(path="/tmp/resboard-admin-page.png", full_page=True)
