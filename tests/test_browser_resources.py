@@ -143,3 +143,42 @@ def test_the_admin_resources_page_lists_the_holders(open_page, orm):
     expect(listing.locator("table.resource-holders")).to_contain_text("worker-3")
     expect(listing.locator('input[name="capacity"]')).to_have_value("1")
     listing.screenshot(path="/tmp/resboard-admin-page.png", full_page=True)
+
+
+NAMES = ["merge-slot", "branch:main", "branch:feat-*", "file:src/app/**", "file:src/app/*.py", "file:src/app/x.py",
+         "file:src/", "file:", "a/b/c", "a/b/", "x?y", "[ab]", "*", "file:src/a[0-9]/b", "s3:bucket/key/part",
+         "host:db:5432", "gpu", "file:/abs/path/**"]
+
+
+def test_the_pages_port_of_the_hierarchy_agrees_with_the_engine(open_board, orm):
+    page = open_board()
+    ported = page.evaluate("""async (names) => {
+        const { nodeOf, ancestorsOf } = await import(document.querySelector('script[type=module]').src
+          .replace(/main\\.js.*$/, 'page.js'));
+        return names.map((n) => [nodeOf(n), ancestorsOf(nodeOf(n))]);
+    }""", NAMES)
+    assert ported == [[resources.node_of(n), resources.ancestors(resources.node_of(n))] for n in NAMES]
+
+
+def test_a_shared_resource_at_capacity_keeps_a_card_waiting_as_the_engine_says(open_board, orm):
+    orm(transitions.create, [TaskSpec(id="train-1", title="t", queue="gpu", resources=[{"name": "gpu", "units": 2}]),
+                             TaskSpec(id="train-2", title="t", queue="gpu", resources=[{"name": "gpu", "units": 1}]),
+                             TaskSpec(id="exclusive", title="x", queue="gpu", resources=["gpu"]),
+                             TaskSpec(id="under", title="u", queue="gpu", resources=["branch:main"]),
+                             TaskSpec(id="all-branches", title="b", queue="gpu", resources=["branch:*"])])
+    orm(resources.change_capacity, "gpu", 3, actor="op")
+    orm(transitions.claim, "train-1", "worker-4", 600)
+    page = open_board()
+    # 2 of 3 held: one more unit fits, an exclusive hold does not.
+    expect(card(page, "exclusive", "QUEUED").locator(".badge.resource-held")).to_have_text(
+        "waiting: gpu held by worker-4", timeout=STRIP)
+    expect(card(page, "train-2", "QUEUED").locator(".badge.resource-held")).to_have_count(0)
+    assert orm(why_waiting, "train-2") is None
+    # The whole scheme held (branch:* holds the node branch:): a name under it waits, named as the
+    # engine names it (its intent on branch: is the first need not free).
+    orm(transitions.claim, "all-branches", "worker-7", 600)
+    badge = card(page, "under", "QUEUED").locator(".badge.resource-held")
+    expect(badge).to_have_text("waiting: branch: held by worker-7", timeout=STRIP)
+    for task in ("exclusive", "under"):
+        shown = card(page, task, "QUEUED").locator(".badge.resource-held").get_attribute("title")
+        assert shown == orm(why_waiting, task)

@@ -153,40 +153,37 @@ export function rateKeyHeld(name) {
 
 /** What keeps QUEUED `task` from being claimed among its resources, as the latest "queues"
  * frame says, or undefined when none does: {text: "merge-slot held by worker-3", why: "resource
- * merge-slot held by worker-3 (task t1)", holders: [{task, agent}]}. The claim's rule
- * (board/engine/resources.py): a need is kept waiting by a hold of its node (an exclusive need:
- * any hold, or holds below it; a shared one: an exclusive hold or no room), by any hold of a node
- * above it, and (a directory's node) by any hold inside it. The first need that waits, by node,
- * as the server's why_waiting. */
+ * merge-slot held by worker-3 (task t1)", holders: [{task, agent, node}]}. A port of the
+ * engine's why_waiting (board/engine/resources.py), in its words: the task's nodes in order (each
+ * resource's node, and an intent on each node above it), the first that is not free, and the
+ * holds that keep it so: of the node and the nodes above it, and for a hold of a directory's node
+ * the holds inside it. A resource the frame does not list holds nothing back (or is past its bound). */
 export function resourceWait(task) {
   if (task.stage !== "QUEUED" || !task.resources || !heldResources.size) return undefined;
+  const needs = new Map(); // node -> units: null exclusive, 0 an intent, else shared units
   for (const need of resourceNeeds(task.resources)) {
-    const above = new Set(ancestorsOf(need.node));
-    const directory = need.node.endsWith("/") || need.node.endsWith(":");
-    const blocking = [];
-    let below = false; // holds inside the node that the frame does not list (past its bound)
-    for (const r of heldResources.values()) {
-      if (r.name === need.node) {
-        const room = need.units === null ? r.held === 0 : r.held !== "exclusive" && r.held + need.units <= r.capacity;
-        if (room && !r.holds_below) continue;
-        if (!room) blocking.push(r);
-        else below = true;
-      } else if (r.held !== 0 && (above.has(r.name) || (directory && r.name.startsWith(need.node)))) {
-        blocking.push(r);
-      }
-    }
-    if (!blocking.length && !below) continue;
-    blocking.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+    needs.set(need.node, need.units);
+    for (const above of ancestorsOf(need.node)) if (!needs.has(above)) needs.set(above, 0);
+  }
+  for (const node of [...needs.keys()].sort()) {
+    const units = needs.get(node);
+    const row = heldResources.get(node);
+    if (!row) continue;
+    const free = units === 0 ? row.held === 0
+      : units === null ? row.held === 0 && row.holds_below === 0
+        : row.holds_below === 0 && row.held !== "exclusive" && row.held + units <= row.capacity;
+    if (free) continue;
+    const above = new Set([node, ...ancestorsOf(node)]);
+    const inside = units !== 0 && (node.endsWith("/") || node.endsWith(":"));
+    const blocking = [...heldResources.values()]
+      .filter((r) => r.held !== 0 && (above.has(r.name) || (inside && r.name.startsWith(node))))
+      .sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
     const holders = blocking.flatMap((r) => r.holders.map((h) => ({ ...h, node: r.name })))
       .filter((h) => h.task !== task.id);
-    const more = blocking.reduce((n, r) => n + r.more_holders, 0);
-    if (!holders.length) {
-      const text = below && !blocking.length ? `${need.node} held inside` : `${need.node} held`;
-      return { text, why: `resource ${text}${more ? ` by ${more} tasks` : ""}`, holders: [] };
-    }
+    if (!holders.length) return { text: `${node} held`, why: `resource ${node} is held`, holders: [] };
     const first = holders[0];
-    const what = first.node === need.node ? need.node : `${need.node} (by ${first.node})`;
-    const others = holders.length - 1 + more;
+    const what = first.node === node ? node : `${node} (by ${first.node})`;
+    const others = holders.length - 1 + blocking.reduce((n, r) => n + r.more_holders, 0);
     const tail = others ? ` and ${others} more` : "";
     return { text: `${what} held by ${first.agent}${tail}`, why: `resource ${what} held by ${first.agent} (task ${first.task})${tail}`, holders };
   }
