@@ -182,3 +182,18 @@ def test_a_shared_resource_at_capacity_keeps_a_card_waiting_as_the_engine_says(o
     for task in ("exclusive", "under"):
         shown = card(page, task, "QUEUED").locator(".badge.resource-held").get_attribute("title")
         assert shown == orm(why_waiting, task)
+
+
+def test_a_long_resource_name_wraps_inside_its_card_at_390_px(open_board, orm):
+    long = "file:services/payments/reconciliation/adapters/" + "very-long-directory-name/" * 3 + "settlement.py"
+    orm(transitions.create, [TaskSpec(id="hold-long", title="h", resources=[long]),
+                             TaskSpec(id="wait-long", title="w", resources=[long])])
+    orm(transitions.claim, "hold-long", "worker-with-a-rather-long-agent-name-9", 600)
+    page = open_board(width=390, height=900)
+    badge = card(page, "wait-long", "QUEUED").locator(".badge.resource-held")
+    expect(badge).to_contain_text(f"waiting: {long} held by", timeout=STRIP)
+    for task, selector in (("wait-long", ".badge.resource-held"), ("hold-long", ".badge.holds-resources")):
+        box = card(page, task).bounding_box()
+        inner = card(page, task).locator(selector).bounding_box()
+        assert inner["x"] >= box["x"] and inner["x"] + inner["width"] <= box["x"] + box["width"] + 0.5, (task, inner, box)
+    card(page, "wait-long", "QUEUED").screenshot(path="/tmp/resboard-card-390.png")
