@@ -195,5 +195,6 @@ def test_a_long_resource_name_wraps_inside_its_card_at_390_px(open_board, orm):
     for task, selector in (("wait-long", ".badge.resource-held"), ("hold-long", ".badge.holds-resources")):
         box = card(page, task).bounding_box()
         inner = card(page, task).locator(selector).bounding_box()
-        assert inner["x"] >= box["x"] and inner["x"] + inner["width"] <= box["x"] + box["width"] + 0.5, (task, inner, box)
+        inside = inner["x"] >= box["x"] and inner["x"] + inner["width"] <= box["x"] + box["width"] + 0.5
+        assert inside, (task, inner, box)
     card(page, "wait-long", "QUEUED").screenshot(path="/tmp/resboard-card-390.png")

@@ -124,8 +124,9 @@ export function ancestorsOf(node) {
 
 /** A task's declared resources as [{name, node, units}] (units null: exclusive), by node. */
 export function resourceNeeds(resources) {
-  return (resources || []).map((r) => (typeof r === "string" ? { name: r, node: nodeOf(r), units: null }
-    : { name: r.name, node: nodeOf(r.name), units: r.units })).sort((a, b) => (a.node < b.node ? -1 : a.node > b.node ? 1 : 0));
+  const needs = (resources || []).map((r) => (typeof r === "string" ? { name: r, node: nodeOf(r), units: null }
+    : { name: r.name, node: nodeOf(r.name), units: r.units }));
+  return needs.sort((a, b) => (a.node < b.node ? -1 : a.node > b.node ? 1 : 0));
 }
 
 /** "merge-slot (exclusive), gpu (2 units)": what a task declares. */

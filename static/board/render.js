@@ -309,7 +309,7 @@ function fillCard(card, task, filter) {
   const resourceHeld = queued && task.resources ? resourceWait(task) : undefined;
   const paused = closed !== undefined || keyHeld !== undefined || rateHeld !== undefined || resourceHeld !== undefined;
   // A RUNNING task holds its resources (its claim took them all): "holds NAME", all in its title.
-  const holds = task.stage === "RUNNING" && task.resources && task.resources.length ? resourcesText(task.resources) : "";
+  const holds = task.stage === "RUNNING" && task.resources?.length ? resourcesText(task.resources) : "";
   // ... or it may not start yet: a run_at, a snooze or a retry's backoff (its not_before, as
   // drawn; the card is not redrawn when that time passes, so the badge names the time).
   const notBefore = task.stage === "QUEUED" && task.not_before ? Date.parse(task.not_before) : NaN;
@@ -339,7 +339,8 @@ function fillCard(card, task, filter) {
     if (holds) {
       const names = task.resources.map((r) => (typeof r === "string" ? r : r.name));
       const short = names.join(", ");
-      const b = el("span", "badge holds-resources", `holds ${short.length <= 32 ? short : `${names.length} resources`}`);
+      const shown = short.length <= 32 ? short : `${names.length} resources`;
+      const b = el("span", "badge holds-resources", `holds ${shown}`);
       b.title = `holds ${holds}`;
       badges.append(b);
     }

@@ -185,7 +185,11 @@ export function resourceWait(task) {
     const what = first.node === node ? node : `${node} (by ${first.node})`;
     const others = holders.length - 1 + blocking.reduce((n, r) => n + r.more_holders, 0);
     const tail = others ? ` and ${others} more` : "";
-    return { text: `${what} held by ${first.agent}${tail}`, why: `resource ${what} held by ${first.agent} (task ${first.task})${tail}`, holders };
+    return {
+      text: `${what} held by ${first.agent}${tail}`,
+      why: `resource ${what} held by ${first.agent} (task ${first.task})${tail}`,
+      holders,
+    };
   }
   return undefined;
 }
