@@ -57,7 +57,9 @@ class ResourceChangeForm(_EngineForm):
         help_text=f"Units its shared holders ({{\"name\", \"units\"}}) may hold together, 1 to "
                   f"{MAX_RESOURCE_CAPACITY:,}; an exclusive hold takes it whole whatever it is. A lowered "
                   "capacity applies to the next claims: the holds already taken stay until they end.")
-    reason = forms.CharField(required=False, max_length=MAX_REASON_CHARS, strip=True, help_text="Why.")
+    reason = forms.CharField(required=False, max_length=MAX_REASON_CHARS, strip=True,
+                             help_text="Why (checked as a queue change's; a resource keeps no history of its "
+                                       "changes yet: \"updated at\" says when it last changed).")
 
     class Meta:
         model = Resource
