@@ -126,7 +126,8 @@ def test_the_header_names_the_user_links_every_page_and_logs_out_with_a_post(ope
     expect(nav.locator(".nav-user")).to_have_text(page.username)
     links = dict(nav.locator("a").evaluate_all("links => links.map(a => [a.textContent, a.getAttribute('href')])"))
     assert links == {"Board": "/board/", "All tasks": "/board/tasks/", "Queues": "/admin/board/queue/",
-                     "Webhooks": "/admin/board/webhook/", "API docs": "/api/docs", "Admin": "/admin/"}
+                     "Resources": "/admin/board/resource/", "Webhooks": "/admin/board/webhook/",
+                     "API docs": "/api/docs", "Admin": "/admin/"}
     expect(nav.locator('a[aria-current="page"]')).to_have_text("Board")
     nav.locator("text=All tasks").click()
     expect(page).to_have_url(f"{server.url}/board/tasks/")

@@ -12,7 +12,7 @@ import pytest
 from django.utils import timezone
 from jsonschema import Draft202012Validator
 
-from board.engine import clock, flow, transitions
+from board.engine import clock, flow, resources, transitions
 from board.engine.transitions import TaskSpec
 from board.live import consumers, insights
 from board.live import frames as live_frames
@@ -106,6 +106,34 @@ def test_the_schema_refuses_what_no_frame_may_hold(busy_board):
     queues = built["queues"][0]
     assert errors({**queues, "queues": [{**queues["queues"][0], "oldest_queued_seconds": 1.0}]})  # not sent
     assert errors({**queues, "queues": [{**queues["queues"][0], "concurrency": 0}]})
+
+
+def test_a_queues_frame_with_held_resources_is_valid_and_a_holder_carries_no_lease():
+    transitions.create([TaskSpec(id="m1", title="m", resources=["merge-slot", "file:src/app/**"]),
+                        TaskSpec(id="m2", title="m", resources=["merge-slot"]),
+                        TaskSpec(id="g1", title="g", resources=[{"name": "gpu", "units": 2}])])
+    resources.change_capacity("gpu", 4, actor="op")
+    held = transitions.claim("m1", "worker-3", 30)
+    transitions.claim("g1", "worker-4", 30)
+    # The cards carry what each task declares, as the API gives it (SQLite's JSON text decoded).
+    snapshot = json.loads(live_frames.snapshot_frames()[0])
+    assert errors(snapshot) == []
+    assert {c["id"]: c["resources"] for c in snapshot["tasks"]} == {
+        "m1": ["merge-slot", "file:src/app/**"], "m2": ["merge-slot"], "g1": [{"name": "gpu", "units": 2}]}
+    text = live_frames.queues_frame(live_frames.queues_message())
+    assert held.lease.token not in text
+    frame = json.loads(text)
+    assert errors(frame) == []
+    assert [(r["name"], r["held"]) for r in frame["resources"]] == [
+        ("file:src/app/", "exclusive"), ("merge-slot", "exclusive"), ("gpu", 2), ("file:", 0), ("file:src/", 0)]
+    assert frame["resources"][1]["holders"] == [{"task": "m1", "agent": "worker-3"}]
+    resource = frame["resources"][1]
+    holder = resource["holders"][0]
+    for extra in ({"lease_token": "x"}, {"fence": 1}, {"expires_at": "2026-01-01T00:00:00Z"}):
+        assert errors({**frame, "resources": [{**resource, "holders": [{**holder, **extra}]}]})
+    assert errors({**frame, "resources": [{**resource, "held": "some"}]})
+    assert SCHEMA["$defs"]["queues"]["properties"]["resources"]["maxItems"] == live_frames.RESOURCES_SHOWN
+    assert SCHEMA["$defs"]["held_resource"]["properties"]["holders"]["maxItems"] == live_frames.HOLDERS_SHOWN
 
 
 def test_the_doc_and_the_schema_name_the_consumers_figures():

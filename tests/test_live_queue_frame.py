@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from django.db.models import F
 
-from board.engine import flow, selectors, transitions
+from board.engine import flow, resources, selectors, transitions
 from board.engine.transitions import TaskSpec
 from board.live import frames
 from board.models import Queue, RateKey
@@ -108,3 +108,59 @@ def test_the_frame_carries_the_rated_rate_keys_with_a_slow_ones_next_claim_time(
     assert frames.queues_frame(frames.queues_message(using)) == before
     RateKey.objects.using(using).filter(name="slow").update(rate_open_at=F("rate_open_at") + 10)
     assert frames.queues_frame(frames.queues_message(using)) != before
+
+
+@pytest.mark.parametrize("using", STORES)
+def test_the_frame_carries_the_held_resources_and_their_holders_never_a_token(using):
+    """Issue 32: a QUEUED card says which resource it waits for and who holds it, from this frame."""
+    transitions.create([TaskSpec(id="merge-1", title="m", resources=["merge-slot"]),
+                        TaskSpec(id="merge-2", title="m", resources=["merge-slot"]),
+                        TaskSpec(id="edit-app", title="e", resources=["file:src/app/**"]),
+                        TaskSpec(id="gpu-1", title="g", resources=[{"name": "gpu", "units": 1}]),
+                        TaskSpec(id="idle", title="i", resources=["branch:idle"])], using=using)
+    resources.change_capacity("gpu", 4, actor="op", using=using)
+    assert frames.queues_message(using)["resources"] == []  # nothing held: nothing shown
+    held = transitions.claim("merge-1", "worker-3", 60, using=using)
+    edit = transitions.claim("edit-app", "worker-4", 60, using=using)
+    gpu = transitions.claim("gpu-1", "worker-5", 60, using=using)
+    message = frames.queues_message(using)
+    # Full first (held exclusively), then partly held (gpu 1 of 4), then the nodes with holds
+    # below only (file: and file:src/, above file:src/app/); branch:idle holds nothing back.
+    assert message["resources"] == [
+        {"name": "file:src/app/", "capacity": 1, "held": "exclusive", "holds_below": 0,
+         "holders": [{"task": "edit-app", "agent": "worker-4"}], "more_holders": 0},
+        {"name": "merge-slot", "capacity": 1, "held": "exclusive", "holds_below": 0,
+         "holders": [{"task": "merge-1", "agent": "worker-3"}], "more_holders": 0},
+        {"name": "gpu", "capacity": 4, "held": 1, "holds_below": 0,
+         "holders": [{"task": "gpu-1", "agent": "worker-5"}], "more_holders": 0},
+        {"name": "file:", "capacity": 1, "held": 0, "holds_below": 1, "holders": [], "more_holders": 0},
+        {"name": "file:src/", "capacity": 1, "held": 0, "holds_below": 1, "holders": [], "more_holders": 0}]
+    assert message["more_resources"] == 0
+    text = frames.queues_frame(message)
+    for lease in (held, edit, gpu):
+        assert lease.lease.token not in text
+    assert "token" not in text and "fence" not in text and "expires" not in text
+    # A renew shows nothing new; the holder's complete frees it (the other waiter's card redraws).
+    transitions.renew("merge-1", held.lease.token, 60, using=using)
+    assert frames.queues_frame(frames.queues_message(using)) == text
+    transitions.complete("merge-1", held.lease.token, {}, using=using)
+    assert "merge-slot" not in [r["name"] for r in frames.queues_message(using)["resources"]]
+
+
+@pytest.mark.parametrize("using", STORES)
+def test_the_resources_and_their_holders_are_bounded_full_ones_kept(using):
+    transitions.create([TaskSpec(id=f"s-{n}", title="s", resources=[{"name": "pool", "units": 1}]) for n in range(4)]
+                       + [TaskSpec(id=f"a-{n}", title="a", resources=[f"a-{n:02d}"]) for n in range(3)]
+                       + [TaskSpec(id="z", title="z", resources=["zz-slot"])], using=using)
+    resources.change_capacity("pool", 100, actor="op", using=using)
+    for n in range(4):
+        transitions.claim(f"s-{n}", f"w-{n}", 60, using=using)
+    for task in ("a-0", "a-1", "a-2", "z"):
+        transitions.claim(task, "w", 60, using=using)
+    shown, more = resources.overview(3, 2, using=using)
+    # The pool (4 of 100) sorts before zz-slot yet comes after every full one.
+    assert [r["name"] for r in shown] == ["a-00", "a-01", "a-02"] and more == 2
+    shown, _ = resources.overview(10, 2, using=using)
+    pool = next(r for r in shown if r["name"] == "pool")
+    assert (pool["holders"], pool["more_holders"]) == ([{"task": "s-0", "agent": "w-0"},
+                                                         {"task": "s-1", "agent": "w-1"}], 2)

@@ -8,6 +8,8 @@ stage, version or lease, or an agent key's hash. Laid out as Django's own apps a
                 ConcurrencyKeyAdmin, read-only; RateKeyAdmin, each key's rate and its history
                 (through `board.engine.flow.change_rate_key`); FairnessKeyAdmin, the fairness keys'
                 weights
+- `resources.py` ResourceAdmin: each resource's capacity (through
+                `board.engine.resources.change_capacity`), what is held of it and its holders
 - `schedules.py` ScheduleAdmin: periodic tasks, their next ticks, the pause and resume actions
                 (all through `board.engine.schedules`)
 - `webhooks.py` WebhookAdmin: the subscriptions (created over the API), each with its delivery
@@ -31,9 +33,10 @@ Django's admin autodiscovery imports this package, which registers the ModelAdmi
 from board.admin.forms import TaskEditForm
 from board.admin.keys import AgentKeyAdmin
 from board.admin.queues import ConcurrencyKeyAdmin, FairnessKeyAdmin, QueueAdmin, RateKeyAdmin
+from board.admin.resources import ResourceAdmin
 from board.admin.schedules import ScheduleAdmin
 from board.admin.tasks import TaskAdmin
 from board.admin.webhooks import WebhookAdmin, WebhookDeliveryAdmin
 
-__all__ = ["AgentKeyAdmin", "ConcurrencyKeyAdmin", "FairnessKeyAdmin", "QueueAdmin", "RateKeyAdmin", "ScheduleAdmin",
-           "TaskAdmin", "TaskEditForm", "WebhookAdmin", "WebhookDeliveryAdmin"]
+__all__ = ["AgentKeyAdmin", "ConcurrencyKeyAdmin", "FairnessKeyAdmin", "QueueAdmin", "RateKeyAdmin", "ResourceAdmin",
+           "ScheduleAdmin", "TaskAdmin", "TaskEditForm", "WebhookAdmin", "WebhookDeliveryAdmin"]

@@ -29,7 +29,7 @@ from board.admin.filters import (
 )
 from board.admin.forms import EDITABLE, TaskActionForm, TaskCreateForm, TaskEditForm
 from board.engine import clock as store_clock
-from board.engine import deadlines, handoffs, selectors
+from board.engine import deadlines, handoffs, resources, selectors
 from board.engine.lifecycle import TERMINAL, Stage
 from board.models import Task
 
@@ -75,6 +75,7 @@ class TaskAdmin(NoHashLookups, admin.ModelAdmin):
         "lease_expires_at",
         "attempts_of_max", "not_before", "progress", "checkpoint", "result", "last_error_text", "created_at",
         "updated_at", "dependencies_list", *deadlines.TIMEOUTS, "progress_changed_at", "notes_list",
+        "resources_list",
     )
 
     # -- time: a parameter (tests move it; the reaper's rule is "expired by this clock") ------
@@ -129,6 +130,21 @@ class TaskAdmin(NoHashLookups, admin.ModelAdmin):
         deps = reads.dependencies_with_stages(task.pk)
         return ", ".join(f"{dep} ({stage})" for dep, stage in deps) or "—"
 
+    @admin.display(description="resources")
+    def resources_list(self, task: Task) -> str:
+        """What a claim of the task takes (issue 32), each a link to its resource's page (the
+        node it holds), read-only: fixed at creation. RUNNING: held; QUEUED: what it waits for."""
+        if not task.resources:
+            return "—"
+        items = format_html_join(", ", '<a href="{}">{}</a> ({})', (
+            (reverse("admin:board_resource_change", args=[quote(resources.node_of(name))]), name, mode)
+            for name, mode in ((r, "exclusive") if isinstance(r, str) else (r["name"], f"{r['units']} units")
+                               for r in task.resources)))
+        if task.stage == Stage.RUNNING:
+            return format_html("{}: held by this task's lease", items)
+        waiting = resources.why_waiting("default", task) if task.stage == Stage.QUEUED else None
+        return format_html("{}<br>waiting: {}", items, waiting) if waiting else items
+
     @admin.display(description="notes")
     def notes_list(self, task: Task) -> str:
         """The task's notes (its holders' and staff's, board.engine.transitions.notes), oldest first."""
@@ -155,7 +171,7 @@ class TaskAdmin(NoHashLookups, admin.ModelAdmin):
             editable += ["opened_version", "opened_state"]
         return [
             (None, {"fields": ("id", "stage", "version", "queue", "concurrency_key", "rate_key", "dedup_key", "on_hold",
-                               "dependencies_list")}),
+                               "dependencies_list", "resources_list")}),
             ("What the task is (editable, under the version guard)", {"fields": editable}),
             ("Lease", {"fields": ("owner", "fence", "lease", "lease_expires_at", "attempts_of_max", "not_before")}),
             ("Progress and outcome", {"fields": ("progress", "checkpoint", "result", "last_error_text",

@@ -267,6 +267,43 @@ def holders(using: str = "default", names: Iterable[str] | None = None) -> list[
              "holds_below": r.intents, "holders": by_node.get(r.name, [])} for r in resources]
 
 
+# Ids per IN list when reading the RUNNING tasks' needs (bounded lists, however many run).
+_IDS_PER_READ = 500
+
+
+def overview(limit: int, holders_each: int, *, using: str = "default") -> tuple[list[dict], int]:
+    """The resources that hold something back now, at most `limit`, for the live board's "queues"
+    frame (its QUEUED cards say which one they wait for): the full ones first (held exclusively or
+    to capacity), then those partly held, then those with holds below them only (`holds_below`),
+    each group by name; each with at most `holders_each` holders (`more_holders`: how many more),
+    a holder being a RUNNING task and its agent (never its lease token, fence or expiry: a renew
+    changes nothing shown). And how many more resources there are. One consistent read, found
+    from the RUNNING tasks (the stage's index, then their needs and those nodes' rows by key):
+    its cost follows what runs, not how many resources were ever named (rows are never deleted,
+    and no index serves `held` or `intents`)."""
+    with store(using).read_transaction():
+        agents = dict(Task.objects.using(using).filter(stage=Stage.RUNNING).values_list("pk", "owner"))
+        ids = sorted(agents)
+        needs: list[tuple[str, str, int]] = []
+        for start in range(0, len(ids), _IDS_PER_READ):
+            needs += TaskResource.objects.using(using).filter(task_id__in=ids[start:start + _IDS_PER_READ]).values_list(
+                "task_id", "name", "units")
+        nodes = sorted({node for _, node, _ in needs})
+        rows: list[tuple] = []
+        for start in range(0, len(nodes), _IDS_PER_READ):
+            rows += Resource.objects.using(using).filter(name__in=nodes[start:start + _IDS_PER_READ]).filter(
+                Q(held__gt=0) | Q(intents__gt=0)).values_list("name", "capacity", "held", "intents")
+    rows.sort(key=lambda r: (0 if r[2] >= r[1] else 1 if r[2] else 2, r[0]))
+    by_node: dict[str, list[dict]] = defaultdict(list)
+    for task_id, node, units in sorted(needs, key=lambda n: (n[1], n[0])):
+        if units:
+            by_node[node].append({"task": task_id, "agent": agents[task_id]})
+    return [{"name": name, "capacity": capacity, "held": "exclusive" if held >= EXCLUSIVE else held,
+             "holds_below": intents, "holders": by_node[name][:holders_each],
+             "more_holders": max(0, len(by_node[name]) - holders_each)}
+            for name, capacity, held, intents in rows[:limit]], max(0, len(rows) - limit)
+
+
 def holder_of(using: str, name: str, task_id: str, fence: int) -> dict:
     """Whether the lease (task, fence) holds `name` now: the task is RUNNING under that fence
     with a live lease and declared a resource whose node is `name`'s. What a downstream system

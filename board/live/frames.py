@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 from django.core.serializers.json import DjangoJSONEncoder
 
-from board.engine import selectors
+from board.engine import resources, selectors
 from board.live import outbox, reads
 from board.models import RemovedTask, Task, TaskEvent
 from board.public import FORMER_NAMES, public_event, public_task
@@ -147,19 +147,27 @@ def _next_claim_shown(queue: dict):
 
 # Concurrency keys the frame carries at most (the full ones first): bounded as the queues are.
 KEYS_SHOWN = 50
+# Resources the frame carries at most (the full ones first, board.engine.resources.overview), and
+# holders shown per resource (a shared one may have thousands): bounded as the keys are.
+RESOURCES_SHOWN = 50
+HOLDERS_SHOWN = 5
 
 
 def queues_message(using: str = "default") -> dict:
     """The queues strip's content now, as the "queues" frame holds it (datetimes still objects:
     `queues_frame` encodes): the queues, and the concurrency keys RUNNING tasks name (their
     QUEUED cards say when a key is at its limit), and the rate keys with a rate (their QUEUED
-    cards say when a slow one lets the next claim start)."""
+    cards say when a slow one lets the next claim start), and the resources RUNNING tasks hold
+    (their QUEUED cards say which one they wait for and who holds it; a holder is a task and its
+    agent, never a lease token)."""
     queues, more = queue_items(using)
     keys, more_keys = selectors.key_overview(KEYS_SHOWN, using=using)
     rate_keys, more_rate_keys = selectors.rate_key_overview(KEYS_SHOWN, using=using)
     rate_keys = [{**key, "next_claim_at": _next_claim_shown(key)} for key in rate_keys]
+    held, more_held = resources.overview(RESOURCES_SHOWN, HOLDERS_SHOWN, using=using)
     return {"type": "queues", "queues": queues, "more_queues": more, "keys": keys, "more_keys": more_keys,
-            "rate_keys": rate_keys, "more_rate_keys": more_rate_keys}
+            "rate_keys": rate_keys, "more_rate_keys": more_rate_keys, "resources": held,
+            "more_resources": more_held}
 
 
 def queues_frame(message: dict) -> str:

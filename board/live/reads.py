@@ -98,6 +98,8 @@ def _card_row(values: tuple) -> dict:
         row["tags"] = json.loads(row["tags"])
     elif row["tags"] is None:  # a row written before the column had a value
         row["tags"] = []
+    if isinstance(row["resources"], str):  # as tags: SQLite's JSON is text
+        row["resources"] = json.loads(row["resources"])
     for name in _CARD_TIMES:
         row[name] = json_time(row[name])
     return row

@@ -17,7 +17,7 @@ from django.views.decorators.csrf import ensure_csrf_cookie
 from django.views.decorators.http import require_GET
 
 from board import access
-from board.engine import selectors
+from board.engine import resources, selectors
 from board.engine.lifecycle import TRANSITIONS, Stage
 
 # What an empty column says: where its tasks come from, so that a new board tells its user
@@ -111,6 +111,29 @@ def _stranded_by(task_id: str) -> tuple[list[dict], bool]:
 STRANDABLE = {Stage.PENDING, Stage.QUEUED, Stage.RUNNING, Stage.PAUSED}
 
 
+HOLDERS_AT_MOST = 20  # holders listed per resource (a shared one may have many)
+
+
+def _resources_of(task) -> tuple[list[dict], str | None]:
+    """The task's declared resources (issue 32), each with its node and who holds that node now
+    (tasks and agents: no lease token), and, when it is QUEUED, what keeps it waiting
+    (resources.why_waiting: "resource merge-slot held by worker-3 (task t1)")."""
+    if not task.resources:
+        return [], None
+    declared = [(r, None) if isinstance(r, str) else (r["name"], r["units"]) for r in task.resources]
+    nodes = {name: resources.node_of(name) for name, _ in declared}
+    held = {row["name"]: row for row in resources.holders(names=sorted(set(nodes.values())))}
+    rows = []
+    for name, units in declared:
+        row = held.get(nodes[name])
+        holders = row["holders"] if row else []
+        rows.append({"name": name, "node": nodes[name], "units": units,
+                     "holders": [{"task": h["task"], "agent": h["agent"]} for h in holders[:HOLDERS_AT_MOST]],
+                     "more_holders": max(0, len(holders) - HOLDERS_AT_MOST)})
+    waiting = resources.why_waiting("default", task) if task.stage == Stage.QUEUED else None
+    return rows, waiting
+
+
 @staff_member_required
 @ensure_csrf_cookie  # its actions call the API with the session and this token
 def task_page(request, task_id: str):
@@ -122,11 +145,14 @@ def task_page(request, task_id: str):
     if task is None:
         return render(request, "board/task.html", context, status=404)
     stranded, complete = _stranded_by(task.pk)
+    declared, waiting = _resources_of(task)
     context.update({
         "task": {"id": task.pk, "title": task.title, "stage": task.stage},
         "waits_on": _neighbours(selectors.deps_of_task(task)),
         "waited_by": _neighbours(selectors.dependents_of(task.pk)),
         "stranded": {"tasks": stranded, "complete": complete},
+        "resources": declared,
+        "resource_wait": waiting,
         "board_link": f"{resolve_url('board')}?{urlencode({'task': task.pk})}",
     })
     return render(request, "board/task.html", context)

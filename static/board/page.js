@@ -91,3 +91,46 @@ export function askReason(dialog) {
     reason.focus();
   });
 }
+
+// Resource names (board/engine/resources.py, issue 32): `/` separates levels and the first `:`
+// ends a scheme; a name with a wildcard holds the directory before its first wildcard. A port
+// of its node_of and ancestors, for the cards that say which resource they wait for.
+const WILDCARDS = "*?[";
+
+/** The node a resource name holds: itself, or for a pattern the directory before its first
+ * wildcard ("file:src/app/**" -> "file:src/app/", "branch:feat-*" -> "branch:"). */
+export function nodeOf(name) {
+  const cuts = [...WILDCARDS].map((c) => name.indexOf(c)).filter((i) => i >= 0);
+  if (!cuts.length) return name;
+  const head = name.slice(0, Math.min(...cuts));
+  const colon = head.indexOf(":");
+  return head.slice(0, Math.max(head.lastIndexOf("/") + 1, colon >= 0 ? colon + 1 : 0));
+}
+
+/** The nodes above `node`, top first: its scheme ("file:") and each directory ("file:src/"). */
+export function ancestorsOf(node) {
+  const found = [];
+  const colon = node.indexOf(":");
+  if (colon >= 0 && colon + 1 < node.length) found.push(node.slice(0, colon + 1));
+  let start = colon + 1;
+  for (;;) {
+    const slash = node.indexOf("/", start);
+    if (slash < 0 || slash + 1 >= node.length) break;
+    found.push(node.slice(0, slash + 1));
+    start = slash + 1;
+  }
+  return found;
+}
+
+/** A task's declared resources as [{name, node, units}] (units null: exclusive), by node. */
+export function resourceNeeds(resources) {
+  const needs = (resources || []).map((r) => (typeof r === "string" ? { name: r, node: nodeOf(r), units: null }
+    : { name: r.name, node: nodeOf(r.name), units: r.units }));
+  return needs.sort((a, b) => (a.node < b.node ? -1 : a.node > b.node ? 1 : 0));
+}
+
+/** "merge-slot (exclusive), gpu (2 units)": what a task declares. */
+export function resourcesText(resources) {
+  return (resources || []).map((r) => (typeof r === "string" ? `${r} (exclusive)`
+    : `${r.name} (${r.units} unit${r.units === 1 ? "" : "s"})`)).join(", ");
+}

@@ -4,10 +4,12 @@
 // per animation frame. Leases count down and "3m in RUNNING" ages tick once a second on the
 // client's clock. It follows the model's changes (store.js) and the view's filters (view.js).
 
-import { adminUrl, CAN_INTERVENE, COLUMN_ELS, el, frameBatcher, showMessage, STAGES, TERMINAL } from "./page.js";
+import {
+  adminUrl, CAN_INTERVENE, COLUMN_ELS, el, frameBatcher, resourcesText, showMessage, STAGES, TERMINAL,
+} from "./page.js";
 import {
   countIn, depDead, depDone, getProblems, getTask, idsIn, moreCursor, positionOf, queueClosed, keyFull, rateKeyHeld,
-  strandedWhy, subscribe,
+  resourceWait, strandedWhy, subscribe,
 } from "./store.js";
 import { loadOlder } from "./api.js";
 import {
@@ -303,7 +305,11 @@ function fillCard(card, task, filter) {
   const closed = queued ? queueClosed(task.queue) : undefined;
   const keyHeld = queued && task.concurrency_key ? keyFull(task.concurrency_key) : undefined;
   const rateHeld = queued && task.rate_key ? rateKeyHeld(task.rate_key) : undefined;
-  const paused = closed !== undefined || keyHeld !== undefined || rateHeld !== undefined;
+  // ... or one of its resources is held by another task (issue 32: the frame's resources).
+  const resourceHeld = queued && task.resources ? resourceWait(task) : undefined;
+  const paused = closed !== undefined || keyHeld !== undefined || rateHeld !== undefined || resourceHeld !== undefined;
+  // A RUNNING task holds its resources (its claim took them all): "holds NAME", all in its title.
+  const holds = task.stage === "RUNNING" && task.resources?.length ? resourcesText(task.resources) : "";
   // ... or it may not start yet: a run_at, a snooze or a retry's backoff (its not_before, as
   // drawn; the card is not redrawn when that time passes, so the badge names the time).
   const notBefore = task.stage === "QUEUED" && task.not_before ? Date.parse(task.not_before) : NaN;
@@ -315,7 +321,7 @@ function fillCard(card, task, filter) {
   // (the problems frame; a change of it redraws the cards it names, startRendering).
   const stranded = strandedWhy(task.id);
   card.classList.toggle("stranded", Boolean(stranded));
-  if (error || attempt || held || progress || paused || later || deadline || stranded) {
+  if (error || attempt || held || progress || paused || later || deadline || stranded || holds) {
     const badges = el("div", "badges");
     if (stranded) {
       const b = el("span", "badge bad stranded", "stranded: can never run");
@@ -325,6 +331,19 @@ function fillCard(card, task, filter) {
     if (closed) badges.append(el("span", "badge waiting", `waiting: ${closed}`));
     if (keyHeld) badges.append(el("span", "badge waiting key-full", `waiting: ${keyHeld}`));
     if (rateHeld) badges.append(el("span", "badge waiting rate-key", `waiting: ${rateHeld}`));
+    if (resourceHeld) {
+      const b = el("span", "badge waiting resource-held", `waiting: ${resourceHeld.text}`);
+      b.title = resourceHeld.why;
+      badges.append(b);
+    }
+    if (holds) {
+      const names = task.resources.map((r) => (typeof r === "string" ? r : r.name));
+      const short = names.join(", ");
+      const shown = short.length <= 32 ? short : `${names.length} resources`;
+      const b = el("span", "badge holds-resources", `holds ${shown}`);
+      b.title = `holds ${holds}`;
+      badges.append(b);
+    }
     if (later) {
       const b = el("span", "badge waiting not-before", `not before ${new Date(notBefore).toLocaleTimeString()}`);
       b.title = new Date(notBefore).toLocaleString();

@@ -16,7 +16,7 @@
 // milliseconds since the epoch: createdMs, updatedMs, leaseExpiresMs (null without a lease),
 // inStageSinceMs (when it entered its stage).
 
-import { STAGES, TERMINAL, rateText } from "./page.js";
+import { ancestorsOf, rateText, resourceNeeds, STAGES, TERMINAL } from "./page.js";
 
 const tasks = new Map(); // id -> task
 const dependents = new Map(); // dependency id -> Set of ids of the tasks that wait for it
@@ -36,6 +36,11 @@ let queues = null; // the latest "queues" frame, or null before the first
 const closedQueues = new Map();
 const fullKeys = new Map();
 const heldRateKeys = new Map();
+// The resources that hold something back, by name, as the latest "queues" frame says ({name,
+// capacity, held, holds_below, holders, more_holders}); and what each QUEUED card waiting for
+// one said when that frame came (id -> text), to redraw the cards whose reason changed.
+const heldResources = new Map();
+const resourceWaits = new Map();
 let snapshotsApplied = 0;
 // The server's latest answer to the board's filter: {key (the filter it answers), counts (per
 // stage), more (finished stage -> cursor of its next matches, or null), ids (a search line's
@@ -146,6 +151,49 @@ export function rateKeyHeld(name) {
   return heldRateKeys.get(name);
 }
 
+/** What keeps QUEUED `task` from being claimed among its resources, as the latest "queues"
+ * frame says, or undefined when none does: {text: "merge-slot held by worker-3", why: "resource
+ * merge-slot held by worker-3 (task t1)", holders: [{task, agent, node}]}. A port of the
+ * engine's why_waiting (board/engine/resources.py), in its words: the task's nodes in order (each
+ * resource's node, and an intent on each node above it), the first that is not free, and the
+ * holds that keep it so: of the node and the nodes above it, and for a hold of a directory's node
+ * the holds inside it. A resource the frame does not list holds nothing back (or is past its bound). */
+export function resourceWait(task) {
+  if (task.stage !== "QUEUED" || !task.resources || !heldResources.size) return undefined;
+  const needs = new Map(); // node -> units: null exclusive, 0 an intent, else shared units
+  for (const need of resourceNeeds(task.resources)) {
+    needs.set(need.node, need.units);
+    for (const above of ancestorsOf(need.node)) if (!needs.has(above)) needs.set(above, 0);
+  }
+  for (const node of [...needs.keys()].sort()) {
+    const units = needs.get(node);
+    const row = heldResources.get(node);
+    if (!row) continue;
+    const free = units === 0 ? row.held === 0
+      : units === null ? row.held === 0 && row.holds_below === 0
+        : row.holds_below === 0 && row.held !== "exclusive" && row.held + units <= row.capacity;
+    if (free) continue;
+    const above = new Set([node, ...ancestorsOf(node)]);
+    const inside = units !== 0 && (node.endsWith("/") || node.endsWith(":"));
+    const blocking = [...heldResources.values()]
+      .filter((r) => r.held !== 0 && (above.has(r.name) || (inside && r.name.startsWith(node))))
+      .sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+    const holders = blocking.flatMap((r) => r.holders.map((h) => ({ ...h, node: r.name })))
+      .filter((h) => h.task !== task.id);
+    if (!holders.length) return { text: `${node} held`, why: `resource ${node} is held`, holders: [] };
+    const first = holders[0];
+    const what = first.node === node ? node : `${node} (by ${first.node})`;
+    const others = holders.length - 1 + blocking.reduce((n, r) => n + r.more_holders, 0);
+    const tail = others ? ` and ${others} more` : "";
+    return {
+      text: `${what} held by ${first.agent}${tail}`,
+      why: `resource ${what} held by ${first.agent} (task ${first.task})${tail}`,
+      holders,
+    };
+  }
+  return undefined;
+}
+
 /** The server's latest answer to the board's filter (applyMatches), or null. */
 export function filterMatches() {
   return matched;
@@ -210,16 +258,31 @@ function closeAndOpen() {
   const flippedQueues = flips(closedQueues, closed);
   const flippedKeys = flips(fullKeys, full);
   const flippedRateKeys = flips(heldRateKeys, held);
+  const flippedWaits = reviewResourceWaits();
   clearTimeout(reopenTimer);
   if (reopensAt < Infinity) reopenTimer = setTimeout(closeAndOpen, reopensAt - now + 50);
   if (flippedQueues.size) tell({ what: "closed" });
-  if (flippedQueues.size || flippedKeys.size || flippedRateKeys.size) {
+  if (flippedQueues.size || flippedKeys.size || flippedRateKeys.size || flippedWaits.size) {
     changed(order.get("QUEUED").filter((id) => {
       const task = tasks.get(id);
       return flippedQueues.has(task.queue) || (task.concurrency_key && flippedKeys.has(task.concurrency_key))
-        || (task.rate_key && flippedRateKeys.has(task.rate_key));
+        || (task.rate_key && flippedRateKeys.has(task.rate_key)) || flippedWaits.has(id);
     }), false);
   }
+}
+
+/** The frame's resources replace the last ones; the QUEUED tasks with resources whose wait
+ * (resourceWait) came, went or changed. */
+function reviewResourceWaits() {
+  heldResources.clear();
+  for (const r of queues.resources || []) heldResources.set(r.name, r);
+  const now = new Map();
+  for (const id of order.get("QUEUED")) {
+    const task = tasks.get(id);
+    const wait = task.resources ? resourceWait(task) : undefined;
+    if (wait) now.set(id, wait.why);
+  }
+  return flips(resourceWaits, now);
 }
 
 /** Replace `shown` (name -> why) by `now`; the names whose reason came, went or changed. */

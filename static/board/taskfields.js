@@ -2,7 +2,7 @@
 // (taskpage.js): one renderer. The attempts and the errors are not here: the attempt timeline
 // (attempts.js) counts the attempts once and shows each failure's error once.
 
-import { el } from "./page.js";
+import { el, resourcesText, taskPageUrl } from "./page.js";
 
 function field(dl, name, value, pre = false) {
   dl.append(el("dt", null, name));
@@ -16,9 +16,29 @@ function json(value) {
   return value === null || value === undefined ? "—" : JSON.stringify(value, null, 2);
 }
 
+/** "waiting for": why its resources keep a QUEUED task waiting (store.js resourceWait), and the
+ * tasks that hold them, each a link to its page. */
+function waitField(dl, wait) {
+  dl.append(el("dt", null, "waiting for"));
+  const dd = el("dd", "resource-wait", wait.why);
+  if (wait.holders.length) {
+    const list = el("ul", "resource-holders");
+    for (const h of wait.holders) {
+      const li = el("li", null, `${h.node}: `);
+      const link = el("a", null, h.task);
+      link.href = taskPageUrl(h.task);
+      li.append(link, ` (${h.agent || "—"})`);
+      list.append(li);
+    }
+    dd.append(list);
+  }
+  dl.append(dd);
+}
+
 /** The fields of `task` (as store.js prepares it: createdMs, inStageSinceMs, ...); `deps`: the
- * dependencies as text, or null to leave them out (the task page lists them both ways). */
-export function taskFields(task, deps) {
+ * dependencies as text, or null to leave them out (the task page lists them both ways);
+ * `resourceWait`: what holds its resources when it waits for them (the board's, store.js). */
+export function taskFields(task, deps, resourceWait = undefined) {
   const dl = el("dl");
   field(dl, "stage", `${task.stage} (version ${task.version}) since ${new Date(task.inStageSinceMs).toLocaleString()}`);
   field(dl, "owner", task.owner || "—");
@@ -42,6 +62,10 @@ export function taskFields(task, deps) {
   if (task.lease_expires_at) field(dl, "lease until", new Date(task.leaseExpiresMs).toLocaleString());
   if (task.not_before) field(dl, "not before", new Date(task.not_before).toLocaleString());
   if (deps !== null) field(dl, "dependencies", deps);
+  if (task.resources && task.resources.length) {
+    field(dl, "resources", `${resourcesText(task.resources)}${task.stage === "RUNNING" ? ": held" : ""}`);
+  }
+  if (resourceWait) waitField(dl, resourceWait);
   field(dl, "description", task.description || "—", true);
   field(dl, "payload", json(task.payload), true);
   field(dl, "checkpoint", json(task.checkpoint), true);
