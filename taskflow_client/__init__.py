@@ -37,7 +37,7 @@ What is here:
   worker loop (examples/fast_worker.py).
 - Errors: `TaskflowError` (the board refused; one subclass per error code: `NotFound`,
   `Taken`, `Blocked`, `Terminal`, `LeaseLost`, `VersionConflict`, `InvalidTransition`,
-  `DuplicateId`, `DuplicateName`, `NotesFull`, `ValidationFailed`, `Unauthorized`, `Forbidden`, `TooLarge`, `TooManyWaiters`) and
+  `DuplicateId`, `DuplicateName`, `NotesFull`, `BudgetExhausted`, `ValidationFailed`, `Unauthorized`, `Forbidden`, `TooLarge`, `TooManyWaiters`) and
   `TransportError` (no definitive answer; never a `TaskflowError`).
 - ``python -m taskflow_client --help`` -- the same from a shell.
 - ``python -m taskflow_client.mcp`` -- the same as MCP tools for LLM agents (the one module that
@@ -54,6 +54,7 @@ from .errors import (
     LeaseLost,
     NotFound,
     NotesFull,
+    BudgetExhausted,
     Taken,
     TaskflowError,
     Terminal,
@@ -82,6 +83,7 @@ __all__ = [
     "LeaseLost",
     "NotFound",
     "NotesFull",
+    "BudgetExhausted",
     "Outcome",
     "Queue",
     "RateKey",

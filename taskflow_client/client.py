@@ -183,9 +183,10 @@ class Lease:
         self._update(renewed.as_dict())
         return self
 
-    def complete(self, result: Any = None) -> dict[str, Any]:
-        """Commit `result` (any JSON value; None is sent as {}); returns the COMPLETED task."""
-        return self.client.complete(self.task_id, self.token, result)
+    def complete(self, result: Any = None, *, usage: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Commit `result` (any JSON value; None is sent as {}); returns the COMPLETED task.
+        `usage`: what the attempt used since its last report (`Client.renew` says the fields)."""
+        return self.client.complete(self.task_id, self.token, result, usage=usage)
 
     def note(self, text: str) -> dict[str, Any]:
         """Add a note to the task, as its holder: it stays with the task, and the next claim
@@ -285,6 +286,15 @@ class Queue:
         waiting `claim_next` / `hold()` sleeps until the rate opens."""
         rate = None if count is None else {"count": count, "per_seconds": per_seconds}
         return self.client.change_queue(self.name, rate=rate, reason=reason)
+
+    def set_budget(self, *, tokens: int | None = None, cost_usd: float | None = None, per: str | None = "day",
+                   reason: str = "") -> dict[str, Any]:
+        """Operator: the usage this queue's attempts may report per window (`per`: "day",
+        "month" or "total"; UTC): `tokens` (input + output) and/or `cost_usd`. At it, claims of
+        the queue's tasks are refused (`BudgetExhausted`) until the window ends or the budget is
+        raised; ``set_budget(per=None)`` removes it. The queue's ``spent`` says the window's use."""
+        budget = None if per is None else {"tokens": tokens, "cost_usd": cost_usd, "per": per}
+        return self.client.change_queue(self.name, budget=budget, reason=reason)
 
     def history(self) -> builtins.list[dict[str, Any]]:
         """Who changed the queue's settings, newest first (the last 200): ``actor``,
@@ -1168,7 +1178,8 @@ class Client:
         return self.request("GET", self._path("queues", name))
 
     def change_queue(self, name: str, *, concurrency: int | None = UNCHANGED, paused: bool | None = None,
-                     rate: dict[str, int] | None = UNCHANGED, reason: str = "") -> dict[str, Any]:
+                     rate: dict[str, int] | None = UNCHANGED, budget: dict[str, Any] | None = UNCHANGED,
+                     reason: str = "") -> dict[str, Any]:
         """Operator: change a queue's settings; only those given change. `concurrency`: its
         limit (1-10,000; None: no limit; left out: unchanged); `paused`: True stops new claims
         of its tasks, False lets them in again; `rate`: ``{"count": C, "per_seconds": S}`` (at
@@ -1182,6 +1193,8 @@ class Client:
             body["paused"] = paused
         if rate is not UNCHANGED:
             body["rate"] = rate
+        if budget is not UNCHANGED:  # {"tokens"?, "cost_usd"?, "per"}, or None: no budget
+            body["budget"] = budget
         return self.request("PUT", self._path("queues", name), body)
 
     def queue_history(self, name: str) -> builtins.list[dict[str, Any]]:

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from board.models import ConcurrencyKey, Queue, QueueChange, RateKey, Task
-from taskflow_client import Blocked, Forbidden, NotFound, ValidationFailed
+from taskflow_client import Blocked, BudgetExhausted, Forbidden, NotFound, ValidationFailed
 from taskflow_client import Queue as QueueHandle
 from taskflow_client import RateKey as RateKeyHandle
 from tests.live_server import board_server  # noqa: F401  (fixture)
@@ -175,3 +175,18 @@ def test_a_rate_key_shared_by_two_queues_paces_their_claims_and_a_waiting_claim_
         alice.rate_key("provider:llm").set_rate(None)
     assert (everything(), list(RateKey.objects.values())) == before
     assert handle.set_rate(None)["rate"] is None
+
+
+def test_a_budget_set_by_an_operator_refuses_claims_once_reports_spend_it(alice, op):
+    alice.create([{"id": f"b{n}", "title": "ask the model", "queue": "llm", "priority": -n} for n in range(3)])
+    budget = op.queue("llm").set_budget(tokens=100, per="total", reason="trial")
+    assert (budget["budget"], budget["budget_exhausted"]) == ({"tokens": 100, "cost_usd": None, "per": "total"}, False)
+    lease = alice.claim_next(30, queue="llm")
+    lease.complete({"ok": True}, usage={"model": "m", "input_tokens": 70, "output_tokens": 40})
+    assert alice.get_queue("llm")["spent"] == {"tokens": 110, "cost_usd": 0.0}
+    with pytest.raises(BudgetExhausted):
+        alice.claim_next(30, queue="llm")
+    with pytest.raises(BudgetExhausted):
+        alice.claim("b1", 30)
+    assert op.queue("llm").set_budget(per=None)["budget"] is None  # removed: claims start again
+    assert alice.claim_next(30, queue="llm").task_id == "b1"
