@@ -371,3 +371,44 @@ def test_the_column_headers_sum_up_the_queues_held_back_and_the_limits_on_a_boar
     expect(held).to_have_attribute("data-queues", "q05,slow", timeout=STRIP)
     expect(held).to_have_text("held: q05 paused · slow rate")
     expect(limits).to_have_text("limits: web 1/3 · ci 0/1")
+
+
+def test_a_spent_budget_shows_on_the_strip_and_the_cards_until_an_operator_raises_it_from_the_board(
+        open_board, orm):
+    """Issue 32, item 5: a queue whose budget its tasks' reports have spent says so on the
+    strip (red, "budget spent") and on its QUEUED cards; an operator raises the budget from the
+    Limits dialog and both go back to normal, live."""
+    from board.engine import usage
+
+    orm(flow.change_queue, "llm", budget={"tokens": 100, "per": "day"}, actor="op")
+    orm(transitions.create, [TaskSpec(id="ask-1", title="ask", queue="llm", priority=1),
+                             TaskSpec(id="ask-2", title="ask again", queue="llm")])
+    page = open_board()
+    llm = strip_item(page, "llm")
+    expect(llm.locator(".queue-budget")).to_have_text("0/100 tokens this day", timeout=STRIP)
+
+    def spend():
+        held = transitions.claim("ask-1", "agent-1", 60)
+        transitions.complete("ask-1", held.lease.token, {})
+        usage.record(held.task, held.lease.fence, "agent-1",
+                     usage.checked({"model": "m", "input_tokens": 90, "output_tokens": 30}))
+
+    orm(spend)
+    expect(llm.locator(".queue-budget")).to_have_text("120/100 tokens this day: budget spent", timeout=STRIP)
+    expect(llm).to_have_attribute("data-budget-spent", "true")
+    waiting = page.locator('.card[data-id="ask-2"] .badge.waiting')
+    expect(waiting).to_have_text("waiting: queue llm's budget is spent", timeout=STRIP)
+    expect(page.locator('.column[data-stage="QUEUED"] p.queue-summary')).to_have_text("held: llm budget")
+    page.screenshot(path="/tmp/boardq-budget-spent.png")
+
+    llm.locator("button.queue-limits").click()
+    dialog = page.locator("#limits-dialog")
+    expect(dialog.locator('input[name="budget-tokens"]')).to_have_value("100")
+    expect(dialog.locator('select[name="budget-per"]')).to_have_value("day")
+    dialog.locator('input[name="budget-tokens"]').fill("500")
+    dialog.locator("textarea").fill("the day's allowance")
+    dialog.get_by_role("button", name="Save limits").click()
+    expect(llm.locator(".queue-budget")).to_have_text("120/500 tokens this day", timeout=STRIP)
+    expect(waiting).to_have_count(0, timeout=STRIP)
+    assert orm(lambda: list(QueueChange.objects.filter(queue="llm").order_by("at", "pk").values_list("reason", flat=True))) == [
+        "", "the day's allowance"]

@@ -120,10 +120,11 @@ def queue_items(using: str = "default") -> tuple[list[dict], int]:
     for queue in selectors.queue_overview(live_only=True, using=using):
         depth = queue["depth"]
         if not (queue["paused"] or queue["concurrency"] is not None or queue["rate"] is not None
-                or any(depth[s] for s in _LIVE_STAGES)):
+                or queue["budget"] is not None or any(depth[s] for s in _LIVE_STAGES)):
             continue
         shown.append({**{k: queue[k] for k in ("name", "concurrency", "running", "paused", "paused_by",
-                                               "paused_reason", "paused_at", "rate")},
+                                               "paused_reason", "paused_at", "rate", "budget", "spent",
+                                               "budget_exhausted", "budget_exhausted_until")},
                       "queued": depth["QUEUED"], "next_claim_at": _next_claim_shown(queue)})
     shown.sort(key=lambda q: (not q["paused"], q["name"]))
     return shown[:QUEUES_SHOWN], max(0, len(shown) - QUEUES_SHOWN)

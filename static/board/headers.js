@@ -3,7 +3,8 @@
 // most SHOWN queues, those that matter most, then "+n more"; its title (hover) lists them all,
 // and the queues strip above the columns has every figure.
 //   QUEUED:  the queues that take no claim now, the reason why their cards wait: "held: docs
-//            paused · ci 3/3 · api rate" (paused, at the limit, waiting for its rate's next claim).
+//            paused · ci 3/3 · api rate · llm budget" (paused, at the limit, waiting for its rate's
+//            next claim, its budget spent).
 //   RUNNING: the queues with a limit, the fullest first: "limits: ci 3/3 · web 1/2".
 // A queue open for claims and without a limit is in neither.
 //
@@ -37,6 +38,7 @@ function held(byName) {
   return closedQueueList().map(([name, why]) => {
     const q = byName.get(name);
     if (!q || q.paused) return [name, "paused", why];
+    if (q.budget_exhausted) return [name, "budget", why];
     const full = q.concurrency !== null && q.running >= q.concurrency;
     return [name, full ? `${q.running}/${q.concurrency}` : "rate", why];
   }).sort((a, b) => (a[1] === "paused") === (b[1] === "paused") ? a[0].localeCompare(b[0]) : a[1] === "paused" ? -1 : 1);

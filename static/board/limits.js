@@ -1,5 +1,6 @@
 // The queue limits dialog (<dialog id="limits-dialog">): a user with board.change_queue sets a
-// queue's concurrency limit and its rate from the queues strip (queues.js opens it and sends the
+// queue's concurrency limit, its rate and its budget (tokens and/or cost per day, month or in
+// total) from the queues strip (queues.js opens it and sends the
 // answer as PUT /api/queues/{name}). An empty number is "none". The browser's own checks keep a
 // limit or count a whole number from 1 up; the server has the last word (its 422 is shown).
 
@@ -35,6 +36,9 @@ export function askLimits(q) {
   form.elements["rate-count"].value = q.rate ? String(q.rate.count) : "";
   chooseUnit(form.elements["rate-unit"], q.rate ? q.rate.per_seconds : 60);
   form.elements["rate-count"].title = q.rate ? `now ${rateText(q.rate)}` : "no rate now";
+  form.elements["budget-tokens"].value = q.budget && q.budget.tokens !== null ? String(q.budget.tokens) : "";
+  form.elements["budget-cost"].value = q.budget && q.budget.cost_usd !== null ? String(q.budget.cost_usd) : "";
+  form.elements["budget-per"].value = q.budget ? q.budget.per : "day";
   form.elements.reason.value = "";
   dialog.returnValue = "";
   return new Promise((resolve) => {
@@ -44,9 +48,13 @@ export function askLimits(q) {
         return;
       }
       const count = wholeOrNull(form.elements["rate-count"]);
+      const tokens = wholeOrNull(form.elements["budget-tokens"]);
+      const cost = wholeOrNull(form.elements["budget-cost"]);
       resolve({
         concurrency: wholeOrNull(form.elements.limit),
         rate: count === null ? null : { count, per_seconds: Number(form.elements["rate-unit"].value) },
+        budget: tokens === null && cost === null ? null
+          : { tokens, cost_usd: cost, per: form.elements["budget-per"].value },
         reason: form.elements.reason.value.trim(),
       });
     }, { once: true });

@@ -47,6 +47,20 @@ function queueItem(q) {
     rate.title = `at most ${q.rate.count} claims start in any ${q.rate.per_seconds} s, spaced evenly`;
     li.append(" · ", rate);
   }
+  if (q.budget) {
+    // Its budget (board.engine.budgets): the window's spend against it, red once spent.
+    const parts = [];
+    if (q.budget.tokens !== null) parts.push(`${q.spent.tokens.toLocaleString()}/${q.budget.tokens.toLocaleString()} tokens`);
+    if (q.budget.cost_usd !== null) parts.push(`$${q.spent.cost_usd.toFixed(2)}/$${q.budget.cost_usd}`);
+    const per = q.budget.per === "total" ? "in total" : `this ${q.budget.per}`;
+    const budget = el("span", q.budget_exhausted ? "queue-budget spent" : "queue-budget",
+      `${parts.join(", ")} ${per}${q.budget_exhausted ? ": budget spent" : ""}`);
+    budget.title = q.budget_exhausted
+      ? `no claim starts${q.budget_exhausted_until ? ` until ${new Date(q.budget_exhausted_until).toLocaleString()}` : ""}; raise the budget with Limits`
+      : "the usage its tasks reported against the queue's budget";
+    li.dataset.budgetSpent = String(q.budget_exhausted);
+    li.append(" · ", budget);
+  }
   if (q.paused) {
     const note = el("span", "queue-paused",
       `paused by ${q.paused_by || "?"}${q.paused_reason ? `: ${q.paused_reason}` : ""}`);
@@ -66,7 +80,7 @@ function queueItem(q) {
     const limits = el("button", "queue-limits", "Limits");
     limits.type = "button";
     limits.dataset.queue = q.name;
-    limits.title = `set the concurrency limit and rate of ${q.name}`;
+    limits.title = `set the concurrency limit, rate and budget of ${q.name}`;
     if (limitsPending.has(q.name)) limits.disabled = true;
     li.append(" ", button, " ", limits);
   }

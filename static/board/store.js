@@ -236,6 +236,7 @@ function closeAndOpen() {
   for (const q of queues.queues) {
     const nextMs = q.next_claim_at ? Date.parse(q.next_claim_at) : NaN;
     if (q.paused) closed.set(q.name, `queue ${q.name} paused`);
+    else if (q.budget_exhausted) closed.set(q.name, `queue ${q.name}'s budget is spent`);
     else if (q.concurrency !== null && q.running >= q.concurrency) {
       closed.set(q.name, `queue ${q.name} at its limit ${q.running}/${q.concurrency}`);
     } else if (q.rate && nextMs > now) {
