@@ -191,6 +191,26 @@ def test_setting_and_clearing_a_rate_goes_through_the_engine_and_its_history(cha
     assert "60 per 60 s → no rate" in changer.get(page_of("llm")).content.decode()
 
 
+def test_setting_and_removing_a_budget_goes_through_the_engine_and_its_history(changer):
+    tasks_in("llm", 1)
+    response = changer.post(page_of("llm"), form_data(changer, "llm", budget_tokens="1000", budget_cost_usd="2.5",
+                                                       budget_per="month", reason="the month's allowance"))
+    assert response.status_code == 302, errors_of(response)
+    queue = Queue.objects.get(name="llm")
+    assert (queue.budget_tokens, queue.budget_cost_usd, queue.budget_per) == (1000, 2.5, "month")
+    assert "0 / 1,000 tokens, $0.00 / $2.50 this month" in changer.get(reverse("admin:board_queue_changelist")).content.decode()
+    before = everything()
+    response = changer.post(page_of("llm"), form_data(changer, "llm", budget_tokens="0"))
+    assert response.status_code == 200 and "budget.tokens must be a whole number" in response.content.decode()
+    assert everything() == before
+    response = changer.post(page_of("llm"), form_data(changer, "llm", budget_tokens="", budget_cost_usd=""))
+    assert response.status_code == 302, errors_of(response)
+    assert Queue.objects.get(name="llm").budget_per is None
+    assert [c.changes for c in QueueChange.objects.order_by("pk")] == [
+        {"budget": [None, {"tokens": 1000, "cost_usd": 2.5, "per": "month"}]},
+        {"budget": [{"tokens": 1000, "cost_usd": 2.5, "per": "month"}, None]}]
+
+
 @pytest.mark.parametrize("count, per_seconds", [("60", ""), ("", "60"), ("0", "60"), ("5", "86401")])
 def test_a_bad_rate_shows_the_form_error_and_changes_nothing(changer, count, per_seconds):
     tasks_in("llm", 1)

@@ -309,7 +309,8 @@ class QueueChangeForm(_SealedSettingsForm):
     someone else is refused with who changed it, and nothing is written."""
 
     SALT = "board.admin.queue-change"
-    SETTINGS = ("concurrency", "rate_count", "rate_per_seconds", "paused")
+    SETTINGS = ("concurrency", "rate_count", "rate_per_seconds", "paused", "budget_tokens", "budget_cost_usd",
+                "budget_per")
 
     concurrency = forms.IntegerField(
         required=False, label="Concurrency limit",
@@ -321,6 +322,14 @@ class QueueChangeForm(_SealedSettingsForm):
                   "(60 per 60 s: one a second). Both empty: no rate.")
     rate_per_seconds = forms.IntegerField(
         required=False, label="Rate: per seconds", help_text="The window: 1 (per second), 60 (per minute), 3600 (per hour).")
+    budget_tokens = forms.IntegerField(
+        required=False, label="Budget: tokens",
+        help_text="Input + output tokens its tasks' attempts may report per window; at it no claim of the queue "
+                  "starts until the window ends or the budget is raised. Empty with the cost: no budget.")
+    budget_cost_usd = forms.FloatField(required=False, label="Budget: cost (USD)",
+                                       help_text="The cost its tasks may report per window (reports that give one).")
+    budget_per = forms.ChoiceField(required=False, label="Budget: per",
+                                   choices=[("day", "day (UTC)"), ("month", "month (UTC)"), ("total", "in total")])
     reason = forms.CharField(
         required=False, max_length=MAX_REASON_CHARS, strip=True,
         help_text="Why (kept in the queue's history; needed to pause, shown on the board).")
@@ -328,7 +337,8 @@ class QueueChangeForm(_SealedSettingsForm):
 
     class Meta:
         model = Queue
-        fields = ("concurrency", "rate_count", "rate_per_seconds", "paused")
+        fields = ("concurrency", "rate_count", "rate_per_seconds", "paused", "budget_tokens", "budget_cost_usd",
+                  "budget_per")
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -364,6 +374,12 @@ class QueueChangeForm(_SealedSettingsForm):
             sent.pop("rate_count", None), sent.pop("rate_per_seconds", None)
             sent["rate"] = (None if data["rate_count"] is None
                             else {"count": data["rate_count"], "per_seconds": data["rate_per_seconds"]})
+        if {"budget_tokens", "budget_cost_usd", "budget_per"} & set(sent):  # one setting for the engine
+            for setting in ("budget_tokens", "budget_cost_usd", "budget_per"):
+                sent.pop(setting, None)
+            amounts = data["budget_tokens"], data["budget_cost_usd"]
+            sent["budget"] = (None if amounts == (None, None) else
+                              {"tokens": amounts[0], "cost_usd": amounts[1], "per": data["budget_per"] or "day"})
         try:
             self.written = flow.change_queue(name, actor=self.actor, reason=data.get("reason") or "", **sent)
         except errors.BoardError as exc:

@@ -18,12 +18,13 @@ from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied
 from django.http import HttpResponseRedirect
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
 from board.admin import reads
 from board.admin.actions import Report, action_reason
 from board.admin.forms import QueueActionForm, QueueChangeForm, RateKeyChangeForm
-from board.engine import errors, flow, timing
+from board.engine import budgets, errors, flow, timing
 from board.engine.lifecycle import Stage
 from board.engine.limits import HISTORY_LIMIT, MAX_ACTION_ROWS
 from board.models import ConcurrencyKey, FairnessKey, Queue, QueueChange, RateKey, RateKeyChange
@@ -106,8 +107,8 @@ class QueueChangeList(ChangeList):
 
 @admin.register(Queue)
 class QueueAdmin(_EngineSavesAdmin):
-    list_display = ("name", "running_of_limit", "rate", "queued", "wait_times", "run_times", "paused", "paused_by",
-                    "paused_reason", "paused_at")
+    list_display = ("name", "running_of_limit", "rate", "budget_spent", "queued", "wait_times", "run_times", "paused",
+                    "paused_by", "paused_reason", "paused_at")
     list_filter = ("paused",)
     search_fields = ("name",)
     ordering = ("name",)
@@ -117,7 +118,7 @@ class QueueAdmin(_EngineSavesAdmin):
     action_form = QueueActionForm
     actions = ("pause_queues", "resume_queues")
     readonly_fields = ("name", "running_of_limit", "queued", "wait_times", "run_times", "paused_by", "paused_reason",
-                       "paused_at", "updated_at", "history")
+                       "paused_at", "updated_at", "history", "budget_spent")
 
     # -- permissions: Django's own board.view_queue / board.change_queue; rows are the engine's --
 
@@ -152,6 +153,19 @@ class QueueAdmin(_EngineSavesAdmin):
             return "—"
         return f"{queue.rate_count} per {queue.rate_per_seconds} s"
 
+    @admin.display(description="budget: spent")
+    def budget_spent(self, queue: Queue) -> str:
+        """The window's spend against the budget ("120 / 100 tokens this day, spent"); "—": none."""
+        described = budgets.describe(queue, timezone.now())
+        budget, spent = described["budget"], described["spent"]
+        if budget is None:
+            return "—"
+        parts = [f"{spent['tokens']:,} / {budget['tokens']:,} tokens"] if budget["tokens"] is not None else []
+        if budget["cost_usd"] is not None:
+            parts.append(f"${spent['cost_usd']:,.2f} / ${budget['cost_usd']:,.2f}")
+        per = "in total" if budget["per"] == "total" else f"this {budget['per']}"
+        return f"{', '.join(parts)} {per}" + (": spent, no claim starts" if described["budget_exhausted"] else "")
+
     @admin.display(description="queued")
     def queued(self, queue: Queue) -> int:
         return self.tasks_now(queue)[Stage.QUEUED]
@@ -169,13 +183,15 @@ class QueueAdmin(_EngineSavesAdmin):
     # -- the change page -------------------------------------------------------------------------
 
     def get_fieldsets(self, request, obj=None):
-        settings = ("concurrency", "rate_count", "rate_per_seconds", "paused")
+        settings = ("concurrency", "rate_count", "rate_per_seconds", "paused", "budget_tokens", "budget_cost_usd",
+                    "budget_per")
         if self.has_change_permission(request, obj):
             settings += ("reason", "opened")
         return [
             (None, {"fields": ("name", "running_of_limit", "queued", "wait_times", "run_times")}),
             ("Settings (saved by the engine, each change kept in the history)", {"fields": settings}),
             ("Paused", {"fields": ("paused_by", "paused_reason", "paused_at", "updated_at")}),
+            ("Budget's window", {"fields": ("budget_spent",)}),
             (f"History (newest first, the last {HISTORY_LIMIT} changes)", {"fields": ("history",)}),
         ]
 

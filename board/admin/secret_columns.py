@@ -45,6 +45,10 @@ HARMLESS_COLUMNS: dict[tuple[str, str], str] = {
     ("board.Task", "fairness_key"): "a label chosen by the task's creator (a plan, a person) whose tasks take "
                                     "turns with other keys' in the claim order (board.engine.fairness); it "
                                     "grants nothing",
+    ("board.Queue", "budget_tokens"): "a count of LLM tokens a queue's tasks may report per window "
+                                      "(board.engine.budgets), not a credential",
+    ("board.Queue", "spent_tokens"): "a count of LLM tokens a queue's tasks reported in the budget's window "
+                                     "(board.engine.budgets), not a credential",
     ("board.TaskUsage", "input_tokens"): "a count of an LLM's tokens a holder reported using (board.engine.usage), "
                                          "not a credential",
     ("board.TaskUsage", "output_tokens"): "a count of an LLM's tokens a holder reported using (board.engine.usage), "
