@@ -1469,6 +1469,10 @@ class BoardContract:
         assert whole.task.pk == "whole"
         self.new("late-share", resources=[{"name": "gpu", "units": 2}])
         assert self.claim_next() is None  # nothing fits beside an exclusive hold
+        self.new("too-big", resources=[{"name": "gpu", "units": 3}])
+        with pytest.raises(errors.Blocked) as refused:
+            self.claim("too-big")
+        assert refused.value.details["waiting"] == "resource gpu needs 3 units; its capacity is 2"
         transitions.complete("whole", whole.lease.token, {}, using=a)
         assert self.claim_next().task.pk == "late-share"
 

@@ -355,6 +355,9 @@ def _refusal(using: str, task_id: str, node: str, units: int) -> str:
     """Why a need of `units` on `node` is not free, naming a holder that keeps it: "resource
     merge-slot held by worker-3 (task t1)"."""
     blockers = [h for h in _blockers(using, node, units) if h[2] != task_id]
+    capacity = Resource.objects.using(using).filter(name=node).values_list("capacity", flat=True).first()
+    if 0 < units < EXCLUSIVE and capacity is not None and units > capacity:
+        return f"resource {node} needs {units} units; its capacity is {capacity}"
     if not blockers:
         return f"resource {node} is held"
     node_held, _, holder_task, owner, _, _ = blockers[0]
