@@ -99,6 +99,27 @@ class _EngineSavesAdmin(admin.ModelAdmin):
         return HttpResponseRedirect(url)
 
 
+class _QueuesPermissionsAdmin(_EngineSavesAdmin):
+    """A setting that spans queues (a rate key's rate, a resource's capacity): seen with the
+    queues' view or change permission, changed with `board.change_queue`; its rows are the
+    engine's, so never added or deleted here."""
+
+    def has_view_permission(self, request, obj=None) -> bool:
+        return request.user.has_perm("board.view_queue") or request.user.has_perm("board.change_queue")
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return request.user.has_perm("board.change_queue")
+
+    def has_module_permission(self, request) -> bool:
+        return self.has_view_permission(request)
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+
 class QueueChangeList(ChangeList):
     def get_results(self, request):
         super().get_results(request)
@@ -289,7 +310,7 @@ class ConcurrencyKeyAdmin(admin.ModelAdmin):
 
 
 @admin.register(RateKey)
-class RateKeyAdmin(_EngineSavesAdmin):
+class RateKeyAdmin(_QueuesPermissionsAdmin):
     """A rate key's rate, set on its page (RateKeyChangeForm: flow.change_rate_key) with its history
     beside it. Rows come with the tasks naming the key (or a change through the API); seeing them
     needs `board.view_queue`, changing a rate `board.change_queue`, as for a queue's rate."""
@@ -302,20 +323,6 @@ class RateKeyAdmin(_EngineSavesAdmin):
     form = RateKeyChangeForm
     readonly_fields = ("name", "next_claim_at", "updated_at", "history")
 
-    def has_view_permission(self, request, obj=None) -> bool:
-        return request.user.has_perm("board.view_queue") or request.user.has_perm("board.change_queue")
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return request.user.has_perm("board.change_queue")
-
-    def has_module_permission(self, request) -> bool:
-        return self.has_view_permission(request)
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
 
     @admin.display(description="rate")
     def rate(self, key: RateKey) -> str:

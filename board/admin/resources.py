@@ -22,7 +22,7 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
 from board.admin.forms import _EngineForm
-from board.admin.queues import _EngineSavesAdmin
+from board.admin.queues import _QueuesPermissionsAdmin
 from board.engine import errors, resources
 from board.engine.limits import MAX_REASON_CHARS, MAX_RESOURCE_CAPACITY
 from board.models import Resource
@@ -86,7 +86,7 @@ class ResourceChangeList(ChangeList):
 
 
 @admin.register(Resource)
-class ResourceAdmin(_EngineSavesAdmin):
+class ResourceAdmin(_QueuesPermissionsAdmin):
     list_display = ("name", "capacity", "held_now", "holds_below", "holders")
     search_fields = ("name",)
     ordering = ("name",)
@@ -95,22 +95,7 @@ class ResourceAdmin(_EngineSavesAdmin):
     form = ResourceChangeForm
     readonly_fields = ("name", "held_now", "holds_below", "holders", "updated_at")
 
-    # -- permissions: a queue's (a capacity spans queues, as a rate key's rate) ------------------
-
-    def has_view_permission(self, request, obj=None) -> bool:
-        return request.user.has_perm("board.view_queue") or request.user.has_perm("board.change_queue")
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return request.user.has_perm("board.change_queue")
-
-    def has_module_permission(self, request) -> bool:
-        return self.has_view_permission(request)
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
+    # (permissions: the queues', from _QueuesPermissionsAdmin: a capacity spans queues)
 
     def get_changelist(self, request, **kwargs):
         return ResourceChangeList
