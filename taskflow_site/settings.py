@@ -172,11 +172,17 @@ def postgres_options() -> dict:
     smaller than that). The default also covers `contract_check`'s 16 racing threads; the pool
     opens connections only as they are needed. DATABASE_POOL=0 turns it off (e.g. behind
     PgBouncer)."""
+    # PostgreSQL's JIT off for the board's sessions (a startup parameter: no cost per request).
+    # The claim statement's estimated cost passes jit_above_cost on a board of ~100,000 tasks, and
+    # a claim then compiled for ~3 s to run for ~5 ms (measured: docs/stores.md, "JIT"); no query
+    # of the board gains from it. DATABASE_PG_JIT=1 leaves the server's setting alone (e.g. behind
+    # a PgBouncer that refuses startup parameters: then set jit = off on the role or database).
+    jit = {} if env_flag("DATABASE_PG_JIT", False) else {"options": "-c jit=off"}
     if not env_flag("DATABASE_POOL", True):
-        return {}
+        return jit
     size = int(os.environ.get("DATABASE_POOL_MAX", "20"))
     # A request waits at most 5 s for a connection, then fails (e.g. while the database is down).
-    return {"pool": {"min_size": 1, "max_size": size, "timeout": 5}}
+    return {**jit, "pool": {"min_size": 1, "max_size": size, "timeout": 5}}
 
 
 def database_from_url(url: str) -> dict:

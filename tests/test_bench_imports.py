@@ -164,7 +164,7 @@ def test_every_readme_benchmark_starts_without_the_test_install(runtime_only_env
 def test_the_readme_names_the_benchmarks():
     assert readme_benchmarks() == ["bench/api_cost.py", "bench/big_board.py", "bench/board.py", "bench/claims.py",
                                    "bench/fairness.py", "bench/http_claims.py", "bench/idle_agents.py",
-                                   "bench/py_spy_summary.py", "bench/search.py"]
+                                   "bench/pg_jit.py", "bench/py_spy_summary.py", "bench/search.py"]
 
 
 def test_http_claims_runs_a_real_server_without_the_test_install(runtime_only_env, tmp_path):
