@@ -5,16 +5,23 @@ job racing agents that claim and complete the same tasks (threads released by a 
 exact, check() clean)."""
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
+from django.db import connections
 
 from board.bulk import jobs
 from board.engine import errors, selectors, transitions
 from board.engine.transitions import TaskSpec
 from board.models import BulkJob, Task, TaskEvent
-from tests.support import race, sql_stores
+from harness.board_server import server_env, stop_process, wait_until
+from tests.support import database_url, race, sql_stores, sqlite_db_mark
+
+ROOT = Path(__file__).resolve().parent.parent
 
 pytestmark = []
 
@@ -199,3 +206,21 @@ def test_a_bulk_job_racing_agents_loses_no_update(using, action):
         assert by_job | (set(completed) & set(held)) == set(held) and job.lost == len(set(completed) & set(held))
         assert set(completed) - set(held) == set(ids[:100])  # the QUEUED ones were never the job's
     assert selectors.problems(using=using) == []
+
+
+@pytest.mark.django_db(transaction=True, databases=["default"])
+def test_the_reapers_loop_runs_a_job_no_server_thread_took():
+    """A job created and left pending (the server that accepted it died before its thread took
+    it): a real `manage.py reap --loop` process runs it, bounded by a deadline."""
+    make("default", 30)
+    job = jobs.create(jobs.check_request({"queue": "ci-a"}, "cancel"), actor="op")
+    connections["default"].close()
+    env = server_env(database_url(connections["default"].settings_dict), "test-secret")
+    reaper = subprocess.Popen([sys.executable, "manage.py", "reap", "--loop", "--interval", "0.2"], cwd=ROOT, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_until(lambda: jobs.get(job.pk).state == "done", 30, "the reaper's bulk job")
+    finally:
+        stop_process(reaper)
+    job = jobs.get(job.pk)
+    assert (job.done, job.lost, job.skipped, job.problems) == (30, 0, 0, 0) and job.runner
