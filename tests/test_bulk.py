@@ -100,14 +100,18 @@ def test_a_task_changed_after_the_job_read_it_is_lost_not_overwritten(using):
 def test_a_stop_asked_midway_ends_the_job_at_its_next_progress_write(using, monkeypatch):
     ids = make(using, 60)
     monkeypatch.setattr(jobs, "PROGRESS_TASKS", 10)
+    monkeypatch.setattr(jobs, "PAGE_TASKS", 10)
     job = jobs.create(jobs.check_request({"queue": "ci-a"}, "cancel"), actor="op", using=using)
     real_act, seen = jobs.act, []
 
-    def act_then_stop(*args):
-        seen.append(args[2])
-        if len(seen) == 25:  # the operator's stop, a real write, while the runner works
-            assert jobs.stop(job.pk, using=using).state == "stopping"
-        return real_act(*args)
+    lock = threading.Lock()
+
+    def act_then_stop(*args, **kwargs):
+        with lock:
+            seen.append(args[2])
+            if len(seen) == 25:  # the operator's stop, a real write, while the runner's workers move a page
+                assert jobs.stop(job.pk, using=using).state == "stopping"
+        return real_act(*args, **kwargs)
 
     monkeypatch.setattr(jobs, "act", act_then_stop)
     job = jobs.run(job.pk, using=using)

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import logging
 import os
+import queue
 import re
 import secrets
 import socket
@@ -56,8 +57,10 @@ from board.models import BulkJob, Task, TaskEvent
 
 log = logging.getLogger("board.bulk")
 
+PAGE_TASKS = 50  # items read and moved together (their versions read in one query)
+WORKERS = 4  # threads moving a page's tasks, each one verb call at a time (PostgreSQL commits them in parallel)
 PROGRESS_TASKS = 200  # a progress write (and a look for a stop) at least every this many tasks
-PROGRESS_SECONDS = 0.5  # and at least this often
+PROGRESS_SECONDS = 0.5  # and at least this often (between pages)
 RUNNER_STALE_SECONDS = 30.0  # a running job whose heartbeat is older is taken over
 FINISHED_SHOWN_SECONDS = 60.0  # the live board's tailer reports a job this long after it finished
 
@@ -273,6 +276,8 @@ def take(job_id: int, runner: str, using: str = "default") -> BulkJob | None:
     if not _update(using, {"pk": job_id, "version": job.version}, state=state, runner=runner, heartbeat_at=now,
                    started_at=job.started_at or now):
         return None
+    # A job another runner started: its moves past the last progress it wrote may be made.
+    job.resumed = job.started_at is not None
     job.state, job.runner, job.heartbeat_at, job.started_at = state, runner, now, job.started_at or now
     return job
 
@@ -286,7 +291,12 @@ def _takeable(job: BulkJob, now) -> bool:
 
 def run(job_id: int, *, runner: str | None = None, using: str = "default") -> BulkJob | None:
     """Take the job and run it to its end (done, or stopped when asked); None when another runner
-    has it. A store error leaves it to be taken over (its heartbeat ages)."""
+    has it. A store error leaves it to be taken over (its heartbeat ages).
+
+    The items go a page (PAGE_TASKS) at a time: the page's current versions are read in one
+    query, a task already changed is lost without a call (its verb would refuse it: nothing is
+    written either way), and the others are moved by WORKERS threads, each task one verb call
+    held to its version. The progress is written (and a stop looked for) between pages."""
     runner = runner or runner_name()
     job = take(job_id, runner, using)
     if job is None:
@@ -296,18 +306,32 @@ def run(job_id: int, *, runner: str | None = None, using: str = "default") -> Bu
               "skipped_reasons": dict(job.skipped_reasons or {})}
     position = job.position
     state = job.state
-    written_at = time.monotonic()
+    written_at, unwritten = time.monotonic(), 0
+    workers = _Workers(lambda item: act(job, actor, item[0], item[1], using, resumed=job.resumed), using)
     try:
         while state == BulkJob.RUNNING and position < len(job.items):
-            task_id, version = job.items[position]
-            outcome, why = act(job, actor, task_id, version, using)
-            counts[outcome] += 1
-            if why:
-                counts["skipped_reasons"][why] = counts["skipped_reasons"].get(why, 0) + 1
-            position += 1
-            if position % PROGRESS_TASKS == 0 or time.monotonic() - written_at >= PROGRESS_SECONDS:
+            page = job.items[position:position + PAGE_TASKS]
+            now_at = dict(Task.objects.using(using).filter(pk__in=[t for t, _ in page]).values_list("pk", "version"))
+            moving = [(t, v) for t, v in page if now_at.get(t) == v]
+            outcomes = workers.map(moving)
+            for task_id, version in page:
+                if now_at.get(task_id) == version:
+                    continue
+                if task_id not in now_at:
+                    outcomes.append((SKIPPED, "not_found"))
+                elif job.resumed and _moved_by(actor, task_id, version, using):
+                    outcomes.append((DONE, None))
+                else:
+                    outcomes.append((LOST, None))
+            for outcome, why in outcomes:
+                counts[outcome] += 1
+                if why:
+                    counts["skipped_reasons"][why] = counts["skipped_reasons"].get(why, 0) + 1
+            position += len(page)
+            unwritten += len(page)
+            if unwritten >= PROGRESS_TASKS or time.monotonic() - written_at >= PROGRESS_SECONDS:
                 state = _progress(job, runner, position, counts, using)
-                written_at = time.monotonic()
+                written_at, unwritten = time.monotonic(), 0
         if state == "lost":
             return None
         return _finish(job, runner, position, counts, using)
@@ -321,6 +345,54 @@ def run(job_id: int, *, runner: str | None = None, using: str = "default") -> Bu
                 error=f"{type(exc).__name__}: {exc}"[:2000], position=position, finished_at=clock.now(using),
                 **counts)
         return get(job_id, using)
+    finally:
+        workers.close()
+
+
+class _Workers:
+    """WORKERS threads (each with its own connection, closed when they end) that apply `call` to
+    the items of a page; `map` returns the results in the items' order, or raises the first
+    exception one of them raised (the page is then not counted: it is done again on takeover)."""
+
+    def __init__(self, call, using: str):
+        self.call, self.using = call, using
+        self.tasks: queue.Queue = queue.Queue()
+        self.threads = [threading.Thread(target=self._work, name="bulk-worker", daemon=True) for _ in range(WORKERS)]
+        for thread in self.threads:
+            thread.start()
+
+    def _work(self):
+        try:
+            while True:
+                task = self.tasks.get()
+                if task is None:
+                    return
+                index, item, results, done = task
+                try:
+                    results[index] = self.call(item)
+                except BaseException as exc:  # handed to map's caller
+                    results[index] = exc
+                done.release()
+        finally:
+            connections[self.using].close()
+
+    def map(self, items: list) -> list:
+        results: list = [None] * len(items)
+        done = threading.Semaphore(0)
+        for index, item in enumerate(items):
+            self.tasks.put((index, item, results, done))
+        for _ in items:
+            done.acquire()
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+        return results
+
+    def close(self):
+        for _ in self.threads:
+            self.tasks.put(None)
+        for thread in self.threads:
+            thread.join()
 
 
 def _progress(job: BulkJob, runner: str, position: int, counts: dict, using: str) -> str:
@@ -353,15 +425,17 @@ def _finish(job: BulkJob, runner: str, position: int, counts: dict, using: str) 
     return None
 
 
-def act(job: BulkJob, actor: str, task_id: str, version: int, using: str) -> tuple[str, str | None]:
-    """One task: the action's verb held to `version`. (DONE, None), (LOST, None) or (SKIPPED, why)."""
+def act(job: BulkJob, actor: str, task_id: str, version: int, using: str,
+        resumed: bool = True) -> tuple[str, str | None]:
+    """One task: the action's verb held to `version`. (DONE, None), (LOST, None) or (SKIPPED, why).
+    `resumed`: the job was started by another runner, which may have moved this task already."""
     try:
         moved = _move(job, actor, task_id, version, using)
     except errors.VersionConflict:
         # Changed since it was read: by someone else (lost), or by this job before a crash.
-        if TaskEvent.objects.using(using).filter(task_id=task_id, version=version + 1, actor=actor).exists():
-            return DONE, None
-        return LOST, None
+        return (DONE, None) if resumed and _moved_by(actor, task_id, version, using) else (LOST, None)
+    except errors.NotFound:
+        return SKIPPED, "not_found"
     except errors.InvalidTransition as exc:
         return SKIPPED, {"reset_attempts": "no_attempt_left", "dedup_key": "dedup_key_held"}.get(
             exc.field, exc.code)
@@ -370,6 +444,11 @@ def act(job: BulkJob, actor: str, task_id: str, version: int, using: str) -> tup
     if moved is None or moved.version == version:
         return SKIPPED, "unchanged"
     return DONE, None
+
+
+def _moved_by(actor: str, task_id: str, version: int, using: str) -> bool:
+    """Whether this job's actor made the task's move from `version` (before a runner's crash)."""
+    return TaskEvent.objects.using(using).filter(task_id=task_id, version=version + 1, actor=actor).exists()
 
 
 def _move(job: BulkJob, actor: str, task_id: str, version: int, using: str):
