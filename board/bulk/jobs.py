@@ -168,8 +168,14 @@ def check_filter(raw: Any) -> tuple[dict, listing.Filters]:
 def _rows(request: Request, scope: scopes.Scope, using: str):
     """The tasks the request acts on (a queryset): matching, in a stage its action applies to,
     and for release-stale with an expired lease (by the store's clock)."""
-    rows = listing.matching(request.filters, scope=scope, using=using).filter(stage__in=request.stages)
-    if request.action == "release-stale":
+    return applicable(listing.matching(request.filters, scope=scope, using=using), request.action, request.stages,
+                      using)
+
+
+def applicable(rows, action: str, stages: tuple[str, ...] | None = None, using: str = "default"):
+    """Of the tasks `rows` (a queryset), those `action` applies to (its stages, or `stages`)."""
+    rows = rows.filter(stage__in=ACTIONS[action].stages if stages is None else stages)
+    if action == "release-stale":
         rows = rows.filter(lease_expires_at__lte=clock.now(using))
     return rows
 
@@ -207,16 +213,28 @@ def count(request: Request, *, scope: scopes.Scope = None, using: str = "default
 def create(request: Request, *, actor: str, scope: scopes.Scope = None, using: str = "default") -> BulkJob:
     """The job's row (pending), its tasks' ids and versions read in one query; TooLarge when they
     are more than MAX_BULK_TASKS (nothing written)."""
-    items = [[pk, version] for pk, version in
-             _rows(request, scope, using).order_by("pk").values_list("pk", "version")[:MAX_BULK_TASKS + 1]]
+    matching = listing.count_tasks(request.filters, scope=scope, using=using)
+    return _create(_rows(request, scope, using), request.action, request.params, request.reason, request.filter,
+                   matching, actor, using)
+
+
+def create_for_rows(rows, action: str, *, reason: str = "", priority: Any = None, tag: Any = None,
+                    described: str, actor: str, using: str = "default") -> BulkJob:
+    """A job on the tasks of a queryset (the admin's selection, or every task its changelist's
+    filters match), those `action` applies to; `described`: the filter in words, for the job."""
+    request = check_request({"search": "id:*"}, action, reason, priority, tag)  # the action's parts checked
+    return _create(applicable(rows, action, using=using), action, request.params, reason, {"admin": described},
+                   rows.count(), actor, using)
+
+
+def _create(rows, action, params, reason, filter, matching, actor, using) -> BulkJob:
+    items = [[pk, version] for pk, version in rows.order_by("pk").values_list("pk", "version")[:MAX_BULK_TASKS + 1]]
     if len(items) > MAX_BULK_TASKS:
         raise errors.TooLarge(f"the filter matches more than {MAX_BULK_TASKS:,} tasks the action applies to: narrow it")
-    matching = listing.count_tasks(request.filters, scope=scope, using=using)
     with store(using).write_transaction():
         return BulkJob.objects.using(using).create(
-            actor=actor, action=request.action, params=request.params, reason=request.reason, filter=request.filter,
-            state=BulkJob.PENDING, total=len(items), matching=max(matching, len(items)), items=items,
-            created_at=clock.now(using))
+            actor=actor, action=action, params=params, reason=reason, filter=filter, state=BulkJob.PENDING,
+            total=len(items), matching=max(matching, len(items)), items=items, created_at=clock.now(using))
 
 
 def get(job_id: int, using: str = "default") -> BulkJob:
