@@ -9,15 +9,16 @@ The board holds N tasks (default 50,000) in queues ci-0 .. ci-9, the job's targe
   claims/s the board gives its agents;
 - **racer** (1): claim_next + complete on the ci-* queues (one after the other): an agent working
   on the very tasks the job acts on, so that the job loses races for real;
-- **watcher** (1): what an open board reads, every 0.25 s: the board filter's counts for
+- **watcher** (1): what an open board reads, every second (as the page asks again): the board filter's counts for
   `queue:ci-*` (listing.stage_counts, as GET /board/filter) and the queues strip
   (frames.queues_message): its latency says whether the board stays live.
 
 The crew runs in a process of its own (agents are other processes; the job runs in the server's),
 the job in this one. Two phases in one run, the same threads:
 
-1. **without the job**, for --seconds: the agents' claims/s, the watcher's latencies;
-2. **with the job**: `cancel` on `{"queue": "ci-*"}` created (its ids and versions read at once)
+1. **without the job**, for --seconds once every crew thread is connected: the agents' claims/s,
+   the watcher's latencies;
+2. **with the job** (then 3. without it again, --seconds: the machine's load moves): `cancel` on `{"queue": "ci-*"}` created (its ids and versions read at once)
    and run by board.bulk.jobs.run in its own thread, exactly as the server's thread runs it; the
    agents, racer and watcher keep going until it ends. Printed: the job's tasks/s (create: the
    read of the ids; run: the moves), its done / skipped / lost, the agents' claims/s during it.
@@ -88,8 +89,9 @@ class Crew:
     """The agents, the racer and the watcher, in a process of their own (as agents are: the job
     runs in a server's process), counting per phase (`phase`: a shared index into PHASES)."""
 
-    def __init__(self, agents: int, phase, stop):
-        self.phase, self.stop = phase, stop
+    def __init__(self, agents: int, phase, stop, ready):
+        self.phase, self.stop, self.ready = phase, stop, ready
+        self.started = threading.Barrier(agents + 2, action=ready.set)  # every thread connected: ready
         self.lock = threading.Lock()
         self.claims = {name: 0 for name in PHASES}
         self.racer_claims = {name: 0 for name in PHASES}
@@ -114,6 +116,8 @@ class Crew:
 
         from board.engine import errors
         try:
+            connections["default"].ensure_connection()
+            self.started.wait()
             while not self.stop.is_set():
                 try:
                     work()
@@ -163,14 +167,14 @@ class Crew:
             frames.queues_message()
             with self.lock:
                 self.reads[self.now()].append(time.perf_counter() - started)
-            time.sleep(0.25)
+            time.sleep(1.0)  # the board asks again at most every second (static/board/view.js REFRESH_MS)
         self._guard(work)
 
 
-def crew_process(pg_url: str, agents: int, phase, stop, results) -> None:
+def crew_process(pg_url: str, agents: int, phase, stop, ready, results) -> None:
     sys.path.insert(0, str(PROJECT))
     configure_django(pg_url)
-    results.put(Crew(agents, phase, stop).run())
+    results.put(Crew(agents, phase, stop, ready).run())
 
 
 def ms(values: list[float], q: float) -> str:
@@ -203,10 +207,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"seeded in {seeded:.1f} s", flush=True)
 
     context = multiprocessing.get_context("spawn")
-    phase, stop, results = context.Value("i", 0), context.Event(), context.Queue()
-    crew = context.Process(target=crew_process, args=(args.pg_url, args.agents, phase, stop, results))
+    phase, stop, ready, results = context.Value("i", 0), context.Event(), context.Event(), context.Queue()
+    crew = context.Process(target=crew_process, args=(args.pg_url, args.agents, phase, stop, ready, results))
     crew.start()
-    time.sleep(2.0)  # the crew's Django starts and connects
+    if not ready.wait(timeout=300):  # the crew's Django started and every thread connected
+        print("the crew did not start")
+        return 1
     phase_started = time.perf_counter()
     time.sleep(args.seconds)  # phase 1: the agents alone (a fixed time; nothing asserted on it)
     without_seconds = time.perf_counter() - phase_started
@@ -221,6 +227,8 @@ def main(argv: list[str] | None = None) -> int:
     jobs.run(job.pk)  # as the server's thread runs it (this process: the server's)
     ran = time.perf_counter() - run_started
     phase.value = 2
+    time.sleep(args.seconds)  # phase 3: the agents alone again (the machine's load moves)
+    after_seconds = time.perf_counter() - run_started - ran
     stop.set()
     report = results.get(timeout=120)
     crew.join(timeout=60)
@@ -235,6 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     problems = selectors.problems()
     reads = report["reads"]
 
+    claims_after = report["claims"]["after"] / after_seconds
     claims_without = report["claims"]["without"] / without_seconds
     claims_with = report["claims"]["with"] / ran if ran else 0.0
     print()
@@ -243,12 +252,14 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  run: {ran:.1f} s = {job.total / ran:,.0f} tasks/s  "
           f"(done {job.done:,}, skipped {job.skipped:,} {job.skipped_reasons or ''}, lost {job.lost:,}; "
           f"check() after: {job.problems} problems)")
-    print(f"agents on `work` ({args.agents} threads, another process): {claims_without:,.1f} claim+complete/s "
-          f"without the job ({without_seconds:.1f} s), {claims_with:,.1f}/s during it "
-          f"(ratio {claims_with / claims_without if claims_without else 0:.2f})")
+    baseline = (report["claims"]["without"] + report["claims"]["after"]) / (without_seconds + after_seconds)
+    print(f"agents on `work` ({args.agents} threads, another process), claim+complete/s: {claims_without:,.1f} before "
+          f"the job ({without_seconds:.0f} s), {claims_with:,.1f} during it ({ran:.0f} s), {claims_after:,.1f} after it "
+          f"({after_seconds:.0f} s); during / without = {claims_with / baseline if baseline else 0:.2f}")
     print(f"racer on ci-*: {report['racer_claims']['without']:,} claims before the job, "
           f"{report['racer_claims']['with']:,} while it ran; {len(changed_by_racer):,} of the job's tasks changed by it")
-    print(f"board reads (filter counts + queues strip), p50 / p95 / max ms: "
+    reads["without"] = reads["without"] + reads["after"]
+    print(f"board reads every second (filter counts for queue:ci-* + queues strip), p50 / p95 / max ms: "
           f"without {ms(reads['without'], .5)} / {ms(reads['without'], .95)} / {ms(reads['without'], 1)}  "
           f"with {ms(reads['with'], .5)} / {ms(reads['with'], .95)} / {ms(reads['with'], 1)}  "
           f"({len(reads['with'])} reads during the job)")
