@@ -51,6 +51,10 @@ def test_a_bulk_cancel_moves_every_unfinished_matching_task_once(using):
     request = jobs.check_request({"queue": "ci-*"}, "cancel", "tidy up")
     assert jobs.count(request, using=using) == {"action": "cancel", "total": 14, "matching": 15,
                                                 "description": "cancel 14 tasks in queue ci-*"}
+    assert jobs.count(jobs.check_request({"search": "queue:ci-*", "stage": "QUEUED"}, "add-tag", tag="x"),
+                      using=using)["description"] == "tag 14 tasks with x in stage QUEUED in queue ci-*"
+    assert jobs.count(jobs.check_request({"search": "queue:ci-* tag:x"}, "cancel"),
+                      using=using)["description"] == "cancel 0 tasks matching queue:ci-* tag:x"
     job = jobs.run(jobs.create(request, actor="op", using=using).pk, using=using)
     assert (job.state, job.total, job.done, job.skipped, job.lost, job.problems) == ("done", 14, 14, 0, 0, 0)
     assert set(stages(using, ci[1:]).values()) == {"CANCELLED"} and stages(using, ["t0000"]) == {"t0000": "COMPLETED"}

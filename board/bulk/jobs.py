@@ -198,7 +198,9 @@ def describe_request(request: Request, total: int) -> str:
     if f.get("text"):
         words.append(f"whose id or title contains {f['text']!r}")
     if f.get("search"):
-        words.append(f"matching {f['search']}")
+        only_queue = re.fullmatch(r"\s*queue:(\S+)\s*", f["search"])
+        words.append(f"in queue {only_queue.group(1)}" if only_queue and not f.get("queue")
+                     else f"matching {f['search']}")
     return " ".join(words)
 
 

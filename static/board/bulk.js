@@ -5,7 +5,8 @@
 // the cards loaded) and confirms with that sentence on its button. The job then runs on the
 // server; its progress comes over the socket ("bulk" frames, landed in the model by socket.js)
 // and is drawn in the bulk panel above the columns: a progress bar, done / skipped / lost, a Stop
-// button, and the summary when it ends.
+// button, and the summary when it ends. A job another operator started (or this page, before a
+// reload) is shown the same way when its frames come and the page follows no other.
 //
 // What a test or a person may read: button#bulk-open; the dialog #bulk-dialog with
 // select[name=action], p.bulk-count (data-total once counted) and button.bulk-confirm; the panel
@@ -189,7 +190,11 @@ export function startBulk() {
   subscribeView(redrawButton);
   subscribe((change) => {
     if (change.what === "bulk") {
-      if (change.id === jobId) drawPanel();
+      // Another operator's job (or this page's, before a reload) running: shown too, when this
+      // page follows none.
+      const job = getBulkJob(change.id);
+      if (jobId === null && job && !FINISHED.has(job.state)) follow(change.id);
+      else if (change.id === jobId) drawPanel();
     } else if (change.what === "snapshot" || change.what === "tasks") {
       redrawButton();
     }
