@@ -107,3 +107,22 @@ def test_only_operators_and_staff_who_may_intervene(http, agent, operator):  # n
     staff(http, "op", ["view_task", "intervene"])
     counted = post(http, "/bulk", body, None)
     assert counted.status_code == 200 and counted.json()["total"] == 1
+
+
+def test_a_scoped_operator_key_acts_on_its_queues_and_sees_its_own_jobs(http, agent, operator):  # noqa: F811
+    from board import agent_keys
+    _, scoped = agent_keys.create_key("ci-operator", is_operator=True, queues="ci-*")
+    create(http, agent, id="ci-1", queue="ci-a")
+    create(http, agent, id="docs-1", queue="docs")
+    counted = post(http, "/bulk", {"filter": {"search": "id:*"}, "action": "cancel", "dry_run": True}, scoped)
+    assert (counted.json()["total"], counted.json()["matching"]) == (1, 1)  # docs-1 is not its to see
+    others = wait_finished(http, operator, post(http, "/bulk", {"filter": {"queue": "docs"}, "action": "pause"},
+                                                operator).json()["id"])
+    mine = wait_finished(http, scoped, post(http, "/bulk", {"filter": {"search": "id:*"}, "action": "cancel"},
+                                            scoped).json()["id"])
+    assert (mine["done"], mine["actor"]) == (1, "ci-operator")
+    assert dict(Task.objects.values_list("pk", "stage")) == {"ci-1": "CANCELLED", "docs-1": "QUEUED"}
+    assert_error(get(http, f"/bulk/{others['id']}", scoped), 404, "not_found")
+    assert_error(post(http, f"/bulk/{others['id']}/stop", {}, scoped), 404, "not_found")
+    assert [j["id"] for j in get(http, "/bulk", scoped).json()["items"]] == [mine["id"]]
+    assert [j["id"] for j in get(http, "/bulk", operator).json()["items"]] == [mine["id"], others["id"]]

@@ -546,5 +546,7 @@ def recent(using: str = "default", seconds: float = FINISHED_SHOWN_SECONDS) -> l
                   key=lambda job: job.pk)
 
 
-def latest(count: int, using: str = "default") -> list[BulkJob]:
-    return list(BulkJob.objects.using(using).defer("items").order_by("-pk")[:count])
+def latest(count: int, *, actor: str | None = None, using: str = "default") -> list[BulkJob]:
+    """The `count` most recent jobs (of `actor` when given), newest first."""
+    rows = BulkJob.objects.using(using).defer("items").order_by("-pk")
+    return list((rows.filter(actor=actor) if actor is not None else rows)[:count])

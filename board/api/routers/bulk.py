@@ -2,8 +2,8 @@
 every task a filter matches, run in the background as a job, each task one compare-and-swap held
 to the version read when the job was created.
 
-Who may: an operator key (a key limited to some queues acts on its queues' tasks only), or staff
-with board.intervene, the permission every operator verb needs (board/access.py)."""
+Who may: an operator key (a key limited to some queues acts on its queues' tasks only, and sees
+only its own jobs), or staff with board.intervene, the permission every operator verb needs (board/access.py)."""
 from __future__ import annotations
 
 from datetime import datetime
@@ -15,6 +15,7 @@ from board.api.auth import require_operator
 from board.api.errors import ERRORS
 from board.api.schemas import StrictIn
 from board.bulk import jobs
+from board.engine import errors
 from board.engine.limits import MAX_REASON_CHARS, MAX_TAGS
 
 router = Router()
@@ -92,16 +93,25 @@ def create_bulk(request, body: BulkIn):
     return Status(202, jobs.summary(job))
 
 
+def _visible(principal, job):
+    """A key limited to some queues sees only the jobs it made (another's may act on other
+    queues): any other is absent to it, as a task outside its scope is."""
+    if principal.scope is not None and job.actor != principal.name:
+        raise errors.NotFound(f"no bulk job with id {job.pk}")
+    return job
+
+
 @router.get("/bulk", response={200: BulkJobList, **ERRORS}, summary="Operator: the 50 most recent bulk jobs")
 def list_bulk(request):
-    require_operator(request)
-    return {"items": [jobs.summary(job) for job in jobs.latest(50)]}
+    principal = require_operator(request)
+    mine = principal.name if principal.scope is not None else None
+    return {"items": [jobs.summary(job) for job in jobs.latest(50, actor=mine)]}
 
 
 @router.get("/bulk/{job_id}", response={200: BulkJobOut, **ERRORS}, summary="Operator: a bulk job and its counts")
 def get_bulk(request, job_id: int):
-    require_operator(request)
-    return jobs.summary(jobs.get(job_id))
+    principal = require_operator(request)
+    return jobs.summary(_visible(principal, jobs.get(job_id)))
 
 
 @router.post("/bulk/{job_id}/stop", response={200: BulkJobOut, **ERRORS},
@@ -109,5 +119,6 @@ def get_bulk(request, job_id: int):
 def stop_bulk(request, job_id: int):
     """A pending job stops at once; a running one after the task it is on (`stopping`, then
     `stopped`). A finished job is answered as it is."""
-    require_operator(request)
+    principal = require_operator(request)
+    _visible(principal, jobs.get(job_id))
     return jobs.summary(jobs.stop(job_id))
