@@ -3,7 +3,7 @@
 What is measured
 ----------------
 The board holds N tasks (default 50,000) in queues ci-0 .. ci-9, the job's target, and W tasks
-(default 40,000) in the queue `work`. Three kinds of threads, each with its own connection:
+(default 100,000: the agents must not run out) in the queue `work`. Three kinds of threads, each with its own connection:
 
 - **agents** (default 4): claim_next + complete on the queue `work`, as fast as they can: the
   claims/s the board gives its agents;
@@ -205,7 +205,8 @@ def ms(values: list[float], q: float) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=50_000, help="tasks in the job's queues (default %(default)s)")
-    parser.add_argument("--work", type=int, default=40_000, help="tasks in the agents' queue (default %(default)s)")
+    parser.add_argument("--work", type=int, default=100_000,
+                        help="tasks in the agents' queue, enough for all three phases (default %(default)s)")
     parser.add_argument("--agents", type=int, default=4)
     parser.add_argument("--seconds", type=float, default=10.0, help="the phase without the job (default %(default)s)")
     parser.add_argument("--pg-url", default=DEFAULT_PG_URL)
@@ -285,6 +286,9 @@ def main(argv: list[str] | None = None) -> int:
           f"with {ms(reads['with'], .5)} / {ms(reads['with'], .95)} / {ms(reads['with'], 1)}  "
           f"({len(reads['with'])} reads during the job)")
     print(f"agent errors: {report['error_count']} {report['errors']}")
+    left_for_agents = Task.objects.filter(queue="work", stage="QUEUED").count()
+    if not left_for_agents:
+        print("WARNING: the agents' queue ran dry: their figures are low; run again with a larger --work")
 
     failures = []
     if job.state != "done" or job.done + job.skipped + job.lost != job.total:
