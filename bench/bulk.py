@@ -40,7 +40,7 @@ when missing, migrated, its board tables emptied first. With --sqlite, a fresh S
 
 Run (from the project folder)
 -----------------------------
-    .venv/bin/python bench/bulk.py                       # 50,000 + 40,000 tasks, PostgreSQL
+    .venv/bin/python bench/bulk.py                       # 50,000 + 100,000 tasks, PostgreSQL
     .venv/bin/python bench/bulk.py --tasks 5000 --work 10000 --seconds 3
 
 Figures are printed from this run's measurements only; on a shared machine compare the ratios
