@@ -11,6 +11,7 @@ session and get what their permissions say (a superuser has them all):
 | read tasks, their history and problems (API GETs, board)  | board.view_task or board.change_task (Django's admin: change implies view) |
 | create tasks through the API                              | board.add_task                    |
 | act as an operator (admit, requeue, cancel, force-*)      | board.intervene                   |
+| run, read and stop bulk jobs (board/bulk/: API, board, admin) | board.intervene                |
 | change a queue's limit, pause or resume it                | board.change_queue                |
 | create, change, pause, resume or delete a schedule        | board.change_queue (the admin's Schedules page: also board.view_schedule to only look) |
 | create a webhook, send it a test (API, issue 33)          | board.add_webhook (an agent key: an --operator key not limited to some queues) |

@@ -626,3 +626,48 @@ class WebhookDelivery(models.Model):
 
     def __str__(self) -> str:
         return f"{self.event} {self.event_id} -> webhook {self.webhook_id} ({self.state})"
+
+
+class BulkJob(models.Model):
+    """One operator action on every task a filter matches (issue 33, item 1; board/bulk/): the
+    ids and versions the filter matched when it was asked (`items`, frozen at create), then one
+    compare-and-swap move per task held to the version read, by whichever runner took the job
+    (a thread of the server that accepted it, or the reaper's loop), with its summary. Written
+    only by board/bulk/jobs.py, every write conditional on the row as read (`version`, `runner`)."""
+
+    PENDING, RUNNING, STOPPING, STOPPED, DONE, FAILED = "pending", "running", "stopping", "stopped", "done", "failed"
+    ACTIVE = (PENDING, RUNNING, STOPPING)
+
+    id = numbered_id()
+    objects = NumberedQuerySet.as_manager()
+    actor = models.CharField(max_length=200, help_text="Who asked for it (the name its moves record).")
+    action = models.CharField(max_length=20, help_text="retry, requeue, cancel, pause, admit, release-stale, set-priority, add-tag.")
+    params = models.JSONField(default=dict, blank=True, help_text='The action\'s value: {"priority": 5} or {"tag": "x"}.')
+    reason = models.CharField(max_length=500, blank=True, default="")
+    filter = models.JSONField(default=dict, blank=True, help_text="The filter as given (docs/bulk.md).")
+    state = models.CharField(max_length=10, default=PENDING,
+                             help_text="pending, running, stopping, stopped, done, failed.")
+    total = models.PositiveIntegerField(default=0, help_text="The tasks it acts on (matched, in a stage the action applies to).")
+    matching = models.PositiveIntegerField(default=0, help_text="Every task the filter matched, any stage.")
+    done = models.PositiveIntegerField(default=0)
+    skipped = models.PositiveIntegerField(default=0)
+    lost = models.PositiveIntegerField(default=0, help_text="Tasks that changed meanwhile (left as they were).")
+    skipped_reasons = models.JSONField(default=dict, blank=True, help_text="reason code -> count")
+    problems = models.IntegerField(null=True, blank=True, help_text="check()'s problems after the job (null: not run).")
+    error = models.TextField(blank=True, default="")
+    items = models.JSONField(default=list, blank=True, editable=False, help_text="[task id, version read] per task.")
+    position = models.PositiveIntegerField(default=0, editable=False, help_text="Items handled so far.")
+    runner = models.CharField(max_length=100, blank=True, default="", editable=False)
+    heartbeat_at = models.DateTimeField(null=True, blank=True, editable=False)
+    created_at = models.DateTimeField()
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    version = models.BigIntegerField(default=0, editable=False)
+
+    class Meta:
+        ordering = ["-id"]
+        verbose_name = "bulk job"
+        indexes = [models.Index(fields=["state", "heartbeat_at"], name="bulk_job_runnable")]
+
+    def __str__(self) -> str:
+        return f"bulk {self.id}: {self.action} {self.total} tasks ({self.state})"

@@ -10,6 +10,7 @@
     board.api, board.admin, board.apps  (agents' JSON API, operators' admin, the app's wiring)
     board.live       (the live board: outbox tailer, websocket, board page, parked claims)
     board.webhooks   (webhook alerts: the history read as their outbox, with board.live's cursor)
+    board.bulk       (bulk actions on a filter: background jobs of operator verbs)
     board.metrics    (Prometheus metrics: /metrics, the engine's outcomes counted)
     board.public, board.access, board.agent_keys, board.health, board.fencing
     board.engine, board.models  (lifecycle, transitions, reads, invariants, stores; the tables)
@@ -52,6 +53,8 @@ LAYERS = {
     "board.live": 4,
     # Webhook alerts read the history with the live board's outbox cursor: beside it.
     "board.webhooks": 4,
+    # Bulk jobs call the engine's operator verbs; the live board reports them (its tailer).
+    "board.bulk": 4,
     # The contrib apps' configs and migrations for a MongoDB store: what the settings install,
     # kept beside the rest of MongoDB's code; the engine never imports them.
     "board.engine.stores.mongodb.apps": 5, "board.engine.stores.mongodb.migrations": 5,

@@ -61,6 +61,7 @@ EXPECTED = {
          32],
     "a webhook's `url` / `events` / webhooks on the board":
         [limits.MAX_WEBHOOK_URL_CHARS, 1, limits.MAX_WEBHOOK_EVENTS, limits.MAX_WEBHOOKS],
+    "tasks one bulk job acts on (`POST /api/bulk`)": [limits.MAX_BULK_TASKS],
     "a webhook delivery's attempts":
         [limits.WEBHOOK_TIMEOUT_SECONDS, limits.WEBHOOK_BACKOFF_BASE_SECONDS, limits.WEBHOOK_BACKOFF_MAX_SECONDS,
          limits.WEBHOOK_MAX_ATTEMPTS, limits.WEBHOOK_KEEP_DAYS * 86400],

@@ -14,6 +14,7 @@ from jsonschema import Draft202012Validator
 
 from board.engine import clock, flow, resources, transitions
 from board.engine.transitions import TaskSpec
+from board.bulk import jobs as bulk_jobs
 from board.live import consumers, insights
 from board.live import frames as live_frames
 from board.models import RemovedTask, Task, TaskEvent
@@ -57,6 +58,12 @@ def busy_board():
     RemovedTask.objects.create(task_id="gone", stage="COMPLETED", at=timezone.now())
     flow.change_queue("r", actor="op-1", reason="provider outage", paused=True)  # a paused queue
     flow.change_queue("q", actor="op-1", concurrency=2)  # and one with a limit
+    # A bulk job that ran (a task changed after it read them: one lost), and one still pending.
+    request = bulk_jobs.check_request({"queue": "r"}, "cancel", "tidy")
+    job = bulk_jobs.create(request, actor="op-1")
+    transitions.edit("d", actor="op-1", version=0, title="changed")
+    bulk_jobs.run(job.pk)
+    bulk_jobs.create(bulk_jobs.check_request({"search": "tag:none"}, "add-tag", tag="x"), actor="op-1")
 
 
 def every_frame() -> dict[str, list[dict]]:
@@ -66,7 +73,8 @@ def every_frame() -> dict[str, list[dict]]:
              live_frames.removals_frame(list(RemovedTask.objects.order_by("id"))),
              live_frames.problems_frame(live_frames.problems_message()),
              live_frames.insights_frame(insights.compute()[0]),
-             live_frames.queues_frame(live_frames.queues_message())]
+             live_frames.queues_frame(live_frames.queues_message()),
+             *[live_frames.bulk_frame(job) for job in bulk_jobs.recent()]]
     for text in texts:
         frame = json.loads(text)
         built.setdefault(frame["type"], []).append(frame)
@@ -75,7 +83,7 @@ def every_frame() -> dict[str, list[dict]]:
 
 def test_every_frame_the_board_builds_is_valid(busy_board):
     built = every_frame()
-    assert set(built) == {"snapshot", "snapshot_more", "tasks", "removed", "problems", "insights", "queues"}
+    assert set(built) == {"snapshot", "snapshot_more", "tasks", "removed", "problems", "insights", "queues", "bulk"}
     for kind, frames in built.items():
         for frame in frames:
             assert errors(frame) == [], f"{kind}: {errors(frame)}"
@@ -90,6 +98,8 @@ def test_every_frame_the_board_builds_is_valid(busy_board):
     assert (by_name["r"]["paused"], by_name["r"]["paused_by"], by_name["r"]["paused_reason"]) == (
         True, "op-1", "provider outage")
     assert (by_name["q"]["concurrency"], by_name["q"]["running"], by_name["q"]["queued"]) == (2, 1, 0)
+    assert [(b["state"], b["total"], b["done"], b["lost"], b["skipped"]) for b in built["bulk"]] == [
+        ("done", 2, 1, 1, 0), ("pending", 0, 0, 0, 0)]
 
 
 def test_the_schema_refuses_what_no_frame_may_hold(busy_board):
@@ -106,6 +116,8 @@ def test_the_schema_refuses_what_no_frame_may_hold(busy_board):
     queues = built["queues"][0]
     assert errors({**queues, "queues": [{**queues["queues"][0], "oldest_queued_seconds": 1.0}]})  # not sent
     assert errors({**queues, "queues": [{**queues["queues"][0], "concurrency": 0}]})
+    bulk = built["bulk"][0]
+    assert errors({**bulk, "items": [["a", 1]]}) and errors({**bulk, "state": "paused"}) and errors({**bulk, "done": -1})
 
 
 def test_a_queues_frame_with_held_resources_is_valid_and_a_holder_carries_no_lease():
@@ -144,6 +156,6 @@ def test_the_doc_and_the_schema_name_the_consumers_figures():
     for part in ("snapshot", "snapshot_more"):
         assert SCHEMA["$defs"][part]["properties"]["tasks"]["maxItems"] == live_frames.SNAPSHOT_PART
     assert SCHEMA["$defs"]["queues"]["properties"]["queues"]["maxItems"] == live_frames.QUEUES_SHOWN
-    for kind in ("snapshot", "snapshot_more", "tasks", "removed", "problems", "insights", "queues"):
+    for kind in ("snapshot", "snapshot_more", "tasks", "removed", "problems", "insights", "queues", "bulk"):
         assert f'"type": "{kind}"' in DOC
 

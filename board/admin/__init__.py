@@ -14,6 +14,8 @@ stage, version or lease, or an agent key's hash. Laid out as Django's own apps a
                 (all through `board.engine.schedules`)
 - `webhooks.py` WebhookAdmin: the subscriptions (created over the API), each with its delivery
                 log; WebhookDeliveryAdmin, every delivery and the "send again" action
+- `bulk.py`     the Tasks list's "Bulk job" action (every task its filters match, in the
+                background: board/bulk/) and BulkJobAdmin, each job's summary and "Stop"
 - `actions.py`  the task actions (each a verb of `board.engine.transitions` per selected task,
                 held to the version read, or to the lease shown for force release) and their
                 report: one summary message per action, each task's line in a collapsed list
@@ -30,6 +32,7 @@ stage, version or lease, or an agent key's hash. Laid out as Django's own apps a
 
 Django's admin autodiscovery imports this package, which registers the ModelAdmins.
 """
+from board.admin.bulk import BulkJobAdmin
 from board.admin.forms import TaskEditForm
 from board.admin.keys import AgentKeyAdmin
 from board.admin.queues import ConcurrencyKeyAdmin, FairnessKeyAdmin, QueueAdmin, RateKeyAdmin
@@ -38,5 +41,5 @@ from board.admin.schedules import ScheduleAdmin
 from board.admin.tasks import TaskAdmin
 from board.admin.webhooks import WebhookAdmin, WebhookDeliveryAdmin
 
-__all__ = ["AgentKeyAdmin", "ConcurrencyKeyAdmin", "FairnessKeyAdmin", "QueueAdmin", "RateKeyAdmin", "ResourceAdmin",
-           "ScheduleAdmin", "TaskAdmin", "TaskEditForm", "WebhookAdmin", "WebhookDeliveryAdmin"]
+__all__ = ["AgentKeyAdmin", "BulkJobAdmin", "ConcurrencyKeyAdmin", "FairnessKeyAdmin", "QueueAdmin", "RateKeyAdmin",
+           "ResourceAdmin", "ScheduleAdmin", "TaskAdmin", "TaskEditForm", "WebhookAdmin", "WebhookDeliveryAdmin"]

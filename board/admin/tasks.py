@@ -20,6 +20,7 @@ from django.utils.html import format_html, format_html_join
 
 from board.admin import actions, history, reads
 from board.admin.actions import page_verbs
+from board.admin.bulk import bulk_job
 from board.admin.display import LeaseState, board_url
 from board.admin.filters import (
     LeaseStateFilter,
@@ -67,7 +68,7 @@ class TaskAdmin(NoHashLookups, admin.ModelAdmin):
     add_form = TaskCreateForm
     actions = (
         actions.release_stale_leases, actions.force_release, actions.requeue, actions.requeue_reset_attempts,
-        actions.cancel, actions.admit, actions.pause, actions.replay,
+        actions.cancel, actions.admit, actions.pause, actions.replay, bulk_job,
     )
 
     READONLY = (

@@ -20,14 +20,14 @@ from board.api import errors
 from board.api.auth import AUTH
 from board.api.docs import LocalSwagger
 from board.api.json_body import BodyParser
-from board.api.routers import check, leases, notes, operators, queues, rate_keys, resources, schedules, tasks, webhooks
+from board.api.routers import bulk, check, leases, notes, operators, queues, rate_keys, resources, schedules, tasks, webhooks
 
 
 # The areas of the API, in the order /api/docs shows their groups, each with its group's line.
 AREAS = (
     (tasks, "tasks"), (leases, "leases"), (notes, "notes"), (operators, "operators"), (queues, "queues"),
     (rate_keys, "rate keys"), (resources, "resources"), (schedules, "schedules"), (check, "check"),
-    (webhooks, "webhooks"),
+    (webhooks, "webhooks"), (bulk, "bulk"),
 )
 TAG_DESCRIPTIONS = {
     "tasks": "Create tasks (with dependencies), list them a page at a time, read one and its history.",
@@ -45,6 +45,9 @@ TAG_DESCRIPTIONS = {
     "check": "The board's invariant check: every contradiction, by machine code.",
     "webhooks": "Alerts POSTed to your URL (task.failed, task.deadline_missed, check.problem, ...): signed, "
                 "retried with backoff from a durable outbox (an --operator key or board.add_webhook).",
+    "bulk": "One operator action on every task a filter matches, as a background job: count first, then "
+            "each task one compare-and-swap held to the version read; progress, stop, and one summary "
+            "(an --operator key or board.intervene).",
 }
 
 

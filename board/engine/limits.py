@@ -149,3 +149,8 @@ WEBHOOK_BACKOFF_MAX_SECONDS = 3600
 WEBHOOK_DELIVERIES_PER_PASS = 100  # due deliveries sent by one pass (the rest: the next pass)
 WEBHOOK_PROBLEMS_PER_PASS = 100  # new check() problems announced per webhook per pass (the rest: the next)
 WEBHOOK_KEEP_DAYS = 7  # delivered and given-up deliveries are deleted after this
+
+# --- bulk actions on a filter (issue 33, item 1; board/bulk/, docs/bulk.md)
+# Tasks one bulk job acts on: its ids and versions are read at once and kept in the job's row
+# (about 30 bytes each). A filter that matches more is refused (413): narrow it, or run it again.
+MAX_BULK_TASKS = 100_000

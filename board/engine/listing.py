@@ -120,6 +120,12 @@ def _matching(filters: Filters, scope: scopes.Scope, using: str):
     return rows
 
 
+def matching(filters: Filters, *, scope: scopes.Scope = None, using: str = "default"):
+    """The tasks the (checked) filters match, as a queryset: for a reader that narrows it further
+    (board.bulk lists the ids and versions of those an action applies to)."""
+    return _matching(filters, scope, using)
+
+
 def task_list(*, stages: list[str] | None = None, queue: str | None = None, owner: str | None = None,
               text: str | None = None, owner_part: str | None = None, search: str | None = None,
               order: str = "created", after: tuple | None = None, count: int,

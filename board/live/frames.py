@@ -175,6 +175,14 @@ def queues_frame(message: dict) -> str:
     return encode(message)
 
 
+def bulk_frame(job) -> str:
+    """A bulk job's progress (board.bulk.jobs: a BulkJob read without its items)."""
+    return encode({"type": "bulk", **{k: getattr(job, k) for k in BULK_FIELDS}, "id": job.pk})
+
+
+BULK_FIELDS = ("action", "actor", "state", "total", "done", "skipped", "lost", "skipped_reasons", "problems")
+
+
 def insights_frame(data: dict) -> str:
     """The agents and throughput panel (board.live.insights.compute's data, typed "insights")."""
     return encode(data)

@@ -57,6 +57,7 @@ from channels.db import database_sync_to_async
 from django.conf import settings
 
 from board import metrics
+from board.bulk import jobs as bulk_jobs
 from board.live import doorbell, frames, insights, outbox, parked
 
 log = logging.getLogger("board.live.tailer")
@@ -81,6 +82,11 @@ REMOVALS_POLL_SECONDS = 2.0
 # on a timer for the changes of other processes that no doorbell announced.
 QUEUES_MIN_INTERVAL_SECONDS = 0.5
 QUEUES_REFRESH_SECONDS = 2.0
+# Bulk jobs (board.bulk): their rows are read this often while a socket watches (one indexed
+# query: the active jobs and those finished in the last minute), and a "bulk" frame is pushed
+# for each whose counts or state changed. A job runs in any process (a server's thread or the
+# reaper): its row, not a message, is what every process's tailer reads.
+BULK_POLL_SECONDS = 0.25
 
 
 class Subscriber(Protocol):
@@ -117,6 +123,9 @@ class Tailer:
         self.queues_at = 0.0
         self.queues_dirty = True
         self.queues_failing = False
+        self.bulk_at = 0.0
+        self.bulk_sent: dict[int, str] = {}  # job id -> the last frame sent for it
+        self.bulk_failing = False
 
     def want_insights(self) -> None:
         """A socket has no insights frame yet: compute one on the next pass (rate limits apply)."""
@@ -236,6 +245,7 @@ class Tailer:
                 self.problems_sent = message["problems"]
                 await self._broadcast(frames.problems_frame(message))
         await self._pass_queues()
+        await self._pass_bulk()
         self._start_insights()
 
     async def _pass_queues(self) -> None:
@@ -255,6 +265,23 @@ class Tailer:
         if frame != self.queues_frame:
             self.queues_frame = frame  # before the broadcast: a socket subscribing meanwhile gets one or the other
             await self._broadcast(frame)
+
+    async def _pass_bulk(self) -> None:
+        """Every BULK_POLL_SECONDS: a "bulk" frame for each recent job whose frame changed."""
+        now = time.monotonic()
+        if now - self.bulk_at < BULK_POLL_SECONDS:
+            return
+        self.bulk_at = now
+        recent = await self._logged_once("bulk_failing", "read the bulk jobs", bulk_jobs.recent)
+        if recent is None:
+            return
+        sent = {}
+        for job in recent:
+            frame = frames.bulk_frame(job)
+            sent[job.pk] = frame
+            if self.bulk_sent.get(job.pk) != frame:
+                await self._broadcast(frame)
+        self.bulk_sent = sent
 
     async def _poll_parked(self) -> None:
         """Every parked.POLL_SECONDS while claims are parked: wake as many of each queue's as it

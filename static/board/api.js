@@ -7,7 +7,8 @@
 // change.
 
 import {
-  applyMatches, applyTask, filterMatches, hasTask, moreCursor, prepare, setDepStage, setMoreCursor, subscribe,
+  applyMatches, applyTask, filterMatches, hasTask, moreCursor, prepare, setBulkJob, setDepStage, setMoreCursor,
+  subscribe,
 } from "./store.js";
 
 const DEP_REQUESTS = 4; // dependencies not on the board asked for at once
@@ -183,6 +184,28 @@ export async function sendAction(id, path, fields) {
  * comes back over the socket ("queues"), as every other page sees it. */
 export async function changeQueue(name, fields) {
   return sendJson("PUT", `/api/queues/${encodeURIComponent(name)}`, fields);
+}
+
+/** POST /api/bulk (board/api/routers/bulk.py): with `dry_run` the count ({total, matching,
+ * description}), else the job started (202), which lands in the model; its progress comes over
+ * the socket ("bulk" frames). Resolves as sendJson. */
+export async function sendBulk(fields) {
+  const sent = await sendJson("POST", "/api/bulk", fields);
+  if (sent.ok && !fields.dry_run) setBulkJob(sent.body);
+  return sent;
+}
+
+/** POST /api/bulk/{id}/stop; the job's answer lands (then its frames). Resolves as sendJson. */
+export async function stopBulk(id) {
+  const sent = await sendJson("POST", `/api/bulk/${id}/stop`, {});
+  if (sent.ok) setBulkJob(sent.body);
+  return sent;
+}
+
+/** GET /api/bulk/{id}: the job as its row says, landed in the model (a frame may have been
+ * missed while the socket reconnected). */
+export async function loadBulkJob(id) {
+  setBulkJob(await getJson(`/api/bulk/${id}`));
 }
 
 // Dependencies not on the board: the model asks (a "missing" change), a few are fetched at a

@@ -24,6 +24,8 @@
 //   limits.js    the queue limits dialog: concurrency limit and rate (queues.js opens it)
 //   queues.js    the queues strip: running/limit, depth, rate, pauses; Pause/Resume, Limits
 //   headers.js   under the QUEUED and RUNNING headers: the queues held back, the limits' use
+//   bulk.js      "Act on all N matching…": one action on every task the filter matches, its
+//                count first, then the job's progress (the socket's "bulk" frames), Stop, summary
 //
 // taskpage.js is the other entry point: a task's own page (/board/task/<id>), drawn with
 // taskfields.js, attempts.js and timeline.js from api.js, as the details panel is.
@@ -37,6 +39,7 @@
 // at load time: everything starts here, once every module has loaded.
 
 import { startApi } from "./api.js";
+import { startBulk } from "./bulk.js";
 import { startDragAndDrop } from "./actions.js";
 import { startDetails } from "./details.js";
 import { startHeaders } from "./headers.js";
@@ -54,5 +57,6 @@ startView();
 startInsights();
 startQueues();
 startHeaders();
+startBulk();
 restoreView(); // the filters and the open task from the URL (the task opens with the first snapshot)
 startSocket();

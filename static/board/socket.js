@@ -1,5 +1,5 @@
 // The board's websocket, /ws/board/: this module applies its frames (snapshot parts, "tasks",
-// "removed", "problems", "insights", "queues") and handles its close codes (4403: stop and link to the
+// "removed", "problems", "insights", "queues", "bulk") and handles its close codes (4403: stop and link to the
 // login; 4408, 1011, 1006: grey the cards out and reconnect with a backoff). The frames, the close
 // codes and the rules applied here (versions, unseen_event_ids, last_removal_id, gaps) are
 // written down once, in docs/live-protocol.md; this page sends only {"type": "snapshot"}.
@@ -15,7 +15,7 @@
 
 import { columnsEl, LOGIN_URL } from "./page.js";
 import {
-  applySnapshot, applyTask, getTask, removeTask, setInsights, setProblems, setQueues, snapshotCount,
+  applySnapshot, applyTask, getTask, removeTask, setBulkJob, setInsights, setProblems, setQueues, snapshotCount,
 } from "./store.js";
 
 const NOT_ALLOWED = 4403; // board/live/consumers.py NOT_ALLOWED
@@ -159,6 +159,9 @@ function receive(message) {
       break;
     case "queues":
       setQueues(message);
+      break;
+    case "bulk": // a bulk job's progress (bulk.js draws the one this page started)
+      setBulkJob(message);
       break;
   }
 }

@@ -27,6 +27,7 @@ const olderTerminal = new Map(); // finished tasks loaded by "show more" or a li
 const depInfo = new Map(); // id -> {stage} of dependencies not on the board (fetched)
 const depAsked = new Set(); // dependencies not on the board already asked for
 let problems = [];
+const bulkJobs = new Map(); // bulk job id -> its latest report (setBulkJob)
 let insights = null;
 let queues = null; // the latest "queues" frame, or null before the first
 // Why a queue takes no claim now, by name, as the latest "queues" frame says: "queue ci paused",
@@ -62,7 +63,9 @@ const listeners = [];
  *   {what: "closed"}                    the queues that take no claim now changed
  *                                       (closedQueueList): a frame, or a rate's time passed
  *   {what: "missing", id}               a dependency not on the board was asked about: api.js
- *                                       fetches its stage (setDepStage) */
+ *                                       fetches its stage (setDepStage)
+ *   {what: "bulk", id}                  a bulk job's progress (getBulkJob): a "bulk" frame, or
+ *                                       the API's answer about the job */
 export function subscribe(listener) {
   listeners.push(listener);
 }
@@ -206,6 +209,22 @@ export function snapshotCount() {
 
 // ------------------------------------------------------------------------------------------
 // Fed by socket.js and api.js
+
+/** A bulk job as its latest "bulk" frame or API answer says ({id, state, total, done, skipped,
+ * lost, skipped_reasons, problems, ...}); a report that counts fewer moves than the one held
+ * (an older frame arriving late) does not replace it. */
+export function setBulkJob(job) {
+  const held = bulkJobs.get(job.id);
+  const reached = (j) => j.done + j.skipped + j.lost;
+  const finished = (j) => ["stopped", "done", "failed"].includes(j.state);
+  if (held && (reached(job) < reached(held) || (finished(held) && !finished(job)))) return;
+  bulkJobs.set(job.id, { ...held, ...job });
+  tell({ what: "bulk", id: job.id });
+}
+
+export function getBulkJob(id) {
+  return bulkJobs.get(id) || null;
+}
 
 export function setProblems(list) {
   problems = list;

@@ -46,6 +46,11 @@ export function currentFilter() {
 
 const QUALIFIER = /(^|\s)[A-Za-z][A-Za-z0-9_.-]*:/;
 
+/** The one stage the stage filter shows, or "" for all of them. */
+export function currentStage() {
+  return filterStage.value;
+}
+
 /** Whether `task`'s card shows under filter `f`. A search line's matches are the server's (the
  * ids it named, and the finished cards it sent): none shows until it has answered. */
 export function matches(task, f) {

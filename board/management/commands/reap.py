@@ -5,7 +5,9 @@ With --loop it also prunes the history every TASKFLOW["PRUNE_INTERVAL_SECONDS"] 
 in a thread of its own: a prune of a big board takes many batches, and lost leases must keep
 coming back every second meanwhile. With --loop it also runs the webhook passes (board/webhooks/:
 collect the history's alerts, send the due deliveries) every --interval seconds in another thread:
-a receiver that times out must not hold up the leases either."""
+a receiver that times out must not hold up the leases either. And it runs the bulk jobs (board/bulk/)
+that no server thread took, or whose runner went quiet (a crashed process), in a third thread: a
+50,000-task job takes minutes."""
 import logging
 import threading
 import time
@@ -17,6 +19,7 @@ from django.utils import timezone
 
 from board import health
 from board.engine import retention, schedules, transitions
+from board.bulk import jobs as bulk_jobs
 from board.webhooks import outbox as webhook_outbox
 from board.webhooks import sending as webhook_sending
 from server import tracing
@@ -53,6 +56,8 @@ class Command(BaseCommand):
                              daemon=True).start()
         if loop:
             threading.Thread(target=self.deliver_webhooks_every, args=(interval, database), name="webhooks",
+                             daemon=True).start()
+            threading.Thread(target=self.run_bulk_jobs_every, args=(interval, database), name="bulk",
                              daemon=True).start()
         while True:
             try:
@@ -123,5 +128,19 @@ class Command(BaseCommand):
                         log.info("webhook delivery %s attempt %s: %s", sent.delivery, sent.attempt, sent.error)
             except Exception:  # the reaper's thread must outlive any one failure
                 log.exception("webhook pass failed")
+                connections[database].close()
+            time.sleep(interval)
+
+    def run_bulk_jobs_every(self, interval: float, database: str) -> None:
+        """Bulk jobs (board.bulk.jobs.run_due) every `interval` seconds: a pending job the server's
+        own thread did not take (it died first), or a running one whose runner stopped writing its
+        heartbeat; each goes on from its last progress. A failed pass is logged and tried again."""
+        while True:
+            try:
+                for job_id in bulk_jobs.run_due(using=database):
+                    log.info("bulk job %s run by the reaper", job_id)
+            except Exception:  # the reaper's thread must outlive any one failure
+                log.exception("bulk job pass failed")
+            finally:
                 connections[database].close()
             time.sleep(interval)
