@@ -295,7 +295,8 @@ def tidy(alias: str) -> None:
     connection = connections[alias]
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:  # autocommit: VACUUM cannot run in a transaction
-            cursor.execute("VACUUM ANALYZE board_task, board_taskevent, board_dependency")
+            cursor.execute("VACUUM ANALYZE board_task, board_taskevent, board_dependency, board_taskresource, "
+                           "board_resource")
 
 
 def seed_priority(i: int, tied: bool) -> int:

@@ -120,3 +120,13 @@ def test_the_boards_sessions_run_without_jit():
     with connections[ALIAS].cursor() as cursor:
         cursor.execute("SHOW jit")
         assert cursor.fetchone()[0] == "off"
+
+
+def test_the_resource_tables_are_re_analyzed_after_a_fixed_number_of_changes():
+    """The claim statement joins them (board.engine.resources): as the task table, re-analyzed
+    after every 1,000 changed rows (board/migrations/0024_resources)."""
+    for table in ("board_resource", "board_taskresource"):
+        with connections[ALIAS].cursor() as cursor:
+            cursor.execute("SELECT reloptions FROM pg_class WHERE oid = %s::regclass", [table])
+            (options,), = cursor.fetchall()
+        assert sorted(options) == ["autovacuum_analyze_scale_factor=0", "autovacuum_analyze_threshold=1000"], table

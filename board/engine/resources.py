@@ -49,6 +49,8 @@ EXCLUSIVE = RESOURCE_EXCLUSIVE_UNITS
 # and in a shell hook), 1 to MAX_RESOURCE_NAME_CHARS.
 NAME_PATTERN = re.compile(r"[A-Za-z0-9._:/*?\[\]@+=,~#%^!-]+")
 WILDCARDS = "*?["
+# Ids per IN list when reading the RUNNING tasks' needs (bounded lists, however many run).
+_IDS_PER_READ = 500
 
 
 # ---------------------------------------------------------------------------------------------
@@ -231,21 +233,21 @@ def forget_needs(using: str, task: Task) -> None:
 # Reads: who holds what, what a task waits for
 
 
-def _running_needs(using: str, nodes: Iterable[str] | None = None) -> list[tuple[str, int, str, str, int, Any]]:
+def running_needs(using: str, nodes: Iterable[str] | None = None) -> list[tuple[str, int, str, str, int, Any]]:
     """(node, units, task id, owner, fence, lease expiry) of every RUNNING task's needs (of
-    `nodes` when given)."""
-    rows = TaskResource.objects.using(using).all()
-    if nodes is not None:
-        rows = rows.filter(name__in=list(nodes))
-    by_task: dict[str, list[tuple[str, int]]] = defaultdict(list)
-    for task_id, node, units in rows.values_list("task_id", "name", "units"):
-        by_task[task_id].append((node, units))
-    if not by_task:
-        return []
-    running = Task.objects.using(using).filter(pk__in=list(by_task), stage=Stage.RUNNING).values_list(
-        "pk", "owner", "fence", "lease_expires_at")
-    return [(node, units, task_id, owner, fence, expires)
-            for task_id, owner, fence, expires in running for node, units in by_task[task_id]]
+    `nodes` when given). Found from the RUNNING tasks (the stage's index), then their needs by
+    task: its cost follows what runs, not how many unfinished tasks declare resources."""
+    running = {pk: (owner, fence, expires) for pk, owner, fence, expires in Task.objects.using(using).filter(
+        stage=Stage.RUNNING, resources__isnull=False).values_list("pk", "owner", "fence", "lease_expires_at")}
+    ids = sorted(running)
+    wanted = None if nodes is None else set(nodes)
+    found = []
+    for start in range(0, len(ids), _IDS_PER_READ):
+        for task_id, node, units in TaskResource.objects.using(using).filter(
+                task_id__in=ids[start:start + _IDS_PER_READ]).values_list("task_id", "name", "units"):
+            if wanted is None or node in wanted:
+                found.append((node, units, task_id, *running[task_id]))
+    return found
 
 
 def holders(using: str = "default", names: Iterable[str] | None = None) -> list[dict]:
@@ -257,7 +259,7 @@ def holders(using: str = "default", names: Iterable[str] | None = None) -> list[
         if names is not None:
             resources = resources.filter(name__in=list(names))
         resources = list(resources.order_by("name"))
-        holds = _running_needs(using, [r.name for r in resources] if names is not None else None)
+        holds = running_needs(using, [r.name for r in resources] if names is not None else None)
     by_node: dict[str, list[dict]] = defaultdict(list)
     for hold in sorted(holds, key=lambda h: (h[0], h[2])):
         if hold[1]:
@@ -267,8 +269,6 @@ def holders(using: str = "default", names: Iterable[str] | None = None) -> list[
              "holds_below": r.intents, "holders": by_node.get(r.name, [])} for r in resources]
 
 
-# Ids per IN list when reading the RUNNING tasks' needs (bounded lists, however many run).
-_IDS_PER_READ = 500
 
 
 def overview(limit: int, holders_each: int, *, using: str = "default") -> tuple[list[dict], int]:
@@ -315,7 +315,7 @@ def holder_of(using: str, name: str, task_id: str, fence: int) -> dict:
         task = Task.objects.using(using).filter(pk=task_id).values_list(
             "stage", "fence", "lease_expires_at", "owner").first()
         needed = TaskResource.objects.using(using).filter(task_id=task_id, name=node, units__gt=0).exists()
-        current = [h for h in _running_needs(using, [node]) if h[1] > 0]
+        current = [h for h in running_needs(using, [node]) if h[1] > 0]
     holds = (task is not None and needed and task[0] == Stage.RUNNING and task[1] == fence
              and task[2] is not None and task[2] > now)
     return {"name": name, "node": node, "task": task_id, "fence": fence, "holds": holds,
@@ -370,11 +370,11 @@ def _blockers(using: str, node: str, units: int) -> list[tuple]:
     """The RUNNING holds that keep a need of `units` on `node` waiting: holds of the node and of
     its ancestors (for any need), and of nodes below it (for a hold)."""
     above = ancestors(node)
-    found = [h for h in _running_needs(using, [node, *above]) if h[1] > 0]
+    found = [h for h in running_needs(using, [node, *above]) if h[1] > 0]
     if units and node.endswith(("/", ":")):  # a directory's node: the holds inside it
         below = TaskResource.objects.using(using).filter(name__startswith=node, units__gt=0).exclude(name=node)
         below_nodes = sorted(set(below.values_list("name", flat=True)))
-        found += [h for h in _running_needs(using, below_nodes) if h[1] > 0]
+        found += [h for h in running_needs(using, below_nodes) if h[1] > 0]
     return sorted(found, key=lambda h: (h[0], h[2]))
 
 

@@ -59,7 +59,6 @@ from board.models import (
     Task,
     TaskEvent,
     TaskNote,
-    TaskResource,
 )
 
 _CHUNK = 2000  # rows fetched at a time when streaming
@@ -517,13 +516,13 @@ def _budget_problems(using: str) -> list[Problem]:
 def _resource_problems(using: str) -> list[Problem]:
     """check_resources over the Resource rows and the needs of the RUNNING tasks that declare
     resources (one read of the needs; the tasks' stages read by id)."""
-    rows = list(Resource.objects.using(using).values_list("name", "capacity", "held", "intents"))
-    if not rows:
-        return []
-    needs = list(TaskResource.objects.using(using).values_list("task_id", "name", "units"))
-    running = set(Task.objects.using(using).filter(pk__in=list({task_id for task_id, _, _ in needs}),
-                                                   stage=Stage.RUNNING).values_list("pk", flat=True)) if needs else set()
-    return check_resources(rows, [need for need in needs if need[0] in running], resources.EXCLUSIVE)
+    needs = [(task_id, node, units) for node, units, task_id, *_ in resources.running_needs(using)]
+    # Every row a RUNNING task needs, and every row whose counts say something is held (a hold
+    # left behind: resource_orphaned). Rows that hold nothing and nobody needs have nothing to say.
+    nodes = sorted({node for _, node, _ in needs})
+    rows = list(Resource.objects.using(using).filter(Q(name__in=nodes) | Q(held__gt=0) | Q(intents__gt=0))
+                .values_list("name", "capacity", "held", "intents"))
+    return check_resources(rows, needs, resources.EXCLUSIVE)
 
 
 def _note_problems(using: str) -> list[Problem]:

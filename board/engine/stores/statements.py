@@ -69,7 +69,11 @@ def open_for_claims(now_epoch: str) -> str:
             f" AND (t.rate_key IS NULL OR NOT EXISTS (SELECT 1 FROM {RATE_KEY} AS r"
             f" WHERE r.name = t.rate_key AND r.rate_open_at > {now_epoch}))"
             f" AND (t.resources IS NULL OR NOT EXISTS (SELECT 1 FROM {TASK_RESOURCE} AS n"
-            f" JOIN {RESOURCE} AS r ON r.name = n.name WHERE n.task_id = t.id AND NOT ({RESOURCE_FREE})))")
+            f" JOIN {RESOURCE} AS r ON r.name = n.name WHERE n.task_id = t.id AND NOT ({RESOURCE_FREE})"
+            # LIMIT 1 OFFSET 0: run for each candidate the pick walks (an index lookup of its
+            # needs), never as one hashed read of every unfinished task's needs, which
+            # PostgreSQL's planner chose (it costs the pick's walk at all its ready tasks).
+            " LIMIT 1 OFFSET 0))")
 
 
 # Resource leases (board.engine.resources, whose take() says the same with the ORM): a need `n`
