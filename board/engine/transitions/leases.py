@@ -218,13 +218,16 @@ def claim_next(
             return None
         scope = None  # `queue = %s` alone picks only that queue's tasks
     request = claim_requests.of(agent, request_id)
-    if queue is not None:
-        # A claim of one queue whose budget is spent is refused as such (no other task could be
-        # taken); the claim's own statement or transaction is what keeps it closed.
+    claimed = _path(using).claim_next(using, agent, ttl, queue, request, key_hash, scope)
+    if claimed is None and queue is not None:
+        # The claim (its statement or transaction) found nothing: a queue whose budget is spent
+        # says so (409 budget_exhausted) rather than "no work". Only the answer's words are read
+        # here; the claim itself decided.
         spent = Queue.objects.using(using).filter(name=queue, budget_closed_until__isnull=False).first()
-        if budgets.exhausted(spent, clock.now(using)):
-            raise errors.BudgetExhausted(budgets.refusal(spent, clock.now(using)))
-    return _path(using).claim_next(using, agent, ttl, queue, request, key_hash, scope)
+        now = clock.now(using)
+        if budgets.exhausted(spent, now):
+            raise errors.BudgetExhausted(budgets.refusal(spent, now))
+    return claimed
 
 
 @tracing.traced(Verb.RESUME)
