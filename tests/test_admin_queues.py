@@ -206,6 +206,7 @@ def test_setting_and_removing_a_budget_goes_through_the_engine_and_its_history(c
     response = changer.post(page_of("llm"), form_data(changer, "llm", budget_tokens="", budget_cost_usd=""))
     assert response.status_code == 302, errors_of(response)
     assert Queue.objects.get(name="llm").budget_per is None
+    assert "budget: no budget → 1,000 tokens, $2.50 a month" in changer.get(page_of("llm")).content.decode()
     assert [c.changes for c in QueueChange.objects.order_by("pk")] == [
         {"budget": [None, {"tokens": 1000, "cost_usd": 2.5, "per": "month"}]},
         {"budget": [{"tokens": 1000, "cost_usd": 2.5, "per": "month"}, None]}]

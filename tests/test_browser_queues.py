@@ -410,5 +410,10 @@ def test_a_spent_budget_shows_on_the_strip_and_the_cards_until_an_operator_raise
     dialog.get_by_role("button", name="Save limits").click()
     expect(llm.locator(".queue-budget")).to_have_text("120/500 tokens this day", timeout=STRIP)
     expect(waiting).to_have_count(0, timeout=STRIP)
+    # A queue whose tasks all finished stays on the strip while it has a budget (a setting): its
+    # spend is still news, and the Limits button is where it is raised.
+    orm(transitions.cancel, "ask-2", actor="op")
+    expect(llm.locator(".queue-budget")).to_have_text("120/500 tokens this day", timeout=STRIP)
+    expect(llm).to_contain_text("0 queued")
     assert orm(lambda: list(QueueChange.objects.filter(queue="llm").order_by("at", "pk").values_list("reason", flat=True))) == [
         "", "the day's allowance"]

@@ -178,14 +178,10 @@ class QueueAdmin(_EngineSavesAdmin):
     def budget_spent(self, queue: Queue) -> str:
         """The window's spend against the budget ("120 / 100 tokens this day, spent"); "—": none."""
         described = budgets.describe(queue, timezone.now())
-        budget, spent = described["budget"], described["spent"]
-        if budget is None:
+        if described["budget"] is None:
             return "—"
-        parts = [f"{spent['tokens']:,} / {budget['tokens']:,} tokens"] if budget["tokens"] is not None else []
-        if budget["cost_usd"] is not None:
-            parts.append(f"${spent['cost_usd']:,.2f} / ${budget['cost_usd']:,.2f}")
-        per = "in total" if budget["per"] == "total" else f"this {budget['per']}"
-        return f"{', '.join(parts)} {per}" + (": spent, no claim starts" if described["budget_exhausted"] else "")
+        return budget_text(described["budget"], described["spent"]) + (
+            ": spent, no claim starts" if described["budget_exhausted"] else "")
 
     @admin.display(description="queued")
     def queued(self, queue: Queue) -> int:
@@ -270,6 +266,18 @@ class QueueAdmin(_EngineSavesAdmin):
                                             f"{': ' + queue.paused_reason if queue.paused_reason else ''})")
 
 
+def budget_text(budget: dict, spent: dict | None = None) -> str:
+    """A budget, and the window's spend against it when given: "120 / 100 tokens, $0.40 / $2.50
+    this day"; "100 tokens a day"."""
+    parts = []
+    if budget["tokens"] is not None:
+        parts.append(f"{spent['tokens']:,} / {budget['tokens']:,} tokens" if spent else f"{budget['tokens']:,} tokens")
+    if budget["cost_usd"] is not None:
+        parts.append(f"${spent['cost_usd']:,.2f} / ${budget['cost_usd']:,.2f}" if spent else f"${budget['cost_usd']:,.2f}")
+    per = "in total" if budget["per"] == "total" else (f"this {budget['per']}" if spent else f"a {budget['per']}")
+    return f"{', '.join(parts)} {per}"
+
+
 def describe_changes(change: QueueChange | RateKeyChange) -> str:
     """'concurrency: no limit → 5; paused: no → yes'."""
     def word(setting: str, value) -> str:
@@ -277,6 +285,8 @@ def describe_changes(change: QueueChange | RateKeyChange) -> str:
             return "yes" if value else "no"
         if setting == "rate":
             return "no rate" if value is None else f"{value['count']} per {value['per_seconds']} s"
+        if setting == "budget":
+            return "no budget" if value is None else budget_text(value)
         return "no limit" if value is None else str(value)
 
     return "; ".join(f"{setting}: {word(setting, before)} → {word(setting, after)}"

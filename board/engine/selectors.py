@@ -223,7 +223,7 @@ def queue_overview(names: Iterable[str] | None = None, *, now: datetime | None =
     # A row with no settings and no task (a limit set, then removed, on a queue since emptied)
     # is listed only when asked for by name.
     bare = {name for name, item in settings.items()
-            if item["concurrency"] is None and item["rate"] is None and not item["paused"]}
+            if item["concurrency"] is None and item["rate"] is None and not item["paused"] and item["budget"] is None}
     out = []
     for name in sorted((settings.keys() - bare) | depth.keys() | set(names or ())):
         described = settings.get(name) or flow.describe(Queue(name=name))
