@@ -38,15 +38,20 @@ def table_options() -> dict[str, str]:
 
 def claim_plan() -> list[str]:
     """EXPLAIN ANALYZE of the hot claim, rolled back: the plan's node lines."""
+    return plan_node_names(explained_claim("ANALYZE, FORMAT JSON"))
+
+
+def explained_claim(options: str) -> list:
+    """EXPLAIN (`options`) of the hot claim, rolled back, parsed."""
     connection = connections[ALIAS]
     with connection.cursor() as cursor:
         cursor.execute("BEGIN")
         try:
-            cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + postgresql.PG_CLAIM_NEXT, CLAIM_PARAMS)
+            cursor.execute(f"EXPLAIN ({options}) " + postgresql.PG_CLAIM_NEXT, CLAIM_PARAMS)
             (plan,), = cursor.fetchall()
         finally:
             cursor.execute("ROLLBACK")
-    return plan_node_names(plan if isinstance(plan, list) else json.loads(plan))
+    return plan if isinstance(plan, list) else json.loads(plan)
 
 
 def test_the_task_table_is_re_analyzed_after_a_fixed_number_of_changes():
@@ -89,15 +94,7 @@ def tasks_sorted() -> bool:
     """Whether the hot claim's plan sorts rows of the task table (a Sort node with a scan of
     board_task below it). The resources' lock order sorts the claimed task's needs (a handful of
     rows: `resource_slot`), which is not a sort of the tasks."""
-    connection = connections[ALIAS]
-    with connection.cursor() as cursor:
-        cursor.execute("BEGIN")
-        try:
-            cursor.execute("EXPLAIN (FORMAT JSON) " + postgresql.PG_CLAIM_NEXT, CLAIM_PARAMS)
-            (plan,), = cursor.fetchall()
-        finally:
-            cursor.execute("ROLLBACK")
-    plan = plan if isinstance(plan, list) else json.loads(plan)
+    plan = explained_claim("FORMAT JSON")
 
     def relations(node: dict) -> set[str]:
         return {node.get("Relation Name", "")}.union(*(relations(child) for child in node.get("Plans", ())))
