@@ -116,6 +116,15 @@ class Task(models.Model):
     notes_count = models.PositiveIntegerField(
         default=0, db_default=0, editable=False,
         help_text="Notes on the task (board.engine.notes): at most MAX_NOTES_PER_TASK; a claim reads them only when some exist.")
+    # Approval gates (board.engine.approvals): PAUSED with awaiting_approval is the waiting
+    # sub-state (no lease; an Approval row in state "waiting" says what for). The count lets a
+    # claim skip the read of the last answer when there never was a question.
+    awaiting_approval = models.BooleanField(
+        default=False, db_default=False, editable=False,
+        help_text="PAUSED waiting for a person's answer to its approval (board.engine.approvals).")
+    approvals_count = models.PositiveIntegerField(
+        default=0, db_default=0, editable=False,
+        help_text="Approvals the task asked for, over all its attempts.")
 
     class Meta:
         indexes = [
@@ -455,6 +464,48 @@ class TaskNote(models.Model):
 
     def __str__(self) -> str:
         return f"{self.task_id} note {self.id} by {self.author}"
+
+
+class Approval(models.Model):
+    """A question a task's holder asked a person (issue 32, approval gates), with its answer.
+    The task waits PAUSED (Task.awaiting_approval) without a lease while the approval is
+    "waiting"; the answer (or its timeout) moves the task on in the same transaction that closes
+    this row. Written only by board.engine.transitions.approvals. Never holds a lease token."""
+
+    WAITING, APPROVED, REJECTED, TIMED_OUT, CANCELLED = "waiting", "approved", "rejected", "timed_out", "cancelled"
+    STATES = [(WAITING, "waiting"), (APPROVED, "approved"), (REJECTED, "rejected"),
+              (TIMED_OUT, "timed out (the task failed)"), (CANCELLED, "cancelled (with the task)")]
+
+    id = numbered_id()
+    objects = NumberedQuerySet.as_manager()
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="approvals")
+    question = models.TextField()
+    form = models.JSONField(null=True, blank=True, help_text="The JSON Schema of the values the answer may carry.")
+    approvers = models.JSONField(default=list, blank=True,
+                                 help_text="Usernames or group names allowed to answer; empty: operators.")
+    asked_by = models.CharField(max_length=200, help_text="The agent that held the task and asked.")
+    asked_at = models.DateTimeField()
+    attempt = models.PositiveIntegerField(default=0, help_text="The task's attempt when asked.")
+    fence = models.BigIntegerField(default=0, help_text="The lease (fence) it was asked under.")
+    due_at = models.DateTimeField(null=True, blank=True, help_text="When its timeout applies on_timeout; null: never.")
+    on_timeout = models.CharField(max_length=10, default="fail")
+    state = models.CharField(max_length=10, choices=STATES, default=WAITING)
+    approved = models.BooleanField(null=True, blank=True)
+    values = models.JSONField(null=True, blank=True, help_text="The answer's values (valid against the form).")
+    comment = models.TextField(blank=True, default="", help_text="The approver's words to the agent.")
+    answered_by = models.CharField(max_length=200, blank=True, default="")
+    answered_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["task", "id"], name="approval_task_order"),
+            # The reaper's timeouts and the Needs-you lane: the waiting ones, by due time.
+            models.Index(fields=["state", "due_at"], name="approval_state_due"),
+        ]
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return f"{self.task_id} approval {self.id} ({self.state})"
 
 
 class TaskUsage(models.Model):

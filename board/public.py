@@ -47,6 +47,9 @@ def public_task(task: Task, deps: list[str]) -> dict:
         "progress_timeout_seconds": task.progress_timeout_seconds,
         "progress_changed_at": task.progress_changed_at,
         "notes_count": task.notes_count,
+        # Approval gates (board.engine.approvals): PAUSED waiting for a person's answer.
+        "awaiting_approval": task.awaiting_approval,
+        "approvals_count": task.approvals_count,
         "hold": task.on_hold,  # FORMER_NAMES
     }
 

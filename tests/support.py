@@ -9,7 +9,7 @@ from django.conf import settings
 from django.db import connections
 from django.utils import timezone
 
-from board.models import Dependency, Task, TaskEvent, TaskNote
+from board.models import Approval, Dependency, Task, TaskEvent, TaskNote
 
 
 def postgres_db_mark():
@@ -51,7 +51,8 @@ def db_state(using: str = "default") -> tuple:
     deps = list(Dependency.objects.using(using).order_by("pk").values_list("task_id", "depends_on_id"))
     events = list(TaskEvent.objects.using(using).order_by("pk").values())
     notes = list(TaskNote.objects.using(using).order_by("pk").values())
-    return tasks, deps, events, notes
+    approvals = list(Approval.objects.using(using).order_by("pk").values())
+    return tasks, deps, events, notes, approvals
 
 
 def expire_lease(task_id: str, using: str = "default", ago: timedelta = timedelta(seconds=5)) -> None:

@@ -44,7 +44,7 @@ TASK_FIELDS = {
     "checkpoint", "progress", "result", "error", "created_at", "updated_at", "stage_changed_at",
     "concurrency_key", "rate_key", "dedup_key", "fairness_key", "tags", "claim_rank",
     "concurrency_key", "queue_timeout_seconds", "attempt_timeout_seconds", "progress_timeout_seconds",
-    "progress_changed_at", "notes_count", "replay_of", "resources",
+    "progress_changed_at", "notes_count", "replay_of", "resources", "awaiting_approval", "approvals_count",
 }
 EVENT_FIELDS = {"id", "task", "verb", "from_stage", "to_stage", "version", "fence", "actor", "at", "detail"}
 
@@ -229,6 +229,7 @@ def test_create_one_task_is_201_with_the_public_task(http, agent):
         "rate_key": None, "dedup_key": None, "fairness_key": None, "tags": [], "resources": None, "claim_rank": task["claim_rank"],
         "queue_timeout_seconds": None, "attempt_timeout_seconds": None, "progress_timeout_seconds": None,
         "progress_changed_at": None, "notes_count": 0, "replay_of": None,
+        "awaiting_approval": False, "approvals_count": 0,
     }
     assert when(task["created_at"]) == when(task["updated_at"]) == when(task["stage_changed_at"])
     # Its place in the line: created now, priority 5 (board.engine.fairness: 60 s a level).
@@ -1694,8 +1695,8 @@ def test_the_hot_endpoints_answer_exactly_the_documented_shapes(http, agent):
 
     def same_shape(body, schema):
         schema.model_validate(body)
-        # A lease's hand-offs (inputs, notes) are there only for a task that has some.
-        handoffs = {"inputs", "inputs_omitted", "notes"} if schema is LeaseOut else set()
+        # A lease's hand-offs (inputs, notes, the last approval) are there only for a task that has some.
+        handoffs = {"inputs", "inputs_omitted", "notes", "approval"} if schema is LeaseOut else set()
         assert set(body) == set(schema.model_fields) - handoffs
 
     create(http, agent, id="shape", payload={"n": 1})

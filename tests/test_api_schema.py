@@ -363,7 +363,7 @@ def test_the_committed_schema_compared_with_itself_has_no_changes():
 
 # -- the docs' groups --------------------------------------------------------------------------
 
-API_TAGS = ("tasks", "leases", "notes", "operators", "queues", "rate keys", "resources", "schedules", "check",
+API_TAGS = ("tasks", "leases", "notes", "approvals", "operators", "queues", "rate keys", "resources", "schedules", "check",
             "webhooks", "bulk")
 
 

@@ -22,12 +22,25 @@ from django.db import DatabaseError, IntegrityError, connections, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from board.engine import contract, errors, flow, handoffs, resources, search, selectors, stores, transitions, usage
+from board.engine import (
+    approvals,
+    contract,
+    errors,
+    flow,
+    handoffs,
+    resources,
+    search,
+    selectors,
+    stores,
+    transitions,
+    usage,
+)
 from board.engine.contract import DjangoBoard
 from board.engine.lifecycle import Stage
 from board.engine.transitions import TaskSpec
 from board.engine.limits import MAX_NOTES_PER_TASK
 from board.models import (
+    Approval,
     ConcurrencyKey,
     FairnessKey,
     Queue,
@@ -1780,6 +1793,136 @@ class BoardContract:
                     Task.objects.using(a).filter(pk="noted").update(notes_count=MAX_NOTES_PER_TASK - room)
         assert seen["problems"] == [] and seen["reads"] > 0
         transitions.complete("noted", held.lease.token, {}, using=a)
+
+    # -- approval gates (issue 32, item 2) -------------------------------------------------------
+
+    def ask(self, task_id: str, lease, question: str = "ship it?", **fields):
+        return transitions.request_approval(task_id, lease.token, question, using=self.alias, **fields)
+
+    def test_an_approval_frees_the_lease_and_the_answer_comes_back_with_the_next_claim(self):
+        a = self.alias
+        flow.change_queue("gated", concurrency=1, actor="op", using=a)
+        self.new("deploy", queue="gated", resources=["merge-slot"])
+        self.new("other", queue="gated", resources=["merge-slot"])
+        held = self.claim("deploy", "agent-1")
+        form = {"type": "object", "properties": {"env": {"type": "string", "enum": ["staging", "prod"]}},
+                "required": ["env"]}
+        task, asked = self.ask("deploy", held.lease, "deploy to which env?", form=form, approvers=["alice", "ops"],
+                               checkpoint={"step": 3})
+        assert (task.stage, task.awaiting_approval, task.owner, task.lease_token_hash) == ("PAUSED", True, "", None)
+        assert (asked.state, asked.asked_by, asked.fence, asked.approvers) == ("waiting", "agent-1", 1, ["alice", "ops"])
+        assert row("deploy", a)["checkpoint"] == {"step": 3}
+        # No slot, no resource is held while a person thinks: the other task of the full queue runs.
+        other = transitions.claim_next("agent-2", TTL, using=a)
+        assert other.task.pk == "other"
+        transitions.complete("other", other.lease.token, {}, using=a)
+        with pytest.raises(errors.LeaseLost):  # the asker's lease ended with the question
+            transitions.complete("deploy", held.lease.token, {}, using=a)
+        with pytest.raises(errors.InvalidTransition):
+            transitions.resume("deploy", "agent-1", TTL, using=a)
+        with pytest.raises(errors.InvalidTransition):
+            transitions.requeue("deploy", actor="op", using=a)
+        task, answered = transitions.answer("deploy", True, actor="alice", values={"env": "prod"}, comment="go", using=a)
+        assert (task.stage, task.awaiting_approval) == ("QUEUED", False)
+        assert (answered.state, answered.approved, answered.values, answered.answered_by) == (
+            "approved", True, {"env": "prod"}, "alice")
+        # Kept for the agent that asked: another agent finds nothing and may not take it by id.
+        assert transitions.claim_next("agent-2", TTL, using=a) is None
+        with pytest.raises(errors.Blocked, match="agent-1"):
+            transitions.claim("deploy", "agent-2", TTL, using=a)
+        again = transitions.claim("deploy", "agent-1", TTL, using=a)
+        assert (again.lease.fence, again.task.attempts) == (2, 2)
+        handed = handoffs.for_claim(again.task, [], using=a)
+        assert handed["approval"]["values"] == {"env": "prod"} and handed["approval"]["comment"] == "go"
+        assert handed["approval"]["question"] == "deploy to which env?" and handed["approval"]["approved"] is True
+        transitions.complete("deploy", again.lease.token, {}, using=a)
+        verbs = list(TaskEvent.objects.using(a).filter(task_id="deploy").order_by("id").values_list("verb", "actor"))
+        assert verbs[1:4] == [("claim", "agent-1"), ("ask", "agent-1"), ("answer", "alice")]
+
+    def test_a_bad_question_or_answer_changes_nothing(self):
+        a = self.alias
+        self.new("t")
+        held = self.claim("t", "agent-1")
+        before = db_state(a)
+        for bad in ({"question": ""}, {"question": "x" * 2001}, {"form": {"type": "array"}},
+                    {"form": {"properties": {"f": {"type": "object"}}}}, {"form": {"properties": {}, "required": ["x"]}},
+                    {"approvers": "alice"}, {"timeout_seconds": 0}, {"on_timeout": "explode"}):
+            fields = {"question": "ok?", **bad}
+            with pytest.raises(errors.InvalidRequest):
+                transitions.request_approval("t", held.lease.token, using=a, **fields)
+        with pytest.raises(errors.Forbidden):  # another agent's token: acts as nobody
+            transitions.request_approval("t", held.lease.token, "ok?", agent="agent-2", using=a)
+        with pytest.raises(errors.NotFound):  # nothing asked yet
+            transitions.answer("t", True, actor="op", using=a)
+        assert db_state(a) == before
+        form = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 1}}, "required": ["n"]}
+        self.ask("t", held.lease, form=form)
+        before = db_state(a)
+        for values in (None, {"n": 0}, {"n": "two"}, {"m": 1}):
+            with pytest.raises(errors.InvalidRequest):
+                transitions.answer("t", True, actor="op", values=values, using=a)
+        with pytest.raises(errors.Forbidden):
+            transitions.answer("t", True, actor="mallory", values={"n": 2}, may_answer=lambda _: False, using=a)
+        with pytest.raises(errors.NotFound):  # no such approval of this task
+            transitions.answer("t", True, actor="op", values={"n": 2}, approval_id=999, using=a)
+        assert db_state(a) == before
+        first = Approval.objects.using(a).get(task_id="t").pk
+        transitions.answer("t", False, actor="op", comment="not today", using=a)  # a rejection needs no values
+        with pytest.raises(errors.AlreadyAnswered, match="already answered by op"):
+            transitions.answer("t", True, actor="op2", values={"n": 2}, using=a)
+        # An answer meant for the first question does not answer the next one.
+        again = transitions.claim("t", "agent-1", TTL, using=a)
+        self.ask("t", again.lease)
+        with pytest.raises(errors.AlreadyAnswered):
+            transitions.answer("t", True, actor="op2", approval_id=first, using=a)
+        transitions.answer("t", True, actor="op2", using=a)
+
+    def test_an_approval_times_out_as_it_said_and_cancel_withdraws_it(self):
+        a = self.alias
+        for task_id, on_timeout in (("f", "fail"), ("y", "approve"), ("c", "cancel")):
+            self.new(task_id)
+            self.ask(task_id, self.claim(task_id).lease, timeout_seconds=60, on_timeout=on_timeout)
+        self.new("w")
+        self.ask("w", self.claim("w").lease)  # no timeout: waits until answered
+        assert transitions.time_out_approvals(using=a) == []  # not due yet
+        later = Approval.objects.using(a).get(task_id="f").due_at + timedelta(seconds=1)
+        moved = dict(transitions.time_out_approvals(now=later, using=a))
+        assert moved == {"f": "FAILED", "y": "QUEUED", "c": "CANCELLED"}
+        states = dict(Approval.objects.using(a).values_list("task_id", "state"))
+        assert states == {"f": "timed_out", "y": "approved", "c": "cancelled", "w": "waiting"}
+        assert Approval.objects.using(a).get(task_id="y").answered_by == approvals.TIMEOUT_ANSWERER
+        assert "not answered within 60 s" in row("f", a)["last_error"]
+        assert transitions.time_out_approvals(now=later, using=a) == []  # each applied once
+        transitions.cancel("w", actor="op", reason="no longer needed", using=a)
+        assert Approval.objects.using(a).get(task_id="w").state == "cancelled"
+        with pytest.raises(errors.AlreadyAnswered, match="cancelled"):
+            transitions.answer("w", True, actor="op", using=a)
+
+    def test_16_people_answering_one_approval_make_exactly_one_answer(self):
+        """Each round a task asks; 16 answerers (8 approve, 8 reject) are released together:
+        exactly one answer is written (its approval's state is that answer's), the 15 others
+        are refused with AlreadyAnswered (no other error: a database fault is never a loser),
+        and an observer reading check() all along never sees an approval without its task
+        (approval_unpaired)."""
+        a = self.alias
+        rounds = self.rounds
+        with FlowObserver(a, read=lambda: selectors._approval_problems(a)) as seen:
+            for n in range(rounds):
+                task_id = f"gate-{n}"
+                self.new(task_id)
+                self.ask(task_id, self.claim(task_id).lease)
+                results = race([lambda i=i: transitions.answer(task_id, i % 2 == 0, actor=f"person-{i}", using=a)
+                                for i in range(RACERS)], a)
+                won = [r for r in results if isinstance(r, tuple)]
+                refused = [r for r in results if isinstance(r, errors.AlreadyAnswered)]
+                assert (len(won), len(refused)) == (1, RACERS - 1), f"round {n}: {results}"
+                approval = Approval.objects.using(a).get(task_id=task_id)
+                task, answered = won[0]
+                assert (approval.state, approval.answered_by) == (answered.state, answered.answered_by), f"round {n}"
+                assert approval.approved is (answered.answered_by in {f"person-{i}" for i in range(0, RACERS, 2)})
+                assert row(task_id, a)["stage"] == "QUEUED"
+                assert TaskEvent.objects.using(a).filter(task_id=task_id, verb="answer").count() == 1
+        assert seen["problems"] == [] and seen["reads"] > 0
 
     def test_usage_reports_add_up_by_attempt_and_a_missing_cost_stays_missing(self):
         a = self.alias

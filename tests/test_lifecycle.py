@@ -35,6 +35,7 @@ DESIGN_LEAVES_TO: set[tuple[Stage, Stage]] = {
     (Q, F),  # issue 29, item 7: a queue timeout (DESIGN.md's table predates it)
     (R, C), (R, F), (R, Z), (R, Q), (R, X),
     (Z, R), (Z, Q), (Z, X),
+    (Z, F),  # issue 32, item 2: an approval unanswered in time, whose on_timeout says fail
     (F, Q), (F, X),
 }  # fmt: skip
 
@@ -56,6 +57,9 @@ EXPECTED_MOVES: dict[tuple[Stage, Verb], Stage] = {
     (R, Verb.CANCEL): X,  # operator
     (Z, Verb.RESUME): R,
     (Z, Verb.REQUEUE): Q,
+    (R, Verb.ASK): Z,  # the holder asks a person and gives its lease up (an approval gate)
+    (Z, Verb.ANSWER): Q,  # the person's answer (or an approving timeout)
+    (Z, Verb.EXPIRE): F,  # the approval's timeout, when its on_timeout says fail
     (Z, Verb.CANCEL): X,
     (F, Verb.RETRY): Q,  # attempts remain, after backoff
     (F, Verb.REQUEUE): Q,  # operator

@@ -172,14 +172,16 @@ def _call(verb: Verb, token: str):
         Verb.FORCE_RELEASE: lambda: t.force_release(TASK, actor="operator"),
         Verb.FORCE_PAUSE: lambda: t.force_pause(TASK, actor="operator"),
         Verb.EDIT: lambda: t.edit(TASK, actor="operator", version=row(TASK)["version"], title="edited"),
+        Verb.ASK: lambda: t.request_approval(TASK, token, "may I?"),
+        Verb.ANSWER: lambda: t.answer(TASK, True, actor="operator"),
     }
     return calls[verb]()
 
 
 TASK_VERBS = [Verb.ADMIT, Verb.CLAIM, Verb.RESUME, Verb.RENEW, Verb.RELEASE, Verb.COMPLETE, Verb.FAIL,
               Verb.PAUSE, Verb.REQUEUE, Verb.CANCEL, Verb.FORCE_RELEASE, Verb.FORCE_PAUSE,
-              Verb.EDIT]  # fmt: skip
-HOLDER_VERBS = {Verb.RENEW, Verb.RELEASE, Verb.COMPLETE, Verb.FAIL, Verb.PAUSE}
+              Verb.EDIT, Verb.ASK, Verb.ANSWER]  # fmt: skip
+HOLDER_VERBS = {Verb.RENEW, Verb.RELEASE, Verb.COMPLETE, Verb.FAIL, Verb.PAUSE, Verb.ASK}
 OPERATOR_VERBS = {Verb.ADMIT, Verb.REQUEUE, Verb.CANCEL, Verb.FORCE_RELEASE, Verb.FORCE_PAUSE, Verb.EDIT}
 # Verbs with no per-task function that raises: CREATE (tested below: DuplicateId), RETRY (only
 # ever taken inside fail(), in the same transaction), RECLAIM (the reaper's sweep, below) and

@@ -20,13 +20,13 @@ from board.api import errors
 from board.api.auth import AUTH
 from board.api.docs import LocalSwagger
 from board.api.json_body import BodyParser
-from board.api.routers import bulk, check, leases, notes, operators, queues, rate_keys, resources, schedules, tasks, webhooks
+from board.api.routers import approvals, bulk, check, leases, notes, operators, queues, rate_keys, resources, schedules, tasks, webhooks
 
 
 # The areas of the API, in the order /api/docs shows their groups, each with its group's line.
 AREAS = (
-    (tasks, "tasks"), (leases, "leases"), (notes, "notes"), (operators, "operators"), (queues, "queues"),
-    (rate_keys, "rate keys"), (resources, "resources"), (schedules, "schedules"), (check, "check"),
+    (tasks, "tasks"), (leases, "leases"), (notes, "notes"), (approvals, "approvals"), (operators, "operators"),
+    (queues, "queues"),    (rate_keys, "rate keys"), (resources, "resources"), (schedules, "schedules"), (check, "check"),
     (webhooks, "webhooks"), (bulk, "bulk"),
 )
 TAG_DESCRIPTIONS = {
@@ -34,6 +34,8 @@ TAG_DESCRIPTIONS = {
     "leases": "An agent's side: claim ready work with a lease, renew it, then complete, fail, pause, "
               "release or resume (an agent key only).",
     "notes": "Notes that stay with a task across attempts: its holder's or staff's; the next claim carries them.",
+    "approvals": "Approval gates: a holder asks a person and gives its lease up; an approver answers "
+                 "(one answer per approval); the next claim carries the answer.",
     "operators": "An operator's moves on any task: admit, requeue, cancel, force-release, force-pause "
                  "(an --operator key or board.intervene).",
     "queues": "Flow control per queue: pause and resume, a concurrency limit, a rate; and each "

@@ -55,6 +55,8 @@ from board.engine.limits import (
     MAX_TITLE_CHARS,
     MAX_TOKEN_CHARS,
     MAX_NOTE_CHARS,
+    MAX_APPROVAL_TIMEOUT_SECONDS,
+    MAX_QUESTION_CHARS,
     MAX_NOTES_IN_CLAIM,
     MAX_NOTES_PER_TASK,
     MAX_INPUTS_BYTES,
@@ -374,6 +376,9 @@ class TaskOut(Schema):
     progress_changed_at: Optional[datetime] = Field(
         None, description="when a renew last changed progress or saved a checkpoint (or a pause saved one)")
     notes_count: int = Field(0, description="notes on the task (GET /api/tasks/{id}/notes)")
+    awaiting_approval: bool = Field(False, description="PAUSED waiting for the answer to its approval "
+                                                       "(GET /api/tasks/{id}/approvals)")
+    approvals_count: int = Field(0, description="approvals it asked for, over all its attempts")
     hold: bool = Field(..., description="on_hold's former name (the same value)", json_schema_extra={"deprecated": True})
 
 
@@ -436,6 +441,59 @@ class NoteIn(StrictIn):
     text: str = Field(..., min_length=1, max_length=MAX_NOTE_CHARS)
 
 
+class ApprovalOut(Schema):
+    id: int
+    task: str
+    question: str
+    form: Optional[dict[str, Any]] = Field(None, description="the JSON Schema of the answer's values (flat fields)")
+    approvers: list[str] = Field(..., description="usernames or group names allowed to answer; empty: operators")
+    asked_by: str = Field(..., description="the agent that held the task and asked")
+    asked_at: datetime
+    attempt: int
+    fence: int = Field(..., description="the lease it was asked under")
+    due_at: Optional[datetime] = Field(None, description="when on_timeout applies; null: it waits until answered")
+    on_timeout: Literal["fail", "approve", "cancel"]
+    state: Literal["waiting", "approved", "rejected", "timed_out", "cancelled"]
+    approved: Optional[bool] = Field(None, description="the answer; null while waiting (or timed out, cancelled)")
+    values: Optional[dict[str, Any]] = None
+    comment: str = ""
+    answered_by: Optional[str] = Field(None, description='the approver ("system:timeout" for a timeout)')
+    answered_at: Optional[datetime] = None
+
+
+class ApprovalRequestIn(StrictIn):
+    token: str = TOKEN
+    question: str = Field(..., min_length=1, max_length=MAX_QUESTION_CHARS)
+    form: Optional[dict[str, Any]] = Field(
+        None, description="a JSON Schema of flat fields (string, number, integer, boolean; enum, required, "
+                          "title, description, default) the answer's values must match; the board draws it")
+    approvers: Optional[list[str]] = Field(
+        None, description="usernames or group names who may answer; none: anyone with operator rights")
+    timeout_seconds: Optional[int] = Field(None, ge=1, le=MAX_APPROVAL_TIMEOUT_SECONDS,
+                                           description="unanswered this long, on_timeout applies; none: no timeout")
+    on_timeout: Literal["fail", "approve", "cancel"] = Field(
+        "fail", description="fail: the task FAILS; approve: approved by system:timeout; cancel: the task is CANCELLED")
+    checkpoint: JsonValue = Field(None, description="saved as a pause saves it; omitted: the last one stays")
+
+
+class ApprovalAnswerIn(StrictIn):
+    approve: bool
+    values: Optional[dict[str, Any]] = Field(None, description="valid against the approval's form when approving")
+    comment: str = Field("", max_length=MAX_QUESTION_CHARS, description="words for the agent")
+    approval_id: Optional[int] = Field(None, description="the approval answered: refused with already_answered "
+                                                         "when it is no longer the one waiting")
+
+
+class ApprovalTaskOut(Schema):
+    task: TaskOut
+    approval: ApprovalOut
+
+
+class ApprovalPage(Schema):
+    items: list[ApprovalOut] = Field(..., description="oldest first (by id)")
+    next_after: Optional[int] = Field(None, description="pass as `after` for the next page; null: the last page")
+
+
 class LeaseOut(Schema):
     token: str = Field(..., description="send it back on renew/complete/fail/pause/release; shown only to the holder")
     fence: int = Field(..., description="rises with every new holder; pass it to downstream systems to refuse stale writers")
@@ -448,6 +506,8 @@ class LeaseOut(Schema):
         None, description="dependencies whose results did not fit in inputs: read them with GET /api/tasks/{id}")
     notes: Optional[list[NoteOut]] = Field(
         None, description=f"the task's newest {MAX_NOTES_IN_CLAIM} notes, oldest first (present when it has any)")
+    approval: Optional[ApprovalOut] = Field(
+        None, description="the task's last answered approval (present when it ever asked one)")
 
 
 class ClaimOut(Schema):

@@ -60,6 +60,13 @@ class NotesFull(BoardError):
     code = "notes_full"
 
 
+class AlreadyAnswered(BoardError):
+    """The approval was answered (or timed out, or cancelled with its task) first: one answer
+    per approval (board.engine.transitions.approvals)."""
+
+    code = "already_answered"
+
+
 class BudgetExhausted(BoardError):
     """The task's queue has spent its budget (board.engine.budgets): no claim of it starts until
     its window ends or an operator raises the budget."""

@@ -7,9 +7,13 @@ agent needs no other request to start:
   GET /api/tasks/{id}). A task without dependencies has neither field.
 - `notes`: the task's newest MAX_NOTES_IN_CLAIM notes, oldest first (board.engine.transitions.notes):
   what earlier attempts and staff wrote. A task without notes has no field.
+- `approval`: the task's last answered approval (board.engine.approvals): the question, whether
+  it was approved, the values and comment, who answered and when. A task that never asked has
+  no field; one whose last question is still waiting cannot be claimed.
 
 Read after the claim's commit, with one query each, and only for a task that has dependencies
-(Task.has_deps) or notes (Task.notes_count): a plain claim costs nothing more. A renew carries
+(Task.has_deps), notes (Task.notes_count) or approvals (Task.approvals_count): a plain claim
+costs nothing more. A renew carries
 neither (the holder has them).
 """
 from __future__ import annotations
@@ -18,8 +22,8 @@ import json
 from typing import Any
 
 from board.engine.limits import MAX_INPUTS_BYTES, MAX_NOTES_IN_CLAIM
-from board.engine import errors
-from board.models import Task, TaskNote
+from board.engine import approvals, errors
+from board.models import Approval, Task, TaskNote
 
 
 def for_claim(task: Task, deps: list[str], *, using: str = "default") -> dict[str, Any]:
@@ -33,6 +37,11 @@ def for_claim(task: Task, deps: list[str], *, using: str = "default") -> dict[st
     if task.notes_count:
         notes = TaskNote.objects.using(using).filter(task_id=task.pk).order_by("-id")[:MAX_NOTES_IN_CLAIM]
         handed["notes"] = [public_note(note) for note in reversed(list(notes))]
+    if task.approvals_count:
+        last = (Approval.objects.using(using).filter(task_id=task.pk).exclude(state=Approval.WAITING)
+                .order_by("-id").first())
+        if last is not None:
+            handed["approval"] = approvals.public_approval(last)
     return handed
 
 

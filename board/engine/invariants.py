@@ -77,6 +77,12 @@ RESOURCE_DOUBLE_HELD = "resource_double_held"
 RESOURCE_ORPHANED = "resource_orphaned"
 RESOURCE_CODES = (RESOURCE_DOUBLE_HELD, RESOURCE_ORPHANED)
 
+# Approval gates' (board.engine.approvals), over the tasks awaiting an answer and the waiting
+# Approval rows: `check_approvals`. A task marked awaiting_approval that is not PAUSED, or without
+# exactly one waiting approval; or a waiting approval whose task is not awaiting one. (The ask,
+# the answer, the timeout and the cancel write both in one transaction.)
+APPROVAL_UNPAIRED = "approval_unpaired"
+
 # Budgets' (board.engine.budgets): a task of a queue whose budget is spent started RUNNING after
 # the report that spent it (no claim may start then). Named "queue:NAME".
 CLAIMED_OVER_BUDGET = "claimed_over_budget"
@@ -372,6 +378,25 @@ def check_notes(counts: Iterable[tuple[str, int, int]], cap: int) -> list[Proble
     rows, or rows over `cap`, is a problem: a note was written outside its transaction's guard."""
     return [Problem(task_id, NOTES_MISCOUNTED, f"task {task_id} counts {counted} notes and has {rows} (at most {cap})")
             for task_id, counted, rows in sorted(counts) if counted != rows or rows > cap]
+
+
+def check_approvals(awaiting: Iterable[tuple[str, str]], waiting: Iterable[tuple[str, int]]) -> list[Problem]:
+    """`awaiting`: (task id, stage) of the tasks marked awaiting_approval; `waiting`: (task id,
+    approval id) of the approvals in state "waiting"."""
+    asked: dict[str, list[int]] = defaultdict(list)
+    for task_id, approval_id in waiting:
+        asked[task_id].append(approval_id)
+    marked = dict(awaiting)
+    problems = []
+    for task_id in sorted(marked.keys() | asked.keys()):
+        stage, ids = marked.get(task_id), sorted(asked.get(task_id, []))
+        if stage is None:
+            problems.append(Problem(task_id, APPROVAL_UNPAIRED, f"approval {ids[0]} of task {task_id} waits for an "
+                                                                "answer, but its task is not waiting for one"))
+        elif stage != Stage.PAUSED or len(ids) != 1:
+            problems.append(Problem(task_id, APPROVAL_UNPAIRED, f"task {task_id} is {stage}, awaiting an approval, "
+                                                                f"with {len(ids)} waiting (one, and PAUSED, expected)"))
+    return problems
 
 
 def check_resources(rows: Iterable[tuple[str, int, int, int]],

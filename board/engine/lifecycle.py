@@ -44,6 +44,10 @@ class Verb(enum.StrEnum):
     FORCE_PAUSE = "force_pause"  # an operator pauses a running task, keeping its last checkpoint
     EDIT = "edit"  # an operator edits title, description, priority, max_retries or payload
     EXPIRE = "expire"  # QUEUED -> FAILED: not started within its queue_timeout_seconds (the reaper)
+    # Approval gates (board.engine.approvals): the holder asks a person and gives its lease up
+    # (RUNNING -> PAUSED, waiting for the answer); the answer puts the task back in the line.
+    ASK = "ask"
+    ANSWER = "answer"
 
 
 # Stages no transition leaves. FAILED is not here: an operator may requeue it.
@@ -81,6 +85,11 @@ TRANSITIONS: dict[tuple[Stage, Verb], Stage] = {
     (Stage.FAILED, Verb.REQUEUE): Stage.QUEUED,
     (Stage.FAILED, Verb.CANCEL): Stage.CANCELLED,
     (Stage.RUNNING, Verb.FORCE_PAUSE): Stage.PAUSED,
+    # An approval (board.engine.approvals): asked by the holder, answered by a person (or by its
+    # timeout: approve, or EXPIRE when it says fail; a timeout that says cancel is CANCEL).
+    (Stage.RUNNING, Verb.ASK): Stage.PAUSED,
+    (Stage.PAUSED, Verb.ANSWER): Stage.QUEUED,
+    (Stage.PAUSED, Verb.EXPIRE): Stage.FAILED,
     # Editing keeps the stage (but, like every write, bumps the version). Finished tasks are
     # history and are not edited.
     (Stage.PENDING, Verb.EDIT): Stage.PENDING,

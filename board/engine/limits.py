@@ -73,6 +73,16 @@ MAX_NOTES_PER_TASK = 100  # notes of one task, over all its attempts
 MAX_NOTES_IN_CLAIM = 20  # the newest notes a claim carries (GET /api/tasks/{id}/notes has all)
 MAX_INPUTS_BYTES = 1024 * 1024  # the dependencies' results a claim carries, as JSON; the rest are named
 
+# --- approval gates (board.engine.approvals)
+MAX_QUESTION_CHARS = 2000  # an approval's question
+MAX_APPROVAL_FORM_BYTES = 16 * 1024  # its form (a JSON Schema), as JSON
+MAX_APPROVAL_FIELDS = 20  # the form's fields (properties)
+MAX_APPROVERS = 20  # usernames or groups named as its approvers
+MAX_APPROVAL_TIMEOUT_SECONDS = 30 * 24 * 3600  # its timeout_seconds: 1 to this
+# Not a cap: after an answer, how long the task waits for the agent that asked (a claim of it by id)
+# before any agent may claim it.
+APPROVAL_PREFER_SECONDS = 60
+
 # --- tags and search (board.engine.search)
 MAX_TAGS = 20  # of one task
 MAX_TAG_CHARS = 50  # a tag: 1 to this, letters, digits and ._:/- (search.TAG_PATTERN)

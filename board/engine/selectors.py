@@ -37,6 +37,7 @@ from board.engine.invariants import (
     check,
     check_dedup_keys,
     check_notes,
+    check_approvals,
     check_rate_keys,
     check_budgets,
     check_rates,
@@ -50,6 +51,7 @@ from board.engine.lifecycle import DEAD_ENDS, LEASED, Stage
 from board.engine.limits import MAX_NOTES_PER_TASK, SCHEDULE_MISSED_GRACE
 from board.models import (
     LIVE_STAGES,
+    Approval,
     ConcurrencyKey,
     Dependency,
     Queue,
@@ -498,7 +500,15 @@ def flow_problems(*, using: str = "default") -> list[Problem]:
     running = Task.objects.using(using).filter(stage=Stage.RUNNING).values_list(
         "queue", "concurrency_key", "stage_changed_at")
     return (check_limits(limits, running.iterator(_CHUNK)) + _rate_problems(using) + _rate_key_problems(using)
-            + _dedup_problems(using) + _note_problems(using) + _resource_problems(using) + _budget_problems(using))
+            + _dedup_problems(using) + _note_problems(using) + _resource_problems(using) + _budget_problems(using)
+            + _approval_problems(using))
+
+
+def _approval_problems(using: str) -> list[Problem]:
+    """check_approvals over the tasks awaiting an answer and the waiting approvals (normally few)."""
+    awaiting = Task.objects.using(using).filter(awaiting_approval=True).values_list("pk", "stage")
+    waiting = Approval.objects.using(using).filter(state=Approval.WAITING).values_list("task_id", "pk")
+    return check_approvals(awaiting, waiting)
 
 
 def _budget_problems(using: str) -> list[Problem]:

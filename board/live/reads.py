@@ -33,7 +33,7 @@ CARD_COLUMNS = ("id", "title", "queue", "priority", "on_hold", "max_retries", "s
                 "created_at", "updated_at", "stage_changed_at", "concurrency_key", "rate_key", "dedup_key",
                 "fairness_key", "tags", "replay_of", "claim_rank", "resources",
                 "queue_timeout_seconds", "attempt_timeout_seconds", "progress_timeout_seconds",
-                "progress_changed_at")
+                "progress_changed_at", "awaiting_approval", "approvals_count")
 NOT_ON_CARDS = ("description", "payload", "checkpoint", "result")
 # A note changes no version and writes no event (board.engine.transitions.notes): no frame would
 # bring a new count, and a card would show a stale one. The details panel reads the notes.

@@ -6,7 +6,8 @@ payloads (the board's JSON, and the Slack-compatible form). Pure: no database, n
 | task.failed | a task moved to FAILED and stays there (a retryable failure with attempts left, which the same transaction sends back to QUEUED, is not one) |
 | task.deadline_missed | the reaper applied a task's queue, attempt or progress deadline (board.engine.deadlines) |
 | check.problem | a (code, task) pair appears among check()'s problems (once, until it is gone again) |
-| approval.requested, queue.budget_exhausted | accepted, emitted once those features exist |
+| approval.requested | a task's holder asked a person (board.engine.approvals): the history's `ask` row, with the question |
+| queue.budget_exhausted | accepted, emitted once that feature emits it |
 | webhook.test | only by POST /api/webhooks/{id}/test, to the webhook tested |
 """
 from __future__ import annotations
@@ -23,12 +24,12 @@ APPROVAL_REQUESTED = "approval.requested"
 BUDGET_EXHAUSTED = "queue.budget_exhausted"
 TEST = "webhook.test"
 
-EMITTED = (TASK_FAILED, DEADLINE_MISSED, CHECK_PROBLEM)
-# Accepted in a subscription so that it need not change when they arrive; nothing emits them yet.
-RESERVED = (APPROVAL_REQUESTED, BUDGET_EXHAUSTED)
+EMITTED = (TASK_FAILED, DEADLINE_MISSED, CHECK_PROBLEM, APPROVAL_REQUESTED)
+# Accepted in a subscription so that it need not change when it arrives; nothing emits it yet.
+RESERVED = (BUDGET_EXHAUSTED,)
 SUBSCRIBABLE = EMITTED + RESERVED
 # The events read from the history (the others come from check() or the test endpoint).
-FROM_HISTORY = (TASK_FAILED, DEADLINE_MISSED)
+FROM_HISTORY = (TASK_FAILED, DEADLINE_MISSED, APPROVAL_REQUESTED)
 
 FORMATS = ("json", "slack")
 
@@ -47,6 +48,8 @@ def history_events(event: Any, retried: bool) -> list[str]:
         found.append(DEADLINE_MISSED)
     if event.to_stage == "FAILED" and not retried:
         found.append(TASK_FAILED)
+    if event.verb == "ask":
+        found.append(APPROVAL_REQUESTED)
     return found
 
 
@@ -101,6 +104,9 @@ def slack_text(body: dict[str, Any]) -> str:
     if name == DEADLINE_MISSED:
         reason = (body.get("change") or {}).get("detail", {}).get("reason", "a deadline passed")
         return f":alarm_clock: TaskFlow: task {label}{queue} missed a deadline: {reason}"
+    if name == APPROVAL_REQUESTED:
+        detail = (body.get("change") or {}).get("detail", {})
+        return f":raising_hand: TaskFlow: task {label}{queue} asks: {detail.get('question', '')[:300]}"
     if name == CHECK_PROBLEM:
         problem = body.get("problem") or {}
         return f":warning: TaskFlow check: {problem.get('code')} on `{problem.get('task')}`: {problem.get('text', '')}"

@@ -20,8 +20,10 @@ public verb wears `tracing.traced` (outermost).
 The rooms: `cas` (the CAS and what the verbs share), `creation` (create, the DAG checks),
 `leases` (the holder's verbs: claim, claim_next, resume, renew, release, complete, fail, pause),
 `batches` (several moves in one call: a finishing move and the next claim, a batch of claims or
-of completions), `notes` (a note on a task: not a move, but guarded by the lease as one), `operators` (admit, requeue, cancel, force_release, force_pause, edit), `housekeeping`
-(admit_ready, reclaim_expired, enforce_deadlines). Callers use the names below: `transitions.claim_next(...)`.
+of completions), `notes` (a note on a task: not a move, but guarded by the lease as one),
+`approvals` (ask a person and give the lease up; the answer; the timeouts), `operators` (admit,
+requeue, cancel, force_release, force_pause, edit), `housekeeping` (admit_ready,
+reclaim_expired, enforce_deadlines). Callers use the names below: `transitions.claim_next(...)`.
 """
 from board.engine import errors  # noqa: F401  (callers catch transitions.errors.X)
 from board.engine.tokens import hash_token  # noqa: F401
@@ -58,6 +60,12 @@ from board.engine.transitions.leases import (  # noqa: F401
     resume,
 )
 from board.engine.transitions.notes import add_note  # noqa: F401
+from board.engine.transitions.approvals import (  # noqa: F401
+    answer,
+    request_approval,
+    time_out_approvals,
+    waiting_approval,
+)
 from board.engine.transitions.operators import (  # noqa: F401
     EDITABLE,
     admit,

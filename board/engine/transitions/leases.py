@@ -24,6 +24,7 @@ from django.db import transaction
 from django.db.models import Q
 
 from board.engine import (
+    approvals,
     budgets,
     claim_requests,
     clock,
@@ -92,7 +93,7 @@ def claim(task_id: str, agent: str, ttl_seconds: float, *, request_id: str | Non
                 token = claim_requests.token_if_made_by(task, request, agent, now)
                 if token is not None:
                     return _claim_of(task, token)
-            task = _claimable(using, task, now)
+            task = _claimable(using, task, now, agent)
             if task is not None:
                 won = _take(using, task, Verb.CLAIM, agent, ttl, now, request)
                 if won is not None:
@@ -118,11 +119,15 @@ def _admit_dependents(task_id: str, using: str) -> list[str]:
     return admit_ready(dependents, using=using) if dependents else []
 
 
-def _claimable(using: str, task: Task, now: datetime) -> Task | None:
-    """`task` as QUEUED and ready to claim, or None when a race was lost (reload and retry);
-    raises the precise error when it cannot be claimed."""
+def _claimable(using: str, task: Task, now: datetime, agent: str) -> Task | None:
+    """`task` as QUEUED and ready to claim by `agent`, or None when a race was lost (reload and
+    retry); raises the precise error when it cannot be claimed."""
     if task.stage == Stage.QUEUED:
-        if task.not_before is not None and task.not_before > now:
+        keeper = approvals.kept_for(using, task, now)  # an answered approval's asker (board.engine.approvals)
+        if keeper is not None and keeper != agent:
+            raise errors.Blocked(f"kept until {task.not_before.isoformat()} for {keeper}, the agent that asked "
+                                 "its approval", task=task, waiting=f"not before {task.not_before.isoformat()}")
+        if keeper is None and task.not_before is not None and task.not_before > now:
             raise errors.Blocked(f"not claimable before {task.not_before.isoformat()} (a retry's backoff, "
                                  "a run_at or a snooze)", task=task, waiting=f"not before {task.not_before.isoformat()}")
         return task
@@ -246,6 +251,7 @@ def resume(task_id: str, agent: str, ttl_seconds: float, *, using: str = "defaul
                 raise errors.Taken(f"task {task.pk} is held by {task.owner}", task=task)
             if task.stage != Stage.PAUSED:
                 raise _illegal(task, Verb.RESUME, "only a PAUSED task can be resumed")
+            approvals.refuse_awaiting(task, Verb.RESUME)
             won = _take(using, task, Verb.RESUME, agent, ttl, now)
             if won is not None:
                 return won

@@ -10,10 +10,11 @@ from typing import Any
 from django.db import IntegrityError
 from django.db.models import Q
 
-from board.engine import clock, errors, outcomes, search, selectors, tracing
+from board.engine import approvals, clock, errors, outcomes, search, selectors, tracing
 from board.engine.inputs import reason_text
 from board.engine.lifecycle import Stage, Verb, attempts_left, target
 from board.engine.stores import TransactionConflict, retry_conflicts, store
+from board.engine.transitions import approvals as approval_moves
 from board.engine.transitions.cas import NO_LEASE, RACE_RETRIES, _get, _illegal, _swap
 from board.engine.transitions.creation import TaskSpec, _validate_spec
 from board.models import LIVE_STAGES, Task
@@ -78,6 +79,7 @@ def requeue(
     def move(task: Task, now: datetime) -> bool:
         if task.stage not in (Stage.FAILED, Stage.PAUSED):
             raise _illegal(task, Verb.REQUEUE, "only FAILED or PAUSED tasks are requeued")
+        approvals.refuse_awaiting(task, Verb.REQUEUE)
         attempts = 0 if reset_attempts else task.attempts
         if not attempts_left(attempts, task.max_retries):
             raise errors.InvalidTransition(
@@ -121,7 +123,13 @@ def cancel(task_id: str, *, actor: str, version: int | None = None, reason: str 
     def move(task: Task, now: datetime) -> bool:
         if target(task.stage, Verb.CANCEL) is None:
             raise _illegal(task, Verb.CANCEL)
-        return _swap(using, task, Verb.CANCEL, now=now, actor=actor, detail=_reason(reason), **NO_LEASE)
+        awaiting = task.awaiting_approval
+        if not _swap(using, task, Verb.CANCEL, now=now, actor=actor, detail=_reason(reason), awaiting_approval=False,
+                     **NO_LEASE):
+            return False
+        if awaiting:  # its question is withdrawn with it (board.engine.approvals)
+            approval_moves.cancel_waiting(using, task, now, actor)
+        return True
 
     return _operator_move(using, task_id, version, move)
 

@@ -80,6 +80,9 @@ class Command(BaseCommand):
         # attempt over its time or without progress loses its lease.
         for moved in transitions.enforce_deadlines(using=database):
             self.stdout.write(f"{moved.reason}: {moved.task_id} -> {moved.to_stage}")
+        # Approvals unanswered past their timeout (board.engine.approvals): their on_timeout.
+        for task_id, stage in transitions.time_out_approvals(using=database):
+            self.stdout.write(f"approval timed out: {task_id} -> {stage}")
         admitted = transitions.admit_ready(using=database)
         for task_id in admitted:
             self.stdout.write(f"admitted {task_id}")
