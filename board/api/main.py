@@ -26,8 +26,8 @@ from board.api.routers import approvals, bulk, check, leases, notes, operators, 
 # The areas of the API, in the order /api/docs shows their groups, each with its group's line.
 AREAS = (
     (tasks, "tasks"), (leases, "leases"), (notes, "notes"), (approvals, "approvals"), (operators, "operators"),
-    (queues, "queues"),    (rate_keys, "rate keys"), (resources, "resources"), (schedules, "schedules"), (check, "check"),
-    (webhooks, "webhooks"), (bulk, "bulk"),
+    (queues, "queues"), (rate_keys, "rate keys"), (resources, "resources"), (schedules, "schedules"),
+    (check, "check"), (webhooks, "webhooks"), (bulk, "bulk"),
 )
 TAG_DESCRIPTIONS = {
     "tasks": "Create tasks (with dependencies), list them a page at a time, read one and its history.",
