@@ -37,7 +37,7 @@ What is here:
   worker loop (examples/fast_worker.py).
 - Errors: `TaskflowError` (the board refused; one subclass per error code: `NotFound`,
   `Taken`, `Blocked`, `Terminal`, `LeaseLost`, `VersionConflict`, `InvalidTransition`,
-  `DuplicateId`, `DuplicateName`, `NotesFull`, `BudgetExhausted`, `ValidationFailed`, `Unauthorized`, `Forbidden`, `TooLarge`, `TooManyWaiters`) and
+  `DuplicateId`, `DuplicateName`, `NotesFull`, `BudgetExhausted`, `AlreadyAnswered`, `ApprovalClosed`, `ValidationFailed`, `Unauthorized`, `Forbidden`, `TooLarge`, `TooManyWaiters`) and
   `TransportError` (no definitive answer; never a `TaskflowError`).
 - ``python -m taskflow_client --help`` -- the same from a shell.
 - ``python -m taskflow_client.mcp`` -- the same as MCP tools for LLM agents (the one module that
@@ -46,6 +46,8 @@ What is here:
 from .client import Client, Lease, Queue, RateKey, Schedule
 from .errors import (
     ERROR_CLASSES,
+    AlreadyAnswered,
+    ApprovalClosed,
     Blocked,
     DuplicateId,
     DuplicateName,
@@ -69,6 +71,8 @@ from .hold import Hold, HoldBatch, Job, JobBatch, Outcome
 
 __all__ = [
     "ERROR_CLASSES",
+    "AlreadyAnswered",
+    "ApprovalClosed",
     "Blocked",
     "Client",
     "DuplicateId",

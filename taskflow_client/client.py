@@ -33,7 +33,7 @@ from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
 
-from .errors import TaskflowError, TooManyWaiters, TransportError, ValidationFailed, error_from_body
+from .errors import ApprovalClosed, TaskflowError, TooManyWaiters, TransportError, ValidationFailed, error_from_body
 from .hold import Hold, HoldBatch, Job, JobBatch, Outcome
 
 __all__ = ["Client", "JobBatch", "Lease", "Outcome", "Queue", "RateKey", "Schedule"]
@@ -136,6 +136,8 @@ class Lease:
                      `inputs_omitted`, read them with `client.get(id)["result"]`).
         notes:       the task's newest notes, oldest first (dicts: text, author, by_holder,
                      attempt, fence, at): what earlier attempts and staff wrote. [] if none.
+        approval:    the task's last answered approval (a dict: question, approved, values,
+                     comment, answered_by, answered_at, ...), or None if it never asked one.
 
     The holder's verbs are methods: `renew`, `complete`, `fail`, `pause`, `release`, `note`;
     `hold()` wraps the lease in a `Job` that renews it in the background (see
@@ -151,6 +153,7 @@ class Lease:
         self.inputs: dict[str, Any] = lease.get("inputs") or {}
         self.inputs_omitted: builtins.list[str] = lease.get("inputs_omitted") or []
         self.notes: builtins.list[dict[str, Any]] = lease.get("notes") or []
+        self.approval: dict[str, Any] | None = lease.get("approval")
 
     def _update(self, data: dict[str, Any]) -> None:
         lease = data["lease"]
@@ -192,6 +195,29 @@ class Lease:
         """Add a note to the task, as its holder: it stays with the task, and the next claim
         of it carries it (``lease.notes``). Returns the note."""
         return self.client.add_note(self.task_id, text, token=self.token)
+
+    def request_approval(self, question: str, *, form: dict[str, Any] | None = None,
+                         approvers: Sequence[str] | None = None, timeout_seconds: int | None = None,
+                         on_timeout: str = "fail", checkpoint: Any = None) -> dict[str, Any]:
+        """Ask a person `question` and give this lease up at once (see `Client.request_approval`);
+        returns the approval. `ask` does this and waits for the answer."""
+        return self.client.request_approval(self.task_id, self.token, question, form=form, approvers=approvers,
+                                            timeout_seconds=timeout_seconds, on_timeout=on_timeout,
+                                            checkpoint=checkpoint)["approval"]
+
+    def ask(self, question: str, *, form: dict[str, Any] | None = None, approvers: Sequence[str] | None = None,
+            timeout_seconds: int | None = None, on_timeout: str = "fail", checkpoint: Any = None,
+            poll_seconds: float = 2.0, wait_seconds: float | None = None) -> Lease:
+        """Ask a person and wait for the answer without holding the task: the lease is given
+        up with the question (no slot or resource is held while a person thinks), the answer is
+        awaited (`Client.wait_for_answer`), then the task is claimed back (it is kept 60 s for
+        this agent). Returns the new Lease; its ``approval`` is the answer (``approved``,
+        ``values``, ``comment``). `ApprovalClosed` when it timed out with "fail"/"cancel" or its
+        task was cancelled; `Taken` when another agent claimed it first (answered long ago)."""
+        approval = self.request_approval(question, form=form, approvers=approvers, timeout_seconds=timeout_seconds,
+                                         on_timeout=on_timeout, checkpoint=checkpoint)
+        return self.client.claim_answered(self.task_id, approval["id"], self.ttl_seconds, poll_seconds=poll_seconds,
+                                          wait_seconds=wait_seconds)
 
     def holds(self, resource: str) -> bool:
         """Whether this lease still holds `resource` (one the task declared): False once it
@@ -652,6 +678,75 @@ class Client:
     def notes(self, task_id: str) -> builtins.list[dict[str, Any]]:
         """Every note of a task, oldest first."""
         return self.request("GET", self._path("tasks", task_id, "notes"))["items"]
+
+    # -- approval gates ------------------------------------------------------------------------
+
+    def request_approval(self, task_id: str, token: str, question: str, *, form: dict[str, Any] | None = None,
+                         approvers: Sequence[str] | None = None, timeout_seconds: int | None = None,
+                         on_timeout: str = "fail", checkpoint: Any = None) -> dict[str, Any]:
+        """As the holder (`token`), ask a person `question` and give the lease up: the task
+        waits PAUSED (``awaiting_approval``) in the board's Needs-you lane. `form`: a JSON
+        Schema of flat fields the answer's values fill; `approvers`: usernames or group names
+        (none: operators); unanswered after `timeout_seconds`, `on_timeout` applies ("fail",
+        "approve" or "cancel"). Returns ``{"task", "approval"}``."""
+        body: dict[str, Any] = {"token": token, "question": question, "on_timeout": on_timeout}
+        for name, value in (("form", form), ("approvers", None if approvers is None else builtins.list(approvers)),
+                            ("timeout_seconds", timeout_seconds), ("checkpoint", checkpoint)):
+            if value is not None:
+                body[name] = value
+        return self.request("POST", self._path("tasks", task_id, "request-approval"), body)
+
+    def answer(self, task_id: str, approve: bool, *, values: dict[str, Any] | None = None, comment: str = "",
+               approval_id: int | None = None) -> dict[str, Any]:
+        """Answer the task's waiting approval (an --operator key). `AlreadyAnswered` when someone
+        answered first. Returns ``{"task", "approval"}``."""
+        body: dict[str, Any] = {"approve": approve, "comment": comment}
+        if values is not None:
+            body["values"] = values
+        if approval_id is not None:
+            body["approval_id"] = approval_id
+        return self.request("POST", self._path("tasks", task_id, "answer"), body)
+
+    def approvals(self, *, state: str = "waiting", queue: str | None = None) -> builtins.list[dict[str, Any]]:
+        """Approvals (``state``: "waiting", "answered" or "all"), oldest first, every page."""
+        found: builtins.list[dict[str, Any]] = []
+        after = None
+        while True:
+            page = self.request("GET", "/approvals", query={"state": state, "queue": queue, "after": after,
+                                                                "limit": 500})
+            found += page["items"]
+            after = page["next_after"]
+            if after is None:
+                return found
+
+    def task_approvals(self, task_id: str) -> builtins.list[dict[str, Any]]:
+        """Every approval the task asked for, oldest first."""
+        return self.request("GET", self._path("tasks", task_id, "approvals"))["items"]
+
+    def wait_for_answer(self, task_id: str, approval_id: int, *, poll_seconds: float = 2.0,
+                        wait_seconds: float | None = None) -> dict[str, Any]:
+        """The approval once it is no longer waiting (approved, rejected, timed out, cancelled),
+        asking every `poll_seconds`; `TimeoutError` after `wait_seconds` (None: no limit). A
+        person answers in minutes: a poll every few seconds costs the board nothing."""
+        deadline = None if wait_seconds is None else time.monotonic() + wait_seconds
+        while True:
+            approval = next(a for a in self.task_approvals(task_id) if a["id"] == approval_id)
+            if approval["state"] != "waiting":
+                return approval
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"approval {approval_id} of task {task_id} is still waiting")
+            time.sleep(poll_seconds if deadline is None else max(0.0, min(poll_seconds, deadline - time.monotonic())))
+
+    def claim_answered(self, task_id: str, approval_id: int, ttl_seconds: float, *, poll_seconds: float = 2.0,
+                       wait_seconds: float | None = None) -> Lease:
+        """Wait for the answer to this agent's approval, then claim the task back (it is kept for
+        the agent that asked for 60 s after the answer). `ApprovalClosed` when the question was
+        closed without an answer to act on (timed out with "fail" or "cancel"; task cancelled)."""
+        approval = self.wait_for_answer(task_id, approval_id, poll_seconds=poll_seconds, wait_seconds=wait_seconds)
+        if approval["state"] not in ("approved", "rejected"):
+            raise ApprovalClosed(f"approval {approval_id} of task {task_id} was {approval['state'].replace('_', ' ')}",
+                                 approval)
+        return self.claim(task_id, ttl_seconds)
 
     def iter_tasks(self, *, stage: str | Sequence[str] | None = None, queue: str | None = None,
                    owner: str | None = None, text: str | None = None, search: str | None = None,

@@ -133,6 +133,25 @@ class NotesFull(TaskflowError):
     code = "notes_full"
 
 
+class AlreadyAnswered(TaskflowError):
+    """Someone answered the approval first (or it timed out, or was cancelled with its task):
+    one answer per approval (409 already_answered)."""
+
+    code = "already_answered"
+
+
+class ApprovalClosed(TaskflowError):
+    """`Lease.ask` / `Job.ask` (the client's own, no server code): the question was closed
+    without an answer to act on: it timed out with on_timeout "fail" or "cancel", or its task
+    was cancelled. ``approval`` is the approval as the server has it."""
+
+    code = "approval_closed"
+
+    def __init__(self, message: str, approval: dict[str, Any]):
+        super().__init__(message)
+        self.approval = approval
+
+
 class BudgetExhausted(TaskflowError):
     """The task's queue has spent its budget: no claim of it starts until its window ends or an
     operator raises it (409 budget_exhausted)."""
@@ -187,8 +206,8 @@ class TransportError(Exception):
 ERROR_CLASSES: dict[str, type[TaskflowError]] = {
     cls.code: cls
     for cls in (NotFound, Taken, Blocked, Terminal, LeaseLost, VersionConflict, InvalidTransition,
-                DuplicateId, DuplicateName, NotesFull, BudgetExhausted, ValidationFailed, Unauthorized, Forbidden, TooLarge,
-                TooManyWaiters)
+                DuplicateId, DuplicateName, NotesFull, BudgetExhausted, AlreadyAnswered, ValidationFailed, Unauthorized,
+                Forbidden, TooLarge, TooManyWaiters)
 }
 
 

@@ -53,11 +53,14 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from .errors import (
+    ApprovalClosed,
+    Blocked,
     Forbidden,
     InvalidTransition,
     LeaseLost,
     NotFound,
     TaskflowError,
+    Taken,
     Terminal,
     TooLarge,
     TransportError,
@@ -126,7 +129,7 @@ class Job:
         renewals: how many renewals succeeded so far.
         heartbeat_error: the last error a background renewal met (kept for diagnosis), or None.
 
-    Methods: `checkpoint`, `raise_if_lost`, `pause`, `release`, `complete`, `fail`.
+    Methods: `checkpoint`, `raise_if_lost`, `ask`, `pause`, `release`, `complete`, `fail`.
 
     Make one with `Client.hold`, `Client.hold_task` or `Lease.hold`; it is its own context
     manager (``with lease.hold() as job``).
@@ -301,6 +304,42 @@ class Job:
         with self._lock:
             self.raise_if_lost()
             return self.lease.note(text)
+
+    def ask(self, question: str, *, form: dict[str, Any] | None = None, approvers: list[str] | None = None,
+            timeout_seconds: int | None = None, on_timeout: str = "fail", checkpoint: Any = None,
+            poll_seconds: float = 2.0, wait_seconds: float | None = None) -> dict[str, Any]:
+        """Ask a person and wait for the answer without holding the task (`Lease.ask`): the
+        heartbeat stops, the lease is given up with the question (no slot or resource is held
+        while a person thinks), and once answered the task is claimed back and held again (a
+        new lease and fence; the heartbeat restarts). Returns the answer: the approval
+        (``approved``, ``values``, ``comment``, ``answered_by``); a rejection is returned too,
+        for the worker to act on (``job.fail(...)``, another path).
+
+        When the question closes without an answer to act on (timed out with "fail" or
+        "cancel", its task cancelled) or another agent took the task meanwhile, the job is lost:
+        `LeaseLost`, which the ``with`` statement swallows (nothing more is committed)."""
+        self.stop()
+        with self._lock:
+            if self.outcome is not None:
+                raise RuntimeError(f"task {self.task_id} is no longer held ({self.outcome})")
+            self.raise_if_lost()
+            try:
+                lease = self.lease.ask(question, form=form, approvers=approvers, timeout_seconds=timeout_seconds,
+                                       on_timeout=on_timeout, checkpoint=checkpoint, poll_seconds=poll_seconds,
+                                       wait_seconds=wait_seconds)
+            except (ApprovalClosed, Taken, Blocked, *_GONE) as exc:
+                self._mark_lost(exc)
+                raise LeaseLost(str(exc)) from exc
+            except BaseException:
+                # Refused before asking (a bad form) or interrupted while waiting: beat again (a
+                # lease given up with its question is then found lost by the first beat).
+                self._stop, self._thread = threading.Event(), None
+                self.start()
+                raise
+            self.lease = lease
+            self._stop, self._thread = threading.Event(), None
+        self.start()
+        return lease.approval or {}
 
     def raise_if_lost(self) -> None:
         """Raise `LeaseLost` if the lease is gone (the ``with`` statement swallows it)."""

@@ -195,7 +195,7 @@ class Holdings:
 # -- the tools --------------------------------------------------------------------------------
 
 _ID = {"type": "string"}  # the board says what an id may be (a 422 the model reads)
-_TTL = {"type": "number", "minimum": 1, "maximum": 86400, "description": f"lease seconds, default {DEFAULT_TTL:g}"}
+_TTL = {"type": "number"}  # the lease's seconds (default DEFAULT_TTL): the name says it
 _ANY_BUT_NULL = {"not": {"type": "null"}}
 
 
@@ -210,13 +210,14 @@ def _schema(required: tuple[str, ...] = (), **properties: Any) -> dict[str, Any]
 _TASK = _schema(
     ("title",), id=_ID, title={"type": "string"}, description={"type": "string"}, payload={},
     queue={"type": "string"}, priority={"type": "integer"},
-    deps={"type": "array", "items": {"type": "string"}, "description": "run after"},
-    on_hold={"type": "boolean"}, max_retries={"type": "integer", "minimum": 0},
-    # The tool list stays under 5,000 characters (tests/test_mcp.py): the API's docs say the rest.
-    concurrency_key={"type": "string", "maxLength": 200, "description": "caps RUNNING sharing it"},
-    concurrency_limit={"type": "integer", "minimum": 1},
-    dedup_key={"type": "string", "maxLength": 200, "description": "dedupes live tasks"},
-    fairness_key={"type": "string", "maxLength": 200, "description": "plans take turns"},
+    deps={"type": "array", "items": {"type": "string"}},  # run after (the tool's description: a DAG)
+    on_hold={"type": "boolean"}, max_retries={"type": "integer"},
+    # The tool list stays under 5,000 characters (tests/test_mcp.py): the API's docs say the rest,
+    # and the board refuses what is out of range with a validation_error the model reads.
+    concurrency_key={"type": "string", "description": "caps RUNNING sharing it"},
+    concurrency_limit={"type": "integer"},
+    dedup_key={"type": "string", "description": "dedupes live tasks"},
+    fairness_key={"type": "string", "description": "plans take turns"},
     tags={"type": "array", "items": {"type": "string"}},
     resources={"type": "array"},  # names held while RUNNING (docs/resources.md)
 )
@@ -237,6 +238,8 @@ def _held(holdings: Holdings, lease: Lease) -> dict[str, Any]:
         answer["inputs_omitted"] = lease.inputs_omitted
     if lease.notes:
         answer["notes"] = [{k: note[k] for k in ("text", "author", "attempt")} for note in lease.notes]
+    if lease.approval:  # the last answer a person gave this task's question
+        answer["approval"] = {k: lease.approval[k] for k in ("question", "approved", "values", "comment", "answered_by")}
     return answer
 
 
@@ -290,6 +293,24 @@ def complete(holdings: Holdings, task_id: str, result: Any = None, next: bool = 
 def add_note(holdings: Holdings, task_id: str, text: str) -> dict[str, Any]:
     note = holdings.use(task_id, lambda job: job.note(text))
     return {"note": {k: note[k] for k in ("id", "attempt", "at")}}
+
+
+def request_approval(holdings: Holdings, task_id: str, question: str, form: dict[str, Any] | None = None) -> dict[str, Any]:
+    # Not a wait: a model's tool call must not hang while a person thinks. The lease is given up
+    # with the question; the model claims the task again once it is answered (kept for it 60 s).
+    asked: list[dict[str, Any]] = []
+
+    def ask(job: Job) -> dict[str, Any]:
+        def call() -> dict[str, Any]:
+            answer = holdings.client.request_approval(task_id, job.lease.token, question, form=form)
+            asked.append(answer["approval"])
+            return answer["task"]
+        return job._finish("paused", call)
+
+    task = holdings.use(task_id, ask)
+    return {"task": brief(task), "approval": {k: asked[0][k] for k in ("id", "state", "due_at")},
+            "message": "the lease is given up; once a person answers (get_task: awaiting_approval false), "
+                       "claim task_id: the answer comes as approval"}
 
 
 def fail(holdings: Holdings, task_id: str, error: str, retryable: bool = True) -> dict[str, Any]:
@@ -365,29 +386,36 @@ class ToolSpec:
 
 
 TOOLS: dict[str, ToolSpec] = {spec.name: spec for spec in (
-    ToolSpec("create_tasks", "Create tasks, one or a plan (deps form a DAG); all or nothing. "
+    ToolSpec("create_tasks", "Create tasks, one or a plan (deps: a DAG); all or nothing. "
              "An identical re-send returns them.",
              _schema(("tasks",), tasks={"type": "array", "minItems": 1, "maxItems": 1000, "items": _TASK}),
              create_tasks),
-    ToolSpec("claim", "Claim the next ready task (in queue, waiting up to wait_seconds), or task_id. "
-             "Renewed for you until you finish it. {\"task\": null} if none is ready.",
+    ToolSpec("claim", "Claim the next ready task (in queue, waiting up to wait_seconds) or task_id; renewed "
+             "until you finish it. {\"task\": null} if none.",
              _schema(task_id=_ID, queue={"type": "string"}, ttl_seconds=_TTL,
                      wait_seconds={"type": "number", "minimum": 0, "maximum": 30}),
              claim),
     ToolSpec("checkpoint", "Save a checkpoint (for a resume) and/or progress 0..1 on a task you hold.",
              _schema(("task_id",), task_id=_ID, checkpoint=_ANY_BUT_NULL,
-                     progress={"type": "number", "minimum": 0, "maximum": 1}),
+                     progress={"type": "number"}),
              checkpoint),
     ToolSpec("complete", "Complete a task you hold with its result (any JSON); next: true also claims your next "
              "task (in queue).",
              _schema(("task_id",), task_id=_ID, result={}, next={"type": "boolean"}, queue={"type": "string"}),
              complete),
-    ToolSpec("add_note", "Note a task you hold for its next holders (a claim carries its notes, and its "
-             "deps' results as inputs).",
+    ToolSpec("add_note", "Note a task you hold for its next holders (a claim carries notes, and deps' "
+             "results as inputs).",
              _schema(("task_id", "text"), task_id=_ID, text={"type": "string"}),
              add_note),
-    ToolSpec("fail", "Fail a task you hold. retryable (default true): queued again after a backoff while "
-             "attempts remain; false: FAILED for good.",
+    # Operators answer it, and an unanswered one waits (the API's approvers and on_timeout are
+    # left out: the tool list's budget).
+    ToolSpec("request_approval", "Ask a person about a task you hold (lease given up); once answered, claim "
+             "task_id to get the answer.",
+             _schema(("task_id", "question"), task_id=_ID, question={"type": "string"},
+                     form={"type": "object", "description": "JSON Schema of answer fields"}),
+             request_approval),
+    ToolSpec("fail", "Fail a task you hold; retryable (default true): queued again after a backoff "
+             "while attempts remain.",
              _schema(("task_id", "error"), task_id=_ID, error={"type": "string", "minLength": 1},
                      retryable={"type": "boolean"}),
              fail),
@@ -395,19 +423,19 @@ TOOLS: dict[str, ToolSpec] = {spec.name: spec for spec in (
              _schema(("task_id", "checkpoint"), task_id=_ID, checkpoint=_ANY_BUT_NULL), pause),
     ToolSpec("resume", "Take a PAUSED task again (its checkpoint is in the answer); renewed for you.",
              _schema(("task_id",), task_id=_ID, ttl_seconds=_TTL), resume),
-    ToolSpec("release", "Give a task you hold back to the queue without counting an attempt.",
+    ToolSpec("release", "Give a task you hold back to the queue, no attempt counted.",
              _schema(("task_id",), task_id=_ID), release),
     ToolSpec("snooze", "Give a task you hold back, not claimable for `seconds` (up to a week); "
              "no attempt counted.",
-             _schema(("task_id", "seconds"), task_id=_ID, seconds={"type": "number", "minimum": 1, "maximum": 604800}),
+             _schema(("task_id", "seconds"), task_id=_ID, seconds={"type": "number"}),
              snooze),
     ToolSpec("get_task", "A task and its last 50 events (history: false for none).",
              _schema(("task_id",), task_id=_ID, history={"type": "boolean"}), get_task),
     ToolSpec("list_ready", "QUEUED tasks in claim order, and the ids you hold.",
              _schema(queue={"type": "string"}, limit={"type": "integer", "minimum": 1, "maximum": 100}),
              list_ready),
-    ToolSpec("list_queues", "Queues by name: running/limit, paused (by whom, why), tasks per stage, "
-             "oldest wait. Claims skip paused or full queues.",
+    ToolSpec("list_queues", "Queues: running/limit, paused (who, why), tasks per stage, oldest wait. "
+             "Claims skip paused or full ones.",
              _schema(limit={"type": "integer", "minimum": 1, "maximum": 200}), list_queues),
     ToolSpec("problems", "The board's consistency problems (empty when healthy).", _schema(), problems),
 )}

@@ -36,7 +36,7 @@ board_server = live_server.board_server  # the module's real server (a fixture),
 
 AGENT = "mcp-agent"
 TOOL_NAMES = {"create_tasks", "claim", "checkpoint", "complete", "fail", "pause", "resume", "release",
-              "snooze", "get_task", "list_ready", "list_queues", "problems", "add_note"}
+              "snooze", "get_task", "list_ready", "list_queues", "problems", "add_note", "request_approval"}
 WAIT = 15.0  # deadline for conditions that take a heartbeat or two
 
 
@@ -430,6 +430,28 @@ def test_snooze_gives_the_task_back_not_claimable_for_a_while(session):
     assert (snoozed["stage"], Task.objects.get(pk="z1").attempts) == ("QUEUED", 0)
     assert Task.objects.get(pk="z1").not_before is not None
     assert session.ok("claim", {}) == {"task": None, "message": "no task is ready"}
+
+
+def test_a_model_asks_a_person_gives_the_lease_up_and_claims_the_answer_back(session):
+    """request_approval does not wait (a tool call must not hang while a person thinks): the lease
+    is given up with the question; once answered, claiming the task carries the answer. A bad
+    form is refused and changes nothing."""
+    session.ok("create_tasks", {"tasks": [{"id": "g1", "title": "migrate the orders table"}]})
+    assert session.ok("claim", {})["task"]["id"] == "g1"
+    before = db_state()
+    session.refused("request_approval", {"task_id": "g1", "question": "ok?", "form": {"type": "array"}},
+                    "validation_error")
+    assert db_state() == before
+    form = {"type": "object", "properties": {"window": {"type": "string"}}, "required": ["window"]}
+    asked = session.ok("request_approval", {"task_id": "g1", "question": "which maintenance window?", "form": form})
+    assert (asked["task"]["stage"], asked["approval"]["state"]) == ("PAUSED", "waiting")
+    session.refused("checkpoint", {"task_id": "g1", "progress": 0.5}, "not_held")  # the lease went with the question
+    transitions.answer("g1", True, actor="dba", values={"window": "sunday 02:00"})
+    claimed = session.ok("claim", {"task_id": "g1"})
+    assert claimed["approval"] == {"question": "which maintenance window?", "approved": True,
+                                   "values": {"window": "sunday 02:00"}, "comment": "", "answered_by": "dba"}
+    assert session.ok("complete", {"task_id": "g1", "result": {"ok": True}})["task"]["stage"] == "COMPLETED"
+    assert verbs("g1") == ["create", "claim", "ask", "answer", "claim", "complete"]
 
 
 def test_complete_with_next_claims_the_next_task_in_the_same_request(session, board):

@@ -49,7 +49,9 @@ def _may_answer(request):
     engine on the approval as it reads it in the answer's transaction."""
     principal = request.auth
     if principal.agent:
-        return lambda approval: principal.operator  # an operator key answers any approval
+        if not principal.operator:  # an agent's own key never answers: refused before anything is read
+            raise errors.Forbidden("answering an approval needs an --operator key or a named approver's session")
+        return None  # an operator key answers any approval
     user = request.user
     groups = set(user.groups.values_list("name", flat=True))
     return lambda approval: approvals.may_answer(approval, username=user.get_username(), groups=groups,
