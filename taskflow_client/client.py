@@ -690,10 +690,14 @@ class Client:
         (none: operators); unanswered after `timeout_seconds`, `on_timeout` applies ("fail",
         "approve" or "cancel"). Returns ``{"task", "approval"}``."""
         body: dict[str, Any] = {"token": token, "question": question, "on_timeout": on_timeout}
-        for name, value in (("form", form), ("approvers", None if approvers is None else builtins.list(approvers)),
-                            ("timeout_seconds", timeout_seconds), ("checkpoint", checkpoint)):
-            if value is not None:
-                body[name] = value
+        if form is not None:
+            body["form"] = form
+        if approvers is not None:
+            body["approvers"] = builtins.list(approvers)
+        if timeout_seconds is not None:
+            body["timeout_seconds"] = timeout_seconds
+        if checkpoint is not None:
+            body["checkpoint"] = checkpoint
         return self.request("POST", self._path("tasks", task_id, "request-approval"), body)
 
     def answer(self, task_id: str, approve: bool, *, values: dict[str, Any] | None = None, comment: str = "",

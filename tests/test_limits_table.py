@@ -50,6 +50,11 @@ EXPECTED = {
     "a `search` line": [limits.MAX_SEARCH_CHARS, limits.MAX_SEARCH_TERMS],
     "a note's `text` / notes of one task": [1, limits.MAX_NOTE_CHARS, limits.MAX_NOTES_PER_TASK],
     "what a claim hands over: `inputs` / `notes`": [limits.MAX_INPUTS_BYTES, limits.MAX_NOTES_IN_CLAIM],
+    "an approval's `question` / `comment` / `form` / the form's fields / `approvers`":
+        [1, limits.MAX_QUESTION_CHARS, limits.MAX_QUESTION_CHARS, limits.MAX_APPROVAL_FORM_BYTES,
+         limits.MAX_APPROVAL_FIELDS, limits.MAX_APPROVERS],
+    "an approval's `timeout_seconds` / an answered task kept for the agent that asked":
+        [1, limits.MAX_APPROVAL_TIMEOUT_SECONDS, limits.APPROVAL_PREFER_SECONDS],
     "queues the admin's queue filter offers (`QUEUE_FILTER_LIMIT`, `board/admin/filters.py`)":
         [limits.QUEUE_FILTER_LIMIT],
     "queues named in `/metrics` (`QUEUE_LABEL_LIMIT`, `board/metrics.py`)": [limits.QUEUE_LABEL_LIMIT],
