@@ -249,6 +249,26 @@ def test_two_collectors_at_once_make_each_delivery_once(using, receivers, loopba
     assert sorted(d.body["task"]["id"] for d in deliveries(using)) == [f"t{i}" for i in range(5)]
 
 
+@pytest.mark.parametrize("using", sql_stores())
+def test_a_question_to_a_person_is_an_approval_requested_event(using, receivers, loopback_allowed):
+    json_hook, slack_hook = receivers(), receivers()
+    subscribe(json_hook, events=["approval.requested"], using=using)
+    subscribe(slack_hook, events=["approval.requested"], format="slack", using=using)
+    transitions.create(TaskSpec(id="deploy", title="deploy web", queue="releases"), actor="test", using=using)
+    held = transitions.claim("deploy", "worker-1", 60, using=using)
+    transitions.request_approval("deploy", held.lease.token, "ship build 812 to prod?", using=using)
+    transitions.answer("deploy", True, actor="alice", using=using)  # an answer is not a question
+    sending.deliver(using=using)
+    [request] = json_hook.accepted
+    ask = TaskEvent.objects.using(using).get(task_id="deploy", verb="ask")
+    assert request.json["id"] == f"approval.requested:{ask.id}" and request.json["event"] == "approval.requested"
+    assert request.json["change"]["detail"]["question"] == "ship build 812 to prod?"
+    assert request.json["task"]["id"] == "deploy"
+    [line] = slack_hook.accepted
+    assert line.json == {"text": ":raising_hand: TaskFlow: task `deploy` “deploy web” in queue `releases` asks: "
+                                 "ship build 812 to prod?"}
+
+
 def test_slack_format_sends_a_text_line(receivers, loopback_allowed):
     receiver = receivers()
     subscribe(receiver, format="slack")
