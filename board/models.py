@@ -149,6 +149,11 @@ class Task(models.Model):
             # A task's replays (search replay_of:ID, its page's "run again as" list). Partial: a
             # task that is no replay costs no write.
             models.Index(fields=["replay_of"], name="task_replay_of", condition=models.Q(replay_of__gte="")),
+            # check()'s notes_miscounted and approval_unpaired read the tasks that have notes and
+            # those awaiting an answer: few of a big board. Partial: the others cost no write.
+            models.Index(fields=["notes_count"], name="task_noted", condition=models.Q(notes_count__gte=1)),
+            models.Index(fields=["awaiting_approval"], name="task_awaiting_approval",
+                         condition=models.Q(awaiting_approval=True)),
             models.Index(fields=["owner"], name="task_owner"),
             # the admin's list: most recently updated first, and its queue filter.
             models.Index(fields=["-updated_at"], name="task_recent"),

@@ -1852,7 +1852,7 @@ class BoardContract:
                 transitions.request_approval("t", held.lease.token, using=a, **fields)
         with pytest.raises(errors.Forbidden):  # another agent's token: acts as nobody
             transitions.request_approval("t", held.lease.token, "ok?", agent="agent-2", using=a)
-        with pytest.raises(errors.NotFound):  # nothing asked yet
+        with pytest.raises(errors.InvalidTransition):  # nothing asked yet
             transitions.answer("t", True, actor="op", using=a)
         assert db_state(a) == before
         form = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 1}}, "required": ["n"]}

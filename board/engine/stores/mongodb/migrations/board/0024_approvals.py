@@ -1,5 +1,6 @@
 """Approval gates (issue 32, item 2: board.engine.approvals): Task.awaiting_approval and
-approvals_count, and the Approval rows (the MongoDB tree has the same as the SQL tree's 0028: tests/test_mongo_migrations.py)."""
+approvals_count, the Approval rows, and partial indexes of the tasks that have notes or await an
+answer (check() reads them) (the MongoDB tree has the same as the SQL tree's 0028: tests/test_mongo_migrations.py)."""
 
 import django.db.models.deletion
 from django.db import migrations, models
@@ -12,16 +13,6 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
-        migrations.AddField(
-            model_name='task',
-            name='approvals_count',
-            field=models.PositiveIntegerField(db_default=0, default=0, editable=False, help_text='Approvals the task asked for, over all its attempts.'),
-        ),
-        migrations.AddField(
-            model_name='task',
-            name='awaiting_approval',
-            field=models.BooleanField(db_default=False, default=False, editable=False, help_text="PAUSED waiting for a person's answer to its approval (board.engine.approvals)."),
-        ),
         migrations.CreateModel(
             name='Approval',
             fields=[
@@ -41,11 +32,40 @@ class Migration(migrations.Migration):
                 ('comment', models.TextField(blank=True, default='', help_text="The approver's words to the agent.")),
                 ('answered_by', models.CharField(blank=True, default='', max_length=200)),
                 ('answered_at', models.DateTimeField(blank=True, null=True)),
-                ('task', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='approvals', to='board.task')),
             ],
             options={
                 'ordering': ['id'],
-                'indexes': [models.Index(fields=['task', 'id'], name='approval_task_order'), models.Index(fields=['state', 'due_at'], name='approval_state_due')],
             },
+        ),
+        migrations.AddField(
+            model_name='task',
+            name='approvals_count',
+            field=models.PositiveIntegerField(db_default=0, default=0, editable=False, help_text='Approvals the task asked for, over all its attempts.'),
+        ),
+        migrations.AddField(
+            model_name='task',
+            name='awaiting_approval',
+            field=models.BooleanField(db_default=False, default=False, editable=False, help_text="PAUSED waiting for a person's answer to its approval (board.engine.approvals)."),
+        ),
+        migrations.AddIndex(
+            model_name='task',
+            index=models.Index(condition=models.Q(('notes_count__gte', 1)), fields=['notes_count'], name='task_noted'),
+        ),
+        migrations.AddIndex(
+            model_name='task',
+            index=models.Index(condition=models.Q(('awaiting_approval', True)), fields=['awaiting_approval'], name='task_awaiting_approval'),
+        ),
+        migrations.AddField(
+            model_name='approval',
+            name='task',
+            field=models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='approvals', to='board.task'),
+        ),
+        migrations.AddIndex(
+            model_name='approval',
+            index=models.Index(fields=['task', 'id'], name='approval_task_order'),
+        ),
+        migrations.AddIndex(
+            model_name='approval',
+            index=models.Index(fields=['state', 'due_at'], name='approval_state_due'),
         ),
     ]
