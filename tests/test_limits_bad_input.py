@@ -293,7 +293,9 @@ def test_json_nested_10_000_deep_is_422(alias, request):
 
 def test_a_crash_under_api_is_a_json_500_and_its_traceback_is_logged():
     # A store that cannot be reached makes every request crash: the one real crash left to see.
-    server = BoardServer("postgres://postgres@127.0.0.1:1/taskflow", args=["--workers", "1"]).start()
+    # No pool: the refused connection fails the request at once (the pool would wait 5 s first).
+    server = BoardServer("postgres://postgres@127.0.0.1:1/taskflow", env={"DATABASE_POOL": "0"},
+                         args=["--workers", "1"]).start()
     try:
         status, content_type, data = send(server, "GET", "/api/tasks", "tfk_any")
         assert status == 500 and content_type.startswith("application/json"), data[:300]

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from tests.live_server import BoardServer, free_port
+from tests.live_server import BoardServer, free_port, wait_until
 
 # Production settings: DEBUG off, plain HTTP on local names.
 PRODUCTION = {"DEBUG": "0", "ALLOWED_HOSTS": "127.0.0.1,localhost", "SECURE_SSL_REDIRECT": "0"}
@@ -18,8 +18,10 @@ LEAKED_KEY = "tfk_leakedAgentKey0123456789"
 
 
 def crashing_server(**env) -> BoardServer:
+    # No pool (DATABASE_POOL=0): a refused connection fails the request at once, where the pool
+    # would first wait its 5 s for a connection (the crash, not the wait, is what these test).
     return BoardServer(f"postgres://postgres@127.0.0.1:{free_port()}/nothing",
-                       env={**PRODUCTION, **env}, args=["--workers", "1"]).start()
+                       env={**PRODUCTION, "DATABASE_POOL": "0", **env}, args=["--workers", "1"]).start()
 
 
 def get(server: BoardServer, path: str, headers: dict | None = None) -> tuple[int, dict, bytes]:
@@ -63,9 +65,11 @@ def test_log_format_json_writes_one_object_per_line_with_the_requests_fields():
         status, headers, _ = get(server, f"/api/tasks/{LEAKED_KEY}", {"X-Request-ID": "probe-4.2_a"})
         assert status == 500
         assert headers.get("x-request-id") == "probe-4.2_a"
-        log = server.log_tail(10**7)
         # Every line but serve's banner (its stdout, between two rules of "=") is one JSON object:
-        # the traceback is inside one, never loose.
+        # the traceback is inside one, never loose. The banner may reach the file after the
+        # server answers (its stdout is a file, block-buffered): wait for its second rule.
+        wait_until(lambda: server.log_tail(10**7).count("=" * 20 + "\n") >= 2, 15, "serve's banner")
+        log = server.log_tail(10**7)
         lines = log.splitlines()
         rules = [i for i, line in enumerate(lines) if line.startswith("=" * 20)]
         assert len(rules) == 2, log[:3000]
