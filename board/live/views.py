@@ -46,7 +46,16 @@ def board_page(request):
         "can_intervene": access.may_intervene(request.user),
         "can_change_queues": access.may_change_queues(request.user),  # the same rule as PUT /api/queues/{name}
         "login_url": resolve_url(settings.LOGIN_URL),  # where the page sends a person whose session ended
+        "approver": approver_of(request.user),
     })
+
+
+def approver_of(user) -> dict:
+    """Who this user is as an approver (board.engine.approvals.may_answer's inputs), for the
+    page's answer buttons: disabled, with why, on an approval the user may not answer. The API
+    judges again (POST /api/tasks/{id}/answer: 403 forbidden)."""
+    return {"username": user.get_username(), "groups": sorted(user.groups.values_list("name", flat=True)),
+            "operator": access.may_intervene(user), "superuser": user.is_superuser}
 
 
 ASK_AT_MOST = 5  # administrators a refused user is told to ask
@@ -141,13 +150,14 @@ def task_page(request, task_id: str):
         return missing_permission(request)
     task = selectors.get_task(task_id)
     context = {"task_id": task_id, "task": None, "can_intervene": access.may_intervene(request.user),
+               "approver": approver_of(request.user),
                "moves": sorted({(s.value, verb.value, to.value) for (s, verb), to in TRANSITIONS.items()})}
     if task is None:
         return render(request, "board/task.html", context, status=404)
     stranded, complete = _stranded_by(task.pk)
     declared, waiting = _resources_of(task)
     context.update({
-        "task": {"id": task.pk, "title": task.title, "stage": task.stage},
+        "task": {"id": task.pk, "title": task.title, "stage": task.stage, "approvals_count": task.approvals_count},
         "waits_on": _neighbours(selectors.deps_of_task(task)),
         "waited_by": _neighbours(selectors.dependents_of(task.pk)),
         "stranded": {"tasks": stranded, "complete": complete},
