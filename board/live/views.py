@@ -46,16 +46,8 @@ def board_page(request):
         "can_intervene": access.may_intervene(request.user),
         "can_change_queues": access.may_change_queues(request.user),  # the same rule as PUT /api/queues/{name}
         "login_url": resolve_url(settings.LOGIN_URL),  # where the page sends a person whose session ended
-        "approver": approver_of(request.user),
+        "approver": access.approver(request.user),  # the answer buttons: board.access.approver
     })
-
-
-def approver_of(user) -> dict:
-    """Who this user is as an approver (board.engine.approvals.may_answer's inputs), for the
-    page's answer buttons: disabled, with why, on an approval the user may not answer. The API
-    judges again (POST /api/tasks/{id}/answer: 403 forbidden)."""
-    return {"username": user.get_username(), "groups": sorted(user.groups.values_list("name", flat=True)),
-            "operator": access.may_intervene(user), "superuser": user.is_superuser}
 
 
 ASK_AT_MOST = 5  # administrators a refused user is told to ask
@@ -150,7 +142,7 @@ def task_page(request, task_id: str):
         return missing_permission(request)
     task = selectors.get_task(task_id)
     context = {"task_id": task_id, "task": None, "can_intervene": access.may_intervene(request.user),
-               "approver": approver_of(request.user),
+               "approver": access.approver(request.user),
                "moves": sorted({(s.value, verb.value, to.value) for (s, verb), to in TRANSITIONS.items()})}
     if task is None:
         return render(request, "board/task.html", context, status=404)

@@ -19,7 +19,7 @@ export const CAN_INTERVENE = document.body.dataset.canIntervene === "true";
 /** board.change_queue (board/access.py may_change_queues): the queues strip offers Pause/Resume. */
 export const CAN_CHANGE_QUEUES = document.body.dataset.canChangeQueues === "true";
 export const LOGIN_URL = document.body.dataset.loginUrl;
-// Who this user is as an approver (board/live/views.py approver_of: username, group names,
+// Who this user is as an approver (board.access.approver: username, group names,
 // board.intervene, superuser), or null on a page that does not say.
 const APPROVER_EL = document.getElementById("approver");
 const APPROVER = APPROVER_EL ? JSON.parse(APPROVER_EL.textContent) : null;
