@@ -12,6 +12,8 @@ Playwright's `expect(...)` with a bound, never a sleep. Screenshots go to /tmp (
 # ruff: noqa: F811
 from __future__ import annotations
 
+import json
+
 import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
@@ -29,6 +31,7 @@ from tests.test_browser import (  # noqa: F401  (fixtures, found by pytest by na
     orm,
     server,
 )
+from tests.test_browser_cards import CONTRAST_JS
 
 try:
     from playwright.sync_api import expect
@@ -148,9 +151,10 @@ def test_a_question_shows_live_with_its_form_and_a_notification_and_the_answer_r
     assert page.evaluate("window.__shownNotifications.length") == 1
 
 
-def test_the_approvals_already_waiting_are_listed_but_not_notified(open_board, orm):
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_the_approvals_already_waiting_are_listed_but_not_notified(open_board, orm, scheme):
     orm(ask, "old-1", "Merge the hotfix?")
-    page = open_board(before_load=with_notifications)
+    page = open_board(before_load=with_notifications, color_scheme=scheme)
     expect(lane_item(page, "old-1")).to_be_visible(timeout=LIVE)
     orm(ask, "new-2", "Drop the stale branch?")
     expect(lane_item(page, "new-2")).to_be_visible(timeout=LIVE)
@@ -161,6 +165,14 @@ def test_the_approvals_already_waiting_are_listed_but_not_notified(open_board, o
     expect(lane_item(page, "new-2").locator(".approval-field")).to_have_count(0)
     page.wait_for_function("window.__shownNotifications.length === 1", timeout=LIVE)
     assert page.evaluate("window.__shownNotifications")[0]["body"] == "Drop the stale branch?"
+    # Readable in both schemes (WCAG AA), as every chip of the board.
+    expect(card(page, "new-2", "PAUSED").locator(".badge.needs-you")).to_be_visible()
+    measured = page.evaluate(CONTRAST_JS, [".card .badge.needs-you", "#needs-you h2 .count", "#needs-you h2",
+                                           ".approval-buttons button.approve", ".approval-buttons button.reject",
+                                           ".approval-meta", ".approval-head .approval-task", "#notify-me"])
+    low = {sel: m for sel, m in measured.items() if m is None or m["ratio"] < 4.5}
+    assert low == {}, json.dumps(low, indent=1)
+    page.screenshot(path=f"/tmp/approvals-lane-{scheme}.png")
 
 
 # A browser that asks the person: the permission is "default" until they say yes (here: at once).
@@ -287,3 +299,24 @@ def test_the_task_page_lists_its_approvals_and_answers_the_waiting_one(open_page
     expect(page.locator(".stage-chip")).to_have_text("QUEUED")
     approval = orm(lambda: Approval.objects.filter(task_id="page-1").order_by("-id").first())
     assert (approval.state, approval.approved, approval.comment) == ("rejected", False, "not this week")
+
+
+def test_the_admin_lists_the_approvals_and_answers_one(open_page, orm):
+    approval_id = orm(ask, "adm-1", "Deploy release 4.2 to production?", form=FORM, timeout_seconds=3600)
+    other = orm(ask, "adm-2", "Merge the hotfix?")
+    orm(transitions.answer, "adm-2", False, actor="alice", comment="not today", approval_id=other)
+    listing = open_page("/admin/board/approval/")
+    expect(listing.locator("#result_list tbody tr")).to_have_count(2)
+    expect(listing.locator("#changelist-filter")).to_contain_text("waiting")
+    listing.screenshot(path="/tmp/approvals-admin-list.png", full_page=True)
+    listing.locator(f'#result_list a.answer-link[href$="/{approval_id}/answer/"]').click()
+    expect(listing.locator("#approval-question .question")).to_have_text("Deploy release 4.2 to production?")
+    listing.select_option('select[name="field_target"]', label="staging")
+    listing.fill('input[name="field_replicas"]', "2")
+    listing.fill('textarea[name="comment"]', "staging first")
+    listing.screenshot(path="/tmp/approvals-admin-answer.png", full_page=True)
+    listing.locator('input[name="approve"]').click()
+    expect(listing.locator(".messagelist .success")).to_contain_text(f"Approval {approval_id} approved: task adm-1 is QUEUED")
+    listing.screenshot(path="/tmp/approvals-admin-answered.png", full_page=True)
+    approval = orm(lambda: Approval.objects.get(pk=approval_id))
+    assert approval.values == {"target": "staging", "replicas": 2, "ratio": 0.1, "notify": False}
