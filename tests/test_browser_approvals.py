@@ -124,6 +124,11 @@ def test_a_question_shows_live_with_its_form_and_a_notification_and_the_answer_r
     page.wait_for_function("window.__shownNotifications.length === 1", timeout=LIVE)
     assert page.evaluate("window.__shownNotifications") == [{"title": "TaskFlow: approval needed", "body": question}]
 
+    # The answer moves it: its details offer no requeue (the engine refuses one), only Cancel.
+    card(page, "rel-42", "PAUSED").click()
+    expect(page.locator("#details button.action")).to_have_count(1)
+    expect(page.locator("#details button.action")).to_have_attribute("data-verb", "cancel")
+
     # Approve without the required fields: the browser asks for them, nothing is sent.
     form.locator('[data-field="ticket"] input').fill("CHG-1234")
     page.screenshot(path="/tmp/approvals-lane.png")

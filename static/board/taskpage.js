@@ -52,7 +52,7 @@ function unfinishedDeps() {
 
 function drawActions(task) {
   const buttons = [];
-  for (const action of actionsFor(task.stage)) {
+  for (const action of actionsFor(task.stage, task.awaiting_approval)) {
     const b = el("button", "action", action.label);
     b.type = "button";
     b.dataset.verb = action.verb;
