@@ -110,7 +110,8 @@ def test_an_operator_answers_through_the_form(op):
     response = op.post(answer_page(approval.id), {"field_target": '"production"', "field_replicas": "3",
                                                   "field_notify": "on", "comment": "go", "approve": "Approve"},
                        follow=True)
-    assert any(m.startswith(f"Approval {approval.id} approved: task rel-1 is QUEUED again") for m in messages_of(response))
+    done = f"Approval {approval.id} approved: task rel-1 is QUEUED again"
+    assert any(m.startswith(done) for m in messages_of(response))
     approval.refresh_from_db()
     assert (approval.state, approval.approved, approval.answered_by, approval.comment) == ("approved", True, "op", "go")
     assert approval.values == {"target": "production", "replicas": 3, "notify": True}

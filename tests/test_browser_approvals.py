@@ -156,10 +156,11 @@ def test_a_question_shows_live_with_its_form_and_a_notification_and_the_answer_r
     assert page.evaluate("window.__shownNotifications.length") == 1
 
 
-@pytest.mark.parametrize("scheme", ["light", "dark"])
-def test_the_approvals_already_waiting_are_listed_but_not_notified(open_board, orm, scheme):
+@pytest.mark.parametrize("view", ["light", "dark", "phone"])
+def test_the_approvals_already_waiting_are_listed_but_not_notified(open_board, orm, view):
     orm(ask, "old-1", "Merge the hotfix?")
-    page = open_board(before_load=with_notifications, color_scheme=scheme)
+    size = {"width": 390, "height": 844} if view == "phone" else {}
+    page = open_board(before_load=with_notifications, color_scheme="dark" if view == "dark" else "light", **size)
     expect(lane_item(page, "old-1")).to_be_visible(timeout=LIVE)
     orm(ask, "new-2", "Drop the stale branch?")
     expect(lane_item(page, "new-2")).to_be_visible(timeout=LIVE)
@@ -177,7 +178,7 @@ def test_the_approvals_already_waiting_are_listed_but_not_notified(open_board, o
                                            ".approval-meta", ".approval-head .approval-task", "#notify-me"])
     low = {sel: m for sel, m in measured.items() if m is None or m["ratio"] < 4.5}
     assert low == {}, json.dumps(low, indent=1)
-    page.screenshot(path=f"/tmp/approvals-lane-{scheme}.png")
+    page.screenshot(path=f"/tmp/approvals-lane-{view}.png")
 
 
 # A browser that asks the person: the permission is "default" until they say yes (here: at once).
@@ -321,7 +322,8 @@ def test_the_admin_lists_the_approvals_and_answers_one(open_page, orm):
     listing.fill('textarea[name="comment"]', "staging first")
     listing.screenshot(path="/tmp/approvals-admin-answer.png", full_page=True)
     listing.locator('input[name="approve"]').click()
-    expect(listing.locator(".messagelist .success")).to_contain_text(f"Approval {approval_id} approved: task adm-1 is QUEUED")
+    expect(listing.locator(".messagelist .success")).to_contain_text(
+        f"Approval {approval_id} approved: task adm-1 is QUEUED")
     listing.screenshot(path="/tmp/approvals-admin-answered.png", full_page=True)
     approval = orm(lambda: Approval.objects.get(pk=approval_id))
     assert approval.values == {"target": "staging", "replicas": 2, "ratio": 0.1, "notify": False}

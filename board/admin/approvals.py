@@ -145,9 +145,9 @@ class ApprovalAdmin(NoHashLookups, admin.ModelAdmin):
         required = set(a.form.get("required", []))
         rows = ((name, spec.get("title") or "", spec.get("type"), ", ".join(map(str, spec.get("enum", []))) or "—",
                  "yes" if name in required else "no") for name, spec in a.form.get("properties", {}).items())
+        cells = format_html_join("", "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>", rows)
         return format_html('<table class="approval-form"><tr><th>field</th><th>title</th><th>type</th><th>choices</th>'
-                           "<th>required</th></tr>{}</table>",
-                           format_html_join("", "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>", rows))
+                           "<th>required</th></tr>{}</table>", cells)
 
     @admin.display(description="approvers")
     def approvers_text(self, a: Approval) -> str:

@@ -201,7 +201,9 @@ export function answerForm(approval, { onAnswered = () => {} } = {}) {
     form.removeAttribute("aria-busy");
     if (sent.ok) {
       const stage = sent.body && sent.body.task ? sent.body.task.stage : "QUEUED";
-      say(approved ? "approved" : "rejected", `${approved ? "Approved" : "Rejected"}: task ${approval.task} is ${stage} again, kept a minute for ${approval.asked_by}.`);
+      const verdict = approved ? "Approved" : "Rejected";
+      say(approved ? "approved" : "rejected",
+        `${verdict}: task ${approval.task} is ${stage} again, kept a minute for ${approval.asked_by}.`);
       onAnswered(approved ? "approved" : "rejected", status.textContent);
       return;
     }
@@ -235,7 +237,8 @@ export function answeredParts(approval) {
     for (const [name, value] of Object.entries(approval.values)) {
       const title = approval.form && approval.form.properties && approval.form.properties[name]
         && approval.form.properties[name].title;
-      dl.append(el("dt", null, title || name), el("dd", null, typeof value === "string" ? value : JSON.stringify(value)));
+      const text = typeof value === "string" ? value : JSON.stringify(value);
+      dl.append(el("dt", null, title || name), el("dd", null, text));
     }
     parts.push(dl);
   }

@@ -132,7 +132,10 @@ function showPermission() {
 function notify(approval) {
   if (permission() !== "granted") return;
   try {
-    const note = new Notification("TaskFlow: approval needed", { body: approval.question, tag: `approval-${approval.id}` });
+    const note = new Notification("TaskFlow: approval needed", {
+      body: approval.question,
+      tag: `approval-${approval.id}`,
+    });
     note.onclick = () => {
       window.focus();
       items.get(approval.id)?.scrollIntoView({ block: "center" });

@@ -181,7 +181,8 @@ async function drawApprovals(task) {
   try {
     approvals = await loadTaskApprovals(taskId);
   } catch (err) {
-    section.querySelector(".approvals").replaceChildren(el("li", "error", `could not read the approvals: ${err.message || err}`));
+    const why = `could not read the approvals: ${err.message || err}`;
+    section.querySelector(".approvals").replaceChildren(el("li", "error", why));
     return;
   }
   section.querySelector(".approvals-count").textContent = `(${approvals.length})`;
