@@ -17,6 +17,7 @@ session and get what their permissions say (a superuser has them all):
 | create a webhook, send it a test (API, issue 33)          | board.add_webhook (an agent key: an --operator key not limited to some queues) |
 | list and read webhooks and their deliveries (API, admin)  | board.view_webhook or board.add_webhook |
 | delete a webhook                                          | board.delete_webhook or board.add_webhook |
+| answer an approval (board.engine.approvals; API, board, admin) | board.view_task (or change) and: named among its approvers (username or group), or board.intervene when it names none (a superuser always) |
 | claim, resume, renew, complete, fail, pause, release      | nobody: these are agents' verbs (a lease belongs to an agent process, which renews it); a person uses an agent key |
 """
 from __future__ import annotations
@@ -63,3 +64,23 @@ def may_view_webhooks(user) -> bool:
 
 def may_delete_webhooks(user) -> bool:
     return is_board_user(user) and any(user.has_perm(perm) for perm in DELETE_WEBHOOK)
+
+
+def approver(user) -> dict:
+    """Who `user` is as an approver: board.engine.approvals.may_answer's inputs (username, group
+    names, operator rights, superuser). The board's pages get it to disable the answer buttons of
+    a question the user may not answer; the answer itself is judged by `answer_rule`."""
+    return {"username": user.get_username(), "groups": sorted(user.groups.values_list("name", flat=True)),
+            "operator": may_intervene(user), "superuser": bool(user.is_superuser)}
+
+
+def answer_rule(user):
+    """`may_answer(approval) -> bool` for a staff user (board.engine.transitions.answer's
+    `may_answer`, judged on the approval as read in the answer's transaction). The admin's answer
+    form uses it; the API builds the same from the request (board/api/routers/approvals.py)."""
+    from board.engine import approvals
+
+    who = approver(user)
+    groups = set(who["groups"])
+    return lambda approval: approvals.may_answer(approval, username=who["username"], groups=groups,
+                                                 operator=who["operator"], superuser=who["superuser"])

@@ -14,6 +14,9 @@ stage, version or lease, or an agent key's hash. Laid out as Django's own apps a
                 (all through `board.engine.schedules`)
 - `webhooks.py` WebhookAdmin: the subscriptions (created over the API), each with its delivery
                 log; WebhookDeliveryAdmin, every delivery and the "send again" action
+- `approvals.py` ApprovalAdmin: the questions agents asked people (approval gates), read-only,
+                each waiting one with an answer page (through `board.engine.transitions.answer`,
+                judged by `board.access.answer_rule`)
 - `bulk.py`     the Tasks list's "Bulk job" action (every task its filters match, in the
                 background: board/bulk/) and BulkJobAdmin, each job's summary and "Stop"
 - `actions.py`  the task actions (each a verb of `board.engine.transitions` per selected task,
@@ -32,6 +35,7 @@ stage, version or lease, or an agent key's hash. Laid out as Django's own apps a
 
 Django's admin autodiscovery imports this package, which registers the ModelAdmins.
 """
+from board.admin.approvals import ApprovalAdmin
 from board.admin.bulk import BulkJobAdmin
 from board.admin.forms import TaskEditForm
 from board.admin.keys import AgentKeyAdmin
@@ -41,5 +45,6 @@ from board.admin.schedules import ScheduleAdmin
 from board.admin.tasks import TaskAdmin
 from board.admin.webhooks import WebhookAdmin, WebhookDeliveryAdmin
 
-__all__ = ["AgentKeyAdmin", "BulkJobAdmin", "ConcurrencyKeyAdmin", "FairnessKeyAdmin", "QueueAdmin", "RateKeyAdmin",
-           "ResourceAdmin", "ScheduleAdmin", "TaskAdmin", "TaskEditForm", "WebhookAdmin", "WebhookDeliveryAdmin"]
+__all__ = ["AgentKeyAdmin", "ApprovalAdmin", "BulkJobAdmin", "ConcurrencyKeyAdmin", "FairnessKeyAdmin", "QueueAdmin",
+           "RateKeyAdmin", "ResourceAdmin", "ScheduleAdmin", "TaskAdmin", "TaskEditForm", "WebhookAdmin",
+           "WebhookDeliveryAdmin"]

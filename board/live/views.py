@@ -46,6 +46,7 @@ def board_page(request):
         "can_intervene": access.may_intervene(request.user),
         "can_change_queues": access.may_change_queues(request.user),  # the same rule as PUT /api/queues/{name}
         "login_url": resolve_url(settings.LOGIN_URL),  # where the page sends a person whose session ended
+        "approver": access.approver(request.user),  # the answer buttons: board.access.approver
     })
 
 
@@ -141,13 +142,14 @@ def task_page(request, task_id: str):
         return missing_permission(request)
     task = selectors.get_task(task_id)
     context = {"task_id": task_id, "task": None, "can_intervene": access.may_intervene(request.user),
+               "approver": access.approver(request.user),
                "moves": sorted({(s.value, verb.value, to.value) for (s, verb), to in TRANSITIONS.items()})}
     if task is None:
         return render(request, "board/task.html", context, status=404)
     stranded, complete = _stranded_by(task.pk)
     declared, waiting = _resources_of(task)
     context.update({
-        "task": {"id": task.pk, "title": task.title, "stage": task.stage},
+        "task": {"id": task.pk, "title": task.title, "stage": task.stage, "approvals_count": task.approvals_count},
         "waits_on": _neighbours(selectors.deps_of_task(task)),
         "waited_by": _neighbours(selectors.dependents_of(task.pk)),
         "stranded": {"tasks": stranded, "complete": complete},

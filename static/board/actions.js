@@ -42,9 +42,12 @@ function allowedFrom(stage) {
 
 const ACTIONS = new Map(STAGES.map((s) => [s, allowedFrom(s)]));
 
-/** The actions offered for a task in `stage` (none to a user who may not intervene). */
-export function actionsFor(stage) {
-  return ACTIONS.get(stage) || [];
+/** The actions offered for a task in `stage` (none to a user who may not intervene). A task
+ * waiting for an answer to its approval (`awaitingApproval`) is moved by the answer: the engine
+ * refuses requeue and resume, so only Cancel is offered (the Needs-you lane answers it). */
+export function actionsFor(stage, awaitingApproval = false) {
+  const actions = ACTIONS.get(stage) || [];
+  return awaitingApproval ? actions.filter((a) => a.verb === "cancel") : actions;
 }
 
 const actedListeners = [];
@@ -181,7 +184,7 @@ export function startDragAndDrop() {
     const card = e.target.closest?.(".card");
     const task = card && getTask(card.dataset.id);
     if (!task) return;
-    const targets = new Map(actionsFor(task.stage).map((a) => [a.to, a]));
+    const targets = new Map(actionsFor(task.stage, task.awaiting_approval).map((a) => [a.to, a]));
     dragging = { id: task.id, targets };
     e.dataTransfer.effectAllowed = "move";
     e.dataTransfer.setData("text/plain", task.id);

@@ -1,14 +1,14 @@
-// Every request the board's page makes to the HTTP API (/api/tasks..., /api/queues/..., with the page's session
-// cookie) and to the board's filter (/board/filter); the websocket is socket.js's. What must
-// land in the model lands here, in store.js: a fetched task (applied only when newer, like any),
-// a page of older finished tasks ("show more"), the server's answer to the filter, the stage of
-// a dependency not on the board, the task a refused action names. An
-// accepted action's result is not applied here: it comes back over the socket like any other
-// change.
+// Every request the board's page makes to the HTTP API (/api/tasks..., /api/queues/...,
+// /api/approvals, with the page's session cookie) and to the board's filter (/board/filter); the
+// websocket is socket.js's. What must land in the model lands here, in store.js: a fetched task
+// (applied only when newer, like any), a page of older finished tasks ("show more"), the server's
+// answer to the filter, the stage of a dependency not on the board, the task a refused action
+// names, the approvals waiting for an answer. An accepted action's result is not applied here: it
+// comes back over the socket like any other change.
 
 import {
-  applyMatches, applyTask, filterMatches, hasTask, moreCursor, prepare, setBulkJob, setDepStage, setMoreCursor,
-  subscribe,
+  applyMatches, applyTask, filterMatches, hasTask, moreCursor, prepare, setApprovals, setBulkJob, setDepStage,
+  setMoreCursor, subscribe,
 } from "./store.js";
 
 const DEP_REQUESTS = 4; // dependencies not on the board asked for at once
@@ -142,6 +142,36 @@ export async function loadNotes(id) {
  * sendJson. */
 export async function addNote(id, text) {
   return sendJson("POST", `/api/tasks/${encodeURIComponent(id)}/notes`, { text });
+}
+
+const APPROVAL_PAGES = 10; // of 100: the Needs-you lane lists at most 1,000 waiting approvals
+
+/** GET /api/approvals?state=waiting, every page (up to APPROVAL_PAGES of 100), landed in the
+ * model (store.setApprovals); throws with the server's words when refused. The lane's only read. */
+export async function loadApprovals() {
+  const items = [];
+  let after = null;
+  for (let page = 0; page < APPROVAL_PAGES; page++) {
+    const body = await getJson(`/api/approvals?state=waiting&limit=100${after === null ? "" : `&after=${after}`}`);
+    items.push(...body.items);
+    after = body.next_after;
+    if (after === null || after === undefined) break;
+  }
+  setApprovals(items);
+}
+
+/** GET /api/tasks/{id}/approvals: every approval task `id` asked for, oldest first (the task
+ * page's section; not part of the model). */
+export async function loadTaskApprovals(id) {
+  return (await getJson(`/api/tasks/${encodeURIComponent(id)}/approvals`)).items;
+}
+
+/** POST /api/tasks/{id}/answer {approve, values?, comment?, approval_id} as this staff user (the
+ * server judges whether they may answer: 403 forbidden; 409 already_answered when someone answered
+ * first; 422 validation_error when the values do not fit the form). Resolves as sendAction: the
+ * task moves over the socket, and the lane reads the approvals again when its card says so. */
+export async function sendAnswer(id, fields) {
+  return sendAction(id, "answer", fields);
 }
 
 function csrfToken() {

@@ -78,7 +78,7 @@ function renderDetails(refetch) {
   details.querySelector(".details-body").replaceChildren(dl);
 
   const buttons = [];
-  for (const action of actionsFor(shown.stage)) {
+  for (const action of actionsFor(shown.stage, shown.awaiting_approval)) {
     const b = el("button", "action", action.label);
     b.type = "button";
     b.dataset.verb = action.verb;

@@ -26,6 +26,10 @@
 //   headers.js   under the QUEUED and RUNNING headers: the queues held back, the limits' use
 //   bulk.js      "Act on all N matching…": one action on every task the filter matches, its
 //                count first, then the job's progress (the socket's "bulk" frames), Stop, summary
+//   approvalform.js  an approval's words and its answer form, drawn from its JSON Schema
+//                (approvals.js, taskpage.js)
+//   approvals.js the "Needs you" lane: the approvals waiting for an answer, read again when a
+//                card's awaiting_approval changes; browser notifications of new ones
 //
 // taskpage.js is the other entry point: a task's own page (/board/task/<id>), drawn with
 // taskfields.js, attempts.js and timeline.js from api.js, as the details panel is.
@@ -39,6 +43,7 @@
 // at load time: everything starts here, once every module has loaded.
 
 import { startApi } from "./api.js";
+import { startApprovals } from "./approvals.js";
 import { startBulk } from "./bulk.js";
 import { startDragAndDrop } from "./actions.js";
 import { startDetails } from "./details.js";
@@ -58,5 +63,6 @@ startInsights();
 startQueues();
 startHeaders();
 startBulk();
+startApprovals();
 restoreView(); // the filters and the open task from the URL (the task opens with the first snapshot)
 startSocket();

@@ -19,6 +19,20 @@ export const CAN_INTERVENE = document.body.dataset.canIntervene === "true";
 /** board.change_queue (board/access.py may_change_queues): the queues strip offers Pause/Resume. */
 export const CAN_CHANGE_QUEUES = document.body.dataset.canChangeQueues === "true";
 export const LOGIN_URL = document.body.dataset.loginUrl;
+// Who this user is as an approver (board.access.approver: username, group names,
+// board.intervene, superuser), or null on a page that does not say.
+const APPROVER_EL = document.getElementById("approver");
+const APPROVER = APPROVER_EL ? JSON.parse(APPROVER_EL.textContent) : null;
+
+/** Whether this user may answer `approval` ({approvers}): a port of the engine's rule
+ * (board.engine.approvals.may_answer) for the page's buttons; the server judges again (403).
+ * True when the page does not say who the user is. */
+export function mayAnswer(approval) {
+  if (!APPROVER || APPROVER.superuser) return true;
+  const named = approval.approvers || [];
+  if (named.length) return named.includes(APPROVER.username) || APPROVER.groups.some((g) => named.includes(g));
+  return APPROVER.operator;
+}
 const ADMIN_URL = document.body.dataset.adminUrl;
 
 export const columnsEl = document.getElementById("columns");

@@ -5,11 +5,11 @@
 // client's clock. It follows the model's changes (store.js) and the view's filters (view.js).
 
 import {
-  adminUrl, CAN_INTERVENE, COLUMN_ELS, el, frameBatcher, resourcesText, showMessage, STAGES, TERMINAL,
+  adminUrl, CAN_INTERVENE, COLUMN_ELS, el, frameBatcher, mayAnswer, resourcesText, showMessage, STAGES, TERMINAL,
 } from "./page.js";
 import {
-  countIn, depDead, depDone, getProblems, getTask, idsIn, moreCursor, positionOf, queueClosed, keyFull, rateKeyHeld,
-  resourceWait, strandedWhy, subscribe,
+  allTasks, countIn, depDead, depDone, getProblems, getTask, idsIn, moreCursor, positionOf, queueClosed, keyFull,
+  rateKeyHeld, resourceWait, strandedWhy, subscribe, waitingApprovalOf,
 } from "./store.js";
 import { loadOlder } from "./api.js";
 import {
@@ -261,6 +261,15 @@ function deadlineOf(task) {
   return { at, what: DEADLINE_WHAT[kind] };
 }
 
+function approvalBadge(task) {
+  const approval = waitingApprovalOf(task.id);
+  const yours = approval !== undefined && mayAnswer(approval);
+  const b = el("span", yours ? "badge awaiting-approval needs-you" : "badge awaiting-approval",
+    yours ? "needs you" : "waiting for approval");
+  b.title = approval ? `${approval.asked_by} asks: ${approval.question}` : "an agent asked a person a question";
+  return b;
+}
+
 // A card is kept small (a few elements): 10,000 of them must build and lay out quickly. The
 // two elements that tick are kept on the card: card.inStageEl ("3m in RUNNING") and
 // card.leaseEl (the lease's countdown, RUNNING only).
@@ -321,8 +330,12 @@ function fillCard(card, task, filter) {
   // (the problems frame; a change of it redraws the cards it names, startRendering).
   const stranded = strandedWhy(task.id);
   card.classList.toggle("stranded", Boolean(stranded));
-  if (error || attempt || held || progress || paused || later || deadline || stranded || holds) {
+  // ... or an agent asked a person a question and waits for the answer (approval gates): "needs
+  // you" when this user may answer it (the Needs-you lane has its form), else "waiting for approval".
+  const asked = task.stage === "PAUSED" && task.awaiting_approval;
+  if (error || attempt || held || progress || paused || later || deadline || stranded || holds || asked) {
     const badges = el("div", "badges");
+    if (asked) badges.append(approvalBadge(task));
     if (stranded) {
       const b = el("span", "badge bad stranded", "stranded: can never run");
       b.title = stranded;
@@ -491,6 +504,9 @@ export function startRendering() {
       const now = strandedNow();
       for (const id of new Set([...strandedIds, ...now])) if (strandedIds.has(id) !== now.has(id)) markDirty(id);
       strandedIds = now;
+    } else if (change.what === "approvals") {
+      // The approvals were read: the cards that wait for an answer say whether it is this user's.
+      for (const task of allTasks()) if (task.awaiting_approval) markDirty(task.id);
     }
   });
   subscribeView((change) => {

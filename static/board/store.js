@@ -1,6 +1,7 @@
 // The page's model of the board: every task it knows (as the server last sent it), the order
 // of each column, the count of each stage, who waits for whom, the problems, the agents and
-// throughput panel's figures, the queues (limits, running counts, pauses). No DOM, no network:
+// throughput panel's figures, the queues (limits, running counts, pauses), the approvals waiting
+// for an answer (the Needs-you lane). No DOM, no network:
 // it is fed, and it tells.
 //
 // Fed only by socket.js (the snapshot, changed and removed tasks, problems, insights, queues) and api.js
@@ -42,6 +43,9 @@ const heldRateKeys = new Map();
 // one said when that frame came (id -> text), to redraw the cards whose reason changed.
 const heldResources = new Map();
 const resourceWaits = new Map();
+// The approvals waiting for an answer (GET /api/approvals?state=waiting, landed by api.js), oldest
+// first; null before the first answer. The Needs-you lane (approvals.js) draws them.
+let waitingApprovals = null;
 let snapshotsApplied = 0;
 // The server's latest answer to the board's filter: {key (the filter it answers), counts (per
 // stage), more (finished stage -> cursor of its next matches, or null), ids (a search line's
@@ -65,7 +69,8 @@ const listeners = [];
  *   {what: "missing", id}               a dependency not on the board was asked about: api.js
  *                                       fetches its stage (setDepStage)
  *   {what: "bulk", id}                  a bulk job's progress (getBulkJob): a "bulk" frame, or
- *                                       the API's answer about the job */
+ *                                       the API's answer about the job
+ *   {what: "approvals"}                 the waiting approvals were read again (getApprovals) */
 export function subscribe(listener) {
   listeners.push(listener);
 }
@@ -224,6 +229,22 @@ export function setBulkJob(job) {
 
 export function getBulkJob(id) {
   return bulkJobs.get(id) || null;
+}
+
+/** The approvals waiting for an answer, oldest first, as the API last said (empty before). */
+export function getApprovals() {
+  return waitingApprovals || [];
+}
+
+/** Task `id`'s approval waiting for an answer, as the API last listed them, or undefined. */
+export function waitingApprovalOf(id) {
+  return waitingApprovals ? waitingApprovals.find((a) => a.task === id) : undefined;
+}
+
+/** The waiting approvals as GET /api/approvals?state=waiting listed them (api.js). */
+export function setApprovals(list) {
+  waitingApprovals = list;
+  tell({ what: "approvals" });
 }
 
 export function setProblems(list) {

@@ -8,12 +8,18 @@
 //   usage          each attempt's reported tokens and cost (GET /api/tasks/<id>/usage, once claimed)
 //   notes          in the attempt timeline (GET /api/tasks/<id>/notes, when the task has any);
 //                  staff add one with the form under it (POST, no token: board.intervene)
+//   approvals      every question the task's holders asked (GET /api/tasks/<id>/approvals, when
+//                  it asked any): its state, answer, values and comment; the waiting one with its
+//                  answer form (approvalform.js, as the board's Needs-you lane draws it)
 // An action is sent with the version shown (api.js sendAction); Cancel asks first, listing the
 // tasks it would strand (the server's list, down the chain). The page reads the task again every
 // few seconds while it is visible and redraws when its version moved.
 
 import { askReason, CAN_INTERVENE, el, showMessage } from "./page.js";
-import { addNote, loadHistory, loadNotes, loadReplays, loadTask, loadUsage, sendAction } from "./api.js";
+import {
+  addNote, loadHistory, loadNotes, loadReplays, loadTask, loadTaskApprovals, loadUsage, sendAction,
+} from "./api.js";
+import { answeredParts, answerForm, approversText, askedText, dueText } from "./approvalform.js";
 import { actionsFor, confirmed, refusalText, withReason } from "./actions.js";
 import { renderAttempts } from "./attempts.js";
 import { historyItems } from "./timeline.js";
@@ -46,7 +52,7 @@ function unfinishedDeps() {
 
 function drawActions(task) {
   const buttons = [];
-  for (const action of actionsFor(task.stage)) {
+  for (const action of actionsFor(task.stage, task.awaiting_approval)) {
     const b = el("button", "action", action.label);
     b.type = "button";
     b.dataset.verb = action.verb;
@@ -162,6 +168,47 @@ async function drawHistory(task) {
   drawHistoryPage();
 }
 
+/** The task's approvals, oldest first: each question, who asked and when, and its answer (or,
+ * while it waits, its form). Drawn when the task's version moves (an answer moves it). */
+async function drawApprovals(task) {
+  const section = root.querySelector(".task-page-approvals");
+  if (!task.approvals_count) {
+    section.hidden = true;
+    return;
+  }
+  section.hidden = false;
+  let approvals;
+  try {
+    approvals = await loadTaskApprovals(taskId);
+  } catch (err) {
+    const why = `could not read the approvals: ${err.message || err}`;
+    section.querySelector(".approvals").replaceChildren(el("li", "error", why));
+    return;
+  }
+  section.querySelector(".approvals-count").textContent = `(${approvals.length})`;
+  section.querySelector(".approvals").replaceChildren(...approvals.map((approval) => {
+    const li = el("li", `approval state-${approval.state}`);
+    li.dataset.approval = String(approval.id);
+    li.dataset.state = approval.state;
+    const meta = el("p", "approval-meta", askedText(approval));
+    const due = approval.state === "waiting" ? dueText(approval) : "";
+    if (due) meta.append(" · ", el("span", "approval-due", due));
+    meta.append(" · ", el("span", "approval-approvers", approversText(approval)));
+    li.append(el("p", "approval-question", approval.question), meta);
+    if (approval.state === "waiting") {
+      li.append(answerForm(approval, {
+        onAnswered: (outcome, words) => {
+          showMessage(words, outcome === "already_answered" ? "error" : "info");
+          refresh(true);
+        },
+      }));
+    } else {
+      li.append(...answeredParts(approval));
+    }
+    return li;
+  }));
+}
+
 /** Read the task; redraw it and its history when its version moved (or `force`). */
 async function refresh(force = false) {
   if (busy) return;
@@ -175,7 +222,7 @@ async function refresh(force = false) {
     // A note moves no version: its count tells.
     if (force || !shown || loaded.task.version !== shown.version || loaded.task.notes_count !== shown.notes_count) {
       drawTask(loaded.task);
-      await drawHistory(loaded.task);
+      await Promise.all([drawHistory(loaded.task), drawApprovals(loaded.task)]);
       if (FINISHED.has(loaded.task.stage)) await drawReplays();
     }
   } catch (err) {
