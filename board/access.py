@@ -77,7 +77,7 @@ def approver(user) -> dict:
 def answer_rule(user):
     """`may_answer(approval) -> bool` for a staff user (board.engine.transitions.answer's
     `may_answer`, judged on the approval as read in the answer's transaction). The admin's answer
-    form uses it; the API builds the same from the request (board/api/routers/approvals.py)."""
+    form and the API (board/api/routers/approvals.py) use it."""
     from board.engine import approvals
 
     who = approver(user)

@@ -135,7 +135,7 @@ def test_values_that_do_not_fit_the_form_are_refused_in_words_and_change_nothing
     response = op.post(answer_page(approval.id), {"field_target": '"staging"', "approve": "Approve"})
     assert response.status_code == 200  # the page stays, with what was filled in
     [message] = messages_of(response)
-    assert message.startswith("Not answered: values: ") and message.endswith("'replicas' is a required property")
+    assert message.startswith("Not answered: values: '") and message.endswith("'replicas' is a required property")
     assert db_state() == before
 
 

@@ -1887,6 +1887,9 @@ class BoardContract:
         self.new("w")
         self.ask("w", self.claim("w").lease)  # no timeout: waits until answered
         assert transitions.time_out_approvals(using=a) == []  # not due yet
+        # Asked without a checkpoint: no paused_without_checkpoint (a task waiting for an answer
+        # is never resumed: the answer queues it).
+        assert row("w", a)["checkpoint"] is None and selectors.problems(using=a) == []
         later = Approval.objects.using(a).get(task_id="f").due_at + timedelta(seconds=1)
         moved = dict(transitions.time_out_approvals(now=later, using=a))
         assert moved == {"f": "FAILED", "y": "QUEUED", "c": "CANCELLED"}

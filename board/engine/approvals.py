@@ -143,8 +143,8 @@ def checked_answer(form: dict | None, approve: object, values: object, comment: 
                 raise errors.InvalidRequest(f"values: {field!r} is not a field of the form", field="values")
         problem = next(iter(Draft202012Validator(form).iter_errors(values or {})), None)
         if problem is not None and approve:
-            where = ".".join(str(p) for p in problem.absolute_path) or "values"
-            raise errors.InvalidRequest(f"values: {where}: {problem.message}", field="values")
+            where = "".join(f".{p}" for p in problem.absolute_path)  # "values.replicas", or "values"
+            raise errors.InvalidRequest(f"values{where}: {problem.message}", field="values")
     return approve, values, comment
 
 

@@ -121,6 +121,9 @@ class TaskSnapshot:
     # The line (board.engine.fairness): None when the snapshot does not carry it.
     claim_rank: float | None = None
     earliest_rank: float | None = None  # its creation's rank: created_at - priority x AGING_SECONDS
+    # PAUSED waiting for a person's answer (board.engine.approvals): it is never resumed (the
+    # answer queues it), so it needs no checkpoint.
+    awaiting_approval: bool = False
 
 
 @dataclass(frozen=True, order=True)
@@ -245,7 +248,7 @@ def _check_rank(t: TaskSnapshot, stage: Stage, report) -> None:
 
 
 def _check_payloads(t: TaskSnapshot, stage: Stage, report) -> None:
-    if stage == Stage.PAUSED and not t.has_checkpoint:
+    if stage == Stage.PAUSED and not t.has_checkpoint and not t.awaiting_approval:
         report(t.id, PAUSED_WITHOUT_CHECKPOINT, f"task {t.id} is PAUSED without a checkpoint")
     if stage == Stage.COMPLETED and not t.has_result:
         report(t.id, COMPLETED_WITHOUT_RESULT, f"task {t.id} is COMPLETED without a result")

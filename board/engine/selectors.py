@@ -420,7 +420,8 @@ def latest_events(task_id: str, count: int, *, using: str = "default") -> list[T
 # What check() reads of a task: presence only for checkpoint and result (either may be large,
 # and check() needs no content).
 _CHECK_COLUMNS = ("id", "stage", "owner", "lease_token_hash", "lease_expires_at", "attempts",
-                  "max_retries", "has_checkpoint", "has_result", "claim_rank", "priority", "created_at")
+                  "max_retries", "has_checkpoint", "has_result", "claim_rank", "priority", "created_at",
+                  "awaiting_approval")
 
 
 def _check_rows(tasks):
@@ -432,12 +433,13 @@ def _check_rows(tasks):
 
 def _task_snapshots(rows, deps: dict[str, list[str]]) -> Iterator[TaskSnapshot]:
     for (task_id, stage, owner, token_hash, expires, attempts, max_retries, has_checkpoint, has_result,
-         claim_rank, priority, created_at) in rows:
+         claim_rank, priority, created_at, awaiting_approval) in rows:
         yield TaskSnapshot(
             id=task_id, stage=stage, deps=tuple(deps.get(task_id, ())), owner=owner,
             has_token=bool(token_hash), lease_expires_at=expires, attempts=attempts,
             max_retries=max_retries, has_checkpoint=bool(has_checkpoint), has_result=bool(has_result),
             claim_rank=claim_rank, earliest_rank=fairness.rank(_epoch(created_at), priority),
+            awaiting_approval=bool(awaiting_approval),
         )
 
 
@@ -621,7 +623,7 @@ def _suspects(now: datetime, using: str) -> set[str]:
         | Q(stage__in=leased) & (no_owner | no_token | Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lte=now))
         # lease_without_claim, terminal_claimed
         | ~Q(stage__in=leased) & (~no_owner | ~no_token | Q(lease_expires_at__isnull=False))
-        | Q(stage=Stage.PAUSED, checkpoint__isnull=True)
+        | Q(stage=Stage.PAUSED, checkpoint__isnull=True, awaiting_approval=False)
         | Q(stage=Stage.COMPLETED, result__isnull=True)
         | Q(attempts__gt=F("max_retries") + 1)
     )

@@ -48,6 +48,7 @@ const ENDINGS = {
   force_release: "released",
   pause: "paused",
   force_pause: "paused",
+  ask: "asked a person",  // an approval gate: the lease is given up until the answer
   cancel: "cancelled",
 };
 

@@ -11,11 +11,12 @@
 import { el } from "./page.js";
 
 /** The verbs an operator makes (board.engine.transitions.operators), shown with their reason. */
-const OPERATOR_VERBS = new Set(["admit", "requeue", "cancel", "force_release", "force_pause", "edit"]);
+const OPERATOR_VERBS = new Set(["admit", "requeue", "cancel", "force_release", "force_pause", "edit",
+  "answer"]);  // a person's answer to an approval: between two attempts, as an operator's move
 
 const VERB_WORDS = {
   requeue: "requeued", cancel: "cancelled", admit: "admitted", force_release: "released",
-  force_pause: "paused", edit: "edited",
+  force_pause: "paused", edit: "edited", answer: "answered",
 };
 
 /** Whether history row `e` is an operator's move (not the engine's own admission, by "system"). */

@@ -52,10 +52,7 @@ def _may_answer(request):
         if not principal.operator:  # an agent's own key never answers: refused before anything is read
             raise errors.Forbidden("answering an approval needs an --operator key or a named approver's session")
         return None  # an operator key answers any approval
-    user = request.user
-    groups = set(user.groups.values_list("name", flat=True))
-    return lambda approval: approvals.may_answer(approval, username=user.get_username(), groups=groups,
-                                                 operator=access.may_intervene(user), superuser=user.is_superuser)
+    return access.answer_rule(request.user)
 
 
 @router.post("/tasks/{task_id}/answer", response={200: ApprovalTaskOut, **ERRORS},
