@@ -61,6 +61,8 @@ DATABASES["scratch"] = database_from_url(f"sqlite:///{SCRATCH_FILE}")
 # No test asks pytest-django to set them up; connecting to them fails for real.
 DATABASES["unreachable-sqlite"] = database_from_url("sqlite:////nonexistent-directory/taskflow.sqlite3")
 DATABASES["unreachable-postgres"] = database_from_url("postgres://postgres@127.0.0.1:1/taskflow")
+# No pool: a refused connection fails at once (the pool would wait its 5 s for one first).
+DATABASES["unreachable-postgres"]["OPTIONS"].pop("pool", None)
 
 # The suite runs with DEBUG off (production settings) but over plain HTTP on local names.
 SECURE_SSL_REDIRECT = False
