@@ -25,6 +25,7 @@ from django.utils import timezone
 from board.engine import (
     approvals,
     contract,
+    invariants,
     errors,
     flow,
     handoffs,
@@ -72,16 +73,16 @@ TTL = 60
 
 
 class FlowObserver:
-    """A thread reading check()'s flow problems (limits, rates, dedup keys) all through a race, in
+    """A thread reading a check() of the race's rule (by default the limits') all through a race, in
     one consistent read each time, paced (stop.wait) so as not to starve the racers of the GIL.
     `seen` counts its reads and gathers what it found; a fault of its own is one of them."""
 
     def __init__(self, alias: str, read=None):
         self.alias, self.seen = alias, {"reads": 0, "problems": []}
-        # What it reads: the flow problems, or `read()`: a race reads its own rule's check (one
+        # What it reads: the limits' problems, or `read()`: a race reads its own rule's check (one
         # or two queries, where all the flow checks are a dozen), so that the observer, a thread
         # of the racers' process, does not take their CPU (the races ran ~20% longer with it).
-        self._read = read or (lambda: selectors.flow_problems(using=alias))
+        self._read = read or (lambda: selectors.limit_problems(using=alias))
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._observe)
 
@@ -1179,7 +1180,15 @@ class BoardContract:
                 return got.task.pk
             return None
 
-        with FlowObserver(self.alias, read=lambda: selectors.problems(using=self.alias)) as seen:
+        def read() -> list:
+            if stores.store(self.alias).speaks_sql:
+                return selectors.problems(using=self.alias)  # the suspects, by indexed SQL
+            # MongoDB's problems() reads every task (no SQL to find the suspects), a board that
+            # grows each round: read the waiting tasks, the ones a claim order can rank wrongly.
+            waiting = selectors._check_rows(Task.objects.using(self.alias).filter(stage__in=["PENDING", "QUEUED"]))
+            return invariants.check(list(selectors._task_snapshots(waiting, {})), timezone.now())
+
+        with FlowObserver(self.alias, read=read) as seen:
             for n in range(self.rounds):
                 results = race([lambda i=i, n=n: create(n, i) for i in range(RACERS // 2)]
                                + [lambda i=i: claim(i) for i in range(RACERS // 2)], self.alias)
@@ -1578,7 +1587,7 @@ class BoardContract:
             running = Task.objects.using(a).filter(stage=Stage.RUNNING, resources__isnull=False).values_list("pk", flat=True)
             kinds_running = Counter(("merge" if k < 6 else "gpu" if k < 12 else "file") for k in map(kind_of, running))
             over = [(name, n) for name, n in kinds_running.items() if n > {"merge": 1, "gpu": 3, "file": 1}[name]]
-            return selectors.flow_problems(using=a) + over
+            return selectors._resource_problems(a) + over
 
         with FlowObserver(a, read) as seen:
             for n in range(rounds):
@@ -2264,7 +2273,7 @@ class BoardContract:
                 while not stop.is_set():
                     with stores.store(self.alias).read_transaction():
                         running = Task.objects.using(self.alias).filter(stage=Stage.RUNNING).count()
-                        found = selectors.flow_problems(using=self.alias)
+                        found = selectors.limit_problems(using=self.alias)  # this race's rule
                     seen["max"], seen["reads"] = max(seen["max"], running), seen["reads"] + 1
                     seen["problems"] += found
                     stop.wait(0.002)  # paced, not to starve the claimers of the GIL; never a condition

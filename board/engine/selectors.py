@@ -491,6 +491,14 @@ def problems(*, now: datetime | None = None, using: str = "default") -> list[Pro
 
 
 def flow_problems(*, using: str = "default") -> list[Problem]:
+    """Every check over the rows of flow control and its kin (limits, rates, rate keys, dedup
+    keys, notes, resources, budgets, approvals), read in the caller's transaction."""
+    return (limit_problems(using=using) + _rate_problems(using) + _rate_key_problems(using)
+            + _dedup_problems(using) + _note_problems(using) + _resource_problems(using) + _budget_problems(using)
+            + _approval_problems(using))
+
+
+def limit_problems(*, using: str = "default") -> list[Problem]:
     """check_limits over the queues' and concurrency keys' rows and the RUNNING tasks, read in
     the caller's transaction (one snapshot: the counts and the tasks are written together)."""
     limits = [LimitSnapshot("queue", name, concurrency, running, changed, paused_at if paused else None)
@@ -501,9 +509,7 @@ def flow_problems(*, using: str = "default") -> list[Problem]:
                    "name", "concurrency", "running", "updated_at")]
     running = Task.objects.using(using).filter(stage=Stage.RUNNING).values_list(
         "queue", "concurrency_key", "stage_changed_at")
-    return (check_limits(limits, running.iterator(_CHUNK)) + _rate_problems(using) + _rate_key_problems(using)
-            + _dedup_problems(using) + _note_problems(using) + _resource_problems(using) + _budget_problems(using)
-            + _approval_problems(using))
+    return check_limits(limits, running.iterator(_CHUNK))
 
 
 def _approval_problems(using: str) -> list[Problem]:
