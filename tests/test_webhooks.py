@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 from django.db import connections
 
-from board.engine import clock, transitions
+from board.engine import clock, flow, transitions, usage
 from board.engine.limits import WEBHOOK_BACKOFF_BASE_SECONDS, WEBHOOK_MAX_ATTEMPTS
 from board.engine.stores import store
 from board.engine.transitions import TaskSpec
-from board.models import Task, TaskEvent, Webhook, WebhookDelivery
+from board.models import Queue, Task, TaskEvent, Webhook, WebhookDelivery
 from board.webhooks import outbox, sending, subscriptions
 from harness.board_server import server_env, stop_process, wait_until
 from tests.support import database_url, expire_lease, race, sql_stores, sqlite_db_mark
@@ -267,6 +267,40 @@ def test_a_question_to_a_person_is_an_approval_requested_event(using, receivers,
     [line] = slack_hook.accepted
     assert line.json == {"text": ":raising_hand: TaskFlow: task `deploy` “deploy web” in queue `releases` asks: "
                                  "ship build 812 to prod?"}
+
+
+@pytest.mark.parametrize("using", sql_stores())
+def test_a_spent_budget_is_announced_once_per_closing(using, receivers, loopback_allowed):
+    hook, other_queue, by_tag = receivers(), receivers(), receivers()
+    subscribe(hook, events=["queue.budget_exhausted"], using=using)
+    subscribe(other_queue, events=["queue.budget_exhausted"], filter={"queue": "docs-*"}, using=using)
+    subscribe(by_tag, events=["queue.budget_exhausted"], filter={"tags": ["urgent"]}, using=using)
+    flow.change_queue("llm", budget={"tokens": 100, "per": "total"}, actor="op", using=using)
+
+    def spend(task_id: str, tokens: int) -> None:
+        transitions.create(TaskSpec(id=task_id, title=task_id, queue="llm"), actor="test", using=using)
+        held = transitions.claim(task_id, "worker-1", 60, using=using)
+        usage.record(held.task, held.lease.fence, "worker-1", usage.checked({"input_tokens": tokens}), using=using)
+        transitions.complete(task_id, held.lease.token, {}, using=using)
+
+    spend("a", 60)
+    now = clock.now(using)
+    assert outbox.collect(now=now, using=using).deliveries == 0  # 60 of 100: open
+    spend("b", 50)
+    sending.deliver(now=clock.now(using), using=using)
+    sending.deliver(now=clock.now(using), using=using)  # a later pass: the same closing, no second delivery
+    [request] = hook.accepted
+    closed_at = Queue.objects.using(using).get(name="llm").budget_closed_at
+    assert request.json["id"] == f"queue.budget_exhausted:llm:{int(closed_at * 1000)}"
+    assert request.json["queue"]["spent"] == {"tokens": 110, "cost_usd": 0.0}
+    assert request.json["queue"]["budget"] == {"tokens": 100, "cost_usd": None, "per": "total"}
+    assert request.json["queue"]["until"] is None  # a total budget: until an operator raises it
+    assert other_queue.accepted == [] and by_tag.accepted == []
+    # Raised, then spent again: a new closing, a new event.
+    flow.change_queue("llm", budget={"tokens": 150, "per": "total"}, actor="op", reason="more", using=using)
+    spend("c", 50)
+    sending.deliver(now=clock.now(using), using=using)
+    assert len(hook.accepted) == 2 and hook.accepted[1].json["id"] != request.json["id"]
 
 
 def test_slack_format_sends_a_text_line(receivers, loopback_allowed):

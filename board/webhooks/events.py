@@ -7,12 +7,12 @@ payloads (the board's JSON, and the Slack-compatible form). Pure: no database, n
 | task.deadline_missed | the reaper applied a task's queue, attempt or progress deadline (board.engine.deadlines) |
 | check.problem | a (code, task) pair appears among check()'s problems (once, until it is gone again) |
 | approval.requested | a task's holder asked a person (board.engine.approvals): the history's `ask` row, with the question |
-| queue.budget_exhausted | accepted, emitted once that feature emits it |
+| queue.budget_exhausted | a queue's budget was reached (board.engine.budgets): once per closing, named by when it closed |
 | webhook.test | only by POST /api/webhooks/{id}/test, to the webhook tested |
 """
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from board.engine import deadlines
@@ -24,10 +24,8 @@ APPROVAL_REQUESTED = "approval.requested"
 BUDGET_EXHAUSTED = "queue.budget_exhausted"
 TEST = "webhook.test"
 
-EMITTED = (TASK_FAILED, DEADLINE_MISSED, CHECK_PROBLEM, APPROVAL_REQUESTED)
-# Accepted in a subscription so that it need not change when it arrives; nothing emits it yet.
-RESERVED = (BUDGET_EXHAUSTED,)
-SUBSCRIBABLE = EMITTED + RESERVED
+EMITTED = (TASK_FAILED, DEADLINE_MISSED, CHECK_PROBLEM, APPROVAL_REQUESTED, BUDGET_EXHAUSTED)
+SUBSCRIBABLE = EMITTED
 # The events read from the history (the others come from check() or the test endpoint).
 FROM_HISTORY = (TASK_FAILED, DEADLINE_MISSED, APPROVAL_REQUESTED)
 
@@ -88,6 +86,20 @@ def problem_body(name: str, key: str, problem: Any, task: Any | None, at: dateti
             "task": task_summary(task, problem.task) if task is not None else None}
 
 
+def budget_body(queue: Any, now: datetime) -> dict[str, Any]:
+    """A queue whose budget is spent: its budget, what it spent, when it closed and until when."""
+    from board.engine import budgets
+
+    described = budgets.describe(queue, now)
+    closed_at = datetime.fromtimestamp(queue.budget_closed_at, UTC)
+    until = described["budget_exhausted_until"]
+    return {"id": event_id(BUDGET_EXHAUSTED, f"{queue.name}:{int(queue.budget_closed_at * 1000)}"),
+            "event": BUDGET_EXHAUSTED, "at": _iso(closed_at),
+            "queue": {"name": queue.name, "budget": described["budget"], "spent": described["spent"],
+                      "closed_at": _iso(closed_at), "until": _iso(until) if until else None,
+                      "link": f"/board/?queue={queue.name}"}}
+
+
 def test_body(key: str, at: datetime, actor: str) -> dict[str, Any]:
     return {"id": event_id(TEST, key), "event": TEST, "at": _iso(at),
             "message": f"a test delivery, asked for by {actor}"}
@@ -107,6 +119,10 @@ def slack_text(body: dict[str, Any]) -> str:
     if name == APPROVAL_REQUESTED:
         detail = (body.get("change") or {}).get("detail", {})
         return f":raising_hand: TaskFlow: task {label}{queue} asks: {detail.get('question', '')[:300]}"
+    if name == BUDGET_EXHAUSTED:
+        queue = body.get("queue") or {}
+        until = f"; claims start again at {queue['until']}" if queue.get("until") else ""
+        return f":money_with_wings: TaskFlow: queue `{queue.get('name')}` has spent its budget{until}"
     if name == CHECK_PROBLEM:
         problem = body.get("problem") or {}
         return f":warning: TaskFlow check: {problem.get('code')} on `{problem.get('task')}`: {problem.get('text', '')}"

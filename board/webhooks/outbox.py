@@ -13,7 +13,13 @@ check.problem: at most every PROBLEMS_EVERY_SECONDS (the reaper's loop says when
 once (selectors.problems) and each webhook that wants it gets one delivery per (code, task) pair
 that was not in its `problems_seen`; a pair that disappears is forgotten, so its return is
 announced again. No spam from a lasting problem, and at most WEBHOOK_PROBLEMS_PER_PASS new ones
-per pass."""
+per pass.
+
+queue.budget_exhausted: each pass reads the queues whose budget is spent now (few: an indexed
+nothing on most boards) and gives each webhook that wants it one delivery per closing: the
+event's id names the queue and when its budget was reached (Queue.budget_closed_at), so the
+unique (webhook, event_id) pair makes it once however many passes see the queue closed, and a
+queue that closes again (the next window, a lowered budget) is a new event."""
 from __future__ import annotations
 
 import logging
@@ -28,9 +34,9 @@ from board.engine import clock, selectors
 from board.engine.limits import WEBHOOK_PROBLEMS_PER_PASS
 from board.engine.stores import TransactionConflict, store
 from board.live import outbox
-from board.models import Task, TaskEvent, Webhook, WebhookDelivery
+from board.models import Queue, Task, TaskEvent, Webhook, WebhookDelivery
 from board.webhooks import events
-from board.webhooks.subscriptions import matches
+from board.webhooks.subscriptions import matches, matches_queue
 
 log = logging.getLogger("board.webhooks")
 
@@ -53,6 +59,12 @@ def collect(*, now: datetime | None = None, problems: bool = True, using: str = 
     for webhook in hooks:
         if set(webhook.events) & set(events.FROM_HISTORY):
             _collect_history(webhook, now, done, using)
+    budgeted = [w for w in hooks if events.BUDGET_EXHAUSTED in w.events]
+    if budgeted:
+        closed = list(Queue.objects.using(using).filter(budget_closed_at__isnull=False,
+                                                        budget_closed_until__gt=now.timestamp()))
+        for webhook in budgeted if closed else ():
+            _collect_budgets(Webhook.objects.using(using).get(pk=webhook.pk), closed, now, done, using)
     wanting = [w for w in hooks if events.CHECK_PROBLEM in w.events]
     if problems and wanting:
         found = selectors.problems(now=now, using=using)
@@ -140,6 +152,16 @@ def _collect_problems(webhook: Webhook, found: list, now: datetime, done: Collec
             body = events.problem_body(events.CHECK_PROBLEM, f"{key}:{stamp}", problem, task, now)
             rows.append(_row(webhook, events.CHECK_PROBLEM, body, now))
     _commit(webhook, rows, done, using, problems_seen=sorted((seen & set(current)) | set(new)))
+
+
+def _collect_budgets(webhook: Webhook, closed: list[Queue], now: datetime, done: Collected, using: str) -> None:
+    """One delivery per closing of a queue's budget the webhook has not been given yet."""
+    bodies = [events.budget_body(queue, now) for queue in closed if matches_queue(webhook.filter, queue.name)]
+    have = set(WebhookDelivery.objects.using(using).filter(
+        webhook_id=webhook.pk, event_id__in=[b["id"] for b in bodies]).values_list("event_id", flat=True))
+    rows = [_row(webhook, events.BUDGET_EXHAUSTED, body, now) for body in bodies if body["id"] not in have]
+    if rows:
+        _commit(webhook, rows, done, using)
 
 
 def _row(webhook: Webhook, name: str, body: dict, now: datetime) -> WebhookDelivery:

@@ -75,6 +75,16 @@ def format_of(value: Any) -> str:
     return value
 
 
+def matches_queue(webhook_filter: dict, queue: str) -> bool:
+    """Whether an event about a queue (no task, so no tags) passes the webhook's filter: its
+    queue patterns, if any; a filter by tags lets no queue event through."""
+    if not webhook_filter:
+        return True
+    if "tags" in webhook_filter:
+        return False
+    return "queue" not in webhook_filter or scopes.allows(scopes.parse(webhook_filter["queue"]), queue)
+
+
 def matches(webhook_filter: dict, task: Any | None) -> bool:
     """Whether an event about `task` (None: unknown) passes the webhook's filter."""
     if not webhook_filter:

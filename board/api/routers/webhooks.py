@@ -37,8 +37,7 @@ class WebhookIn(StrictIn):
                      description="http or https; deliveries to loopback, private, link-local and metadata addresses "
                                  "are refused unless TASKFLOW_WEBHOOK_ALLOWED_HOSTS names the host")
     events: list[EventName] = Field(..., min_length=1, max_length=MAX_WEBHOOK_EVENTS,
-                                    description="queue.budget_exhausted is accepted, and emitted once that "
-                                                "feature emits it")
+                                    description="what to hear of (docs/webhooks.md: when each is sent)")
     filter: Optional[WebhookFilterIn] = Field(None, description="only events of matching tasks")
     format: Literal["json", "slack"] = Field("json", description="slack: `{\"text\": ...}` for a Slack incoming webhook")
 
