@@ -697,7 +697,7 @@ class BulkJob(models.Model):
     id = numbered_id()
     objects = NumberedQuerySet.as_manager()
     actor = models.CharField(max_length=200, help_text="Who asked for it (the name its moves record).")
-    action = models.CharField(max_length=20, help_text="retry, requeue, cancel, pause, admit, release-stale, set-priority, add-tag.")
+    action = models.CharField(max_length=20, help_text="retry, requeue, cancel, pause, admit, release-stale, set-priority, add-tag, replay.")
     params = models.JSONField(default=dict, blank=True, help_text='The action\'s value: {"priority": 5} or {"tag": "x"}.')
     reason = models.CharField(max_length=500, blank=True, default="")
     filter = models.JSONField(default=dict, blank=True, help_text="The filter as given (docs/bulk.md).")

@@ -143,6 +143,29 @@ def test_a_crashed_runners_job_is_taken_over_and_its_moves_counted_once(using):
 
 
 @pytest.mark.parametrize("using", sql_stores())
+def test_a_bulk_replay_copies_each_finished_task_once_even_across_a_crashed_runner(using):
+    done = make(using, 6, prefix="d")
+    for task_id in done[:4]:
+        claim = transitions.claim(task_id, "agent", 60, using=using)
+        transitions.complete(task_id, claim.lease.token, {"ok": task_id}, using=using)
+    transitions.cancel(done[4], actor="op", using=using)  # finished too; done[5] stays QUEUED
+    job = jobs.create(jobs.check_request({"queue": "ci-a"}, "replay"), actor="op", using=using)
+    assert job.total == 5  # the unfinished one is not acted on
+    crashed = jobs.take(job.pk, "dead-runner", using=using)
+    first_id, first_version = crashed.items[0]
+    assert jobs.act(crashed, f"op (bulk {job.pk})", first_id, first_version, using) == (jobs.DONE, None)
+    BulkJob.objects.using(using).filter(pk=job.pk).update(heartbeat_at=crashed.heartbeat_at - timedelta(minutes=5))
+    assert jobs.run_due(using=using) == [job.pk]
+    job = jobs.get(job.pk, using)
+    assert (job.state, job.done, job.lost, job.skipped) == ("done", 5, 0, 0)
+    copies = dict(Task.objects.using(using).filter(replay_of__isnull=False).values_list("replay_of", "pk"))
+    assert copies == {task_id: f"{task_id}.r{job.pk}" for task_id in done[:5]}  # one copy each
+    assert stages(using, list(copies.values())) == dict.fromkeys(copies.values(), "QUEUED")
+    assert stages(using, done) == {**dict.fromkeys(done[:4], "COMPLETED"), done[4]: "CANCELLED", done[5]: "QUEUED"}
+    assert jobs.replay_id(job, "x" * 100).endswith(f".r{job.pk}") and len(jobs.replay_id(job, "x" * 100)) == 100
+
+
+@pytest.mark.parametrize("using", sql_stores())
 def test_two_runners_take_a_job_once(using):
     make(using, 3)
     for _ in range(3):

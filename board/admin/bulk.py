@@ -27,7 +27,8 @@ from board.models import BulkJob
 CHOICES = [("cancel", "Cancel (unfinished tasks)"), ("retry", "Retry (failed tasks, attempts reset)"),
            ("requeue", "Requeue (failed or paused tasks)"), ("pause", "Pause (running tasks, checkpoint kept)"),
            ("admit", "Admit (pending tasks)"), ("release-stale", "Release expired leases (running tasks)"),
-           ("set-priority", "Set the priority"), ("add-tag", "Add a tag")]
+           ("set-priority", "Set the priority"), ("add-tag", "Add a tag"),
+           ("replay", "Run again as new (finished tasks)")]
 assert {name for name, _ in CHOICES} == set(jobs.ACTIONS)
 
 

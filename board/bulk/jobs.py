@@ -33,6 +33,7 @@ but did not write down as done, not as lost.
 """
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import queue
@@ -51,7 +52,7 @@ from django.db.models import F
 from board.engine import clock, errors, listing, scopes, search, selectors, transitions
 from board.engine.inputs import is_valid_task_id, reason_text
 from board.engine.lifecycle import Stage
-from board.engine.limits import MAX_BULK_TASKS, MAX_OWNER_CHARS, MAX_TITLE_CHARS
+from board.engine.limits import MAX_BULK_TASKS, MAX_NAME_CHARS, MAX_OWNER_CHARS, MAX_TITLE_CHARS
 from board.engine.stores import TransactionConflict, store
 from board.models import BulkJob, Task, TaskEvent
 
@@ -84,6 +85,10 @@ ACTIONS: dict[str, Action] = {
     "release-stale": Action("force_release", (Stage.RUNNING,), "release the expired leases of"),
     "set-priority": Action("edit", _LIVE, "set the priority of"),
     "add-tag": Action("edit", _LIVE, "tag"),
+    # A copy of each finished task, linked by replay_of (transitions.replay); the original is
+    # not touched, so nothing is held to its version: a copy is made once per job and task (its
+    # id is derived from both, and a runner resuming a crashed job finds it made).
+    "replay": Action("create", (Stage.COMPLETED, Stage.FAILED, Stage.CANCELLED), "run again as new"),
 }
 FILTER_KEYS = ("search", "text", "owner", "queue", "stage", "tags")
 _QUEUE_GLOB = "^[A-Za-z0-9*?][A-Za-z0-9._:*?-]{0,99}$"
@@ -461,7 +466,7 @@ def act(job: BulkJob, actor: str, task_id: str, version: int, using: str,
             exc.field, exc.code)
     except errors.BoardError as exc:
         return SKIPPED, exc.code
-    if moved is None or moved.version == version:
+    if moved is None or (job.action != "replay" and moved.version == version):
         return SKIPPED, "unchanged"
     return DONE, None
 
@@ -500,7 +505,30 @@ def _move(job: BulkJob, actor: str, task_id: str, version: int, using: str):
                 return None
             # Held to the version whose tags were read: the list written is that one plus the tag.
             return transitions.edit(task_id, tags=[*(task.tags or []), tag], **common)
+        case "replay":
+            return _replay(job, actor, task_id, using)
     raise AssertionError(job.action)
+
+
+def replay_id(job: BulkJob, task_id: str) -> str:
+    """The id of the copy this job makes of `task_id`: `<id>.r<job>` (an id too long for that
+    keeps its start and a digest of the whole, so that two originals never share a copy)."""
+    suffix = f".r{job.pk}"
+    if len(task_id) + len(suffix) <= MAX_NAME_CHARS:
+        return task_id + suffix
+    digest = hashlib.sha256(task_id.encode()).hexdigest()[:16]
+    return f"{task_id[:MAX_NAME_CHARS - len(suffix) - 17]}-{digest}{suffix}"
+
+
+def _replay(job: BulkJob, actor: str, task_id: str, using: str):
+    new_id = replay_id(job, task_id)
+    try:
+        return transitions.replay(task_id, actor=actor, new_id=new_id, using=using)
+    except errors.DuplicateId:
+        made = Task.objects.using(using).filter(pk=new_id, replay_of=task_id).first()
+        if made is None:
+            raise
+        return made  # made by this job before its runner stopped
 
 
 # -- where jobs run ---------------------------------------------------------------------------

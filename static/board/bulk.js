@@ -25,7 +25,7 @@ const panel = document.getElementById("bulk");
 const FINISHED = new Set(["stopped", "done", "failed"]);
 const DONE_WORDS = {
   retry: "retried", requeue: "requeued", cancel: "cancelled", pause: "paused", admit: "admitted",
-  "release-stale": "released", "set-priority": "re-prioritised", "add-tag": "tagged",
+  "release-stale": "released", "set-priority": "re-prioritised", "add-tag": "tagged", replay: "run again as new",
 };
 const FALLBACK_POLL_MS = 5000; // the job's row, read now and then: a frame lost in a reconnection
 let jobId = null;

@@ -20,7 +20,8 @@ from board.engine.limits import MAX_REASON_CHARS, MAX_TAGS
 
 router = Router()
 
-ActionName = Literal["retry", "requeue", "cancel", "pause", "admit", "release-stale", "set-priority", "add-tag"]
+ActionName = Literal["retry", "requeue", "cancel", "pause", "admit", "release-stale", "set-priority", "add-tag",
+                     "replay"]
 assert set(ActionName.__args__) == set(jobs.ACTIONS)
 
 

@@ -1,6 +1,7 @@
 """Approval gates (issue 32, item 2: board.engine.approvals): Task.awaiting_approval and
 approvals_count, the Approval rows, and partial indexes of the tasks that have notes or await an
-answer (check() reads them) (the MongoDB tree has the same as the SQL tree's 0028: tests/test_mongo_migrations.py)."""
+answer (check() reads them); BulkJob.action's help names replay (the MongoDB tree has the same as the SQL tree's 0028:
+tests/test_mongo_migrations.py)."""
 
 import django.db.models.deletion
 from django.db import migrations, models
@@ -46,6 +47,11 @@ class Migration(migrations.Migration):
             model_name='task',
             name='awaiting_approval',
             field=models.BooleanField(db_default=False, default=False, editable=False, help_text="PAUSED waiting for a person's answer to its approval (board.engine.approvals)."),
+        ),
+        migrations.AlterField(
+            model_name='bulkjob',
+            name='action',
+            field=models.CharField(help_text='retry, requeue, cancel, pause, admit, release-stale, set-priority, add-tag, replay.', max_length=20),
         ),
         migrations.AddIndex(
             model_name='task',
