@@ -1061,7 +1061,8 @@ class Client:
 
     def complete_batch(self, items: Sequence[tuple[Any, ...]]) -> builtins.list[Outcome]:
         """Complete several held tasks in one request (``POST /api/complete``, up to 100):
-        `items` are ``(lease_or_job, result)`` or ``(task_id, token, result)`` tuples. Each
+        `items` are ``(lease_or_job, result)`` or ``(task_id, token, result)`` tuples, each
+        optionally ending with the attempt's ``usage`` (a dict, as `complete` takes it). Each
         item is its own compare-and-swap: one refused (its lease lost, ...) does not undo the
         others. Returns one `Outcome` per item, in order: ``ok`` and the COMPLETED ``task``, or
         ``error`` (the `TaskflowError` a single `complete` would have raised, not raised here).
@@ -1069,13 +1070,16 @@ class Client:
         one sent again meets its own completion as `LeaseLost` with the task COMPLETED)."""
         body_items = []
         for item in items:
-            if len(item) == 2:
-                holder, result = item
+            if isinstance(item[0], str):
+                task_id, token, result, *rest = item
+            else:
+                holder, result, *rest = item
                 lease = getattr(holder, "lease", holder)  # a Job or a Lease
                 task_id, token = lease.task_id, lease.token
-            else:
-                task_id, token, result = item
-            body_items.append({"id": task_id, "token": token, "result": {} if result is None else result})
+            body_item: dict[str, Any] = {"id": task_id, "token": token, "result": {} if result is None else result}
+            if rest and rest[0] is not None:
+                body_item["usage"] = rest[0]
+            body_items.append(body_item)
         if not body_items:
             return []
         if len(body_items) > MAX_BATCH:
@@ -1094,7 +1098,7 @@ class Client:
 
     def _complete_one(self, item: dict[str, Any]) -> Outcome:
         try:
-            task = self.complete(item["id"], item["token"], item["result"])
+            task = self.complete(item["id"], item["token"], item["result"], usage=item.get("usage"))
         except TaskflowError as exc:
             return Outcome(item["id"], False, exc.task, exc)
         return Outcome(item["id"], True, task, None)

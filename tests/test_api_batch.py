@@ -14,7 +14,7 @@ from board.engine import flow, selectors, transitions
 from board.engine.transitions import TaskSpec
 from board.models import Task, TaskEvent
 from tests.support import db_state, sqlite_db_mark
-from tests.test_api import TASK_FIELDS, agent, agent_b, assert_error, create, http, post  # noqa: F401 (fixtures)
+from tests.test_api import TASK_FIELDS, agent, agent_b, assert_error, create, get, http, post  # noqa: F401 (fixtures)
 
 pytestmark = sqlite_db_mark()
 
@@ -129,6 +129,22 @@ def test_a_batch_complete_reports_each_item_in_order(http, agent, agent_b):  # n
     assert Task.objects.get(pk="d1").stage == "RUNNING"
 
 
+def test_a_batch_complete_writes_each_accepted_items_usage(http, agent):  # noqa: F811
+    for n in range(3):
+        create(http, agent, id=f"u{n}")
+    leases = batch(http, agent, 3).json()["leases"]
+    items = [{"id": c["task"]["id"], "token": c["lease"]["token"], "result": {},
+              "usage": {"model": "opus", "input_tokens": 100 * (n + 1), "output_tokens": 10, "cost_usd": 0.01}}
+             for n, c in enumerate(leases)]
+    items[1]["token"] = "stale"  # refused: its report is not written
+    del items[2]["usage"]  # no report: usage stays missing, never zero
+    response = post(http, "/complete", {"items": items}, agent)
+    assert [i["ok"] for i in response.json()["items"]] == [True, False, True]
+    got = {task_id: get(http, f"/tasks/{task_id}/usage", agent).json()["total"] for task_id in ("u0", "u1", "u2")}
+    assert (got["u0"]["input_tokens"], got["u0"]["reports"], got["u0"]["cost_usd"]) == (100, 1, 0.01)
+    assert got["u1"]["reports"] == 0 and got["u2"]["reports"] == 0
+
+
 def test_a_scoped_key_completing_a_task_outside_its_queues_gets_not_found_for_it(http, agent):  # noqa: F811
     from board import agent_keys
 
@@ -158,7 +174,9 @@ ITEM = {"id": "x", "token": "t", "result": {}}
     {"items": [dict(ITEM, extra=1)]},
     {"items": ITEM},
     {},
-], ids=["empty", "101", "duplicate", "null-result", "no-result", "bad-id", "unknown-field", "not-a-list", "no-items"])
+    {"items": [dict(ITEM, usage={"input_tokens": -1})]},
+], ids=["empty", "101", "duplicate", "null-result", "no-result", "bad-id", "unknown-field", "not-a-list", "no-items",
+        "bad-usage"])
 def test_a_bad_batch_complete_is_422_and_writes_nothing(http, agent, body):  # noqa: F811
     create(http, agent, id="x")
     held = post(http, "/claim", {"ttl_seconds": 60}, agent).json()

@@ -203,7 +203,9 @@ def test_claim_batch_and_complete_batch_with_one_lost_lease(key, proxy):
     # The rest: 6 tasks, asked for 10; the (task_id, token, result) form.
     rest = client.claim_batch(10, ttl_seconds=30, queue="batch")
     assert sorted(lease.task_id for lease in rest) == sorted(["b03", *ids[10:]])
-    assert all(o.ok for o in client.complete_batch([(lease.task_id, lease.token, None) for lease in rest]))
+    assert all(o.ok for o in client.complete_batch([(lease.task_id, lease.token, None, {"input_tokens": 7})
+                                                    for lease in rest]))
+    assert all(client.usage(lease.task_id)["total"]["input_tokens"] == 7 for lease in rest)
     assert client.claim_batch(10, ttl_seconds=30, queue="batch") == []  # no work: 204
     with pytest.raises(ValueError):
         client.claim_batch(101, ttl_seconds=30)

@@ -292,6 +292,7 @@ class CompleteItemIn(StrictIn):
     id: str = Field(..., pattern=TASK_ID_PATTERN)
     token: str = TOKEN
     result: Annotated[JsonValue, AfterValidator(_not_null)] = Field(..., description="any JSON value but null")
+    usage: Optional[UsageIn] = USAGE
 
 
 class CompleteBatchIn(StrictIn):

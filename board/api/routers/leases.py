@@ -321,7 +321,7 @@ def _then_next(request, body: NextIn, move, reported: dict | None = None):
 @router.post("/complete", response={200: CompleteBatchOut, **ERRORS}, auth=HOT_AUTH,
              summary="Complete several tasks: each item its own move; per-item outcomes in order")
 def complete_batch(request, body: CompleteBatchIn):
-    """Each item ({id, token, result}) is completed as POST /api/tasks/{id}/complete would,
+    """Each item ({id, token, result, usage?}) is completed as POST /api/tasks/{id}/complete would,
     in its own transaction: the answer has one entry per item, in order, `{"id", "ok": true,
     "task"}` or `{"id", "ok": false, "error": {"code", "message"}}`; one refused item undoes
     nothing. A bad batch (empty, over 100 items, a task named twice, a null result) is refused
@@ -333,6 +333,9 @@ def complete_batch(request, body: CompleteBatchIn):
         ids = [item.id for item in body.items]
         queues = selectors.queues_of(ids)
         hidden = {task_id for task_id in ids if task_id not in queues or not scopes.allows(auth.scope, queues[task_id])}
+    # Each item's usage report is checked before anything moves (a bad one refuses the batch,
+    # 422), and written after its own completion was accepted, as complete's is.
+    reports = {item.id: _usage_of(item.usage) for item in body.items}
     items = [transitions.CompleteItem(item.id, item.token, item.result) for item in body.items
              if item.id not in hidden]
     outcomes = iter(transitions.complete_batch(items, agent=auth.name, key_hash=auth.key_hash) if items else ())
@@ -345,6 +348,7 @@ def complete_batch(request, body: CompleteBatchIn):
         if isinstance(outcome, errors.BoardError):
             answer.append({"id": item.id, "ok": False, "error": {"code": outcome.code, "message": outcome.message}})
         else:
+            _record_usage(request, outcome, outcome.fence, reports[item.id])
             answer.append({"id": item.id, "ok": True, "task": render_task(outcome)})
     return _answer(request, {"items": answer})
 
