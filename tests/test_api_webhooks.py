@@ -145,6 +145,37 @@ def test_the_admin_shows_the_delivery_log_and_never_the_secret(receivers, loopba
 
 
 
+def test_a_webhook_made_in_the_admin_shows_its_secret_once_and_a_refusal_writes_nothing(receivers, loopback_allowed):
+    receiver = receivers()
+    maker = client_for(make_user("maker", ["board.add_webhook"]))
+    form = {"url": receiver.url(), "event_list": ["task.failed", "approval.requested"], "filter_queue": "ci-*",
+            "filter_tags": "", "format": "json", "_save": "Save"}
+    before = everything()
+    for bad in ({"url": "ftp://example.com/hook"}, {"event_list": []}, {"filter_queue": "not a pattern!"},
+                {"filter_tags": "urgent, no spaces"}):
+        page = maker.post("/admin/board/webhook/add/", {**form, **bad})
+        assert page.status_code == 200 and "errorlist" in page.content.decode(), bad
+    assert everything() == before
+    made = maker.post("/admin/board/webhook/add/", form)
+    assert made.status_code == 200, made.content[:500]
+    webhook = Webhook.objects.get()
+    assert (webhook.url, webhook.events, webhook.filter, webhook.created_by) == (
+        receiver.url(), ["task.failed", "approval.requested"], {"queue": "ci-*"}, "maker")
+    assert webhook.secret in made.content.decode() and made["Cache-Control"].startswith("max-age=0")
+    # Shown once: its page, the list and the add form never show it again.
+    for path in ("/admin/board/webhook/", f"/admin/board/webhook/{webhook.pk}/change/", "/admin/board/webhook/add/"):
+        assert webhook.secret not in maker.get(path).content.decode(), path
+    # It works: a failure is delivered, signed with that secret.
+    receiver.secret = webhook.secret
+    fail_task("t1", queue="ci-1")
+    sending.deliver()
+    assert [r.json["event"] for r in receiver.accepted] == ["task.failed"] and receiver.bad_signatures == 0
+    watcher = client_for(make_user("watcher", ["board.view_webhook"]))
+    assert watcher.get("/admin/board/webhook/add/").status_code == 403
+    assert watcher.post("/admin/board/webhook/add/", form).status_code == 403
+    assert Webhook.objects.count() == 1
+
+
 def test_switching_a_webhook_off_in_the_admin_keeps_the_cursor_the_pass_moved(receivers, loopback_allowed):
     """The change form writes `active` alone: a whole-row save would put back the cursor read when
     the page opened, and the pass would collect those events again."""

@@ -1,15 +1,19 @@
 """The webhooks admin (issue 33, item 6; board/webhooks/): each subscription with its delivery
 log, and the deliveries' own list (what was sent, how often, the receiver's last answer).
-Subscriptions are created over the API (`POST /api/webhooks`, whose answer carries the signing
-secret once); here they are read, switched off and on, and deleted. The secret is never shown
-(board/admin/secret_columns.py): it is not a field of any page here.
+Subscriptions are created here (the add page, whose answer shows the signing secret once, as
+`POST /api/webhooks`'s does) or over the API; they are read, switched off and on, and deleted.
+The secret is shown only on that one answer (board/admin/secret_columns.py): it is not a field
+of any other page here.
 
 Who may (board/access.py): see them with board.view_webhook (or board.add_webhook); switch one
 off or on, or send deliveries again, with board.add_webhook; delete with board.delete_webhook."""
 from __future__ import annotations
 
+from django import forms
 from django.contrib import admin
+from django.template.response import TemplateResponse
 from django.urls import reverse
+from django.utils.cache import add_never_cache_headers
 from django.utils.html import format_html, format_html_join
 from django.utils.http import urlencode
 
@@ -18,7 +22,8 @@ from board.admin.actions import Report
 from board.admin.filters import NoHashLookups
 from board.engine.limits import MAX_ACTION_ROWS
 from board.models import Webhook, WebhookDelivery
-from board.webhooks import sending, subscriptions
+from board.engine import errors
+from board.webhooks import events, sending, subscriptions
 
 LOG_ROWS = 50  # deliveries shown on a webhook's page (the Deliveries list has them all)
 STATE_MARKS = {WebhookDelivery.DELIVERED: "✓ delivered", WebhookDelivery.PENDING: "… pending",
@@ -35,13 +40,66 @@ class _WebhookRights(NoHashLookups):
         return access.may_view_webhooks(request.user)
 
     def has_add_permission(self, request, obj=None) -> bool:
-        return False  # POST /api/webhooks: its answer is the one place the secret is shown
+        return False  # the deliveries' rows are made by the outbox; WebhookAdmin overrides it
 
     def has_change_permission(self, request, obj=None) -> bool:
         return access.may_add_webhooks(request.user)
 
     def has_delete_permission(self, request, obj=None) -> bool:
         return access.may_delete_webhooks(request.user)
+
+
+class WebhookCreateForm(forms.ModelForm):
+    """A new subscription, made by subscriptions.create_webhook as the form's last step (its
+    refusal shows on the field it names); the secret it mints is kept in memory for the one
+    answer that shows it."""
+
+    FIELDS = ("url", "event_list", "filter_queue", "filter_tags", "format")
+    actor = ""  # the operator's username; set per request by the admin's get_form
+
+    event_list = forms.MultipleChoiceField(
+        label="Events", choices=[(name, name) for name in events.SUBSCRIBABLE],
+        widget=forms.CheckboxSelectMultiple,
+        help_text="What to hear of (docs/webhooks.md says when each is sent).")
+    filter_queue = forms.CharField(required=False, label="Only queues", max_length=2100,
+                                   help_text="Queue patterns, as a key's scope: ci-*,docs (empty: every queue).")
+    filter_tags = forms.CharField(required=False, label="Only tasks tagged",
+                                  help_text="Tags, comma separated: a task carrying one of them (empty: any).")
+    format = forms.ChoiceField(choices=[(f, f) for f in events.FORMATS], initial="json",
+                               help_text="slack: {\"text\": ...} for a Slack incoming webhook.")
+
+    class Meta:
+        model = Webhook
+        fields = ("url",)
+
+    class Media:
+        css = {"all": ("board/admin.css",)}
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.written = None
+
+    def _post_clean(self):
+        if self._errors:
+            return
+        wanted = {"queue": self.cleaned_data.get("filter_queue") or None,
+                  "tags": [t.strip() for t in (self.cleaned_data.get("filter_tags") or "").split(",") if t.strip()]
+                  or None}
+        try:
+            webhook, secret = subscriptions.create_webhook(
+                self.cleaned_data["url"], self.cleaned_data["event_list"],
+                filter={k: v for k, v in wanted.items() if v is not None} or None,
+                format=self.cleaned_data["format"], actor=self.actor)
+        except errors.BoardError as exc:
+            field = {"url": "url", "events": "event_list", "filter": "filter_queue", "format": "format"}.get(exc.field)
+            self.add_error(field, exc.message)
+            return
+        webhook.minted_secret = secret  # in memory only, for the one response that shows it
+        self.written = webhook
+
+    def save(self, commit=True):
+        self.save_m2m = lambda: None
+        return self.written
 
 
 def _deliveries_of(webhook_id: int, state: str | None = None) -> str:
@@ -61,6 +119,32 @@ class WebhookAdmin(_WebhookRights, admin.ModelAdmin):
               "deliveries_summary", "delivery_log")
     readonly_fields = ("url", "event_names", "filter_text", "format", "created_by", "created_at", "cursor",
                        "deliveries_summary", "delivery_log")
+
+    def has_add_permission(self, request, obj=None) -> bool:
+        return access.may_add_webhooks(request.user)
+
+    def get_form(self, request, obj=None, change=False, **kwargs):
+        if obj is None:
+            kwargs["form"] = WebhookCreateForm
+            form = super().get_form(request, obj, change=change, **kwargs)
+            return type(form.__name__, (form,), {"actor": request.user.get_username()})
+        return super().get_form(request, obj, change=change, **kwargs)
+
+    def get_fields(self, request, obj=None):
+        return WebhookCreateForm.FIELDS if obj is None else self.fields
+
+    def get_readonly_fields(self, request, obj=None):
+        return () if obj is None else self.readonly_fields
+
+    def response_add(self, request, obj, post_url_continue=None):
+        """Show the signing secret once, in this response, never in a message (messages may be
+        stored in the session) and never again (as the agent keys' page does)."""
+        context = {**self.admin_site.each_context(request), "title": "Webhook created", "opts": self.opts,
+                   "webhook": obj, "secret": getattr(obj, "minted_secret", "")}
+        request.current_app = self.admin_site.name
+        response = TemplateResponse(request, "admin/board/webhook/webhook_created.html", context)
+        add_never_cache_headers(response)
+        return response
 
     @admin.display(description="events")
     def event_names(self, webhook: Webhook) -> str:
@@ -99,6 +183,8 @@ class WebhookAdmin(_WebhookRights, admin.ModelAdmin):
                            head, body, _deliveries_of(webhook.pk))
 
     def save_model(self, request, obj, form, change):
+        if not change:
+            return  # an add: subscriptions.create_webhook wrote it, as the form's last step
         # Never the whole row: the form read the cursor when the page opened, and a collecting
         # pass has moved it since. `active` is the one field this page changes.
         subscriptions.set_active(obj.pk, obj.active)
