@@ -320,9 +320,7 @@ class Job:
         `LeaseLost`, which the ``with`` statement swallows (nothing more is committed)."""
         self.stop()
         with self._lock:
-            if self.outcome is not None:
-                raise RuntimeError(f"task {self.task_id} is no longer held ({self.outcome})")
-            self.raise_if_lost()
+            self._refuse_unless_held()
             try:
                 lease = self.lease.ask(question, form=form, approvers=approvers, timeout_seconds=timeout_seconds,
                                        on_timeout=on_timeout, checkpoint=checkpoint, poll_seconds=poll_seconds,
@@ -333,13 +331,21 @@ class Job:
             except BaseException:
                 # Refused before asking (a bad form) or interrupted while waiting: beat again (a
                 # lease given up with its question is then found lost by the first beat).
-                self._stop, self._thread = threading.Event(), None
-                self.start()
+                self._beat_again()
                 raise
             self.lease = lease
-            self._stop, self._thread = threading.Event(), None
-        self.start()
+        self._beat_again()
         return lease.approval or {}
+
+    def _beat_again(self) -> None:
+        """A new heartbeat thread, after `stop` (for the lease held now)."""
+        self._stop, self._thread = threading.Event(), None
+        self.start()
+
+    def _refuse_unless_held(self) -> None:
+        if self.outcome is not None:
+            raise RuntimeError(f"task {self.task_id} is no longer held ({self.outcome})")
+        self.raise_if_lost()
 
     def raise_if_lost(self) -> None:
         """Raise `LeaseLost` if the lease is gone (the ``with`` statement swallows it)."""
@@ -349,9 +355,7 @@ class Job:
     def _finish(self, outcome: str, call: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         self.stop()
         with self._lock:
-            if self.outcome is not None:
-                raise RuntimeError(f"task {self.task_id} is no longer held ({self.outcome})")
-            self.raise_if_lost()
+            self._refuse_unless_held()
             try:
                 task = call()
             except _GONE as exc:
