@@ -1328,8 +1328,16 @@ class Client:
         """Every resource tasks have named (and each directory a pattern holds), by name:
         ``name``, ``capacity``, ``held`` (units, or ``"exclusive"``), ``holds_below`` and
         ``holders`` (each ``task``, ``agent``, ``fence``, ``units``, ``exclusive``,
-        ``expires_at``: a hold ends with its lease). Empty for a key limited to some queues."""
-        return self.request("GET", "/resources")["items"]
+        ``expires_at``: a hold ends with its lease). Empty for a key limited to some queues.
+        Every page (500 a request)."""
+        found: builtins.list[dict[str, Any]] = []
+        after = None
+        while True:
+            page = self.request("GET", "/resources", query={"after": after, "limit": 500})
+            found += page["items"]
+            after = page["next_after"]
+            if after is None:
+                return found
 
     def set_resource_capacity(self, name: str, capacity: int, *, reason: str = "") -> dict[str, Any]:
         """Operator: shared holders of `name` may hold `capacity` units together (1-10,000; an

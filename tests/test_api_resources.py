@@ -55,6 +55,18 @@ def test_two_workers_and_a_merge_slot(http, agent, agent_b, operator):  # noqa: 
     assert claim_next(http, agent_b).json()["task"]["id"] == "merge-2"
 
 
+def test_the_resources_come_a_page_at_a_time_by_name(http, agent):  # noqa: F811
+    for n in range(5):
+        create(http, agent, id=f"r{n}", resources=[f"slot-{n}"])
+    first = get(http, "/resources?limit=2", agent).json()
+    assert [r["name"] for r in first["items"]] == ["slot-0", "slot-1"] and first["next_after"] == "slot-1"
+    second = get(http, "/resources?limit=2&after=slot-1", agent).json()
+    assert [r["name"] for r in second["items"]] == ["slot-2", "slot-3"]
+    last = get(http, f"/resources?limit=2&after={second['next_after']}", agent).json()
+    assert ([r["name"] for r in last["items"]], last["next_after"]) == (["slot-4"], None)
+    assert_error(get(http, "/resources?limit=0", agent), 422, "validation_error")
+
+
 def test_the_holder_check_refuses_a_lease_that_was_taken_over(http, agent, agent_b):  # noqa: F811
     create(http, agent, id="push", resources=["branch:main"])
     _, _token = claim(http, agent, "push")

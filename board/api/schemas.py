@@ -669,7 +669,8 @@ class ResourceOut(Schema):
 
 
 class ResourceList(Schema):
-    items: list[ResourceOut]
+    items: list[ResourceOut] = Field(..., description="by name")
+    next_after: Optional[str] = Field(None, description="pass as `after` for the next page; null: the last page")
 
 
 class ResourceIn(StrictIn):

@@ -250,16 +250,20 @@ def running_needs(using: str, nodes: Iterable[str] | None = None) -> list[tuple[
     return found
 
 
-def holders(using: str = "default", names: Iterable[str] | None = None) -> list[dict]:
-    """Every resource row (of `names` when given) with its holders: what GET /api/resources
-    answers. A holder is a RUNNING task's lease: its task, agent, fence and expiry (the hold
-    ends with the lease: renewing extends it)."""
+def holders(using: str = "default", names: Iterable[str] | None = None, *, after: str | None = None,
+            limit: int | None = None) -> list[dict]:
+    """The resource rows (of `names` when given; by name, after `after`, at most `limit`) with
+    their holders: what GET /api/resources answers. A holder is a RUNNING task's lease: its task,
+    agent, fence and expiry (the hold ends with the lease: renewing extends it)."""
     with store(using).read_transaction():
         resources = Resource.objects.using(using).all()
         if names is not None:
             resources = resources.filter(name__in=list(names))
-        resources = list(resources.order_by("name"))
-        holds = running_needs(using, [r.name for r in resources] if names is not None else None)
+        if after is not None:
+            resources = resources.filter(name__gt=after)
+        resources = resources.order_by("name")
+        resources = list(resources if limit is None else resources[:limit])
+        holds = running_needs(using, [r.name for r in resources])
     by_node: dict[str, list[dict]] = defaultdict(list)
     for hold in sorted(holds, key=lambda h: (h[0], h[2])):
         if hold[1]:

@@ -7,6 +7,7 @@ from ninja import Router
 
 from board.api.auth import require_queue_changer, require_reader
 from board.api.errors import ERRORS
+from board.api.pagination import page_limit
 from board.api.schemas import ResourceCheckOut, ResourceIn, ResourceList, ResourceOut
 from board.engine import errors, resources
 
@@ -15,14 +16,18 @@ router = Router()
 
 @router.get("/resources", response={200: ResourceList, **ERRORS},
             summary="Every resource tasks have named: its capacity and who holds it until when")
-def list_resources(request):
+def list_resources(request, after: str | None = None, limit: int = 100):
     """Each resource (and each directory a pattern holds, e.g. `file:src/app/`) by name, with
     its holders: the RUNNING tasks whose claims took it, their agents, fences and lease expiries
-    (a hold ends with its lease). A key limited to some queues sees none: a resource spans them."""
+    (a hold ends with its lease). A page at a time (`limit`, at most 500): `next_after` is the
+    `after` of the next page. A key limited to some queues sees none: a resource spans them."""
     require_reader(request)
+    limit = page_limit(limit)
     if request.auth.scope is not None:
-        return {"items": []}
-    return {"items": resources.holders()}
+        return {"items": [], "next_after": None}
+    page = resources.holders(after=after, limit=limit + 1)
+    more = len(page) > limit
+    return {"items": page[:limit], "next_after": page[limit - 1]["name"] if more else None}
 
 
 @router.put("/resources/{path:name}", response={200: ResourceOut, **ERRORS},
