@@ -1,0 +1,221 @@
+"""The board at any moment (issue 33, item 4): every task's stage, version and owner at a time T,
+the counts, and check()'s problems, rebuilt from the history (TaskEvent). Reads only; the design,
+the retention rule and the limits: docs/board-at.md.
+
+A task's state at T is its last history row with `at <= T` (rows of one task are in id order,
+which is version order: every move is one compare-and-swap). Its owner is the actor of the last
+claim or resume row at or before T when that state is RUNNING (a takeover is a reclaim row and
+then a claim row), else none. A task whose first row (its create) is after T is absent.
+
+On the SQL stores each read is one statement grouping the history by task ("the latest row per
+task at or before T", on the event_task_history index (task, id)); a page reads only its tasks'
+groups. MongoDB folds the rows at or before T in Python: exact, slower on a big board.
+
+The prune (board.engine.retention) deletes old finished tasks whole, and moves the history's
+horizon (HistoryHorizon.exact_from) to the newest row it deleted: before it a deleted task may be
+missing, so every answer says whether it is exact. Collapsed renews change nothing here but the
+version inside a collapsed span (a renew moves only the version): see docs/board-at.md.
+"""
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+from django.db.models import Count, Max, Q
+
+from board.engine import clock, scopes
+from board.engine.invariants import Problem, TaskSnapshot, check
+from board.engine.lifecycle import Stage, Verb
+from board.engine.stores import store
+from board.models import Dependency, HistoryHorizon, Queue, Task, TaskEvent
+
+HORIZON = "tasks"  # HistoryHorizon's one row (board.engine.retention writes it)
+# The rows that start a RUNNING stint: their actor is its owner.
+STARTS_RUNNING = (Verb.CLAIM, Verb.RESUME)
+# A lease's expiry is not in the history: a rebuilt RUNNING task gets this one, so check()'s
+# lease_expired never fires at a past moment (docs/board-at.md, Problems).
+_UNKNOWN_EXPIRY = datetime.max.replace(tzinfo=timezone.utc)
+_CHUNK = 2000
+
+
+@dataclass(frozen=True)
+class Card:
+    id: str
+    stage: str
+    version: int
+    owner: str
+
+
+@dataclass
+class Moment:
+    """The board at `at`, one page of it: `tasks` in id order after the caller's cursor, `last`
+    the id to continue after (None: the last page). `counts` and `exact` are the whole board's
+    (as far as the scope reaches)."""
+
+    at: datetime
+    counts: dict[str, int]
+    tasks: list[Card]
+    last: str | None
+    exact_from: datetime | None  # None: the prune never deleted a task's history
+    exact: bool
+    first_event_at: datetime | None = None
+    problems: list[Problem] = field(default_factory=list)
+
+
+def horizon(*, using: str = "default") -> datetime | None:
+    """The oldest moment the board can be rebuilt exactly at (None: any moment)."""
+    return HistoryHorizon.objects.using(using).filter(name=HORIZON).values_list("exact_from", flat=True).first()
+
+
+def board_at(at: datetime, *, scope: scopes.Scope = None, after: str | None = None, limit: int = 500,
+             with_problems: bool = False, using: str = "default") -> Moment:
+    """One page of the board at `at` (tasks with ids after `after`), the counts of the whole board
+    at `at`, and (with_problems) check()'s problems of the rebuilt board. `scope`: a key's queue
+    patterns; only their tasks are counted and listed. One read transaction."""
+    with store(using).read_transaction():
+        queues = _queues(scope, using)
+        exact_from = horizon(using=using)
+        history = TaskEvent.objects.using(using)
+        first = history.order_by("pk").values_list("at", flat=True).first()
+        if store(using).speaks_sql:
+            counts, rows = _sql_counts(at, queues, using), _sql_page(at, queues, after, limit, using)
+            owners = _sql_owners(at, [r[0] for r in rows if r[1] == Stage.RUNNING], using)
+        else:
+            counts, rows, owners = _folded(at, queues, after, limit, using)
+        found = problems_at(at, scope=scope, using=using) if with_problems else []
+    last = rows[limit - 1][0] if len(rows) > limit else None
+    cards = [Card(task_id, stage, version, owners.get(task_id, "") if stage == Stage.RUNNING else "")
+             for task_id, stage, version in rows[:limit]]
+    return Moment(at=at, counts={stage.value: counts.get(stage.value, 0) for stage in Stage}, tasks=cards,
+                  last=last, exact_from=exact_from, exact=exact_from is None or at >= exact_from,
+                  first_event_at=first, problems=found)
+
+
+def events_around(at: datetime, *, scope: scopes.Scope = None, using: str = "default") -> tuple[datetime | None, datetime | None]:
+    """The time of the last history row before `at` and of the first after it: a step back or
+    forward one event on the board's time control."""
+    rows = TaskEvent.objects.using(using)
+    queues = _queues(scope, using)
+    if queues is not None:
+        rows = rows.filter(task__queue__in=queues)
+    before = rows.filter(at__lt=at).order_by("-at").values_list("at", flat=True).first()
+    following = rows.filter(at__gt=at).order_by("at").values_list("at", flat=True).first()
+    return before, following
+
+
+def problems_at(at: datetime, *, scope: scopes.Scope = None, using: str = "default") -> list[Problem]:
+    """check() of the board rebuilt at `at`. What the history does not keep is given as
+    harmless (docs/board-at.md): a RUNNING task holds its lease with an unknown expiry, a PAUSED
+    one its checkpoint, a COMPLETED one its result, attempts are not counted, ranks not read. So
+    only a task in the dependency graph can have a problem, and only those are rebuilt: the
+    result equals check() of the whole rebuilt board. A scoped key hears of its queues' tasks."""
+    deps: dict[str, list[str]] = defaultdict(list)
+    for task_id, dep in Dependency.objects.using(using).values_list("task_id", "depends_on_id").iterator(_CHUNK):
+        deps[task_id].append(dep)
+    wanted = set(deps).union(*deps.values()) if deps else set()
+    if not wanted:
+        return []
+    stages = _stages_of(at, sorted(wanted), using)
+    owners = _sql_owners(at, [t for t, s in stages.items() if s == Stage.RUNNING], using) \
+        if store(using).speaks_sql else _folded_owners(at, [t for t, s in stages.items() if s == Stage.RUNNING], using)
+    snapshots = [TaskSnapshot(id=task_id, stage=stage, deps=tuple(deps.get(task_id, ())),
+                              owner=owners.get(task_id, "?") if stage == Stage.RUNNING else "",
+                              has_token=stage == Stage.RUNNING,
+                              lease_expires_at=_UNKNOWN_EXPIRY if stage == Stage.RUNNING else None,
+                              has_checkpoint=True, has_result=True)
+                 for task_id, stage in stages.items()]
+    found = check(snapshots, at)
+    if scope is not None:
+        queues = dict(Task.objects.using(using).filter(pk__in=sorted({p.task for p in found})).values_list("pk", "queue"))
+        found = [p for p in found if p.task in queues and scopes.allows(scope, queues[p.task])]
+    return found
+
+
+# ---------------------------------------------------------------------------------------------
+# The SQL stores: each read one statement over the history grouped by task.
+
+def _latest(at: datetime, queues: list[str] | None, using: str, **where):
+    """The ids of each task's last row at or before `at` (a subquery)."""
+    rows = TaskEvent.objects.using(using).filter(at__lte=at, **where)
+    if queues is not None:
+        rows = rows.filter(task__queue__in=queues)
+    return rows.order_by().values("task_id").annotate(last=Max("pk")).values("last")
+
+
+def _sql_counts(at: datetime, queues: list[str] | None, using: str) -> dict[str, int]:
+    return dict(TaskEvent.objects.using(using).filter(pk__in=_latest(at, queues, using))
+                .order_by().values("to_stage").annotate(n=Count("pk")).values_list("to_stage", "n"))
+
+
+def _sql_page(at: datetime, queues: list[str] | None, after: str | None, limit: int, using: str) -> list[tuple]:
+    where = {"task_id__gt": after} if after is not None else {}
+    ids = list(_latest(at, queues, using, **where).order_by("task_id").values_list("last", flat=True)[:limit + 1])
+    return list(TaskEvent.objects.using(using).filter(pk__in=ids).order_by("task_id")
+                .values_list("task_id", "to_stage", "version"))
+
+
+def _sql_owners(at: datetime, task_ids: list[str], using: str) -> dict[str, str]:
+    owners: dict[str, str] = {}
+    for start in range(0, len(task_ids), _CHUNK):
+        chunk = task_ids[start:start + _CHUNK]
+        starts = (TaskEvent.objects.using(using).filter(task_id__in=chunk, at__lte=at, verb__in=STARTS_RUNNING)
+                  .order_by().values("task_id").annotate(last=Max("pk")).values("last"))
+        owners.update(TaskEvent.objects.using(using).filter(pk__in=starts).values_list("task_id", "actor"))
+    return owners
+
+
+def _stages_of(at: datetime, task_ids: list[str], using: str) -> dict[str, str]:
+    """The stage at `at` of each of `task_ids` that existed then."""
+    stages: dict[str, str] = {}
+    for start in range(0, len(task_ids), _CHUNK):
+        chunk = task_ids[start:start + _CHUNK]
+        if store(using).speaks_sql:
+            latest = _latest(at, None, using, task_id__in=chunk)
+            stages.update(TaskEvent.objects.using(using).filter(pk__in=latest).values_list("task_id", "to_stage"))
+        else:
+            for task_id, stage in (TaskEvent.objects.using(using).filter(task_id__in=chunk, at__lte=at)
+                                   .order_by("pk").values_list("task_id", "to_stage")):
+                stages[task_id] = stage
+    return stages
+
+
+# ---------------------------------------------------------------------------------------------
+# MongoDB (any store without SQL): the rows at or before `at`, folded in id order.
+
+def _folded(at: datetime, queues: list[str] | None, after: str | None, limit: int, using: str):
+    rows = TaskEvent.objects.using(using).filter(at__lte=at)
+    if queues is not None:
+        rows = rows.filter(task_id__in=Task.objects.using(using).filter(queue__in=queues).values("pk"))
+    state: dict[str, tuple[str, int]] = {}
+    owners: dict[str, str] = {}
+    for task_id, verb, stage, version, actor in rows.order_by("pk").values_list(
+            "task_id", "verb", "to_stage", "version", "actor").iterator(_CHUNK):
+        state[task_id] = (stage, version)
+        if verb in STARTS_RUNNING:
+            owners[task_id] = actor
+    counts = Counter(stage for stage, _ in state.values())
+    page = sorted(t for t in state if after is None or t > after)[:limit + 1]
+    return counts, [(t, *state[t]) for t in page], owners
+
+
+def _folded_owners(at: datetime, task_ids: list[str], using: str) -> dict[str, str]:
+    owners: dict[str, str] = {}
+    for task_id, actor in (TaskEvent.objects.using(using).filter(task_id__in=task_ids, at__lte=at,
+                                                                  verb__in=STARTS_RUNNING)
+                           .order_by("pk").values_list("task_id", "actor")):
+        owners[task_id] = actor
+    return owners
+
+
+def _queues(scope: scopes.Scope, using: str) -> list[str] | None:
+    """The queues a scope reaches (None: every queue). Every queue with a task has a Queue row
+    (made by its first create)."""
+    if scope is None:
+        return None
+    names = set(Queue.objects.using(using).values_list("name", flat=True))
+    return sorted(name for name in names if scopes.allows(scope, name))
+
+
+def now(*, using: str = "default") -> datetime:
+    return clock.now(using)
