@@ -231,7 +231,9 @@ class TaskEvent(models.Model):
     detail = models.JSONField(null=True, blank=True)
 
     class Meta:
-        indexes = [models.Index(fields=["task", "id"], name="event_task_history")]
+        indexes = [models.Index(fields=["task", "id"], name="event_task_history"),
+                   # The board at a moment (board.engine.moments): the rows next to a time.
+                   models.Index(fields=["at"], name="event_at")]
         ordering = ["id"]
 
     def __str__(self) -> str:

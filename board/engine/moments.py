@@ -25,7 +25,7 @@ from datetime import datetime, timezone
 from django.db.models import Count, Max, Q
 
 from board.engine import clock, scopes
-from board.engine.invariants import Problem, TaskSnapshot, check
+from board.engine.invariants import DEP_CYCLE, Problem, TaskSnapshot, check, cycle_problem, tasks_on_cycles
 from board.engine.lifecycle import Stage, Verb
 from board.engine.stores import store
 from board.models import Dependency, HistoryHorizon, Queue, Task, TaskEvent
@@ -78,12 +78,18 @@ def board_at(at: datetime, *, scope: scopes.Scope = None, after: str | None = No
         exact_from = horizon(using=using)
         history = TaskEvent.objects.using(using)
         first = history.order_by("pk").values_list("at", flat=True).first()
+        stages = None
         if store(using).speaks_sql:
-            counts, rows = _sql_counts(at, queues, using), _sql_page(at, queues, after, limit, using)
+            if with_problems:  # every task's stage, read once: the counts and check() share it
+                stages = _sql_stages(at, using)
+                counts = _count(stages, queues, using)
+            else:
+                counts = _sql_counts(at, queues, using)
+            rows = _sql_page(at, queues, after, limit, using)
             owners = _sql_owners(at, [r[0] for r in rows if r[1] == Stage.RUNNING], using)
         else:
             counts, rows, owners = _folded(at, queues, after, limit, using)
-        found = problems_at(at, scope=scope, using=using) if with_problems else []
+        found = problems_at(at, scope=scope, stages=stages, using=using) if with_problems else []
     last = rows[limit - 1][0] if len(rows) > limit else None
     cards = [Card(task_id, stage, version, owners.get(task_id, "") if stage == Stage.RUNNING else "")
              for task_id, stage, version in rows[:limit]]
@@ -99,33 +105,51 @@ def events_around(at: datetime, *, scope: scopes.Scope = None, using: str = "def
     queues = _queues(scope, using)
     if queues is not None:
         rows = rows.filter(task__queue__in=queues)
+    # On the event_at index (a scoped key's queues: the task joined per row walked).
     before = rows.filter(at__lt=at).order_by("-at").values_list("at", flat=True).first()
     following = rows.filter(at__gt=at).order_by("at").values_list("at", flat=True).first()
     return before, following
 
 
-def problems_at(at: datetime, *, scope: scopes.Scope = None, using: str = "default") -> list[Problem]:
-    """check() of the board rebuilt at `at`. What the history does not keep is given as
-    harmless (docs/board-at.md): a RUNNING task holds its lease with an unknown expiry, a PAUSED
-    one its checkpoint, a COMPLETED one its result, attempts are not counted, ranks not read. So
-    only a task in the dependency graph can have a problem, and only those are rebuilt: the
-    result equals check() of the whole rebuilt board. A scoped key hears of its queues' tasks."""
-    deps: dict[str, list[str]] = defaultdict(list)
-    for task_id, dep in Dependency.objects.using(using).values_list("task_id", "depends_on_id").iterator(_CHUNK):
-        deps[task_id].append(dep)
-    wanted = set(deps).union(*deps.values()) if deps else set()
-    if not wanted:
+def problems_at(at: datetime, *, scope: scopes.Scope = None, stages: dict[str, str] | None = None,
+                using: str = "default") -> list[Problem]:
+    """check() of the board rebuilt at `at` (`stages`: every task's stage then, when the caller
+    has read them). What the history does not keep is given as harmless (docs/board-at.md): a
+    RUNNING task holds its lease with an unknown expiry, a PAUSED one its checkpoint, a COMPLETED
+    one its result, attempts are not counted, ranks not read. So only the dependency rules can
+    find anything, and only through a dependency that had not completed at `at` (or one on the
+    task itself, or a cycle): check() judges the tasks at the ends of those edges, with those
+    edges, and its answer equals check() of the whole rebuilt board (tests/test_board_at.py
+    holds it to that). A scoped key hears of its queues' tasks."""
+    edges = list(Dependency.objects.using(using).values_list("task_id", "depends_on_id").iterator(_CHUNK))
+    if not edges:
         return []
-    stages = _stages_of(at, sorted(wanted), using)
-    owners = _sql_owners(at, [t for t, s in stages.items() if s == Stage.RUNNING], using) \
-        if store(using).speaks_sql else _folded_owners(at, [t for t, s in stages.items() if s == Stage.RUNNING], using)
-    snapshots = [TaskSnapshot(id=task_id, stage=stage, deps=tuple(deps.get(task_id, ())),
-                              owner=owners.get(task_id, "?") if stage == Stage.RUNNING else "",
-                              has_token=stage == Stage.RUNNING,
-                              lease_expires_at=_UNKNOWN_EXPIRY if stage == Stage.RUNNING else None,
+    if stages is None:
+        stages = _sql_stages(at, using) if store(using).speaks_sql else _stages_of(
+            at, sorted({t for t, _ in edges} | {d for _, d in edges}), using)
+    deps: dict[str, list[str]] = defaultdict(list)
+    for task_id, dep in edges:
+        if task_id in stages and (dep == task_id or stages.get(dep, Stage.COMPLETED) != Stage.COMPLETED):
+            deps[task_id].append(dep)
+    wanted = {t for t in set(deps).union(*deps.values()) if t in stages}
+    running = [t for t in wanted if stages[t] == Stage.RUNNING]
+    owners = _sql_owners(at, running, using) if store(using).speaks_sql else _folded_owners(at, running, using)
+    snapshots = [TaskSnapshot(id=task_id, stage=stages[task_id], deps=tuple(deps.get(task_id, ())),
+                              owner=owners.get(task_id, "?") if stages[task_id] == Stage.RUNNING else "",
+                              has_token=stages[task_id] == Stage.RUNNING,
+                              lease_expires_at=_UNKNOWN_EXPIRY if stages[task_id] == Stage.RUNNING else None,
                               has_checkpoint=True, has_result=True)
-                 for task_id, stage in stages.items()]
-    found = check(snapshots, at)
+                 for task_id in sorted(wanted)]
+    found = [p for p in check(snapshots, at) if p.code != DEP_CYCLE]
+    # Cycles in the graph of the tasks that existed at `at` (dependencies are fixed at creation).
+    # An edge lies on a cycle only if something depends on its task and its dependency depends
+    # on something (as selectors' _CYCLE_CANDIDATE_EDGES): most edges are not looked at.
+    depended_on = {d for _, d in edges}
+    depending = {t for t, _ in edges}
+    found += [cycle_problem(t) for t in tasks_on_cycles(
+        (t, d) for t, d in edges
+        if t != d and t in depended_on and d in depending and t in stages and d in stages)]
+    found = sorted(set(found))
     if scope is not None:
         queues = dict(Task.objects.using(using).filter(pk__in=sorted({p.task for p in found})).values_list("pk", "queue"))
         found = [p for p in found if p.task in queues and scopes.allows(scope, queues[p.task])]
@@ -148,6 +172,19 @@ def _sql_counts(at: datetime, queues: list[str] | None, using: str) -> dict[str,
                 .order_by().values("to_stage").annotate(n=Count("pk")).values_list("to_stage", "n"))
 
 
+def _sql_stages(at: datetime, using: str) -> dict[str, str]:
+    """Every task's stage at `at` (one statement; the tasks created later are absent)."""
+    return dict(TaskEvent.objects.using(using).filter(pk__in=_latest(at, None, using))
+                .values_list("task_id", "to_stage").iterator(_CHUNK))
+
+
+def _count(stages: dict[str, str], queues: list[str] | None, using: str) -> dict[str, int]:
+    if queues is None:
+        return Counter(stages.values())
+    allowed = set(Task.objects.using(using).filter(queue__in=queues).values_list("pk", flat=True))
+    return Counter(stage for task_id, stage in stages.items() if task_id in allowed)
+
+
 def _sql_page(at: datetime, queues: list[str] | None, after: str | None, limit: int, using: str) -> list[tuple]:
     where = {"task_id__gt": after} if after is not None else {}
     ids = list(_latest(at, queues, using, **where).order_by("task_id").values_list("last", flat=True)[:limit + 1])
@@ -166,17 +203,13 @@ def _sql_owners(at: datetime, task_ids: list[str], using: str) -> dict[str, str]
 
 
 def _stages_of(at: datetime, task_ids: list[str], using: str) -> dict[str, str]:
-    """The stage at `at` of each of `task_ids` that existed then."""
+    """MongoDB: the stage at `at` of each of `task_ids` that existed then."""
     stages: dict[str, str] = {}
     for start in range(0, len(task_ids), _CHUNK):
         chunk = task_ids[start:start + _CHUNK]
-        if store(using).speaks_sql:
-            latest = _latest(at, None, using, task_id__in=chunk)
-            stages.update(TaskEvent.objects.using(using).filter(pk__in=latest).values_list("task_id", "to_stage"))
-        else:
-            for task_id, stage in (TaskEvent.objects.using(using).filter(task_id__in=chunk, at__lte=at)
-                                   .order_by("pk").values_list("task_id", "to_stage")):
-                stages[task_id] = stage
+        for task_id, stage in (TaskEvent.objects.using(using).filter(task_id__in=chunk, at__lte=at)
+                               .order_by("pk").values_list("task_id", "to_stage")):
+            stages[task_id] = stage
     return stages
 
 

@@ -1,4 +1,4 @@
-"""HistoryHorizon (issue 33, item 4: the board at any moment; the MongoDB tree has the same as its
+"""HistoryHorizon and an index of the history by time (issue 33, item 4: the board at any moment; the MongoDB tree has the same as its
 0025: tests/test_mongo_migrations.py)."""
 
 from django.db import migrations, models
@@ -19,5 +19,9 @@ class Migration(migrations.Migration):
                 ('exact_from', models.DateTimeField(help_text='The board at any moment from this one on is rebuilt exactly.')),
                 ('updated_at', models.DateTimeField()),
             ],
+        ),
+        migrations.AddIndex(
+            model_name='taskevent',
+            index=models.Index(fields=['at'], name='event_at'),
         ),
     ]
