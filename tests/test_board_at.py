@@ -182,3 +182,50 @@ def test_the_api_answers_pages_scopes_and_refuses_bad_input_writing_nothing(_, b
     assert status == 422 and "cursor" in body["error"]["message"]
     assert db_state() == before
     assert api_call(board_server, "GET", f"/api/board?at={moment}", None)[0] == 401
+
+
+def naive_problems(at, using: str) -> list:
+    """check() of the whole board rebuilt at `at` by folding every row (the definition
+    problems_at is held to): every task that existed, every dependency."""
+    from board.engine.invariants import TaskSnapshot, check
+    from board.models import Dependency
+
+    state = {}
+    for task_id, stage in TaskEvent.objects.using(using).filter(at__lte=at).order_by("pk").values_list(
+            "task_id", "to_stage"):
+        state[task_id] = stage
+    deps = {}
+    for task_id, dep in Dependency.objects.using(using).values_list("task_id", "depends_on_id"):
+        deps.setdefault(task_id, []).append(dep)
+    far = moments._UNKNOWN_EXPIRY
+    return check([TaskSnapshot(id=t, stage=s, deps=tuple(deps.get(t, ())), owner="x" if s == Stage.RUNNING else "",
+                               has_token=s == Stage.RUNNING, lease_expires_at=far if s == Stage.RUNNING else None,
+                               has_checkpoint=True, has_result=True) for t, s in state.items()], at)
+
+
+@pytest.mark.parametrize("using", sql_stores())
+def test_problems_at_equal_check_of_the_whole_rebuilt_board(using):
+    """Dead ends, a chain stranded behind one, tasks run before their dependency finished and a
+    cycle (rows written by hand where the engine refuses): at every row's moment, problems_at is
+    check() of every task rebuilt with every dependency."""
+    from board.models import Dependency
+
+    transitions.create([TaskSpec(id="root", title="r"), TaskSpec(id="ok", title="ok")], using=using)
+    transitions.create([TaskSpec(id="mid", title="m", deps=("root",)), TaskSpec(id="leaf", title="l", deps=("mid",)),
+                        TaskSpec(id="side", title="s", deps=("root", "ok"))], using=using)
+    claim = transitions.claim("ok", "a", 60, using=using)
+    transitions.complete("ok", claim.lease.token, {"r": 1}, using=using)
+    transitions.cancel("root", actor="op", using=using)  # mid, side: dead_dep; leaf: stranded
+    transitions.create([TaskSpec(id="c1", title="c1"), TaskSpec(id="c2", title="c2", deps=("c1",))], using=using)
+    Dependency.objects.using(using).create(task_id="c1", depends_on_id="c2")  # a cycle
+    now = clock.now(using)
+    TaskEvent.objects.using(using).create(task_id="leaf", verb="claim", from_stage="PENDING", to_stage="RUNNING",
+                                          version=9, fence=1, actor="rogue", at=now)
+    moments_seen = sorted(set(TaskEvent.objects.using(using).values_list("at", flat=True)))
+    some = False
+    for at in moments_seen:
+        expected = naive_problems(at, using)
+        assert moments.problems_at(at, using=using) == expected, at
+        assert moments.board_at(at, with_problems=True, using=using).problems == expected
+        some = some or bool(expected)
+    assert some and {p.code for p in naive_problems(now, using)} >= {"dead_dep", "dep_cycle", "blocked_claim"}

@@ -26,6 +26,8 @@
 //   headers.js   under the QUEUED and RUNNING headers: the queues held back, the limits' use
 //   bulk.js      "Act on all N matching…": one action on every task the filter matches, its
 //                count first, then the job's progress (the socket's "bulk" frames), Stop, summary
+//   moment.js    the time control: the board at a past moment (GET /api/board?at= through api.js),
+//                drawn read-only in its own columns; Live shows the live board again
 //
 // taskpage.js is the other entry point: a task's own page (/board/task/<id>), drawn with
 // taskfields.js, attempts.js and timeline.js from api.js, as the details panel is.
@@ -44,6 +46,7 @@ import { startDragAndDrop } from "./actions.js";
 import { startDetails } from "./details.js";
 import { startHeaders } from "./headers.js";
 import { startInsights } from "./insights.js";
+import { startMoment } from "./moment.js";
 import { startQueues } from "./queues.js";
 import { startRendering } from "./render.js";
 import { startSocket } from "./socket.js";
@@ -58,5 +61,6 @@ startInsights();
 startQueues();
 startHeaders();
 startBulk();
+startMoment(); // the time control; a ?at= link shows that moment (the live board starts underneath all the same)
 restoreView(); // the filters and the open task from the URL (the task opens with the first snapshot)
 startSocket();

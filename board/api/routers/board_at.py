@@ -38,6 +38,13 @@ def parse_moment(text: str | None) -> datetime:
     return at
 
 
+def stamp(moment: datetime | None) -> str | None:
+    """A time as this endpoint gives it: ISO 8601 in UTC to the microsecond, with Z."""
+    if moment is None:
+        return None
+    return moment.astimezone(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
 def _cursor_part(at_text: str):
     return lambda part: isinstance(part, str) and part == at_text
 
@@ -56,14 +63,15 @@ def board_at(request, at: Optional[str] = None, cursor: Optional[str] = None, li
     limit = page_limit(limit)
     after = None
     if cursor:
-        stamp, after = decode_cursor(cursor, _cursor_part(moment.isoformat()),
+        _, after = decode_cursor(cursor, _cursor_part(moment.isoformat()),
                                      lambda part: isinstance(part, str) and re.fullmatch(TASK_ID_PATTERN, part) is not None)
     scope = request.auth.scope
     found = moments.board_at(moment, scope=scope, after=after, limit=limit, with_problems=after is None)
     before, following = moments.events_around(moment, scope=scope)
     return {
-        "at": found.at, "exact": found.exact, "exact_from": found.exact_from,
-        "first_event_at": found.first_event_at, "previous_event_at": before, "next_event_at": following,
+        "at": stamp(found.at), "exact": found.exact, "exact_from": stamp(found.exact_from),
+        "first_event_at": stamp(found.first_event_at), "previous_event_at": stamp(before),
+        "next_event_at": stamp(following),
         "counts": found.counts,
         "tasks": [{"id": c.id, "stage": c.stage, "version": c.version, "owner": c.owner} for c in found.tasks],
         "problems": [{"task": p.task, "code": p.code, "text": p.text} for p in found.problems] if after is None else None,

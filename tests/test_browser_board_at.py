@@ -1,0 +1,93 @@
+"""The board at any moment (issue 33, item 4) in a real browser (Debian's Chromium, Playwright)
+against a real board server on the test database: a link /board/?at=<moment> opens the board as it
+was then (a card in its old stage, the banner, the counts then, nothing to act with); a step one
+event forward shows the next move (the claim, with its owner); the date-time field goes to a
+moment before the task existed (the card absent); Live shows the live board again, the card in
+its stage now, and the URL loses its moment.
+
+The server, browser, ORM-thread and page fixtures are tests/test_browser.py's. Waits are
+Playwright's `expect(...)` with a bound, never a sleep."""
+# ruff: noqa: F811
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from board.engine import transitions
+from board.engine.transitions import TaskSpec
+from board.models import TaskEvent
+from tests.support import sqlite_db_mark
+from tests.test_browser import (  # noqa: F401  (fixtures, found by pytest by name)
+    browser,
+    open_board,
+    orm,
+    server,
+)
+
+try:
+    from playwright.sync_api import expect
+except ImportError:  # reported before each test (the `browser` marker, tests/conftest.py)
+    expect = None
+
+pytestmark = [pytest.mark.browser, *sqlite_db_mark()]
+WAIT = 15_000
+
+
+def make_history():
+    transitions.create([TaskSpec(id="job-1", title="build"), TaskSpec(id="job-2", title="docs")], actor="seed")
+    created = TaskEvent.objects.filter(task_id="job-1", verb="create").values_list("at", flat=True).get()
+    claim = transitions.claim("job-1", "agent-7", 600)
+    transitions.complete("job-1", claim.lease.token, {"ok": True})
+    return created
+
+
+def test_a_link_to_a_moment_shows_the_card_in_its_old_stage_then_back_to_live(open_board, orm, server):
+    created = orm(make_history)
+    page = open_board()
+    live = page.locator('#columns .column[data-stage="COMPLETED"] .card[data-id="job-1"]')
+    expect(live).to_be_visible(timeout=WAIT)
+    expect(page.locator("#time-control")).to_have_attribute("data-mode", "live")
+
+    # The shareable link: the board as it was when job-1 was created.
+    at = created.isoformat().replace("+00:00", "Z")
+    page.goto(f"{server.url}/board/?at={at}")
+    past = page.locator("#moment-columns")
+    expect(past).to_have_attribute("data-drawn", at.replace("Z", "").split(".")[0] + "." + f"{created.microsecond:06d}Z", timeout=WAIT)
+    expect(past.locator('.column[data-stage="QUEUED"] .card[data-id="job-1"]')).to_be_visible()
+    expect(past.locator('.column[data-stage="QUEUED"] .count')).to_have_text("2")
+    expect(past.locator('.column[data-stage="COMPLETED"] .count')).to_have_text("0")
+    expect(page.locator("#moment-banner")).to_be_visible()
+    expect(page.locator("#moment-banner")).to_contain_text("Board as it was at")
+    expect(page.locator("#moment-banner")).to_have_attribute("data-exact", "true")
+    expect(page.locator("#columns")).to_be_hidden()  # the live board, out of sight
+    expect(page.locator("#time-control")).to_have_attribute("data-mode", "past")
+    assert past.locator("button, [draggable=true]").count() == 0  # read-only
+    page.screenshot(path="/tmp/board-at-past.png")
+
+    # One event forward: the claim, with its owner.
+    page.locator("#time-forward").click()
+    running = past.locator('.column[data-stage="RUNNING"] .card[data-id="job-1"]')
+    expect(running).to_be_visible(timeout=WAIT)
+    expect(running).to_have_attribute("data-owner", "agent-7")
+    expect(running).to_have_attribute("data-version", "1")
+    assert "at=" in page.url
+
+    # The date-time field: an hour before, when no task existed.
+    before = created - timedelta(hours=1)
+    local = page.evaluate("(ms) => { const d = new Date(ms); const p = (n) => String(n).padStart(2, '0');"
+                          " return `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())}T${p(d.getHours())}:"
+                          "${p(d.getMinutes())}:${p(d.getSeconds())}`; }", before.timestamp() * 1000)
+    page.locator("#time-at").fill(local)
+    page.locator("#time-at").dispatch_event("change")
+    expect(past.locator(".card")).to_have_count(0, timeout=WAIT)
+    expect(past.locator('.column[data-stage="QUEUED"] .count')).to_have_text("0")
+
+    # Live: the live board again, the card where it is now.
+    page.locator("#time-live").click()
+    expect(page.locator("#columns")).to_be_visible()
+    expect(past).to_be_hidden()
+    expect(page.locator("#moment-banner")).to_be_hidden()
+    expect(page.locator('#columns .column[data-stage="COMPLETED"] .card[data-id="job-1"]')).to_be_visible()
+    assert "at=" not in page.url
+    page.screenshot(path="/tmp/board-at-live.png")
