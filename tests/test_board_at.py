@@ -78,6 +78,10 @@ def make_history(using: str) -> list[tuple]:
 
 @pytest.mark.parametrize("using", sql_stores())
 def test_the_board_at_each_move_and_between_moves_is_the_board_as_it_was(using):
+    check_moves(using)
+
+
+def check_moves(using):
     seen = make_history(using)
     for at, board in seen:
         assert rebuilt(at, using) == board
@@ -97,6 +101,10 @@ def test_the_board_at_each_move_and_between_moves_is_the_board_as_it_was(using):
 
 @pytest.mark.parametrize("using", sql_stores())
 def test_pages_scopes_and_problems_at_a_past_moment(using):
+    check_pages_scopes_problems(using)
+
+
+def check_pages_scopes_problems(using):
     transitions.create([TaskSpec(id=f"t{i:02}", title="x", queue="ci-a" if i % 2 else "other") for i in range(7)],
                        actor="seed", using=using)
     at = last_at(using)
@@ -123,6 +131,10 @@ def test_pages_scopes_and_problems_at_a_past_moment(using):
 
 @pytest.mark.parametrize("using", sql_stores())
 def test_after_a_prune_a_moment_before_the_horizon_says_it_is_not_exact(using):
+    check_horizon(using)
+
+
+def check_horizon(using):
     transitions.create(TaskSpec(id="old", title="old"), using=using)
     claim = transitions.claim("old", "agent", 60, using=using)
     transitions.complete("old", claim.lease.token, {"ok": 1}, using=using)
@@ -205,6 +217,10 @@ def naive_problems(at, using: str) -> list:
 
 @pytest.mark.parametrize("using", sql_stores())
 def test_problems_at_equal_check_of_the_whole_rebuilt_board(using):
+    check_problems_equal(using)
+
+
+def check_problems_equal(using):
     """Dead ends, a chain stranded behind one, tasks run before their dependency finished and a
     cycle (rows written by hand where the engine refuses): at every row's moment, problems_at is
     check() of every task rebuilt with every dependency."""

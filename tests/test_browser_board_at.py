@@ -5,12 +5,15 @@ event forward shows the next move (the claim, with its owner); the date-time fie
 moment before the task existed (the card absent); Live shows the live board again, the card in
 its stage now, and the URL loses its moment.
 
+The screenshot of docs/screenshots/board-at.png is taken here (TASKFLOW_SCREENSHOTS=1 writes it).
 The server, browser, ORM-thread and page fixtures are tests/test_browser.py's. Waits are
 Playwright's `expect(...)` with a bound, never a sleep."""
 # ruff: noqa: F811
 from __future__ import annotations
 
+import os
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 
@@ -32,13 +35,23 @@ except ImportError:  # reported before each test (the `browser` marker, tests/co
 
 pytestmark = [pytest.mark.browser, *sqlite_db_mark()]
 WAIT = 15_000
+SHOTS = Path(__file__).resolve().parent.parent / "docs" / "screenshots"  # TASKFLOW_SCREENSHOTS=1 writes board-at.png
 
 
 def make_history():
-    transitions.create([TaskSpec(id="job-1", title="build"), TaskSpec(id="job-2", title="docs")], actor="seed")
+    """job-1 and job-2 created together (the moment the link shows), then job-1 claimed by
+    agent-7 (the next event) and completed; around them, a small plan that moved on since."""
+    transitions.create([TaskSpec(id="lint", title="lint"), TaskSpec(id="flaky", title="flaky", max_retries=0)],
+                       actor="seed")
+    lint = transitions.claim("lint", "agent-2", 600)
+    flaky = transitions.claim("flaky", "agent-3", 600)
+    transitions.create([TaskSpec(id="job-1", title="build"), TaskSpec(id="job-2", title="docs"),
+                        TaskSpec(id="job-3", title="deploy", deps=("job-1",))], actor="seed")
     created = TaskEvent.objects.filter(task_id="job-1", verb="create").values_list("at", flat=True).get()
     claim = transitions.claim("job-1", "agent-7", 600)
+    transitions.fail("flaky", flaky.lease.token, "boom", retryable=False)
     transitions.complete("job-1", claim.lease.token, {"ok": True})
+    transitions.complete("lint", lint.lease.token, {"ok": True})
     return created
 
 
@@ -56,6 +69,8 @@ def test_a_link_to_a_moment_shows_the_card_in_its_old_stage_then_back_to_live(op
     expect(past).to_have_attribute("data-drawn", at.replace("Z", "").split(".")[0] + "." + f"{created.microsecond:06d}Z", timeout=WAIT)
     expect(past.locator('.column[data-stage="QUEUED"] .card[data-id="job-1"]')).to_be_visible()
     expect(past.locator('.column[data-stage="QUEUED"] .count')).to_have_text("2")
+    expect(past.locator('.column[data-stage="PENDING"] .count')).to_have_text("1")
+    expect(past.locator('.column[data-stage="RUNNING"] .count')).to_have_text("2")
     expect(past.locator('.column[data-stage="COMPLETED"] .count')).to_have_text("0")
     expect(page.locator("#moment-banner")).to_be_visible()
     expect(page.locator("#moment-banner")).to_contain_text("Board as it was at")
@@ -72,6 +87,7 @@ def test_a_link_to_a_moment_shows_the_card_in_its_old_stage_then_back_to_live(op
     expect(running).to_have_attribute("data-owner", "agent-7")
     expect(running).to_have_attribute("data-version", "1")
     assert "at=" in page.url
+    page.screenshot(path=str(SHOTS / "board-at.png") if os.environ.get("TASKFLOW_SCREENSHOTS") else "/tmp/board-at-step.png")
 
     # The date-time field: an hour before, when no task existed.
     before = created - timedelta(hours=1)

@@ -22,10 +22,10 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from django.db.models import Count, Max, Q
+from django.db.models import Count, Max, OuterRef, Subquery
 
 from board.engine import clock, scopes
-from board.engine.invariants import DEP_CYCLE, Problem, TaskSnapshot, check, cycle_problem, tasks_on_cycles
+from board.engine.invariants import Problem, TaskSnapshot, check, tasks_on_cycles
 from board.engine.lifecycle import Stage, Verb
 from board.engine.stores import store
 from board.models import Dependency, HistoryHorizon, Queue, Task, TaskEvent
@@ -80,12 +80,13 @@ def board_at(at: datetime, *, scope: scopes.Scope = None, after: str | None = No
         first = history.order_by("pk").values_list("at", flat=True).first()
         stages = None
         if store(using).speaks_sql:
-            if with_problems:  # every task's stage, read once: the counts and check() share it
-                stages = _sql_stages(at, using)
-                counts = _count(stages, queues, using)
+            if with_problems:  # every task's state, read once: the counts, the page and check() share it
+                states = _sql_states(at, using)
+                stages = {task_id: stage for task_id, (stage, _) in states.items()}
+                counts, rows = _from_states(states, queues, after, limit, using)
             else:
                 counts = _sql_counts(at, queues, using)
-            rows = _sql_page(at, queues, after, limit, using)
+                rows = _sql_page(at, queues, after, limit, using)
             owners = _sql_owners(at, [r[0] for r in rows if r[1] == Stage.RUNNING], using)
         else:
             counts, rows, owners = _folded(at, queues, after, limit, using)
@@ -121,15 +122,25 @@ def problems_at(at: datetime, *, scope: scopes.Scope = None, stages: dict[str, s
     task itself, or a cycle): check() judges the tasks at the ends of those edges, with those
     edges, and its answer equals check() of the whole rebuilt board (tests/test_board_at.py
     holds it to that). A scoped key hears of its queues' tasks."""
-    edges = list(Dependency.objects.using(using).values_list("task_id", "depends_on_id").iterator(_CHUNK))
+    # Fetched whole (a server-side cursor's round trips cost more on PostgreSQL than the memory).
+    edges = list(Dependency.objects.using(using).values_list("task_id", "depends_on_id"))
     if not edges:
         return []
     if stages is None:
         stages = _sql_stages(at, using) if store(using).speaks_sql else _stages_of(
             at, sorted({t for t, _ in edges} | {d for _, d in edges}), using)
+    # The edges between tasks on a cycle are judged too (for dep_cycle; normally none). An edge
+    # lies on one only if something depends on its task and its dependency depends on something
+    # (as selectors' _CYCLE_CANDIDATE_EDGES): only those are searched.
+    depended_on = {d for _, d in edges}
+    depending = {t for t, _ in edges}
+    cyclic = tasks_on_cycles((t, d) for t, d in edges if t != d and t in depended_on and d in depending
+                             and t in stages and d in stages)
+    on_cycles = {(t, d) for t, d in edges if t in cyclic and d in cyclic}
     deps: dict[str, list[str]] = defaultdict(list)
     for task_id, dep in edges:
-        if task_id in stages and (dep == task_id or stages.get(dep, Stage.COMPLETED) != Stage.COMPLETED):
+        if task_id in stages and (dep == task_id or stages.get(dep, Stage.COMPLETED) != Stage.COMPLETED
+                                  or (task_id, dep) in on_cycles):
             deps[task_id].append(dep)
     wanted = {t for t in set(deps).union(*deps.values()) if t in stages}
     running = [t for t in wanted if stages[t] == Stage.RUNNING]
@@ -140,16 +151,7 @@ def problems_at(at: datetime, *, scope: scopes.Scope = None, stages: dict[str, s
                               lease_expires_at=_UNKNOWN_EXPIRY if stages[task_id] == Stage.RUNNING else None,
                               has_checkpoint=True, has_result=True)
                  for task_id in sorted(wanted)]
-    found = [p for p in check(snapshots, at) if p.code != DEP_CYCLE]
-    # Cycles in the graph of the tasks that existed at `at` (dependencies are fixed at creation).
-    # An edge lies on a cycle only if something depends on its task and its dependency depends
-    # on something (as selectors' _CYCLE_CANDIDATE_EDGES): most edges are not looked at.
-    depended_on = {d for _, d in edges}
-    depending = {t for t, _ in edges}
-    found += [cycle_problem(t) for t in tasks_on_cycles(
-        (t, d) for t, d in edges
-        if t != d and t in depended_on and d in depending and t in stages and d in stages)]
-    found = sorted(set(found))
+    found = check(snapshots, at)
     if scope is not None:
         queues = dict(Task.objects.using(using).filter(pk__in=sorted({p.task for p in found})).values_list("pk", "queue"))
         found = [p for p in found if p.task in queues and scopes.allows(scope, queues[p.task])]
@@ -172,22 +174,39 @@ def _sql_counts(at: datetime, queues: list[str] | None, using: str) -> dict[str,
                 .order_by().values("to_stage").annotate(n=Count("pk")).values_list("to_stage", "n"))
 
 
+def _sql_states(at: datetime, using: str) -> dict[str, tuple[str, int]]:
+    """Every task's (stage, version) at `at`: one statement (the tasks created later are absent)."""
+    return {task_id: (stage, version) for task_id, stage, version in
+            TaskEvent.objects.using(using).filter(pk__in=_latest(at, None, using))
+            .values_list("task_id", "to_stage", "version")}
+
+
 def _sql_stages(at: datetime, using: str) -> dict[str, str]:
-    """Every task's stage at `at` (one statement; the tasks created later are absent)."""
-    return dict(TaskEvent.objects.using(using).filter(pk__in=_latest(at, None, using))
-                .values_list("task_id", "to_stage").iterator(_CHUNK))
+    return {task_id: stage for task_id, (stage, _) in _sql_states(at, using).items()}
 
 
-def _count(stages: dict[str, str], queues: list[str] | None, using: str) -> dict[str, int]:
-    if queues is None:
-        return Counter(stages.values())
-    allowed = set(Task.objects.using(using).filter(queue__in=queues).values_list("pk", flat=True))
-    return Counter(stage for task_id, stage in stages.items() if task_id in allowed)
+def _from_states(states: dict[str, tuple[str, int]], queues: list[str] | None, after: str | None, limit: int,
+                 using: str) -> tuple[dict[str, int], list[tuple]]:
+    """The counts and a page from every task's state (a scoped key's: its queues' tasks only)."""
+    if queues is not None:
+        allowed = set(Task.objects.using(using).filter(queue__in=queues).values_list("pk", flat=True))
+        states = {task_id: state for task_id, state in states.items() if task_id in allowed}
+    page = sorted(task_id for task_id in states if after is None or task_id > after)[:limit + 1]
+    return Counter(stage for stage, _ in states.values()), [(task_id, *states[task_id]) for task_id in page]
 
 
 def _sql_page(at: datetime, queues: list[str] | None, after: str | None, limit: int, using: str) -> list[tuple]:
-    where = {"task_id__gt": after} if after is not None else {}
-    ids = list(_latest(at, queues, using, **where).order_by("task_id").values_list("last", flat=True)[:limit + 1])
+    """A page: the tasks after `after` in id order, each with its last row at or before `at`
+    (found through the event_task_history index, newest first), skipping those created later;
+    stops after `limit` + 1 tasks."""
+    tasks = Task.objects.using(using)
+    if after is not None:
+        tasks = tasks.filter(pk__gt=after)
+    if queues is not None:
+        tasks = tasks.filter(queue__in=queues)
+    last = TaskEvent.objects.using(using).filter(task_id=OuterRef("pk"), at__lte=at).order_by("-pk").values("pk")[:1]
+    ids = list(tasks.annotate(last=Subquery(last)).filter(last__isnull=False).order_by("pk")
+               .values_list("last", flat=True)[:limit + 1])
     return list(TaskEvent.objects.using(using).filter(pk__in=ids).order_by("task_id")
                 .values_list("task_id", "to_stage", "version"))
 
