@@ -17,6 +17,7 @@ from django.utils import timezone
 from board import agent_keys
 from board.engine import clock, moments, retention, transitions
 from board.engine.lifecycle import Stage
+from board.engine.stores import store
 from board.engine.transitions import TaskSpec
 from board.models import HistoryHorizon, Task, TaskEvent
 from tests.live_server import api_call, board_server  # noqa: F401  (fixture)
@@ -118,11 +119,12 @@ def check_pages_scopes_problems(using):
     # (written by hand: the engine never does it), then the dependency completed.
     transitions.create([TaskSpec(id="dep", title="dep"), TaskSpec(id="w", title="w", deps=("dep",))], using=using)
     now = clock.now(using)
-    TaskEvent.objects.using(using).create(task_id="w", verb="claim", from_stage="PENDING", to_stage="RUNNING",
-                                          version=5, fence=1, actor="rogue", at=now)
     later = now + timedelta(milliseconds=5)
-    TaskEvent.objects.using(using).create(task_id="dep", verb="complete", from_stage="RUNNING",
-                                          to_stage="COMPLETED", version=9, fence=1, actor="x", at=later)
+    with store(using).write_transaction():  # on MongoDB, a transaction numbers the rows in commit order
+        TaskEvent.objects.using(using).create(task_id="w", verb="claim", from_stage="PENDING", to_stage="RUNNING",
+                                              version=5, fence=1, actor="rogue", at=now)
+        TaskEvent.objects.using(using).create(task_id="dep", verb="complete", from_stage="RUNNING",
+                                              to_stage="COMPLETED", version=9, fence=1, actor="x", at=later)
     found = moments.problems_at(now, using=using)
     assert [(p.task, p.code) for p in found] == [("w", "blocked_claim")]
     assert moments.problems_at(later, using=using) == []
@@ -141,6 +143,7 @@ def check_horizon(using):
     when = timezone.now() - timedelta(days=40)
     Task.objects.using(using).filter(pk="old").update(updated_at=when, stage_changed_at=when)
     TaskEvent.objects.using(using).filter(task_id="old").update(at=when)
+    when = TaskEvent.objects.using(using).filter(task_id="old").values_list("at", flat=True).first()  # as stored
     transitions.create(TaskSpec(id="kept", title="kept"), using=using)
     retention.prune(using=using)
     assert not Task.objects.using(using).filter(pk="old").exists()
@@ -235,8 +238,9 @@ def check_problems_equal(using):
     transitions.create([TaskSpec(id="c1", title="c1"), TaskSpec(id="c2", title="c2", deps=("c1",))], using=using)
     Dependency.objects.using(using).create(task_id="c1", depends_on_id="c2")  # a cycle
     now = clock.now(using)
-    TaskEvent.objects.using(using).create(task_id="leaf", verb="claim", from_stage="PENDING", to_stage="RUNNING",
-                                          version=9, fence=1, actor="rogue", at=now)
+    with store(using).write_transaction():
+        TaskEvent.objects.using(using).create(task_id="leaf", verb="claim", from_stage="PENDING", to_stage="RUNNING",
+                                              version=9, fence=1, actor="rogue", at=now)
     moments_seen = sorted(set(TaskEvent.objects.using(using).values_list("at", flat=True)))
     some = False
     for at in moments_seen:
