@@ -67,11 +67,11 @@ def test_a_link_to_a_moment_shows_the_card_in_its_old_stage_then_back_to_live(op
     page.goto(f"{server.url}/board/?at={at}")
     past = page.locator("#moment-columns")
     expect(past).to_have_attribute("data-drawn", at.replace("Z", "").split(".")[0] + "." + f"{created.microsecond:06d}Z", timeout=WAIT)
-    expect(past.locator('.column[data-stage="QUEUED"] .card[data-id="job-1"]')).to_be_visible()
-    expect(past.locator('.column[data-stage="QUEUED"] .count')).to_have_text("2")
-    expect(past.locator('.column[data-stage="PENDING"] .count')).to_have_text("1")
-    expect(past.locator('.column[data-stage="RUNNING"] .count')).to_have_text("2")
-    expect(past.locator('.column[data-stage="COMPLETED"] .count')).to_have_text("0")
+    expect(past.locator('.moment-column[data-stage="QUEUED"] .card[data-id="job-1"]')).to_be_visible()
+    expect(past.locator('.moment-column[data-stage="QUEUED"] .count')).to_have_text("2")
+    expect(past.locator('.moment-column[data-stage="PENDING"] .count')).to_have_text("1")
+    expect(past.locator('.moment-column[data-stage="RUNNING"] .count')).to_have_text("2")
+    expect(past.locator('.moment-column[data-stage="COMPLETED"] .count')).to_have_text("0")
     expect(page.locator("#moment-banner")).to_be_visible()
     expect(page.locator("#moment-banner")).to_contain_text("Board as it was at")
     expect(page.locator("#moment-banner")).to_have_attribute("data-exact", "true")
@@ -82,7 +82,7 @@ def test_a_link_to_a_moment_shows_the_card_in_its_old_stage_then_back_to_live(op
 
     # One event forward: the claim, with its owner.
     page.locator("#time-forward").click()
-    running = past.locator('.column[data-stage="RUNNING"] .card[data-id="job-1"]')
+    running = past.locator('.moment-column[data-stage="RUNNING"] .card[data-id="job-1"]')
     expect(running).to_be_visible(timeout=WAIT)
     expect(running).to_have_attribute("data-owner", "agent-7")
     expect(running).to_have_attribute("data-version", "1")
@@ -97,7 +97,7 @@ def test_a_link_to_a_moment_shows_the_card_in_its_old_stage_then_back_to_live(op
     page.locator("#time-at").fill(local)
     page.locator("#time-at").dispatch_event("change")
     expect(past.locator(".card")).to_have_count(0, timeout=WAIT)
-    expect(past.locator('.column[data-stage="QUEUED"] .count')).to_have_text("0")
+    expect(past.locator('.moment-column[data-stage="QUEUED"] .count')).to_have_text("0")
 
     # Live: the live board again, the card where it is now.
     page.locator("#time-live").click()

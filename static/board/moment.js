@@ -10,7 +10,7 @@
 //
 // What a test or a person may read: section#time-control with data-mode ("live" or "past"), input#time-at,
 // #time-slider, buttons #time-back, #time-forward, #time-play, #time-live; body[data-moment] (the ISO time
-// shown); p#moment-banner (data-exact "true"/"false"); #moment-columns .column[data-stage] with .count
+// shown); p#moment-banner (data-exact "true"/"false"); #moment-columns .moment-column[data-stage] with .count
 // and article.card[data-id][data-version] (data-owner); #moment-problems li[data-code]; each drawn
 // answer sets #moment-columns's data-drawn to its moment.
 
@@ -124,7 +124,7 @@ function draw(answer) {
     if (!byStage.has(task.stage)) byStage.set(task.stage, []);
     byStage.get(task.stage).push(task);
   }
-  for (const column of pastColumns.querySelectorAll(".column")) {
+  for (const column of pastColumns.querySelectorAll(".moment-column")) {
     const stage = column.dataset.stage;
     column.querySelector(".count").textContent = String(answer.counts[stage] ?? 0);
     const cards = column.querySelector(".cards");
@@ -167,6 +167,10 @@ function goLive() {
   banner.hidden = true;
   pastColumns.hidden = true;
   pastProblems.hidden = true;
+  // Nothing of the past is left in the page: the live board's cards are the only .card[data-id] then.
+  for (const cards of pastColumns.querySelectorAll(".cards")) cards.replaceChildren();
+  pastProblems.querySelector("ul").replaceChildren();
+  delete pastColumns.dataset.drawn;
   setRange();
   slider.value = slider.max;
   field.value = "";
