@@ -7,9 +7,11 @@ which is version order: every move is one compare-and-swap). Its owner is the ac
 claim or resume row at or before T when that state is RUNNING (a takeover is a reclaim row and
 then a claim row), else none. A task whose first row (its create) is after T is absent.
 
-On the SQL stores each read is one statement grouping the history by task ("the latest row per
-task at or before T", on the event_task_history index (task, id)); a page reads only its tasks'
-groups. MongoDB folds the rows at or before T in Python: exact, slower on a big board.
+On the SQL stores the counts are one statement grouping the history by task ("the latest row per
+task at or before T"); a page walks the tasks in id order, each task's last row at or before T
+found through the event_task_history index (task, id), and stops after the page; the first page
+(with the problems) reads every task's state once and derives the counts and the page from it.
+MongoDB folds the rows at or before T in Python: exact, slower on a big board.
 
 The prune (board.engine.retention) deletes old finished tasks whole, and moves the history's
 horizon (HistoryHorizon.exact_from) to the newest row it deleted: before it a deleted task may be
@@ -24,13 +26,13 @@ from datetime import datetime, timezone
 
 from django.db.models import Count, Max, OuterRef, Subquery
 
-from board.engine import clock, scopes
+from board.engine import scopes
 from board.engine.invariants import Problem, TaskSnapshot, check, tasks_on_cycles
 from board.engine.lifecycle import Stage, Verb
+from board.engine.retention import HORIZON  # HistoryHorizon's one row, which the prune writes
 from board.engine.stores import store
 from board.models import Dependency, HistoryHorizon, Queue, Task, TaskEvent
 
-HORIZON = "tasks"  # HistoryHorizon's one row (board.engine.retention writes it)
 # The rows that start a RUNNING stint: their actor is its owner.
 STARTS_RUNNING = (Verb.CLAIM, Verb.RESUME)
 # A lease's expiry is not in the history: a rebuilt RUNNING task gets this one, so check()'s
@@ -267,7 +269,3 @@ def _queues(scope: scopes.Scope, using: str) -> list[str] | None:
         return None
     names = set(Queue.objects.using(using).values_list("name", flat=True))
     return sorted(name for name in names if scopes.allows(scope, name))
-
-
-def now(*, using: str = "default") -> datetime:
-    return clock.now(using)
