@@ -115,6 +115,13 @@ def check_pages_scopes_problems(using):
     assert [c.id for c in moments.board_at(at, after="t05", limit=3, using=using).tasks] == ["t06"]
     scoped = moments.board_at(at, scope=("ci-*",), using=using)
     assert [c.id for c in scoped.tasks] == ["t01", "t03", "t05"] and scoped.counts[Stage.QUEUED] == 3
+    # The step to the next event: a scoped key's steps go through its queues' rows only.
+    transitions.create(TaskSpec(id="u1", title="x", queue="other"), using=using)
+    transitions.create(TaskSpec(id="u2", title="x", queue="ci-a"), using=using)
+    u1, u2 = (TaskEvent.objects.using(using).get(task_id=t).at for t in ("u1", "u2"))
+    assert moments.events_around(at, using=using)[1] == u1
+    assert moments.events_around(at, scope=("ci-*",), using=using)[1] == u2
+    assert moments.events_around(u2, scope=("ci-*",), using=using)[0] <= at
     # A problem that existed at T and not now: a task claimed while its dependency was unfinished
     # (written by hand: the engine never does it), then the dependency completed.
     transitions.create([TaskSpec(id="dep", title="dep"), TaskSpec(id="w", title="w", deps=("dep",))], using=using)

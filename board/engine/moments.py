@@ -107,8 +107,8 @@ def events_around(at: datetime, *, scope: scopes.Scope = None, using: str = "def
     rows = TaskEvent.objects.using(using)
     queues = _queues(scope, using)
     if queues is not None:
-        rows = rows.filter(task__queue__in=queues)
-    # On the event_at index (a scoped key's queues: the task joined per row walked).
+        rows = rows.filter(task_id__in=Task.objects.using(using).filter(queue__in=queues).values("pk"))
+    # On the event_at index (a scoped key's: its queues' tasks, per row walked).
     before = rows.filter(at__lt=at).order_by("-at").values_list("at", flat=True).first()
     following = rows.filter(at__gt=at).order_by("at").values_list("at", flat=True).first()
     return before, following
