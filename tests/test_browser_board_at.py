@@ -3,7 +3,8 @@ against a real board server on the test database: a link /board/?at=<moment> ope
 was then (a card in its old stage, the banner, the counts then, nothing to act with); a step one
 event forward shows the next move (the claim, with its owner); the date-time field goes to a
 moment before the task existed (the card absent); Live shows the live board again, the card in
-its stage now, and the URL loses its moment.
+its stage now, and the URL loses its moment; Play at 60x reaches now and returns to live. After
+the prune deleted an old finished task, a moment before the history's horizon says it is not exact.
 
 The screenshot of docs/screenshots/board-at.png is taken here (TASKFLOW_SCREENSHOTS=1 writes it).
 The server, browser, ORM-thread and page fixtures are tests/test_browser.py's. Waits are
@@ -17,9 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from board.engine import transitions
+from django.utils import timezone
+
+from board.engine import retention, transitions
 from board.engine.transitions import TaskSpec
-from board.models import TaskEvent
+from board.models import Task, TaskEvent
 from tests.support import sqlite_db_mark
 from tests.test_browser import (  # noqa: F401  (fixtures, found by pytest by name)
     browser,
@@ -107,3 +110,34 @@ def test_a_link_to_a_moment_shows_the_card_in_its_old_stage_then_back_to_live(op
     expect(page.locator('#columns .column[data-stage="COMPLETED"] .card[data-id="job-1"]')).to_be_visible()
     assert "at=" not in page.url
     page.screenshot(path="/tmp/board-at-live.png")
+    # Play at 60x from a moment a few seconds back: it reaches now and returns to live.
+    page.goto(f"{server.url}/board/?at={at}")
+    expect(page.locator("#time-control")).to_have_attribute("data-mode", "past", timeout=WAIT)
+    page.locator("#time-speed").select_option("60")
+    page.locator("#time-play").click()
+    expect(page.locator("#time-control")).to_have_attribute("data-mode", "live", timeout=WAIT)
+    expect(page.locator("#columns")).to_be_visible()
+
+
+def age_and_prune():
+    """An old finished task deleted by the prune: the history is whole only from its last row."""
+    transitions.create(TaskSpec(id="old", title="old"))
+    claim = transitions.claim("old", "agent-1", 60)
+    transitions.complete("old", claim.lease.token, {"ok": True})
+    when = timezone.now() - timedelta(days=40)
+    Task.objects.filter(pk="old").update(updated_at=when, stage_changed_at=when)
+    TaskEvent.objects.filter(task_id="old").update(at=when)
+    transitions.create(TaskSpec(id="new", title="new"))
+    retention.prune()
+    return when
+
+
+def test_a_moment_before_the_history_horizon_says_it_is_not_exact(open_board, orm, server):
+    when = orm(age_and_prune)
+    page = open_board()
+    before = (when - timedelta(days=1)).isoformat().replace("+00:00", "Z")
+    page.goto(f"{server.url}/board/?at={before}")
+    banner = page.locator("#moment-banner")
+    expect(banner).to_have_attribute("data-exact", "false", timeout=WAIT)
+    expect(banner.locator(".moment-inexact")).to_contain_text("not exact")
+    page.screenshot(path="/tmp/board-at-inexact.png")
