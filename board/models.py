@@ -231,7 +231,9 @@ class TaskEvent(models.Model):
     detail = models.JSONField(null=True, blank=True)
 
     class Meta:
-        indexes = [models.Index(fields=["task", "id"], name="event_task_history")]
+        indexes = [models.Index(fields=["task", "id"], name="event_task_history"),
+                   # The board at a moment (board.engine.moments): the rows next to a time.
+                   models.Index(fields=["at"], name="event_at")]
         ordering = ["id"]
 
     def __str__(self) -> str:
@@ -559,6 +561,23 @@ class RemovedTask(models.Model):
 
     def __str__(self) -> str:
         return f"{self.task_id} removed ({self.stage})"
+
+
+class HistoryHorizon(models.Model):
+    """How far back the history is whole (issue 33, item 4: the board at any moment,
+    board.engine.moments; docs/board-at.md). The prune (board.engine.retention) deletes old
+    finished tasks with all their rows; in the transaction that deletes a task's rows it moves
+    `exact_from` up to the newest `at` among them. From that moment on every task the history
+    ever had is still on the board or was finished by then, so the board at a moment at or after
+    it is rebuilt exactly; before it, a deleted task may be missing. One row ("tasks"), never
+    moved back; no row: nothing was ever deleted."""
+
+    name = models.CharField(max_length=20, unique=True)
+    exact_from = models.DateTimeField(help_text="The board at any moment from this one on is rebuilt exactly.")
+    updated_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"history whole from {self.exact_from.isoformat()}"
 
 
 class AgentKey(models.Model):

@@ -20,14 +20,16 @@ from board.api import errors
 from board.api.auth import AUTH
 from board.api.docs import LocalSwagger
 from board.api.json_body import BodyParser
-from board.api.routers import approvals, bulk, check, leases, notes, operators, queues, rate_keys, resources, schedules, tasks, webhooks
+from board.api.routers import (
+    approvals, board_at, bulk, check, leases, notes, operators, queues, rate_keys, resources, schedules, tasks, webhooks,
+)
 
 
 # The areas of the API, in the order /api/docs shows their groups, each with its group's line.
 AREAS = (
     (tasks, "tasks"), (leases, "leases"), (notes, "notes"), (approvals, "approvals"), (operators, "operators"),
     (queues, "queues"), (rate_keys, "rate keys"), (resources, "resources"), (schedules, "schedules"),
-    (check, "check"), (webhooks, "webhooks"), (bulk, "bulk"),
+    (check, "check"), (webhooks, "webhooks"), (bulk, "bulk"), (board_at, "board at"),
 )
 TAG_DESCRIPTIONS = {
     "tasks": "Create tasks (with dependencies), list them a page at a time, read one and its history.",
@@ -50,6 +52,8 @@ TAG_DESCRIPTIONS = {
     "bulk": "One operator action on every task a filter matches, as a background job: count first, then "
             "each task one compare-and-swap held to the version read; progress, stop, and one summary "
             "(an --operator key or board.intervene).",
+    "board at": "The board as it was at any moment, rebuilt from the history: every task's stage, version and "
+                "owner then, the counts, check()'s problems; exact from the history's horizon on.",
 }
 
 

@@ -772,6 +772,32 @@ class ProblemsOut(Schema):
     problems: list[ProblemOut]
 
 
+class BoardAtCard(Schema):
+    id: str
+    stage: str
+    version: int = Field(..., description="the task's version after its last history row at or before `at` "
+                                          "(inside a span of renews the prune collapsed: the version at the span's start)")
+    owner: str = Field(..., description="RUNNING: the agent whose claim or resume started the stint; else empty")
+
+
+class BoardAtOut(Schema):
+    # Its times are ISO 8601 strings to the microsecond, in UTC (Z), unlike the API's other times
+    # (milliseconds): a step to `next_event_at` must land on the event, not just before it.
+    at: str = Field(..., description="the moment asked for (ISO 8601, UTC, to the microsecond)")
+    exact: bool = Field(..., description="false: `at` is before `exact_from`, and tasks the prune deleted may be "
+                                         "missing (never guessed)")
+    exact_from: Optional[str] = Field(None, description="the oldest moment the board can be rebuilt exactly "
+                                                        "at; null: the prune never deleted a task")
+    first_event_at: Optional[str] = Field(None, description="the oldest history row kept (null: none)")
+    previous_event_at: Optional[str] = Field(None, description="the last history row before `at` (a step back)")
+    next_event_at: Optional[str] = Field(None, description="the first history row after `at` (a step forward)")
+    counts: dict[str, int] = Field(..., description="every stage's tasks at `at`, over the whole board")
+    tasks: list[BoardAtCard] = Field(..., description="a page of the tasks that existed at `at`, in id order")
+    problems: Optional[list[ProblemOut]] = Field(None, description="check() of the rebuilt board (the first page "
+                                                                     "only; docs/board-at.md says which rules apply)")
+    next: Optional[str] = Field(None, description="pass back as ?cursor= (with the same `at`) for the next page")
+
+
 class ErrorBody(Schema):
     code: str
     message: str

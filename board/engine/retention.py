@@ -5,7 +5,8 @@ reaper's schedule: TASKFLOW["PRUNE_INTERVAL_SECONDS"]).
 for `terminal_after`; never one that a remaining task depends on, down the chain) with their
 history and dependency rows, and collapses renew rows older than `renews_after` into the last one
 of each lease (`{"collapsed": n, "since": ...}`), in bounded write transactions; each batch
-records the tasks it deleted (RemovedTask) for the live boards. Neither window is under
+records the tasks it deleted (RemovedTask) for the live boards, and moves the history's horizon
+(HistoryHorizon: the board at a moment before it may miss a deleted task, docs/board-at.md). Neither window is under
 MIN_WINDOW. What goes, and why every race with creators, tailers and event cursors is safe:
 docs/retention.md.
 """
@@ -23,7 +24,7 @@ from board.engine import clock
 from board.engine.stores import retry_conflicts, store
 from board.engine.lifecycle import Stage, Verb, attempts_left
 from board.engine.tokens import hash_token
-from board.models import Dependency, RemovedTask, Task, TaskEvent
+from board.models import Dependency, HistoryHorizon, RemovedTask, Task, TaskEvent
 
 # Defaults (settings.TASKFLOW: PRUNE_RENEWS_AFTER_SECONDS, PRUNE_TERMINAL_AFTER_SECONDS).
 RENEWS_AFTER = timedelta(hours=24)
@@ -265,9 +266,11 @@ class _Run:
                 # Only the history of tasks about to go: a run that stops here leaves them
                 # terminal with part of their history, and the next run deletes the rest.
                 delete, clear = [], []
-                events_deleted = TaskEvent.objects.using(self.using).filter(
-                    pk__in=event_ids[:EVENTS_PER_BATCH]).delete()[0]
+                part = TaskEvent.objects.using(self.using).filter(pk__in=event_ids[:EVENTS_PER_BATCH])
+                _move_horizon(part, self.using)
+                events_deleted = part.delete()[0]
             elif delete:
+                _move_horizon(events, self.using)
                 events_deleted = events.delete()[0]
                 dependencies_deleted = Dependency.objects.using(self.using).filter(task_id__in=delete).delete()[0]
                 Task.objects.using(self.using).filter(pk__in=delete).delete()
@@ -359,6 +362,26 @@ class _Run:
                 deleted += history.filter(pk__in=pks, verb=Verb.RENEW).delete()[0]
         self.report.renews_collapsed += deleted
         self._count_lease({keep: pks for keep, pks in plan.items() if keep in kept})
+
+
+HORIZON = "tasks"  # the one HistoryHorizon row
+
+
+def _move_horizon(events, using: str) -> None:
+    """Inside the batch that deletes `events` (history rows of finished tasks): move the
+    history's horizon (HistoryHorizon, read by board.engine.moments) up to the newest `at` among
+    them, so that the board at a moment before it says it may miss a deleted task. Never moved
+    back; the prune's batches run one at a time (serialise_on), so a read-then-write is safe."""
+    newest = events.aggregate(newest=Max("at"))["newest"]
+    if newest is None:
+        return
+    rows = HistoryHorizon.objects.using(using)
+    current = rows.filter(name=HORIZON).values_list("exact_from", flat=True).first()
+    now = clock.now(using)
+    if current is None:
+        rows.create(name=HORIZON, exact_from=newest, updated_at=now)
+    elif newest > current:
+        rows.filter(name=HORIZON).update(exact_from=newest, updated_at=now)
 
 
 def _record_removals(deleted: list[str], stages: dict[str, str], using: str) -> None:

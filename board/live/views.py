@@ -17,8 +17,9 @@ from django.views.decorators.csrf import ensure_csrf_cookie
 from django.views.decorators.http import require_GET
 
 from board import access
-from board.engine import resources, selectors
+from board.engine import moments, resources, selectors
 from board.engine.lifecycle import TRANSITIONS, Stage
+from board.models import TaskEvent
 
 # What an empty column says: where its tasks come from, so that a new board tells its user
 # what to do next.
@@ -47,7 +48,16 @@ def board_page(request):
         "can_change_queues": access.may_change_queues(request.user),  # the same rule as PUT /api/queues/{name}
         "login_url": resolve_url(settings.LOGIN_URL),  # where the page sends a person whose session ended
         "approver": access.approver(request.user),  # the answer buttons: board.access.approver
+        # The time control's oldest moment: the history's horizon, or its first row (two index reads).
+        "history_from": _history_from(),
     })
+
+
+def _history_from() -> str | None:
+    found = moments.horizon()
+    if found is None:
+        found = TaskEvent.objects.order_by("pk").values_list("at", flat=True).first()
+    return found.isoformat() if found is not None else None
 
 
 ASK_AT_MOST = 5  # administrators a refused user is told to ask

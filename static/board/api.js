@@ -262,3 +262,12 @@ export function startApi() {
     pumpDeps();
   });
 }
+
+/** GET /api/board?at=: the board as it was at `at` (an ISO time), one page of it (`cursor`), rebuilt from
+ * the history by the server (docs/board-at.md). Not landed in the model: the live board stays as it is,
+ * and moment.js draws the answer on its own. Throws with the server's words on a refusal. */
+export async function loadBoardAt(at, cursor = null) {
+  const params = new URLSearchParams({ at });
+  if (cursor) params.set("cursor", cursor);
+  return getJson(`/api/board?${params}`);
+}

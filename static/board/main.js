@@ -30,6 +30,8 @@
 //                (approvals.js, taskpage.js)
 //   approvals.js the "Needs you" lane: the approvals waiting for an answer, read again when a
 //                card's awaiting_approval changes; browser notifications of new ones
+//   moment.js    the time control: the board at a past moment (GET /api/board?at= through api.js),
+//                drawn read-only in its own columns; Live shows the live board again
 //
 // taskpage.js is the other entry point: a task's own page (/board/task/<id>), drawn with
 // taskfields.js, attempts.js and timeline.js from api.js, as the details panel is.
@@ -49,6 +51,7 @@ import { startDragAndDrop } from "./actions.js";
 import { startDetails } from "./details.js";
 import { startHeaders } from "./headers.js";
 import { startInsights } from "./insights.js";
+import { startMoment } from "./moment.js";
 import { startQueues } from "./queues.js";
 import { startRendering } from "./render.js";
 import { startSocket } from "./socket.js";
@@ -64,5 +67,6 @@ startQueues();
 startHeaders();
 startBulk();
 startApprovals();
+startMoment(); // the time control; a ?at= link shows that moment (the live board starts underneath all the same)
 restoreView(); // the filters and the open task from the URL (the task opens with the first snapshot)
 startSocket();

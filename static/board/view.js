@@ -199,6 +199,8 @@ function urlOfView() {
   put("stage", filterStage.value);
   const task = openTaskId() || taskFromUrl;
   if (task) params.set("task", task);
+  const at = new URLSearchParams(location.search).get("at"); // moment.js's: the moment shown, kept as it is
+  if (at) params.set("at", at);
   const query = params.toString();
   return location.pathname + (query ? `?${query}` : "") + location.hash;
 }
