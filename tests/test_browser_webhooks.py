@@ -89,10 +89,9 @@ def test_a_staff_user_sees_a_delivery_arrive_after_the_receiver_came_back(server
     assert len(receiver.accepted) == 1 and receiver.bad_signatures == 0
 
 
-def test_a_webhook_is_made_in_the_admin_and_its_secret_shown_once(server, browser, orm, receivers, settings):
+def test_a_webhook_is_made_in_the_admin_and_its_secret_shown_once(server, browser, orm):
     """From the Webhooks page's Add button: the form (URL, events as boxes, the filter, the
     format), then the one page that shows the signing secret."""
-    receiver = receivers()
     context = browser.new_context(viewport={"width": 1400, "height": 900})
     try:
         context.add_cookies([{"name": "sessionid", "value": orm(lambda: _session_cookie(_webhook_watcher())),

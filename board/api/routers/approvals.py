@@ -15,7 +15,7 @@ from board import access
 from board.api.auth import in_scope, require_agent, require_reader
 from board.api.errors import ERRORS
 from board.api.pagination import page_limit
-from board.api.schemas import ApprovalAnswerIn, ApprovalOut, ApprovalPage, ApprovalRequestIn, ApprovalTaskOut
+from board.api.schemas import ApprovalAnswerIn, ApprovalPage, ApprovalRequestIn, ApprovalTaskOut
 from board.engine import approvals, errors, scopes, selectors, transitions
 from board.models import Approval
 from board.public import public_task
