@@ -160,6 +160,12 @@ export async function loadApprovals() {
   setApprovals(items);
 }
 
+/** What loadApprovals would land when a snapshot shows no task awaiting an answer (it holds
+ * every unfinished task): none, without a request. */
+export function noApprovalsWaiting() {
+  setApprovals([]);
+}
+
 /** GET /api/tasks/{id}/approvals: every approval task `id` asked for, oldest first (the task
  * page's section; not part of the model). */
 export async function loadTaskApprovals(id) {

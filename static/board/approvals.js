@@ -4,8 +4,8 @@
 // when nothing waits.
 //
 // Live: the cards carry `awaiting_approval` and `approvals_count` (board/live/reads.py); when a
-// snapshot comes, or a card's pair changes (an agent asked, someone answered, a timeout or a
-// cancel closed it), the lane reads GET /api/approvals?state=waiting again (api.js
+// snapshot with a card awaiting an answer comes, or a card's pair changes (an agent asked,
+// someone answered, a timeout or a cancel closed it), the lane reads GET /api/approvals?state=waiting again (api.js
 // loadApprovals, landed in the model) and redraws: an approval already shown keeps its element,
 // so a half-filled form survives another approval's arrival.
 //
@@ -20,7 +20,7 @@
 
 import { el, showMessage, taskPageUrl } from "./page.js";
 import { allTasks, getApprovals, getTask, subscribe } from "./store.js";
-import { loadApprovals } from "./api.js";
+import { loadApprovals, noApprovalsWaiting } from "./api.js";
 import { answerForm, approversText, askedText, dueText } from "./approvalform.js";
 
 const section = document.getElementById("needs-you");
@@ -159,7 +159,10 @@ export function startApprovals() {
     } else if (change.what === "snapshot") {
       awaiting.clear();
       for (const task of allTasks()) if (task.awaiting_approval) awaiting.set(task.id, task.approvals_count);
-      reread();
+      // A snapshot holds every unfinished task: with none awaiting an answer there is nothing to
+      // read (a board without approvals makes no request for them; its other panels neither).
+      if (awaiting.size) reread();
+      else noApprovalsWaiting();
     } else if (change.what === "tasks") {
       let flipped = false;
       for (const id of change.ids) {
