@@ -371,17 +371,17 @@ def _move_horizon(events, using: str) -> None:
     """Inside the batch that deletes `events` (history rows of finished tasks): move the
     history's horizon (HistoryHorizon, read by board.engine.moments) up to the newest `at` among
     them, so that the board at a moment before it says it may miss a deleted task. Never moved
-    back; the prune's batches run one at a time (serialise_on), so a read-then-write is safe."""
+    back: the update is held to the row being older (the prune's batches also run one at a time:
+    serialise_on)."""
     newest = events.aggregate(newest=Max("at"))["newest"]
     if newest is None:
         return
-    rows = HistoryHorizon.objects.using(using)
-    current = rows.filter(name=HORIZON).values_list("exact_from", flat=True).first()
+    rows = HistoryHorizon.objects.using(using).filter(name=HORIZON)
     now = clock.now(using)
-    if current is None:
-        rows.create(name=HORIZON, exact_from=newest, updated_at=now)
-    elif newest > current:
-        rows.filter(name=HORIZON).update(exact_from=newest, updated_at=now)
+    if not rows.exists():
+        HistoryHorizon.objects.using(using).create(name=HORIZON, exact_from=newest, updated_at=now)
+    else:
+        rows.filter(exact_from__lt=newest).update(exact_from=newest, updated_at=now)
 
 
 def _record_removals(deleted: list[str], stages: dict[str, str], using: str) -> None:
