@@ -102,15 +102,17 @@ def queues_of(task_ids: list[str], *, using: str = "default") -> dict[str, str]:
 CLAIM_ORDER = ("claim_rank", "pk")
 
 
-def in_scope(scope: scopes.Scope) -> Q:
+def in_scope(scope: scopes.Scope, queue: str = "queue") -> Q:
     """The tasks a key with this queue scope may see (issue 27; board.engine.scopes): each
     pattern as an anchored regex (the same in SQLite's Python REGEXP, PostgreSQL and MongoDB),
-    a plain name as an equality. Q() for an unscoped key."""
+    a plain name as an equality. Q() for an unscoped key. `queue`: the lookup of the task's
+    queue, for rows reached through their task ("task__queue": an approval's)."""
     if scope is None:
         return Q()
     match = Q(pk__in=[])
     for pattern in scope:
-        match |= Q(queue__regex=scopes.as_regex(pattern)) if any(c in pattern for c in "*?") else Q(queue=pattern)
+        match |= (Q(**{f"{queue}__regex": scopes.as_regex(pattern)}) if any(c in pattern for c in "*?")
+                  else Q(**{queue: pattern}))
     return match
 
 

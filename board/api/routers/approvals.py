@@ -16,7 +16,7 @@ from board.api.auth import in_scope, require_agent, require_reader
 from board.api.errors import ERRORS
 from board.api.pagination import page_limit
 from board.api.schemas import ApprovalAnswerIn, ApprovalPage, ApprovalRequestIn, ApprovalTaskOut
-from board.engine import approvals, errors, scopes, selectors, transitions
+from board.engine import approvals, errors, selectors, transitions
 from board.models import Approval
 from board.public import public_task
 
@@ -81,15 +81,6 @@ def task_approvals(request, task_id: str):
     return {"items": [approvals.public_approval(a) for a in rows], "next_after": None}
 
 
-def _in_scope(scope) -> Q:
-    """The approvals of the tasks a scoped key sees (selectors.in_scope, through the task)."""
-    match = Q(pk__in=[])
-    for pattern in scope:
-        match |= (Q(task__queue__regex=scopes.as_regex(pattern)) if any(c in pattern for c in "*?")
-                  else Q(task__queue=pattern))
-    return match
-
-
 @router.get("/approvals", response={200: ApprovalPage, **ERRORS},
             summary="Approvals waiting for an answer (or answered, or all), oldest first")
 def list_approvals(request, state: Literal["waiting", "answered", "all"] = "waiting", queue: str | None = None,
@@ -106,7 +97,7 @@ def list_approvals(request, state: Literal["waiting", "answered", "all"] = "wait
     if queue is not None:
         rows = rows.filter(task__queue=queue)
     if request.auth.scope is not None:
-        rows = rows.filter(_in_scope(request.auth.scope))
+        rows = rows.filter(selectors.in_scope(request.auth.scope, queue="task__queue"))
     if after is not None:
         rows = rows.filter(Q(pk__gt=after))
     page = list(rows.order_by("id")[:limit + 1])
