@@ -38,7 +38,7 @@ from django.db import IntegrityError
 from django.db.models import Q
 from django.utils import timezone
 
-from board.engine import clock, errors, scopes
+from board.engine import capabilities, clock, errors, scopes
 from board.engine.stores import retry_conflicts, store
 from board.engine.inputs import NAME_RULE, is_valid_task_id
 from board.engine.limits import MAX_ROTATION_GRACE
@@ -73,7 +73,8 @@ class NameHasLiveKey(errors.InvalidRequest):
 
 
 def create_key(name: str, *, is_operator: bool = False, rotate: timedelta | None = None,
-               queues: str | None = None, using: str = "default") -> tuple[AgentKey, str]:
+               queues: str | None = None, capabilities: str | None = None,
+               using: str = "default") -> tuple[AgentKey, str]:
     """Mint a key for agent `name`; returns the row and the key, which is never shown again.
     Whether the caller may mint an operator key, or rotate, is the caller's check (the admin
     asks for board.intervene, and board.change_agentkey to rotate; the command is run by
@@ -84,7 +85,11 @@ def create_key(name: str, *, is_operator: bool = False, rotate: timedelta | None
     the new key takes the name. The unique `live_name` decides between concurrent mints.
 
     `queues`: comma-separated glob patterns (`ci-*,docs`, board.engine.scopes) limiting the key
-    to those queues; None or empty: every queue. A key's scope never changes: rotate to change it."""
+    to those queues; None or empty: every queue. A key's scope never changes: rotate to change it.
+
+    `capabilities`: comma-separated labels (`gpu,python`, board.engine.capabilities): what the
+    agent can do; a claim takes only tasks whose `requires` are all among them. Changeable later
+    (set_capabilities)."""
     if not is_valid_task_id(name):
         raise errors.InvalidRequest(f"agent name: {NAME_RULE}")
     why = reserved_because(name, using=using)
@@ -94,11 +99,12 @@ def create_key(name: str, *, is_operator: bool = False, rotate: timedelta | None
         scope = scopes.parse(queues)
     except scopes.BadScope as exc:
         raise errors.InvalidRequest(str(exc)) from None
+    labels = _capabilities(capabilities)
     if rotate is not None and not timedelta(0) <= rotate <= MAX_ROTATION_GRACE:
         raise errors.InvalidRequest(f"a rotation's grace is from 0 to {int(MAX_ROTATION_GRACE.total_seconds())} seconds")
     key = KEY_PREFIX + secrets.token_urlsafe(32)
     try:
-        row = _mint(name, key, is_operator, rotate, scopes.stored(scope), using=using)
+        row = _mint(name, key, is_operator, rotate, scopes.stored(scope), labels, using=using)
     except IntegrityError:  # live_name: another key took the name first (or still has it)
         raise NameHasLiveKey(f"agent {name!r} already has a live key; revoke it, or rotate it "
                              "(create_agent_key --rotate[=SECONDS], or the admin's rotate choice)") from None
@@ -107,7 +113,8 @@ def create_key(name: str, *, is_operator: bool = False, rotate: timedelta | None
 
 
 @retry_conflicts
-def _mint(name: str, key: str, is_operator: bool, rotate: timedelta | None, queues: str, *, using: str) -> AgentKey:
+def _mint(name: str, key: str, is_operator: bool, rotate: timedelta | None, queues: str, labels: str, *,
+          using: str) -> AgentKey:
     keys = AgentKey.objects.using(using)
     with store(using).write_transaction():
         now = clock.now(using)
@@ -116,8 +123,28 @@ def _mint(name: str, key: str, is_operator: bool, rotate: timedelta | None, queu
             keys.filter(live_name=name).update(live_name=None, revoked_at=now + rotate)
         return keys.create(
             name=name, live_name=name, prefix=key[: len(KEY_PREFIX) + 6], key_hash=hash_token(key),
-            is_operator=is_operator, queues=queues, created_at=now,
+            is_operator=is_operator, queues=queues, capabilities=labels, created_at=now,
         )
+
+
+def _capabilities(text: str | None) -> str:
+    """Capability labels as a key stores them, or 422 naming what is wrong."""
+    try:
+        return capabilities.stored(capabilities.parse(text))
+    except capabilities.BadCapabilities as exc:
+        raise errors.InvalidRequest(str(exc), field="capabilities") from None
+
+
+def set_capabilities(key_id: int, text: str | None, *, using: str = "default") -> AgentKey:
+    """Change a key's capabilities (the Keys admin). A claim reads them from the key: a server
+    process that verified the key in the last VERIFIED_SECONDS uses the former ones until it
+    looks the key up again (this process: at once)."""
+    labels = _capabilities(text)
+    row = AgentKey.objects.using(using).get(pk=key_id)
+    AgentKey.objects.using(using).filter(pk=key_id).update(capabilities=labels)
+    row.capabilities = labels
+    _verified.clear()
+    return row
 
 
 def live(using: str = "default") -> Q:
@@ -157,6 +184,7 @@ class DeferredKey(NamedTuple):
     is_operator: bool
     key_hash: str
     scope: scopes.Scope
+    capabilities: capabilities.Capabilities = ()
 
 
 def scope_of(row: AgentKey) -> scopes.Scope:
@@ -164,11 +192,19 @@ def scope_of(row: AgentKey) -> scopes.Scope:
     return scopes.parse(row.queues)
 
 
+def capabilities_of(row: AgentKey) -> capabilities.Capabilities:
+    """What `row`'s agent can do (board.engine.capabilities; checked when set)."""
+    return capabilities.parse(row.capabilities)
+
+
 class _Verified(NamedTuple):
     using: str
     name: str
     is_operator: bool
     scope: scopes.Scope  # a key's scope never changes, so remembering it is safe
+    # Its capabilities may change (the Keys admin): a change reaches this cache within
+    # VERIFIED_SECONDS, when the key is looked up again (board.engine.capabilities says so).
+    capabilities: capabilities.Capabilities
     use_recorded: float  # when its use was last recorded, by time.monotonic()
 
 
@@ -191,9 +227,10 @@ def authenticate_deferred(key: str, *, using: str = "default") -> DeferredKey | 
     key_hash = hash_token(key)
     known = _verified.get(key_hash)
     if known is not None and known.using == using and time.monotonic() - known.use_recorded < VERIFIED_SECONDS:
-        return DeferredKey(known.name, known.is_operator, key_hash, known.scope)
+        return DeferredKey(known.name, known.is_operator, key_hash, known.scope, known.capabilities)
     row = authenticate(key, using=using)
-    return DeferredKey(row.name, row.is_operator, key_hash, scope_of(row)) if row is not None else None
+    return (DeferredKey(row.name, row.is_operator, key_hash, scope_of(row), capabilities_of(row))
+            if row is not None else None)
 
 
 def _remember(key_hash: str, using: str, row: AgentKey, now) -> None:
@@ -202,7 +239,8 @@ def _remember(key_hash: str, using: str, row: AgentKey, now) -> None:
     if len(_verified) >= VERIFIED_MAX:
         _verified.clear()
     recorded_ago = max(0.0, (now - row.last_used_at).total_seconds())
-    _verified[key_hash] = _Verified(using, row.name, row.is_operator, scope_of(row), time.monotonic() - recorded_ago)
+    _verified[key_hash] = _Verified(using, row.name, row.is_operator, scope_of(row), capabilities_of(row),
+                                    time.monotonic() - recorded_ago)
 
 
 def revoke(key_id: int, *, using: str = "default") -> bool:

@@ -58,6 +58,12 @@ class Task(models.Model):
     # hot verbs then touch no resource row). Fixed at creation; its rows: TaskResource.
     resources = models.JSONField(null=True, blank=True, editable=False,
                                  help_text="Resources a claim takes with the task (a name: exclusive).")
+    # Capabilities (board.engine.capabilities): labels a claimer must all hold (None: anybody),
+    # and {label: weight} preferences that re-rank the head of the line for a claimer holding them.
+    requires = models.JSONField(null=True, blank=True, editable=False,
+                                help_text="Capability labels a claimer must all hold (empty: anybody).")
+    prefers = models.JSONField(null=True, blank=True, editable=False,
+                               help_text="Capability labels a claimer is preferred for: {label: weight}.")
     claim_rank = models.FloatField(default=0.0, db_default=0.0, editable=False,
                                    help_text="Claimed lowest first: its turn (Unix seconds) minus priority x 60 s.")
 
@@ -604,6 +610,10 @@ class AgentKey(models.Model):
     # `ci-*,docs`; empty for every queue. Set at minting, never changed (rotate to change it).
     queues = models.CharField(max_length=2100, blank=True, default="",
                               help_text="Queue patterns this key is limited to (e.g. ci-*,docs); empty: every queue.")
+    # What the agent can do (board.engine.capabilities): comma-separated labels such as
+    # `gpu,python,model:opus`, sorted; a claim takes only tasks whose `requires` are all here.
+    capabilities = models.CharField(max_length=2100, blank=True, default="",
+                                    help_text="Capability labels, comma-separated (e.g. gpu,python,model:opus).")
 
     class Meta:
         ordering = ["name", "created_at"]

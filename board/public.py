@@ -38,6 +38,9 @@ def public_task(task: Task, deps: list[str]) -> dict:
         "fairness_key": task.fairness_key,
         "tags": list(task.tags or []),
         "resources": task.resources,
+        # Capabilities (board.engine.capabilities): what a claimer must hold, and is preferred for.
+        "requires": task.requires,
+        "prefers": task.prefers,
         "replay_of": task.replay_of,
         "claim_rank": task.claim_rank,
         # Deadlines beside the lease (board.engine.deadlines): the creator's timeouts, and when

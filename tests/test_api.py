@@ -45,6 +45,7 @@ TASK_FIELDS = {
     "concurrency_key", "rate_key", "dedup_key", "fairness_key", "tags", "claim_rank",
     "concurrency_key", "queue_timeout_seconds", "attempt_timeout_seconds", "progress_timeout_seconds",
     "progress_changed_at", "notes_count", "replay_of", "resources", "awaiting_approval", "approvals_count",
+    "requires", "prefers",
 }
 EVENT_FIELDS = {"id", "task", "verb", "from_stage", "to_stage", "version", "fence", "actor", "at", "detail"}
 
@@ -226,7 +227,7 @@ def test_create_one_task_is_201_with_the_public_task(http, agent):
         "version": 0, "owner": "", "fence": 0, "lease_expires_at": None, "attempts": 0,
         "not_before": None, "checkpoint": None, "progress": None, "result": None, "error": "",
         "created_at": None, "updated_at": None, "stage_changed_at": None, "concurrency_key": None,
-        "rate_key": None, "dedup_key": None, "fairness_key": None, "tags": [], "resources": None, "claim_rank": task["claim_rank"],
+        "rate_key": None, "dedup_key": None, "fairness_key": None, "tags": [], "resources": None, "requires": None, "prefers": None, "claim_rank": task["claim_rank"],
         "queue_timeout_seconds": None, "attempt_timeout_seconds": None, "progress_timeout_seconds": None,
         "progress_changed_at": None, "notes_count": 0, "replay_of": None,
         "awaiting_approval": False, "approvals_count": 0,

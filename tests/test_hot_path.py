@@ -462,7 +462,7 @@ def test_a_key_check_is_one_select_and_records_use_once_a_minute(alias, monkeypa
     assert [s.split()[0] for s in sql] == ["SELECT", "UPDATE"]  # the first use is recorded
     assert first.last_used_at is not None
     again, sql = _statements(alias, lambda: agent_keys.authenticate(key, using=alias))
-    assert len(sql) == 1 and sql[0].startswith("SELECT id, name, is_operator, last_used_at, queues FROM board_agentkey")
+    assert len(sql) == 1 and sql[0].startswith("SELECT id, name, is_operator, last_used_at, queues, capabilities FROM board_agentkey")
     assert (again.pk, again.name, again.is_operator) == (stored_key.pk, "agent-k", True)
     assert again.last_used_at == AgentKey.objects.using(alias).get(pk=stored_key.pk).last_used_at
     later = timezone.now() + agent_keys.LAST_USED_PRECISION
@@ -581,7 +581,7 @@ def test_a_key_is_trusted_from_memory_only_until_its_next_use_is_due_for_recordi
         first = agent_keys.authenticate_deferred(key, using=alias)
     with CaptureQueriesContext(connections[alias]) as recalled:
         second = agent_keys.authenticate_deferred(key, using=alias)
-    assert first == second == ("memo", False, key_hash, None)
+    assert first == second == ("memo", False, key_hash, None, ())
     assert [q["sql"].split()[0] for q in lookup.captured_queries] == ["SELECT"]  # no use recorded: not due
     assert recalled.captured_queries == []
     trusted_since = agent_keys._verified[key_hash].use_recorded

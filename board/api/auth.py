@@ -11,7 +11,7 @@ from django.conf import settings
 from ninja.security import HttpBearer, SessionAuth
 
 from board import access, agent_keys
-from board.engine import errors, scopes, selectors
+from board.engine import capabilities, errors, scopes, selectors
 from board.engine.transitions import TaskSpec
 from board.models import Task
 
@@ -32,6 +32,8 @@ class Principal:
     key_hash: str | None = None
     # The queues an agent key is limited to (board.engine.scopes); None: every queue.
     scope: scopes.Scope = None
+    # What the agent can do (board.engine.capabilities): its key's labels; () for a session.
+    capabilities: capabilities.Capabilities = ()
 
 
 class AgentKeyAuth(HttpBearer):
@@ -57,9 +59,10 @@ class AgentKeyAuth(HttpBearer):
         if self.deferred:
             known = agent_keys.authenticate_deferred(token)
             return Principal(known.name, known.is_operator, key_hash=known.key_hash, scope=known.scope,
-                             can_change_queues=known.is_operator) if known else None
+                             capabilities=known.capabilities, can_change_queues=known.is_operator) if known else None
         key = agent_keys.authenticate(token)
         return Principal(key.name, key.is_operator, scope=agent_keys.scope_of(key),
+                         capabilities=agent_keys.capabilities_of(key),
                          can_change_queues=key.is_operator) if key else None
 
 

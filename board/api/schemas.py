@@ -26,8 +26,14 @@ from pydantic import (
 
 from board.engine import claim_requests
 from board.engine.inputs import TASK_ID_PATTERN, json_too_deep, unstorable_text
+from board.engine.capabilities import LABEL as CAPABILITY_LABEL
 from board.engine.search import TAG_PATTERN
 from board.engine.limits import (
+    MAX_CAPABILITIES,
+    MAX_CAPABILITY_CHARS,
+    MAX_PREFER_WEIGHT,
+    MAX_REQUIRES,
+    PREFER_WINDOW,
     MAX_BATCH_TASKS,
     MAX_CLAIM_BATCH,
     MAX_COMPLETE_BATCH,
@@ -65,6 +71,10 @@ from board.engine.limits import (
     MAX_WAIT_SECONDS,
     MIN_TTL_SECONDS,
 )
+
+# A capability label (board.engine.capabilities).
+CapabilityLabel = Annotated[str, StringConstraints(min_length=1, max_length=MAX_CAPABILITY_CHARS,
+                                                   pattern=CAPABILITY_LABEL.pattern)]
 
 
 class StrictIn(Schema):
@@ -173,6 +183,15 @@ class TaskIn(StrictIn):
         description="resources a claim takes with the task, all or none, held until the lease ends: a name is "
                     "exclusive (merge-slot, branch:main, file:src/app/**: a pattern holds its directory's "
                     "subtree), {\"name\", \"units\"} shares the resource's capacity (docs/resources.md)")
+    requires: Optional[list[CapabilityLabel]] = Field(
+        None, max_length=MAX_REQUIRES,
+        description="capability labels a claimer must all hold (its agent key's capabilities, or the claim's "
+                    "narrower `capabilities`): python, gpu, model:opus, repo:acme/web (docs/capabilities.md)")
+    prefers: Optional[Union[dict[CapabilityLabel, Annotated[int, Field(ge=1, le=MAX_PREFER_WEIGHT)]],
+                            list[CapabilityLabel]]] = Field(
+        None, description="labels a claimer is preferred for, {label: weight} (a list: weight 1 each): to a claimer "
+                          "holding them the task counts as that many priority levels higher, among the first "
+                          f"{PREFER_WINDOW} tasks it could take")
 
     # --- deadlines beside the lease (issue 29, item 7; board.engine.deadlines)
     queue_timeout_seconds: Optional[int] = DEADLINE(
@@ -204,6 +223,11 @@ class TaskIn(StrictIn):
 TaskBatchIn = Annotated[list[TaskIn], Field(max_length=MAX_BATCH_TASKS)]
 
 
+CAPABILITIES = Field(None, max_length=MAX_CAPABILITIES,
+                     description="narrow this claim to these of the agent key's capabilities (omitted: all of the "
+                                 "key's); a task requiring others is not taken. Naming one the key lacks: 403")
+
+
 class NextIn(StrictIn):
     """The claim a complete, fail or release is followed by (`next`): claim's own fields."""
 
@@ -211,6 +235,7 @@ class NextIn(StrictIn):
     queue: Optional[str] = Field(None, pattern=TASK_ID_PATTERN)
     wait_seconds: float = Field(0, ge=0, le=MAX_WAIT_SECONDS, description="wait up to this long for work")
     request_id: Optional[str] = REQUEST_ID
+    capabilities: Optional[list[CapabilityLabel]] = CAPABILITIES
 
 
 NEXT = Field(None, description="then claim the next ready task for this agent, as POST /api/claim with these fields "
@@ -228,10 +253,12 @@ class ClaimNextIn(NextIn):
 class ClaimIn(StrictIn):
     ttl_seconds: float = TTL
     request_id: Optional[str] = REQUEST_ID
+    capabilities: Optional[list[CapabilityLabel]] = CAPABILITIES
 
 
 class ResumeIn(StrictIn):
     ttl_seconds: float = TTL
+    capabilities: Optional[list[CapabilityLabel]] = CAPABILITIES
 
 
 class UsageIn(StrictIn):
@@ -366,6 +393,9 @@ class TaskOut(Schema):
     tags: list[str] = Field(..., description="labels to find the task by (search: tag:NAME)")
     resources: Optional[list[Union[str, ResourceShareOut]]] = Field(
         None, description="resources a claim takes with it (a name: exclusive); null: none")
+    requires: Optional[list[str]] = Field(None, description="capability labels a claimer must all hold; null: none")
+    prefers: Optional[dict[str, int]] = Field(None, description="labels a claimer is preferred for, with weights "
+                                                                "(priority levels); null: none")
     replay_of: Optional[str] = Field(None, description="the finished task this one was run again from "
                                                        "(POST /api/tasks/{id}/replay); its replays: search replay_of:ID")
     claim_rank: float = Field(..., description="the line's order: claims take the lowest first (its turn, Unix seconds, "

@@ -120,6 +120,16 @@ MAX_PAGE_BYTES = 4 * 1024 * 1024  # of a task page's JSON; the largest task rend
 
 # --- agent keys
 MAX_SCOPE_PATTERNS = 20  # queue patterns of one key (board.engine.scopes)
+# Capabilities (board.engine.capabilities): labels of 1 to MAX_CAPABILITY_CHARS characters.
+MAX_CAPABILITIES = 32  # labels of one key
+MAX_CAPABILITY_CHARS = 60
+MAX_REQUIRES = 8  # labels a task requires
+MAX_PREFERS = 8  # labels a task prefers
+MAX_PREFER_WEIGHT = 10  # one preferred label's weight, in priority levels
+# Not a cap: a claim re-ranks by preference only the first this many tasks it could take.
+PREFER_WINDOW = 16
+# check()'s unclaimable_requirements: a key counts as alive while used within this long.
+CAPABLE_KEY_SEEN = timedelta(hours=1)
 # The longest grace a rotation may give the old key (the command's --rotate=SECONDS, the admin's
 # field): a rotation is meant to end the old key, not to keep two keys alive indefinitely.
 MAX_ROTATION_GRACE = timedelta(days=7)

@@ -23,6 +23,7 @@ from django.db.models import (
 )
 from django.utils import timezone
 
+from board.engine import capabilities as capabilities_module
 from board.engine import clock, deadlines, fairness, resources, scopes
 from board.engine.stores import store
 from board.engine.invariants import (
@@ -145,9 +146,10 @@ def closed_to_claims(now: datetime, *, using: str = "default") -> tuple[list[str
 
 
 def claimable_tasks(now: datetime, queue: str | None = None, *, scope: scopes.Scope = None,
-                    using: str = "default"):
-    """ready_tasks without those of a queue or key closed to claims now (closed_to_claims)."""
-    rows = ready_tasks(now, queue, scope=scope, using=using)
+                    capabilities: tuple[str, ...] = (), using: str = "default"):
+    """ready_tasks without those of a queue or key closed to claims now (closed_to_claims), and
+    without those requiring a capability the claimer lacks (board.engine.capabilities)."""
+    rows = capabilities_module.takeable(ready_tasks(now, queue, scope=scope, using=using), capabilities, using)
     closed_queues, full_keys, held_rate_keys = closed_to_claims(now, using=using)
     if closed_queues:
         rows = rows.exclude(queue__in=closed_queues)
@@ -161,11 +163,12 @@ def claimable_tasks(now: datetime, queue: str | None = None, *, scope: scopes.Sc
     return rows
 
 
-def has_ready_task(queue: str | None = None, *, scope: scopes.Scope = None, using: str = "default") -> bool:
+def has_ready_task(queue: str | None = None, *, scope: scopes.Scope = None, capabilities: tuple[str, ...] = (),
+                   using: str = "default") -> bool:
     """Whether some task is ready to claim, read without a transaction: a waiting claim asks
     this first, so that idle agents do not take SQLite's write lock several times a second (nor
     for work a paused, full or rate-held queue keeps back)."""
-    return claimable_tasks(timezone.now(), queue, scope=scope, using=using).exists()
+    return claimable_tasks(timezone.now(), queue, scope=scope, capabilities=capabilities, using=using).exists()
 
 
 def seconds_until_rate_opens(queue: str | None = None, *, scope: scopes.Scope = None,

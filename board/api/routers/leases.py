@@ -32,7 +32,7 @@ from board.api.schemas import (
     TaskOut,
 )
 from board import metrics
-from board.engine import errors, handoffs, scopes, selectors, transitions, usage
+from board.engine import capabilities, errors, handoffs, scopes, selectors, transitions, usage
 from board.live import parked
 from board.public import public_claim
 
@@ -94,11 +94,12 @@ def claim_next(request, body: ClaimNextIn):
     claim order, each its own lease, in one transaction on SQLite and PostgreSQL (204 when none;
     a waiting batch is answered as soon as one task is ready)."""
     require_agent(request)
+    caps = _capabilities(request.auth, body)
     if body.max_tasks is not None:
-        return _claim_batch(request, body)
+        return _claim_batch(request, body, caps)
     claim = transitions.claim_next(request.auth.name, body.ttl_seconds, queue=body.queue,
                                    request_id=body.request_id, key_hash=request.auth.key_hash,
-                                   scope=request.auth.scope)
+                                   scope=request.auth.scope, capabilities=caps)
     if claim is not None:
         return _answer(request, render_claim(claim))
     if body.queue is not None and not scopes.allows(request.auth.scope, body.queue):
@@ -114,16 +115,23 @@ def claim_next(request, body: ClaimNextIn):
         return response
     return _wait_for_work(request, body, lambda: transitions.claim_next(
         request.auth.name, body.ttl_seconds, queue=body.queue, request_id=body.request_id,
-        key_hash=request.auth.key_hash, scope=request.auth.scope), lambda claim: render_claim(claim))
+        key_hash=request.auth.key_hash, scope=request.auth.scope, capabilities=caps), lambda claim: render_claim(claim))
 
 
-def _claim_batch(request, body: ClaimNextIn):
+def _capabilities(auth: Principal, body) -> tuple[str, ...]:
+    """The claim's capabilities (board.engine.capabilities): its key's, or the subset `body`
+    names (a label the key lacks: 403 before anything is read)."""
+    return capabilities.narrowed(auth.capabilities, body.capabilities)
+
+
+def _claim_batch(request, body: ClaimNextIn, caps: tuple[str, ...]):
     """POST /api/claim with max_tasks: {"leases": [...]}, or 204 (after waiting, as a claim waits)."""
     auth = request.auth
 
     def claim_batch():
         return transitions.claim_batch(auth.name, body.ttl_seconds, body.max_tasks, queue=body.queue,
-                                       request_id=body.request_id, key_hash=auth.key_hash, scope=auth.scope) or None
+                                       request_id=body.request_id, key_hash=auth.key_hash, scope=auth.scope,
+                                       capabilities=caps) or None
 
     claims = claim_batch()
     if claims:
@@ -183,7 +191,7 @@ def _poll_for_work(agent: Principal, body: NextIn, claim):
     deadline = time.monotonic() + body.wait_seconds
     while (remaining := deadline - time.monotonic()) > 0:
         time.sleep(min(CLAIM_POLL_SECONDS, remaining))
-        if selectors.has_ready_task(body.queue, scope=agent.scope):
+        if selectors.has_ready_task(body.queue, scope=agent.scope, capabilities=_capabilities(agent, body)):
             found = claim()
             if found is not None:
                 return found
@@ -195,19 +203,22 @@ def claim_task(request, task_id: str, body: ClaimIn):
     """With `request_id`, a retry of this claim (same agent, same id) while its lease is live
     gets that lease back instead of `taken`."""
     require_agent(request)
+    caps = _capabilities(request.auth, body)
     in_scope(request, task_id)
     # Rendered as is, as the hot claims are: through ClaimOut the hand-off fields a task
     # without dependencies or notes does not have would come back as nulls.
     return _answer(request, render_claim(transitions.claim(task_id, request.auth.name, body.ttl_seconds,
-                                                           request_id=body.request_id)))
+                                                           request_id=body.request_id, capabilities=caps)))
 
 
 @router.post("/tasks/{task_id}/resume", response={200: ClaimOut, **ERRORS},
              summary="Take a PAUSED task with a new lease; its checkpoint is on the task")
 def resume_task(request, task_id: str, body: ResumeIn):
     require_agent(request)
+    caps = _capabilities(request.auth, body)
     in_scope(request, task_id)
-    return _answer(request, render_claim(transitions.resume(task_id, request.auth.name, body.ttl_seconds)))
+    return _answer(request, render_claim(transitions.resume(task_id, request.auth.name, body.ttl_seconds,
+                                                            capabilities=caps)))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -233,9 +244,9 @@ def release_task(request, task_id: str, body: ReleaseIn):
     require_agent(request)
     in_scope(request, task_id)
     if body.next is not None:
-        return _then_next(request, body.next, lambda next_claim: transitions.release_and_claim(
+        return _then_next(request, body.next, lambda next_claim, caps: transitions.release_and_claim(
             task_id, body.token, next_claim, retry_after_seconds=body.retry_after_seconds, agent=request.auth.name,
-            key_hash=request.auth.key_hash, scope=request.auth.scope))
+            key_hash=request.auth.key_hash, scope=request.auth.scope, capabilities=caps))
     # Rendered as is (not through TaskNextOut, which would add "next": null to an answer that
     # never had it).
     return _answer(request, render_task(transitions.release(
@@ -255,9 +266,9 @@ def complete_task(request, task_id: str, body: CompleteIn):
     in_scope(request, task_id)
     reported = _usage_of(body.usage)
     if body.next is not None:
-        return _then_next(request, body.next, lambda next_claim: transitions.complete_and_claim(
+        return _then_next(request, body.next, lambda next_claim, caps: transitions.complete_and_claim(
             task_id, body.token, body.result, next_claim, agent=request.auth.name, key_hash=request.auth.key_hash,
-            scope=request.auth.scope), reported)
+            scope=request.auth.scope, capabilities=caps), reported)
     task = transitions.complete(task_id, body.token, body.result, agent=request.auth.name, key_hash=request.auth.key_hash)
     _record_usage(request, task, task.fence, reported)
     return _answer(request, render_task(task))
@@ -272,9 +283,10 @@ def fail_task(request, task_id: str, body: FailIn):
     in_scope(request, task_id)
     reported = _usage_of(body.usage)
     if body.next is not None:
-        return _then_next(request, body.next, lambda next_claim: transitions.fail_and_claim(
+        return _then_next(request, body.next, lambda next_claim, caps: transitions.fail_and_claim(
             task_id, body.token, body.error, next_claim, retryable=body.retryable, traceback=body.traceback,
-            agent=request.auth.name, key_hash=request.auth.key_hash, scope=request.auth.scope), reported)
+            agent=request.auth.name, key_hash=request.auth.key_hash, scope=request.auth.scope,
+            capabilities=caps), reported)
     task = transitions.fail(task_id, body.token, body.error, retryable=body.retryable, traceback=body.traceback,
                             agent=request.auth.name)
     _record_usage(request, task, task.fence, reported)
@@ -300,8 +312,9 @@ def _then_next(request, body: NextIn, move, reported: dict | None = None):
     a waiting claim's thread (parked.thread_wait_slots). When every slot is taken the answer
     comes at once with next null: the move has committed, so it is never refused now."""
     auth = request.auth
+    caps = _capabilities(auth, body)
     next_claim = transitions.NextClaim(ttl_seconds=body.ttl_seconds, queue=body.queue, request_id=body.request_id)
-    task, claim = move(next_claim)
+    task, claim = move(next_claim, caps)
     _record_usage(request, task, task.fence, reported)
     if (claim is None and body.wait_seconds > 0
             and (body.queue is None or scopes.allows(auth.scope, body.queue))):
@@ -310,7 +323,7 @@ def _then_next(request, body: NextIn, move, reported: dict | None = None):
             try:
                 claim = _poll_for_work(auth, body, lambda: transitions.claim_next(
                     auth.name, body.ttl_seconds, queue=body.queue, request_id=body.request_id,
-                    key_hash=auth.key_hash, scope=auth.scope))
+                    key_hash=auth.key_hash, scope=auth.scope, capabilities=caps))
             finally:
                 parked.thread_wait_slots.give_back(auth.name)
     answer = render_task(task)

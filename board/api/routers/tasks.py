@@ -33,7 +33,7 @@ from board.api.schemas import (
     TaskUsageOut,
     UsageOut,
 )
-from board.engine import clock, deadlines, errors, listing, resources, scopes, selectors, transitions, usage
+from board.engine import capabilities, clock, deadlines, errors, listing, resources, scopes, selectors, transitions, usage
 from board.engine.inputs import json_field
 from board.engine.limits import MAX_PAGE, MAX_PAGE_BYTES
 from board.engine.transitions import TaskSpec
@@ -57,6 +57,7 @@ def _spec(item: TaskIn) -> TaskSpec:
                     tags=item.tags,
                     resources=None if item.resources is None else [
                         r if isinstance(r, str) else r.model_dump() for r in item.resources],
+                    requires=item.requires, prefers=item.prefers,
                     queue_timeout_seconds=item.queue_timeout_seconds,
                     attempt_timeout_seconds=item.attempt_timeout_seconds,
                     progress_timeout_seconds=item.progress_timeout_seconds)
@@ -84,6 +85,9 @@ def _same_as_existing(specs: list[TaskSpec]) -> list[Task] | None:
         if any(getattr(task, name) != getattr(spec, name) for name in deadlines.TIMEOUTS):
             return None  # its deadlines differ: not a retry of the same create
         if task.resources != resources.declared(spec.resources):
+            return None
+        if (task.requires, task.prefers) != (capabilities.requires_list(spec.requires),
+                                             capabilities.prefers_map(spec.prefers)):
             return None
     for task in existing.values():
         task.deduplicated = False  # the same create again, not another create with its key

@@ -222,6 +222,18 @@ class Store:
             return rows.select_for_update()
         return rows
 
+    def takeable(self, rows: QuerySet, capabilities: tuple[str, ...]) -> QuerySet:
+        """`rows` (tasks) without those requiring a capability a claimer lacks
+        (board.engine.capabilities). Here (MongoDB, whose backend has no subset match in the ORM):
+        the requiring tasks among `rows` are read and judged in Python, their ids kept."""
+        from board.engine.capabilities import satisfies
+
+        if not capabilities:
+            return rows.filter(requires__isnull=True)
+        fitting = [pk for pk, requires in rows.filter(requires__isnull=False).order_by()
+                   .values_list("pk", "requires") if satisfies(requires, capabilities)]
+        return rows.filter(Q(requires__isnull=True) | Q(pk__in=fitting))
+
     def live_keys(self) -> Q:
         """The filter of live agent keys: no end set, or an end (a rotated key's grace) still
         ahead by the store's clock. The one definition the engine and board.agent_keys use; the

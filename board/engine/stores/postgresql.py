@@ -15,8 +15,11 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connections, transaction
+from django.db.models import Q
 from django.db.models.functions import Now
 
+from board.engine.capabilities import PREFER_WINDOW, as_json
+from board.engine.fairness import AGING_SECONDS
 from board.engine.scopes import as_like
 from board.engine.stores.base import DirectCommitHooks, Store, in_statements
 from board.engine.stores.statements import (
@@ -114,6 +117,13 @@ class PostgresStore(DirectCommitHooks, Store):
                            "AND pid <> pg_backend_pid() AND xact_start < %s", [moment])
             return cursor.fetchone()[0]
 
+    def takeable(self, rows, capabilities: tuple[str, ...]):
+        """Store.takeable in the query: `requires` contained in the claimer's labels (jsonb <@,
+        as the claim statement's)."""
+        if not capabilities:
+            return rows.filter(requires__isnull=True)
+        return rows.filter(Q(requires__isnull=True) | Q(requires__contained_by=list(capabilities)))
+
     def find_live_key(self, key_hash: str):
         with self.connection.cursor() as cursor:
             cursor.execute(_KEY_LOOKUP, (key_hash,))
@@ -163,16 +173,39 @@ _KEY_IS_LIVE = (f"(%(key_hash)s::text IS NULL OR EXISTS (SELECT 1 FROM {KEY} AS 
 # The UPDATE is the CAS on the task's id, stage and version. Sets a new lease (owner, token hash,
 # expiry = the database's clock + ttl, the claim request or NULL), fence + 1, attempts + 1,
 # clears the backoff, version + 1; `history` records it.
-_PG_CLAIM_NEXT = f"""
-WITH picked AS MATERIALIZED (
-    SELECT t.id, t.version, t.queue, t.concurrency_key, t.rate_key, t.resources IS NOT NULL AS has_resources
+_PG_PICKED_COLUMNS = ("t.id, t.version, t.queue, t.concurrency_key, t.rate_key,"
+                      " t.resources IS NOT NULL AS has_resources")
+_PG_PICK = f"""picked AS MATERIALIZED (
+    SELECT {_PG_PICKED_COLUMNS}
     FROM {TASK} AS t
     WHERE t.stage = 'QUEUED' AND (t.not_before IS NULL OR t.not_before <= statement_timestamp()){{queue}}
-      AND {open_for_claims(PG_NOW_EPOCH)} AND {_KEY_IS_LIVE}
+      AND t.requires IS NULL AND {open_for_claims(PG_NOW_EPOCH)} AND {_KEY_IS_LIVE}
     ORDER BY t.claim_rank, t.id
     LIMIT 1
     FOR UPDATE OF t SKIP LOCKED
-), queue_slot AS MATERIALIZED (
+)"""
+# Capabilities (board.engine.capabilities): a claimer holding some (`caps`, a jsonb array, and
+# `cap_list`, the same as text[]) takes tasks whose `requires` is contained in them, and picks
+# among the first PREFER_WINDOW of those (locked, skipping others' locks, as the one-row pick
+# does) the one whose preferred labels it holds weigh most (one weight = one priority level).
+_PG_PICK_CAPABLE = f"""head AS MATERIALIZED (
+    SELECT {_PG_PICKED_COLUMNS}, t.claim_rank, t.prefers
+    FROM {TASK} AS t
+    WHERE t.stage = 'QUEUED' AND (t.not_before IS NULL OR t.not_before <= statement_timestamp()){{queue}}
+      AND (t.requires IS NULL OR t.requires <@ %(caps)s::jsonb)
+      AND {open_for_claims(PG_NOW_EPOCH)} AND {_KEY_IS_LIVE}
+    ORDER BY t.claim_rank, t.id
+    LIMIT {PREFER_WINDOW}
+    FOR UPDATE OF t SKIP LOCKED
+), picked AS MATERIALIZED (
+    SELECT h.id, h.version, h.queue, h.concurrency_key, h.rate_key, h.has_resources FROM head AS h
+    ORDER BY h.claim_rank - COALESCE((SELECT sum(p.value::numeric) FROM jsonb_each_text(h.prefers) AS p
+                                      WHERE p.key = ANY(%(cap_list)s::text[])), 0) * {AGING_SECONDS},
+             h.claim_rank, h.id
+    LIMIT 1
+)"""
+_PG_CLAIM_NEXT = f"""
+WITH {{pick}}, queue_slot AS MATERIALIZED (
     SELECT q.name FROM {QUEUE} AS q JOIN picked ON q.name = picked.queue
     WHERE NOT q.paused AND (q.concurrency IS NOT NULL OR q.rate_interval IS NOT NULL OR q.budget_per IS NOT NULL)
       AND (q.concurrency IS NULL OR q.running < q.concurrency)
@@ -236,11 +269,18 @@ WITH picked AS MATERIALIZED (
 )
 SELECT {M_COLUMNS}, picks.n FROM (SELECT count(*) AS n FROM picked) AS picks LEFT JOIN moved AS m ON true
 """
-PG_CLAIM_NEXT = _PG_CLAIM_NEXT.format(queue="")
-PG_CLAIM_NEXT_IN_QUEUE = _PG_CLAIM_NEXT.format(queue=" AND queue = %(queue)s")
-# A scoped key's claim (issue 27; board.engine.scopes): the key's patterns as LIKE patterns (a
-# text array: `_` escaped, `*` -> `%`), in the pick itself.
-PG_CLAIM_NEXT_IN_SCOPE = _PG_CLAIM_NEXT.format(queue=" AND queue LIKE ANY(%(scope)s::text[])")
+# The queue filters: none, one queue, or a scoped key's (issue 27; board.engine.scopes): the
+# key's patterns as LIKE patterns (a text array: `_` escaped, `*` -> `%`), in the pick itself.
+_PG_QUEUE_FILTERS = {
+    "any": "",
+    "queue": " AND queue = %(queue)s",
+    "scope": " AND queue LIKE ANY(%(scope)s::text[])",
+}
+# claim_next's statements by (queue filter, whether the claimer holds capabilities).
+PG_CLAIM_NEXT = {
+    (kind, capable): _PG_CLAIM_NEXT.format(pick=(_PG_PICK_CAPABLE if capable else _PG_PICK).format(queue=queue))
+    for kind, queue in _PG_QUEUE_FILTERS.items() for capable in (False, True)
+}
 
 # renew: RUNNING -> RUNNING. The CAS: still RUNNING, the same lease (token hash), that lease
 # still live (expiry after the database's clock as the statement starts), and minted for the
@@ -423,17 +463,18 @@ class PostgresStatements(Statements):
 
     def claim_next(self, agent: str, token_hash: str, ttl: timedelta, queue: str | None,
                    request_hash: str | None, seed: str | None, key_hash: str | None = None,
-                   scope: tuple[str, ...] | None = None) -> Written | None:
+                   scope: tuple[str, ...] | None = None, capabilities: tuple[str, ...] = ()) -> Written | None:
         params = {"agent": agent, "token_hash": token_hash, "ttl": ttl, "request_hash": request_hash,
                   "seed": seed, "key_hash": key_hash}
+        if capabilities:
+            params["caps"], params["cap_list"] = as_json(capabilities), list(capabilities)
         if queue is not None:
-            params["queue"] = queue
-            row = self._one(PG_CLAIM_NEXT_IN_QUEUE, params)
+            kind, params["queue"] = "queue", queue
         elif scope is not None:
-            params["scope"] = [as_like(p) for p in scope]
-            row = self._one(PG_CLAIM_NEXT_IN_SCOPE, params)
+            kind, params["scope"] = "scope", [as_like(p) for p in scope]
         else:
-            row = self._one(PG_CLAIM_NEXT, params)
+            kind = "any"
+        row = self._one(PG_CLAIM_NEXT[kind, bool(capabilities)], params)
         if row[0] is None:  # no task moved: none ready (picks 0), or a limit filled meanwhile
             return None if row[-1] == 0 else LIMIT_FILLED
         return Written(row[:-1], ((NOT_BEFORE, None),), self._converters["claim"])

@@ -26,9 +26,13 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connections, transaction
+from django.db.models import BooleanField, Q
+from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
 from board.engine import checkpoints
+from board.engine.capabilities import PREFER_WINDOW, as_json
+from board.engine.fairness import AGING_SECONDS
 from board.engine.scopes import as_glob
 from board.engine.stores.base import DirectCommitHooks, Store, in_statements, process_lock
 from board.engine.stores.statements import (
@@ -144,6 +148,16 @@ class SQLiteStore(DirectCommitHooks, Store):
             return nullcontext()
         return process_lock(self.using)
 
+    def takeable(self, rows, capabilities: tuple[str, ...]):
+        """Store.takeable in the query: every required label among the claimer's (json_each,
+        as the claim statement's _SQLITE_FITS)."""
+        if not capabilities:
+            return rows.filter(requires__isnull=True)
+        fits = RawSQL(f'NOT EXISTS (SELECT 1 FROM json_each("{TASK}"."requires") AS need '
+                      "WHERE need.value NOT IN (SELECT value FROM json_each(%s)))",
+                      (as_json(capabilities),), output_field=BooleanField())
+        return rows.filter(Q(requires__isnull=True) | Q(fits))
+
     def find_live_key(self, key_hash: str):
         connection = self.connection
         with connection.cursor() as cursor:
@@ -185,27 +199,53 @@ _KEY_IS_LIVE = (f"(? IS NULL OR EXISTS (SELECT 1 FROM {KEY} WHERE key_hash = ? A
 # stage_changed_at, now (the backoff bound) [, queue], now in Unix seconds three times (the bounds of the
 # queue's rate and budget, then of the rate key's rate),
 # then the key check's (key_hash, key_hash, agent, now).
-_SQLITE_CLAIM_NEXT = f"""
+# Capabilities (board.engine.capabilities): a claimer without any takes only tasks requiring
+# none; a claimer with some (`caps`, the statement's first param as a JSON array) takes tasks
+# whose every required label is among them, and re-ranks the first PREFER_WINDOW of those by
+# the labels they prefer that it holds (one weight = one priority level, AGING_SECONDS).
+_SQLITE_CAPS = "WITH caps(label) AS (SELECT value FROM json_each(%s))"
+_SQLITE_FITS = (" AND (t.requires IS NULL OR NOT EXISTS (SELECT 1 FROM json_each(t.requires) AS need"
+                " WHERE need.value NOT IN (SELECT label FROM caps)))")
+_SQLITE_PICK = f"""SELECT id, version FROM {TASK} AS t
+        WHERE stage = 'QUEUED' AND (not_before IS NULL OR not_before <= %s){{queue}} AND t.requires IS NULL
+          AND {open_for_claims("%s")}
+        ORDER BY claim_rank, id
+        LIMIT 1"""
+_SQLITE_PICK_CAPABLE = f"""SELECT id, version FROM (
+          SELECT id, version, claim_rank, prefers FROM {TASK} AS t
+          WHERE stage = 'QUEUED' AND (not_before IS NULL OR not_before <= %s){{queue}}{_SQLITE_FITS}
+            AND {open_for_claims("%s")}
+          ORDER BY claim_rank, id
+          LIMIT {PREFER_WINDOW}) AS head
+        ORDER BY head.claim_rank - COALESCE((SELECT SUM(p.value) FROM json_each(head.prefers) AS p
+                                            WHERE p.key IN (SELECT label FROM caps)), 0) * {AGING_SECONDS},
+                 head.claim_rank, head.id
+        LIMIT 1"""
+_SQLITE_CLAIM_NEXT = f"""{{caps}}
 UPDATE {TASK}
 SET stage = 'RUNNING', version = version + 1, owner = %s, lease_token_hash = %s,
     fence = fence + 1, lease_expires_at = %s, claim_request_hash = %s, claim_token_seed = %s,
     not_before = NULL, attempts = attempts + 1, updated_at = %s, stage_changed_at = %s
 WHERE (id, version) = (
-        SELECT id, version FROM {TASK} AS t
-        WHERE stage = 'QUEUED' AND (not_before IS NULL OR not_before <= %s){{queue}}
-          AND {open_for_claims("%s")}
-        ORDER BY claim_rank, id
-        LIMIT 1)
+        {{pick}})
   AND stage = 'QUEUED' AND {_KEY_IS_LIVE}
 RETURNING {COLUMNS}
 """
-SQLITE_CLAIM_NEXT = _SQLITE_CLAIM_NEXT.format(queue="")
-SQLITE_CLAIM_NEXT_IN_QUEUE = _SQLITE_CLAIM_NEXT.format(queue=" AND queue = %s")
-# A scoped key's claim (issue 27; board.engine.scopes): only tasks whose queue matches one of
-# the key's patterns, in the pick itself. The param is the patterns as a JSON array of GLOB
-# patterns (case-sensitive, unlike SQLite's LIKE).
-SQLITE_CLAIM_NEXT_IN_SCOPE = _SQLITE_CLAIM_NEXT.format(
-    queue=" AND EXISTS (SELECT 1 FROM json_each(%s) AS scope WHERE queue GLOB scope.value)")
+# The queue filters: none, one queue, or a scoped key's (issue 27; board.engine.scopes): only
+# tasks whose queue matches one of the key's patterns, in the pick itself. The scope's param is
+# the patterns as a JSON array of GLOB patterns (case-sensitive, unlike SQLite's LIKE).
+_SQLITE_QUEUE_FILTERS = {
+    "any": "",
+    "queue": " AND queue = %s",
+    "scope": " AND EXISTS (SELECT 1 FROM json_each(%s) AS scope WHERE queue GLOB scope.value)",
+}
+# claim_next's statements by (queue filter, whether the claimer holds capabilities).
+SQLITE_CLAIM_NEXT = {
+    (kind, capable): _SQLITE_CLAIM_NEXT.format(
+        caps=_SQLITE_CAPS if capable else "",
+        pick=(_SQLITE_PICK_CAPABLE if capable else _SQLITE_PICK).format(queue=queue))
+    for kind, queue in _SQLITE_QUEUE_FILTERS.items() for capable in (False, True)
+}
 
 # renew: RUNNING -> RUNNING. The WHERE is the CAS: still RUNNING, the same lease (token hash),
 # that lease still live (expiry after now: an expired lease is never extended), and, when the
@@ -293,7 +333,7 @@ SQLITE_HISTORY = f"INSERT INTO {EVENT} ({EVENT_COLUMNS}) VALUES (%s, %s, %s, %s,
 # The same statements in sqlite3's own placeholder style, for the driver's cursor (below).
 _QMARK = {
     statement: statement.replace("%s", "?")
-    for statement in (SQLITE_CLAIM_NEXT, SQLITE_CLAIM_NEXT_IN_QUEUE, SQLITE_CLAIM_NEXT_IN_SCOPE, SQLITE_RENEW,
+    for statement in (*SQLITE_CLAIM_NEXT.values(), SQLITE_RENEW,
                       SQLITE_COMPLETE_HISTORY, SQLITE_COMPLETE, SQLITE_HISTORY,
                       *SQLITE_TAKE_SLOTS, *SQLITE_GIVE_BACK_SLOTS, SQLITE_TAKE_RATE_KEY,
                       SQLITE_TAKE_RESOURCES, SQLITE_GIVE_BACK_RESOURCES, SQLITE_FORGET_NEEDS)
@@ -354,18 +394,21 @@ class SQLiteStatements(Statements):
 
     def claim_next(self, agent: str, token_hash: str, ttl: timedelta, queue: str | None,
                    request_hash: str | None, seed: str | None, key_hash: str | None = None,
-                   scope: tuple[str, ...] | None = None) -> Written | None:
+                   scope: tuple[str, ...] | None = None, capabilities: tuple[str, ...] = ()) -> Written | None:
         connection = connections[self.using]
         now = timezone.now()
         until = now + ttl
         at = self._dt(now)
         params = (agent, token_hash, self._dt(until), request_hash, seed, at, at, at)
+        if capabilities:
+            params = (as_json(capabilities), *params)
         if queue is not None:
-            statement, params = SQLITE_CLAIM_NEXT_IN_QUEUE, (*params, queue)
+            kind, params = "queue", (*params, queue)
         elif scope is not None:
-            statement, params = SQLITE_CLAIM_NEXT_IN_SCOPE, (*params, json.dumps([as_glob(p) for p in scope]))
+            kind, params = "scope", (*params, json.dumps([as_glob(p) for p in scope]))
         else:
-            statement = SQLITE_CLAIM_NEXT
+            kind = "any"
+        statement = SQLITE_CLAIM_NEXT[kind, bool(capabilities)]
         params = (*params, now.timestamp(), now.timestamp(), now.timestamp(), key_hash, key_hash, agent, at)
         execute, translated = self._executor(connection)
         with translated:

@@ -47,7 +47,7 @@ EVENT_COLUMNS = "task_id, verb, from_stage, to_stage, version, fence, actor, at,
 
 # What a request needs of its agent key (board.agent_keys.authenticate), in the model's field
 # order as Model.from_db takes them; the live key with a hash is one index lookup on key_hash.
-KEY_LOOKUP_FIELDS = ("id", "name", "is_operator", "last_used_at", "queues")
+KEY_LOOKUP_FIELDS = ("id", "name", "is_operator", "last_used_at", "queues", "capabilities")
 KEY_LOOKUP = (f"SELECT {', '.join(AgentKey._meta.get_field(f).column for f in KEY_LOOKUP_FIELDS)} "
               f"FROM {KEY} WHERE key_hash = %s AND (revoked_at IS NULL OR revoked_at > {{now}})")
 
@@ -169,7 +169,8 @@ def key_from_row(using: str, found: tuple) -> AgentKey:
     """The AgentKey a KEY_LOOKUP row stands for, its values as the ORM would read them (SQLite:
     text and 0/1); the other columns stay deferred."""
     connection = connections[using]
-    key_id, name, is_operator, last_used_at, queues = found
+    key_id, name, is_operator, last_used_at, queues, capabilities = found
     for convert in connection.ops.get_db_converters(_LAST_USED):
         last_used_at = convert(last_used_at, _LAST_USED, connection)
-    return AgentKey.from_db(using, KEY_LOOKUP_FIELDS, (key_id, name, bool(is_operator), last_used_at, queues))
+    return AgentKey.from_db(using, KEY_LOOKUP_FIELDS,
+                            (key_id, name, bool(is_operator), last_used_at, queues, capabilities))

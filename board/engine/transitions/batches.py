@@ -30,6 +30,7 @@ from typing import Any, NamedTuple
 from django.db import DatabaseError
 
 from board.engine import claim_requests, errors, outcomes, scopes, tracing
+from board.engine.capabilities import Capabilities
 from board.engine.inputs import agent_name, is_valid_task_id, json_field
 from board.engine.lifecycle import Verb
 from board.engine.limits import MAX_CLAIM_BATCH, MAX_COMPLETE_BATCH
@@ -114,43 +115,44 @@ class Finished(NamedTuple):
 
 
 def complete_and_claim(task_id: str, token: str, result: Any, next_claim: NextClaim, *, agent: str,
-                       key_hash: str | None = None, scope: scopes.Scope = None,
+                       key_hash: str | None = None, scope: scopes.Scope = None, capabilities: Capabilities = (),
                        using: str = "default") -> Finished:
     """complete(), then claim_next() for the same agent: (the completed task, the next claim or
     None when no task was ready). Refused completion: its error, and nothing is claimed."""
     if next_claim.request_id is None and _statements_of(using) is not None:
         return _complete_and_claim(task_id, token, result, next_claim, agent=agent, key_hash=key_hash, scope=scope,
-                                   using=using)
+                                   capabilities=capabilities, using=using)
     return _then_claim(
         lambda: complete(task_id, token, result, agent=agent, key_hash=key_hash, using=using),
-        next_claim, agent, key_hash, scope, using=using)
+        next_claim, agent, key_hash, scope, capabilities, using=using)
 
 
 def fail_and_claim(task_id: str, token: str, error: str, next_claim: NextClaim, *, retryable: bool = True,
                    traceback: str | None = None, agent: str, key_hash: str | None = None,
-                   scope: scopes.Scope = None, using: str = "default") -> Finished:
+                   scope: scopes.Scope = None, capabilities: Capabilities = (), using: str = "default") -> Finished:
     """fail(), then claim_next() (as complete_and_claim)."""
     return _then_claim(
         lambda: fail(task_id, token, error, retryable=retryable, traceback=traceback, agent=agent,
                             using=using),
-        next_claim, agent, key_hash, scope, using=using)
+        next_claim, agent, key_hash, scope, capabilities, using=using)
 
 
 def release_and_claim(task_id: str, token: str, next_claim: NextClaim, *, retry_after_seconds: float | None = None,
                       agent: str, key_hash: str | None = None, scope: scopes.Scope = None,
-                      using: str = "default") -> Finished:
+                      capabilities: Capabilities = (), using: str = "default") -> Finished:
     """release(), then claim_next() (as complete_and_claim). The released task may be the one
     claimed next, when it is the first ready task."""
     return _then_claim(
         lambda: release(task_id, token, retry_after_seconds=retry_after_seconds, agent=agent, using=using),
-        next_claim, agent, key_hash, scope, using=using)
+        next_claim, agent, key_hash, scope, capabilities, using=using)
 
 
 @tracing.traced(Verb.COMPLETE)
 @outcomes.refusals(Verb.COMPLETE)
 @retry_conflicts
 def _complete_and_claim(task_id: str, token: str, result: Any, next_claim: NextClaim, *, agent: str,
-                        key_hash: str | None, scope: scopes.Scope, using: str = "default") -> Finished:
+                        key_hash: str | None, scope: scopes.Scope, capabilities: Capabilities = (),
+                        using: str = "default") -> Finished:
     """complete_and_claim on a store's statements: the completion's and the claim's statements
     in one transaction of them."""
     if result is None:
@@ -164,17 +166,17 @@ def _complete_and_claim(task_id: str, token: str, result: Any, next_claim: NextC
         scope = None
     with _lock_races(using):
         return Finished(*_statements_of(using).complete_and_claim(
-            using, task_id, token, result, agent, key_hash, _ttl(next_claim.ttl_seconds), queue, scope))
+            using, task_id, token, result, agent, key_hash, _ttl(next_claim.ttl_seconds), queue, scope, capabilities))
 
 
 @retry_conflicts
 def _then_claim(finish: Callable[[], Task], next_claim: NextClaim, agent: str, key_hash: str | None,
-                scope: scopes.Scope, using: str = "default") -> Finished:
+                scope: scopes.Scope, capabilities: Capabilities = (), using: str = "default") -> Finished:
     _check_claim(agent, next_claim.ttl_seconds, next_claim.queue, next_claim.request_id)
 
     def claim() -> Claim | None:
         return claim_next(agent, next_claim.ttl_seconds, queue=next_claim.queue, request_id=next_claim.request_id,
-                          key_hash=key_hash, scope=scope, using=using)
+                          key_hash=key_hash, scope=scope, capabilities=capabilities, using=using)
 
     with _shared(using) as shared:
         task = finish()
@@ -204,7 +206,7 @@ def _check_max_tasks(max_tasks: Any) -> None:
 @retry_conflicts
 def claim_batch(agent: str, ttl_seconds: float, max_tasks: int, *, queue: str | None = None,
                 request_id: str | None = None, key_hash: str | None = None, scope: scopes.Scope = None,
-                using: str = "default") -> list[Claim]:
+                capabilities: Capabilities = (), using: str = "default") -> list[Claim]:
     """Up to `max_tasks` claims of claim_next for `agent`, in claim order, each its own lease
     (token, fence, expiry); stops at the first that finds no ready task. Each claim goes through
     claim_next's own compare-and-swap and flow control, so a batch never takes more than a
@@ -228,7 +230,7 @@ def claim_batch(agent: str, ttl_seconds: float, max_tasks: int, *, queue: str | 
     hot = _statements_of(using)
     if request is None and hot is not None:
         with _lock_races(using):
-            return hot.claim_batch(using, agent, ttl, max_tasks, queue, key_hash, scope)
+            return hot.claim_batch(using, agent, ttl, max_tasks, queue, key_hash, scope, capabilities)
     path = _path(using)
     with _shared(using):
         if request is not None:
@@ -240,7 +242,8 @@ def claim_batch(agent: str, ttl_seconds: float, max_tasks: int, *, queue: str | 
                 return [_claim_of(task, token) for task, token in made]
         claims: list[Claim] = []
         while len(claims) < max_tasks:
-            claim = path.claim_next(using, agent, ttl, queue, request, key_hash, scope, look_up=False)
+            claim = path.claim_next(using, agent, ttl, queue, request, key_hash, scope, look_up=False,
+                                    capabilities=capabilities)
             if claim is None:
                 break
             claims.append(claim)

@@ -11,7 +11,7 @@ from typing import Any
 
 from django.db import IntegrityError, connections, transaction
 
-from board.engine import clock, commits, deadlines, errors, fairness, flow, outcomes, resources, search, selectors, tracing
+from board.engine import capabilities, clock, commits, deadlines, errors, fairness, flow, outcomes, resources, search, selectors, tracing
 from board.engine.inputs import is_valid_task_id, json_field, key_text, unstorable_text
 from board.engine.lifecycle import DEAD_ENDS, Stage, Verb
 from board.engine.limits import (
@@ -70,6 +70,10 @@ class TaskSpec:
     # Resource leases (board.engine.resources): names (exclusive) and {"name", "units"} (shared)
     # that a claim of the task takes with it, all or none.
     resources: Sequence | None = None
+    # Capabilities (board.engine.capabilities): labels a claimer must all hold, and the labels a
+    # claimer is preferred for ({label: weight}, or a list: weight 1 each).
+    requires: Sequence[str] | None = None
+    prefers: Any = None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -186,6 +190,8 @@ def create(specs: TaskSpec | Sequence[TaskSpec], *, actor: str = "", using: str 
                     tags=search.tags_list(list(spec.tags) if spec.tags is not None else None),
                     replay_of=spec.replay_of,
                     resources=spec.resources,
+                    requires=spec.requires,
+                    prefers=spec.prefers,
                     **{name: getattr(spec, name) for name in deadlines.TIMEOUTS},
                     has_deps=bool(spec.deps),
                     has_dependents=spec.id in depended_on,
@@ -260,6 +266,7 @@ def replay(task_id: str, *, actor: str, payload: Any = None, new_id: str | None 
         priority=original.priority, deps=tuple(deps), max_retries=original.max_retries,
         concurrency_key=original.concurrency_key, rate_key=original.rate_key, fairness_key=original.fairness_key,
         tags=list(original.tags or []), replay_of=original.pk, resources=original.resources,
+        requires=original.requires, prefers=original.prefers,
         **{name: getattr(original, name) for name in deadlines.TIMEOUTS})
     return create(spec, actor=actor, using=using)[0]
 
@@ -351,6 +358,8 @@ def _validate_spec(spec: TaskSpec) -> None:
         raise errors.InvalidRequest("tags must be a list of tags", field="tags")
     search.tags_list(list(spec.tags) if spec.tags is not None else None)
     spec.resources = resources.declared(spec.resources)
+    spec.requires = capabilities.requires_list(spec.requires)
+    spec.prefers = capabilities.prefers_map(spec.prefers)
     if spec.fairness_weight is not None and spec.fairness_key is None:
         raise errors.InvalidRequest("fairness_weight needs a fairness_key", field="fairness_weight")
     flow.concurrency_limit(spec.concurrency_limit, "concurrency_limit")

@@ -36,7 +36,9 @@ from board.engine import (
     selectors,
     tracing,
 )
+from board.engine.capabilities import PREFER_WINDOW, Capabilities, refuse_unless_fits, score
 from board.engine.claim_requests import ClaimRequest
+from board.engine.fairness import AGING_SECONDS
 from board.engine.stores.statements import LIMIT_FILLED, Statements
 from board.engine.stores import retry_conflicts, store
 from board.engine.inputs import agent_name, is_valid_task_id, json_field, unstorable_text
@@ -71,7 +73,7 @@ def _mint_token() -> str:
 @outcomes.refusals(Verb.CLAIM)
 @retry_conflicts
 def claim(task_id: str, agent: str, ttl_seconds: float, *, request_id: str | None = None,
-          using: str = "default") -> Claim:
+          capabilities: Capabilities = (), using: str = "default") -> Claim:
     """Claim this task for `agent` with a new lease of `ttl_seconds`.
 
     A PENDING task whose dependencies have all completed is admitted on the way; a RUNNING task
@@ -81,7 +83,10 @@ def claim(task_id: str, agent: str, ttl_seconds: float, *, request_id: str | Non
 
     With `request_id` (board.engine.claim_requests): when the task's live lease was made by this
     agent's claim with the same id, that lease is returned (same token and fence) and nothing
-    is written. Two copies racing: the CAS lets one claim, the other re-reads and returns it."""
+    is written. Two copies racing: the CAS lets one claim, the other re-reads and returns it.
+
+    `capabilities`: the claimer's labels; a task requiring one it lacks is Forbidden
+    (board.engine.capabilities)."""
     ttl = _ttl(ttl_seconds)
     agent_name(agent)
     request = claim_requests.of(agent, request_id)
@@ -93,6 +98,7 @@ def claim(task_id: str, agent: str, ttl_seconds: float, *, request_id: str | Non
                 token = claim_requests.token_if_made_by(task, request, agent, now)
                 if token is not None:
                     return _claim_of(task, token)
+            refuse_unless_fits(task, capabilities)
             task = _claimable(using, task, now, agent)
             if task is not None:
                 won = _take(using, task, Verb.CLAIM, agent, ttl, now, request)
@@ -194,7 +200,8 @@ def _take(using: str, task: Task, verb: Verb, agent: str, ttl: timedelta, now: d
 @retry_conflicts
 def claim_next(
     agent: str, ttl_seconds: float, *, queue: str | None = None, request_id: str | None = None,
-    key_hash: str | None = None, scope: scopes.Scope = None, using: str = "default",
+    key_hash: str | None = None, scope: scopes.Scope = None, capabilities: Capabilities = (),
+    using: str = "default",
 ) -> Claim | None:
     """Claim the best ready task: first in the line (claim_rank, then id: board.engine.fairness), among QUEUED tasks past their
     backoff (in `queue` when given). None when there is no ready task.
@@ -210,7 +217,11 @@ def claim_next(
     a matching queue is taken, and the filter is in the query that picks and claims it (the
     hot statement, or the ORM path's pick inside its write transaction), never checked before.
     A `queue` outside the scope has no task for this key: None. (A task's queue never changes,
-    and a key's scope neither, so that answer needs no reading.)"""
+    and a key's scope neither, so that answer needs no reading.)
+
+    `capabilities`: the claimer's labels (board.engine.capabilities): only a task whose
+    `requires` are all among them is taken (none: only tasks requiring none), in the same query,
+    and the first few it could take are re-ranked by the labels they prefer."""
     ttl = _ttl(ttl_seconds)
     agent_name(agent)
     if queue is not None and not is_valid_task_id(queue):
@@ -223,7 +234,8 @@ def claim_next(
             return None
         scope = None  # `queue = %s` alone picks only that queue's tasks
     request = claim_requests.of(agent, request_id)
-    claimed = _path(using).claim_next(using, agent, ttl, queue, request, key_hash, scope)
+    claimed = _path(using).claim_next(using, agent, ttl, queue, request, key_hash, scope,
+                                      capabilities=capabilities)
     if claimed is None and queue is not None:
         # The claim (its statement or transaction) found nothing: a queue whose budget is spent
         # says so (409 budget_exhausted) rather than "no work". Only the answer's words are read
@@ -238,9 +250,10 @@ def claim_next(
 @tracing.traced(Verb.RESUME)
 @outcomes.refusals(Verb.RESUME)
 @retry_conflicts
-def resume(task_id: str, agent: str, ttl_seconds: float, *, using: str = "default") -> Claim:
+def resume(task_id: str, agent: str, ttl_seconds: float, *, capabilities: Capabilities = (),
+           using: str = "default") -> Claim:
     """Take a PAUSED task with a new lease (new token, higher fence); its checkpoint is on the
-    returned task."""
+    returned task. A task requiring a capability the claimer lacks is Forbidden."""
     ttl = _ttl(ttl_seconds)
     agent_name(agent)
     for _ in range(RACE_RETRIES):
@@ -252,6 +265,7 @@ def resume(task_id: str, agent: str, ttl_seconds: float, *, using: str = "defaul
             if task.stage != Stage.PAUSED:
                 raise _illegal(task, Verb.RESUME, "only a PAUSED task can be resumed")
             approvals.refuse_awaiting(task, Verb.RESUME)
+            refuse_unless_fits(task, capabilities)
             won = _take(using, task, Verb.RESUME, agent, ttl, now)
             if won is not None:
                 return won
@@ -530,7 +544,7 @@ class _StatementPath:
 
     def claim_next(self, using: str, agent: str, ttl: timedelta, queue: str | None,
                    request: ClaimRequest | None, key_hash: str | None, scope: scopes.Scope,
-                   look_up: bool = True) -> Claim | None:
+                   look_up: bool = True, capabilities: Capabilities = ()) -> Claim | None:
         """One statement: pick, CAS and history together, nothing read before. On SQLite the
         pick runs under the write lock; on PostgreSQL it skips rows other claimers have locked.
         So a match count of 0 means no ready task (what the ORM path says after losing every
@@ -557,7 +571,8 @@ class _StatementPath:
                     if made is not None:
                         return _claim_of(*made)
                 row = hot.claim_next(agent, hash_token(token), ttl, queue,
-                                     request.digest if request is not None else None, seed, key_hash, scope)
+                                     request.digest if request is not None else None, seed, key_hash, scope,
+                                     capabilities)
             if row is not LIMIT_FILLED:
                 break
             # A queue or key filled between the pick and its slot (board.engine.flow): nothing
@@ -578,12 +593,12 @@ class _StatementPath:
     # --- several moves in one transaction of the store's statements (transitions.batches) ---
 
     def _claim_row(self, agent: str, ttl: timedelta, queue: str | None, key_hash: str | None,
-                   scope: scopes.Scope) -> tuple[Any, str] | None:
+                   scope: scopes.Scope, capabilities: Capabilities = ()) -> tuple[Any, str] | None:
         """Inside hot.several(): claim_next's statement, run again while a limit filled between
         its pick and its slot (PostgreSQL; nothing was written then). (row, token), or None."""
         for _ in range(RACE_RETRIES):
             token = _mint_token()
-            row = self.hot.claim_next(agent, hash_token(token), ttl, queue, None, None, key_hash, scope)
+            row = self.hot.claim_next(agent, hash_token(token), ttl, queue, None, None, key_hash, scope, capabilities)
             if row is not LIMIT_FILLED:
                 return None if row is None else (row, token)
         log.warning("claim_next by %s lost %d races for a slot in a row", agent, RACE_RETRIES)
@@ -591,7 +606,7 @@ class _StatementPath:
 
     def complete_and_claim(self, using: str, task_id: str, token: str, result: Any, agent: str,
                            key_hash: str | None, ttl: timedelta, queue: str | None,
-                           scope: scopes.Scope) -> tuple[Task, Claim | None]:
+                           scope: scopes.Scope, capabilities: Capabilities = ()) -> tuple[Task, Claim | None]:
         """complete's statement, then (when it matched) claim_next's, in one transaction
         (hot.several()). A completion that matched nothing claimed nothing: the row is then
         judged as complete() judges it (_hot_holder_move)."""
@@ -601,7 +616,7 @@ class _StatementPath:
             with hot.several():
                 row = hot.complete(task_id, token_hash, agent, result, key_hash)
                 if row is not None:
-                    claimed = self._claim_row(agent, ttl, queue, key_hash, scope)
+                    claimed = self._claim_row(agent, ttl, queue, key_hash, scope, capabilities)
             if row is not None:
                 break
             _require_live_key(using, key_hash, agent)
@@ -620,12 +635,12 @@ class _StatementPath:
         return task, _claim_of(hot.task(claimed[0]), claimed[1])
 
     def claim_batch(self, using: str, agent: str, ttl: timedelta, max_tasks: int, queue: str | None,
-                    key_hash: str | None, scope: scopes.Scope) -> list[Claim]:
+                    key_hash: str | None, scope: scopes.Scope, capabilities: Capabilities = ()) -> list[Claim]:
         """Up to max_tasks of claim_next's statement in one transaction (hot.several()), stopping
         at the first that finds nothing."""
         claimed = []
         with self.hot.several():
-            while len(claimed) < max_tasks and (got := self._claim_row(agent, ttl, queue, key_hash, scope)):
+            while len(claimed) < max_tasks and (got := self._claim_row(agent, ttl, queue, key_hash, scope, capabilities)):
                 claimed.append(got)
         if not claimed:
             _require_live_key(using, key_hash, agent)  # as claim_next: a gone key is not "no work"
@@ -659,13 +674,24 @@ class _StatementPath:
         return task
 
 
+def _preferred_first(ready, capabilities: Capabilities) -> str | None:
+    """The ORM path's re-rank by preference (board.engine.capabilities): of the first
+    PREFER_WINDOW tasks in line, the id of the one whose preferred labels the claimer holds
+    weigh most (one weight = one priority level), as the SQL statements pick it; None when
+    `ready` is empty."""
+    head = list(ready.values_list("pk", "claim_rank", "prefers")[:PREFER_WINDOW])
+    if not head:
+        return None
+    return min(head, key=lambda row: (row[1] - score(row[2], capabilities) * AGING_SECONDS, row[1], row[0]))[0]
+
+
 class _OrmPath:
     """claim_next, renew and complete through the ORM: read the row in a write transaction,
     judge it, then CAS (cas._swap) on its stage and version (and token hash)."""
 
     def claim_next(self, using: str, agent: str, ttl: timedelta, queue: str | None,
                    request: ClaimRequest | None, key_hash: str | None, scope: scopes.Scope,
-                   look_up: bool = True) -> Claim | None:
+                   look_up: bool = True, capabilities: Capabilities = ()) -> Claim | None:
         refused: set[str] = set()  # tasks a limit or resource refused in this call's earlier rounds
         for _ in range(RACE_RETRIES):
             try:
@@ -679,10 +705,17 @@ class _OrmPath:
                     now = clock.now(using)
                     # Queues and keys that take no claim now are left out of the pick; the
                     # move's slot (flow.take_slot) decides, so one that filled meanwhile rolls back.
-                    ready = selectors.claimable_tasks(now, queue, scope=scope, using=using)
+                    ready = selectors.claimable_tasks(now, queue, scope=scope, capabilities=capabilities,
+                                                      using=using)
                     if refused:
                         ready = ready.exclude(pk__in=list(refused))
+                    preferred = _preferred_first(ready, capabilities) if capabilities else None
+                    if preferred is not None:
+                        ready = ready.filter(pk=preferred)
                     task = store(using).skip_locked(ready).first()
+                    if task is None and preferred is not None:
+                        refused.add(preferred)  # locked by another claimer: the next round picks past it
+                        continue
                     if task is None:
                         outcomes.record(using, Verb.CLAIM, outcomes.EMPTY)
                         return None

@@ -6,7 +6,10 @@ One live key per agent name: a name that has a live key is refused (exit status 
 (0, at once, when no value is given; at most limits.MAX_ROTATION_GRACE).
 
 `--queues ci-*,docs` limits the key to those queues (board.engine.scopes): it creates, lists,
-reads, claims and acts only on their tasks; the others are absent to it."""
+reads, claims and acts only on their tasks; the others are absent to it.
+
+`--capabilities gpu,python` says what the agent can do (board.engine.capabilities): its claims
+take only tasks whose `requires` are all among them. The Keys admin can change them later."""
 from datetime import timedelta
 
 from django.core.management.base import BaseCommand, CommandError
@@ -36,16 +39,22 @@ class Command(BaseCommand):
         parser.add_argument("--queues", default=None, metavar="PATTERNS",
                             help="limit the key to these queues: comma-separated glob patterns, e.g. 'ci-*,docs' "
                                  "(default: every queue)")
+        parser.add_argument("--capabilities", default=None, metavar="LABELS",
+                            help="what the agent can do: comma-separated labels, e.g. 'gpu,python,model:opus' "
+                                 "(default: none; a task's `requires` must all be among them)")
         parser.add_argument("--database", default="default")
 
-    def handle(self, *args, name, operator=False, rotate=None, queues=None, database="default", **options):
+    def handle(self, *args, name, operator=False, rotate=None, queues=None, capabilities=None, database="default",
+               **options):
         grace = _grace(rotate) if rotate is not None else None
         try:
-            row, key = agent_keys.create_key(name, is_operator=operator, rotate=grace, queues=queues, using=database)
+            row, key = agent_keys.create_key(name, is_operator=operator, rotate=grace, queues=queues,
+                                              capabilities=capabilities, using=database)
         except errors.InvalidRequest as exc:
             raise CommandError(exc.message) from None
         rotated = f"; the name's previous key ends in {int(grace.total_seconds())} s" if grace is not None else ""
         scoped = f", queues {row.queues}" if row.queues else ""
+        scoped += f", capabilities {row.capabilities}" if row.capabilities else ""
         self.stderr.write(f"key {row.prefix}… for agent {row.name!r}{' (operator)' if operator else ''}{scoped}{rotated}; "
                           "store it now, it is not shown again:")
         self.stdout.write(key)

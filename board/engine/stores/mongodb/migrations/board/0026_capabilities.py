@@ -1,0 +1,28 @@
+"""Capabilities (issue 32, item 3): AgentKey.capabilities, Task.requires and Task.prefers (the two trees have the same: tests/test_mongo_migrations.py)."""
+
+from django.db import migrations, models
+
+
+class Migration(migrations.Migration):
+
+    dependencies = [
+        ('board', '0025_history_horizon'),
+    ]
+
+    operations = [
+        migrations.AddField(
+            model_name='agentkey',
+            name='capabilities',
+            field=models.CharField(blank=True, default='', help_text='Capability labels, comma-separated (e.g. gpu,python,model:opus).', max_length=2100),
+        ),
+        migrations.AddField(
+            model_name='task',
+            name='prefers',
+            field=models.JSONField(blank=True, editable=False, help_text='Capability labels a claimer is preferred for: {label: weight}.', null=True),
+        ),
+        migrations.AddField(
+            model_name='task',
+            name='requires',
+            field=models.JSONField(blank=True, editable=False, help_text='Capability labels a claimer must all hold (empty: anybody).', null=True),
+        ),
+    ]
