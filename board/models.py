@@ -119,6 +119,11 @@ class Task(models.Model):
     has_dependents = models.BooleanField(
         default=False, db_default=False, editable=False,
         help_text="Some task depends on this one: completing it must admit them.")
+    # Set at creation with `requires` (board.engine.capabilities), never changed: the partial
+    # index check()'s unclaimable_requirements reads (MongoDB indexes no `requires IS NOT NULL`).
+    has_requires = models.BooleanField(
+        default=False, db_default=False, editable=False,
+        help_text="Requires capabilities of its claimer.")
     notes_count = models.PositiveIntegerField(
         default=0, db_default=0, editable=False,
         help_text="Notes on the task (board.engine.notes): at most MAX_NOTES_PER_TASK; a claim reads them only when some exist.")
@@ -160,6 +165,8 @@ class Task(models.Model):
             models.Index(fields=["notes_count"], name="task_noted", condition=models.Q(notes_count__gte=1)),
             models.Index(fields=["awaiting_approval"], name="task_awaiting_approval",
                          condition=models.Q(awaiting_approval=True)),
+            # check()'s unclaimable_requirements reads the QUEUED tasks that require capabilities.
+            models.Index(fields=["stage"], name="task_requiring", condition=models.Q(has_requires=True)),
             models.Index(fields=["owner"], name="task_owner"),
             # the admin's list: most recently updated first, and its queue filter.
             models.Index(fields=["-updated_at"], name="task_recent"),

@@ -22,8 +22,10 @@ from django.db import DatabaseError, IntegrityError, connections, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from board import agent_keys
 from board.engine import (
     approvals,
+    capabilities,
     contract,
     invariants,
     errors,
@@ -41,6 +43,7 @@ from board.engine.lifecycle import Stage
 from board.engine.transitions import TaskSpec
 from board.engine.limits import MAX_NOTES_PER_TASK
 from board.models import (
+    AgentKey,
     Approval,
     ConcurrencyKey,
     FairnessKey,
@@ -1605,6 +1608,154 @@ class BoardContract:
         assert seen["problems"] == [] and seen["reads"] > 0
         assert Task.objects.using(a).filter(stage=Stage.COMPLETED).count() == 5 * rounds
         assert list(Resource.objects.using(a).filter(Q(held__gt=0) | Q(intents__gt=0))) == []
+
+    # -- capabilities (issue 32, item 3) ----------------------------------------------------------
+
+    def test_a_claim_takes_only_tasks_whose_requirements_it_holds(self):
+        """Every way of claiming (next, a batch, after a completion, by id, resume) takes a task
+        only when the claimer holds all it requires; the first in line it cannot take is passed
+        by, and a claim by id of it is 403 with nothing written."""
+        a = self.alias
+        self.new("g", requires=["gpu"], priority=9)
+        self.new("gp", requires=["python", "gpu", "gpu"], priority=8)
+        self.new("p", requires=["python"], priority=7)
+        self.new("free", priority=0)
+        assert Task.objects.using(a).get(pk="gp").requires == ["gpu", "python"]  # sorted, each once
+        before = db_state(a)
+        with pytest.raises(errors.Forbidden, match="lacks gpu"):
+            transitions.claim("g", "agent", TTL, capabilities=("python",), using=a)
+        with pytest.raises(errors.Forbidden, match="lacks gpu, python"):
+            transitions.claim("gp", "agent", TTL, using=a)
+        assert db_state(a) == before
+        plain = transitions.claim_next("plain", TTL, using=a)
+        assert plain.task.pk == "free"
+        assert transitions.claim_next("plain", TTL, using=a) is None  # the rest all require something
+        python = transitions.claim_next("py", TTL, capabilities=("python",), using=a)
+        assert python.task.pk == "p"
+        both = transitions.claim_batch("both", TTL, 5, capabilities=("gpu", "python"), using=a)
+        assert [c.task.pk for c in both] == ["g", "gp"]
+        transitions.complete(plain.task.pk, plain.lease.token, {}, using=a)
+        self.new("g2", requires=["gpu"])
+        self.new("p2", requires=["python"], priority=1)
+        done, following = transitions.complete_and_claim(
+            python.task.pk, python.lease.token, {}, transitions.NextClaim(ttl_seconds=TTL), agent="py",
+            capabilities=("python",), using=a)
+        assert done.stage == Stage.COMPLETED and following.task.pk == "p2"
+        transitions.pause(following.task.pk, following.lease.token, {"at": 1}, using=a)
+        with pytest.raises(errors.Forbidden):
+            transitions.resume("p2", "gpu-only", TTL, capabilities=("gpu",), using=a)
+        resumed = transitions.resume("p2", "py", TTL, capabilities=("python",), using=a)
+        by_id = transitions.claim("g2", "gpu-agent", TTL, capabilities=("gpu",), using=a)
+        for claim in [*both, resumed, by_id]:
+            transitions.complete(claim.task.pk, claim.lease.token, {}, using=a)
+
+    def test_preferences_re_rank_only_the_head_of_the_line_for_a_claimer_holding_them(self):
+        """A preferred label worth w counts as w priority levels for a claimer holding it, among
+        the first PREFER_WINDOW tasks it could take; never for one without it, nor from further
+        back in the line."""
+        a = self.alias
+        self.new("first", priority=1)
+        self.new("liked", prefers={"model:opus": 2})
+        self.new("listed", prefers=["model:opus"])
+        assert Task.objects.using(a).get(pk="listed").prefers == {"model:opus": 1}
+        other = transitions.claim_next("other", TTL, capabilities=("python",), using=a)
+        assert other.task.pk == "first"  # holds none of the preferred labels: the line's order
+        opus = transitions.claim_next("opus", TTL, capabilities=("model:opus",), using=a)
+        assert opus.task.pk == "liked"
+        for claim in (other, opus):
+            transitions.complete(claim.task.pk, claim.lease.token, {}, using=a)
+        window = capabilities.PREFER_WINDOW
+        transitions.create([TaskSpec(id=f"pad-{i:02d}", title="pad", priority=5) for i in range(window)], using=a)
+        self.new("far", prefers={"model:opus": 10})  # worth 10 levels: 18th in line, behind "listed"
+        claims = [transitions.claim_next("opus", TTL, capabilities=("model:opus",), using=a)
+                  for _ in range(window + 2)]
+        # pad-00 and pad-01 while "far" is past the window; then it is 16th, and its 10 levels lift
+        # it over the 14 pads left (5 levels each); "listed" (1 level) stays behind them.
+        assert [c.task.pk for c in claims] == ["pad-00", "pad-01", "far", *[f"pad-{i:02d}" for i in range(2, window)],
+                                               "listed"]
+        for claim in claims:
+            transitions.complete(claim.task.pk, claim.lease.token, {}, using=a)
+
+    def test_bad_requirements_and_preferences_are_refused_and_change_nothing(self):
+        a = self.alias
+        self.new("t0")
+        before = db_state(a)
+        for fields, field in [({"requires": ["no spaces"]}, "requires"), ({"requires": "gpu"}, "requires"),
+                              ({"requires": [f"l{i}" for i in range(9)]}, "requires"),
+                              ({"requires": ["x" * 61]}, "requires"),
+                              ({"prefers": {"gpu": 0}}, "prefers"), ({"prefers": {"gpu": 11}}, "prefers"),
+                              ({"prefers": {"gpu": True}}, "prefers"), ({"prefers": "gpu"}, "prefers"),
+                              ({"prefers": {"bad label": 1}}, "prefers")]:
+            with pytest.raises(errors.InvalidRequest) as refused:
+                self.new("t1", **fields)
+            assert refused.value.field == field, fields
+        assert db_state(a) == before
+        with pytest.raises(errors.Forbidden, match="does not carry the capabilities gpu"):
+            capabilities.narrowed(("python",), ["gpu"])
+        assert capabilities.narrowed(("gpu", "python"), ["python"]) == ("python",)
+
+    def test_check_reports_a_task_that_no_key_seen_in_the_last_hour_can_take(self):
+        a = self.alias
+        self.new("needs", requires=["gpu", "python"])
+        unclaimable = lambda: [p.code for p in selectors.problems(using=a) if p.task == "needs"]  # noqa: E731
+        assert unclaimable() == [invariants.UNCLAIMABLE_REQUIREMENTS]
+        row, _ = agent_keys.create_key("gpu-box", capabilities="gpu,python,cuda", using=a)
+        assert unclaimable() == [invariants.UNCLAIMABLE_REQUIREMENTS]  # never used yet
+        now = timezone.now()
+        AgentKey.objects.using(a).filter(pk=row.pk).update(last_used_at=now - timedelta(hours=2))
+        assert unclaimable() == [invariants.UNCLAIMABLE_REQUIREMENTS]  # not seen in the last hour
+        AgentKey.objects.using(a).filter(pk=row.pk).update(last_used_at=now - timedelta(minutes=5))
+        assert unclaimable() == []
+        agent_keys.set_capabilities(row.pk, "gpu", using=a)
+        assert unclaimable() == [invariants.UNCLAIMABLE_REQUIREMENTS]
+        transitions.cancel("needs", actor="op", using=a)
+
+    def test_16_claimers_of_four_capability_sets_take_only_what_they_can_over_200_rounds(self):
+        """Each round 16 claimers (4 holding nothing, 4 gpu, 4 python, 4 both) race for 16 tasks
+        (4 of each requirement, in one line). No claim takes a task its claimer cannot; a claimer
+        that got nothing could take none of the tasks left; an observer reading the RUNNING tasks
+        all along never sees a holder without what its task requires. A class with fewer rounds
+        (the ORM paths, MongoDB's test server) runs half its rounds, as the resources' race."""
+        a = self.alias
+        rounds = self.rounds if self.rounds == ROUNDS else self.rounds // 2
+        sets = [(), ("gpu",), ("python",), ("gpu", "python")]
+        holds = {f"agent-{i}": sets[i % 4] for i in range(RACERS)}
+        made = Counter()
+
+        def top_up(kinds) -> None:
+            specs = []
+            for k in kinds:
+                specs.append(TaskSpec(id=f"cap-{k}-{made[k]}", title="c", requires=list(sets[k]) or None))
+                made[k] += 1
+            transitions.create(specs, using=a)
+
+        top_up([k for k in range(4) for _ in range(4)])
+        requires_of = lambda task_id: sets[int(task_id.split("-")[1])]  # noqa: E731
+
+        def read() -> list:
+            running = Task.objects.using(a).filter(stage=Stage.RUNNING).values_list("pk", "owner")
+            return [(pk, owner) for pk, owner in running if not set(requires_of(pk)) <= set(holds[owner])]
+
+        with FlowObserver(a, read) as seen:
+            for n in range(rounds):
+                results = race([lambda i=i: transitions.claim_next(f"agent-{i}", TTL, capabilities=holds[f"agent-{i}"],
+                                                                   using=a) for i in range(RACERS)], a)
+                faults = [r for r in results if isinstance(r, BaseException)]
+                assert not faults, f"round {n}: {faults[:3]}"
+                won = [r for r in results if r is not None]
+                assert all(set(requires_of(c.task.pk)) <= set(holds[c.task.owner]) for c in won), f"round {n}"
+                assert len({c.task.pk for c in won}) == len(won)
+                left = list(Task.objects.using(a).filter(stage=Stage.QUEUED).values_list("pk", flat=True))
+                assert len(left) + len(won) == 16, f"round {n}"
+                for i, result in enumerate(results):
+                    if result is None:  # nothing it could take was left
+                        assert not [pk for pk in left if set(requires_of(pk)) <= set(sets[i % 4])], f"round {n}"
+                for claim in won:
+                    transitions.complete(claim.task.pk, claim.lease.token, {}, using=a)
+                top_up([sets.index(requires_of(c.task.pk)) for c in won])
+        assert seen["problems"] == [] and seen["reads"] > 0
+        for pk in Task.objects.using(a).filter(stage=Stage.QUEUED).values_list("pk", flat=True):
+            transitions.cancel(pk, actor="op", using=a)
 
     # -- budgets (issue 32, item 5) ---------------------------------------------------------------
 

@@ -83,6 +83,11 @@ RESOURCE_CODES = (RESOURCE_DOUBLE_HELD, RESOURCE_ORPHANED)
 # the answer, the timeout and the cancel write both in one transaction.)
 APPROVAL_UNPAIRED = "approval_unpaired"
 
+# Capabilities' (board.engine.capabilities), over the QUEUED tasks that require some and the
+# capabilities of the agent keys seen lately: `check_requirements`. A task whose required labels no
+# live key used within limits.CAPABLE_KEY_SEEN holds all of: nobody alive can take it.
+UNCLAIMABLE_REQUIREMENTS = "unclaimable_requirements"
+
 # Budgets' (board.engine.budgets): a task of a queue whose budget is spent started RUNNING after
 # the report that spent it (no claim may start then). Named "queue:NAME".
 CLAIMED_OVER_BUDGET = "claimed_over_budget"
@@ -400,6 +405,24 @@ def check_approvals(awaiting: Iterable[tuple[str, str]], waiting: Iterable[tuple
             problems.append(Problem(task_id, APPROVAL_UNPAIRED, f"task {task_id} is {stage}, awaiting an approval, "
                                                                 f"with {len(ids)} waiting (one, and PAUSED, expected)"))
     return problems
+
+
+def check_requirements(requiring: Iterable[tuple[str, Sequence[str]]],
+                       capable: Iterable[Sequence[str]]) -> list[Problem]:
+    """`requiring`: (task id, requires) of the QUEUED tasks that require capabilities; `capable`:
+    the capabilities of each live agent key used lately."""
+    holders = [frozenset(labels) for labels in capable]
+    problems = []
+    judged: dict[frozenset, bool] = {}
+    for task_id, requires in requiring:
+        needed = frozenset(requires or ())
+        if needed not in judged:
+            judged[needed] = any(needed <= held for held in holders)
+        if not judged[needed]:
+            problems.append(Problem(task_id, UNCLAIMABLE_REQUIREMENTS,
+                                    f"task {task_id} requires {', '.join(sorted(needed))}: no agent key used in the "
+                                    "last hour holds all of them, so nobody alive can claim it"))
+    return sorted(problems)
 
 
 def check_resources(rows: Iterable[tuple[str, int, int, int]],

@@ -42,6 +42,7 @@ from board.engine.invariants import (
     check_rate_keys,
     check_budgets,
     check_rates,
+    check_requirements,
     check_resources,
     check_limits,
     check_schedules,
@@ -49,9 +50,10 @@ from board.engine.invariants import (
     tasks_on_cycles,
 )
 from board.engine.lifecycle import DEAD_ENDS, LEASED, Stage
-from board.engine.limits import MAX_NOTES_PER_TASK, SCHEDULE_MISSED_GRACE
+from board.engine.limits import CAPABLE_KEY_SEEN, MAX_NOTES_PER_TASK, SCHEDULE_MISSED_GRACE
 from board.models import (
     LIVE_STAGES,
+    AgentKey,
     Approval,
     ConcurrencyKey,
     Dependency,
@@ -500,7 +502,7 @@ def flow_problems(*, using: str = "default") -> list[Problem]:
     keys, notes, resources, budgets, approvals), read in the caller's transaction."""
     return (limit_problems(using=using) + _rate_problems(using) + _rate_key_problems(using)
             + _dedup_problems(using) + _note_problems(using) + _resource_problems(using) + _budget_problems(using)
-            + _approval_problems(using))
+            + _approval_problems(using) + _requirement_problems(using))
 
 
 def limit_problems(*, using: str = "default") -> list[Problem]:
@@ -522,6 +524,20 @@ def _approval_problems(using: str) -> list[Problem]:
     awaiting = Task.objects.using(using).filter(awaiting_approval=True).values_list("pk", "stage")
     waiting = Approval.objects.using(using).filter(state=Approval.WAITING).values_list("task_id", "pk")
     return check_approvals(awaiting, waiting)
+
+
+def _requirement_problems(using: str) -> list[Problem]:
+    """check_requirements over the QUEUED tasks that require capabilities (an index of them:
+    normally few) and the live keys used within CAPABLE_KEY_SEEN."""
+    requiring = Task.objects.using(using).filter(stage=Stage.QUEUED, has_requires=True).values_list(
+        "pk", "requires")
+    requiring = list(requiring.iterator(_CHUNK))
+    if not requiring:
+        return []
+    seen = clock.now(using) - CAPABLE_KEY_SEEN
+    capable = [capabilities_module.parse(text) for text in AgentKey.objects.using(using).filter(
+        store(using).live_keys(), last_used_at__gte=seen).exclude(capabilities="").values_list("capabilities", flat=True)]
+    return check_requirements(requiring, capable)
 
 
 def _budget_problems(using: str) -> list[Problem]:

@@ -1,4 +1,4 @@
-"""Capabilities (issue 32, item 3): AgentKey.capabilities, Task.requires and Task.prefers (the two trees have the same: tests/test_mongo_migrations.py)."""
+"""Capabilities (issue 32, item 3): AgentKey.capabilities, Task.requires, prefers and has_requires, and a partial index of the tasks that require some (the two trees have the same: tests/test_mongo_migrations.py)."""
 
 from django.db import migrations, models
 
@@ -17,6 +17,11 @@ class Migration(migrations.Migration):
         ),
         migrations.AddField(
             model_name='task',
+            name='has_requires',
+            field=models.BooleanField(db_default=False, default=False, editable=False, help_text='Requires capabilities of its claimer.'),
+        ),
+        migrations.AddField(
+            model_name='task',
             name='prefers',
             field=models.JSONField(blank=True, editable=False, help_text='Capability labels a claimer is preferred for: {label: weight}.', null=True),
         ),
@@ -24,5 +29,9 @@ class Migration(migrations.Migration):
             model_name='task',
             name='requires',
             field=models.JSONField(blank=True, editable=False, help_text='Capability labels a claimer must all hold (empty: anybody).', null=True),
+        ),
+        migrations.AddIndex(
+            model_name='task',
+            index=models.Index(condition=models.Q(('has_requires', True)), fields=['stage'], name='task_requiring'),
         ),
     ]

@@ -185,24 +185,29 @@ _PG_PICK = f"""picked AS MATERIALIZED (
     FOR UPDATE OF t SKIP LOCKED
 )"""
 # Capabilities (board.engine.capabilities): a claimer holding some (`caps`, a jsonb array, and
-# `cap_list`, the same as text[]) takes tasks whose `requires` is contained in them, and picks
-# among the first PREFER_WINDOW of those (locked, skipping others' locks, as the one-row pick
-# does) the one whose preferred labels it holds weigh most (one weight = one priority level).
+# `cap_list`, the same as text[]) takes tasks whose `requires` is contained in them. `head` reads
+# the first PREFER_WINDOW of those (no lock: a snapshot), and `picked` locks, skipping others'
+# locks, the one whose preferred labels the claimer holds weigh most (one weight = one priority
+# level), re-checking that it is still QUEUED (a row claimed meanwhile is re-read as it now is).
+# Every head row locked or taken by other claimers: nothing moved while `head` counted some,
+# so the caller runs the statement again (LIMIT_FILLED), with a fresh snapshot.
 _PG_PICK_CAPABLE = f"""head AS MATERIALIZED (
-    SELECT {_PG_PICKED_COLUMNS}, t.claim_rank, t.prefers
+    SELECT t.id, t.claim_rank, t.prefers
     FROM {TASK} AS t
     WHERE t.stage = 'QUEUED' AND (t.not_before IS NULL OR t.not_before <= statement_timestamp()){{queue}}
       AND (t.requires IS NULL OR t.requires <@ %(caps)s::jsonb)
       AND {open_for_claims(PG_NOW_EPOCH)} AND {_KEY_IS_LIVE}
     ORDER BY t.claim_rank, t.id
     LIMIT {PREFER_WINDOW}
-    FOR UPDATE OF t SKIP LOCKED
 ), picked AS MATERIALIZED (
-    SELECT h.id, h.version, h.queue, h.concurrency_key, h.rate_key, h.has_resources FROM head AS h
+    SELECT {_PG_PICKED_COLUMNS}
+    FROM {TASK} AS t JOIN head AS h ON t.id = h.id
+    WHERE t.stage = 'QUEUED'
     ORDER BY h.claim_rank - COALESCE((SELECT sum(p.value::numeric) FROM jsonb_each_text(h.prefers) AS p
                                       WHERE p.key = ANY(%(cap_list)s::text[])), 0) * {AGING_SECONDS},
              h.claim_rank, h.id
     LIMIT 1
+    FOR UPDATE OF t SKIP LOCKED
 )"""
 _PG_CLAIM_NEXT = f"""
 WITH {{pick}}, queue_slot AS MATERIALIZED (
@@ -267,7 +272,7 @@ WITH {{pick}}, queue_slot AS MATERIALIZED (
     INSERT INTO {EVENT} ({EVENT_COLUMNS})
     SELECT id, 'claim', 'QUEUED', 'RUNNING', version, fence, owner, updated_at, NULL FROM moved
 )
-SELECT {M_COLUMNS}, picks.n FROM (SELECT count(*) AS n FROM picked) AS picks LEFT JOIN moved AS m ON true
+SELECT {M_COLUMNS}, picks.n FROM (SELECT count(*) AS n FROM {{counted}}) AS picks LEFT JOIN moved AS m ON true
 """
 # The queue filters: none, one queue, or a scoped key's (issue 27; board.engine.scopes): the
 # key's patterns as LIKE patterns (a text array: `_` escaped, `*` -> `%`), in the pick itself.
@@ -278,7 +283,8 @@ _PG_QUEUE_FILTERS = {
 }
 # claim_next's statements by (queue filter, whether the claimer holds capabilities).
 PG_CLAIM_NEXT = {
-    (kind, capable): _PG_CLAIM_NEXT.format(pick=(_PG_PICK_CAPABLE if capable else _PG_PICK).format(queue=queue))
+    (kind, capable): _PG_CLAIM_NEXT.format(pick=(_PG_PICK_CAPABLE if capable else _PG_PICK).format(queue=queue),
+                                           counted="head" if capable else "picked")
     for kind, queue in _PG_QUEUE_FILTERS.items() for capable in (False, True)
 }
 

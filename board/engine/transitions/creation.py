@@ -191,6 +191,7 @@ def create(specs: TaskSpec | Sequence[TaskSpec], *, actor: str = "", using: str 
                     replay_of=spec.replay_of,
                     resources=spec.resources,
                     requires=spec.requires,
+                    has_requires=spec.requires is not None,
                     prefers=spec.prefers,
                     **{name: getattr(spec, name) for name in deadlines.TIMEOUTS},
                     has_deps=bool(spec.deps),
