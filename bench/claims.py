@@ -1305,6 +1305,93 @@ def mongodb_child(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------------------------------
 
 
+# ---------------------------------------------------------------------------------------------
+# --requires: claim-next among 100,000 QUEUED tasks that require capabilities (issue 32, item 3)
+
+REQUIRES_TASKS = 100_000
+# The scenarios, each (name, what the QUEUED tasks require, the claimer's capabilities, what it says):
+# the tasks' `requires` are rewritten in place between slices (one UPDATE), the tasks kept.
+REQUIRES_SCENARIOS = (
+    ("none", "none", (), "no task requires anything; a claimer without capabilities (the claim as before)"),
+    ("held", "all", ("gpu",), "every task requires gpu; the claimer holds gpu (the capable statement)"),
+    ("half", "alternate", ("python",), "tasks alternate gpu / python in line; the claimer holds python"),
+    ("passed", "first-half", (), "the first 50,000 in line require gpu; a claimer without capabilities "
+                                 "passes them all on every claim"),
+)
+# The claim cost the issue allows a requiring claim beside one without requirements.
+REQUIRES_GOAL = 0.5
+
+
+def _set_requirements(alias: str, layout: str) -> None:
+    """Rewrite the QUEUED tasks' requires by `layout`, in one statement (the bench writes the rows
+    before any claim reads them; the engine never changes a task's requires)."""
+    from django.db import connections, transaction
+
+    gpu, python = '["gpu"]', '["python"]'
+    cast = "::jsonb" if connections[alias].vendor == "postgresql" else ""
+    value = {"none": "NULL", "all": f"'{gpu}'{cast}",
+             "alternate": f"CASE WHEN priority % 2 = 0 THEN '{gpu}'{cast} ELSE '{python}'{cast} END",
+             "first-half": f"CASE WHEN priority > -{REQUIRES_TASKS // 2} THEN '{gpu}'{cast} ELSE NULL END"}[layout]
+    with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
+        cursor.execute(f"UPDATE board_task SET requires = {value} WHERE stage = 'QUEUED'")
+        cursor.execute("UPDATE board_task SET has_requires = (requires IS NOT NULL) WHERE stage = 'QUEUED'")
+    tidy(alias)
+
+
+def _requiring_cycles(alias: str, caps: tuple[str, ...], seconds: float) -> Outcome:
+    """One thread's claim-next (with `caps`) + complete cycles for `seconds`."""
+    from board.engine import transitions
+
+    done, start = [], time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        claim = transitions.claim_next("bench", ttl_seconds=TTL_SECONDS, capabilities=caps, using=alias)
+        if claim is None:
+            break
+        transitions.complete(claim.task.id, claim.lease.token, RESULT, using=alias)
+        done.append(claim.task.id)
+    elapsed = time.perf_counter() - start
+    return Outcome(cycles=len(done), seconds=elapsed, double_claims=len(done) - len(set(done)),
+                   ran_dry=len(done) == 0, errors=[])
+
+
+def measure_requires(backend: str, alias: str, args: argparse.Namespace) -> list[tuple[str, Outcome, str]]:
+    """Every REQUIRES_SCENARIOS slice in each of `args.rounds` rounds, alternating, on one table of
+    REQUIRES_TASKS tasks seeded by the engine."""
+    from board.models import Task
+
+    clear(alias)
+    started = time.perf_counter()
+    seed_with_engine(alias, REQUIRES_TASKS, tied=False)
+    print(f"{backend}: {REQUIRES_TASKS:,} tasks seeded in {time.perf_counter() - started:.1f} s")
+    outcomes: dict[str, list[Outcome]] = {name: [] for name, *_ in REQUIRES_SCENARIOS}
+    for _ in range(args.rounds):
+        for name, layout, caps, _ in REQUIRES_SCENARIOS:
+            _set_requirements(alias, layout)
+            outcomes[name].append(_requiring_cycles(alias, caps, args.seconds / args.rounds))
+    queued = Task.objects.using(alias).filter(stage="QUEUED").count()
+    print(f"{backend}: {queued:,} tasks still QUEUED at the end")
+    clear(alias)
+    return [(name, Outcome.total(outcomes[name]), words) for name, _, _, words in REQUIRES_SCENARIOS]
+
+
+def print_requires_table(results: dict[str, list[tuple[str, Outcome, str]]]) -> None:
+    print(f"\nclaim-next + complete among {REQUIRES_TASKS:,} QUEUED tasks, by what they require "
+          "(one thread; the ratio is to `none` in the same run)")
+    print(f"{'backend':<9} {'scenario':<8} {'cycles/s':>9} {'ms/cycle':>9} {'vs none':>8}  what")
+    for backend, rows in results.items():
+        base = rows[0][1].rate
+        for name, outcome, words in rows:
+            ratio = outcome.rate / base if base else 0.0
+            per = 1000 / outcome.rate if outcome.rate else float("inf")
+            print(f"{backend:<9} {name:<8} {outcome.rate:>9.0f} {per:>9.2f} {ratio:>8.2f}  {words}")
+    for backend, rows in results.items():
+        held = dict((name, outcome) for name, outcome, _ in rows)
+        ratio = held["held"].rate / held["none"].rate if held["none"].rate else 0.0
+        verdict = "meets" if ratio >= REQUIRES_GOAL else "misses"
+        print(f"{backend}: a claim of requiring tasks runs at {ratio:.2f} of one without requirements: "
+              f"{verdict} the goal ({REQUIRES_GOAL}, within 2x)")
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=float, default=3.0,
@@ -1326,6 +1413,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "TEST_MONGO_URL, else a SecantusDB server started for the run")
     parser.add_argument("--mongo-child", default=None, metavar="FILE", help=argparse.SUPPRESS)
     parser.add_argument("--queries", action="store_true", help="also print the SQL of one engine cycle")
+    parser.add_argument("--requires", action="store_true",
+                        help=f"instead: claim-next among {REQUIRES_TASKS:,} QUEUED tasks that require capabilities "
+                             "(issue 32), beside the same claims of tasks that require none (SQL backends)")
     parser.add_argument("--with-limit", action="store_true",
                         help="also run ours on a queue with a concurrency limit (issue 29), interleaved")
     parser.add_argument("--with-rate", action="store_true",
@@ -1400,6 +1490,14 @@ def main(argv: list[str] | None = None) -> int:
                 return 1
             profile_ours(backends[0], ALIASES[backends[0]], args)
             return 0
+        if args.requires:
+            results = {backend: measure_requires(backend, ALIASES[backend], args)
+                       for backend in backends if backend in SQL_BACKENDS}
+            print_requires_table(results)
+            doubles = sum(outcome.double_claims for rows in results.values() for _, outcome, _ in rows)
+            if doubles:
+                print(f"\nFAIL: {doubles} double claim(s) seen")
+            return 1 if doubles or not results else 0
 
         rows = []
         for backend in backends:

@@ -79,6 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--key", default=os.environ.get("TASKFLOW_KEY"),
                         help="agent API key (env TASKFLOW_KEY)")
     parser.add_argument("--timeout", type=float, default=30.0, help="network timeout in seconds")
+    parser.add_argument("--capabilities", default=None, metavar="LABELS",
+                        help="narrow claims to these of the key's capabilities, comma-separated (e.g. gpu,python; "
+                             "default: all of the key's)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("create", help="create a task (a JSON object) or a batch (a JSON list)")
@@ -158,7 +161,8 @@ def _print(value: Any) -> None:
 
 
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    client = Client(args.url, args.key, timeout=args.timeout)
+    narrowed = None if args.capabilities is None else [c.strip() for c in args.capabilities.split(",") if c.strip()]
+    client = Client(args.url, args.key, timeout=args.timeout, capabilities=narrowed)
     command = args.command
     if command == "create":
         _print(client.create(_json_arg(args.json, "the task", parser, stdin_default=True)))

@@ -486,6 +486,9 @@ class Client:
       The agent's name on the board comes from the key.
     - `timeout`: seconds to wait for the network on each request (a waiting `claim_next`
       gets `wait_seconds` on top).
+    - `capabilities`: narrow every claim of this client to these of its key's capabilities
+      (labels such as ``"gpu"``; default: all of the key's). A task's ``requires`` must all be
+      among them; naming one the key lacks is refused (`Forbidden`).
 
     Every method raises a `TaskflowError` subclass when the board refuses (``NotFound``,
     ``Taken``, ``LeaseLost``, ...; nothing changed) and `TransportError` when no definitive
@@ -517,9 +520,13 @@ class Client:
                 job.result = {"n": job.task["payload"]["n"] + 1}
     """
 
-    def __init__(self, base_url: str, key: str | None, timeout: float = DEFAULT_TIMEOUT):
+    def __init__(self, base_url: str, key: str | None, timeout: float = DEFAULT_TIMEOUT, *,
+                 capabilities: list[str] | None = None):
         self.base_url = base_url
         self.timeout = timeout
+        # Sent with every claim (next, batch, by id, resume, a finishing move's next): {} sends
+        # none, and the board takes the key's own.
+        self._narrowing: dict[str, Any] = {} if capabilities is None else {"capabilities": list(capabilities)}
         self._key = key
         self._http = _Http(base_url, timeout)
         # complete-and-claim: the lease each thread's last hold() claimed for its next hold()
@@ -858,7 +865,7 @@ class Client:
         sent_again = False
         while True:
             body: dict[str, Any] = {"ttl_seconds": ttl_seconds, "wait_seconds": wait_seconds,
-                                    "request_id": request_id, **extra}
+                                    "request_id": request_id, **self._narrowing, **extra}
             if queue is not None:
                 body["queue"] = queue
             try:
@@ -891,7 +898,7 @@ class Client:
         After a transport error the claim is sent once more with the same request id: if the
         first one took effect, this gets its lease (not `Taken`)."""
         path = self._path("tasks", task_id, "claim")
-        body = {"ttl_seconds": ttl_seconds, "request_id": _new_request_id()}
+        body = {"ttl_seconds": ttl_seconds, "request_id": _new_request_id(), **self._narrowing}
         try:
             answer = self.request("POST", path, body)
         except TransportError:
@@ -901,7 +908,7 @@ class Client:
     def resume(self, task_id: str, ttl_seconds: float) -> Lease:
         """Take a PAUSED task with a new lease; its checkpoint is in ``lease.task["checkpoint"]``."""
         return Lease(self, self.request("POST", self._path("tasks", task_id, "resume"),
-                                        {"ttl_seconds": ttl_seconds}), ttl_seconds)
+                                        {"ttl_seconds": ttl_seconds, **self._narrowing}), ttl_seconds)
 
     def hold(self, ttl_seconds: float = 60, *, queue: str | None = None, wait_seconds: float = 0,
              heartbeat: float | None = None, claim_next: bool = True):
@@ -1029,8 +1036,8 @@ class Client:
         refuses the field (then ``(task, None)``: the caller claims as before)."""
         if not self._next_refused:
             try:
-                answer = self.request("POST", path, {**body, "next": self._next_fields(
-                    ttl_seconds, queue, wait_seconds, request_id)}, timeout=self.timeout + wait_seconds)
+                answer = self.request("POST", path, {**body, "next": {**self._narrowing, **self._next_fields(
+                    ttl_seconds, queue, wait_seconds, request_id)}}, timeout=self.timeout + wait_seconds)
             except ValidationFailed as exc:
                 self._note_next_refused(exc)
             else:

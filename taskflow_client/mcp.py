@@ -220,6 +220,7 @@ _TASK = _schema(
     fairness_key={"type": "string", "description": "plans take turns"},
     tags={"type": "array", "items": {"type": "string"}},
     resources={"type": "array"},  # names held while RUNNING (docs/resources.md)
+    requires={"type": "array"},  # capabilities its claimer must hold (docs/capabilities.md)
 )
 
 
@@ -429,15 +430,15 @@ TOOLS: dict[str, ToolSpec] = {spec.name: spec for spec in (
              "no attempt counted.",
              _schema(("task_id", "seconds"), task_id=_ID, seconds={"type": "number"}),
              snooze),
-    ToolSpec("get_task", "A task and its last 50 events (history: false for none).",
+    ToolSpec("get_task", "A task and its last 50 events (history: false: none).",
              _schema(("task_id",), task_id=_ID, history={"type": "boolean"}), get_task),
     ToolSpec("list_ready", "QUEUED tasks in claim order, and the ids you hold.",
              _schema(queue={"type": "string"}, limit={"type": "integer", "minimum": 1, "maximum": 100}),
              list_ready),
     ToolSpec("list_queues", "Queues: running/limit, paused (who, why), tasks per stage, oldest wait. "
-             "Claims skip paused or full ones.",
+             "Claims skip paused/full.",
              _schema(limit={"type": "integer", "minimum": 1, "maximum": 200}), list_queues),
-    ToolSpec("problems", "The board's consistency problems (empty when healthy).", _schema(), problems),
+    ToolSpec("problems", "The board's problems (empty when healthy).", _schema(), problems),
 )}
 
 

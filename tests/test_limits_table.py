@@ -43,6 +43,9 @@ EXPECTED = {
     "a schedule's `name` / `cron`": [1, limits.MAX_SCHEDULE_NAME_CHARS, 15, limits.MAX_CRON_CHARS],
     "live keys per agent name / a rotated key's grace": [1, 0, limits.MAX_ROTATION_GRACE.total_seconds()],
     "a key's queue patterns": [limits.MAX_SCOPE_PATTERNS, 1, limits.MAX_NAME_CHARS],
+    "a key's `capabilities` / a capability label": [limits.MAX_CAPABILITIES, 1, limits.MAX_CAPABILITY_CHARS],
+    "`requires` / `prefers` of a task / a preference's weight / the tasks a claim re-ranks by preference":
+        [limits.MAX_REQUIRES, limits.MAX_PREFERS, 1, limits.MAX_PREFER_WEIGHT, limits.PREFER_WINDOW],
     "`token`": [limits.MAX_TOKEN_CHARS, 43],
     "`max_tasks` (a batch claim) / items of one batch complete": [1, limits.MAX_CLAIM_BATCH, 1, limits.MAX_COMPLETE_BATCH],
     "list filters `owner` / `text` / `queue`": [limits.MAX_OWNER_CHARS, limits.MAX_TITLE_CHARS],
