@@ -237,6 +237,9 @@ class AgentKeyCreateForm(_EngineForm):
     class Meta:
         model = AgentKey
         fields = ("name", "is_operator", "queues", "capabilities")
+        help_texts = {"capabilities": "What the agent can do: labels, comma-separated (e.g. gpu,python,model:opus). It "
+                                      "claims only tasks whose requires are all among them; empty: only tasks that "
+                                      "require none. Changeable later, on the key's page."}
 
     def clean(self):
         cleaned = super().clean()
@@ -278,6 +281,10 @@ class AgentKeyCapabilitiesForm(_EngineForm):
     class Meta:
         model = AgentKey
         fields = ("capabilities",)
+        # The one editable field: what a change does, and when the agent's claims see it.
+        help_texts = {"capabilities": "Labels, comma-separated (e.g. gpu,python,model:opus): the agent claims only "
+                                      "tasks whose requires are all among them; empty: only tasks that require none. "
+                                      "Its claims see a change within a minute."}
 
     def apply(self) -> None:
         if "capabilities" not in self.changed_data:
