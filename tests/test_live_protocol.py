@@ -160,7 +160,8 @@ def test_cards_carry_what_a_task_requires_and_prefers_as_the_api_gives_it():
         "train": (["gpu", "python"], {"model:opus": 3}), "any": (None, {"fast": 1})}
     changes = json.loads(live_frames.changes_frame(list(TaskEvent.objects.order_by("id"))))
     assert errors(changes) == []
-    assert {i["task"]["id"]: i["task"]["requires"] for i in changes["items"]} == {"train": ["gpu", "python"], "any": None}
+    requires = {i["task"]["id"]: i["task"]["requires"] for i in changes["items"]}
+    assert requires == {"train": ["gpu", "python"], "any": None}
     card = snapshot["tasks"][0]
     assert errors({**snapshot, "tasks": [{**card, "prefers": {"gpu": 0}}]})
     assert errors({**snapshot, "tasks": [{**card, "requires": "gpu"}]})
