@@ -1276,16 +1276,110 @@ def test_keys_list_shows_last_use_and_revoke_reports_row_by_row(op):
     assert agent_keys.authenticate(key) is None
 
 
-def test_a_key_is_never_edited_or_deleted(op):
+def test_a_key_is_never_renamed_or_deleted(op):
+    """Its page edits its capabilities only: a name, a kind or queues sent with them are not read."""
     stored, _ = agent_keys.create_key("alpha")
     url = reverse("admin:board_agentkey_change", args=[stored.pk])
     page = op.get(url)
     assert page.status_code == 200 and 'name="name"' not in page.content.decode()
-    before = stored.key_hash
-    assert op.post(url, {"name": "renamed", "is_operator": "on"}).status_code == 403
+    before = key_row(stored.pk)
+    assert op.post(url, {"name": "renamed", "is_operator": "on", "queues": "x", "capabilities": ""}).status_code == 302
     assert op.get(reverse("admin:board_agentkey_delete", args=[stored.pk])).status_code == 403
-    stored.refresh_from_db()
-    assert (stored.name, stored.key_hash, stored.is_operator) == ("alpha", before, False)
+    assert key_row(stored.pk) == before
+
+
+def key_row(pk: int) -> dict:
+    """Every column of a key, as stored."""
+    return AgentKey.objects.filter(pk=pk).values().get()
+
+
+def key_page(pk: int) -> str:
+    return reverse("admin:board_agentkey_change", args=[pk])
+
+
+def test_a_key_is_added_with_capabilities_and_its_page_changes_them(op):
+    """Capabilities (issue 32, item 3): the add form passes them to create_key (sorted, each once);
+    the list shows them; the key's page changes them through agent_keys.set_capabilities, and a
+    claim with the key sees the change at once (this process forgets what it verified)."""
+    made = op.post(KEY_ADD, {"name": "gpu-1", "capabilities": "python, gpu, python"})
+    assert made.status_code == 200, made.context["adminform"].form.errors if made.context else made
+    key = made.context["key"]
+    assert "with the capabilities <code>gpu,python</code>" in made.content.decode()
+    stored = AgentKey.objects.get(name="gpu-1")
+    assert stored.capabilities == "gpu,python"
+    assert agent_keys.capabilities_of(agent_keys.authenticate_deferred(key)) == ("gpu", "python")
+    agent_keys.create_key("plain")
+    listed = op.get(KEYS)
+    assert [(k.name, op_column(listed, k)) for k in listed.context["cl"].result_list] == [
+        ("gpu-1", "gpu, python"), ("plain", "none")]
+
+    page = op.get(key_page(stored.pk))
+    assert 'name="capabilities" value="gpu,python"' in page.content.decode()
+    changed = op.post(key_page(stored.pk), {"capabilities": "model:opus, gpu,python "}, follow=True)
+    assert changed.status_code == 200 and changed.redirect_chain[-1][0] == KEYS
+    assert key_row(stored.pk)["capabilities"] == "gpu,model:opus,python"
+    assert agent_keys.capabilities_of(agent_keys.authenticate_deferred(key)) == ("gpu", "model:opus", "python")
+    # Emptied: the agent takes only tasks that require nothing.
+    op.post(key_page(stored.pk), {"capabilities": ""})
+    assert key_row(stored.pk)["capabilities"] == ""
+
+
+def op_column(response, key: AgentKey) -> str:
+    """The Capabilities column of `key`'s row, as the changelist renders it."""
+    return response.context["cl"].model_admin.capability_list(key)
+
+
+def test_a_bad_capability_is_the_fields_error_and_changes_nothing(op):
+    stored, _ = agent_keys.create_key("gpu-1", capabilities="gpu")
+    before = key_row(stored.pk)
+    for bad, message in (("gpu, bad label", "capability 'bad label': "), ("-gpu", "capability '-gpu': "),
+                         (",".join(f"c{n}" for n in range(40)), "a key has at most 32 capabilities")):
+        refused = op.post(key_page(stored.pk), {"capabilities": bad})
+        assert refused.status_code == 200
+        [error] = refused.context["adminform"].form.errors["capabilities"]
+        assert error.startswith(message), error
+        assert key_row(stored.pk) == before
+    # Nor is a key minted with one.
+    refused = op.post(KEY_ADD, {"name": "gpu-2", "capabilities": "gpu, a b"})
+    assert refused.context["adminform"].form.errors["capabilities"][0].startswith("capability 'a b': ")
+    assert list(AgentKey.objects.values_list("name", flat=True)) == ["gpu-1"]
+
+
+def test_capabilities_need_the_change_permission_and_a_live_key(viewer, op):
+    stored, _ = agent_keys.create_key("gpu-1", capabilities="gpu")
+    clerk = client_for(make_user("clerk", ["board.view_agentkey", "board.add_agentkey"]))
+    for client in (viewer, clerk):
+        page = client.get(key_page(stored.pk)).content.decode()
+        assert 'name="capabilities"' not in page and "gpu" in page  # shown, read-only
+        assert client.post(key_page(stored.pk), {"capabilities": "gpu,python"}).status_code == 403
+    assert key_row(stored.pk)["capabilities"] == "gpu"
+    # An ended key's page is read-only for everyone: its capabilities no longer matter.
+    agent_keys.revoke(stored.pk)
+    assert 'name="capabilities"' not in op.get(key_page(stored.pk)).content.decode()
+    assert op.post(key_page(stored.pk), {"capabilities": "gpu,python"}).status_code == 403
+    assert key_row(stored.pk)["capabilities"] == "gpu"
+    # A rotated key keeps working through its grace: its capabilities still change.
+    agent_keys.create_key("gpu-2")
+    old, _ = agent_keys.create_key("gpu-3")
+    agent_keys.create_key("gpu-3", rotate=timedelta(minutes=5))
+    assert op.post(key_page(old.pk), {"capabilities": "python"}).status_code == 302
+    assert key_row(old.pk)["capabilities"] == "python"
+
+
+def test_the_task_page_shows_what_a_task_requires_and_prefers_read_only(op):
+    new("train", requires=["python", "gpu"], prefers={"model:opus": 3, "fast": 1})
+    new("plain")
+    page = op.get(change_url("train")).content.decode()
+    assert re.search(r'<div class="readonly">gpu, python<br>task train requires gpu, python: no agent key used in the '
+                     r'last hour holds all of them', page), "requires, and that nobody seen can take it"
+    assert '<div class="readonly">fast (weight 1), model:opus (weight 3)</div>' in page
+    assert 'name="requires"' not in page and 'name="prefers"' not in page
+    plain = op.get(change_url("plain")).content.decode()
+    assert '<div class="readonly">— (any agent may claim it)</div>' in plain
+    # An agent holding both was seen: the page only lists them (and check() is clean again).
+    _, key = agent_keys.create_key("gpu-agent", capabilities="gpu,python")
+    agent_keys.authenticate(key)
+    assert '<div class="readonly">gpu, python</div>' in op.get(change_url("train")).content.decode()
 
 
 def test_viewer_cannot_create_or_revoke_keys(viewer):

@@ -12,7 +12,7 @@ import pytest
 from django.utils import timezone
 from jsonschema import Draft202012Validator
 
-from board.engine import clock, flow, resources, transitions
+from board.engine import clock, flow, limits, resources, transitions
 from board.engine.transitions import TaskSpec
 from board.bulk import jobs as bulk_jobs
 from board.live import consumers, insights
@@ -146,6 +146,29 @@ def test_a_queues_frame_with_held_resources_is_valid_and_a_holder_carries_no_lea
     assert errors({**frame, "resources": [{**resource, "held": "some"}]})
     assert SCHEMA["$defs"]["queues"]["properties"]["resources"]["maxItems"] == live_frames.RESOURCES_SHOWN
     assert SCHEMA["$defs"]["held_resource"]["properties"]["holders"]["maxItems"] == live_frames.HOLDERS_SHOWN
+
+
+def test_cards_carry_what_a_task_requires_and_prefers_as_the_api_gives_it():
+    """Capabilities (issue 32, item 3): a card says what its claimer must hold and is preferred
+    for (the page's "needs gpu, python"), in the snapshot and in a change, SQLite's JSON text
+    decoded; the schema's bounds are the engine's."""
+    transitions.create([TaskSpec(id="train", title="t", requires=["python", "gpu"], prefers={"model:opus": 3}),
+                        TaskSpec(id="any", title="a", prefers=["fast"])])
+    snapshot = json.loads(live_frames.snapshot_frames()[0])
+    assert errors(snapshot) == []
+    assert {c["id"]: (c["requires"], c["prefers"]) for c in snapshot["tasks"]} == {
+        "train": (["gpu", "python"], {"model:opus": 3}), "any": (None, {"fast": 1})}
+    changes = json.loads(live_frames.changes_frame(list(TaskEvent.objects.order_by("id"))))
+    assert errors(changes) == []
+    requires = {i["task"]["id"]: i["task"]["requires"] for i in changes["items"]}
+    assert requires == {"train": ["gpu", "python"], "any": None}
+    card = snapshot["tasks"][0]
+    assert errors({**snapshot, "tasks": [{**card, "prefers": {"gpu": 0}}]})
+    assert errors({**snapshot, "tasks": [{**card, "requires": "gpu"}]})
+    card_schema = SCHEMA["$defs"]["card"]["properties"]
+    assert card_schema["requires"]["maxItems"] == limits.MAX_REQUIRES
+    assert card_schema["prefers"]["maxProperties"] == limits.MAX_PREFERS
+    assert card_schema["prefers"]["additionalProperties"]["maximum"] == limits.MAX_PREFER_WEIGHT
 
 
 def test_the_doc_and_the_schema_name_the_consumers_figures():

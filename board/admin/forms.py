@@ -1,6 +1,6 @@
 """The admin's forms. Validation is the engine's and so is the write: each form calls a verb
-(`transitions.edit`, `transitions.create`, `agent_keys.create_key`, `flow.change_queue`, `schedules.create_schedule`
-/ `change_schedule`) as the last step of its
+(`transitions.edit`, `transitions.create`, `agent_keys.create_key` / `set_capabilities`, `flow.change_queue`,
+`schedules.create_schedule` / `change_schedule`) as the last step of its
 validation, so that a refusal shows on the form, and Django's save() writes nothing. An engine
 error is shown on the field it names (`BoardError.field`), or above the form when it names none
 of the form's fields; its message is never searched for a field's name.
@@ -236,7 +236,10 @@ class AgentKeyCreateForm(_EngineForm):
 
     class Meta:
         model = AgentKey
-        fields = ("name", "is_operator", "queues")
+        fields = ("name", "is_operator", "queues", "capabilities")
+        help_texts = {"capabilities": "What the agent can do: labels, comma-separated (e.g. gpu,python,model:opus). It "
+                                      "claims only tasks whose requires are all among them; empty: only tasks that "
+                                      "require none. Changeable later, on the key's page."}
 
     def clean(self):
         cleaned = super().clean()
@@ -255,14 +258,42 @@ class AgentKeyCreateForm(_EngineForm):
         try:
             row, key = agent_keys.create_key(self.cleaned_data["name"],
                                              is_operator=bool(self.cleaned_data.get("is_operator")), rotate=rotate,
-                                             queues=self.cleaned_data.get("queues") or None)
+                                             queues=self.cleaned_data.get("queues") or None,
+                                             capabilities=self.cleaned_data.get("capabilities") or None)
         except errors.BoardError as exc:
+            if exc.field in self.fields:  # the capabilities name their field
+                self.refused(exc)
+                return
             # The key's name and queues are what this form sends that agent_keys judges.
             self.add_error("queues" if "queue pattern" in exc.message or "patterns" in exc.message else "name",
                            exc.message)
             return
         row.minted_key = key  # in memory only, for the one response that shows it
         self.written = row
+
+
+class AgentKeyCapabilitiesForm(_EngineForm):
+    """A key's page: its capabilities, the one thing of a key that changes (a key's name, kind
+    and queues stay as minted: rotate to change those), written by agent_keys.set_capabilities,
+    which checks every label (a bad one is this field's error, and nothing is written). An
+    unchanged field writes nothing."""
+
+    class Meta:
+        model = AgentKey
+        fields = ("capabilities",)
+        # The one editable field: what a change does, and when the agent's claims see it.
+        help_texts = {"capabilities": "Labels, comma-separated (e.g. gpu,python,model:opus): the agent claims only "
+                                      "tasks whose requires are all among them; empty: only tasks that require none. "
+                                      "Its claims see a change within a minute."}
+
+    def apply(self) -> None:
+        if "capabilities" not in self.changed_data:
+            self.written = self.instance
+            return
+        try:
+            self.written = agent_keys.set_capabilities(self.instance.pk, self.cleaned_data.get("capabilities") or "")
+        except errors.BoardError as exc:
+            self.refused(exc)
 
 
 class _SealedSettingsForm(_EngineForm):

@@ -76,7 +76,7 @@ class TaskAdmin(NoHashLookups, admin.ModelAdmin):
         "lease_expires_at",
         "attempts_of_max", "not_before", "progress", "checkpoint", "result", "last_error_text", "created_at",
         "updated_at", "dependencies_list", *deadlines.TIMEOUTS, "progress_changed_at", "notes_list",
-        "resources_list",
+        "resources_list", "requires_list", "prefers_list",
     )
 
     # -- time: a parameter (tests move it; the reaper's rule is "expired by this clock") ------
@@ -146,6 +146,24 @@ class TaskAdmin(NoHashLookups, admin.ModelAdmin):
         waiting = resources.why_waiting("default", task) if task.stage == Stage.QUEUED else None
         return format_html("{}<br>waiting: {}", items, waiting) if waiting else items
 
+    @admin.display(description="requires")
+    def requires_list(self, task: Task) -> str:
+        """The capabilities a claimer must all hold (issue 32, item 3), read-only: fixed at
+        creation. QUEUED with none of the agents seen lately holding them: check()'s words."""
+        if not task.requires:
+            return "— (any agent may claim it)"
+        labels = ", ".join(task.requires)
+        unclaimable = selectors.unclaimable_why(task)
+        return format_html("{}<br>{}", labels, unclaimable) if unclaimable else labels
+
+    @admin.display(description="prefers")
+    def prefers_list(self, task: Task) -> str:
+        """The capabilities a claimer holding them is preferred for, each with its weight (priority
+        levels for that claimer), read-only: fixed at creation."""
+        if not task.prefers:
+            return "—"
+        return ", ".join(f"{label} (weight {weight})" for label, weight in task.prefers.items())
+
     @admin.display(description="notes")
     def notes_list(self, task: Task) -> str:
         """The task's notes (its holders' and staff's, board.engine.transitions.notes), oldest first."""
@@ -172,7 +190,7 @@ class TaskAdmin(NoHashLookups, admin.ModelAdmin):
             editable += ["opened_version", "opened_state"]
         return [
             (None, {"fields": ("id", "stage", "version", "queue", "concurrency_key", "rate_key", "dedup_key", "on_hold",
-                               "dependencies_list", "resources_list")}),
+                               "dependencies_list", "resources_list", "requires_list", "prefers_list")}),
             ("What the task is (editable, under the version guard)", {"fields": editable}),
             ("Lease", {"fields": ("owner", "fence", "lease", "lease_expires_at", "attempts_of_max", "not_before")}),
             ("Progress and outcome", {"fields": ("progress", "checkpoint", "result", "last_error_text",

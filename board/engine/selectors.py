@@ -534,10 +534,25 @@ def _requirement_problems(using: str) -> list[Problem]:
     requiring = list(requiring.iterator(_CHUNK))
     if not requiring:
         return []
+    return check_requirements(requiring, recent_capabilities(using=using))
+
+
+def recent_capabilities(*, using: str = "default") -> list[capabilities_module.Capabilities]:
+    """The capabilities of each live agent key used within CAPABLE_KEY_SEEN (keys with none left
+    out): who alive could take a task that requires some (check()'s unclaimable_requirements, and
+    a task's own page, board.live.views)."""
     seen = clock.now(using) - CAPABLE_KEY_SEEN
-    capable = [capabilities_module.parse(text) for text in AgentKey.objects.using(using).filter(
+    return [capabilities_module.parse(text) for text in AgentKey.objects.using(using).filter(
         store(using).live_keys(), last_used_at__gte=seen).exclude(capabilities="").values_list("capabilities", flat=True)]
-    return check_requirements(requiring, capable)
+
+
+def unclaimable_why(task: Task, *, using: str = "default") -> str | None:
+    """check()'s unclaimable_requirements text for `task` (QUEUED, requiring capabilities that no
+    live key used lately holds all of), or None: the same rule, for one task."""
+    if task.stage != Stage.QUEUED or not task.requires:
+        return None
+    found = check_requirements([(task.pk, task.requires)], recent_capabilities(using=using))
+    return found[0].text if found else None
 
 
 def _budget_problems(using: str) -> list[Problem]:

@@ -31,7 +31,7 @@ from board.models import Dependency, Task, TaskEvent
 CARD_COLUMNS = ("id", "title", "queue", "priority", "on_hold", "max_retries", "stage", "version", "owner",
                 "fence", "lease_expires_at", "attempts", "not_before", "progress", "last_error",
                 "created_at", "updated_at", "stage_changed_at", "concurrency_key", "rate_key", "dedup_key",
-                "fairness_key", "tags", "replay_of", "claim_rank", "resources",
+                "fairness_key", "tags", "replay_of", "claim_rank", "resources", "requires", "prefers",
                 "queue_timeout_seconds", "attempt_timeout_seconds", "progress_timeout_seconds",
                 "progress_changed_at", "awaiting_approval", "approvals_count")
 NOT_ON_CARDS = ("description", "payload", "checkpoint", "result")
@@ -87,6 +87,7 @@ def _values_of(queries: list, batch: int, using: str) -> Iterator[tuple]:
 
 
 _ROW_COLUMNS = (*CARD_COLUMNS, "has_deps")  # has_deps: whether to look up its dependencies
+_CARD_JSON = ("resources", "requires", "prefers")  # null or a list / an object: no default to fill
 _CARD_TIMES = ("lease_expires_at", "not_before", "created_at", "updated_at", "stage_changed_at",
                "progress_changed_at")
 
@@ -98,8 +99,9 @@ def _card_row(values: tuple) -> dict:
         row["tags"] = json.loads(row["tags"])
     elif row["tags"] is None:  # a row written before the column had a value
         row["tags"] = []
-    if isinstance(row["resources"], str):  # as tags: SQLite's JSON is text
-        row["resources"] = json.loads(row["resources"])
+    for name in _CARD_JSON:  # as tags: SQLite's JSON is text
+        if isinstance(row[name], str):
+            row[name] = json.loads(row[name])
     for name in _CARD_TIMES:
         row[name] = json_time(row[name])
     return row

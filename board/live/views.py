@@ -165,6 +165,9 @@ def task_page(request, task_id: str):
         "stranded": {"tasks": stranded, "complete": complete},
         "resources": declared,
         "resource_wait": waiting,
+        # check()'s words when no live agent key used lately holds what it requires (issue 32,
+        # item 3): the page's fields say so beside its requires (taskfields.js), as its card does.
+        "unclaimable": selectors.unclaimable_why(task),
         "board_link": f"{resolve_url('board')}?{urlencode({'task': task.pk})}",
     })
     return render(request, "board/task.html", context)

@@ -7,7 +7,7 @@
 // redrawn once a frame when the open task changes, and after an action on it (actions.js).
 
 import { adminUrl, el, frameBatcher, taskPageUrl } from "./page.js";
-import { depDone, getTask, resourceWait, subscribe, unfinishedDeps } from "./store.js";
+import { depDone, getTask, resourceWait, subscribe, unclaimableWhy, unfinishedDeps } from "./store.js";
 import { loadHistory, loadNotes, loadTask, loadUsage } from "./api.js";
 import { closeTask, openTask, openTaskId, subscribeView } from "./view.js";
 import { cardOf } from "./render.js";
@@ -74,7 +74,7 @@ function renderDetails(refetch) {
   details.dataset.id = task.id;
   details.querySelector(".details-title").textContent = `${task.id}: ${task.title}`;
   const deps = (task.deps || []).map((d) => `${d} ${depDone(d) ? "✓ done" : "(not done)"}`).join(", ") || "none";
-  const dl = taskFields(task, deps, resourceWait(shown));
+  const dl = taskFields(task, deps, resourceWait(shown), unclaimableWhy(shown.id));
   details.querySelector(".details-body").replaceChildren(dl);
 
   const buttons = [];
@@ -151,6 +151,8 @@ export function startDetails() {
   subscribe((change) => {
     if (change.what === "snapshot") renderDetails(false);
     else if (change.what === "tasks" && openTaskId() !== null && change.ids.includes(openTaskId())) scheduleRedraw();
+    // check()'s findings name the open task's capabilities as unclaimable, or stop naming them.
+    else if (change.what === "problems" && openTaskId() !== null) scheduleRedraw();
   });
   onActed((id) => {
     if (openTaskId() === id) renderDetails(true);

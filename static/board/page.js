@@ -148,3 +148,13 @@ export function resourcesText(resources) {
   return (resources || []).map((r) => (typeof r === "string" ? `${r} (exclusive)`
     : `${r.name} (${r.units} unit${r.units === 1 ? "" : "s"})`)).join(", ");
 }
+
+/** "gpu, python": the capabilities a task requires (board/engine/capabilities.py), "" for none. */
+export function requiresText(requires) {
+  return (requires || []).join(", ");
+}
+
+/** "model:opus (weight 3), fast (weight 1)": the capabilities a task prefers, "" for none. */
+export function prefersText(prefers) {
+  return Object.entries(prefers || {}).map(([label, weight]) => `${label} (weight ${weight})`).join(", ");
+}

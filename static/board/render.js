@@ -5,11 +5,12 @@
 // client's clock. It follows the model's changes (store.js) and the view's filters (view.js).
 
 import {
-  adminUrl, CAN_INTERVENE, COLUMN_ELS, el, frameBatcher, mayAnswer, resourcesText, showMessage, STAGES, TERMINAL,
+  adminUrl, CAN_INTERVENE, COLUMN_ELS, el, frameBatcher, mayAnswer, requiresText, resourcesText, showMessage, STAGES,
+  TERMINAL,
 } from "./page.js";
 import {
   allTasks, countIn, depDead, depDone, getProblems, getTask, idsIn, moreCursor, positionOf, queueClosed, keyFull,
-  rateKeyHeld, resourceWait, strandedWhy, subscribe, waitingApprovalOf,
+  rateKeyHeld, resourceWait, strandedWhy, subscribe, unclaimableWhy, waitingApprovalOf,
 } from "./store.js";
 import { loadOlder } from "./api.js";
 import {
@@ -21,8 +22,17 @@ const cards = new Map(); // id -> card element (only for tasks on the board)
 
 const dirty = new Set();
 let countsDirty = false;
-let strandedIds = new Set(); // the tasks check() last named stranded (dead_dep), drawn so
-const strandedNow = () => new Set(getProblems().filter((p) => p.code === "dead_dep").map((p) => p.task));
+// The problems a card shows (stranded: dead_dep; no capable agent: unclaimable_requirements), as
+// task id -> its codes, as last drawn: a problems frame redraws only the cards whose codes changed.
+const CARD_PROBLEMS = new Set(["dead_dep", "unclaimable_requirements"]);
+let cardProblems = new Map();
+function cardProblemsNow() {
+  const now = new Map();
+  for (const p of getProblems()) {
+    if (CARD_PROBLEMS.has(p.code)) now.set(p.task, `${now.get(p.task) || ""} ${p.code}`);
+  }
+  return now;
+}
 let highlighted = null; // the card a problem pointed at
 const scheduleFrame = frameBatcher(() => flush());
 
@@ -316,6 +326,11 @@ function fillCard(card, task, filter) {
   const rateHeld = queued && task.rate_key ? rateKeyHeld(task.rate_key) : undefined;
   // ... or one of its resources is held by another task (issue 32: the frame's resources).
   const resourceHeld = queued && task.resources ? resourceWait(task) : undefined;
+  // ... or it needs capabilities of its claimer (issue 32, item 3): "needs gpu, python"; when
+  // check() finds that no agent key used in the last hour holds them all, it says so plainly
+  // (the problems frame; a change of it redraws the cards it names, startRendering).
+  const needs = queued && task.requires?.length ? requiresText(task.requires) : "";
+  const unclaimable = needs ? unclaimableWhy(task.id) : undefined;
   const paused = closed !== undefined || keyHeld !== undefined || rateHeld !== undefined || resourceHeld !== undefined;
   // A RUNNING task holds its resources (its claim took them all): "holds NAME", all in its title.
   const holds = task.stage === "RUNNING" && task.resources?.length ? resourcesText(task.resources) : "";
@@ -333,7 +348,7 @@ function fillCard(card, task, filter) {
   // ... or an agent asked a person a question and waits for the answer (approval gates): "needs
   // you" when this user may answer it (the Needs-you lane has its form), else "waiting for approval".
   const asked = task.stage === "PAUSED" && task.awaiting_approval;
-  if (error || attempt || held || progress || paused || later || deadline || stranded || holds || asked) {
+  if (error || attempt || held || progress || paused || later || deadline || stranded || holds || asked || needs) {
     const badges = el("div", "badges");
     if (asked) badges.append(approvalBadge(task));
     if (stranded) {
@@ -347,6 +362,14 @@ function fillCard(card, task, filter) {
     if (resourceHeld) {
       const b = el("span", "badge waiting resource-held", `waiting: ${resourceHeld.text}`);
       b.title = resourceHeld.why;
+      badges.append(b);
+    }
+    if (needs) {
+      const them = task.requires.length === 1 ? "it" : "them";
+      const b = unclaimable
+        ? el("span", "badge waiting unclaimable", `needs ${needs}: no agent with ${them} seen in the last hour`)
+        : el("span", "badge needs-capabilities", `needs ${needs}`);
+      b.title = unclaimable || `only an agent whose key holds ${needs} claims it`;
       badges.append(b);
     }
     if (holds) {
@@ -492,7 +515,7 @@ function applyFilter() {
 export function startRendering() {
   subscribe((change) => {
     if (change.what === "snapshot") {
-      strandedIds = strandedNow();
+      cardProblems = cardProblemsNow();
       renderAll();
     } else if (change.what === "tasks") {
       for (const id of change.ids) dirty.add(id);
@@ -500,10 +523,13 @@ export function startRendering() {
       scheduleFrame();
     } else if (change.what === "problems") {
       renderProblems();
-      // Cards that became stranded, or stopped being (requeued dependency): drawn again.
-      const now = strandedNow();
-      for (const id of new Set([...strandedIds, ...now])) if (strandedIds.has(id) !== now.has(id)) markDirty(id);
-      strandedIds = now;
+      // Cards that became stranded or unclaimable, or stopped being (a requeued dependency, an
+      // agent with the capabilities seen): drawn again.
+      const now = cardProblemsNow();
+      for (const id of new Set([...cardProblems.keys(), ...now.keys()])) {
+        if (cardProblems.get(id) !== now.get(id)) markDirty(id);
+      }
+      cardProblems = now;
     } else if (change.what === "approvals") {
       // The approvals were read: the cards that wait for an answer say whether it is this user's.
       for (const task of allTasks()) if (task.awaiting_approval) markDirty(task.id);

@@ -126,6 +126,13 @@ export function strandedWhy(id) {
   return problem && problem.text;
 }
 
+/** What check() says keeps `id` from every claimer (its unclaimable_requirements problem: no
+ * live agent key used in the last hour holds all the capabilities it requires), or undefined. */
+export function unclaimableWhy(id) {
+  const problem = problems.find((p) => p.task === id && p.code === "unclaimable_requirements");
+  return problem && problem.text;
+}
+
 /** The latest {"type": "insights", ...} frame, or null before the first. */
 export function getInsights() {
   return insights;

@@ -2,7 +2,7 @@
 // (taskpage.js): one renderer. The attempts and the errors are not here: the attempt timeline
 // (attempts.js) counts the attempts once and shows each failure's error once.
 
-import { el, resourcesText, taskPageUrl } from "./page.js";
+import { el, prefersText, requiresText, resourcesText, taskPageUrl } from "./page.js";
 
 function field(dl, name, value, pre = false) {
   dl.append(el("dt", null, name));
@@ -35,10 +35,26 @@ function waitField(dl, wait) {
   dl.append(dd);
 }
 
+/** "requires": the capabilities its claimer must hold (issue 32, item 3); while QUEUED with
+ * `unclaimable` (check()'s words: no agent key used in the last hour holds them all), said plainly
+ * after them, as on its card. */
+function requiresField(dl, task, unclaimable) {
+  dl.append(el("dt", null, "requires"));
+  const dd = el("dd", "requires", requiresText(task.requires));
+  if (unclaimable && task.stage === "QUEUED") {
+    const them = task.requires.length === 1 ? "it" : "them";
+    const b = el("span", "badge waiting unclaimable", `no agent with ${them} seen in the last hour`);
+    b.title = unclaimable;
+    dd.append(" ", b);
+  }
+  dl.append(dd);
+}
+
 /** The fields of `task` (as store.js prepares it: createdMs, inStageSinceMs, ...); `deps`: the
  * dependencies as text, or null to leave them out (the task page lists them both ways);
- * `resourceWait`: what holds its resources when it waits for them (the board's, store.js). */
-export function taskFields(task, deps, resourceWait = undefined) {
+ * `resourceWait`: what holds its resources when it waits for them (the board's, store.js);
+ * `unclaimable`: check()'s unclaimable_requirements text for it, if any. */
+export function taskFields(task, deps, resourceWait = undefined, unclaimable = undefined) {
   const dl = el("dl");
   field(dl, "stage", `${task.stage} (version ${task.version}) since ${new Date(task.inStageSinceMs).toLocaleString()}`);
   field(dl, "owner", task.owner || "—");
@@ -66,6 +82,10 @@ export function taskFields(task, deps, resourceWait = undefined) {
     field(dl, "resources", `${resourcesText(task.resources)}${task.stage === "RUNNING" ? ": held" : ""}`);
   }
   if (resourceWait) waitField(dl, resourceWait);
+  // Capabilities (issue 32, item 3), fixed at creation: what a claimer must hold, and what it is
+  // preferred for (each label's weight: priority levels, for a claimer holding it).
+  if (task.requires && task.requires.length) requiresField(dl, task, unclaimable);
+  if (task.prefers && Object.keys(task.prefers).length) field(dl, "prefers", prefersText(task.prefers));
   field(dl, "description", task.description || "—", true);
   field(dl, "payload", json(task.payload), true);
   field(dl, "checkpoint", json(task.checkpoint), true);

@@ -30,6 +30,8 @@ const REFRESH_MS = 5000;
 
 const root = document.getElementById("task-page");
 const taskId = root.dataset.id;
+// check()'s unclaimable_requirements text for this task when the server rendered the page, or null.
+const UNCLAIMABLE = taskId ? JSON.parse(document.getElementById("unclaimable").textContent) : null;
 let shown = null; // the task as last drawn
 let rows = []; // the history's <li>s, oldest first
 let pageEnd = 0; // rows shown: [pageEnd - HISTORY_PAGE, pageEnd)
@@ -42,7 +44,9 @@ function drawTask(task) {
   const chip = root.querySelector(".stage-chip");
   chip.textContent = task.stage;
   chip.dataset.stage = task.stage;
-  root.querySelector(".details-body").replaceChildren(taskFields(task, null)); // dependencies: the server's lists
+  // Dependencies: the server's lists; no capable agent seen: the server's words when it rendered
+  // the page (shown only while the task is QUEUED).
+  root.querySelector(".details-body").replaceChildren(taskFields(task, null, undefined, UNCLAIMABLE));
   drawActions(task);
 }
 
