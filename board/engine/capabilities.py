@@ -6,8 +6,8 @@ Keys admin). A claim may narrow them (`capabilities` in the claim's body: a subs
 naming one the key lacks is 403). A task carries:
 
 - `requires`: labels that must **all** be among the claimer's. Enforced inside the claim's own
-  query on every store (the SQL stores' statements: REQUIRES_* below; the ORM path's pick:
-  `takeable`), like a key's queue scope: a claimer never even picks a task it cannot take. A
+  query on every store (the SQL stores' statements: stores/sqlite.py, stores/postgresql.py; the ORM path's pick:
+  `Store.takeable`), like a key's queue scope: a claimer never even picks a task it cannot take. A
   claimer with no capabilities takes only tasks that require none.
 - `prefers`: `{label: weight}` (weights 1..MAX_PREFER_WEIGHT; a list of labels is weight 1 each).
   For a claimer holding preferred labels, the task counts as that many priority levels higher
@@ -39,7 +39,7 @@ from board.engine.limits import (
 )
 
 __all__ = ["PREFER_WINDOW", "Capabilities", "BadCapabilities", "parse", "stored", "requires_list",
-           "prefers_map", "satisfies", "missing", "score", "refuse_unless_fits", "narrowed", "as_json", "takeable"]
+           "prefers_map", "satisfies", "missing", "score", "refuse_unless_fits", "narrowed", "as_json"]
 
 # What a claimer holds: a sorted tuple of labels (empty: none).
 Capabilities = tuple[str, ...]
@@ -158,12 +158,3 @@ def narrowed(held: Capabilities, asked: Any) -> Capabilities:
 def as_json(capabilities: Capabilities) -> str:
     """The claimer's labels as a JSON array: the SQL statements' parameter."""
     return json.dumps(list(capabilities))
-
-
-def takeable(rows, capabilities: Capabilities, using: str):
-    """`rows` (a Task queryset) without the tasks whose `requires` a claimer holding
-    `capabilities` lacks: the ORM path's pick and the reads of ready work (each store says how:
-    Store.takeable)."""
-    from board.engine.stores import store
-
-    return store(using).takeable(rows, capabilities)

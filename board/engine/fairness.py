@@ -40,12 +40,10 @@ from typing import Any
 
 from board.engine import errors
 from board.engine.inputs import key_text
-from board.engine.limits import MAX_FAIRNESS_KEY_CHARS, MAX_FAIRNESS_WEIGHT
+from board.engine.limits import AGING_SECONDS, MAX_FAIRNESS_KEY_CHARS, MAX_FAIRNESS_WEIGHT
 from board.engine.stores import store
 from board.models import FairnessKey, Stage, Task
 
-# One priority level is worth this many seconds of waiting.
-AGING_SECONDS = 60.0
 # A fairness key's consecutive waiting tasks are this many seconds (over the key's weight) apart.
 FAIR_STEP_SECONDS = AGING_SECONDS
 

@@ -21,6 +21,10 @@ MAX_RETRIES_LIMIT = 100
 MAX_CLAIM_BATCH = 100
 MAX_COMPLETE_BATCH = 100
 
+# Not a cap: one priority level is worth this many seconds of waiting in the claim order
+# (board.engine.fairness), and one preference weight as much (board.engine.capabilities).
+AGING_SECONDS = 60.0
+
 # --- a task's dependencies, and one create request
 MAX_DEPENDENCIES = 1000  # of one task
 # One create request is one write transaction, and every other writer (a renew too) waits for

@@ -151,7 +151,7 @@ def claimable_tasks(now: datetime, queue: str | None = None, *, scope: scopes.Sc
                     capabilities: tuple[str, ...] = (), using: str = "default"):
     """ready_tasks without those of a queue or key closed to claims now (closed_to_claims), and
     without those requiring a capability the claimer lacks (board.engine.capabilities)."""
-    rows = capabilities_module.takeable(ready_tasks(now, queue, scope=scope, using=using), capabilities, using)
+    rows = store(using).takeable(ready_tasks(now, queue, scope=scope, using=using), capabilities)
     closed_queues, full_keys, held_rate_keys = closed_to_claims(now, using=using)
     if closed_queues:
         rows = rows.exclude(queue__in=closed_queues)

@@ -226,12 +226,11 @@ class Store:
         """`rows` (tasks) without those requiring a capability a claimer lacks
         (board.engine.capabilities). Here (MongoDB, whose backend has no subset match in the ORM):
         the requiring tasks among `rows` are read and judged in Python, their ids kept."""
-        from board.engine.capabilities import satisfies
-
         if not capabilities:
             return rows.filter(requires__isnull=True)
+        held = set(capabilities)
         fitting = [pk for pk, requires in rows.filter(requires__isnull=False).order_by()
-                   .values_list("pk", "requires") if satisfies(requires, capabilities)]
+                   .values_list("pk", "requires") if set(requires or ()) <= held]
         return rows.filter(Q(requires__isnull=True) | Q(pk__in=fitting))
 
     def live_keys(self) -> Q:

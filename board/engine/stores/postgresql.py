@@ -19,7 +19,7 @@ from django.db.models import Q
 from django.db.models.functions import Now
 
 from board.engine.capabilities import PREFER_WINDOW, as_json
-from board.engine.fairness import AGING_SECONDS
+from board.engine.limits import AGING_SECONDS
 from board.engine.scopes import as_like
 from board.engine.stores.base import DirectCommitHooks, Store, in_statements
 from board.engine.stores.statements import (

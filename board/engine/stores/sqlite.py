@@ -32,7 +32,7 @@ from django.utils import timezone
 
 from board.engine import checkpoints
 from board.engine.capabilities import PREFER_WINDOW, as_json
-from board.engine.fairness import AGING_SECONDS
+from board.engine.limits import AGING_SECONDS
 from board.engine.scopes import as_glob
 from board.engine.stores.base import DirectCommitHooks, Store, in_statements, process_lock
 from board.engine.stores.statements import (

@@ -38,7 +38,7 @@ from board.engine import (
 )
 from board.engine.capabilities import PREFER_WINDOW, Capabilities, refuse_unless_fits, score
 from board.engine.claim_requests import ClaimRequest
-from board.engine.fairness import AGING_SECONDS
+from board.engine.limits import AGING_SECONDS
 from board.engine.stores.statements import LIMIT_FILLED, Statements
 from board.engine.stores import retry_conflicts, store
 from board.engine.inputs import agent_name, is_valid_task_id, json_field, unstorable_text
