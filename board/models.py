@@ -143,6 +143,10 @@ class Task(models.Model):
             # Ending in id, the order claim_next sorts by, so ties need no sort.
             models.Index(fields=["stage", "queue", "claim_rank", "id"], name="task_line_in_queue"),
             models.Index(fields=["stage", "claim_rank", "id"], name="task_line_any_queue"),
+            # The line of the tasks that require no capability (board.engine.capabilities): a
+            # claimer without capabilities seeks it, past any number of requiring tasks ahead.
+            models.Index(fields=["stage", "claim_rank", "id"], name="task_line_unrequired",
+                         condition=models.Q(has_requires=False)),
             # a fairness key's last waiting task (board.engine.fairness): only keyed tasks are in
             # it. (`>= ''`, not IS NOT NULL: MongoDB's partial indexes take comparisons.)
             models.Index(fields=["fairness_key", "stage", "claim_rank"], name="task_fairness_line",
@@ -165,6 +169,8 @@ class Task(models.Model):
             models.Index(fields=["notes_count"], name="task_noted", condition=models.Q(notes_count__gte=1)),
             models.Index(fields=["awaiting_approval"], name="task_awaiting_approval",
                          condition=models.Q(awaiting_approval=True)),
+            # check()'s approvals_miscounted reads the tasks that asked for approvals.
+            models.Index(fields=["approvals_count"], name="task_asked", condition=models.Q(approvals_count__gte=1)),
             # check()'s unclaimable_requirements reads the QUEUED tasks that require capabilities.
             models.Index(fields=["stage"], name="task_requiring", condition=models.Q(has_requires=True)),
             models.Index(fields=["owner"], name="task_owner"),

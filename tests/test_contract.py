@@ -2063,6 +2063,24 @@ class BoardContract:
         with pytest.raises(errors.AlreadyAnswered, match="cancelled"):
             transitions.answer("w", True, actor="op", using=a)
 
+    def test_check_reports_an_unpaired_approval_and_a_miscounted_one(self):
+        """Rows written behind the engine's back: a waiting approval whose task awaits none is
+        approval_unpaired, a task's approvals_count that is not its approvals' rows is
+        approvals_miscounted; the board put back as the engine left it, check() is quiet."""
+        a = self.alias
+        self.new("asks")
+        self.ask("asks", self.claim("asks").lease)
+        codes = lambda: sorted(p.code for p in selectors.problems(using=a) if p.task == "asks")  # noqa: E731
+        assert codes() == []
+        Task.objects.using(a).filter(pk="asks").update(awaiting_approval=False)
+        # (a PAUSED task not awaiting an answer needs its checkpoint, which this one never had)
+        assert codes() == [invariants.APPROVAL_UNPAIRED, invariants.PAUSED_WITHOUT_CHECKPOINT]
+        Task.objects.using(a).filter(pk="asks").update(awaiting_approval=True, approvals_count=3)
+        assert codes() == [invariants.APPROVALS_MISCOUNTED]
+        Task.objects.using(a).filter(pk="asks").update(approvals_count=1)
+        assert codes() == []
+        transitions.cancel("asks", actor="op", using=a)
+
     def test_16_people_answering_one_approval_make_exactly_one_answer(self):
         """Each round a task asks; 16 answerers (8 approve, 8 reject) are released together:
         exactly one answer is written (its approval's state is that answer's), the 15 others

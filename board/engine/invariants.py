@@ -82,6 +82,9 @@ RESOURCE_CODES = (RESOURCE_DOUBLE_HELD, RESOURCE_ORPHANED)
 # exactly one waiting approval; or a waiting approval whose task is not awaiting one. (The ask,
 # the answer, the timeout and the cancel write both in one transaction.)
 APPROVAL_UNPAIRED = "approval_unpaired"
+# A task's approvals_count is not its Approval rows (the ask writes both in one transaction; the
+# count spares a claim a read of the approvals: board.engine.handoffs). Found by check_approval_counts.
+APPROVALS_MISCOUNTED = "approvals_miscounted"
 
 # Capabilities' (board.engine.capabilities), over the QUEUED tasks that require some and the
 # capabilities of the agent keys seen lately: `check_requirements`. A task whose required labels no
@@ -386,6 +389,12 @@ def check_notes(counts: Iterable[tuple[str, int, int]], cap: int) -> list[Proble
     rows, or rows over `cap`, is a problem: a note was written outside its transaction's guard."""
     return [Problem(task_id, NOTES_MISCOUNTED, f"task {task_id} counts {counted} notes and has {rows} (at most {cap})")
             for task_id, counted, rows in sorted(counts) if counted != rows or rows > cap]
+
+
+def check_approval_counts(counts: Iterable[tuple[str, int, int]]) -> list[Problem]:
+    """`counts`: (task id, the task's approvals_count, its Approval rows)."""
+    return [Problem(task_id, APPROVALS_MISCOUNTED, f"task {task_id} counts {counted} approvals and has {rows}")
+            for task_id, counted, rows in sorted(counts) if counted != rows]
 
 
 def check_approvals(awaiting: Iterable[tuple[str, str]], waiting: Iterable[tuple[str, int]]) -> list[Problem]:

@@ -39,6 +39,7 @@ from board.engine.invariants import (
     check_dedup_keys,
     check_notes,
     check_approvals,
+    check_approval_counts,
     check_rate_keys,
     check_budgets,
     check_rates,
@@ -523,7 +524,10 @@ def _approval_problems(using: str) -> list[Problem]:
     """check_approvals over the tasks awaiting an answer and the waiting approvals (normally few)."""
     awaiting = Task.objects.using(using).filter(awaiting_approval=True).values_list("pk", "stage")
     waiting = Approval.objects.using(using).filter(state=Approval.WAITING).values_list("task_id", "pk")
-    return check_approvals(awaiting, waiting)
+    rows = dict(Approval.objects.using(using).values("task_id").annotate(n=Count("pk")).values_list("task_id", "n"))
+    counted = dict(Task.objects.using(using).filter(approvals_count__gte=1).values_list("pk", "approvals_count"))
+    return check_approvals(awaiting, waiting) + check_approval_counts(
+        [(task_id, counted.get(task_id, 0), rows.get(task_id, 0)) for task_id in counted.keys() | rows.keys()])
 
 
 def _requirement_problems(using: str) -> list[Problem]:

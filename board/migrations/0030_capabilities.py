@@ -1,4 +1,4 @@
-"""Capabilities (issue 32, item 3): AgentKey.capabilities, Task.requires, prefers and has_requires, and a partial index of the tasks that require some (the two trees have the same: tests/test_mongo_migrations.py)."""
+"""Capabilities (issue 32, item 3): AgentKey.capabilities, Task.requires, prefers and has_requires, a partial index of the tasks that require some and the line of those that require none; a partial index of the tasks that asked for approvals (check()'s approvals_miscounted). The two trees have the same: tests/test_mongo_migrations.py."""
 
 from django.db import migrations, models
 
@@ -29,6 +29,14 @@ class Migration(migrations.Migration):
             model_name='task',
             name='requires',
             field=models.JSONField(blank=True, editable=False, help_text='Capability labels a claimer must all hold (empty: anybody).', null=True),
+        ),
+        migrations.AddIndex(
+            model_name='task',
+            index=models.Index(condition=models.Q(('has_requires', False)), fields=['stage', 'claim_rank', 'id'], name='task_line_unrequired'),
+        ),
+        migrations.AddIndex(
+            model_name='task',
+            index=models.Index(condition=models.Q(('approvals_count__gte', 1)), fields=['approvals_count'], name='task_asked'),
         ),
         migrations.AddIndex(
             model_name='task',

@@ -227,7 +227,7 @@ class Store:
         (board.engine.capabilities). Here (MongoDB, whose backend has no subset match in the ORM):
         the requiring tasks among `rows` are read and judged in Python, their ids kept."""
         if not capabilities:
-            return rows.filter(requires__isnull=True)
+            return rows.filter(has_requires=False)
         held = set(capabilities)
         fitting = [pk for pk, requires in rows.filter(requires__isnull=False).order_by()
                    .values_list("pk", "requires") if set(requires or ()) <= held]

@@ -121,7 +121,7 @@ class PostgresStore(DirectCommitHooks, Store):
         """Store.takeable in the query: `requires` contained in the claimer's labels (jsonb <@,
         as the claim statement's)."""
         if not capabilities:
-            return rows.filter(requires__isnull=True)
+            return rows.filter(has_requires=False)
         return rows.filter(Q(requires__isnull=True) | Q(requires__contained_by=list(capabilities)))
 
     def find_live_key(self, key_hash: str):
@@ -179,12 +179,13 @@ _PG_PICK = f"""picked AS MATERIALIZED (
     SELECT {_PG_PICKED_COLUMNS}
     FROM {TASK} AS t
     WHERE t.stage = 'QUEUED' AND (t.not_before IS NULL OR t.not_before <= statement_timestamp()){{queue}}
-      AND t.requires IS NULL AND {open_for_claims(PG_NOW_EPOCH)} AND {_KEY_IS_LIVE}
+      AND NOT t.has_requires AND {open_for_claims(PG_NOW_EPOCH)} AND {_KEY_IS_LIVE}
     ORDER BY t.claim_rank, t.id
     LIMIT 1
     FOR UPDATE OF t SKIP LOCKED
 )"""
-# Capabilities (board.engine.capabilities): a claimer holding some (`caps`, a jsonb array, and
+# Capabilities (board.engine.capabilities): a claimer holding none takes only tasks requiring
+# none (NOT has_requires: the partial index task_line_unrequired). A claimer holding some (`caps`, a jsonb array, and
 # `cap_list`, the same as text[]) takes tasks whose `requires` is contained in them. `head` reads
 # the first PREFER_WINDOW of those (no lock: a snapshot), and `picked` locks, skipping others'
 # locks, the one whose preferred labels the claimer holds weigh most (one weight = one priority
