@@ -184,7 +184,7 @@ class DeferredKey(NamedTuple):
     is_operator: bool
     key_hash: str
     scope: scopes.Scope
-    capabilities: capabilities.Capabilities = ()
+    capabilities: tuple[str, ...] = ()
 
 
 def scope_of(row: AgentKey) -> scopes.Scope:
@@ -204,7 +204,7 @@ class _Verified(NamedTuple):
     scope: scopes.Scope  # a key's scope never changes, so remembering it is safe
     # Its capabilities may change (the Keys admin): a change reaches this cache within
     # VERIFIED_SECONDS, when the key is looked up again (board.engine.capabilities says so).
-    capabilities: capabilities.Capabilities
+    capabilities: tuple[str, ...]
     use_recorded: float  # when its use was last recorded, by time.monotonic()
 
 

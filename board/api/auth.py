@@ -11,7 +11,7 @@ from django.conf import settings
 from ninja.security import HttpBearer, SessionAuth
 
 from board import access, agent_keys
-from board.engine import capabilities, errors, scopes, selectors
+from board.engine import errors, scopes, selectors
 from board.engine.transitions import TaskSpec
 from board.models import Task
 
@@ -33,7 +33,7 @@ class Principal:
     # The queues an agent key is limited to (board.engine.scopes); None: every queue.
     scope: scopes.Scope = None
     # What the agent can do (board.engine.capabilities): its key's labels; () for a session.
-    capabilities: capabilities.Capabilities = ()
+    capabilities: tuple[str, ...] = ()
 
 
 class AgentKeyAuth(HttpBearer):
