@@ -72,6 +72,11 @@ def record(task: Task, fence: int, agent: str, usage: dict[str, Any], *, using: 
         now = clock.now(using)
         row = TaskUsage(task_id=task.pk, fence=fence, agent=agent, queue=task.queue, at=now, **usage)
         TaskUsage.objects.using(using).bulk_create([row])
+        # The task's row before the queue's, as a claim locks them (its pick, then its queue):
+        # the report's reference to the task is checked now, not at COMMIT after the queue's row
+        # is held (a claim holding the task's row and waiting for the queue's deadlocked with it:
+        # tests/test_usage_locks.py).
+        store(using).check_references_now()
         # The queue's budget (board.engine.budgets) counts it in the same transaction.
         budgets.spend(using, task.queue, usage["input_tokens"] + usage["output_tokens"], usage["cost_usd"], now)
     return row

@@ -175,6 +175,11 @@ class Store:
         reads of the tasks stays true until it commits. Nothing here: SQLite's write transaction
         is the only writer already."""
 
+    def check_references_now(self) -> None:
+        """Inside a write transaction: check the foreign keys of the rows it wrote so far now,
+        taking their references' locks now, not at COMMIT, where the store defers them
+        (PostgreSQL). Nothing here: SQLite's writer is alone, MongoDB has no foreign keys."""
+
     def lost_a_lock_race(self, exc: BaseException) -> bool:
         """Whether `exc`, raised inside a write transaction of several moves, means that
         transaction lost a race for row locks to another one (PostgreSQL's deadlock detector):

@@ -117,6 +117,12 @@ class PostgresStore(DirectCommitHooks, Store):
                            "AND pid <> pg_backend_pid() AND xact_start < %s", [moment])
             return cursor.fetchone()[0]
 
+    def check_references_now(self) -> None:
+        # Django's foreign keys are DEFERRABLE INITIALLY DEFERRED: checked (a key-share lock on
+        # each referenced row) at COMMIT unless asked before. SET CONSTRAINTS ... IMMEDIATE checks
+        # what is pending at once; DEFERRED again for the rest of the transaction.
+        self.connection.check_constraints()
+
     def takeable(self, rows, capabilities: tuple[str, ...]):
         """Store.takeable in the query: `requires` contained in the claimer's labels (jsonb <@,
         as the claim statement's)."""
