@@ -143,10 +143,12 @@ class Task(models.Model):
             # Ending in id, the order claim_next sorts by, so ties need no sort.
             models.Index(fields=["stage", "queue", "claim_rank", "id"], name="task_line_in_queue"),
             models.Index(fields=["stage", "claim_rank", "id"], name="task_line_any_queue"),
-            # The line of the tasks that require no capability (board.engine.capabilities): a
-            # claimer without capabilities seeks it, past any number of requiring tasks ahead.
-            models.Index(fields=["stage", "claim_rank", "id"], name="task_line_unrequired",
-                         condition=models.Q(has_requires=False)),
+            # The line of the QUEUED tasks that require no capability (board.engine.capabilities):
+            # a claimer without capabilities seeks it, past any number of requiring tasks ahead.
+            # Only QUEUED rows: smaller than task_line_any_queue whatever the board holds, so that
+            # PostgreSQL's plan for the claim (prepared once per connection) always takes it.
+            models.Index(fields=["claim_rank", "id"], name="task_line_unrequired",
+                         condition=models.Q(stage="QUEUED", has_requires=False)),
             # a fairness key's last waiting task (board.engine.fairness): only keyed tasks are in
             # it. (`>= ''`, not IS NOT NULL: MongoDB's partial indexes take comparisons.)
             models.Index(fields=["fairness_key", "stage", "claim_rank"], name="task_fairness_line",

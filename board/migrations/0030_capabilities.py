@@ -1,4 +1,4 @@
-"""Capabilities (issue 32, item 3): AgentKey.capabilities, Task.requires, prefers and has_requires, a partial index of the tasks that require some and the line of those that require none; a partial index of the tasks that asked for approvals (check()'s approvals_miscounted). The two trees have the same: tests/test_mongo_migrations.py."""
+"""Capabilities (issue 32, item 3): AgentKey.capabilities, Task.requires, prefers and has_requires, a partial index of the tasks that require some and the line of the QUEUED ones that require none; a partial index of the tasks that asked for approvals (check()'s approvals_miscounted). The two trees have the same: tests/test_mongo_migrations.py."""
 
 from django.db import migrations, models
 
@@ -32,7 +32,7 @@ class Migration(migrations.Migration):
         ),
         migrations.AddIndex(
             model_name='task',
-            index=models.Index(condition=models.Q(('has_requires', False)), fields=['stage', 'claim_rank', 'id'], name='task_line_unrequired'),
+            index=models.Index(condition=models.Q(('has_requires', False), ('stage', 'QUEUED')), fields=['claim_rank', 'id'], name='task_line_unrequired'),
         ),
         migrations.AddIndex(
             model_name='task',

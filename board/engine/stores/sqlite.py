@@ -200,14 +200,15 @@ _KEY_IS_LIVE = (f"(? IS NULL OR EXISTS (SELECT 1 FROM {KEY} WHERE key_hash = ? A
 # queue's rate and budget, then of the rate key's rate),
 # then the key check's (key_hash, key_hash, agent, now).
 # Capabilities (board.engine.capabilities): a claimer without any takes only tasks requiring
-# none (NOT has_requires: the partial index task_line_unrequired, so that requiring tasks ahead
-# in line cost it nothing); a claimer with some (`caps`, the statement's first param as a JSON array) takes tasks
+# none (NOT has_requires: the partial index task_line_unrequired, named with INDEXED BY when no
+# queue is named, so that requiring tasks ahead in line cost it nothing; a named queue's line,
+# task_line_in_queue, holds both); a claimer with some (`caps`, the statement's first param as a JSON array) takes tasks
 # whose every required label is among them, and re-ranks the first PREFER_WINDOW of those by
 # the labels they prefer that it holds (one weight = one priority level, AGING_SECONDS).
 _SQLITE_CAPS = "WITH caps(label) AS (SELECT value FROM json_each(%s))"
 _SQLITE_FITS = (" AND (t.requires IS NULL OR NOT EXISTS (SELECT 1 FROM json_each(t.requires) AS need"
                 " WHERE need.value NOT IN (SELECT label FROM caps)))")
-_SQLITE_PICK = f"""SELECT id, version FROM {TASK} AS t
+_SQLITE_PICK = f"""SELECT id, version FROM {TASK} AS t{{indexed}}
         WHERE stage = 'QUEUED' AND (not_before IS NULL OR not_before <= %s){{queue}} AND NOT t.has_requires
           AND {open_for_claims("%s")}
         ORDER BY claim_rank, id
@@ -244,7 +245,8 @@ _SQLITE_QUEUE_FILTERS = {
 SQLITE_CLAIM_NEXT = {
     (kind, capable): _SQLITE_CLAIM_NEXT.format(
         caps=_SQLITE_CAPS if capable else "",
-        pick=(_SQLITE_PICK_CAPABLE if capable else _SQLITE_PICK).format(queue=queue))
+        pick=(_SQLITE_PICK_CAPABLE if capable else _SQLITE_PICK).format(
+            queue=queue, indexed=" INDEXED BY task_line_unrequired" if kind == "any" else ""))
     for kind, queue in _SQLITE_QUEUE_FILTERS.items() for capable in (False, True)
 }
 
