@@ -1316,7 +1316,7 @@ REQUIRES_SCENARIOS = (
     ("held", "all", ("gpu",), "every task requires gpu; the claimer holds gpu (the capable statement)"),
     ("half", "alternate", ("python",), "tasks alternate gpu / python in line; the claimer holds python"),
     ("passed", "first-half", (), "the first 50,000 in line require gpu; a claimer without capabilities "
-                                 "passes them all on every claim"),
+                                 "(its own line's index leaves them out)"),
 )
 # The claim cost the issue allows a requiring claim beside one without requirements.
 REQUIRES_GOAL = 0.5
