@@ -233,7 +233,7 @@ class HttpApp:
                 if remaining <= 0:
                     return 204, [h for h in headers if h[0] != b"content-length"], b""
                 ensure_tailer()  # this process's tailer wakes parked claims (started once, restarted if it ended)
-                waiting = asyncio.ensure_future(waiters.wait(claim.queue, remaining))
+                waiting = asyncio.ensure_future(waiters.wait(claim.queue, remaining, claim.capabilities))
                 await asyncio.wait({waiting, gone}, return_when=asyncio.FIRST_COMPLETED)
                 if gone.done():
                     waiting.cancel()

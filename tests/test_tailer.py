@@ -222,6 +222,28 @@ def test_a_parked_claim_is_woken_by_the_tailers_poll_when_no_event_announces_the
 
 
 @pytest.mark.parametrize("alias", [BACKENDS[0]])
+def test_the_poll_wakes_a_parked_claim_for_work_its_capabilities_can_take_and_only_then(alias):
+    """Waiters are kept by their claim's capabilities (board.engine.capabilities): ready work
+    requiring gpu that no event announced wakes a claim parked with gpu, never one parked without
+    it (which would only find nothing and park again, every poll)."""
+    from board.live import parked
+
+    transitions.create(TaskSpec(id="needs-gpu", title="g", queue="poll-gpu", requires=["gpu"]))
+
+    async def scenario():
+        running = tailer.ensure_tailer()
+        try:
+            await asyncio.wait_for(running.ready.wait(), timeout=30)
+            waiters = parked.waiters()
+            return await asyncio.gather(waiters.wait("poll-gpu", 10, ("gpu",)), waiters.wait("poll-gpu", 3),
+                                        waiters.wait(parked.ANY_QUEUE, 3, ("python",)))
+        finally:
+            running.task.cancel()
+
+    assert asyncio.run(scenario()) == [True, False, False]
+
+
+@pytest.mark.parametrize("alias", [BACKENDS[0]])
 def test_changes_made_while_no_socket_watched_are_in_the_next_sockets_insights(alias, monkeypatch):
     """The panel's figures were marked stale only by a pass that had sockets to feed: work done
     while nobody watched left the last frame cached, and the next socket got that old frame

@@ -9,7 +9,11 @@ found nothing, on the board's own server, and of its caps.
 - The wake-up. This process's tailer (board/live/tailer.py) is the only one that wakes parked
   claims: for each task that has just become QUEUED it wakes one waiter of its queue (oldest
   first; `newly_ready`, `Waiters.notify_ready`), and every POLL_SECONDS it asks how many tasks are
-  ready in the queues waited on (`ready_counts`): what no event announces, a retry backoff ending.
+  ready in the queues waited on (`ready_counts`): what no event announces, a retry backoff ending,
+  or a wake-up an event gave a claim that could not take the task. Waiters are kept by queue and
+  by the capabilities they claim with (board.engine.capabilities): the poll counts for each what
+  it could take, so a claim that can take a task requiring some is woken for it, and one that
+  cannot is not woken again and again by it.
 - The caps: `KeyTally` counts waiting claims in all and per agent (TASKFLOW_MAX_WAITERS,
   TASKFLOW_MAX_WAITERS_PER_KEY; WSGI_MAX_WAITERS in threads).
 
@@ -24,7 +28,9 @@ from dataclasses import dataclass
 
 POLL_SECONDS = 1.0  # how often the tailer looks for ready work that no event announced
 ENVIRON_KEY = "taskflow.parking"  # where the server puts a request's Parking
-ANY_QUEUE = None  # the key of waiters that take work from every queue
+ANY_QUEUE = None  # the queue of waiters that take work from every queue
+# What waiters are kept by: (their queue or ANY_QUEUE, the capabilities they claim with).
+WaitKey = tuple[str | None, tuple[str, ...]]
 
 
 @dataclass(frozen=True)
@@ -37,6 +43,7 @@ class ParkedClaim:
     queue: str | None
     agent: str
     claim: bytes
+    capabilities: tuple[str, ...] = ()  # the claim's (narrowed) capabilities
 
 
 class Parking:
@@ -45,8 +52,9 @@ class Parking:
     def __init__(self) -> None:
         self.claim: ParkedClaim | None = None
 
-    def park(self, seconds: float, queue: str | None, agent: str, claim: bytes) -> None:
-        self.claim = ParkedClaim(seconds, queue, agent, claim)
+    def park(self, seconds: float, queue: str | None, agent: str, claim: bytes,
+             capabilities: tuple[str, ...] = ()) -> None:
+        self.claim = ParkedClaim(seconds, queue, agent, claim, capabilities)
 
 
 def parking_of(request) -> Parking | None:
@@ -58,8 +66,9 @@ class Waiters:
     """This process's parked claims, by queue, on its event loop."""
 
     def __init__(self) -> None:
-        # queue (or ANY_QUEUE) -> futures in arrival order (an OrderedDict as an ordered set)
-        self.by_queue: dict[str | None, OrderedDict[asyncio.Future, None]] = defaultdict(OrderedDict)
+        # (queue or ANY_QUEUE, capabilities) -> futures in arrival order (an OrderedDict as an
+        # ordered set)
+        self.by_queue: dict[WaitKey, OrderedDict[asyncio.Future, None]] = defaultdict(OrderedDict)
         self.claims = KeyTally()  # waiting claims, parked or being replayed, per agent
 
     @property
@@ -67,15 +76,17 @@ class Waiters:
         """Claims parked now (a woken one leaves its queue's list at once)."""
         return sum(len(parked) for parked in self.by_queue.values())
 
-    def wanted(self) -> dict[str | None, int]:
-        """How many claims are parked on each queue (what `ready_counts` is asked)."""
-        return {queue: len(parked) for queue, parked in self.by_queue.items() if parked}
+    def wanted(self) -> dict[WaitKey, int]:
+        """How many claims are parked on each queue with each set of capabilities (what
+        `ready_counts` is asked)."""
+        return {key: len(parked) for key, parked in self.by_queue.items() if parked}
 
-    async def wait(self, queue: str | None, timeout: float) -> bool:
+    async def wait(self, queue: str | None, timeout: float, capabilities: tuple[str, ...] = ()) -> bool:
         """Park until woken (True) or `timeout` seconds pass (False). The caller has started
         this process's tailer, which wakes it."""
         future = asyncio.get_running_loop().create_future()
-        parked = self.by_queue[queue]
+        key = (queue, tuple(capabilities))
+        parked = self.by_queue[key]
         parked[future] = None
         try:
             await asyncio.wait_for(future, timeout)
@@ -85,23 +96,27 @@ class Waiters:
         finally:
             parked.pop(future, None)
             if not parked:
-                self.by_queue.pop(queue, None)
+                self.by_queue.pop(key, None)
 
     def notify_ready(self, ready: dict[str | None, int]) -> None:
         """`ready[queue]` tasks have just become ready in `queue`: wake as many waiters of that
-        queue, and the rest of the tasks' worth of waiters that take any queue."""
+        queue (whatever their capabilities: the event does not say what the tasks require; one
+        that cannot take them parks again, and the poll wakes one that can), and the rest of the
+        tasks' worth of waiters that take any queue."""
         for queue, n in ready.items():
-            n = self._wake(queue, n)
-            self._wake(ANY_QUEUE, n)
+            for key in [key for key in self.by_queue if key[0] == queue]:
+                n = self._wake(key, n)
+            for key in [key for key in self.by_queue if key[0] is ANY_QUEUE]:
+                n = self._wake(key, n)
 
-    def wake_ready(self, ready: dict[str | None, int]) -> None:
-        """`ready_counts`' answer: wake that many waiters of each queue asked about."""
-        for queue, n in ready.items():
-            self._wake(queue, n)
+    def wake_ready(self, ready: dict[WaitKey, int]) -> None:
+        """`ready_counts`' answer: wake that many waiters of each (queue, capabilities) asked about."""
+        for key, n in ready.items():
+            self._wake(key, n)
 
-    def _wake(self, queue: str | None, n: int) -> int:
-        """Wake up to `n` waiters of `queue`; returns how many of `n` were not used."""
-        parked = self.by_queue.get(queue)
+    def _wake(self, key: WaitKey, n: int) -> int:
+        """Wake up to `n` waiters of `key`; returns how many of `n` were not used."""
+        parked = self.by_queue.get(key)
         while parked and n > 0:
             future, _ = parked.popitem(last=False)
             if not future.done():
@@ -110,8 +125,9 @@ class Waiters:
         return n
 
 
-def ready_counts(wanted: dict[str | None, int]) -> dict[str | None, int]:
-    """How many ready tasks each queue has, counting no further than its waiters."""
+def ready_counts(wanted: dict[WaitKey, int]) -> dict[WaitKey, int]:
+    """How many ready tasks each queue has that claimers with those capabilities could take,
+    counting no further than its waiters."""
     from board.live import reads
 
     return reads.ready_counts(wanted)

@@ -184,14 +184,17 @@ def queues_of_queued(task_ids: list[str], *, using: str = "default") -> dict[str
                 .values_list("pk", "queue"))
 
 
-def ready_counts(wanted: dict[str | None, int], *, using: str = "default") -> dict[str | None, int]:
-    """How many ready tasks each queue of `wanted` has (None: any queue), counting no further
-    than `wanted[queue]`: the parked claims' poll (board.live.parked). One bounded query per
-    queue, without a transaction, like has_ready_task."""
+def ready_counts(wanted: dict[tuple[str | None, tuple[str, ...]], int], *,
+                 using: str = "default") -> dict[tuple[str | None, tuple[str, ...]], int]:
+    """How many ready tasks each (queue, capabilities) of `wanted` has (queue None: any queue)
+    that a claimer holding those capabilities could take, counting no further than
+    `wanted[key]`: the parked claims' poll (board.live.parked). One bounded query per key,
+    without a transaction, like has_ready_task."""
     now = timezone.now()
     # Work a paused, full or rate-held queue keeps back wakes nobody: its claim would find nothing.
-    return {queue: len(claimable_tasks(now, queue, using=using).values_list("pk", flat=True)[:n])
-            for queue, n in wanted.items()}
+    return {(queue, caps): len(claimable_tasks(now, queue, capabilities=caps, using=using)
+                               .values_list("pk", flat=True)[:n])
+            for (queue, caps), n in wanted.items()}
 
 
 # ---------------------------------------------------------------------------------------------

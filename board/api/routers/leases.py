@@ -159,7 +159,7 @@ def _wait_for_work(request, body: ClaimNextIn, claim, render):
         return response
     if (parking := parked.parking_of(request)) is not None:  # the server parks it (board/live/parked.py)
         parking.park(body.wait_seconds, body.queue, request.auth.name,
-                     body.model_dump_json(exclude_defaults=True).encode())
+                     body.model_dump_json(exclude_defaults=True).encode(), _capabilities(request.auth, body))
         return HttpResponse(status=204)
     conf = settings.TASKFLOW
     if not parked.thread_wait_slots.take(request.auth.name, conf["WSGI_MAX_WAITERS"], conf["MAX_WAITERS_PER_KEY"]):
