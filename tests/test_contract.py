@@ -954,7 +954,9 @@ class BoardContract:
         flow.change_queue("held", paused=True, actor="op", using=self.alias)
         claim = transitions.claim_next("a", TTL, queue="free", using=self.alias)  # the key is now full
         assert (ready("held"), ready("free"), ready(None)) == (False, False, False)
-        assert ready_counts({"held": 5, "free": 5, None: 5}, using=self.alias) == {"held": 0, "free": 0, None: 0}
+        # (the parked claims' keys: a queue, or None for any, and the capabilities they claim with)
+        assert ready_counts({("held", ()): 5, ("free", ()): 5, (None, ()): 5}, using=self.alias) == {
+            ("held", ()): 0, ("free", ()): 0, (None, ()): 0}
         flow.change_queue("held", paused=False, rate={"count": 1, "per_seconds": 3600}, actor="op", using=self.alias)
         assert ready("held") is True
         transitions.complete(claim.task.pk, claim.lease.token, {}, using=self.alias)
