@@ -150,11 +150,10 @@ class SQLiteStore(DirectCommitHooks, Store):
 
     def takeable(self, rows, capabilities: tuple[str, ...]):
         """Store.takeable in the query: every required label among the claimer's (json_each,
-        as the claim statement's _SQLITE_FITS)."""
+        as the claim statement's _SQLITE_FITS: _lacks_none)."""
         if not capabilities:
             return rows.filter(has_requires=False)
-        fits = RawSQL(f'NOT EXISTS (SELECT 1 FROM json_each("{TASK}"."requires") AS need '
-                      "WHERE need.value NOT IN (SELECT value FROM json_each(%s)))",
+        fits = RawSQL(_lacks_none(f'"{TASK}"."requires"', "SELECT value FROM json_each(%s)"),
                       (as_json(capabilities),), output_field=BooleanField())
         return rows.filter(Q(requires__isnull=True) | Q(fits))
 
@@ -206,8 +205,13 @@ _KEY_IS_LIVE = (f"(? IS NULL OR EXISTS (SELECT 1 FROM {KEY} WHERE key_hash = ? A
 # whose every required label is among them, and re-ranks the first PREFER_WINDOW of those by
 # the labels they prefer that it holds (one weight = one priority level, AGING_SECONDS).
 _SQLITE_CAPS = "WITH caps(label) AS (SELECT value FROM json_each(%s))"
-_SQLITE_FITS = (" AND (t.requires IS NULL OR NOT EXISTS (SELECT 1 FROM json_each(t.requires) AS need"
-                " WHERE need.value NOT IN (SELECT label FROM caps)))")
+def _lacks_none(requires: str, labels: str) -> str:
+    """SQL: no label of the JSON array `requires` is missing from the labels `labels` selects
+    (the claim statement's pick, and SQLiteStore.takeable's filter)."""
+    return f"NOT EXISTS (SELECT 1 FROM json_each({requires}) AS need WHERE need.value NOT IN ({labels}))"
+
+
+_SQLITE_FITS = f" AND (t.requires IS NULL OR {_lacks_none('t.requires', 'SELECT label FROM caps')})"
 _SQLITE_PICK = f"""SELECT id, version FROM {TASK} AS t{{indexed}}
         WHERE stage = 'QUEUED' AND (not_before IS NULL OR not_before <= %s){{queue}} AND NOT t.has_requires
           AND {open_for_claims("%s")}
