@@ -2521,7 +2521,7 @@ class TestPostgresBoard(BoardContract):
         next claim in the same transaction locks the next task's queue: two such calls crossing
         two limited queues deadlock. Held at a barrier between the two statements, they must:
         PostgreSQL ends one (after deadlock_timeout), which runs again (lost_a_lock_race ->
-        TransactionConflict -> retry_conflicts); both calls succeed and every count is exact."""
+        retry_conflicts); both calls succeed and every count is exact."""
         from board.engine.transitions.leases import _StatementPath
 
         a = self.alias

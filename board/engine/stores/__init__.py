@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from django.core.signals import setting_changed
-from django.db import connections
+from django.db import DatabaseError, connections
 
 from board.engine.stores.base import Store, TransactionConflict
 
@@ -86,8 +86,8 @@ F = TypeVar("F", bound=Callable)
 
 
 def retry_conflicts(verb: F) -> F:
-    """Run `verb` (which takes `using=`) again when its transaction lost a TransactionConflict,
-    up to CONFLICT_RETRIES times. Inside a caller's transaction the conflict goes up to the
+    """Run `verb` (which takes `using=`) again when its transaction lost a TransactionConflict
+    or a race for row locks (`Store.lost_a_lock_race`), up to CONFLICT_RETRIES times. Inside a caller's transaction the conflict goes up to the
     caller: that transaction is aborted as a whole, so only its outermost verb can run again.
     After the last attempt: errors.VersionConflict, as when a verb keeps losing its
     compare-and-swap (the API answers 409 version_conflict; nothing was written).
@@ -105,7 +105,13 @@ def retry_conflicts(verb: F) -> F:
         for attempt in range(CONFLICT_RETRIES):
             try:
                 return verb(*args, **kwargs)
-            except TransactionConflict as conflict:
+            except DatabaseError as conflict:
+                # A lost race for row locks (PostgreSQL's deadlock detector) ended the whole
+                # transaction, as a conflict does: any verb may be its victim, a lone claim too
+                # (waiting first in line for a queue's row that two moves sharing a transaction
+                # lock in opposite orders: tests/test_deadlock_victims.py).
+                if not (isinstance(conflict, TransactionConflict) or the_store.lost_a_lock_race(conflict)):
+                    raise
                 if the_store.in_transaction():
                     raise
                 log.debug("%s: transaction conflict (attempt %d): %s", verb.__name__, attempt + 1, conflict)

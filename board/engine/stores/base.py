@@ -181,9 +181,9 @@ class Store:
         (PostgreSQL). Nothing here: SQLite's writer is alone, MongoDB has no foreign keys."""
 
     def lost_a_lock_race(self, exc: BaseException) -> bool:
-        """Whether `exc`, raised inside a write transaction of several moves, means that
-        transaction lost a race for row locks to another one (PostgreSQL's deadlock detector):
-        it was rolled back as a whole and may run again. False here."""
+        """Whether `exc`, raised by a write verb, means its transaction lost a race for row locks
+        to others (PostgreSQL's deadlock detector): it was rolled back as a whole and may run
+        again (retry_conflicts). False here."""
         return False
 
     def transactions_open_before(self, moment: datetime) -> int:

@@ -8,8 +8,8 @@ control; what this module adds is how the moves share a transaction.
   together or not at all, and a batch of claims is one transaction. A move refused inside it
   (flow.AtLimit) rolls back alone (a savepoint). On PostgreSQL two such transactions may lock
   the rows of two queues (or concurrency keys) in opposite orders; the deadlock detector then
-  rolls one back whole, and it runs again (`Store.lost_a_lock_race`, retry_conflicts). On the
-  SQL stores' statements path a completion and its next claim (without a request id), and a
+  rolls one back whole (or a lone claim waiting in line for one of those rows), and it runs
+  again (`Store.lost_a_lock_race`, retry_conflicts). On the SQL stores' statements path a completion and its next claim (without a request id), and a
   batch of claims, are the verbs' statements in one transaction of them (`Statements.several`:
   SQLite's BEGIN IMMEDIATE, PostgreSQL's atomic), with no savepoint; the other combinations
   nest the verbs themselves in the store's write transaction.
@@ -27,14 +27,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from django.db import DatabaseError
-
 from board.engine import claim_requests, errors, outcomes, scopes, tracing
 from board.engine.capabilities import Capabilities
 from board.engine.inputs import agent_name, is_valid_task_id, json_field
 from board.engine.lifecycle import Verb
 from board.engine.limits import MAX_CLAIM_BATCH, MAX_COMPLETE_BATCH
-from board.engine.stores import TransactionConflict, retry_conflicts, store
+from board.engine.stores import retry_conflicts, store
 from board.engine.transitions.leases import (
     _StatementPath,
     _claim_of,
@@ -70,19 +68,6 @@ def _check_claim(agent: str, ttl_seconds: float, queue: str | None, request_id: 
 
 
 @contextmanager
-def _lock_races(using: str) -> Iterator[None]:
-    """Around a transaction of several moves: a lost race for row locks (PostgreSQL's deadlock
-    detector rolled the transaction back) is a TransactionConflict, so that the verb
-    (retry_conflicts) runs again from the start."""
-    try:
-        yield
-    except DatabaseError as exc:
-        if not isinstance(exc, TransactionConflict) and store(using).lost_a_lock_race(exc):
-            raise TransactionConflict(f"moves sharing a transaction lost a race for row locks: {exc}") from exc
-        raise
-
-
-@contextmanager
 def _shared(using: str) -> Iterator[bool]:
     """One write transaction for the moves made inside, where the store allows it (yields True);
     otherwise nothing (yields False: each move makes its own)."""
@@ -90,7 +75,7 @@ def _shared(using: str) -> Iterator[bool]:
     if not the_store.moves_share_a_transaction:
         yield False
         return
-    with _lock_races(using), the_store.write_transaction():
+    with the_store.write_transaction():
         yield True
 
 
@@ -164,9 +149,8 @@ def _complete_and_claim(task_id: str, token: str, result: Any, next_claim: NextC
         if not scopes.allows(scope, queue):
             return Finished(complete(task_id, token, result, agent=agent, key_hash=key_hash, using=using), None)
         scope = None
-    with _lock_races(using):
-        return Finished(*_statements_of(using).complete_and_claim(
-            using, task_id, token, result, agent, key_hash, _ttl(next_claim.ttl_seconds), queue, scope, capabilities))
+    return Finished(*_statements_of(using).complete_and_claim(
+        using, task_id, token, result, agent, key_hash, _ttl(next_claim.ttl_seconds), queue, scope, capabilities))
 
 
 @retry_conflicts
@@ -229,8 +213,7 @@ def claim_batch(agent: str, ttl_seconds: float, max_tasks: int, *, queue: str | 
     request = claim_requests.of(agent, request_id)
     hot = _statements_of(using)
     if request is None and hot is not None:
-        with _lock_races(using):
-            return hot.claim_batch(using, agent, ttl, max_tasks, queue, key_hash, scope, capabilities)
+        return hot.claim_batch(using, agent, ttl, max_tasks, queue, key_hash, scope, capabilities)
     path = _path(using)
     with _shared(using):
         if request is not None:
