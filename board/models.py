@@ -261,7 +261,30 @@ class TaskEvent(models.Model):
         return f"{self.task_id} {self.verb} {self.from_stage}->{self.to_stage} v{self.version}"
 
 
-class Queue(models.Model):
+class Budgeted(models.Model):
+    """A budget (issue 32, item 5; board.engine.budgets), kept by a queue and by a fairness key:
+    the usage their tasks' attempts report (TaskUsage) is added to spent_* in the report's
+    transaction, per window (a UTC day, a UTC month, or in total); once spent reaches a budget no
+    claim of their tasks starts until the window ends (budget_closed_until, Unix seconds) or an
+    operator raises the budget."""
+
+    budget_tokens = models.BigIntegerField(null=True, blank=True, help_text="Tokens per window; empty: none.")
+    budget_cost_usd = models.FloatField(null=True, blank=True, help_text="Cost (USD) per window; empty: none.")
+    budget_per = models.CharField(max_length=8, null=True, blank=True, help_text="day, month or total.")
+    budget_window = models.FloatField(null=True, blank=True, editable=False,
+                                      help_text="The current window's start (Unix seconds; 0 for total).")
+    spent_tokens = models.BigIntegerField(default=0, editable=False, help_text="Tokens reported in the window.")
+    spent_cost_usd = models.FloatField(default=0.0, editable=False, help_text="Cost reported in the window.")
+    budget_closed_until = models.FloatField(null=True, blank=True, editable=False,
+                                            help_text="No claim starts before this Unix time: the budget is spent.")
+    budget_closed_at = models.FloatField(null=True, blank=True, editable=False,
+                                         help_text="When the budget was reached (Unix seconds).")
+
+    class Meta:
+        abstract = True
+
+
+class Queue(Budgeted):
     """A queue's flow control (issue 29) and the count the claim enforces it with.
 
     `running` is the number of RUNNING tasks of the queue, changed only by the engine, in the
@@ -288,21 +311,6 @@ class Queue(models.Model):
                                       help_text="Seconds between two claims (per_seconds / count).")
     rate_open_at = models.FloatField(null=True, blank=True, editable=False,
                                      help_text="No claim starts before this Unix time (kept by the engine).")
-    # A budget (issue 32, item 5; board.engine.budgets): the usage its tasks' attempts report
-    # (TaskUsage) is added to spent_* in the report's transaction, per window (a UTC day, a UTC
-    # month, or in total); once spent reaches a budget no claim of the queue starts until the
-    # window ends (budget_closed_until, Unix seconds) or an operator raises the budget.
-    budget_tokens = models.BigIntegerField(null=True, blank=True, help_text="Tokens per window; empty: none.")
-    budget_cost_usd = models.FloatField(null=True, blank=True, help_text="Cost (USD) per window; empty: none.")
-    budget_per = models.CharField(max_length=8, null=True, blank=True, help_text="day, month or total.")
-    budget_window = models.FloatField(null=True, blank=True, editable=False,
-                                      help_text="The current window's start (Unix seconds; 0 for total).")
-    spent_tokens = models.BigIntegerField(default=0, editable=False, help_text="Tokens reported in the window.")
-    spent_cost_usd = models.FloatField(default=0.0, editable=False, help_text="Cost reported in the window.")
-    budget_closed_until = models.FloatField(null=True, blank=True, editable=False,
-                                            help_text="No claim starts before this Unix time: the budget is spent.")
-    budget_closed_at = models.FloatField(null=True, blank=True, editable=False,
-                                         help_text="When the budget was reached (Unix seconds).")
     updated_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
@@ -367,12 +375,14 @@ class TaskResource(models.Model):
         return f"{self.task_id} needs {self.name} ({self.units})"
 
 
-class FairnessKey(models.Model):
+class FairnessKey(Budgeted):
     """A fairness key's weight (issue 29; Task.fairness_key, board.engine.fairness): a key of
-    weight 3 gets three turns for another key's one. A key without a row has weight 1."""
+    weight 3 gets three turns for another key's one. A key without a row has weight 1. It may
+    have a budget, as a queue may (Budgeted): its tasks are then claimed only while it is open."""
 
     name = models.CharField(primary_key=True, max_length=200, db_column=_PK_COLUMN)
     weight = models.PositiveIntegerField(default=1, help_text="Turns for another key's one.")
+    updated_at = models.DateTimeField(null=True, blank=True, help_text="When its budget last changed.")
 
     class Meta:
         ordering = ["name"]
@@ -402,6 +412,23 @@ class RateKey(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class FairnessKeyChange(models.Model):
+    """The audit history of fairness keys' budgets: who changed what, when and why."""
+
+    key = models.CharField(max_length=200)
+    actor = models.CharField(max_length=200)
+    reason = models.CharField(max_length=500, blank=True, default="")
+    changes = models.JSONField(help_text="The settings changed: {name: [before, after]}.")
+    at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["-at"]
+        indexes = [models.Index(fields=["key", "-at"], name="fairness_key_change_history")]
+
+    def __str__(self) -> str:
+        return f"{self.key} changed by {self.actor} at {self.at}"
 
 
 class RateKeyChange(models.Model):

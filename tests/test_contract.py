@@ -47,6 +47,7 @@ from board.models import (
     Approval,
     ConcurrencyKey,
     FairnessKey,
+    FairnessKeyChange,
     Queue,
     QueueChange,
     RateKey,
@@ -1843,20 +1844,34 @@ class BoardContract:
         that was running then (15 x 10). Fewer rounds than the claim races (an eighth: 25 on
         the statement paths): each round is some 10-25 racing claims, completions and reports
         (about 2 s a round on SQLite)."""
+        self._race_a_budget(Queue, lambda name: flow.change_queue(
+            name, budget={"tokens": 100, "per": "total"}, actor="op", using=self.alias), {"queue": None})
+
+    def test_16_workers_never_overshoot_a_fairness_keys_budget_either(self):
+        """As the queue's race, with the budget on a fairness key whose tasks are spread over two
+        queues, and the workers claiming from any queue: the key's budget holds them back
+        wherever its tasks are."""
+        self._race_a_budget(FairnessKey, lambda name: flow.change_fairness_key(
+            name, budget={"tokens": 100, "per": "total"}, actor="op", using=self.alias), {"fairness_key": None})
+
+    def _race_a_budget(self, model, set_budget, field: dict) -> None:
         a = self.alias
-        rounds = max(self.rounds // 8, 6)
+        by_queue = "queue" in field
+        rounds = max(self.rounds // 8, 6) if by_queue else max(self.rounds // 16, 4)
         spends = []
         with FlowObserver(a, read=lambda: selectors._budget_problems(a)) as seen:
             for n in range(rounds):
                 name = f"budget-{n}"
-                flow.change_queue(name, budget={"tokens": 100, "per": "total"}, actor="op", using=a)
-                transitions.create([TaskSpec(id=f"{name}-{i}", title="b", queue=name) for i in range(40)], using=a)
+                set_budget(name)
+                transitions.create([TaskSpec(id=f"{name}-{i}", title="b", queue=name if by_queue else f"q{i % 2}",
+                                             fairness_key=None if by_queue else name) for i in range(40)], using=a)
 
                 def work(i: int) -> int:
                     done = 0
                     while True:
                         try:
-                            claim = transitions.claim_next(f"agent-{i}", TTL, queue=name, using=a)
+                            claim = transitions.claim_next(f"agent-{i}", TTL, queue=name if by_queue else None,
+                                                           using=a)
                         except errors.BudgetExhausted:
                             return done
                         if claim is None:
@@ -1867,17 +1882,63 @@ class BoardContract:
                 results = race([lambda i=i: work(i) for i in range(RACERS)], a)
                 faults = [r for r in results if isinstance(r, BaseException)]
                 assert not faults, f"round {n}: {faults[:3]}"
-                queue = Queue.objects.using(a).get(name=name)
-                assert queue.budget_closed_until is not None, f"round {n}: the budget never closed"
-                assert 100 <= queue.spent_tokens <= 109 + 15 * 10 and queue.spent_tokens == 10 * sum(results), (
-                    n, queue.spent_tokens, results)
+                budgeted = model.objects.using(a).get(name=name)
+                assert budgeted.budget_closed_until is not None, f"round {n}: the budget never closed"
+                assert 100 <= budgeted.spent_tokens <= 109 + 15 * 10, (n, budgeted.spent_tokens, results)
+                assert budgeted.spent_tokens == 10 * sum(results), (n, budgeted.spent_tokens, results)
                 claims_at = [e.at.timestamp() for e in TaskEvent.objects.using(a).filter(
                     verb="claim", task_id__in=[f"{name}-{i}" for i in range(40)])]
                 assert len(claims_at) == sum(results)
-                assert [t for t in claims_at if t > queue.budget_closed_at] == [], f"round {n}: a claim after the close"
-                spends.append(queue.spent_tokens)
+                assert [t for t in claims_at if t > budgeted.budget_closed_at] == [], f"round {n}: a claim after the close"
+                spends.append(budgeted.spent_tokens)
         assert seen["problems"] == [] and seen["reads"] > 0
         assert len(spends) == rounds
+
+    def test_a_fairness_keys_spent_budget_holds_back_its_tasks_in_every_queue_until_raised(self):
+        a = self.alias
+        key = flow.change_fairness_key("team-a", budget={"tokens": 100, "per": "total"}, actor="op", using=a)
+        assert (key.weight, flow.describe_fairness_key(key)["budget_exhausted"]) == (1, False)  # made by the change
+        for n in range(4):
+            self.new(f"a-{n}", queue=("left", "right")[n % 2], fairness_key="team-a", priority=-n)
+        self.new("b-0", queue="left", fairness_key="team-b", priority=-10)
+        self.report(self.claim_next(), 60)
+        self.report(self.claim_next(), 50)  # 110 of 100: spent
+        described = flow.describe_fairness_key(FairnessKey.objects.using(a).get(name="team-a"))
+        assert (described["budget_exhausted"], described["spent"]) == (True, {"tokens": 110, "cost_usd": 0.0})
+        assert Queue.objects.using(a).get(name="left").spent_tokens == 0  # the queue has no budget: not written
+        with pytest.raises(errors.BudgetExhausted) as refused:
+            self.claim("a-2")
+        assert "fairness key team-a has spent its budget (100 tokens in total)" in str(refused.value)
+        assert self.claim_next().task.pk == "b-0"  # other keys go on
+        assert self.claim_next(queue="right") is None  # a-3 waits: no task of the queue is claimable
+        assert self.claim_next() is None
+        assert not selectors.has_ready_task(using=a)
+        before = db_state(a)
+        for bad in ({"tokens": 5}, {"per": "day"}, "100"):
+            with pytest.raises(errors.InvalidRequest):
+                flow.change_fairness_key("team-a", budget=bad, actor="op", using=a)
+        with pytest.raises(errors.InvalidRequest):
+            flow.change_fairness_key("", budget=None, actor="op", using=a)
+        assert db_state(a) == before
+        flow.change_fairness_key("team-a", budget={"tokens": 200, "per": "total"}, actor="op", reason="more", using=a)
+        assert self.claim_next().task.pk == "a-2"
+        assert FairnessKeyChange.objects.using(a).filter(key="team-a").count() == 2
+        flow.change_fairness_key("team-a", budget={"tokens": 200, "per": "total"}, actor="op", using=a)  # unchanged
+        assert FairnessKeyChange.objects.using(a).filter(key="team-a").count() == 2
+
+    def test_check_reports_a_claim_that_started_after_a_fairness_keys_budget_was_spent(self):
+        a = self.alias
+        flow.change_fairness_key("over", budget={"tokens": 1, "per": "total"}, actor="op", using=a)
+        self.new("o-1", fairness_key="over")
+        self.new("o-2", fairness_key="over")
+        self.report(self.claim_next(), 1)
+        rows = FairnessKey.objects.using(a).filter(name="over")
+        closed = rows.get().budget_closed_until
+        rows.update(budget_closed_until=None)  # opened behind the engine's back: a claim gets in
+        late = self.claim_next()
+        rows.update(budget_closed_until=closed)
+        assert [(p.task, p.code) for p in selectors.problems(using=a)] == [("fairness_key:over", "claimed_over_budget")]
+        transitions.complete(late.task.pk, late.lease.token, {}, using=a)
 
     # -- notes and hand-offs (issue 32, item 4) --------------------------------------------------
 

@@ -1,11 +1,13 @@
-"""Queue budgets (issue 32, item 5, its second half): a queue may have a budget of tokens and/or
-cost per window (a UTC day, a UTC month, or in total). The usage its tasks' attempts report
+"""Budgets (issue 32, item 5, its second half): a queue, and a fairness key, may have a budget of
+tokens and/or cost per window (a UTC day, a UTC month, or in total), kept on its row (Budgeted). The usage its tasks' attempts report
 (board.engine.usage) is added to the queue's `spent_*` in the report's own transaction; the
 report that reaches a budget closes the queue to claims (`budget_closed_until`: the window's end)
-in that same transaction. A claim of the queue's tasks starts only while it is open, checked in
-the claim's own statement or transaction as a pause is (board.engine.flow.take_slot; the SQL
-stores' statements: open_for_claims, and PostgreSQL's queue_slot, which locks the queue's row
-of a queue with a budget so that a claim and the closing report are serialised).
+in that same transaction; a task's fairness key likewise, after its queue. A claim of the
+queue's (or the key's) tasks starts only while it is open, checked in the claim's own statement
+or transaction as a pause is (board.engine.flow.take_slot; the SQL stores' statements:
+open_for_claims, and PostgreSQL's queue_slot and fairness_slot, which lock the row of a queue or
+key with a budget so that a claim and the closing report are serialised). Locks are taken queue
+then fairness key, by the claim and by the report alike.
 
 The bound (docs/api.md, Budgets): no claim starts after the report that reached the budget, so
 the usage spent past it is at most what the attempts already RUNNING when it was reached report
@@ -20,7 +22,7 @@ from typing import Any
 from django.db.models import F, Q
 
 from board.engine import clock, errors
-from board.models import Queue
+from board.models import Budgeted, FairnessKey, Queue
 
 PERIODS = ("day", "month", "total")
 FOREVER = 32503680000.0  # 3000-01-01 in Unix seconds: a total budget's window never ends
@@ -67,47 +69,54 @@ def window(per: str, now: datetime) -> tuple[float, float]:
     return start.timestamp(), end.timestamp()
 
 
-def of(queue: Queue) -> dict | None:
-    if queue.budget_per is None:
+def of(row: Budgeted) -> dict | None:
+    if row.budget_per is None:
         return None
-    return {"tokens": queue.budget_tokens, "cost_usd": queue.budget_cost_usd, "per": queue.budget_per}
+    return {"tokens": row.budget_tokens, "cost_usd": row.budget_cost_usd, "per": row.budget_per}
 
 
-def describe(queue: Queue, now: datetime) -> dict[str, Any]:
-    """A queue's budget as the API and the board show it."""
-    budget = of(queue)
-    current = budget is not None and queue.budget_window == window(queue.budget_per, now)[0]
-    closed = queue.budget_closed_until is not None and queue.budget_closed_until > now.timestamp()
+def describe(row: Budgeted, now: datetime) -> dict[str, Any]:
+    """A queue's or a fairness key's budget as the API and the board show it."""
+    budget = of(row)
+    current = budget is not None and row.budget_window == window(row.budget_per, now)[0]
+    closed = row.budget_closed_until is not None and row.budget_closed_until > now.timestamp()
     return {
         "budget": budget,
-        "spent": None if budget is None else {"tokens": queue.spent_tokens if current else 0,
-                                              "cost_usd": round(queue.spent_cost_usd, 6) if current else 0.0},
-        "budget_exhausted_until": (None if not closed else None if queue.budget_closed_until >= FOREVER
-                                   else datetime.fromtimestamp(queue.budget_closed_until, UTC)),
+        "spent": None if budget is None else {"tokens": row.spent_tokens if current else 0,
+                                              "cost_usd": round(row.spent_cost_usd, 6) if current else 0.0},
+        "budget_exhausted_until": (None if not closed else None if row.budget_closed_until >= FOREVER
+                                   else datetime.fromtimestamp(row.budget_closed_until, UTC)),
         "budget_exhausted": closed,
     }
 
 
-def exhausted(queue: Queue | None, now: datetime) -> bool:
-    return queue is not None and queue.budget_closed_until is not None and queue.budget_closed_until > now.timestamp()
+def exhausted(row: Budgeted | None, now: datetime) -> bool:
+    return row is not None and row.budget_closed_until is not None and row.budget_closed_until > now.timestamp()
 
 
-def refusal(queue: Queue, now: datetime) -> str:
-    budget = of(queue) or {}
+def refusal(row: Budgeted, now: datetime) -> str:
+    budget = of(row) or {}
     amounts = " and ".join(part for part in (
         f"{budget['tokens']:,} tokens" if budget.get("tokens") is not None else "",
         f"${budget['cost_usd']:,}" if budget.get("cost_usd") is not None else "") if part)
     per = "in total" if budget.get("per") == "total" else f"a {budget.get('per')}"
-    until = ("" if queue.budget_closed_until is None or queue.budget_closed_until >= FOREVER
-             else f"; claims start again at {datetime.fromtimestamp(queue.budget_closed_until, UTC).isoformat()}")
-    return f"queue {queue.name} has spent its budget ({amounts} {per}){until}"
+    until = ("" if row.budget_closed_until is None or row.budget_closed_until >= FOREVER
+             else f"; claims start again at {datetime.fromtimestamp(row.budget_closed_until, UTC).isoformat()}")
+    what = "queue" if isinstance(row, Queue) else "fairness key"
+    return f"{what} {row.name} has spent its budget ({amounts} {per}){until}"
 
 
-def spend(using: str, queue: str, tokens: int, cost: float | None, now: datetime) -> None:
-    """Inside a usage report's transaction: add it to its queue's window (a new window starts
-    from zero), and close the queue to claims when it reaches a budget. A queue without a
-    budget is not written."""
-    rows = Queue.objects.using(using).filter(name=queue, budget_per__isnull=False)
+def spend(using: str, queue: str, fairness_key: str | None, tokens: int, cost: float | None, now: datetime) -> None:
+    """Inside a usage report's transaction: add it to the window of its task's queue, then of its
+    fairness key (the order a claim locks them in), each closed to claims when it reaches its
+    budget. A row without a budget is not written."""
+    _spend(Queue.objects.using(using).filter(name=queue, budget_per__isnull=False), using, tokens, cost, now)
+    if fairness_key is not None:
+        _spend(FairnessKey.objects.using(using).filter(name=fairness_key, budget_per__isnull=False),
+               using, tokens, cost, now)
+
+
+def _spend(rows, using: str, tokens: int, cost: float | None, now: datetime) -> None:
     per = rows.values_list("budget_per", flat=True).first()
     if per is None:
         return
@@ -127,18 +136,18 @@ def spend(using: str, queue: str, tokens: int, cost: float | None, now: datetime
         over.update(budget_closed_until=end, budget_closed_at=clock.now(using).timestamp())
 
 
-def changed_values(queue: Queue, budget: dict | None, now: datetime) -> dict[str, Any]:
-    """The columns a change of the queue's budget writes: the setting, and whether it is spent
-    now (a raised budget opens the queue at once; a new period starts from zero)."""
+def changed_values(row: Budgeted, budget: dict | None, now: datetime) -> dict[str, Any]:
+    """The columns a change of a queue's or a key's budget writes: the setting, and whether it
+    is spent now (a raised budget opens it at once; a new period starts from zero)."""
     if budget is None:
         return dict(budget_tokens=None, budget_cost_usd=None, budget_per=None, budget_window=None,
                     spent_tokens=0, spent_cost_usd=0.0, budget_closed_until=None, budget_closed_at=None)
     start, end = window(budget["per"], now)
-    keep = queue.budget_per == budget["per"] and queue.budget_window == start
-    spent_tokens, spent_cost = (queue.spent_tokens, queue.spent_cost_usd) if keep else (0, 0.0)
+    keep = row.budget_per == budget["per"] and row.budget_window == start
+    spent_tokens, spent_cost = (row.spent_tokens, row.spent_cost_usd) if keep else (0, 0.0)
     over = ((budget["tokens"] is not None and spent_tokens >= budget["tokens"])
             or (budget["cost_usd"] is not None and spent_cost >= budget["cost_usd"]))
     return dict(budget_tokens=budget["tokens"], budget_cost_usd=budget["cost_usd"], budget_per=budget["per"],
                 budget_window=start, spent_tokens=spent_tokens, spent_cost_usd=spent_cost,
                 budget_closed_until=end if over else None,
-                budget_closed_at=(queue.budget_closed_at or now.timestamp()) if over else None)
+                budget_closed_at=(row.budget_closed_at or now.timestamp()) if over else None)

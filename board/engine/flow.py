@@ -32,11 +32,20 @@ from typing import Any
 
 from django.db.models import F, Q
 
-from board.engine import budgets, clock, errors
+from board.engine import budgets, clock, errors, fairness
 from board.engine.inputs import is_valid_task_id, key_text, reason_text
 from board.engine.limits import MAX_CONCURRENCY, MAX_CONCURRENCY_KEY_CHARS, MAX_RATE_COUNT, MAX_RATE_PER_SECONDS
 from board.engine.stores import store
-from board.models import ConcurrencyKey, Queue, QueueChange, RateKey, RateKeyChange, Task
+from board.models import (
+    ConcurrencyKey,
+    FairnessKey,
+    FairnessKeyChange,
+    Queue,
+    QueueChange,
+    RateKey,
+    RateKeyChange,
+    Task,
+)
 
 
 class AtLimit(Exception):
@@ -155,8 +164,6 @@ def take_slot(using: str, task: Task, now: datetime) -> None:
             if not Queue.objects.using(using).filter(
                     Q(budget_closed_until__isnull=True) | Q(budget_closed_until__lte=at), name=task.queue).update(
                     budget_window=F("budget_window")):
-                from board.engine import budgets
-
                 raise AtLimit(task, budgets.refusal(Queue.objects.using(using).get(name=task.queue), now), budget=True)
         if concurrency is not None and not Queue.objects.using(using).filter(
                 name=task.queue, paused=False, concurrency__isnull=False, running__lt=F("concurrency")).update(
@@ -171,6 +178,16 @@ def take_slot(using: str, task: Task, now: datetime) -> None:
                     Q(rate_open_at__isnull=True) | Q(rate_open_at__lte=at), name=task.queue,
                     rate_interval=interval).update(rate_open_at=at + interval):
                 raise AtLimit(task, _queue_refusal(Queue.objects.using(using).get(name=task.queue), at))
+    if task.fairness_key is not None and FairnessKey.objects.using(using).filter(
+            name=task.fairness_key, budget_per__isnull=False).exists():
+        # Its fairness key's budget, as the queue's (after it: the order a usage report locks
+        # them in). A key without a budget is not written.
+        at = now.timestamp()
+        if not FairnessKey.objects.using(using).filter(
+                Q(budget_closed_until__isnull=True) | Q(budget_closed_until__lte=at), name=task.fairness_key).update(
+                budget_window=F("budget_window")):
+            raise AtLimit(task, budgets.refusal(FairnessKey.objects.using(using).get(name=task.fairness_key), now),
+                          budget=True)
     if task.concurrency_key is not None:
         keys = ConcurrencyKey.objects.using(using).filter(name=task.concurrency_key)
         if not keys.filter(running__lt=F("concurrency")).update(running=F("running") + 1):
@@ -322,6 +339,40 @@ def change_rate_key(name: str, *, actor: str, rate: Any, reason: str = "", using
         for attribute, value in values.items():
             setattr(key, attribute, value)
     return key
+
+
+def change_fairness_key(name: str, *, actor: str, budget: Any, reason: str = "",
+                        using: str = "default") -> FairnessKey:
+    """Set a fairness key's budget (`{"tokens"?, "cost_usd"?, "per"}`; None: none), recorded
+    with its reason in the key's audit history (FairnessKeyChange) in the same transaction. A key
+    no task named yet gets its row (weight 1). A raised budget opens the key's tasks to claims at
+    once (board.engine.budgets.changed_values). Nothing changed: nothing recorded."""
+    from board.engine import commits
+
+    if fairness.fairness_key(name, "name") is None:
+        raise errors.InvalidRequest("a fairness key's name is required", field="name")
+    budget = budgets.setting(budget)
+    reason_text(reason)
+    s = store(using)
+    with s.write_transaction():
+        s.insert_missing(FairnessKey, [FairnessKey(name=name)])
+        key = FairnessKey.objects.using(using).get(name=name)
+        if budget == budgets.of(key):
+            return key
+        now = clock.now(using)
+        values = {**budgets.changed_values(key, budget, now), "updated_at": now}
+        FairnessKey.objects.using(using).filter(name=name).update(**values)
+        FairnessKeyChange.objects.using(using).create(key=name, actor=actor, reason=reason, at=now,
+                                                      changes={"budget": [budgets.of(key), budget]})
+        commits.after_commit(using)
+        for attribute, value in values.items():
+            setattr(key, attribute, value)
+    return key
+
+
+def describe_fairness_key(key: FairnessKey) -> dict[str, Any]:
+    """A fairness key's weight and budget as the API and the board show them."""
+    return {"name": key.name, "weight": key.weight, **budgets.describe(key, datetime.now(UTC))}
 
 
 def describe_rate_key(key: RateKey) -> dict[str, Any]:

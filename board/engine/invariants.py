@@ -91,8 +91,9 @@ APPROVALS_MISCOUNTED = "approvals_miscounted"
 # live key used within limits.CAPABLE_KEY_SEEN holds all of: nobody alive can take it.
 UNCLAIMABLE_REQUIREMENTS = "unclaimable_requirements"
 
-# Budgets' (board.engine.budgets): a task of a queue whose budget is spent started RUNNING after
-# the report that spent it (no claim may start then). Named "queue:NAME".
+# Budgets' (board.engine.budgets): a task of a queue (or a fairness key) whose budget is spent
+# started RUNNING after the report that spent it (no claim may start then). Named "queue:NAME"
+# (or "fairness_key:NAME").
 CLAIMED_OVER_BUDGET = "claimed_over_budget"
 
 # Schedules' (board.engine.schedules), over their rows: `check_schedules`. Their problems name the
@@ -465,17 +466,20 @@ def check_resources(rows: Iterable[tuple[str, int, int, int]],
     return sorted(problems)
 
 
-def check_budgets(closed: Iterable[tuple[str, float]], running: Iterable[tuple[str, float]]) -> list[Problem]:
-    """`closed`: (queue, when its budget was reached, Unix seconds) of the queues closed now;
-    `running`: (queue, when the task started RUNNING) of their RUNNING tasks."""
+def check_budgets(closed: Iterable[tuple[str, float]], running: Iterable[tuple[str, float]],
+                  kind: str = "queue") -> list[Problem]:
+    """`closed`: (name, when its budget was reached, Unix seconds) of the queues (or, with
+    `kind` "fairness_key", the fairness keys) closed now; `running`: (name, when the task
+    started RUNNING) of their RUNNING tasks."""
     since = dict(closed)
     late: dict[str, int] = defaultdict(int)
-    for queue, started in running:
-        if queue in since and started > since[queue]:
-            late[queue] += 1
-    return [Problem(f"queue:{queue}", CLAIMED_OVER_BUDGET,
-                    f"{count} tasks of queue {queue} started after its budget was spent")
-            for queue, count in sorted(late.items())]
+    for name, started in running:
+        if name in since and started > since[name]:
+            late[name] += 1
+    words = kind.replace("_", " ")
+    return [Problem(f"{kind}:{name}", CLAIMED_OVER_BUDGET,
+                    f"{count} tasks of {words} {name} started after its budget was spent")
+            for name, count in sorted(late.items())]
 
 
 def check_rates(rates: Iterable[tuple[str, int, int, int]]) -> list[Problem]:

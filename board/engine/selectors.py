@@ -9,6 +9,7 @@ import heapq
 from collections import defaultdict, namedtuple
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime, timedelta
+from typing import NamedTuple
 
 from django.db import connections
 from django.db.models import (
@@ -58,6 +59,7 @@ from board.models import (
     Approval,
     ConcurrencyKey,
     Dependency,
+    FairnessKey,
     Queue,
     RateKey,
     Resource,
@@ -132,10 +134,18 @@ def ready_tasks(now: datetime, queue: str | None = None, *, scope: scopes.Scope 
     return rows.order_by(*CLAIM_ORDER)
 
 
-def closed_to_claims(now: datetime, *, using: str = "default") -> tuple[list[str], list[str], list[str]]:
-    """The queues that take no claim now (paused, full, or waiting for their rate's next opening),
-    the full concurrency keys and the rate keys waiting for their rate's next opening
-    (board.engine.flow): what claim_next's ORM path leaves out of its pick (a read in its
+class ClosedToClaims(NamedTuple):
+    queues: list[str]
+    keys: list[str]
+    rate_keys: list[str]
+    fairness_keys: list[str]
+
+
+def closed_to_claims(now: datetime, *, using: str = "default") -> ClosedToClaims:
+    """The queues that take no claim now (paused, full, waiting for their rate's next opening, or
+    their budget spent), the full concurrency keys, the rate keys waiting for their rate's next
+    opening (board.engine.flow) and the fairness keys whose budget is spent
+    (board.engine.budgets): what claim_next's ORM path leaves out of its pick (a read in its
     transaction; the slot decides) and what a waiting claim does not wait on."""
     queues = list(Queue.objects.using(using).filter(
         Q(paused=True) | Q(concurrency__isnull=False, running__gte=F("concurrency"))
@@ -145,7 +155,9 @@ def closed_to_claims(now: datetime, *, using: str = "default") -> tuple[list[str
                 .values_list("name", flat=True))
     rate_keys = list(RateKey.objects.using(using).filter(rate_open_at__gt=now.timestamp())
                      .values_list("name", flat=True))
-    return queues, keys, rate_keys
+    fairness_keys = list(FairnessKey.objects.using(using).filter(budget_closed_until__gt=now.timestamp())
+                         .values_list("name", flat=True))
+    return ClosedToClaims(queues, keys, rate_keys, fairness_keys)
 
 
 def claimable_tasks(now: datetime, queue: str | None = None, *, scope: scopes.Scope = None,
@@ -153,13 +165,15 @@ def claimable_tasks(now: datetime, queue: str | None = None, *, scope: scopes.Sc
     """ready_tasks without those of a queue or key closed to claims now (closed_to_claims), and
     without those requiring a capability the claimer lacks (board.engine.capabilities)."""
     rows = store(using).takeable(ready_tasks(now, queue, scope=scope, using=using), capabilities)
-    closed_queues, full_keys, held_rate_keys = closed_to_claims(now, using=using)
+    closed_queues, full_keys, held_rate_keys, spent_fairness_keys = closed_to_claims(now, using=using)
     if closed_queues:
         rows = rows.exclude(queue__in=closed_queues)
     if full_keys:
         rows = rows.exclude(concurrency_key__in=full_keys)
     if held_rate_keys:
         rows = rows.exclude(rate_key__in=held_rate_keys)
+    if spent_fairness_keys:
+        rows = rows.exclude(fairness_key__in=spent_fairness_keys)
     waiting = resources.waiting_tasks(using)  # a resource they need is held (board.engine.resources)
     if not isinstance(waiting, list) or waiting:  # a subquery, or ids (never evaluated here)
         rows = rows.exclude(pk__in=waiting)
@@ -190,12 +204,14 @@ def seconds_until_rate_opens(queue: str | None = None, *, scope: scopes.Scope = 
     key_opens = dict(RateKey.objects.using(using).filter(rate_open_at__gt=at).values_list("name", "rate_open_at"))
     if not (opens or key_opens):
         return None
-    closed_queues, full_keys, _ = closed_to_claims(now, using=using)
+    closed_queues, full_keys, _, spent_fairness_keys = closed_to_claims(now, using=using)
     waiting = ready_tasks(now, queue, scope=scope, using=using).filter(
         Q(queue__in=list(opens)) | Q(rate_key__in=list(key_opens)))
     waiting = waiting.exclude(queue__in=[name for name in closed_queues if name not in opens])
     if full_keys:
         waiting = waiting.exclude(concurrency_key__in=full_keys)
+    if spent_fairness_keys:
+        waiting = waiting.exclude(fairness_key__in=spent_fairness_keys)
     # A task waits for the later of its queue's opening and its rate key's.
     pairs = set(waiting.order_by().values_list("queue", "rate_key").distinct())
     if not pairs:
@@ -560,15 +576,20 @@ def unclaimable_why(task: Task, *, using: str = "default") -> str | None:
 
 
 def _budget_problems(using: str) -> list[Problem]:
-    """check_budgets over the queues whose budget is spent now and their RUNNING tasks."""
+    """check_budgets over the queues and the fairness keys whose budget is spent now and their
+    RUNNING tasks."""
     now = clock.now(using).timestamp()
-    closed = list(Queue.objects.using(using).filter(budget_closed_until__gt=now, budget_closed_at__isnull=False)
-                  .values_list("name", "budget_closed_at"))
-    if not closed:
-        return []
-    running = Task.objects.using(using).filter(stage=Stage.RUNNING, queue__in=[name for name, _ in closed]).values_list(
-        "queue", "stage_changed_at")
-    return check_budgets(closed, [(queue, started.timestamp()) for queue, started in running if started is not None])
+    problems = []
+    for model, field, kind in ((Queue, "queue", "queue"), (FairnessKey, "fairness_key", "fairness_key")):
+        closed = list(model.objects.using(using).filter(budget_closed_until__gt=now, budget_closed_at__isnull=False)
+                      .values_list("name", "budget_closed_at"))
+        if closed:
+            running = Task.objects.using(using).filter(
+                stage=Stage.RUNNING, **{f"{field}__in": [name for name, _ in closed]}).values_list(
+                field, "stage_changed_at")
+            problems += check_budgets(closed, [(name, started.timestamp()) for name, started in running
+                                               if started is not None], kind)
+    return problems
 
 
 def _resource_problems(using: str) -> list[Problem]:

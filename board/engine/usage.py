@@ -1,6 +1,6 @@
 """Usage (issue 32, item 5, its first half): what an attempt reports it used, tokens and cost,
 sent with a renew, complete or fail (`usage: {model, input_tokens, output_tokens, cost_usd?,
-source}`). A queue's budget counts them (board.engine.budgets).
+source}`). The budgets of a queue and of a fairness key count them (board.engine.budgets).
 
 A report is what was used since the lease's previous report (each one is added, never a running
 total). It is written after the holder's move was accepted, in a transaction of its own, with
@@ -77,8 +77,10 @@ def record(task: Task, fence: int, agent: str, usage: dict[str, Any], *, using: 
         # is held (a claim holding the task's row and waiting for the queue's deadlocked with it:
         # tests/test_usage_locks.py).
         store(using).check_references_now()
-        # The queue's budget (board.engine.budgets) counts it in the same transaction.
-        budgets.spend(using, task.queue, usage["input_tokens"] + usage["output_tokens"], usage["cost_usd"], now)
+        # The budgets of its queue and its fairness key (board.engine.budgets) count it in the
+        # same transaction.
+        budgets.spend(using, task.queue, task.fairness_key, usage["input_tokens"] + usage["output_tokens"],
+                      usage["cost_usd"], now)
     return row
 
 

@@ -26,6 +26,7 @@ from board.engine.stores.statements import (
     LIMIT_FILLED,
     COLUMNS,
     CONCURRENCY_KEY,
+    FAIRNESS_KEY,
     open_for_claims,
     QUEUE,
     RATE_KEY,
@@ -171,7 +172,8 @@ _KEY_IS_LIVE = (f"(%(key_hash)s::text IS NULL OR EXISTS (SELECT 1 FROM {KEY} AS 
 # the others, and `rate_taken` moves the key's next opening one interval past the statement's
 # time, as `queue_taken` does the queue's. A queue with a budget (board.engine.budgets) is
 # locked by `queue_slot` too, while its budget is open: a usage report that closes it writes
-# that row, so the two are serialised (a claim that waited re-reads it closed). Resources (board.engine.resources): `resource_slot`
+# that row, so the two are serialised (a claim that waited re-reads it closed); a fairness key
+# with a budget likewise by `fairness_slot`, after the queue (the order a usage report takes them). Resources (board.engine.resources): `resource_slot`
 # locks, in name order, the rows of the task's `need`s that are free for them (RESOURCE_FREE,
 # checked again on a row another claimer changed); the task is allowed only when all are, and
 # `resource_taken` takes them. Name order everywhere (complete's `resource_locked`, the ORM
@@ -179,7 +181,7 @@ _KEY_IS_LIVE = (f"(%(key_hash)s::text IS NULL OR EXISTS (SELECT 1 FROM {KEY} AS 
 # The UPDATE is the CAS on the task's id, stage and version. Sets a new lease (owner, token hash,
 # expiry = the database's clock + ttl, the claim request or NULL), fence + 1, attempts + 1,
 # clears the backoff, version + 1; `history` records it.
-_PG_PICKED_COLUMNS = ("t.id, t.version, t.queue, t.concurrency_key, t.rate_key,"
+_PG_PICKED_COLUMNS = ("t.id, t.version, t.queue, t.concurrency_key, t.rate_key, t.fairness_key,"
                       " t.resources IS NOT NULL AS has_resources")
 _PG_PICK = f"""picked AS MATERIALIZED (
     SELECT {_PG_PICKED_COLUMNS}
@@ -224,6 +226,11 @@ WITH {{pick}}, queue_slot AS MATERIALIZED (
       AND (q.rate_open_at IS NULL OR q.rate_open_at <= {PG_NOW_EPOCH})
       AND (q.budget_closed_until IS NULL OR q.budget_closed_until <= {PG_NOW_EPOCH})
     FOR UPDATE OF q
+), fairness_slot AS MATERIALIZED (
+    SELECT f.name FROM {FAIRNESS_KEY} AS f JOIN picked ON f.name = picked.fairness_key
+    WHERE f.budget_per IS NOT NULL
+      AND (f.budget_closed_until IS NULL OR f.budget_closed_until <= {PG_NOW_EPOCH})
+    FOR UPDATE OF f
 ), key_slot AS MATERIALIZED (
     SELECT k.name FROM {CONCURRENCY_KEY} AS k JOIN picked ON k.name = picked.concurrency_key
     WHERE k.running < k.concurrency
@@ -246,6 +253,9 @@ WITH {{pick}}, queue_slot AS MATERIALIZED (
            OR NOT EXISTS (SELECT 1 FROM {QUEUE} AS q WHERE q.name = picked.queue
                           AND (q.paused OR q.concurrency IS NOT NULL OR q.rate_interval IS NOT NULL
                                OR q.budget_per IS NOT NULL)))
+      AND (picked.fairness_key IS NULL OR EXISTS (SELECT 1 FROM fairness_slot)
+           OR NOT EXISTS (SELECT 1 FROM {FAIRNESS_KEY} AS f WHERE f.name = picked.fairness_key
+                          AND f.budget_per IS NOT NULL))
       AND (picked.concurrency_key IS NULL OR EXISTS (SELECT 1 FROM key_slot)
            OR NOT EXISTS (SELECT 1 FROM {CONCURRENCY_KEY} AS k WHERE k.name = picked.concurrency_key))
       AND (picked.rate_key IS NULL OR EXISTS (SELECT 1 FROM rate_slot)

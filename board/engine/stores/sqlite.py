@@ -195,8 +195,8 @@ _KEY_IS_LIVE = (f"(? IS NULL OR EXISTS (SELECT 1 FROM {KEY} WHERE key_hash = ? A
 # A rate key's rate likewise: left out of the pick, its opening taken by SQLITE_TAKE_RATE_KEY.
 # A task's resources likewise: left out while one is not free, taken by SQLITE_TAKE_RESOURCES.
 # Params: agent, token_hash, lease_expires_at, claim_request_hash, claim_token_seed, updated_at,
-# stage_changed_at, now (the backoff bound) [, queue], now in Unix seconds three times (the bounds of the
-# queue's rate and budget, then of the rate key's rate),
+# stage_changed_at, now (the backoff bound) [, queue], now in Unix seconds four times (the bounds of the
+# queue's rate and budget, of the rate key's rate, of the fairness key's budget),
 # then the key check's (key_hash, key_hash, agent, now).
 # Capabilities (board.engine.capabilities): a claimer without any takes only tasks requiring
 # none (NOT has_requires: the partial index task_line_unrequired, named with INDEXED BY when no
@@ -416,7 +416,7 @@ class SQLiteStatements(Statements):
         else:
             kind = "any"
         statement = SQLITE_CLAIM_NEXT[kind, bool(capabilities)]
-        params = (*params, now.timestamp(), now.timestamp(), now.timestamp(), key_hash, key_hash, agent, at)
+        params = (*params, *(now.timestamp(),) * 4, key_hash, key_hash, agent, at)
         execute, translated = self._executor(connection)
         with translated:
             rows = execute(statement, params).fetchall()  # to the end: the statement is done

@@ -23,7 +23,7 @@ from django.conf import settings
 from django.db import connections
 
 from board.engine.limits import RESOURCE_EXCLUSIVE_UNITS as EXCLUSIVE
-from board.models import AgentKey, ConcurrencyKey, Queue, RateKey, Resource, Task, TaskEvent, TaskResource
+from board.models import AgentKey, ConcurrencyKey, FairnessKey, Queue, RateKey, Resource, Task, TaskEvent, TaskResource
 
 TASK = Task._meta.db_table
 EVENT = TaskEvent._meta.db_table
@@ -31,6 +31,7 @@ KEY = AgentKey._meta.db_table
 QUEUE = Queue._meta.db_table
 CONCURRENCY_KEY = ConcurrencyKey._meta.db_table
 RATE_KEY = RateKey._meta.db_table
+FAIRNESS_KEY = FairnessKey._meta.db_table
 RESOURCE = Resource._meta.db_table
 TASK_RESOURCE = TaskResource._meta.db_table
 _FIELDS = Task._meta.concrete_fields
@@ -59,7 +60,8 @@ def open_for_claims(now_epoch: str) -> str:
     when its queue is not paused, below its limit, open by its rate and by its budget
     (board.engine.budgets) (`now_epoch`: the store's
     SQL for the statement's time in Unix seconds), and its concurrency key (if any) below its
-    limit, and its rate key (if any) open by its rate, and every resource it declares free for
+    limit, and its rate key (if any) open by its rate, and its fairness key (if any) open by its
+    budget, and every resource it declares free for
     its need (RESOURCE_FREE), as the rows read. `t` is the task table's name in the pick."""
     return (f"NOT EXISTS (SELECT 1 FROM {QUEUE} AS q WHERE q.name = t.queue"
             f" AND (q.paused OR q.running >= q.concurrency OR q.rate_open_at > {now_epoch}"
@@ -68,6 +70,8 @@ def open_for_claims(now_epoch: str) -> str:
             " WHERE k.name = t.concurrency_key AND k.running >= k.concurrency))"
             f" AND (t.rate_key IS NULL OR NOT EXISTS (SELECT 1 FROM {RATE_KEY} AS r"
             f" WHERE r.name = t.rate_key AND r.rate_open_at > {now_epoch}))"
+            f" AND (t.fairness_key IS NULL OR NOT EXISTS (SELECT 1 FROM {FAIRNESS_KEY} AS f"
+            f" WHERE f.name = t.fairness_key AND f.budget_closed_until > {now_epoch}))"
             f" AND (t.resources IS NULL OR NOT EXISTS (SELECT 1 FROM {TASK_RESOURCE} AS n"
             f" JOIN {RESOURCE} AS r ON r.name = n.name WHERE n.task_id = t.id AND NOT ({RESOURCE_FREE})"
             # LIMIT 1 OFFSET 0: run for each candidate the pick walks (an index lookup of its
