@@ -417,3 +417,50 @@ def test_a_spent_budget_shows_on_the_strip_and_the_cards_until_an_operator_raise
     expect(llm).to_contain_text("0 queued")
     assert orm(lambda: list(QueueChange.objects.filter(queue="llm").order_by("at", "pk").values_list("reason", flat=True))) == [
         "", "the day's allowance"]
+
+
+def test_a_fairness_keys_spent_budget_holds_its_cards_in_every_queue_until_raised_from_the_board(open_board, orm):
+    """Issue 32, item 5: a fairness key with a budget is on the strip; once its tasks' reports
+    spend it, its QUEUED cards in any queue say so, and an operator raises it from the strip's
+    Budget button (the limits dialog with the budget alone), live."""
+    from board.engine import usage
+    from board.models import FairnessKeyChange
+
+    orm(flow.change_fairness_key, "team-a", budget={"tokens": 100, "per": "total"}, actor="op")
+    orm(transitions.create, [TaskSpec(id="fa-1", title="first", queue="docs", fairness_key="team-a", priority=1),
+                             TaskSpec(id="fa-2", title="second", queue="web", fairness_key="team-a"),
+                             TaskSpec(id="fb-1", title="other team", queue="web", fairness_key="team-b")])
+    page = open_board()
+    key = page.locator('#queues li.fairness-key[data-fairness-key="team-a"]')
+    expect(key.locator(".queue-budget")).to_have_text("0/100 tokens in total", timeout=STRIP)
+
+    def spend():
+        held = transitions.claim("fa-1", "agent-1", 60)
+        transitions.complete("fa-1", held.lease.token, {})
+        usage.record(held.task, held.lease.fence, "agent-1",
+                     usage.checked({"model": "m", "input_tokens": 90, "output_tokens": 30}))
+
+    orm(spend)
+    expect(key.locator(".queue-budget")).to_have_text("120/100 tokens in total: budget spent", timeout=STRIP)
+    expect(key).to_have_attribute("data-budget-spent", "true")
+    waiting = page.locator('.card[data-id="fa-2"] .badge.budget-spent')
+    expect(waiting).to_have_text("waiting: fairness key team-a's budget is spent", timeout=STRIP)
+    expect(page.locator('.card[data-id="fb-1"] .badge.budget-spent')).to_have_count(0)
+    page.screenshot(path="/tmp/boardq-fairness-budget-spent.png")
+
+    key.locator("button.fairness-budget").click()
+    dialog = page.locator("#limits-dialog")
+    expect(dialog.locator("h2")).to_have_text("Budget of fairness key team-a")
+    expect(dialog.locator('input[name="limit"]')).to_be_hidden()
+    expect(dialog.locator('input[name="budget-tokens"]')).to_have_value("100")
+    dialog.locator('input[name="budget-tokens"]').fill("500")
+    dialog.locator("textarea").fill("team a's allowance")
+    dialog.get_by_role("button", name="Save limits").click()
+    expect(key.locator(".queue-budget")).to_have_text("120/500 tokens in total", timeout=STRIP)
+    expect(waiting).to_have_count(0, timeout=STRIP)
+    assert orm(lambda: list(FairnessKeyChange.objects.filter(key="team-a").order_by("at", "pk").values_list(
+        "reason", flat=True))) == ["", "team a's allowance"]
+    # The queue dialog still shows every limit after the key's.
+    strip_item(page, "web").locator("button.queue-limits").click()
+    expect(dialog.locator("h2")).to_have_text("Limits of queue web")
+    expect(dialog.locator('input[name="limit"]')).to_be_visible()

@@ -164,3 +164,27 @@ def test_the_resources_and_their_holders_are_bounded_full_ones_kept(using):
     pool = next(r for r in shown if r["name"] == "pool")
     assert (pool["holders"], pool["more_holders"]) == ([{"task": "s-0", "agent": "w-0"},
                                                          {"task": "s-1", "agent": "w-1"}], 2)
+
+
+@pytest.mark.parametrize("using", STORES)
+def test_the_frame_carries_the_fairness_keys_with_a_budget_spent_ones_first_and_bounded(using):
+    from board.engine import usage
+
+    for n in range(4):
+        flow.change_fairness_key(f"team-{n}", budget={"tokens": 10, "per": "day"}, actor="op", using=using)
+    flow.change_fairness_key("zz-spent", budget={"tokens": 10, "per": "total"}, actor="op", using=using)
+    transitions.create([TaskSpec(id="s-1", title="t", fairness_key="zz-spent"),
+                        TaskSpec(id="plain", title="t", fairness_key="no-budget")], using=using)
+    held = transitions.claim("s-1", "agent-1", 60, using=using)
+    transitions.complete("s-1", held.lease.token, {}, using=using)
+    usage.record(held.task, held.lease.fence, "agent-1",
+                 usage.checked({"model": "m", "input_tokens": 12, "output_tokens": 0}), using=using)
+    keys, more = selectors.fairness_key_overview(3, using=using)
+    # The spent key sorts last by name, yet is shown first: the cards that wait for it need it.
+    assert [(k["name"], k["budget_exhausted"]) for k in keys] == [
+        ("zz-spent", True), ("team-0", False), ("team-1", False)]
+    assert keys[0]["spent"] == {"tokens": 12, "cost_usd": 0.0} and keys[0]["weight"] == 1
+    assert more == 5 - 3
+    message = frames.queues_message(using)
+    assert [k["name"] for k in message["fairness_keys"]][:2] == ["zz-spent", "team-0"]  # a key without one: not news
+    assert message["more_fairness_keys"] == 0

@@ -292,6 +292,21 @@ def rate_key_overview(limit: int, *, using: str = "default") -> tuple[list[dict]
     return shown, max(0, total - len(shown))
 
 
+def fairness_key_overview(limit: int, *, using: str = "default") -> tuple[list[dict], int]:
+    """The fairness keys with a budget, at most `limit`, the spent ones first, then by name
+    (flow.describe_fairness_key each), and how many more there are. One consistent read."""
+    from board.engine import flow
+
+    with store(using).read_transaction():
+        budgeted = FairnessKey.objects.using(using).filter(budget_per__isnull=False)
+        now = clock.now(using).timestamp()
+        spent = Q(budget_closed_until__gt=now)
+        shown = [flow.describe_fairness_key(key) for key in
+                 [*budgeted.filter(spent).order_by("name")[:limit], *budgeted.exclude(spent).order_by("name")[:limit]]]
+        total = budgeted.count()
+    return shown[:limit], max(0, total - len(shown[:limit]))
+
+
 # ---------------------------------------------------------------------------------------------
 # Dependencies: written with their task, never changed. The passes (admission, the reaper) read
 # their candidates without a transaction; each move then re-reads its own row.

@@ -160,15 +160,17 @@ def queues_message(using: str = "default") -> dict:
     QUEUED cards say when a key is at its limit), and the rate keys with a rate (their QUEUED
     cards say when a slow one lets the next claim start), and the resources RUNNING tasks hold
     (their QUEUED cards say which one they wait for and who holds it; a holder is a task and its
-    agent, never a lease token)."""
+    agent, never a lease token), and the fairness keys with a budget (their QUEUED cards say when
+    it is spent)."""
     queues, more = queue_items(using)
     keys, more_keys = selectors.key_overview(KEYS_SHOWN, using=using)
     rate_keys, more_rate_keys = selectors.rate_key_overview(KEYS_SHOWN, using=using)
     rate_keys = [{**key, "next_claim_at": _next_claim_shown(key)} for key in rate_keys]
     held, more_held = resources.overview(RESOURCES_SHOWN, HOLDERS_SHOWN, using=using)
+    fairness_keys, more_fairness_keys = selectors.fairness_key_overview(KEYS_SHOWN, using=using)
     return {"type": "queues", "queues": queues, "more_queues": more, "keys": keys, "more_keys": more_keys,
             "rate_keys": rate_keys, "more_rate_keys": more_rate_keys, "resources": held,
-            "more_resources": more_held}
+            "more_resources": more_held, "fairness_keys": fairness_keys, "more_fairness_keys": more_fairness_keys}
 
 
 def queues_frame(message: dict) -> str:

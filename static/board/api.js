@@ -222,6 +222,11 @@ export async function changeQueue(name, fields) {
   return sendJson("PUT", `/api/queues/${encodeURIComponent(name)}`, fields);
 }
 
+/** PUT /api/fairness-keys/{name} ({budget, reason}): a fairness key's budget. Resolves as sendJson. */
+export async function changeFairnessKey(name, fields) {
+  return sendJson("PUT", `/api/fairness-keys/${encodeURIComponent(name)}`, fields);
+}
+
 /** POST /api/bulk (board/api/routers/bulk.py): with `dry_run` the count ({total, matching,
  * description}), else the job started (202), which lands in the model; its progress comes over
  * the socket ("bulk" frames). Resolves as sendJson. */

@@ -29,10 +29,13 @@ function chooseUnit(select, perSeconds) {
 }
 
 /** Ask for queue `q`'s limits (q as the "queues" frame has it): resolves to {concurrency, rate,
- * reason} as PUT /api/queues/{name} takes them when saved, null when dismissed. */
-export function askLimits(q) {
+ * budget, reason} as PUT /api/queues/{name} takes them when saved, null when dismissed. With
+ * `budgetOnly` (a fairness key, as the frame has it) the dialog shows its budget alone. */
+export function askLimits(q, { budgetOnly = false } = {}) {
+  dialog.querySelector(".limits-what").textContent = budgetOnly ? "Budget of fairness key" : "Limits of queue";
   dialog.querySelector(".queue-name").textContent = q.name;
-  form.elements.limit.value = q.concurrency === null ? "" : String(q.concurrency);
+  for (const part of dialog.querySelectorAll(".queue-only")) part.hidden = budgetOnly;
+  form.elements.limit.value = budgetOnly || q.concurrency === null ? "" : String(q.concurrency);
   form.elements["rate-count"].value = q.rate ? String(q.rate.count) : "";
   chooseUnit(form.elements["rate-unit"], q.rate ? q.rate.per_seconds : 60);
   form.elements["rate-count"].title = q.rate ? `now ${rateText(q.rate)}` : "no rate now";
@@ -59,6 +62,6 @@ export function askLimits(q) {
       });
     }, { once: true });
     dialog.showModal();
-    form.elements.limit.focus();
+    (budgetOnly ? form.elements["budget-tokens"] : form.elements.limit).focus();
   });
 }

@@ -11,11 +11,13 @@
 // What a test or a person may read: each queue is li.queue[data-queue] with data-paused
 // ("true"/"false"), data-running, data-limit ("" without one) and data-queued; its button is
 // button.queue-toggle (data-pending="true" while its request or the frame that answers it is
-// on the way), and button.queue-limits. The section's data-updates counts the frames drawn.
+// on the way), and button.queue-limits. A fairness key with a budget is li.fairness-key
+// [data-fairness-key] with data-budget-spent and button.fairness-budget (PUT
+// /api/fairness-keys/{name}). The section's data-updates counts the frames drawn.
 
 import { askReason, CAN_CHANGE_QUEUES, el, rateText, showMessage } from "./page.js";
 import { getQueues, subscribe } from "./store.js";
-import { changeQueue } from "./api.js";
+import { changeFairnessKey, changeQueue } from "./api.js";
 import { askLimits } from "./limits.js";
 
 const section = document.getElementById("queues");
@@ -30,6 +32,40 @@ const PENDING_MS = 10000;
 
 function runningText(q) {
   return q.concurrency === null ? `${q.running} running` : `${q.running}/${q.concurrency} running`;
+}
+
+/** A budget (board.engine.budgets) of a queue or a fairness key: the window's spend against
+ * it, red once spent; `button` names the button that raises it. */
+function budgetText(q, what, button) {
+  const parts = [];
+  if (q.budget.tokens !== null) parts.push(`${q.spent.tokens.toLocaleString()}/${q.budget.tokens.toLocaleString()} tokens`);
+  if (q.budget.cost_usd !== null) parts.push(`$${q.spent.cost_usd.toFixed(2)}/$${q.budget.cost_usd}`);
+  const per = q.budget.per === "total" ? "in total" : `this ${q.budget.per}`;
+  const budget = el("span", q.budget_exhausted ? "queue-budget spent" : "queue-budget",
+    `${parts.join(", ")} ${per}${q.budget_exhausted ? ": budget spent" : ""}`);
+  budget.title = q.budget_exhausted
+    ? `no claim starts${q.budget_exhausted_until ? ` until ${new Date(q.budget_exhausted_until).toLocaleString()}` : ""}; raise the budget with ${button}`
+    : `the usage its tasks reported against the ${what}'s budget`;
+  return budget;
+}
+
+/** A fairness key with a budget (issue 32, item 5): li.fairness-key[data-fairness-key] with
+ * data-budget-spent, and a Budget button (button.fairness-budget) for a user who may change
+ * queues. */
+function fairnessKeyItem(k) {
+  const li = el("li", "queue fairness-key");
+  li.dataset.fairnessKey = k.name;
+  li.dataset.budgetSpent = String(k.budget_exhausted);
+  li.append(el("b", "queue-name", `key ${k.name}`), " · ", budgetText(k, "fairness key", "Budget"));
+  if (CAN_CHANGE_QUEUES) {
+    const button = el("button", "fairness-budget", "Budget");
+    button.type = "button";
+    button.dataset.fairnessKey = k.name;
+    button.title = `set the budget of fairness key ${k.name}`;
+    if (limitsPending.has(`key:${k.name}`)) button.disabled = true;
+    li.append(" ", button);
+  }
+  return li;
 }
 
 function queueItem(q) {
@@ -48,18 +84,8 @@ function queueItem(q) {
     li.append(" · ", rate);
   }
   if (q.budget) {
-    // Its budget (board.engine.budgets): the window's spend against it, red once spent.
-    const parts = [];
-    if (q.budget.tokens !== null) parts.push(`${q.spent.tokens.toLocaleString()}/${q.budget.tokens.toLocaleString()} tokens`);
-    if (q.budget.cost_usd !== null) parts.push(`$${q.spent.cost_usd.toFixed(2)}/$${q.budget.cost_usd}`);
-    const per = q.budget.per === "total" ? "in total" : `this ${q.budget.per}`;
-    const budget = el("span", q.budget_exhausted ? "queue-budget spent" : "queue-budget",
-      `${parts.join(", ")} ${per}${q.budget_exhausted ? ": budget spent" : ""}`);
-    budget.title = q.budget_exhausted
-      ? `no claim starts${q.budget_exhausted_until ? ` until ${new Date(q.budget_exhausted_until).toLocaleString()}` : ""}; raise the budget with Limits`
-      : "the usage its tasks reported against the queue's budget";
     li.dataset.budgetSpent = String(q.budget_exhausted);
-    li.append(" · ", budget);
+    li.append(" · ", budgetText(q, "queue", "Limits"));
   }
   if (q.paused) {
     const note = el("span", "queue-paused",
@@ -96,6 +122,10 @@ function render() {
   const items = frame.queues.map(queueItem);
   if (!items.length) items.push(el("li", "empty", "No queue has unfinished tasks or settings."));
   if (frame.more_queues) items.push(el("li", "empty", `and ${frame.more_queues} more queues (GET /api/queues)`));
+  items.push(...(frame.fairness_keys || []).map(fairnessKeyItem));
+  if (frame.more_fairness_keys) {
+    items.push(el("li", "empty", `and ${frame.more_fairness_keys} more fairness keys with a budget (GET /api/fairness-keys)`));
+  }
   section.querySelector("ul").replaceChildren(...items);
 }
 
@@ -153,7 +183,27 @@ async function setLimits(name) {
   showMessage(`queue ${name}: limits saved`);
 }
 
-/** Redraw on each "queues" frame; wire the Pause/Resume and Limits buttons. */
+/** A fairness key's Budget button: the limits dialog with its budget only, then PUT
+ * /api/fairness-keys/{name}; the strip shows the new budget from the next frame. */
+async function setKeyBudget(name) {
+  const k = getQueues()?.fairness_keys?.find((item) => item.name === name);
+  if (!k) return;
+  const fields = await askLimits(k, { budgetOnly: true });
+  if (!fields) return;
+  limitsPending.add(`key:${name}`);
+  render();
+  const { ok, status, body } = await changeFairnessKey(name, { budget: fields.budget, reason: fields.reason });
+  limitsPending.delete(`key:${name}`);
+  render();
+  if (!ok) {
+    const why = (body && body.error && body.error.message) || `HTTP ${status}`;
+    showMessage(`could not change the budget of fairness key ${name}: ${why}`, "error");
+    return;
+  }
+  showMessage(`fairness key ${name}: budget saved`);
+}
+
+/** Redraw on each "queues" frame; wire the Pause/Resume, Limits and Budget buttons. */
 export function startQueues() {
   subscribe((change) => {
     if (change.what !== "queues") return;
@@ -163,6 +213,8 @@ export function startQueues() {
   section.addEventListener("click", (e) => {
     const limits = e.target.closest("button.queue-limits");
     if (limits && !limits.disabled) setLimits(limits.dataset.queue);
+    const budget = e.target.closest("button.fairness-budget");
+    if (budget && !budget.disabled) setKeyBudget(budget.dataset.fairnessKey);
     const button = e.target.closest("button.queue-toggle");
     if (!button || button.disabled) return;
     toggle(button.dataset.queue, button.dataset.pause === "true");

@@ -10,7 +10,7 @@ import {
 } from "./page.js";
 import {
   allTasks, countIn, depDead, depDone, getProblems, getTask, idsIn, moreCursor, positionOf, queueClosed, keyFull,
-  rateKeyHeld, resourceWait, strandedWhy, subscribe, unclaimableWhy, waitingApprovalOf,
+  rateKeyHeld, fairnessKeySpent, resourceWait, strandedWhy, subscribe, unclaimableWhy, waitingApprovalOf,
 } from "./store.js";
 import { loadOlder } from "./api.js";
 import {
@@ -324,6 +324,8 @@ function fillCard(card, task, filter) {
   const closed = queued ? queueClosed(task.queue) : undefined;
   const keyHeld = queued && task.concurrency_key ? keyFull(task.concurrency_key) : undefined;
   const rateHeld = queued && task.rate_key ? rateKeyHeld(task.rate_key) : undefined;
+  // ... or its fairness key's budget is spent (issue 32, item 5), in whatever queue it waits.
+  const keySpent = queued && task.fairness_key ? fairnessKeySpent(task.fairness_key) : undefined;
   // ... or one of its resources is held by another task (issue 32: the frame's resources).
   const resourceHeld = queued && task.resources ? resourceWait(task) : undefined;
   // ... or it needs capabilities of its claimer (issue 32, item 3): "needs gpu, python"; when
@@ -331,7 +333,8 @@ function fillCard(card, task, filter) {
   // (the problems frame; a change of it redraws the cards it names, startRendering).
   const needs = queued && task.requires?.length ? requiresText(task.requires) : "";
   const unclaimable = needs ? unclaimableWhy(task.id) : undefined;
-  const paused = closed !== undefined || keyHeld !== undefined || rateHeld !== undefined || resourceHeld !== undefined;
+  const paused = closed !== undefined || keyHeld !== undefined || rateHeld !== undefined || keySpent !== undefined
+    || resourceHeld !== undefined;
   // A RUNNING task holds its resources (its claim took them all): "holds NAME", all in its title.
   const holds = task.stage === "RUNNING" && task.resources?.length ? resourcesText(task.resources) : "";
   // ... or it may not start yet: a run_at, a snooze or a retry's backoff (its not_before, as
@@ -359,6 +362,7 @@ function fillCard(card, task, filter) {
     if (closed) badges.append(el("span", "badge waiting", `waiting: ${closed}`));
     if (keyHeld) badges.append(el("span", "badge waiting key-full", `waiting: ${keyHeld}`));
     if (rateHeld) badges.append(el("span", "badge waiting rate-key", `waiting: ${rateHeld}`));
+    if (keySpent) badges.append(el("span", "badge waiting budget-spent", `waiting: ${keySpent}`));
     if (resourceHeld) {
       const b = el("span", "badge waiting resource-held", `waiting: ${resourceHeld.text}`);
       b.title = resourceHeld.why;

@@ -38,6 +38,7 @@ let queues = null; // the latest "queues" frame, or null before the first
 const closedQueues = new Map();
 const fullKeys = new Map();
 const heldRateKeys = new Map();
+const spentFairnessKeys = new Map();
 // The resources that hold something back, by name, as the latest "queues" frame says ({name,
 // capacity, held, holds_below, holders, more_holders}); and what each QUEUED card waiting for
 // one said when that frame came (id -> text), to redraw the cards whose reason changed.
@@ -164,6 +165,12 @@ export function keyFull(name) {
  * tasks back, as the latest "queues" frame says; else undefined. */
 export function rateKeyHeld(name) {
   return heldRateKeys.get(name);
+}
+
+/** "fairness key team-a's budget is spent" while fairness key `name`'s budget holds its tasks
+ * back, as the latest "queues" frame says; else undefined. */
+export function fairnessKeySpent(name) {
+  return spentFairnessKeys.get(name);
 }
 
 /** What keeps QUEUED `task` from being claimed among its resources, as the latest "queues"
@@ -303,18 +310,25 @@ function closeAndOpen() {
       reopensAt = Math.min(reopensAt, nextMs);
     }
   }
+  const spent = new Map();
+  for (const k of queues.fairness_keys || []) {
+    if (k.budget_exhausted) spent.set(k.name, `fairness key ${k.name}'s budget is spent`);
+  }
   const flippedQueues = flips(closedQueues, closed);
   const flippedKeys = flips(fullKeys, full);
   const flippedRateKeys = flips(heldRateKeys, held);
+  const flippedFairnessKeys = flips(spentFairnessKeys, spent);
   const flippedWaits = reviewResourceWaits();
   clearTimeout(reopenTimer);
   if (reopensAt < Infinity) reopenTimer = setTimeout(closeAndOpen, reopensAt - now + 50);
   if (flippedQueues.size) tell({ what: "closed" });
-  if (flippedQueues.size || flippedKeys.size || flippedRateKeys.size || flippedWaits.size) {
+  if (flippedQueues.size || flippedKeys.size || flippedRateKeys.size || flippedFairnessKeys.size
+      || flippedWaits.size) {
     changed(order.get("QUEUED").filter((id) => {
       const task = tasks.get(id);
       return flippedQueues.has(task.queue) || (task.concurrency_key && flippedKeys.has(task.concurrency_key))
-        || (task.rate_key && flippedRateKeys.has(task.rate_key)) || flippedWaits.has(id);
+        || (task.rate_key && flippedRateKeys.has(task.rate_key))
+        || (task.fairness_key && flippedFairnessKeys.has(task.fairness_key)) || flippedWaits.has(id);
     }), false);
   }
 }
