@@ -212,3 +212,16 @@ def test_an_empty_filter_says_so_and_offers_to_clear_it():
     assert "No task matches the filter." in html
     assert 'href="/board/tasks/?order=newest">Clear the filter</a>' in html
     assert "<tr data-id" not in html and 'id="export-csv"' not in html
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_export_says_what_each_task_requires_of_its_claimer():
+    transitions.create([TaskSpec(id="gpu-job", title="train", requires=["gpu", "python"]),
+                        TaskSpec(id="any-job", title="lint")])
+    client = _client()
+    rows = {row["id"]: row for row in csv.DictReader(io.StringIO(b"".join(
+        client.get("/board/tasks/export?format=csv").streaming_content).decode()))}
+    assert (rows["gpu-job"]["requires"], rows["any-job"]["requires"]) == ("gpu python", "")
+    lines = b"".join(client.get("/board/tasks/export?format=jsonl").streaming_content).decode().splitlines()
+    assert {row["id"]: row["requires"] for row in map(json.loads, lines)} == {"gpu-job": ["gpu", "python"],
+                                                                               "any-job": None}

@@ -47,7 +47,7 @@ SORTS = (("newest", "newest first"), ("created", "oldest first"), ("updated", "r
 DEFAULT_ORDER = "newest"
 EXPORT_COLUMNS = ("id", "title", "stage", "queue", "priority", "owner", "attempts", "max_retries", "fence",
                   "progress", "created_at", "updated_at", "stage_changed_at", "lease_expires_at", "not_before",
-                  "concurrency_key", "rate_key", "dedup_key", "fairness_key", "deps", "error")
+                  "concurrency_key", "rate_key", "dedup_key", "fairness_key", "requires", "deps", "error")
 
 
 class _Query:
