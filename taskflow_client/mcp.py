@@ -509,7 +509,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m taskflow_client.mcp",
         description="The TaskFlow board as MCP tools over stdio (for an MCP client to start). "
-                    "Environment: TASKFLOW_URL (default http://127.0.0.1:8000), TASKFLOW_KEY (an agent key).")
+                    "Environment: TASKFLOW_URL (default http://127.0.0.1:8000), TASKFLOW_KEY (an agent key), "
+                    "TASKFLOW_CAPABILITIES (optional: claim with only these of the key's capabilities, "
+                    "comma-separated).")
     parser.add_argument("--print-config", action="store_true",
                         help="print the mcpServers JSON that starts this server from this checkout, and exit")
     args = parser.parse_args(argv)
@@ -522,7 +524,12 @@ def main(argv: list[str] | None = None) -> int:
         print("TASKFLOW_KEY is not set (create one: manage.py create_agent_key NAME)", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="taskflow-mcp %(levelname)s %(message)s")
-    holdings = Holdings(Client(url, key))
+    # A session may claim with fewer of its key's capabilities (docs/capabilities.md): a model
+    # set up for Python work on a key that also holds gpu. Set when the server starts, not per
+    # tool call (the tool list stays short).
+    narrowed = os.environ.get("TASKFLOW_CAPABILITIES", "").strip()
+    capabilities = [label.strip() for label in narrowed.split(",") if label.strip()] if narrowed else None
+    holdings = Holdings(Client(url, key, capabilities=capabilities))
 
     def end_session() -> None:
         released = holdings.release_all()

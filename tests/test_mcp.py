@@ -471,3 +471,23 @@ def test_complete_with_next_claims_the_next_task_in_the_same_request(session, bo
     assert session.ok("list_ready", {})["held_by_you"] == []
     assert Task.objects.get(pk="elsewhere").stage == "QUEUED"  # another queue's task was left alone
     session.refused("complete", {"task_id": "n2", "next": "yes"}, "validation_error")
+
+
+def test_a_session_started_with_fewer_capabilities_claims_only_what_they_allow(board):
+    """TASKFLOW_CAPABILITIES narrows every claim of the session to those of its key's labels
+    (docs/capabilities.md): a key holding gpu and python, started with python only, takes the
+    python task and leaves the gpu one; a label the key lacks is refused, nothing claimed."""
+    key = agent_keys.create_key(AGENT, capabilities="gpu,python")[1]
+    transitions.create([transitions.TaskSpec(id="train", title="train", requires=["gpu"], priority=5),
+                        transitions.TaskSpec(id="lint", title="lint", requires=["python"])])
+    env = {**server_env(board, key), "TASKFLOW_CAPABILITIES": "python"}
+    with mcp_session([sys.executable, "-m", "taskflow_client.mcp"], env) as narrowed:
+        assert narrowed.ok("claim", {})["task"]["id"] == "lint"
+        assert narrowed.ok("claim", {})["task"] is None  # train needs gpu: not this session's
+    assert Task.objects.get(pk="train").stage == "QUEUED"
+    env = {**server_env(board, key), "TASKFLOW_CAPABILITIES": "python,model:opus"}
+    with mcp_session([sys.executable, "-m", "taskflow_client.mcp"], env) as widened:
+        widened.refused("claim", {}, "forbidden")
+    assert Task.objects.get(pk="train").stage == "QUEUED"
+    with mcp_session([sys.executable, "-m", "taskflow_client.mcp"], server_env(board, key)) as whole:
+        assert whole.ok("claim", {})["task"]["id"] == "train"  # the key's own labels: gpu too
