@@ -13,6 +13,7 @@ session and get what their permissions say (a superuser has them all):
 | act as an operator (admit, requeue, cancel, force-*)      | board.intervene                   |
 | run, read and stop bulk jobs (board/bulk/: API, board, admin) | board.intervene                |
 | change a queue's limit, pause or resume it                | board.change_queue                |
+| set, raise or remove a fairness key's budget (API, admin) | board.change_queue (the admin's Fairness keys page: board.change_fairnesskey changes the weight only) |
 | create, change, pause, resume or delete a schedule        | board.change_queue (the admin's Schedules page: also board.view_schedule to only look) |
 | create a webhook, send it a test (API, issue 33)          | board.add_webhook (an agent key: an --operator key not limited to some queues) |
 | list and read webhooks and their deliveries (API, admin)  | board.view_webhook or board.add_webhook |

@@ -24,6 +24,8 @@ What is here:
   `cancel`, `check`) and the context managers `hold` / `hold_task`.
 - `Client.queues()`, `Client.queue(name)` -> `Queue` -- queues' limits, pause and running counts;
   an operator key's ``queue.pause(reason=...)``, ``resume``, ``set_concurrency(n)``, ``history()``.
+- `Client.fairness_keys()`, `Client.fairness_key(name)` -> `FairnessKey` -- fairness keys' weights and
+  budgets; an operator key's ``fairness_key.set_budget(tokens=..., per=...)``.
 - `Client.schedules()`, `Client.schedule(name)` -> `Schedule` -- periodic tasks (a cron, in a time
   zone): ``create(cron, task)``, ``get``, ``update``, ``pause``, ``resume``, ``delete``.
 - `Lease` -- what a claim returns (task, token, fence, expires_at) with the holder's verbs.
@@ -43,7 +45,7 @@ What is here:
 - ``python -m taskflow_client.mcp`` -- the same as MCP tools for LLM agents (the one module that
   needs a package: the ``mcp`` SDK; nothing here imports it).
 """
-from .client import Client, Lease, Queue, RateKey, Schedule
+from .client import Client, FairnessKey, Lease, Queue, RateKey, Schedule
 from .errors import (
     ERROR_CLASSES,
     AlreadyAnswered,
@@ -77,6 +79,7 @@ __all__ = [
     "Client",
     "DuplicateId",
     "DuplicateName",
+    "FairnessKey",
     "Forbidden",
     "Hold",
     "HoldBatch",

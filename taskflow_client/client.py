@@ -351,6 +351,38 @@ class RateKey:
         return self.client.change_rate_key(self.name, rate=rate, reason=reason)
 
 
+class FairnessKey:
+    """A fairness key of the board, by name: what `Client.fairness_key(name)` returns. Tasks of any
+    queue that name it (``create(..., fairness_key=name)``: a plan, a customer) take turns with
+    other keys' tasks, and may share a budget. Like `Queue`, it holds nothing but the name;
+    setting its budget needs an operator key that is not limited to some queues (`Forbidden`
+    otherwise)."""
+
+    def __init__(self, client: Client, name: str):
+        self.client = client
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"<FairnessKey {self.name!r}>"
+
+    def get(self) -> dict[str, Any]:
+        """The key now: ``name``, ``weight``, ``budget`` (``{"tokens", "cost_usd", "per"}`` or
+        None), ``spent`` (the window's ``{"tokens", "cost_usd"}``, None without a budget),
+        ``budget_exhausted`` and ``budget_exhausted_until``. `NotFound` for a key the board has
+        no row for (no create gave it a weight, no budget was set: weight 1, no budget)."""
+        return self.client.get_fairness_key(self.name)
+
+    def set_budget(self, *, tokens: int | None = None, cost_usd: float | None = None, per: str | None = "day",
+                   reason: str = "") -> dict[str, Any]:
+        """Operator: the usage the attempts of the tasks naming this key may report per window
+        (`per`: "day", "month" or "total"; UTC), whatever their queues: `tokens` (input +
+        output) and/or `cost_usd`. At it, claim-next passes the key's tasks by in every queue and
+        a claim of one by id is refused (`BudgetExhausted`) until the window ends or the budget
+        is raised; ``set_budget(per=None)`` removes it. Returns the key (see `get`)."""
+        budget = None if per is None else {"tokens": tokens, "cost_usd": cost_usd, "per": per}
+        return self.client.change_fairness_key(self.name, budget=budget, reason=reason)
+
+
 class Schedule:
     """A schedule of the board (a periodic task), by name: what `Client.schedule(name)` returns.
     Like `Queue`, it holds nothing but the name; each method asks the board.
@@ -1328,6 +1360,29 @@ class Client:
         `reason` goes to its history. `Forbidden` without operator rights (or for a key limited
         to some queues), `ValidationFailed` for a bad rate (nothing changed)."""
         return self.request("PUT", self._path("rate-keys", name), {"rate": rate, "reason": reason})
+
+    # -- fairness keys (turns in the claim order, and a budget shared across queues) ----------
+
+    def fairness_keys(self) -> builtins.list[dict[str, Any]]:
+        """Every fairness key the board has a row for (those the tasks of this key's queues name,
+        for a key limited to some), by name: each a dict as `FairnessKey.get` describes it."""
+        return self.request("GET", "/fairness-keys")["items"]
+
+    def fairness_key(self, name: str) -> FairnessKey:
+        """A handle on the fairness key `name` (no request is sent until one of its methods is
+        called): ``client.fairness_key("plan:42").set_budget(tokens=2_000_000, per="day")``."""
+        return FairnessKey(self, name)
+
+    def get_fairness_key(self, name: str) -> dict[str, Any]:
+        """One fairness key's weight, budget and spend (see `FairnessKey.get`)."""
+        return self.request("GET", self._path("fairness-keys", name))
+
+    def change_fairness_key(self, name: str, *, budget: dict[str, Any] | None, reason: str = "") -> dict[str, Any]:
+        """Operator: set a fairness key's budget, ``{"tokens"?: N, "cost_usd"?: X, "per": "day" |
+        "month" | "total"}`` (None: none); `reason` (at most 500 characters) goes to its history.
+        Returns the key as it is now. `Forbidden` without operator rights (or for a key limited
+        to some queues), `ValidationFailed` for a bad budget (nothing changed)."""
+        return self.request("PUT", self._path("fairness-keys", name), {"budget": budget, "reason": reason})
 
     # -- resources (what a claim takes with its task) ----------------------------------------
 

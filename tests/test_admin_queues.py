@@ -13,9 +13,9 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from board.engine import flow, selectors, transitions
+from board.engine import flow, selectors, transitions, usage
 from board.engine.transitions import TaskSpec
-from board.models import ConcurrencyKey, Queue, QueueChange, RateKey, RateKeyChange
+from board.models import ConcurrencyKey, FairnessKey, FairnessKeyChange, Queue, QueueChange, RateKey, RateKeyChange, Task
 from tests.support import db_state, sqlite_db_mark
 from tests.test_admin import client_for, make_user, messages_of, summaries_of
 
@@ -517,3 +517,136 @@ def test_django_s_object_history_of_a_queue_or_a_rate_key_leads_to_its_page(chan
             302, reverse(f"admin:board_{model}_change", args=[quote(name)]))
     nobody = client_for(make_user("nobody", []))
     assert nobody.get(reverse("admin:board_queue_history", args=["q-hist"])).status_code == 403
+
+
+# ---------------------------------------------------------------------------------------------
+# Fairness keys: their weight and their budget (issue 32, item 5)
+
+
+FAIRNESS_KEYS = reverse("admin:board_fairnesskey_changelist")
+
+
+def fairness_key_page(name: str) -> str:
+    return reverse("admin:board_fairnesskey_change", args=[quote(name)])
+
+
+def fairness_key_form(client, name: str, **values) -> dict:
+    """What the key's page posts: its own values (its sealed `opened` too), then `values`."""
+    form = client.get(fairness_key_page(name)).context["adminform"].form
+    data = {field: "" if form.initial.get(field) is None else form.initial[field]
+            for field in ("weight", "budget_tokens", "budget_cost_usd", "budget_per")}
+    return {**data, "name": name, "opened": form.initial["opened"], "reason": "", **values}
+
+
+def fairness_keys_now() -> tuple:
+    return db_state(), list(FairnessKey.objects.values()), list(FairnessKeyChange.objects.order_by("pk").values())
+
+
+def spend_on(task_id: str, tokens: int) -> None:
+    """Claim `task_id`, complete it and report `tokens` of usage, as the API's complete does."""
+    claim = transitions.claim(task_id, "agent-1", 60)
+    transitions.complete(task_id, claim.lease.token, {})
+    usage.record(claim.task, claim.lease.fence, "agent-1", usage.checked({"model": "m", "input_tokens": tokens}))
+
+
+def test_a_spent_fairness_key_s_budget_is_raised_from_its_page_and_its_tasks_are_claimable_again(changer):
+    transitions.create([TaskSpec(id="p-chat", title="t", queue="chat", fairness_key="plan:7/a", priority=2),
+                        TaskSpec(id="p-embed", title="t", queue="embed", fairness_key="plan:7/a", priority=1),
+                        TaskSpec(id="p-last", title="t", queue="chat", fairness_key="plan:7/a")], actor="test")
+    flow.change_fairness_key("plan:7/a", actor="alice", budget={"tokens": 100, "per": "total"}, reason="trial")
+    spend_on("p-chat", 60)
+    spend_on("p-embed", 50)  # 110 of 100: spent
+    assert transitions.claim_next("agent-1", 60) is None  # p-last is held back, in every queue
+    listed = changer.get(FAIRNESS_KEYS).content.decode()
+    assert "plan:7/a" in listed and "110 / 100 tokens in total" in listed and 'alt="True"' in listed
+    page = changer.get(fairness_key_page("plan:7/a")).content.decode()
+    assert "110 / 100 tokens in total" in page and "when the budget is raised or removed" in page
+
+    response = changer.post(fairness_key_page("plan:7/a"), fairness_key_form(
+        changer, "plan:7/a", budget_tokens="500", budget_per="total", reason="the plan needs more"))
+    assert response.status_code == 302, errors_of(response)
+    key = FairnessKey.objects.get(name="plan:7/a")
+    assert (key.budget_tokens, key.budget_per, key.spent_tokens, key.budget_closed_until) == (500, "total", 110, None)
+    assert [(c.key, c.actor, c.reason, c.changes) for c in FairnessKeyChange.objects.order_by("pk")] == [
+        ("plan:7/a", "alice", "trial", {"budget": [None, {"tokens": 100, "cost_usd": None, "per": "total"}]}),
+        ("plan:7/a", "op", "the plan needs more", {"budget": [{"tokens": 100, "cost_usd": None, "per": "total"},
+                                                              {"tokens": 500, "cost_usd": None, "per": "total"}]})]
+    assert transitions.claim_next("agent-1", 60).task.pk == "p-last"
+    assert "110 / 500 tokens in total" in changer.get(FAIRNESS_KEYS).content.decode()
+    assert "100 tokens in total → 500 tokens in total" in changer.get(fairness_key_page("plan:7/a")).content.decode()
+
+
+def test_a_fairness_key_s_budget_is_set_and_removed_on_its_page_and_its_weight_saved_alone(changer):
+    transitions.create([TaskSpec(id="w", title="t", fairness_key="heavy", fairness_weight=2)], actor="test")
+    response = changer.post(fairness_key_page("heavy"), fairness_key_form(
+        changer, "heavy", weight="3", budget_cost_usd="2.5", budget_per="month", reason="a month's allowance"))
+    assert response.status_code == 302, errors_of(response)
+    key = FairnessKey.objects.get(name="heavy")
+    assert (key.weight, key.budget_tokens, key.budget_cost_usd, key.budget_per) == (3, None, 2.5, "month")
+    # The weight alone: no history row, the budget and its spend as they were.
+    usage.record(Task.objects.get(pk="w"), 0, "agent-1", usage.checked({"model": "m", "cost_usd": 0.5}))
+    stale = fairness_key_form(changer, "heavy", weight="4")
+    FairnessKey.objects.filter(name="heavy").update(spent_cost_usd=1.25)  # a report while the page was open
+    assert changer.post(fairness_key_page("heavy"), stale).status_code == 302
+    key = FairnessKey.objects.get(name="heavy")
+    assert (key.weight, key.spent_cost_usd, FairnessKeyChange.objects.count()) == (4, 1.25, 1)
+    response = changer.post(fairness_key_page("heavy"), fairness_key_form(
+        changer, "heavy", budget_tokens="", budget_cost_usd="", reason="no more limit"))
+    assert response.status_code == 302, errors_of(response)
+    assert FairnessKey.objects.get(name="heavy").budget_per is None
+    assert [c.changes for c in FairnessKeyChange.objects.order_by("pk")] == [
+        {"budget": [None, {"tokens": None, "cost_usd": 2.5, "per": "month"}]},
+        {"budget": [{"tokens": None, "cost_usd": 2.5, "per": "month"}, None]}]
+
+
+@pytest.mark.parametrize("values", [{"budget_tokens": "0"}, {"budget_tokens": "-5"}, {"budget_cost_usd": "0"},
+                                    {"budget_tokens": str(10**15 + 1)}, {"budget_per": "week", "budget_tokens": "5"},
+                                    {"weight": "0"}, {"weight": "1001"}, {"weight": ""}, {"opened": "forged"},
+                                    {"budget_tokens": "5", "reason": "x" * 501}])
+def test_a_bad_fairness_key_change_shows_the_form_error_and_changes_nothing(changer, values):
+    transitions.create([TaskSpec(id="k", title="t", fairness_key="kept")], actor="test")
+    flow.change_fairness_key("kept", actor="alice", budget={"tokens": 100, "per": "day"})
+    before = fairness_keys_now()
+    response = changer.post(fairness_key_page("kept"), fairness_key_form(changer, "kept", **values))
+    assert response.status_code == 200 and errors_of(response)
+    assert fairness_keys_now() == before
+
+
+def test_a_fairness_key_budget_changed_after_the_page_opened_is_refused_and_others_cannot_change_it(changer):
+    transitions.create([TaskSpec(id="k", title="t", fairness_key="kept")], actor="test")
+    flow.change_fairness_key("kept", actor="setup", budget={"tokens": 100, "per": "day"})
+    stale = fairness_key_form(changer, "kept", budget_tokens="1000")
+    flow.change_fairness_key("kept", actor="alice", budget={"tokens": 5, "per": "day"})
+    before = fairness_keys_now()
+    response = changer.post(fairness_key_page("kept"), stale)
+    assert response.status_code == 200
+    assert "budget changed after you opened it (last changed by alice)" in str(errors_of(response))
+    # Django's own fairness key permissions change the weight only; viewers change nothing.
+    weigher = client_for(make_user("weigher", ["board.view_fairnesskey", "board.change_fairnesskey"]))
+    form = weigher.get(fairness_key_page("kept")).context["adminform"].form
+    assert set(form.fields) == {"weight"}
+    assert "5 tokens a day" in weigher.get(fairness_key_page("kept")).content.decode()
+    watcher = client_for(make_user("watcher", ["board.view_queue"]))
+    assert watcher.get(FAIRNESS_KEYS).status_code == 200
+    assert watcher.post(fairness_key_page("kept"), {"weight": "9", "budget_tokens": ""}).status_code == 403
+    assert changer.post(reverse("admin:board_fairnesskey_delete", args=["kept"]), {"post": "yes"}).status_code == 403
+    assert fairness_keys_now() == before
+    # Budget fields posted by a user who may not change them are not read: the weight alone changes.
+    assert weigher.post(fairness_key_page("kept"), {"weight": "2", "budget_tokens": "", "budget_cost_usd": "",
+                                                    "name": "kept"}).status_code == 302
+    key = FairnessKey.objects.get(name="kept")
+    assert (key.weight, key.budget_tokens, key.budget_per, FairnessKeyChange.objects.count()) == (2, 5, "day", 2)
+
+
+def test_a_fairness_key_is_added_with_its_weight_and_no_budget_on_the_add_page():
+    boss = client_for(make_user("boss", ["board.add_fairnesskey", "board.view_fairnesskey", "board.change_queue"]))
+    add = reverse("admin:board_fairnesskey_add")
+    assert set(boss.get(add).context["adminform"].form.fields) == {"name", "weight"}
+    assert boss.post(add, {"name": "plan:new", "weight": "5", "budget_tokens": "7"}).status_code == 302
+    key = FairnessKey.objects.get(name="plan:new")
+    assert (key.weight, key.budget_per, FairnessKeyChange.objects.count()) == (5, None, 0)
+    before = fairness_keys_now()
+    response = boss.post(add, {"name": "plan:new", "weight": "2"})
+    assert response.status_code == 200 and "name" in errors_of(response)  # taken: nothing written
+    assert boss.post(add, {"name": "tab\there", "weight": "2"}).status_code == 200
+    assert fairness_keys_now() == before

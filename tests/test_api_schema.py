@@ -363,8 +363,8 @@ def test_the_committed_schema_compared_with_itself_has_no_changes():
 
 # -- the docs' groups --------------------------------------------------------------------------
 
-API_TAGS = ("tasks", "leases", "notes", "approvals", "operators", "queues", "rate keys", "resources", "schedules", "check",
-            "webhooks", "bulk", "board at")
+API_TAGS = ("tasks", "leases", "notes", "approvals", "operators", "queues", "rate keys", "fairness keys", "resources",
+            "schedules", "check", "webhooks", "bulk", "board at")
 
 
 def test_every_operation_is_in_one_named_group_of_the_docs():

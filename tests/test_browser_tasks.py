@@ -321,10 +321,10 @@ def test_a_completed_card_says_who_ran_it_how_long_it_ran_and_how_long_it_waited
 def test_the_api_docs_show_a_group_per_area_and_no_default_group(open_page):
     page = open_page("/api/docs")
     groups = page.locator(".opblock-tag-section h3 .opblock-tag, .opblock-tag-section h3")
-    expect(page.locator(".opblock-tag-section")).to_have_count(13, timeout=SLOW)
+    expect(page.locator(".opblock-tag-section")).to_have_count(14, timeout=SLOW)
     names = page.locator(".opblock-tag-section h3").evaluate_all("hs => hs.map(h => h.dataset.tag)")
-    assert names == ["tasks", "leases", "notes", "approvals", "operators", "queues", "rate keys", "resources",
-                     "schedules", "check", "webhooks", "bulk", "board at"], names
+    assert names == ["tasks", "leases", "notes", "approvals", "operators", "queues", "rate keys", "fairness keys",
+                     "resources", "schedules", "check", "webhooks", "bulk", "board at"], names
     assert groups.filter(has_text="default").count() == 0
     # A group holds its operations: the tasks group lists GET /api/tasks.
     expect(page.locator('.opblock-tag-section:has(h3[data-tag="tasks"]) .opblock-summary-path',

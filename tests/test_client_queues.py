@@ -6,8 +6,9 @@ import time
 
 import pytest
 
-from board.models import ConcurrencyKey, Queue, QueueChange, RateKey, Task
+from board.models import ConcurrencyKey, FairnessKey, FairnessKeyChange, Queue, QueueChange, RateKey, Task
 from taskflow_client import Blocked, BudgetExhausted, Forbidden, NotFound, ValidationFailed
+from taskflow_client import FairnessKey as FairnessKeyHandle
 from taskflow_client import Queue as QueueHandle
 from taskflow_client import RateKey as RateKeyHandle
 from tests.live_server import board_server  # noqa: F401  (fixture)
@@ -190,3 +191,42 @@ def test_a_budget_set_by_an_operator_refuses_claims_once_reports_spend_it(alice,
         alice.claim("b1", 30)
     assert op.queue("llm").set_budget(per=None)["budget"] is None  # removed: claims start again
     assert alice.claim_next(30, queue="llm").task_id == "b1"
+
+
+def test_a_fairness_key_s_budget_holds_its_tasks_back_in_every_queue_once_reports_spend_it(alice, op):
+    alice.create([{"id": "f0", "title": "plan step", "queue": "chat", "priority": 3},
+                  {"id": "f1", "title": "plan step", "queue": "embed", "priority": 2},
+                  {"id": "f2", "title": "plan step", "queue": "chat", "priority": 1}], fairness_key="plan:7")
+    alice.create({"id": "other", "title": "someone else's", "queue": "chat", "priority": -5})
+    plan = op.fairness_key("plan:7")
+    assert isinstance(plan, FairnessKeyHandle) and repr(plan) == "<FairnessKey 'plan:7'>"
+    with pytest.raises(NotFound):
+        plan.get()  # no create gave it a weight and no budget is set yet: no row
+    budget = plan.set_budget(tokens=100, per="total", reason="the plan's allowance")
+    assert (budget["name"], budget["weight"], budget["budget"], budget["budget_exhausted"]) == (
+        "plan:7", 1, {"tokens": 100, "cost_usd": None, "per": "total"}, False)
+    alice.claim_next(30).complete({"ok": True}, usage={"model": "m", "input_tokens": 70, "output_tokens": 0})
+    lease = alice.claim_next(30, queue="embed")
+    assert lease.task_id == "f1"
+    lease.complete({"ok": True}, usage={"model": "m", "input_tokens": 30, "output_tokens": 10})
+    spent = alice.get_fairness_key("plan:7")
+    assert (spent["spent"], spent["budget_exhausted"]) == ({"tokens": 110, "cost_usd": 0.0}, True)
+    assert alice.fairness_keys() == [spent]
+    assert alice.claim_next(30, queue="chat").task_id == "other"  # f2 is passed by
+    assert alice.claim_next(30) is None
+    before = everything(), list(FairnessKey.objects.values()), list(FairnessKeyChange.objects.values())
+    with pytest.raises(BudgetExhausted) as refused:
+        alice.claim("f2", 30)
+    assert refused.value.message.startswith("fairness key plan:7 has spent its budget (100 tokens in total)")
+    with pytest.raises(Forbidden):
+        alice.fairness_key("plan:7").set_budget(tokens=1000, per="total")
+    with pytest.raises(ValidationFailed):
+        plan.set_budget(tokens=0, per="total")
+    with pytest.raises(ValidationFailed):
+        op.change_fairness_key("plan:7", budget={"tokens": 10, "per": "week"})
+    assert (everything(), list(FairnessKey.objects.values()), list(FairnessKeyChange.objects.values())) == before
+    assert plan.set_budget(tokens=1000, per="total")["budget_exhausted"] is False  # raised: claims start again
+    assert alice.claim_next(30).task_id == "f2"
+    assert op.change_fairness_key("plan:7", budget=None, reason="done")["budget"] is None
+    assert list(FairnessKeyChange.objects.order_by("pk").values_list("actor", "reason")) == [
+        ("op", "the plan's allowance"), ("op", ""), ("op", "done")]

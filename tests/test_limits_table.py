@@ -34,7 +34,7 @@ EXPECTED = {
     "`dedup_key`": [1, limits.MAX_DEDUP_KEY_CHARS],
     "`fairness_key` / `fairness_weight`": [1, limits.MAX_FAIRNESS_KEY_CHARS, 1, limits.MAX_FAIRNESS_WEIGHT],
     "a queue's `rate`": [1, limits.MAX_RATE_COUNT, 1, limits.MAX_RATE_PER_SECONDS],
-    "a queue's `budget`": [1, 10, 15, 0, 10, 9],
+    "a queue's or fairness key's `budget`": [1, 10, 15, 0, 10, 9],
     "`queue_timeout_seconds` / `attempt_timeout_seconds` / `progress_timeout_seconds`":
         [1, limits.MAX_DEADLINE_SECONDS],
     "task id, `queue`, agent name": [1, limits.MAX_NAME_CHARS],

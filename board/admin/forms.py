@@ -1,7 +1,8 @@
 """The admin's forms. Validation is the engine's and so is the write: each form calls a verb
 (`transitions.edit`, `transitions.create`, `agent_keys.create_key` / `set_capabilities`, `flow.change_queue`,
-`schedules.create_schedule` / `change_schedule`) as the last step of its
-validation, so that a refusal shows on the form, and Django's save() writes nothing. An engine
+`flow.change_rate_key`, `flow.change_fairness_key`, `schedules.create_schedule` / `change_schedule`) as the last
+step of its validation, so that a refusal shows on the form, and Django's save() writes nothing (but a
+fairness key's weight: FairnessKeyChangeForm). An engine
 error is shown on the field it names (`BoardError.field`), or above the form when it names none
 of the form's fields; its message is never searched for a field's name.
 """
@@ -18,9 +19,9 @@ from django.core import signing
 
 from board import agent_keys
 from board.admin import reads
-from board.engine import deadlines, errors, flow, schedules, selectors, transitions
+from board.engine import deadlines, errors, fairness, flow, schedules, selectors, transitions
 from board.engine.limits import MAX_REASON_CHARS, MAX_ROTATION_GRACE
-from board.models import AgentKey, Queue, RateKey, Schedule, Task
+from board.models import AgentKey, FairnessKey, Queue, RateKey, Schedule, Task
 
 # Fields an operator may edit; the engine's list, so the two can never disagree.
 EDITABLE = tuple(transitions.EDITABLE)
@@ -466,6 +467,97 @@ class RateKeyChangeForm(_SealedSettingsForm):
                                                         "per_seconds": data["rate_per_seconds"]}
         try:
             self.written = flow.change_rate_key(name, actor=self.actor, reason=data.get("reason") or "", rate=rate)
+        except errors.BoardError as exc:
+            self.refused(exc)
+
+
+BUDGET_SETTINGS = ("budget_tokens", "budget_cost_usd", "budget_per")
+
+
+def budget_sent(data: dict) -> dict | None:
+    """The budget a settings form's three fields say, as the engine takes it: None (no budget)
+    when both amounts are empty; the period defaults to a day."""
+    amounts = data["budget_tokens"], data["budget_cost_usd"]
+    return None if amounts == (None, None) else {"tokens": amounts[0], "cost_usd": amounts[1],
+                                                 "per": data["budget_per"] or "day"}
+
+
+class FairnessKeyChangeForm(_SealedSettingsForm):
+    """A fairness key's weight, and its budget set through flow.change_fairness_key (which writes
+    the row's budget columns and the key's history in one transaction; nothing else writes them).
+    As QueueChangeForm: the budget the page showed is sealed into `opened`, a budget changed by
+    someone else after the page was opened is refused with who changed it, and nothing is written.
+    The budget's fields are in the form only for a user who may change queues (`may_budget`, set
+    per request by the admin, as the API's PUT /api/fairness-keys/{name} asks), and never on the
+    add page (a key's budget is set on its page once it exists). The weight is saved by the admin
+    (one column: FairnessKeyAdmin.save_model), after the budget's change."""
+
+    SALT = "board.admin.fairness-key-change"
+    SETTINGS = BUDGET_SETTINGS
+    may_budget = False  # set per request by the admin's get_form
+
+    budget_tokens = forms.IntegerField(
+        required=False, label="Budget: tokens",
+        help_text="Input + output tokens the attempts of the tasks naming this key may report per window, whatever "
+                  "their queues; at it no claim of them starts until the window ends or the budget is raised. "
+                  "Empty with the cost: no budget.")
+    budget_cost_usd = forms.FloatField(required=False, label="Budget: cost (USD)",
+                                       help_text="The cost its tasks may report per window (reports that give one).")
+    budget_per = forms.ChoiceField(required=False, label="Budget: per",
+                                   choices=[("day", "day (UTC)"), ("month", "month (UTC)"), ("total", "in total")])
+    reason = forms.CharField(required=False, max_length=MAX_REASON_CHARS, strip=True,
+                             help_text="Why (kept in the key's history with a change of its budget).")
+    opened = forms.CharField(widget=forms.HiddenInput)
+
+    class Meta:
+        model = FairnessKey
+        fields = ("name", "weight", "budget_tokens", "budget_cost_usd", "budget_per")
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.instance._state.adding or not self.may_budget:
+            for name in (*BUDGET_SETTINGS, "reason", "opened"):
+                self.fields.pop(name, None)
+
+    def clean_weight(self):
+        # The engine's rule (1 to MAX_FAIRNESS_WEIGHT) and its words, before the model's.
+        try:
+            weight = fairness.fairness_weight(self.cleaned_data.get("weight"), "weight")
+        except errors.BoardError as exc:
+            raise forms.ValidationError(exc.message)
+        if weight is None:
+            raise forms.ValidationError("A weight is required.")
+        return weight
+
+    def clean_name(self):
+        try:
+            return fairness.fairness_key(self.cleaned_data.get("name"), "name")
+        except errors.BoardError as exc:
+            raise forms.ValidationError(exc.message)
+
+    def apply(self) -> None:
+        self.written = self.instance
+        if "opened" not in self.fields:
+            return  # no budget on this page: the weight alone, saved by the admin
+        data = self.cleaned_data
+        opened = self.opened_settings()
+        if opened is None:
+            return
+        name = self.instance.pk
+        before = (None if opened["budget_per"] is None else
+                  {"tokens": opened["budget_tokens"], "cost_usd": opened["budget_cost_usd"], "per": opened["budget_per"]})
+        if budget_sent(data) == before:
+            return  # the budget left as the page showed it (the weight alone, perhaps)
+        now = FairnessKey.objects.filter(name=name).first()  # self.instance already holds the posted values
+        if now is not None and any(getattr(now, setting) != opened[setting] for setting in BUDGET_SETTINGS):
+            latest = reads.fairness_key_history(name, 1)
+            by = f" (last changed by {latest[0].actor})" if latest else ""
+            self.add_error(None, f"Not saved: fairness key {name}'s budget changed after you opened it{by}. "
+                                 "Nothing was written; reload the page to change the current budget.")
+            return
+        try:
+            self.written = flow.change_fairness_key(name, actor=self.actor, reason=data.get("reason") or "",
+                                                    budget=budget_sent(data))
         except errors.BoardError as exc:
             self.refused(exc)
 

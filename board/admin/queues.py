@@ -1,6 +1,7 @@
 """The queue admin (issue 29): each queue's limit, pause and running count, its waiting tasks and
-its history; the concurrency keys, read-only; and the rate keys, their rate editable (through
-`flow.change_rate_key`, with the queues' permissions: a rate key is a queue's rate shared by many).
+its history; the concurrency keys, read-only; the rate keys, their rate editable (through
+`flow.change_rate_key`, with the queues' permissions: a rate key is a queue's rate shared by many);
+and the fairness keys, their weight and their budget (through `flow.change_fairness_key`).
 
 A queue's settings change only through `flow.change_queue` (the change form, QueueChangeForm,
 and the pause / resume actions), which writes the row and its audit row in one transaction: the
@@ -21,9 +22,12 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
+from board import access
 from board.admin import reads
 from board.admin.actions import Report, action_reason
-from board.admin.forms import QueueActionForm, QueueChangeForm, RateKeyChangeForm
+from board.admin.forms import (
+    BUDGET_SETTINGS, FairnessKeyChangeForm, QueueActionForm, QueueChangeForm, RateKeyChangeForm,
+)
 from board.engine import budgets, errors, flow, timing
 from board.engine.lifecycle import Stage
 from board.engine.limits import HISTORY_LIMIT, MAX_ACTION_ROWS
@@ -360,15 +364,100 @@ class RateKeyAdmin(_QueuesPermissionsAdmin):
 @admin.register(FairnessKey)
 class FairnessKeyAdmin(admin.ModelAdmin):
     """A fairness key's weight (board.engine.fairness): its turns in the claim order for another
-    key's one. Set by the creates that give one and editable here; it applies to the key's tasks
-    created from then on (a waiting task keeps its place)."""
+    key's one, set by the creates that give one and editable here (it applies to the key's tasks
+    created from then on: a waiting task keeps its place); and its budget (issue 32, item 5), the
+    usage the tasks naming it may report per window whatever their queues, with what the window
+    spent and whether it is exhausted (its tasks held back in every queue).
 
-    list_display = ("name", "weight")
+    The budget changes only through `flow.change_fairness_key` (FairnessKeyChangeForm), which
+    writes the budget's columns and the key's history in one transaction, and only for a user who
+    may change queues (`board.change_queue`, as the API's PUT /api/fairness-keys/{name} asks);
+    the weight is saved alone (one column: never a save of the whole row, whose spend the usage
+    reports move). Seeing the page needs `board.view_fairnesskey` or the queues' view or change
+    permission; changing it `board.change_fairnesskey` or `board.change_queue`. A row holds its
+    budget and spend, so none is deleted here (removing a budget is a change on its page)."""
+
+    list_display = ("name", "weight", "budget_spent", "budget_exhausted", "updated_at")
     search_fields = ("name",)
     ordering = ("name",)
     list_per_page = 100
     show_facets = admin.ShowFacets.NEVER
-    fields = ("name", "weight")
+    form = FairnessKeyChangeForm
+
+    # -- permissions -------------------------------------------------------------------------------
+
+    def has_view_permission(self, request, obj=None) -> bool:
+        return (super().has_view_permission(request, obj) or request.user.has_perm("board.view_queue")
+                or access.may_change_queues(request.user))
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return super().has_change_permission(request, obj) or access.may_change_queues(request.user)
+
+    def has_module_permission(self, request) -> bool:
+        return self.has_view_permission(request)
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+    # -- list and page -----------------------------------------------------------------------------
+
+    @admin.display(description="budget: spent")
+    def budget_spent(self, key: FairnessKey) -> str:
+        """The window's spend against the budget ("110 / 100 tokens in total"); "—": none."""
+        described = budgets.describe(key, timezone.now())
+        if described["budget"] is None:
+            return "—"
+        return budget_text(described["budget"], described["spent"])
+
+    @admin.display(description="budget exhausted", boolean=True)
+    def budget_exhausted(self, key: FairnessKey) -> bool | None:
+        """Spent: no claim of the key's tasks starts, in any queue (None: no budget)."""
+        described = budgets.describe(key, timezone.now())
+        return None if described["budget"] is None else described["budget_exhausted"]
+
+    @admin.display(description="claims start again at")
+    def budget_exhausted_until(self, key: FairnessKey) -> str:
+        described = budgets.describe(key, timezone.now())
+        if not described["budget_exhausted"]:
+            return "—"
+        if described["budget_exhausted_until"] is None:
+            return "when the budget is raised or removed (a total budget)"
+        return display_for_value(described["budget_exhausted_until"], "—")
+
+    @admin.display(description="changes")
+    def history(self, key: FairnessKey) -> str:
+        return history_table(reads.fairness_key_history(key.name, HISTORY_LIMIT))
 
     def get_readonly_fields(self, request, obj=None):
-        return ("name",) if obj is not None else ()
+        if obj is None:
+            return ()
+        window = ("budget_spent", "budget_exhausted", "budget_exhausted_until", "updated_at", "history")
+        if not access.may_change_queues(request.user):
+            window += BUDGET_SETTINGS
+        return ("name", *window)
+
+    def get_fieldsets(self, request, obj=None):
+        if obj is None:
+            return [(None, {"fields": ("name", "weight")})]
+        settings = BUDGET_SETTINGS
+        if access.may_change_queues(request.user) and self.has_change_permission(request, obj):
+            settings += ("reason", "opened")
+        return [
+            (None, {"fields": ("name", "weight")}),
+            ("Budget (saved by the engine, each change kept in the history)", {"fields": settings}),
+            ("Budget's window", {"fields": ("budget_spent", "budget_exhausted", "budget_exhausted_until",
+                                            "updated_at")}),
+            (f"History of its budget (newest first, the last {HISTORY_LIMIT} changes)", {"fields": ("history",)}),
+        ]
+
+    def get_form(self, request, obj=None, change=False, **kwargs):
+        form = super().get_form(request, obj, change=change, **kwargs)
+        return type(form.__name__, (form,), {"actor": request.user.get_username(),
+                                             "may_budget": access.may_change_queues(request.user)})
+
+    def save_model(self, request, obj, form, change):
+        """The budget was the form's engine call; here the weight alone (a new key: its row)."""
+        if not change:
+            obj.save(force_insert=True)
+        elif "weight" in form.changed_data:  # `obj` is the row the engine's change returned
+            FairnessKey.objects.filter(name=obj.pk).update(weight=form.cleaned_data["weight"])

@@ -7,7 +7,7 @@ from __future__ import annotations
 from django.db.models import BooleanField, Count, ExpressionWrapper, Q
 
 from board.engine.lifecycle import Stage
-from board.models import Dependency, QueueChange, RateKeyChange, Task, TaskEvent
+from board.models import Dependency, FairnessKeyChange, QueueChange, RateKeyChange, Task, TaskEvent
 
 
 def queue_names(limit: int | None = None, *, using: str = "default") -> list[str]:
@@ -96,6 +96,11 @@ def waiting_and_running(queues: list[str], *, using: str = "default") -> dict[st
 def rate_key_history(key: str, limit: int, *, using: str = "default") -> list[RateKeyChange]:
     """The rate key's `limit` most recent rate changes, newest first."""
     return list(RateKeyChange.objects.using(using).filter(key=key).order_by("-at", "-pk")[:limit])
+
+
+def fairness_key_history(key: str, limit: int, *, using: str = "default") -> list[FairnessKeyChange]:
+    """The fairness key's `limit` most recent budget changes, newest first."""
+    return list(FairnessKeyChange.objects.using(using).filter(key=key).order_by("-at", "-pk")[:limit])
 
 
 def queue_history(queue: str, limit: int, *, using: str = "default") -> list[QueueChange]:

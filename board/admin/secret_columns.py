@@ -49,6 +49,12 @@ HARMLESS_COLUMNS: dict[tuple[str, str], str] = {
                                       "(board.engine.budgets), not a credential",
     ("board.Queue", "spent_tokens"): "a count of LLM tokens a queue's tasks reported in the budget's window "
                                      "(board.engine.budgets), not a credential",
+    ("board.FairnessKey", "budget_tokens"): "a count of LLM tokens the tasks naming a fairness key may report "
+                                            "per window (board.engine.budgets), not a credential",
+    ("board.FairnessKey", "spent_tokens"): "a count of LLM tokens the tasks naming a fairness key reported in the "
+                                           "budget's window (board.engine.budgets), not a credential",
+    ("board.FairnessKeyChange", "key"): "the name of the fairness key whose budget changed (a Task.fairness_key "
+                                        "label)",
     ("board.TaskUsage", "input_tokens"): "a count of an LLM's tokens a holder reported using (board.engine.usage), "
                                          "not a credential",
     ("board.TaskUsage", "output_tokens"): "a count of an LLM's tokens a holder reported using (board.engine.usage), "

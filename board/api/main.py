@@ -21,14 +21,16 @@ from board.api.auth import AUTH
 from board.api.docs import LocalSwagger
 from board.api.json_body import BodyParser
 from board.api.routers import (
-    approvals, board_at, bulk, check, leases, notes, operators, queues, rate_keys, resources, schedules, tasks, webhooks,
+    approvals, board_at, bulk, check, fairness_keys, leases, notes, operators, queues, rate_keys, resources, schedules,
+    tasks, webhooks,
 )
 
 
 # The areas of the API, in the order /api/docs shows their groups, each with its group's line.
 AREAS = (
     (tasks, "tasks"), (leases, "leases"), (notes, "notes"), (approvals, "approvals"), (operators, "operators"),
-    (queues, "queues"), (rate_keys, "rate keys"), (resources, "resources"), (schedules, "schedules"),
+    (queues, "queues"), (rate_keys, "rate keys"), (fairness_keys, "fairness keys"),
+    (resources, "resources"), (schedules, "schedules"),
     (check, "check"), (webhooks, "webhooks"), (bulk, "bulk"), (board_at, "board at"),
 )
 TAG_DESCRIPTIONS = {
@@ -43,6 +45,8 @@ TAG_DESCRIPTIONS = {
     "queues": "Flow control per queue: pause and resume, a concurrency limit, a rate; and each "
               "queue's history of changes.",
     "rate keys": "Rates shared by the tasks naming a rate key, across queues.",
+    "fairness keys": "A fairness key's weight and budget: the usage the tasks naming it may report per window, "
+                     "across queues.",
     "resources": "Resource leases: who holds what until when, a resource's capacity, whether a lease still "
                  "holds one (a downstream system's fence check).",
     "schedules": "Periodic tasks: a task created on each tick of a schedule.",

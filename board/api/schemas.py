@@ -728,6 +728,27 @@ class RateKeyList(Schema):
     items: list[RateKeyOut]
 
 
+class FairnessKeyIn(StrictIn):
+    budget: Optional[BudgetIn] = Field(..., description="a budget of tokens and/or cost per window for the tasks naming "
+                                                        "the key, whatever their queues; at it, claims of them are "
+                                                        "refused (budget_exhausted); null: none")
+    reason: str = Field("", max_length=MAX_REASON_CHARS, description="kept in the key's history")
+
+
+class FairnessKeyOut(Schema):
+    name: str
+    weight: int = Field(..., description="the key's turns in the claim order for another key's one")
+    budget: Optional[BudgetOut] = Field(..., description="the usage the key's tasks may report per window; null: none")
+    spent: Optional[SpentOut] = Field(..., description="what the key's tasks reported in the budget's current window")
+    budget_exhausted: bool = Field(..., description="its budget is spent: no claim of its tasks starts, in any queue")
+    budget_exhausted_until: Optional[datetime] = Field(
+        ..., description="claims start again at this time (the window's end); null while open or for a total budget")
+
+
+class FairnessKeyList(Schema):
+    items: list[FairnessKeyOut]
+
+
 class ScheduleTaskIn(StrictIn):
     """The template of each tick's task (a create's fields; its id is the schedule's name and the tick)."""
 
