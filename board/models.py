@@ -414,8 +414,9 @@ class RateKey(models.Model):
         return self.name
 
 
-class FairnessKeyChange(models.Model):
-    """The audit history of fairness keys' budgets: who changed what, when and why."""
+class KeyChange(models.Model):
+    """The audit history of a key's settings (a rate key's rate, a fairness key's budget): who
+    changed what, when and why."""
 
     key = models.CharField(max_length=200)
     actor = models.CharField(max_length=200)
@@ -424,28 +425,25 @@ class FairnessKeyChange(models.Model):
     at = models.DateTimeField()
 
     class Meta:
+        abstract = True
         ordering = ["-at"]
+
+    def __str__(self) -> str:
+        return f"{self.key} changed by {self.actor} at {self.at}"
+
+
+class FairnessKeyChange(KeyChange):
+    """The audit history of fairness keys' budgets."""
+
+    class Meta(KeyChange.Meta):
         indexes = [models.Index(fields=["key", "-at"], name="fairness_key_change_history")]
 
-    def __str__(self) -> str:
-        return f"{self.key} changed by {self.actor} at {self.at}"
 
+class RateKeyChange(KeyChange):
+    """The audit history of rate keys' rates."""
 
-class RateKeyChange(models.Model):
-    """The audit history of rate keys' rates: who changed what, when and why."""
-
-    key = models.CharField(max_length=200)
-    actor = models.CharField(max_length=200)
-    reason = models.CharField(max_length=500, blank=True, default="")
-    changes = models.JSONField(help_text="The settings changed: {name: [before, after]}.")
-    at = models.DateTimeField()
-
-    class Meta:
-        ordering = ["-at"]
+    class Meta(KeyChange.Meta):
         indexes = [models.Index(fields=["key", "-at"], name="rate_key_change_history")]
-
-    def __str__(self) -> str:
-        return f"{self.key} changed by {self.actor} at {self.at}"
 
 
 class QueueChange(models.Model):

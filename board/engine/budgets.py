@@ -106,6 +106,15 @@ def refusal(row: Budgeted, now: datetime) -> str:
     return f"{what} {row.name} has spent its budget ({amounts} {per}){until}"
 
 
+def hold_open(rows, now: datetime) -> bool:
+    """Inside a claim's transaction: whether the budget of the queue or key `rows` selects is
+    open, checked by a write on its row (nothing changes), so that the claim and a usage report
+    closing it conflict (MongoDB) or queue on the row (PostgreSQL) instead of passing each other."""
+    at = now.timestamp()
+    return bool(rows.filter(Q(budget_closed_until__isnull=True) | Q(budget_closed_until__lte=at)).update(
+        budget_window=F("budget_window")))
+
+
 def spend(using: str, queue: str, fairness_key: str | None, tokens: int, cost: float | None, now: datetime) -> None:
     """Inside a usage report's transaction: add it to the window of its task's queue, then of its
     fairness key (the order a claim locks them in), each closed to claims when it reaches its

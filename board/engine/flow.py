@@ -157,13 +157,8 @@ def take_slot(using: str, task: Task, now: datetime) -> None:
         if paused:
             raise AtLimit(task, f"queue {task.queue} is paused")
         if budget_per is not None:
-            # The budget (board.engine.budgets): open, checked by a write on the queue's row, so
-            # that this claim and a usage report closing the budget conflict (MongoDB) or queue
-            # on the row (PostgreSQL) instead of passing each other.
-            at = now.timestamp()
-            if not Queue.objects.using(using).filter(
-                    Q(budget_closed_until__isnull=True) | Q(budget_closed_until__lte=at), name=task.queue).update(
-                    budget_window=F("budget_window")):
+            # The budget (board.engine.budgets): open, checked by a write on the queue's row.
+            if not budgets.hold_open(Queue.objects.using(using).filter(name=task.queue), now):
                 raise AtLimit(task, budgets.refusal(Queue.objects.using(using).get(name=task.queue), now), budget=True)
         if concurrency is not None and not Queue.objects.using(using).filter(
                 name=task.queue, paused=False, concurrency__isnull=False, running__lt=F("concurrency")).update(
@@ -178,16 +173,12 @@ def take_slot(using: str, task: Task, now: datetime) -> None:
                     Q(rate_open_at__isnull=True) | Q(rate_open_at__lte=at), name=task.queue,
                     rate_interval=interval).update(rate_open_at=at + interval):
                 raise AtLimit(task, _queue_refusal(Queue.objects.using(using).get(name=task.queue), at))
-    if task.fairness_key is not None and FairnessKey.objects.using(using).filter(
-            name=task.fairness_key, budget_per__isnull=False).exists():
+    if task.fairness_key is not None:
         # Its fairness key's budget, as the queue's (after it: the order a usage report locks
         # them in). A key without a budget is not written.
-        at = now.timestamp()
-        if not FairnessKey.objects.using(using).filter(
-                Q(budget_closed_until__isnull=True) | Q(budget_closed_until__lte=at), name=task.fairness_key).update(
-                budget_window=F("budget_window")):
-            raise AtLimit(task, budgets.refusal(FairnessKey.objects.using(using).get(name=task.fairness_key), now),
-                          budget=True)
+        key = FairnessKey.objects.using(using).filter(name=task.fairness_key, budget_per__isnull=False)
+        if key.exists() and not budgets.hold_open(key, now):
+            raise AtLimit(task, budgets.refusal(key.get(), now), budget=True)
     if task.concurrency_key is not None:
         keys = ConcurrencyKey.objects.using(using).filter(name=task.concurrency_key)
         if not keys.filter(running__lt=F("concurrency")).update(running=F("running") + 1):

@@ -301,10 +301,10 @@ def fairness_key_overview(limit: int, *, using: str = "default") -> tuple[list[d
         budgeted = FairnessKey.objects.using(using).filter(budget_per__isnull=False)
         now = clock.now(using).timestamp()
         spent = Q(budget_closed_until__gt=now)
-        shown = [flow.describe_fairness_key(key) for key in
-                 [*budgeted.filter(spent).order_by("name")[:limit], *budgeted.exclude(spent).order_by("name")[:limit]]]
+        keys = [*budgeted.filter(spent).order_by("name")[:limit], *budgeted.exclude(spent).order_by("name")[:limit]]
+        shown = [flow.describe_fairness_key(key) for key in keys[:limit]]
         total = budgeted.count()
-    return shown[:limit], max(0, total - len(shown[:limit]))
+    return shown, max(0, total - len(shown))
 
 
 # ---------------------------------------------------------------------------------------------
