@@ -333,6 +333,17 @@ class _SealedSettingsForm(_EngineForm):
         return opened
 
 
+BUDGET_SETTINGS = ("budget_tokens", "budget_cost_usd", "budget_per")
+
+
+def budget_sent(data: dict) -> dict | None:
+    """The budget a settings form's three fields say, as the engine takes it: None (no budget)
+    when both amounts are empty; the period defaults to a day."""
+    amounts = data["budget_tokens"], data["budget_cost_usd"]
+    return None if amounts == (None, None) else {"tokens": amounts[0], "cost_usd": amounts[1],
+                                                 "per": data["budget_per"] or "day"}
+
+
 class QueueChangeForm(_SealedSettingsForm):
     """Sets a queue's limit and pauses or resumes it through flow.change_queue, which writes the
     row and its history in one transaction. Only the settings the operator changed from what the
@@ -406,12 +417,10 @@ class QueueChangeForm(_SealedSettingsForm):
             sent.pop("rate_count", None), sent.pop("rate_per_seconds", None)
             sent["rate"] = (None if data["rate_count"] is None
                             else {"count": data["rate_count"], "per_seconds": data["rate_per_seconds"]})
-        if {"budget_tokens", "budget_cost_usd", "budget_per"} & set(sent):  # one setting for the engine
-            for setting in ("budget_tokens", "budget_cost_usd", "budget_per"):
+        if set(BUDGET_SETTINGS) & set(sent):  # one setting for the engine
+            for setting in BUDGET_SETTINGS:
                 sent.pop(setting, None)
-            amounts = data["budget_tokens"], data["budget_cost_usd"]
-            sent["budget"] = (None if amounts == (None, None) else
-                              {"tokens": amounts[0], "cost_usd": amounts[1], "per": data["budget_per"] or "day"})
+            sent["budget"] = budget_sent(data)
         try:
             self.written = flow.change_queue(name, actor=self.actor, reason=data.get("reason") or "", **sent)
         except errors.BoardError as exc:
@@ -469,17 +478,6 @@ class RateKeyChangeForm(_SealedSettingsForm):
             self.written = flow.change_rate_key(name, actor=self.actor, reason=data.get("reason") or "", rate=rate)
         except errors.BoardError as exc:
             self.refused(exc)
-
-
-BUDGET_SETTINGS = ("budget_tokens", "budget_cost_usd", "budget_per")
-
-
-def budget_sent(data: dict) -> dict | None:
-    """The budget a settings form's three fields say, as the engine takes it: None (no budget)
-    when both amounts are empty; the period defaults to a day."""
-    amounts = data["budget_tokens"], data["budget_cost_usd"]
-    return None if amounts == (None, None) else {"tokens": amounts[0], "cost_usd": amounts[1],
-                                                 "per": data["budget_per"] or "day"}
 
 
 class FairnessKeyChangeForm(_SealedSettingsForm):
