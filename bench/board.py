@@ -5,19 +5,23 @@ What is measured
 1. **Latency and divergence.** The board's server (``taskflow_site.asgi``, as ``make run`` starts
    it) on a fresh, migrated SQLite file (the embedded default: WAL, BEGIN IMMEDIATE). ``--clients``
    websocket clients (default 100, spread over ``--client-procs`` processes) log in with a staff
-   session and keep an id -> (stage, version) map exactly as the page does: the snapshot, then
-   each task message applied when its version is newer; a version gap, or an event id skipped
-   over and still missing after 3 s, asks for a fresh snapshot. A separate *writer* process
+   session and keep the board exactly as the page does: an id -> (stage, version) map of every
+   task it knows (the snapshot's first page of each column, then each task message applied
+   when its version is newer) and the columns' counts (the snapshot's, plus each event's move
+   after it: docs/live-protocol.md); a version gap, or an event id skipped over and still
+   missing after 3 s, asks for a fresh snapshot. A separate *writer* process
    makes ``--rate`` transitions per second (default 200) for ``--seconds`` (default 10) through
    the engine (``board.engine.transitions``: claim, renew, release, complete, and a create replacing
    each completed task) on the same database, and records the wall-clock time each call
    returned (its transaction had committed). Latency = a client's receive time of the event's
    message minus that commit time, per client and event (same machine clock), matched by
    (task, version). At the end every client must reach the last event id in the database; then
-   its map is compared with the database: a client is *divergent* if any task it shows has
-   another stage or version than the database, or if it lacks an unfinished task.
-2. **Page load.** The database is filled up to ``--tasks`` tasks shown on the board (default
-   10,000: unfinished tasks in every live stage, 200 per terminal stage, some dependencies), and
+   its map is compared with the database: a client is *divergent* if any task it knows has
+   another stage or version than the database, or if a column's count differs from the
+   database's.
+2. **Page load.** The database is filled up to ``--tasks`` tasks (default 10,000: unfinished
+   tasks in every live stage, 200 per terminal stage, some dependencies; the page shows each
+   column's first 100, board/live/reads.py COLUMN_PAGE), and
    Chromium (Debian's, headless, via Playwright) opens /board/ logged in. Time = navigation
    start -> the page marking itself ready (``<body data-ready="true">``: the first snapshot's
    cards are in the DOM and a frame has passed), as the bench's ``board-rendered`` performance
@@ -175,6 +179,7 @@ def writer_main(args: argparse.Namespace) -> None:
 class BoardClient:
     def __init__(self) -> None:
         self.tasks: dict[str, tuple[str, int]] = {}
+        self.counts: dict[str, int] = {}
         self.snapshot_event_id = 0
         self.unseen: set[int] = set()  # ids at or below snapshot_event_id the snapshot does not hold
         self.max_event_id = 0
@@ -189,6 +194,7 @@ class BoardClient:
         self.requested = False
         self.snapshots += 1
         self.tasks = {t["id"]: (t["stage"], t["version"]) for t in message["tasks"]}
+        self.counts = dict(message["counts"])
         self.snapshot_event_id = self.max_event_id = message["last_event_id"]
         self.unseen = set(message.get("unseen_event_ids", ()))
         self.missing.clear()
@@ -205,8 +211,16 @@ class BoardClient:
             self.max_event_id = eid
         else:
             self.missing.pop(eid, None)
+        after = eid > self.snapshot_event_id or eid in self.unseen
+        if after and event["from_stage"] != event["to_stage"]:  # the counts follow the moves
+            self.unseen.discard(eid)
+            if event["from_stage"]:
+                self.counts[event["from_stage"]] -= 1
+            self.counts[event["to_stage"]] += 1
+        if task is None:
+            return False  # deleted since
         shown = self.tasks.get(task["id"])
-        if shown is None and eid <= self.snapshot_event_id and eid not in self.unseen:
+        if shown is None and not after:
             return False  # the snapshot holds it, and left the task out (static/board/socket.js)
         if shown is not None and event["version"] > shown[1] + 1:
             want_snapshot = True
@@ -285,7 +299,7 @@ async def clients_main_async(args: argparse.Namespace) -> None:
     caught_up = time.time() - started
     stop.set()
     await asyncio.gather(*runners, return_exceptions=True)
-    result = [{"tasks": c.tasks, "received": c.received, "max_event_id": c.max_event_id,
+    result = [{"tasks": c.tasks, "counts": c.counts, "received": c.received, "max_event_id": c.max_event_id,
                "snapshots": c.snapshots, "snapshot_requests": c.snapshot_requests, "caught_up": caught_up}
               for c in clients]
     Path(args.out).write_text(json.dumps(result))
@@ -341,6 +355,9 @@ def _run_latency(args, database_url: str, server, workdir: Path, procs: list) ->
     written = json.loads(writer_out.read_text())
 
     truth, last_event = db_state()
+    truth_counts: dict[str, int] = {}
+    for stage, _ in truth.values():
+        truth_counts[stage] = truth_counts.get(stage, 0) + 1
     for proc, _ in procs:
         proc.stdin.write(f"stop {last_event}\n")
         proc.stdin.flush()
@@ -362,9 +379,9 @@ def _run_latency(args, database_url: str, server, workdir: Path, procs: list) ->
                 latencies.append((got - at) * 1000)
         shown = {tid: tuple(v) for tid, v in client["tasks"].items()}
         wrong = [tid for tid, sv in shown.items() if truth.get(tid) != sv]
-        lacking = [tid for tid, (stage, _) in truth.items() if stage not in ("COMPLETED", "CANCELLED") and tid not in shown]
-        if wrong or lacking or client["max_event_id"] < last_event:
-            divergent.append((n, len(wrong), len(lacking), client["max_event_id"]))
+        miscounted = [stage for stage, n in client["counts"].items() if n != truth_counts.get(stage, 0)]
+        if wrong or miscounted or client["max_event_id"] < last_event:
+            divergent.append((n, len(wrong), miscounted, client["max_event_id"]))
     return {
         "transitions": len(written["commits"]), "writer_seconds": written["seconds"], "writer_errors": written["errors"],
         "latencies": latencies, "missing_receipts": missing_receipts, "divergent": divergent,
@@ -577,8 +594,8 @@ def main(argv=None) -> int:
                 print(f"after the writer stopped, the clients took {r['catch_up_seconds']:.1f} s to reach the last "
                       f"event ({r['last_event']}); still behind after {CONVERGE_SECONDS:.0f} s: {r['behind']}")
                 print(f"divergent clients at the end: {len(r['divergent'])}")
-                for n, wrong, lacking, max_id in r["divergent"][:3]:
-                    print(f"  client {n}: {wrong} tasks differ, {lacking} unfinished tasks missing, "
+                for n, wrong, miscounted, max_id in r["divergent"][:3]:
+                    print(f"  client {n}: {wrong} tasks differ, counts differ in {miscounted or 'no column'}, "
                           f"last event seen {max_id}/{r['last_event']}")
                 goals.append((f"p99 latency <= {GOAL_P99_MS:.0f} ms", p99 <= GOAL_P99_MS, f"{p99:.1f} ms"))
                 goals.append(("0 divergent clients", not r["divergent"], str(len(r["divergent"]))))

@@ -24,6 +24,7 @@ from django.test import Client
 
 from board.engine import retention, transitions
 from board.engine.transitions import TaskSpec
+from board.live.reads import COLUMN_PAGE
 from board.models import Dependency, Task, TaskEvent
 from harness.browser import launch_chromium
 from tests.live_server import BoardServer
@@ -502,7 +503,7 @@ def test_a_change_the_snapshot_already_holds_leaves_no_ghost_card(open_board, or
     a frame to the socket's queue when its read returns, which can be after the socket's fresh
     snapshot was read). Here: the frame that showed "ghost" RUNNING, delivered after a snapshot
     read once "ghost" had finished and 200 later finishes had pushed it out of the finished
-    tasks a snapshot sends. The snapshot already holds that change: the page must show no card
+    column's first page, which a snapshot sends. The snapshot already holds that change: the page must show no card
     for it (before the fix: a RUNNING card that stayed, and a RUNNING count one too high).
     Had that event committed after the snapshot's read (PostgreSQL hands ids out before the
     commit), the snapshot would name its id as unseen, and the page applies it."""
@@ -552,7 +553,7 @@ def test_a_change_the_snapshot_already_holds_leaves_no_ghost_card(open_board, or
     orm(age_tasks, ["ghost"], LONG_AGO, "default")
     assert orm(retention.prune).tasks_deleted == {"COMPLETED": 1}
     expect(count(page, "COMPLETED")).to_have_text("200", timeout=SLOW)
-    expect(page.locator('.column[data-stage="COMPLETED"] .card')).to_have_count(200)
+    expect(page.locator('.column[data-stage="COMPLETED"] .card')).to_have_count(COLUMN_PAGE)
 
 
 def test_tasks_the_prune_deletes_leave_the_open_board(open_board, orm):
@@ -777,10 +778,12 @@ def test_terminal_columns_show_the_most_recent_then_more_on_demand(open_board, o
     page = open_board()
     cancelled = page.locator('.column[data-stage="CANCELLED"]')
     expect(count(page, "CANCELLED")).to_have_text("205")
-    expect(cancelled.locator(".card")).to_have_count(200)
+    expect(cancelled.locator(".card")).to_have_count(COLUMN_PAGE)  # a column's first page (100)
     expect(cancelled.locator(".card").first).to_have_attribute("data-id", "old204")  # most recent first
     more = cancelled.locator(".show-more")
-    expect(more).to_be_visible()
+    expect(more).to_have_text("show more (105 older)")
+    more.click()
+    expect(cancelled.locator(".card")).to_have_count(2 * COLUMN_PAGE)
     more.click()
     expect(cancelled.locator(".card")).to_have_count(205)
     expect(more).to_be_hidden()

@@ -24,6 +24,7 @@ from django.utils import timezone
 
 from board.engine import transitions
 from board.engine.transitions import TaskSpec
+from board.live.reads import COLUMN_PAGE
 from tests import test_browser as shared
 from tests.live_server import BoardServer, server_for_sessions
 from tests.support import sqlite_db_mark
@@ -294,7 +295,7 @@ def test_a_task_in_the_url_opens_even_when_it_is_not_among_the_loaded_cards(open
     orm(make)
     page = open_board()
     cancelled = page.locator('.column[data-stage="CANCELLED"]')
-    expect(cancelled.locator(".card")).to_have_count(200)
+    expect(cancelled.locator(".card")).to_have_count(COLUMN_PAGE)
     expect(card(page, "old000")).to_have_count(0)  # the oldest is beyond the snapshot
     page.goto(f"{server.url}/board/?task=old000")
     details = page.locator("#details")

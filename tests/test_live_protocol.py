@@ -17,6 +17,7 @@ from board.engine.transitions import TaskSpec
 from board.bulk import jobs as bulk_jobs
 from board.live import consumers, insights
 from board.live import frames as live_frames
+from board.live import reads as live_reads
 from board.models import RemovedTask, Task, TaskEvent
 from tests.support import sqlite_db_mark
 
@@ -37,11 +38,13 @@ def test_the_schema_is_a_valid_json_schema():
 
 
 @pytest.fixture
-def busy_board():
-    """A board with every kind of row a frame shows: more tasks than one snapshot part, a
-    completion, a retry, a failure with a traceback, a live lease, an expired one (a problem),
+def busy_board(monkeypatch):
+    """A board with every kind of row a frame shows: more tasks than one snapshot part (made
+    small here: a snapshot holds at most a column page of each stage) and than a column's page,
+    a completion, a retry, a failure with a traceback, a live lease, an expired one (a problem),
     and a record of a pruned task."""
-    extra = [TaskSpec(id=f"bulk-{n:03d}", title="bulk") for n in range(live_frames.SNAPSHOT_PART + 10)]
+    monkeypatch.setattr(live_frames, "SNAPSHOT_PART", 40)
+    extra = [TaskSpec(id=f"bulk-{n:03d}", title="bulk") for n in range(live_reads.COLUMN_PAGE + 10)]
     transitions.create([TaskSpec(id="a", title="first", queue="q", payload={"n": 1}),
                         TaskSpec(id="b", title="second", deps=["a"], queue="q"),
                         TaskSpec(id="c", title="third", queue="r", max_retries=0),
@@ -68,8 +71,12 @@ def busy_board():
 
 def every_frame() -> dict[str, list[dict]]:
     built: dict[str, list[dict]] = {}
-    texts = [*live_frames.snapshot_frames(),
-             live_frames.changes_frame(list(TaskEvent.objects.order_by("id"))),
+    snapshot = live_frames.snapshot_frames()
+    # A task deleted after its events were read: its item carries "task": null.
+    events = list(TaskEvent.objects.order_by("id"))
+    Task.objects.filter(pk="bulk-109").delete()
+    texts = [*snapshot,
+             live_frames.changes_frame(events),
              live_frames.removals_frame(list(RemovedTask.objects.order_by("id"))),
              live_frames.problems_frame(live_frames.problems_message()),
              live_frames.insights_frame(insights.compute()[0]),
@@ -88,6 +95,12 @@ def test_every_frame_the_board_builds_is_valid(busy_board):
         for frame in frames:
             assert errors(frame) == [], f"{kind}: {errors(frame)}"
     # The rows behind them are the ones the fixture meant to show.
+    head = built["snapshot"][0]
+    cards = [card for f in built["snapshot"] + built["snapshot_more"] for card in f["tasks"]]
+    assert len(cards) == sum(min(n, live_reads.COLUMN_PAGE) for n in head["counts"].values())
+    assert head["counts"]["QUEUED"] > live_reads.COLUMN_PAGE
+    assert head["next_pages"]["QUEUED"] and not head["next_pages"]["COMPLETED"]
+    assert [i["task"] for i in built["tasks"][0]["items"] if i["event"]["task"] == "bulk-109"] == [None]
     assert any(p["code"] == "lease_expired" for p in built["problems"][0]["problems"])
     details = [item["event"]["detail"] for item in built["tasks"][0]["items"]]
     assert any(isinstance(d, dict) and d.get("has_traceback") is True for d in details)

@@ -28,12 +28,14 @@ from django.utils import timezone
 
 from bench.big_board import fill_board
 from board import agent_keys
-from board.engine import selectors, transitions
+from board.engine import listing, selectors, transitions
 from board.engine.stores import store
 from board.engine.invariants import check
+from board.engine.lifecycle import TERMINAL, Stage
 from board.engine.transitions import TaskSpec
 from board.live import frames as live_frames
 from board.live import reads as live_reads
+from board.live.reads import COLUMN_PAGE
 from board.models import Dependency, Task
 from tests.live_server import BoardServer, server_for_sessions, wait_until
 from tests.support import db_state, sql_stores, sqlite_db_mark
@@ -258,9 +260,10 @@ def test_check_holds_no_row_per_task_and_finds_what_the_full_snapshot_finds(big_
 def test_a_snapshot_holds_its_frames_and_one_part_of_the_board_at_a_time(big_board):
     frames, peak = traced_peak(lambda: live_frames.snapshot_frames(problems=[]))
     sent = sum(len(frame) for frame in frames)
-    shown = Task.objects.exclude(stage__in=["COMPLETED", "CANCELLED"]).count() + 200 + 200
+    # Each column's first page, whatever the board's size (a column holds thousands here).
+    shown = sum(min(COLUMN_PAGE, Task.objects.filter(stage=stage).count()) for stage in Stage)
     cards = [card for frame in frames for card in json.loads(frame)["tasks"]]
-    assert len(cards) == shown
+    assert len(cards) == shown == 7 * COLUMN_PAGE
     # Every card is what card_task makes of the full row (the frames' format is unchanged).
     sample = {c["id"]: c for c in cards[:: len(cards) // 50]}
     deps = selectors.deps_of(list(sample))
@@ -365,11 +368,16 @@ def test_the_snapshot_reads_every_card_as_card_task_makes_it_from_the_full_row(a
              for part in parts for row, deps in part}
     assert head["counts"] == {stage: Task.objects.using(alias).filter(stage=stage).count()
                               for stage in ["PENDING", "QUEUED", "RUNNING", "PAUSED", "COMPLETED", "FAILED", "CANCELLED"]}
-    shown = list(Task.objects.using(alias).exclude(stage__in=["COMPLETED", "CANCELLED"]))
-    shown += list(Task.objects.using(alias).filter(stage="COMPLETED").order_by("-updated_at", "-id")[:200])
-    shown += list(Task.objects.using(alias).filter(stage="CANCELLED").order_by("-updated_at", "-id")[:200])
+    shown = [task for stage in Stage for task in Task.objects.using(alias).filter(stage=stage).order_by(
+        *(("-updated_at", "-id") if stage in TERMINAL else ("claim_rank", "id")))[:COLUMN_PAGE]]
     deps = selectors.deps_of([t.pk for t in shown], using=alias)
     assert cards == {t.pk: json.loads(live_frames.encode(live_frames.card_task(t, deps[t.pk]))) for t in shown}
+    # Each column's next page resumes after its last card, with the cursor the API gives for that
+    # task (its exact times, read from the driver's values: not the card's milliseconds).
+    for stage in Stage:
+        column = [t for t in shown if t.stage == stage]
+        more = head["counts"][stage] > COLUMN_PAGE
+        assert head["next_pages"][stage] == (listing.cursor_of(column[-1], live_reads.column_order(stage)) if more else None)
     assert cards["whole-second"]["created_at"] == whole.isoformat().replace("+00:00", "Z")
     assert cards["whole-second"]["on_hold"] is True
 

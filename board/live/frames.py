@@ -72,16 +72,19 @@ def live_event(event: TaskEvent) -> dict:
 def changes_for(events: list[TaskEvent], using: str = "default") -> list[dict]:
     """One item per event, in commit-read order, each carrying the task as it is now (its
     version is at least the event's): the browser applies a task only when its version is newer
-    than what it shows. An event of a task no longer there is left out."""
+    than what it shows, and counts every event's move (from_stage -> to_stage) once: its
+    columns' counts are the snapshot's plus the moves after it. An event of a task no longer
+    there (deleted since) carries `"task": null`: its move still counts."""
     if not events:
         return []
     # Card columns only (reads.live_tasks): never the checkpoints the details panel reads.
     tasks = reads.live_tasks(list({e.task_id for e in events}), using=using)
-    return [{"event": live_event(e), "task": card_of_row(*tasks[e.task_id])} for e in events if e.task_id in tasks]
+    return [{"event": live_event(e), "task": card_of_row(*tasks[e.task_id]) if e.task_id in tasks else None}
+            for e in events]
 
 
 def changes_frame(events: list[TaskEvent]) -> str | None:
-    """The "tasks" frame of a page of events, or None when none of them is left to show."""
+    """The "tasks" frame of a page of events, or None when there is none."""
     changes = changes_for(events)
     return encode({"type": "tasks", "items": changes}) if changes else None
 
@@ -190,30 +193,34 @@ def insights_frame(data: dict) -> str:
     return encode(data)
 
 
-def snapshot_frames(terminal_limit: int = 200, problems: list | None = None, using: str = "default") -> list[str]:
-    """What a browser needs to draw the board, plus the event id it is current to, the ids
-    below it that it does not hold yet (`unseen_event_ids`) and the last record of a deleted
-    task it accounts for (`last_removal_id`), as encoded frames: {"type":
-    "snapshot", ..., "more": bool} then {"type": "snapshot_more", "tasks", "more"} until "more"
-    is false. `problems`: a recent check() result to reuse.
+def snapshot_frames(problems: list | None = None, using: str = "default") -> list[str]:
+    """What a browser needs to draw the board: every column's count and first page of cards
+    (reads.COLUMN_PAGE, in the column's order) with the cursor of its next page (`next_pages`,
+    null when the page is the whole column; the page asks GET /board/filter?stage=&cursor= for
+    more as the user scrolls), plus the event id it is current to, the ids below it that it does
+    not hold yet (`unseen_event_ids`) and the last record of a deleted task it accounts for
+    (`last_removal_id`), as encoded frames: {"type": "snapshot", ..., "more": bool} then
+    {"type": "snapshot_more", "tasks", "more"} until "more" is false. Its size does not grow
+    with the board (docs/live-protocol.md, "A bounded snapshot"). `problems`: a recent check()
+    result to reuse.
 
-    Built a part at a time from reads.board_parts (one read that takes no write lock): only
-    the encoded frames and the part being built are held, never a model instance per task.
-    A frame is encoded once the next part is read (its "more" depends on it)."""
-    parts = reads.board_parts(terminal_limit=terminal_limit, part_size=SNAPSHOT_PART, using=using)
+    Read by reads.board_parts (one read that takes no write lock). A frame is encoded once the
+    next part is read (its "more" depends on it)."""
+    parts = reads.board_parts(part_size=SNAPSHOT_PART, using=using)
     head = next(parts)
     # Inside the board's read (the generator holds it open), as the problems below: the ids at
     # or below last_event_id that this read does not see. Every other event up to last_event_id
-    # is in the snapshot, so the page ignores a change it brings to a task the snapshot left out
-    # (a frame built before this read can arrive after it); a change of one of these ids
-    # committed after the read, and the page applies it (board.live.outbox: PostgreSQL).
+    # is in the snapshot (its counts and its cards), so the page counts and applies only the
+    # changes after it; a change of one of these ids committed after the read, and the page
+    # applies it (board.live.outbox: PostgreSQL).
     unseen = outbox.unseen_below(head["last_event_id"], using)
     last_removal_id = outbox.latest_removal_id(using)  # the deletions this read already shows
     if problems is None:
         problems = problem_dicts(using)  # inside the board's read: the problems of the same board
     frames: list[str] = []
     frame = {"type": "snapshot", "last_event_id": head["last_event_id"], "unseen_event_ids": unseen,
-             "last_removal_id": last_removal_id, "counts": head["counts"], "tasks": [], "problems": problems}
+             "last_removal_id": last_removal_id, "counts": head["counts"], "next_pages": head["next_pages"],
+             "tasks": [], "problems": problems}
     for part in parts:
         if frame["tasks"]:
             frames.append(encode({**frame, "more": True}))

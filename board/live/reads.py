@@ -9,6 +9,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import closing
 from datetime import UTC, datetime
+from types import SimpleNamespace
 
 from django.db import connections
 from django.db.models import Count, Max
@@ -16,7 +17,8 @@ from django.utils import timezone
 
 from board.engine import timing
 from board.engine.lifecycle import TERMINAL, Stage, Verb
-from board.engine.selectors import CLAIM_ORDER, claimable_tasks
+from board.engine.listing import LIST_ORDERS, cursor_of
+from board.engine.selectors import claimable_tasks
 from board.engine.stores import store
 from board.models import Dependency, Task, TaskEvent
 
@@ -40,34 +42,63 @@ NOT_ON_CARDS = ("description", "payload", "checkpoint", "result")
 NOT_LIVE = ("notes_count",)
 
 
-def board_parts(*, terminal_limit: int = 200, part_size: int = 1000, using: str = "default") -> Iterator:
-    """The live board as one consistent read (read_transaction: no write lock), a part at a
-    time so that a board of any size is never all in memory: first a head {"counts" (per
-    stage), "last_event_id" (the last event the read includes)}, then lists of up to `part_size`
-    (row, deps) pairs: every unfinished task (best first, as claim_next orders them), then the
-    `terminal_limit` most recently finished per terminal stage (the page asks for more on
-    demand). A row is a dict of CARD_COLUMNS as JSON values (datetimes as the API writes them,
-    `json_time`), streamed from the database without building a model instance or a datetime
-    per task. Close the generator (or exhaust it) to end the read."""
+# Cards a column's page holds: a snapshot sends each column's first page (and every count), the
+# page fetches the next ones as the user scrolls (GET /board/filter?stage=&cursor=), so a
+# snapshot's size does not grow with the board (docs/live-protocol.md, "A bounded snapshot").
+COLUMN_PAGE = 100
+# Each column's order and the listing order (board.engine.listing) its pages are read in: an
+# unfinished column in claim order (the order claim_next takes them), a finished one most recent first.
+LIVE_ORDER = "claim"
+FINISHED_ORDER = "updated"
+
+
+def column_order(stage: str) -> str:
+    """The listing order of `stage`'s column (LIVE_ORDER or FINISHED_ORDER)."""
+    return FINISHED_ORDER if stage in TERMINAL else LIVE_ORDER
+
+
+def board_parts(*, page_size: int | None = None, part_size: int = 1000, using: str = "default") -> Iterator:
+    """The live board as one consistent read (read_transaction: no write lock): first a head
+    {"counts" (per stage), "last_event_id" (the last event the read includes), "next_pages"
+    (per stage, the cursor of the column's next page after the `page_size` first, or None when
+    they are all of it)}, then lists of up to `part_size` (row, deps) pairs: each column's
+    first `page_size` tasks in its order (column_order). A row is a dict of CARD_COLUMNS as
+    JSON values (datetimes as the API writes them, `json_time`), read from the database without
+    building a model instance or a datetime per task. Close the generator (or exhaust it) to
+    end the read: what it yields is bounded (7 pages) however many tasks the board holds."""
+    page_size = page_size or COLUMN_PAGE
     with store(using).read_transaction():
         tasks = Task.objects.using(using)
         last_event_id = TaskEvent.objects.using(using).order_by("-id").values_list("id", flat=True).first() or 0
         counts = {stage.value: 0 for stage in Stage}
         for stage, n in tasks.values_list("stage").annotate(n=Count("id")).order_by():
             counts[stage] = n
-        yield {"counts": counts, "last_event_id": last_event_id}
-        queries = [tasks.exclude(stage__in=list(TERMINAL)).order_by(*CLAIM_ORDER)]
-        queries += [tasks.filter(stage=stage).order_by("-updated_at", "-id")[:terminal_limit] for stage in sorted(TERMINAL)]
-        part: list[dict] = []
+        queries = [tasks.filter(stage=stage).order_by(*LIST_ORDERS[column_order(stage)])[:page_size + 1]
+                   for stage in Stage]
+        by_stage: dict[str, list[tuple]] = defaultdict(list)
         # closing(): the cursor is closed inside the read even when the caller stops early.
-        with closing(_values_of(queries, part_size, using)) as rows:
-            for values in rows:
-                part.append(_card_row(values))
-                if len(part) == part_size:
-                    yield _with_deps(_with_last_runs(part, using), using)
-                    part = []
-        if part:
-            yield _with_deps(_with_last_runs(part, using), using)
+        with closing(_values_of(queries, page_size + 1, using)) as values:
+            for row in values:
+                by_stage[row[_STAGE]].append(row)
+        rows: list[dict] = []
+        next_pages: dict[str, str | None] = {}
+        for stage in Stage:
+            column = by_stage.get(stage.value, [])
+            next_pages[stage.value] = _cursor_after(column[page_size - 1], stage) if len(column) > page_size else None
+            rows += [_card_row(row) for row in column[:page_size]]
+        yield {"counts": counts, "last_event_id": last_event_id, "next_pages": next_pages}
+        for start in range(0, len(rows), part_size):
+            yield _with_deps(_with_last_runs(rows[start:start + part_size], using), using)
+
+
+def _cursor_after(values: tuple, stage: str) -> str:
+    """The listing cursor (board.engine.listing.cursor_of) that resumes `stage`'s column after the
+    row `values` (a tuple of _ROW_COLUMNS as the driver returned it: exact times, not the card's
+    milliseconds, or a page would skip a task changed in the same millisecond)."""
+    row = dict(zip(_ROW_COLUMNS, values, strict=True))
+    if row["updated_at"] is not None and row["updated_at"].tzinfo is None:  # SQLite: naive UTC
+        row["updated_at"] = row["updated_at"].replace(tzinfo=UTC)
+    return cursor_of(SimpleNamespace(pk=row["id"], **row), column_order(stage))
 
 
 def _values_of(queries: list, batch: int, using: str) -> Iterator[tuple]:
@@ -87,6 +118,7 @@ def _values_of(queries: list, batch: int, using: str) -> Iterator[tuple]:
 
 
 _ROW_COLUMNS = (*CARD_COLUMNS, "has_deps")  # has_deps: whether to look up its dependencies
+_STAGE = _ROW_COLUMNS.index("stage")
 _CARD_JSON = ("resources", "requires", "prefers")  # null or a list / an object: no default to fill
 _CARD_TIMES = ("lease_expires_at", "not_before", "created_at", "updated_at", "stage_changed_at",
                "progress_changed_at")
@@ -150,10 +182,10 @@ def _with_deps(rows: list[dict], using: str) -> list[tuple[dict, list[str]]]:
 _DEPS_OF = f"SELECT task_id, depends_on_id FROM {Dependency._meta.db_table} WHERE task_id IN"
 
 
-def board_tasks(*, terminal_limit: int = 200, using: str = "default") -> dict:
-    """board_parts() all at once, for small boards (bench/board.py): {"counts", "last_event_id",
+def board_tasks(*, page_size: int | None = None, using: str = "default") -> dict:
+    """board_parts() all at once (bench/board.py): {"counts", "last_event_id", "next_pages",
     "tasks": [row, ...], "deps": {id: [dep, ...]}}."""
-    parts = board_parts(terminal_limit=terminal_limit, using=using)
+    parts = board_parts(page_size=page_size, using=using)
     board = {**next(parts), "tasks": [], "deps": {}}
     for part in parts:
         for row, deps in part:

@@ -7,8 +7,8 @@
 // comes back over the socket like any other change.
 
 import {
-  applyMatches, applyTask, filterMatches, hasTask, moreCursor, prepare, setApprovals, setBulkJob, setDepStage,
-  setMoreCursor, subscribe,
+  applyMatches, applyPage, applyTask, filterMatches, hasTask, moreCursor, prepare, setApprovals, setBulkJob,
+  setDepStage, subscribe,
 } from "./store.js";
 
 const DEP_REQUESTS = 4; // dependencies not on the board asked for at once
@@ -42,17 +42,23 @@ export async function loadTask(id) {
   return { task, applied: applyTask(task, { older: !hasTask(id) }) };
 }
 
-/** "show more" of a finished column: its older tasks, a page at a time (GET /board/filter with
- * no filter: most recent first, as the column shows them, each card with who ran it), until at
- * least one is new to the page or none is left. */
-export async function loadOlder(stage) {
+/** A column's next page, as the user scrolls to its end (GET /board/filter with no filter: in
+ * the column's order, each COMPLETED card with who ran it), until at least one card is new to
+ * the page or none is left. Only one load per column runs at a time. */
+const loading = new Map(); // stage -> the load under way
+export function loadMore(stage) {
+  if (!loading.has(stage)) loading.set(stage, loadPages(stage).finally(() => loading.delete(stage)));
+  return loading.get(stage);
+}
+
+async function loadPages(stage) {
   let added = 0;
   while (added === 0) {
     const cursor = moreCursor(stage);
-    if (cursor === null) break;
-    const page = await getJson(`/board/filter?stage=${stage}${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ""}`);
-    for (const task of page.tasks) if (applyTask(task, { older: true })) added++;
-    setMoreCursor(stage, page.more[stage] || null);
+    if (!cursor) break;
+    const page = await getJson(`/board/filter?stage=${stage}&cursor=${encodeURIComponent(cursor)}`);
+    if (moreCursor(stage) !== cursor) break; // a snapshot came meanwhile: its windows hold
+    added += applyPage(stage, page.tasks, page.more[stage] || null);
   }
 }
 
@@ -77,7 +83,7 @@ export async function loadMatches(filter, key) {
   if (mine === matchRequest) applyMatches(key, answer);
 }
 
-/** "show more" of a finished column under the filter: its next page of matches. */
+/** "show more" of a column under the filter: its next page of matches. */
 export async function loadMoreMatches(stage, filter, key) {
   const matched = filterMatches();
   const cursor = matched && matched.key === key ? matched.more.get(stage) : null;

@@ -12,7 +12,7 @@ import {
   allTasks, countIn, depDead, depDone, getProblems, getTask, idsIn, moreCursor, positionOf, queueClosed, keyFull,
   rateKeyHeld, fairnessKeySpent, resourceWait, strandedWhy, subscribe, unclaimableWhy, waitingApprovalOf,
 } from "./store.js";
-import { loadOlder } from "./api.js";
+import { loadMore } from "./api.js";
 import {
   clearFilters, currentFilter, currentMatches, loadMoreMatching, matches, matchingCounts, matchingLoaded,
   refreshFilterChoices, subscribeView,
@@ -162,6 +162,11 @@ function flush() {
   refreshFilterChoices();
 }
 
+/** After a redraw: any column whose window no longer reaches its scrolled end loads on. */
+function loadWhereShort() {
+  for (const stage of STAGES) loadIfNearEnd(stage);
+}
+
 function renderCounts() {
   const shown = matchingCounts();
   renderNoMatch(shown);
@@ -172,14 +177,15 @@ function renderCounts() {
     column.classList.toggle("empty", !(countIn(stage) > 0));
     column.querySelector("h2 .count").textContent = shown ? `${shown[stage]} of ${countIn(stage)}` : countIn(stage);
     const more = column.querySelector(".show-more");
-    if (more && TERMINAL.has(stage)) {
+    if (more) {
       // Under a filter: the matches the server counted that are not loaded yet.
       const server = shown && currentMatches();
       const hidden = server ? shown[stage] - matchingLoaded(stage) : countIn(stage) - idsIn(stage).length;
-      more.hidden = hidden <= 0 || (server ? !server.more.get(stage) : moreCursor(stage) === null);
-      more.textContent = `show more (${hidden} older${server ? " matching" : ""})`;
+      more.hidden = hidden <= 0 || !(server ? server.more.get(stage) : moreCursor(stage));
+      more.textContent = `show more (${hidden} ${TERMINAL.has(stage) ? "older" : "more"}${server ? " matching" : ""})`;
     }
   }
+  requestAnimationFrame(loadWhereShort); // once the cards are laid out
 }
 
 /** A filter that hides every card of the shown columns says so, offers to clear it, and links
@@ -515,7 +521,7 @@ function applyFilter() {
 }
 
 /** Redraw what the model and the view announce, tick the clocks, and wire the problems panel
- * and the terminal columns' "show more" (older finished tasks from the API). */
+ * and each column's "show more" (its next page from the server: clicked, or scrolled to). */
 export function startRendering() {
   subscribe((change) => {
     if (change.what === "snapshot") {
@@ -556,20 +562,36 @@ export function startRendering() {
     if (li && (e.key === "Enter" || e.key === " ")) { e.preventDefault(); highlight(li.dataset.task); }
   });
 
-  for (const stage of TERMINAL) {
+  for (const stage of STAGES) {
     const button = COLUMN_ELS.get(stage)?.querySelector(".show-more");
     if (!button) continue;
     button.addEventListener("click", async () => {
+      if (button.disabled) return;
       button.disabled = true;
       try {
         // Its tasks and cursor land in the model: redrawn from there.
         if (currentMatches()) await loadMoreMatching(stage);
-        else await loadOlder(stage);
+        else await loadMore(stage);
       } catch (err) {
         showMessage(`could not load more ${stage} tasks: ${err.message || err}`, "error");
+        return; // no retry loop: the button stays for a click
       } finally {
         button.disabled = false;
       }
+      requestAnimationFrame(() => loadIfNearEnd(stage)); // the page added little: on to the next
     });
+    cardsOf(stage).addEventListener("scroll", () => loadIfNearEnd(stage), { passive: true });
   }
+}
+
+// A column's next page loads when its cards are scrolled to within SCROLL_AHEAD_PX of their end
+// (or its window no longer fills it: claims took its first cards), as if its "show more" was
+// clicked; the button stays for a keyboard or a click.
+const SCROLL_AHEAD_PX = 600;
+
+function loadIfNearEnd(stage) {
+  const button = COLUMN_ELS.get(stage).querySelector(".show-more");
+  const list = cardsOf(stage);
+  if (button.hidden || button.disabled || COLUMN_ELS.get(stage).hidden) return;
+  if (list.scrollTop + list.clientHeight >= list.scrollHeight - SCROLL_AHEAD_PX) button.click();
 }

@@ -15,7 +15,8 @@
 
 import { columnsEl, LOGIN_URL } from "./page.js";
 import {
-  applySnapshot, applyTask, getTask, removeTask, setBulkJob, setInsights, setProblems, setQueues, snapshotCount,
+  applySnapshot, applyTask, countMove, knownTask, removeTask, setBulkJob, setInsights, setProblems, setQueues,
+  snapshotCount,
 } from "./store.js";
 
 const NOT_ALLOWED = 4403; // board/live/consumers.py NOT_ALLOWED
@@ -46,6 +47,7 @@ let snapshotEventId = 0; // the last event the current snapshot includes
 // had taken an id and not committed yet when it was read): every other event up to
 // snapshotEventId is in the snapshot.
 let unseenAtSnapshot = new Set();
+const countedUnseen = new Set(); // those of them whose events came since (counted once)
 let snapshotRemovalId = 0; // the last record of a deleted task the current snapshot accounts for
 let maxEventId = 0; // the highest event id seen since that snapshot
 const missingEvents = new Map(); // event id skipped over -> when it was noticed
@@ -171,6 +173,7 @@ function onSnapshot(snap) {
   backoff = BACKOFF_FIRST_MS;
   snapshotEventId = snap.last_event_id || 0;
   unseenAtSnapshot = new Set(snap.unseen_event_ids || []);
+  countedUnseen.clear();
   snapshotRemovalId = snap.last_removal_id || 0;
   maxEventId = snapshotEventId;
   missingEvents.clear();
@@ -187,16 +190,23 @@ function onSnapshot(snap) {
 
 function applyChange(event, task) {
   noteEventId(event.id);
-  const shown = getTask(task.id);
-  // A change the snapshot already holds, to a task it left out (a finished one older than the
-  // most recent it sends, or one deleted since): nothing to show. Such a frame was built before
-  // the snapshot was read and reached the page after it; its task may be an older state (a
-  // RUNNING card that has finished since). The snapshot holds every event up to its last one
-  // but those it lists as unseen: on PostgreSQL a transaction takes its event id before it
-  // commits, so a change committed after the snapshot was read can have a lower id
-  // (board/live/outbox.py), and the page applies it.
-  if (!shown && event.id <= snapshotEventId && !unseenAtSnapshot.has(event.id)) return;
-  if (shown && event.version > shown.version + 1) requestSnapshot(); // a lost frame
+  // The snapshot holds every event up to its last one but those it lists as unseen: on
+  // PostgreSQL a transaction takes its event id before it commits, so a change committed after
+  // the snapshot was read can have a lower id (board/live/outbox.py), and the page applies it.
+  // A later event's move is counted once: the columns' counts are the snapshot's plus these.
+  const after = event.id > snapshotEventId || unseenAtSnapshot.has(event.id);
+  if (after && !countedUnseen.has(event.id)) {
+    if (event.id <= snapshotEventId) countedUnseen.add(event.id);
+    countMove(event);
+  }
+  if (!task) return; // deleted since (a "removed" frame says so)
+  const known = knownTask(task.id);
+  // A change the snapshot already holds, to a task it left out (one past its column's first
+  // page, or one deleted since): nothing to show. Such a frame was built before the snapshot was
+  // read and reached the page after it; its task may be an older state (a RUNNING card that has
+  // finished since).
+  if (!known && !after) return;
+  if (known && event.version > known.version + 1) requestSnapshot(); // a lost frame
   applyTask(task);
 }
 

@@ -19,12 +19,24 @@
 
 import { ancestorsOf, rateText, resourceNeeds, STAGES, TERMINAL } from "./page.js";
 
-const tasks = new Map(); // id -> task
+// A column holds a window of its tasks: the snapshot's first page of each (the server's
+// COLUMN_PAGE, in the column's order), grown a page at a time as the user scrolls (applyPage).
+// `edges` holds, per column, the last card of its window (its sort key, as that card was when
+// loaded), and `moreCursors` the API cursor of the page after it (null: the window is the whole
+// column, and has no edge). A change lands on a card when the task is shown already, or when it
+// sorts inside its column's window; any other change is kept in `offWindow` (the newest state
+// the page knows of a task it does not show): the version rule holds for it, a page landing
+// later places it where it belongs, and a dependency's stage is read from it.
+const tasks = new Map(); // id -> task shown (in its column's `order`)
+const offWindow = new Map(); // id -> the newest task the socket brought that sorts past its column's window
 const dependents = new Map(); // dependency id -> Set of ids of the tasks that wait for it
-const order = new Map(STAGES.map((s) => [s, []])); // stage -> ids in display order
-const counts = Object.fromEntries(STAGES.map((s) => [s, 0])); // stage -> tasks in it (all, not only those loaded)
-const moreCursors = new Map(); // terminal stage -> API cursor, or null once everything was loaded
-const olderTerminal = new Map(); // finished tasks loaded by "show more" or a link (kept over snapshots)
+const order = new Map(STAGES.map((s) => [s, []])); // stage -> ids shown, in display order
+// stage -> tasks in it on the server (all, not only those loaded): the snapshot's counts plus
+// every move after it (countMove), minus the deleted ones (removeTask).
+const counts = Object.fromEntries(STAGES.map((s) => [s, 0]));
+const moreCursors = new Map(); // stage -> API cursor of its next page, or null once everything was loaded
+const edges = new Map(); // stage -> {stage, claim_rank, id, updatedMs} of the window's last card; none when whole
+const olderTerminal = new Map(); // finished tasks loaded outside a window ("show more" under a filter, a link), kept over snapshots
 const depInfo = new Map(); // id -> {stage} of dependencies not on the board (fetched)
 const depAsked = new Set(); // dependencies not on the board already asked for
 let problems = [];
@@ -110,10 +122,15 @@ export function countIn(stage) {
   return counts[stage] || 0;
 }
 
-/** The API cursor of a terminal column's next "show more" page: undefined before the first,
- * null once everything was loaded. */
+/** The API cursor of a column's next page (GET /board/filter?stage=&cursor=): null once
+ * everything was loaded. */
 export function moreCursor(stage) {
   return moreCursors.get(stage);
+}
+
+/** The newest state the page knows of task `id`, shown or not (undefined: none). */
+export function knownTask(id) {
+  return tasks.get(id) || offWindow.get(id);
 }
 
 export function getProblems() {
@@ -357,9 +374,26 @@ function flips(shown, now) {
   return flipped;
 }
 
-export function setMoreCursor(stage, cursor) {
+/** A column's next page (GET /board/filter?stage=, api.js): its tasks land on cards (newer
+ * ones only, like any), the window now ends at its last card, and the changes the socket
+ * brought of tasks that now fall inside it are shown too. `cursor`: the page after it, or null
+ * when this was the column's last. Returns how many cards it added. */
+export function applyPage(stage, page, cursor) {
+  const redraw = [];
+  let added = 0;
+  for (const task of page) {
+    const landed = land(task, "always");
+    if (landed) { redraw.push(...landed); added++; }
+  }
   moreCursors.set(stage, cursor);
-  changed([], true);
+  // The window ends at the page's last card as the server read it (prepared by land).
+  if (cursor === null) edges.delete(stage);
+  else if (page.length) edges.set(stage, edgeOf(page[page.length - 1]));
+  for (const task of [...offWindow.values()]) {
+    if (task.stage === stage && inWindow(task)) redraw.push(...(land(task, "page") || []));
+  }
+  changed(redraw, true);
+  return added;
 }
 
 /** The stage of dependency `id`, not on the board ("UNKNOWN" when the API has no such task). */
@@ -386,7 +420,8 @@ export function prepare(task) {
 }
 
 // Display order: live stages as the server lists them, the order claims take them in (the line's
-// claim_rank, then id: board/engine/fairness.py); terminal stages most recent first.
+// claim_rank, then id: board/engine/fairness.py); terminal stages most recent first. (The server
+// pages a column in the same order: board/live/reads.py column_order.)
 function compare(a, b) {
   if (TERMINAL.has(a.stage)) {
     if (a.updatedMs !== b.updatedMs) return b.updatedMs - a.updatedMs;
@@ -431,14 +466,26 @@ function linkDeps(task) {
   }
 }
 
-/** Replace everything with the snapshot's board (the finished tasks loaded on demand stay). */
+const edgeOf = (task) => ({ stage: task.stage, claim_rank: task.claim_rank, id: task.id, updatedMs: task.updatedMs });
+
+/** Whether `task` sorts inside its column's window (at or before the window's last card). */
+function inWindow(task) {
+  const edge = edges.get(task.stage);
+  return !edge || compare(task, edge) <= 0;
+}
+
+/** Replace everything with the snapshot's board: each column's first page, its count and the
+ * cursor of its next page (the finished tasks loaded outside a window stay). */
 export function applySnapshot(snap) {
   snapshotsApplied++;
   tasks.clear();
+  offWindow.clear();
   dependents.clear();
+  edges.clear();
   for (const s of STAGES) {
     order.set(s, []);
     counts[s] = snap.counts[s] || 0;
+    moreCursors.set(s, (snap.next_pages || {})[s] || null);
   }
   for (const task of snap.tasks) {
     prepare(task);
@@ -448,9 +495,12 @@ export function applySnapshot(snap) {
   }
   // The server sends them in this order; sorting here too keeps the binary searches exact
   // (times are compared in milliseconds here).
-  for (const ids of order.values()) ids.sort((a, b) => compare(tasks.get(a), tasks.get(b)));
+  for (const [stage, ids] of order) {
+    ids.sort((a, b) => compare(tasks.get(a), tasks.get(b)));
+    if (moreCursors.get(stage) !== null && ids.length) edges.set(stage, edgeOf(tasks.get(ids[ids.length - 1])));
+  }
   for (const task of olderTerminal.values()) {
-    if (!tasks.has(task.id)) {
+    if (!tasks.has(task.id) && TERMINAL.has(task.stage)) {
       tasks.set(task.id, task);
       insertIntoOrder(task);
       linkDeps(task);
@@ -460,36 +510,49 @@ export function applySnapshot(snap) {
   tell({ what: "snapshot" });
 }
 
-/** Show `task` if it is newer than what the page shows. Returns true when applied. `older`:
- * a finished task loaded from the API, already counted in its stage's count. */
+/** Show `task` if it is newer than what the page knows. Returns true when applied. `older`: a
+ * task loaded from the API (a link, the details panel): shown wherever it sorts, window or not.
+ * Counts do not change here: they follow the socket's events (countMove). */
 export function applyTask(task, { older = false } = {}) {
-  const redraw = land(task, older);
+  const redraw = land(task, older ? "always" : "window");
   if (redraw) changed(redraw, true);
   return !!redraw;
 }
 
-/** applyTask without telling: the ids to redraw, or null when `task` was not newer. */
-function land(task, older) {
+/** applyTask without telling: the ids to redraw, or null when `task` was not newer. `place`:
+ * "window" (a socket change: shown when its task is, or when it sorts inside its column's
+ * window; else kept off the window), "always" (loaded from the API: shown, and kept over
+ * snapshots when finished) or "page" (a change kept off the window that a page now covers). A
+ * task kept off the window is shown by "always" or "page" at the same version too. */
+function land(task, place) {
   prepare(task);
   const shown = tasks.get(task.id);
-  if (shown && task.version <= shown.version) return null;
-  const redraw = [task.id];
-  if (shown) {
-    removeFromOrder(shown);
-    if (shown.stage !== task.stage) {
-      counts[shown.stage] = Math.max(0, (counts[shown.stage] || 0) - 1);
-      counts[task.stage] = (counts[task.stage] || 0) + 1;
-      redraw.push(...(dependents.get(task.id) || []));
-    }
-  } else if (!older) {
-    counts[task.stage] = (counts[task.stage] || 0) + 1;
-    redraw.push(...(dependents.get(task.id) || []));
+  const known = shown || offWindow.get(task.id);
+  if (known && (task.version < known.version || (task.version === known.version && (shown || place === "window")))) {
+    return null;
   }
-  tasks.set(task.id, task);
-  insertIntoOrder(task);
-  if (!shown) linkDeps(task);
-  if (older) olderTerminal.set(task.id, task);
+  const redraw = [task.id];
+  if (!known || known.stage !== task.stage) redraw.push(...(dependents.get(task.id) || []));
+  if (shown) removeFromOrder(shown);
+  if (shown || place !== "window" || inWindow(task)) {
+    offWindow.delete(task.id);
+    tasks.set(task.id, task);
+    insertIntoOrder(task);
+    if (!shown) linkDeps(task);
+    if (place === "always") olderTerminal.set(task.id, task);
+  } else {
+    offWindow.set(task.id, task);
+  }
   return redraw;
+}
+
+/** A move the socket's events tell (from_stage -> to_stage, once per event after the snapshot,
+ * socket.js): the columns' counts follow it, whether or not the page shows the task. */
+export function countMove(event) {
+  if (event.from_stage === event.to_stage) return;
+  if (event.from_stage) counts[event.from_stage] = Math.max(0, (counts[event.from_stage] || 0) - 1);
+  counts[event.to_stage] = (counts[event.to_stage] || 0) + 1;
+  changed([], true);
 }
 
 /** The server's answer to the board's filter `key` (GET /board/filter, api.js): how many tasks
@@ -498,7 +561,7 @@ function land(task, older) {
  * change tells it, marked `matches` (view.js asks again after other changes, not after these). */
 export function applyMatches(key, answer, { page = false } = {}) {
   const redraw = [];
-  for (const task of answer.tasks) redraw.push(...(land(task, true) || []));
+  for (const task of answer.tasks) redraw.push(...(land(task, "always") || []));
   if (!page) {
     // A search line's answer names its matching tasks: the unfinished ones by id, the finished
     // ones by the cards it sent.
@@ -512,18 +575,17 @@ export function applyMatches(key, answer, { page = false } = {}) {
   tell({ what: "tasks", ids: redraw, counts: true, matches: true });
 }
 
-/** A task the prune deleted: its card goes, and it leaves the count of its column (`stage`:
- * the stage it was deleted in, for a task the page never loaded; a loaded one is counted where
- * the page shows it). */
+/** A task the prune deleted: its card goes, and it leaves the count of `stage` (the stage it
+ * was deleted in: the counts follow the events, not the cards). */
 export function removeTask(id, stage) {
   const shown = tasks.get(id);
-  const from = shown ? shown.stage : stage;
-  counts[from] = Math.max(0, (counts[from] || 0) - 1);
+  counts[stage] = Math.max(0, (counts[stage] || 0) - 1);
   if (shown) {
     removeFromOrder(shown);
     tasks.delete(id);
     for (const dep of shown.deps || []) dependents.get(dep)?.delete(id);
   }
+  offWindow.delete(id);
   olderTerminal.delete(id);
   changed([id], true);
 }
@@ -534,7 +596,7 @@ export function removeTask(id, stage) {
 /** Whether dependency `dep` has completed: true or false, or null while unknown (a task not on
  * the board is then asked for: api.js fetches it, a few at a time, and its dependents redraw). */
 export function depDone(dep) {
-  const task = tasks.get(dep) || depInfo.get(dep);
+  const task = knownTask(dep) || depInfo.get(dep);
   if (!task) {
     askForDep(dep);
     return null;
@@ -544,7 +606,7 @@ export function depDone(dep) {
 
 /** Whether dependency `dep` is a dead end as far as the board knows (CANCELLED or FAILED). */
 export function depDead(dep) {
-  const task = tasks.get(dep) || depInfo.get(dep);
+  const task = knownTask(dep) || depInfo.get(dep);
   return Boolean(task) && (task.stage === "CANCELLED" || task.stage === "FAILED");
 }
 
@@ -564,8 +626,8 @@ const STRANDABLE = new Set(["PENDING", "QUEUED", "RUNNING", "PAUSED"]); // as ch
 
 /** The tasks that wait for `id`, directly or down the chain, and that a cancel leaves unable
  * to run: {ids (sorted), complete}. Only live tasks are walked (a finished one waits for
- * nothing), and every live task is on the page (the snapshot holds them all); `complete` is
- * false when a live column holds fewer cards than its count says. */
+ * nothing), among those the page shows; `complete` is false when a live column holds fewer
+ * cards than its count says (its window is not the whole column). */
 export function strandedBy(id) {
   const found = new Set();
   const todo = [id];

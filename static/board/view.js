@@ -7,7 +7,7 @@
 // details.js (the panel of the open task) subscribe to its changes (`subscribeView`). It listens
 // to the model (store.js) for the snapshot that a task named by the URL waits for.
 
-import { COLUMN_ELS, columnsEl, showMessage, STAGES, TERMINAL } from "./page.js";
+import { COLUMN_ELS, columnsEl, showMessage, STAGES } from "./page.js";
 import { allTasks, filterMatches, getTask, hasTask, idsIn, snapshotCount, subscribe } from "./store.js";
 import { loadMatches, loadMoreMatches, loadTask } from "./api.js";
 
@@ -81,22 +81,20 @@ export function currentMatches() {
   return f && matched && matched.key === keyOf(f) ? matched : null;
 }
 
-/** Per stage, how many tasks match the filter; null when none is set. The page holds every
- * unfinished task, so their columns are counted here, at once; a finished column holds only its
- * most recent tasks, so the server counts those over every task (GET /board/filter, asked
- * again at most REFRESH_MS after a change), and they are counted here only until it answers. */
+/** Per stage, how many tasks match the filter; null when none is set. A column holds a window
+ * of its tasks (its first page, and those scrolled to), so the server counts over every task
+ * (GET /board/filter, asked again at most REFRESH_MS after a change); the loaded cards are
+ * counted here only until it answers. */
 export function matchingCounts() {
   const f = currentFilter();
   if (!f) return null;
   const server = currentMatches();
   const out = {};
-  for (const stage of STAGES) {
-    out[stage] = server && (TERMINAL.has(stage) || f.search) ? server.counts[stage] : matchingLoaded(stage, f);
-  }
+  for (const stage of STAGES) out[stage] = server ? server.counts[stage] : matchingLoaded(stage, f);
   return out;
 }
 
-/** "show more" of finished column `stage` under the filter: its next page of matches lands. */
+/** "show more" of column `stage` under the filter: its next page of matches lands. */
 export async function loadMoreMatching(stage) {
   const f = currentFilter();
   if (f) await loadMoreMatches(stage, f, keyOf(f));

@@ -4,7 +4,7 @@ import pytest
 from django.db import connections
 
 from board.live import board_filter
-from tests.test_board_filter import check_counts_and_pages
+from tests.test_board_filter import check_counts_and_pages, check_snapshot_pages
 from tests.test_search import check_search
 from tests.test_list_orders import check_claim_order_pages, check_every_order_pages_by_cursor, check_latest_events
 
@@ -27,6 +27,10 @@ def test_every_order_of_the_task_list_pages_by_cursor_in_exactly_its_sort():
 def test_the_boards_filter_counts_every_task_and_pages_the_finished_matches(monkeypatch):
     monkeypatch.setattr(board_filter, "CARDS_PER_PAGE", 20)
     check_counts_and_pages()
+
+
+def test_a_snapshots_columns_resume_page_by_page_to_the_whole_column(monkeypatch):
+    check_snapshot_pages(monkeypatch)
 
 
 def test_each_search_qualifier_finds_exactly_its_tasks():

@@ -1,0 +1,102 @@
+"""Columns longer than a page, in a real browser (Debian's Chromium, Playwright) against the real
+server (issue 31): the snapshot brings each column's first page (board.live.reads.COLUMN_PAGE)
+and every count; scrolling a column to its end loads the next page; a change past a column's
+window changes its count only, and its card shows once the column is scrolled to it; changes
+land in the right place; the counts stay exact however many of the moved tasks the page holds.
+The protocol's rules: docs/live-protocol.md ("Applying frames")."""
+from __future__ import annotations
+
+import pytest
+
+from board.engine import transitions
+from board.engine.transitions import TaskSpec
+from board.live.reads import COLUMN_PAGE
+from board.models import Task
+from tests.support import sqlite_db_mark
+from tests.test_browser import SLOW, browser, card, count, open_board, orm, server  # noqa: F401  (fixtures)
+
+try:
+    from playwright.sync_api import expect
+except ImportError:  # reported before each test (the `browser` marker, tests/conftest.py)
+    expect = None
+
+pytestmark = [pytest.mark.browser, *sqlite_db_mark()]
+
+QUEUED = '.column[data-stage="QUEUED"]'
+
+
+def shown_ids(page, stage: str) -> list[str]:
+    return page.locator(f'.column[data-stage="{stage}"] .card').evaluate_all("cs => cs.map(c => c.dataset.id)")
+
+
+def db_column(stage: str) -> list[str]:
+    order = ("-updated_at", "-id") if stage in ("COMPLETED", "FAILED", "CANCELLED") else ("claim_rank", "id")
+    return list(Task.objects.filter(stage=stage).order_by(*order).values_list("id", flat=True))
+
+
+def scroll_to_end(page, stage: str) -> None:
+    """Scroll the column's cards to their end, as a person does, until it has loaded them all."""
+    column = page.locator(f'.column[data-stage="{stage}"]')
+    page.wait_for_function("""stage => {
+        const column = document.querySelector(`.column[data-stage="${stage}"]`);
+        const list = column.querySelector('.cards');
+        list.scrollTop = list.scrollHeight;
+        return column.querySelector('.show-more').hidden;
+    }""", arg=stage, timeout=SLOW, polling=200)
+    expect(column.locator(".show-more")).to_be_hidden()
+
+
+def test_a_long_column_shows_its_first_page_then_the_rest_as_it_is_scrolled(open_board, orm):
+    total = 2 * COLUMN_PAGE + 50
+    orm(transitions.create, [TaskSpec(id=f"q{i:03d}", title=f"queued {i}") for i in range(total)])
+    page = open_board()
+    expect(count(page, "QUEUED")).to_have_text(str(total))
+    expect(page.locator(f"{QUEUED} .card")).to_have_count(COLUMN_PAGE)
+    assert shown_ids(page, "QUEUED") == [f"q{i:03d}" for i in range(COLUMN_PAGE)]  # the claim order's first
+    expect(page.locator(f"{QUEUED} .show-more")).to_have_text(f"show more ({total - COLUMN_PAGE} more)")
+
+    # Changes past the window: the counts follow, no card appears (and none is lost).
+    beyond = [f"q{i:03d}" for i in range(total - 10, total)]
+
+    def finish_beyond():
+        for task_id in beyond:
+            held = transitions.claim(task_id, "agent-1", 60)
+            transitions.complete(task_id, held.lease.token, {"ok": True})
+        transitions.create([TaskSpec(id=f"late{i}", title="at the back") for i in range(3)])
+        transitions.create(TaskSpec(id="urgent", title="to the front", priority=10))
+        transitions.claim("q000", "agent-2", 60)  # inside the window: its card moves
+
+    orm(finish_beyond)
+    expect(count(page, "QUEUED")).to_have_text(str(total - 10 + 3 + 1 - 1))
+    expect(count(page, "COMPLETED")).to_have_text("10")
+    expect(card(page, "q000", "RUNNING")).to_be_visible()
+    expect(card(page, "urgent", "QUEUED")).to_be_visible()
+    assert shown_ids(page, "QUEUED")[0] == "urgent"
+    assert shown_ids(page, "COMPLETED") == list(reversed(beyond))
+    # Past the window: neither the late ones nor the tasks of the next page are drawn yet.
+    assert not set(shown_ids(page, "QUEUED")) & {"late0", "late1", "late2", f"q{COLUMN_PAGE + 1:03d}"}
+
+    # Scrolled to its end, the column loads page after page until it holds exactly the column.
+    scroll_to_end(page, "QUEUED")
+    assert shown_ids(page, "QUEUED") == orm(db_column, "QUEUED")
+    assert len(shown_ids(page, "QUEUED")) == total - 10 + 3
+    # A change at the bottom of the (now whole) column lands there.
+    orm(transitions.create, TaskSpec(id="last", title="newest"))
+    expect(card(page, "last", "QUEUED")).to_be_visible()
+    assert shown_ids(page, "QUEUED") == orm(db_column, "QUEUED")
+
+
+def test_a_change_below_the_window_counts_at_once_and_shows_its_card_when_scrolled_to(open_board, orm):
+    orm(transitions.create, [TaskSpec(id=f"w{i:03d}", title=f"waiting {i}") for i in range(COLUMN_PAGE + 40)])
+    page = open_board()
+    expect(page.locator(f"{QUEUED} .card")).to_have_count(COLUMN_PAGE)
+    far = f"w{COLUMN_PAGE + 20:03d}"
+    # Its title changes (an edit: a new version) while the page does not show it.
+    orm(transitions.edit, far, actor="op", version=0, title="edited while away")
+    orm(transitions.cancel, f"w{COLUMN_PAGE + 30:03d}", actor="op")
+    expect(count(page, "QUEUED")).to_have_text(str(COLUMN_PAGE + 39))
+    expect(count(page, "CANCELLED")).to_have_text("1")
+    expect(card(page, far)).to_have_count(0)
+    scroll_to_end(page, "QUEUED")
+    expect(card(page, far, "QUEUED").locator(".card-title")).to_have_text("edited while away")
+    assert shown_ids(page, "QUEUED") == orm(db_column, "QUEUED")
