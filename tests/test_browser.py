@@ -169,6 +169,18 @@ def count(page, stage: str):
     return page.locator(f'.column[data-stage="{stage}"] h2 .count')
 
 
+def scroll_to_end(page, stage: str) -> None:
+    """Scroll the column's cards to their end, as a person does, until it has loaded them all
+    (a column holds its first page, board.live.reads.COLUMN_PAGE, and loads on as scrolled)."""
+    page.wait_for_function("""stage => {
+        const column = document.querySelector(`.column[data-stage="${stage}"]`);
+        const list = column.querySelector('.cards');
+        list.scrollTop = list.scrollHeight;
+        return column.querySelector('.show-more').hidden;
+    }""", arg=stage, timeout=SLOW, polling=200)
+    expect(page.locator(f'.column[data-stage="{stage}"] .show-more')).to_be_hidden()
+
+
 def csrf(page) -> str:
     return next(c["value"] for c in page.context.cookies() if c["name"] == "csrftoken")
 
@@ -357,6 +369,7 @@ def test_a_big_column_keeps_the_server_order_as_cards_come_and_go(open_board, or
     orm(transitions.create, [TaskSpec(id=f"c{i:03d}", title="column", priority=rng.randrange(5)) for i in range(250)])
     page = open_board()
     stages = page.locator(".column").evaluate_all("cols => cols.map(c => c.dataset.stage)")
+    scroll_to_end(page, "QUEUED")  # past its first page: the whole column on the page
     expect(page.locator('.column[data-stage="QUEUED"] .card')).to_have_count(250)
 
     def churn():

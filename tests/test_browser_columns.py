@@ -13,7 +13,7 @@ from board.engine.transitions import TaskSpec
 from board.live.reads import COLUMN_PAGE
 from board.models import Task
 from tests.support import sqlite_db_mark
-from tests.test_browser import SLOW, browser, card, count, open_board, orm, server  # noqa: F401  (fixtures)
+from tests.test_browser import SLOW, browser, card, count, open_board, orm, scroll_to_end, server  # noqa: F401  (fixtures)
 
 try:
     from playwright.sync_api import expect
@@ -32,18 +32,6 @@ def shown_ids(page, stage: str) -> list[str]:
 def db_column(stage: str) -> list[str]:
     order = ("-updated_at", "-id") if stage in ("COMPLETED", "FAILED", "CANCELLED") else ("claim_rank", "id")
     return list(Task.objects.filter(stage=stage).order_by(*order).values_list("id", flat=True))
-
-
-def scroll_to_end(page, stage: str) -> None:
-    """Scroll the column's cards to their end, as a person does, until it has loaded them all."""
-    column = page.locator(f'.column[data-stage="{stage}"]')
-    page.wait_for_function("""stage => {
-        const column = document.querySelector(`.column[data-stage="${stage}"]`);
-        const list = column.querySelector('.cards');
-        list.scrollTop = list.scrollHeight;
-        return column.querySelector('.show-more').hidden;
-    }""", arg=stage, timeout=SLOW, polling=200)
-    expect(column.locator(".show-more")).to_be_hidden()
 
 
 def test_a_long_column_shows_its_first_page_then_the_rest_as_it_is_scrolled(open_board, orm):
