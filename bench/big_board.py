@@ -12,7 +12,7 @@ board of that many tasks in a realistic mix of stages is written once per backen
 - **snapshot**: `board.live.frames.snapshot_frames()`, everything the server does before a new
   websocket's first frame (the read, the cards, the encoded frames: all are built before the
   first is sent), with the problems it carries computed by the same call, and again without
-  them ("cards": the server reuses a check() under half a second old, `Tailer.recent_problems`):
+  them ("cards": the server reuses its tailer's last check(), `Tailer.recent_problems`):
   seconds and tracemalloc peak, the first frame's size and all frames' size in bytes, and the
   cards they hold. The snapshot holds every column's count and its first page
   (`board.live.reads.COLUMN_PAGE`, 100 cards, in the column's order), so none of these should
@@ -403,7 +403,7 @@ def print_summary(rows: list[dict]) -> None:
     for r in rows:
         print(f"{r['backend']:<9} {r['tasks']:>10,} {r['cards_ms']:>11.1f} {r['snapshot_ms']:>15.1f} "
               f"{r['first_kb']:>14.1f} {r['total_kb']:>9.1f} {r['cards']:>6,}")
-    print("(medians; snapshot: reusing a check() under half a second old, as the server does; with check():"
+    print("(medians; snapshot: reusing the last check(), as the server does; with check():"
           " as for a first socket; KB = 1,000 bytes)")
 
 

@@ -178,6 +178,11 @@ class Task(models.Model):
             models.Index(fields=["owner"], name="task_owner"),
             # the admin's list: most recently updated first, and its queue filter.
             models.Index(fields=["-updated_at"], name="task_recent"),
+            # a finished column's pages on the live board (board.live.reads.column_order): most
+            # recent first within one stage, so that a page is a seek (SQLite sorted every
+            # COMPLETED task for each: 188 ms at 100,000 tasks). Not partial: SQLite uses a partial
+            # index only when the query repeats its condition.
+            models.Index(fields=["stage", "-updated_at", "-id"], name="task_column_recent"),
             # the task list's orders (board.engine.listing) on a big board: created (oldest
             # first, and newest read backwards) and priority, without sorting every task per page.
             # Neither column changes after a create but through an edit: claims pay nothing.
