@@ -47,6 +47,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import secrets
 import statistics
 import subprocess
@@ -58,6 +59,7 @@ from pathlib import Path
 PROJECT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(PROJECT))
 
+from bench.http_claims import process_cpu_seconds
 from bench.stats import percentile  # nearest-rank: the benchmarks' one percentile
 
 GOAL_P99_MS = 250.0
@@ -176,8 +178,20 @@ def writer_main(args: argparse.Namespace) -> None:
 # The client processes: n websocket clients each, keeping the board as the page does
 
 
+# A light client's parse of a "tasks" frame (see BoardClient): each item's event id, task and
+# version, read from the bytes as the server writes them (board.public.public_event's key order).
+LIGHT_EVENT = re.compile(rb'"event": \{"id": (\d+), "task": "((?:[^"\\]|\\.)*)", "verb": "[^"]*", '
+                         rb'"from_stage": "[^"]*", "to_stage": "[^"]*", "version": (\d+)')
+
+
 class BoardClient:
-    def __init__(self) -> None:
+    """A watcher. A full one keeps the board as the page does and is compared with the database
+    at the end; a light one (`light`) only times each change's arrival, with a regular
+    expression over the frame's bytes instead of a JSON parse and no state: a thousand full
+    clients' parsing would take the cores the server needs on this machine (issue 31)."""
+
+    def __init__(self, light: bool = False) -> None:
+        self.light = light
         self.tasks: dict[str, tuple[str, int]] = {}
         self.counts: dict[str, int] = {}
         self.snapshot_event_id = 0
@@ -260,12 +274,21 @@ async def run_client(client: BoardClient, url: str, origin: str, cookie: str, st
 
         while not stop.is_set():
             try:
-                raw = await asyncio.wait_for(ws.recv(), timeout=0.5)
+                raw = await asyncio.wait_for(ws.recv(decode=False), timeout=0.5)
             except asyncio.TimeoutError:
-                if client.stale_gap(time.time()):
+                if not client.light and client.stale_gap(time.time()):
                     await ask()
                 continue
             now = time.time()
+            if client.light and raw.startswith(b'{"type": "tasks"'):
+                found = LIGHT_EVENT.findall(raw)
+                for _, task_id, version in found:
+                    # The id as JSON wrote it (escapes undone, only where there are some).
+                    task = json.loads(b'"' + task_id + b'"') if b"\\" in task_id else task_id.decode()
+                    client.received.setdefault(task + "@" + version.decode(), now)
+                if found:
+                    client.max_event_id = max(client.max_event_id, *(int(eid) for eid, _, _ in found))
+                continue
             message = json.loads(raw)
             kind = message.get("type")
             if kind == "tasks":  # a batch, as the server sends every change (board/live/frames.py)
@@ -281,7 +304,7 @@ async def run_client(client: BoardClient, url: str, origin: str, cookie: str, st
 async def clients_main_async(args: argparse.Namespace) -> None:
     url = f"ws://127.0.0.1:{args.port}/ws/board/"
     origin = f"http://127.0.0.1:{args.port}"
-    clients = [BoardClient() for _ in range(args.count)]
+    clients = [BoardClient(light=n >= args.full) for n in range(args.count)]
     stop = asyncio.Event()
     runners = []
     for client in clients:  # connect gradually: the server builds one snapshot per socket
@@ -297,10 +320,13 @@ async def clients_main_async(args: argparse.Namespace) -> None:
     while time.time() < deadline and any(c.max_event_id < target or c.requested for c in clients):
         await asyncio.sleep(0.05)
     caught_up = time.time() - started
+    cpu = time.process_time()
     stop.set()
     await asyncio.gather(*runners, return_exceptions=True)
-    result = [{"tasks": c.tasks, "counts": c.counts, "received": c.received, "max_event_id": c.max_event_id,
-               "snapshots": c.snapshots, "snapshot_requests": c.snapshot_requests, "caught_up": caught_up}
+    result = [{"light": c.light, "tasks": c.tasks, "counts": c.counts, "received": c.received,
+               "max_event_id": c.max_event_id,
+               "snapshots": c.snapshots, "snapshot_requests": c.snapshot_requests, "caught_up": caught_up,
+               "process_cpu": cpu / len(clients)}
               for c in clients]
     Path(args.out).write_text(json.dumps(result))
 
@@ -320,11 +346,15 @@ def self_command(*extra: str) -> list[str]:
 def latency_phase(args, database_url: str, cookie: str, server, workdir: Path) -> dict:
     per_proc = [args.clients // args.client_procs + (1 if i < args.clients % args.client_procs else 0)
                 for i in range(args.client_procs)]
+    full = min(args.full_clients, args.clients)
+    full_per_proc = [full // args.client_procs + (1 if i < full % args.client_procs else 0)
+                     for i in range(args.client_procs)]
     procs = []
     for i, n in enumerate(per_proc):
         out = workdir / f"clients-{i}.json"
         proc = subprocess.Popen(
-            self_command("--role", "clients", "--port", str(server.port), "--count", str(n), "--out", str(out)),
+            self_command("--role", "clients", "--port", str(server.port), "--count", str(n),
+                         "--full", str(full_per_proc[i]), "--out", str(out)),
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=PROJECT,
             env={**os.environ, "TASKFLOW_BENCH_COOKIE": cookie})  # not on a command line
         procs.append((proc, out))
@@ -345,6 +375,7 @@ def _run_latency(args, database_url: str, server, workdir: Path, procs: list) ->
     print(f"{args.clients} clients connected and holding a snapshot")
 
     writer_out = workdir / "writer.json"
+    cpu_before = process_cpu_seconds(server.process.pid)
     writer = subprocess.run(
         self_command("--role", "writer", f"--database-url={database_url}",
                      "--rate", str(args.rate), "--seconds", str(args.seconds), "--out", str(writer_out),
@@ -365,6 +396,7 @@ def _run_latency(args, database_url: str, server, workdir: Path, procs: list) ->
     for proc, out in procs:
         proc.wait(timeout=CONVERGE_SECONDS + 60)
         results.extend(json.loads(out.read_text()))
+    server_cpu = process_cpu_seconds(server.process.pid) - cpu_before
 
     commit_at = {f"{tid}@{version}": at for tid, version, at in written["commits"]}
     latencies = []
@@ -377,6 +409,8 @@ def _run_latency(args, database_url: str, server, workdir: Path, procs: list) ->
                 missing_receipts += 1
             else:
                 latencies.append((got - at) * 1000)
+        if client["light"]:
+            continue
         shown = {tid: tuple(v) for tid, v in client["tasks"].items()}
         wrong = [tid for tid, sv in shown.items() if truth.get(tid) != sv]
         miscounted = [stage for stage, n in client["counts"].items() if n != truth_counts.get(stage, 0)]
@@ -385,7 +419,8 @@ def _run_latency(args, database_url: str, server, workdir: Path, procs: list) ->
     return {
         "transitions": len(written["commits"]), "writer_seconds": written["seconds"], "writer_errors": written["errors"],
         "latencies": latencies, "missing_receipts": missing_receipts, "divergent": divergent,
-        "clients": len(results), "snapshots_asked": sum(c["snapshot_requests"] for c in results),
+        "clients": len(results), "full_clients": sum(not c["light"] for c in results),
+        "server_cpu": server_cpu, "clients_cpu": sum(c["process_cpu"] for c in results), "snapshots_asked": sum(c["snapshot_requests"] for c in results),
         "last_event": last_event,
         "catch_up_seconds": max(c["caught_up"] for c in results),
         "behind": sum(c["max_event_id"] < last_event for c in results),
@@ -527,6 +562,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--clients", type=int, default=100)
     parser.add_argument("--client-procs", type=int, default=2, help="processes the clients are spread over")
+    parser.add_argument("--full-clients", type=int, default=50,
+                        help="clients that hold the board and are compared with the database (the others time only)")
     parser.add_argument("--rate", type=float, default=200.0, help="transitions per second")
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--tasks", type=int, default=10_000, help="tasks on the board for the page load")
@@ -542,6 +579,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--out", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--count", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--full", type=int, help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
 
@@ -583,7 +621,8 @@ def main(argv=None) -> int:
                 print()
                 print(f"transitions: {r['transitions']} in {r['writer_seconds']:.1f} s "
                       f"({r['transitions'] / r['writer_seconds']:.0f}/s; writer errors {r['writer_errors']})")
-                print(f"clients: {r['clients']}; messages timed: {len(lat)}; "
+                print(f"clients: {r['clients']} ({r['full_clients']} full, holding the board and compared with the "
+                      f"database; the others light: timing only); messages timed: {len(lat)}; "
                       f"never received: {r['missing_receipts']}; snapshots asked for: {r['snapshots_asked']}")
                 print(f"latency commit -> client: p50 {p50:.1f} ms, p90 {percentile(lat, 90):.1f} ms, "
                       f"p99 {p99:.1f} ms, max {max(lat) if lat else float('nan'):.1f} ms")
@@ -593,7 +632,11 @@ def main(argv=None) -> int:
                       "on the way and repaired by snapshots, or late)")
                 print(f"after the writer stopped, the clients took {r['catch_up_seconds']:.1f} s to reach the last "
                       f"event ({r['last_event']}); still behind after {CONVERGE_SECONDS:.0f} s: {r['behind']}")
-                print(f"divergent clients at the end: {len(r['divergent'])}")
+                print(f"server CPU over the writer's run and the catch-up: {r['server_cpu']:.1f} s, "
+                      f"{r['server_cpu'] * 1000 / max(1, r['transitions']):.2f} ms per change, "
+                      f"{r['server_cpu'] * 1e6 / max(1, len(lat)):.1f} us per change delivered to a client; "
+                      f"the client processes' CPU from their start: {r['clients_cpu']:.1f} s")
+                print(f"divergent clients at the end (of the full ones): {len(r['divergent'])}")
                 for n, wrong, miscounted, max_id in r["divergent"][:3]:
                     print(f"  client {n}: {wrong} tasks differ, counts differ in {miscounted or 'no column'}, "
                           f"last event seen {max_id}/{r['last_event']}")

@@ -27,8 +27,9 @@ from tests.test_live_board import WAIT, BoardSocket, staff_session
 
 pytestmark = pytest.mark.django_db(transaction=True, databases=["default"])
 
-BOARD_TASKS = 6000  # titles of 300 characters: a snapshot of about 2.5 MB (the issue's board: 2 MB)
+BOARD_TASKS = 6000  # titles of 300 characters: a snapshot of 2.5 MB before it held a page per column (issue 31)
 STUCK_SOCKETS = 40
+FLOOD_TASKS = 3000
 SEND_TIMEOUT = 8  # TASKFLOW_SOCKET_SEND_TIMEOUT of this module's server (default 30 s)
 TRANSPORT_HIGH_WATER = 64 * 1024  # asyncio's (and uvloop's) default for a transport's write buffer
 
@@ -160,8 +161,12 @@ def test_sockets_that_never_read_do_not_grow_the_servers_memory_past_a_bound(big
               f"(bound {bound / 2**20:.1f} MB; snapshot {probe.snapshot_bytes / 2**20:.1f} MB, "
               f"frames up to {probe.max_frame / 1024:.0f} KiB)")
         assert grown < bound, f"{STUCK_SOCKETS} sockets that never read grew the server by {grown / 2**20:.1f} MB"
-        # A socket that took no frame for SEND_TIMEOUT seconds is dropped, and lets go of its
-        # snapshot: the next stuck socket to come does not add one more.
+        # A socket that took no frame for SEND_TIMEOUT seconds is dropped, and lets go of what it
+        # holds: the next stuck socket to come does not add one more. A snapshot is each column's
+        # first page (tens of KB here), which the kernel's buffers take whole: changes fill them
+        # (FLOOD_TASKS cards of 300-character titles, about 2 MB of frames, shared by the sockets).
+        for start in range(0, FLOOD_TASKS, MAX_BATCH_TASKS):
+            transitions.create([TaskSpec(id=f"flood-{n}", title="f" * 300) for n in range(start, start + MAX_BATCH_TASKS)])
         wait_until(lambda: big_board_server.log_tail(10**7).count(STALLED) == STUCK_SOCKETS, SEND_TIMEOUT + WAIT,
                    "every stuck socket was dropped")
         # And the server still serves: a change reaches the probe.

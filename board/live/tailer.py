@@ -21,8 +21,9 @@ after a page's frame was built and handed to the sockets, so a pass that fails (
 error) reads the same events again next time (board.live.outbox).
 
 Waking up: the tailer polls a few times a second. A commit in this process wakes it at once
-(passes are at least MIN_PASS_SECONDS apart, so a burst of commits is read in one pass; with
-no socket, only parked claims, WAITERS_ONLY_PASS_SECONDS);
+(passes are at least `pass_gap` apart, MIN_PASS_SECONDS with a few sockets and more with many,
+so a burst of commits is read in one pass; with no socket, only parked claims,
+WAITERS_ONLY_PASS_SECONDS);
 with a Redis channel layer (REDIS_URL) a commit in any process wakes every tailer through the
 doorbell (board.live.doorbell), which is never the only carrier of an update: a Redis that
 hangs or refuses only leaves the poll to do it.
@@ -64,6 +65,18 @@ log = logging.getLogger("board.live.tailer")
 
 POLL_SECONDS = 0.1  # one indexed "id > last" query: cheap enough to ask ten times a second
 MIN_PASS_SECONDS = 0.02  # at most 50 passes a second, however often commits ring
+# The tick grows with the sockets: every frame costs each socket a send (and each watcher a
+# parse), so with many watchers a pass waits longer and gathers more changes into one frame:
+# 0.02 s with a few sockets, 0.05 s at 300, MAX_PASS_SECONDS (0.1 s) from 800 on
+# (bench/board.py --clients 1000: docs/live-protocol.md, "How the server produces them").
+TICK_SECONDS_PER_SOCKET = 0.0001
+MAX_PASS_SECONDS = 0.1
+
+
+def pass_gap(sockets: int) -> float:
+    """The least time between two passes of a tailer feeding `sockets` sockets."""
+    return min(MAX_PASS_SECONDS, MIN_PASS_SECONDS + sockets * TICK_SECONDS_PER_SOCKET)
+
 # With no socket to feed, only parked claims listen (board.live.parked): for an agent's long
 # poll a pass every POLL_SECONDS is soon enough, and on a busy board it saves most passes (each a
 # database read and a thread hand-off in every server process), which the working agents'
@@ -186,7 +199,7 @@ class Tailer:
                 except TimeoutError:
                     pass
                 # Under load every commit rings: gather what committed meanwhile into one pass.
-                await asyncio.sleep(MIN_PASS_SECONDS if self.subscribers else WAITERS_ONLY_PASS_SECONDS)
+                await asyncio.sleep(pass_gap(len(self.subscribers)) if self.subscribers else WAITERS_ONLY_PASS_SECONDS)
                 self.wake.clear()
                 try:
                     await self._pass(cursor)
