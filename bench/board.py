@@ -431,11 +431,17 @@ def _run_latency(args, database_url: str, server, workdir: Path, procs: list) ->
 # Phase 2: the page with 10,000 tasks
 
 
+def task_count() -> int:
+    from board.models import Task
+
+    return Task.objects.count()
+
+
 def fill_board(target: int) -> tuple[int, int]:
-    """Add tasks until the board's snapshot holds `target` of them: 200 in each terminal stage
-    (the most the snapshot carries), the rest spread over the live stages, some held, some
-    waiting for a dependency, some running (with leases) or paused. Returns the number of tasks
-    shown and the snapshot's size in bytes."""
+    """Add tasks until the board holds `target` of them: 200 in each finished stage, the rest
+    spread over the live stages, some held, some waiting for a dependency, some running (with
+    leases) or paused. Returns the number of cards its snapshot holds (each column's first page)
+    and the snapshot's largest frame in bytes."""
     from board.engine import transitions
     from board.engine.transitions import TaskSpec
     from board.live import frames as live_frames
@@ -454,7 +460,7 @@ def fill_board(target: int) -> tuple[int, int]:
             else:
                 transitions.cancel(f"{prefix}{i:03d}", actor="op")
 
-    need = max(0, target - len(live_reads.board_tasks()["tasks"]))
+    need = max(0, target - task_count())
     made = 0
     while made < need:
         specs = []
@@ -648,7 +654,9 @@ def main(argv=None) -> int:
                 print()
                 print(f"largest snapshot frame: {snapshot_bytes / 1e6:.2f} MB "
                       f"(daphne's limit {DAPHNE_DEFAULT_WS_LIMIT / 1e6:.2f} MB)")
-                print(f"page load with {shown} tasks on the board (navigation start -> all cards rendered):")
+                total = task_count()
+                print(f"page load with {total:,} tasks on the board, {shown} of them in the snapshot (each column's first "
+                      "page; navigation start -> all cards rendered):")
                 for i, load in enumerate(p["loads"], 1):
                     print(f"  load {i}: {load['rendered']:.0f} ms ({load['cards']} cards) = page and script "
                           f"{load['socket_open']:.0f} ms (DOMContentLoaded {load['dom_content_loaded']:.0f}) "
@@ -661,7 +669,7 @@ def main(argv=None) -> int:
                 print(f"  median {median:.0f} ms; every card rendered: {all_cards}")
                 if args.screenshot:
                     print(f"  screenshot: {args.screenshot}")
-                goals.append((f"{shown}-task board rendered in < {GOAL_PAGE_MS / 1000:g} s", median < GOAL_PAGE_MS and all_cards,
+                goals.append((f"{total:,}-task board rendered in < {GOAL_PAGE_MS / 1000:g} s", median < GOAL_PAGE_MS and all_cards,
                               f"{median:.0f} ms"))
         finally:
             server.close()

@@ -13,7 +13,7 @@ from board.engine.transitions import TaskSpec
 from board.live.reads import COLUMN_PAGE
 from board.models import Task
 from tests.support import sqlite_db_mark
-from tests.test_browser import SLOW, browser, card, count, open_board, orm, scroll_to_end, server  # noqa: F401  (fixtures)
+from tests.test_browser import browser, card, count, open_board, orm, scroll_to_end, server  # noqa: F401  (fixtures)
 
 try:
     from playwright.sync_api import expect
