@@ -7,13 +7,14 @@ The protocol's rules: docs/live-protocol.md ("Applying frames")."""
 from __future__ import annotations
 
 import pytest
+from django.utils import timezone
 
 from board.engine import transitions
 from board.engine.transitions import TaskSpec
 from board.live.reads import COLUMN_PAGE
 from board.models import Task
 from tests.support import sqlite_db_mark
-from tests.test_browser import browser, card, count, open_board, orm, scroll_to_end, server  # noqa: F401  (fixtures)
+from tests.test_browser import SLOW, browser, card, count, open_board, orm, scroll_to_end, server  # noqa: F401  (fixtures)
 
 try:
     from playwright.sync_api import expect
@@ -87,4 +88,28 @@ def test_a_change_below_the_window_counts_at_once_and_shows_its_card_when_scroll
     expect(card(page, far)).to_have_count(0)
     scroll_to_end(page, "QUEUED")
     expect(card(page, far, "QUEUED").locator(".card-title")).to_have_text("edited while away")
+    assert shown_ids(page, "QUEUED") == orm(db_column, "QUEUED")
+
+
+def test_a_column_loads_no_page_while_the_board_at_a_past_moment_is_shown(open_board, orm, server):
+    """The live columns are not drawn then (their cards measure nothing): a column whose window
+    claims emptied loads its next page once the live board shows again, not before."""
+    orm(transitions.create, [TaskSpec(id=f"m{i:03d}", title=f"moment {i}") for i in range(COLUMN_PAGE + 30)])
+    page = open_board()
+    expect(page.locator(f"{QUEUED} .card")).to_have_count(COLUMN_PAGE)
+    at = orm(lambda: timezone.now().isoformat().replace("+00:00", "Z"))
+    asked: list[str] = []
+    page.on("request", lambda request: "/board/filter" in request.url and asked.append(request.url))
+    page.goto(f"{server.url}/board/?at={at}")
+    expect(page.locator("#moment-banner")).to_be_visible(timeout=SLOW)
+
+    def claim_the_window():  # the live window empties meanwhile
+        for i in range(COLUMN_PAGE):
+            transitions.claim(f"m{i:03d}", "agent-1", 60)
+
+    orm(claim_the_window)
+    expect(count(page, "QUEUED")).to_have_text("30")  # the live model follows while hidden
+    assert [url for url in asked if "stage=QUEUED" in url] == []
+    page.locator("#time-live").click()
+    expect(page.locator(f"{QUEUED} .card")).to_have_count(30)  # now drawn: it loads the rest
     assert shown_ids(page, "QUEUED") == orm(db_column, "QUEUED")

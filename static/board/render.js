@@ -551,6 +551,8 @@ export function startRendering() {
   document.querySelector("#no-match .clear-filter").addEventListener("click", () => clearFilters());
   setInterval(tickStages, 1000);
   setInterval(tickLeases, 1000);
+  // Also when nothing changed: the window was resized, or the live board shows again.
+  setInterval(loadWhereShort, 1000);
 
   const list = document.querySelector("#problems ul");
   list.addEventListener("click", (e) => {
@@ -592,6 +594,7 @@ const SCROLL_AHEAD_PX = 600;
 function loadIfNearEnd(stage) {
   const button = COLUMN_ELS.get(stage).querySelector(".show-more");
   const list = cardsOf(stage);
-  if (button.hidden || button.disabled || COLUMN_ELS.get(stage).hidden) return;
+  // Not drawn (a stage filter hides it, or the board at a past moment is shown): its size says nothing.
+  if (button.hidden || button.disabled || !list.offsetParent) return;
   if (list.scrollTop + list.clientHeight >= list.scrollHeight - SCROLL_AHEAD_PX) button.click();
 }
