@@ -14,7 +14,9 @@ from board.engine.transitions import TaskSpec
 from board.live.reads import COLUMN_PAGE
 from board.models import Task
 from tests.support import sqlite_db_mark
-from tests.test_browser import SLOW, browser, card, count, open_board, orm, scroll_to_end, server  # noqa: F401  (fixtures)
+from tests.test_browser import (  # noqa: F401  (fixtures)
+    SLOW, browser, card, count, expected_order, open_board, orm, scroll_to_end, server,
+)
 
 try:
     from playwright.sync_api import expect
@@ -113,3 +115,27 @@ def test_a_column_loads_no_page_while_the_board_at_a_past_moment_is_shown(open_b
     page.locator("#time-live").click()
     expect(page.locator(f"{QUEUED} .card")).to_have_count(30)  # now drawn: it loads the rest
     assert shown_ids(page, "QUEUED") == orm(db_column, "QUEUED")
+
+
+def test_a_column_watched_at_its_top_lets_go_of_its_tail_and_scrolling_loads_it_again(open_board, orm):
+    """A finished column takes every completion at its top: watched while 450 tasks finish, it
+    keeps at most TRIM_AT (400) cards, its count exact, and scrolled down it loads the rest again,
+    page after page, each task once, in the column's order."""
+    total = 450
+    orm(transitions.create, [TaskSpec(id=f"f{i:03d}", title=f"finishing {i}") for i in range(total)])
+    page = open_board()
+    expect(count(page, "QUEUED")).to_have_text(str(total))
+
+    def finish_all():
+        for i in range(total):
+            held = transitions.claim(f"f{i:03d}", "agent-1", 60)
+            transitions.complete(f"f{i:03d}", held.lease.token, {"i": i})
+
+    orm(finish_all)
+    completed = page.locator('.column[data-stage="COMPLETED"]')
+    expect(count(page, "COMPLETED")).to_have_text(str(total))
+    expect(card(page, f"f{total - 1:03d}", "COMPLETED")).to_be_visible()  # the latest on top
+    expect(completed.locator(".show-more")).to_be_visible()  # it let go of its tail
+    assert completed.locator(".card").count() <= 400
+    scroll_to_end(page, "COMPLETED")
+    assert shown_ids(page, "COMPLETED") == orm(expected_order, ["COMPLETED", "QUEUED"])["COMPLETED"]

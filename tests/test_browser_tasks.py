@@ -263,10 +263,11 @@ def test_the_filter_counts_every_task_and_loads_the_matching_finished_cards_the_
     # Without a filter, "show more" pages the column most recent first, as it is drawn: the
     # snapshot's first page, the 231 ux-run ones loaded since, and the others past the window
     # (a page of which may load at once: the column's end can come into view as the cards
-    # hidden by the filter show again).
+    # hidden by the filter show again; and a column of over 400 cards watched at its top lets
+    # go of those past 200).
     page.fill("#filter-text", "")
     expect(completed).to_have_text("441")
-    expect(more).to_have_text(re.compile(r"^show more \((110|10) older\)$"))
+    expect(more).to_have_text(re.compile(r"^show more \(\d+ older\)$"))
     while more.is_visible():
         loaded = column.locator(".card").count()
         more.click()

@@ -53,10 +53,11 @@ def selected_columns(sql: str) -> str:
 
 def expected_card(task: Task, deps: list[str]) -> dict:
     """The card as the page always received it: the public task without its bulky fields (nor
-    the API's former names), built from the whole row."""
+    the API's former names), built from the whole row, and the cursor of its column's page after it."""
     card = public_task(task, deps)
     for name in (*BULKY, *FORMER_NAMES, *reads.NOT_LIVE):
         del card[name]
+    card["page_cursor"] = reads.page_cursor(task)  # where its column's next page starts after it
     return json.loads(frames.encode({"card": card}))["card"]
 
 

@@ -38,6 +38,8 @@ def card_task(task: Task, deps: list[str]) -> dict:
     card = public_task(task, deps)
     for bulky_or_former in (*reads.NOT_ON_CARDS, *FORMER_NAMES, *reads.NOT_LIVE):
         del card[bulky_or_former]
+    # Where its column's next page starts if the page lets go of the cards past this one.
+    card["page_cursor"] = getattr(task, "page_cursor", None) or reads.page_cursor(task)
     return card
 
 
@@ -55,7 +57,8 @@ def card_of_row(row: dict, deps: list[str]) -> dict:
 def card_of_listed(task, deps: list[str], last_run: dict | None = None) -> dict:
     """The card of a task read with reads.CARD_COLUMNS only (board.engine.listing's `columns`),
     with its `last_run` when given (card_of_row)."""
-    return card_of_row({**{name: getattr(task, name) for name in reads.CARD_COLUMNS}, "last_run": last_run}, deps)
+    return card_of_row({**{name: getattr(task, name) for name in reads.CARD_COLUMNS}, "last_run": last_run,
+                        "page_cursor": reads.page_cursor(task)}, deps)
 
 
 def live_event(event: TaskEvent) -> dict:

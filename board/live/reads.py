@@ -84,21 +84,30 @@ def board_parts(*, page_size: int | None = None, part_size: int = 1000, using: s
         next_pages: dict[str, str | None] = {}
         for stage in Stage:
             column = by_stage.get(stage.value, [])
-            next_pages[stage.value] = _cursor_after(column[page_size - 1], stage) if len(column) > page_size else None
+            next_pages[stage.value] = _cursor_after(column[page_size - 1]) if len(column) > page_size else None
             rows += [_card_row(row) for row in column[:page_size]]
         yield {"counts": counts, "last_event_id": last_event_id, "next_pages": next_pages}
         for start in range(0, len(rows), part_size):
             yield _with_deps(_with_last_runs(rows[start:start + part_size], using), using)
 
 
-def _cursor_after(values: tuple, stage: str) -> str:
-    """The listing cursor (board.engine.listing.cursor_of) that resumes `stage`'s column after the
-    row `values` (a tuple of _ROW_COLUMNS as the driver returned it: exact times, not the card's
-    milliseconds, or a page would skip a task changed in the same millisecond)."""
+def page_cursor(task) -> str:
+    """The listing cursor (board.engine.listing.cursor_of) that resumes `task`'s column right after
+    it, in the column's order: what GET /board/filter?stage=&cursor= pages on from. `task` is a
+    Task, or any object with its id (`pk`), stage, claim_rank and exact updated_at (not the
+    card's milliseconds, or a page would skip a task changed in the same millisecond). Every card
+    carries it (`page_cursor`): a page that lets go of the cards past one resumes after it."""
+    updated_at = task.updated_at
+    if updated_at is not None and updated_at.tzinfo is None:  # SQLite's driver: naive UTC
+        updated_at = updated_at.replace(tzinfo=UTC)
+    return cursor_of(SimpleNamespace(pk=task.pk, claim_rank=task.claim_rank, updated_at=updated_at),
+                     column_order(task.stage))
+
+
+def _cursor_after(values: tuple) -> str:
+    """page_cursor of the row `values` (a tuple of _ROW_COLUMNS as the driver returned it)."""
     row = dict(zip(_ROW_COLUMNS, values, strict=True))
-    if row["updated_at"] is not None and row["updated_at"].tzinfo is None:  # SQLite: naive UTC
-        row["updated_at"] = row["updated_at"].replace(tzinfo=UTC)
-    return cursor_of(SimpleNamespace(pk=row["id"], **row), column_order(stage))
+    return page_cursor(SimpleNamespace(pk=row["id"], **row))
 
 
 def _values_of(queries: list, batch: int, using: str) -> Iterator[tuple]:
@@ -126,6 +135,7 @@ _CARD_TIMES = ("lease_expires_at", "not_before", "created_at", "updated_at", "st
 
 def _card_row(values: tuple) -> dict:
     row = dict(zip(_ROW_COLUMNS, values, strict=True))
+    row["page_cursor"] = page_cursor(SimpleNamespace(pk=row["id"], **row))  # from the exact times
     row["on_hold"] = bool(row["on_hold"])  # SQLite: 0/1
     if isinstance(row["tags"], str):  # SQLite's JSON is text (PostgreSQL's driver decodes jsonb)
         row["tags"] = json.loads(row["tags"])

@@ -7,8 +7,8 @@
 // comes back over the socket like any other change.
 
 import {
-  applyMatches, applyPage, applyTask, filterMatches, hasTask, moreCursor, prepare, setApprovals, setBulkJob,
-  setDepStage, subscribe,
+  applyMatches, applyPage, applyTask, filterMatches, hasTask, moreCursor, prepare, removeColumnTail, setApprovals,
+  setBulkJob, setDepStage, subscribe,
 } from "./store.js";
 
 const DEP_REQUESTS = 4; // dependencies not on the board asked for at once
@@ -49,6 +49,13 @@ const loading = new Map(); // stage -> the load under way
 export function loadMore(stage) {
   if (!loading.has(stage)) loading.set(stage, loadPages(stage).finally(() => loading.delete(stage)));
   return loading.get(stage);
+}
+
+/** Let go of what the socket added to column `stage` since its last load (render.js: a column
+ * grown long while its top is watched); scrolling down loads it again. Not while a page of it
+ * is loading. */
+export function unloadColumnTail(stage, atLeast) {
+  if (!loading.has(stage)) removeColumnTail(stage, atLeast);
 }
 
 async function loadPages(stage) {

@@ -9,12 +9,13 @@ import {
   TERMINAL,
 } from "./page.js";
 import {
-  allTasks, countIn, depDead, depDone, getProblems, getTask, idsIn, moreCursor, positionOf, queueClosed, keyFull,
+  allTasks, columnGrowth, countIn, depDead, depDone, getProblems, getTask, idsIn, moreCursor, positionOf, queueClosed,
+  keyFull,
   rateKeyHeld, fairnessKeySpent, resourceWait, strandedWhy, subscribe, unclaimableWhy, waitingApprovalOf,
 } from "./store.js";
-import { loadMore } from "./api.js";
+import { loadMore, unloadColumnTail } from "./api.js";
 import {
-  clearFilters, currentFilter, currentMatches, loadMoreMatching, matches, matchingCounts, matchingLoaded,
+  clearFilters, currentFilter, currentMatches, loadMoreMatching, matches, matchingCounts, matchingLoaded, openTaskId,
   refreshFilterChoices, subscribeView,
 } from "./view.js";
 
@@ -80,11 +81,19 @@ function place(container, card, next) {
       while (chunk.childElementCount > CHUNK) second.prepend(chunk.lastElementChild);
       chunk.after(second);
     }
+    guessHeight(chunk);
     return;
   }
   let last = container.lastElementChild;
   if (!last || last.childElementCount >= CHUNK) container.append((last = newChunk(1)));
   last.append(card);
+  guessHeight(last);
+}
+
+/** A chunk not drawn yet is as tall as its cards would be (a page of cards appended to a new
+ * chunk measured one card: the column's end looked near, and its next page loaded at once). */
+function guessHeight(chunk) {
+  chunk.style.containIntrinsicHeight = `auto ${chunk.childElementCount * CARD_HEIGHT_GUESS}px`;
 }
 
 /** Every column from scratch (after a snapshot, or when too many cards changed at once). */
@@ -162,9 +171,27 @@ function flush() {
   refreshFilterChoices();
 }
 
-/** After a redraw: any column whose window no longer reaches its scrolled end loads on. */
+/** After a redraw: any column whose window no longer reaches its scrolled end loads on, and
+ * any that the socket grew by more than GROWTH_MAX cards while its top is watched lets go of them. */
 function loadWhereShort() {
-  for (const stage of STAGES) loadIfNearEnd(stage);
+  for (const stage of STAGES) {
+    trimIfWatchedAtTop(stage);
+    loadIfNearEnd(stage);
+  }
+}
+
+// A column's cards stay bounded whatever the board does while a tab watches: a finished column
+// takes every completion at its top, so it grew by a card per task finished. Past GROWTH_MAX
+// cards added since its last load, when its list is scrolled less than a screen down (nobody
+// reads its end), it goes back to as many cards as that load left (GROWTH_MAX at least), the
+// newest first; scrolling down loads the others again, a page at a time. What a person loaded stays.
+const GROWTH_MAX = 200;
+
+function trimIfWatchedAtTop(stage) {
+  const list = cardsOf(stage);
+  // Not under a filter (its matches are not a window) nor with a task's details open (its card stays).
+  if (columnGrowth(stage) <= GROWTH_MAX || currentFilter() || openTaskId() || !list.offsetParent) return;
+  if (list.scrollTop < list.clientHeight) unloadColumnTail(stage, GROWTH_MAX);
 }
 
 function renderCounts() {

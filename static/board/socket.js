@@ -15,7 +15,7 @@
 
 import { columnsEl, LOGIN_URL } from "./page.js";
 import {
-  applySnapshot, applyTask, countMove, knownTask, removeTask, setBulkJob, setInsights, setProblems, setQueues,
+  applyMove, applySnapshot, applyTask, knownTask, removeTask, setBulkJob, setInsights, setProblems, setQueues,
   snapshotCount,
 } from "./store.js";
 
@@ -197,7 +197,7 @@ function applyChange(event, task) {
   const after = event.id > snapshotEventId || unseenAtSnapshot.has(event.id);
   if (after && !countedUnseen.has(event.id)) {
     if (event.id <= snapshotEventId) countedUnseen.add(event.id);
-    countMove(event);
+    applyMove(event);
   }
   if (!task) return; // deleted since (a "removed" frame says so)
   const known = knownTask(task.id);

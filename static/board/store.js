@@ -32,11 +32,16 @@ const offWindow = new Map(); // id -> the newest task the socket brought that so
 const dependents = new Map(); // dependency id -> Set of ids of the tasks that wait for it
 const order = new Map(STAGES.map((s) => [s, []])); // stage -> ids shown, in display order
 // stage -> tasks in it on the server (all, not only those loaded): the snapshot's counts plus
-// every move after it (countMove), minus the deleted ones (removeTask).
+// every move after it (applyMove), minus the deleted ones (removeTask).
 const counts = Object.fromEntries(STAGES.map((s) => [s, 0]));
 const moreCursors = new Map(); // stage -> API cursor of its next page, or null once everything was loaded
 const edges = new Map(); // stage -> {stage, claim_rank, id, updatedMs} of the window's last card; none when whole
 const olderTerminal = new Map(); // finished tasks loaded outside a window ("show more" under a filter, a link), kept over snapshots
+// id -> version of the cards a column let go of (removeColumnTail): a late answer can bring no older state back.
+const forgotten = new Map();
+// stage -> how many cards the column held after its last load (the snapshot, a page, the filter's
+// answer): what the socket added since is its growth (columnGrowth), which removeColumnTail undoes.
+const loadedSize = new Map();
 const depInfo = new Map(); // id -> {stage} of dependencies not on the board (fetched)
 const depAsked = new Set(); // dependencies not on the board already asked for
 let problems = [];
@@ -392,6 +397,7 @@ export function applyPage(stage, page, cursor) {
   for (const task of [...offWindow.values()]) {
     if (task.stage === stage && inWindow(task)) redraw.push(...(land(task, "page") || []));
   }
+  loadedSize.set(stage, order.get(stage).length);
   changed(redraw, true);
   return added;
 }
@@ -480,6 +486,7 @@ export function applySnapshot(snap) {
   snapshotsApplied++;
   tasks.clear();
   offWindow.clear();
+  forgotten.clear();
   dependents.clear();
   edges.clear();
   for (const s of STAGES) {
@@ -497,6 +504,7 @@ export function applySnapshot(snap) {
   // (times are compared in milliseconds here).
   for (const [stage, ids] of order) {
     ids.sort((a, b) => compare(tasks.get(a), tasks.get(b)));
+    loadedSize.set(stage, ids.length);
     if (moreCursors.get(stage) !== null && ids.length) edges.set(stage, edgeOf(tasks.get(ids[ids.length - 1])));
   }
   for (const task of olderTerminal.values()) {
@@ -512,7 +520,7 @@ export function applySnapshot(snap) {
 
 /** Show `task` if it is newer than what the page knows. Returns true when applied. `older`: a
  * task loaded from the API (a link, the details panel): shown wherever it sorts, window or not.
- * Counts do not change here: they follow the socket's events (countMove). */
+ * Counts do not change here: they follow the socket's events (applyMove). */
 export function applyTask(task, { older = false } = {}) {
   const redraw = land(task, older ? "always" : "window");
   if (redraw) changed(redraw, true);
@@ -528,9 +536,12 @@ function land(task, place) {
   prepare(task);
   const shown = tasks.get(task.id);
   const known = shown || offWindow.get(task.id);
-  if (known && (task.version < known.version || (task.version === known.version && (shown || place === "window")))) {
+  const knownVersion = known ? known.version : forgotten.get(task.id);
+  if (knownVersion !== undefined
+      && (task.version < knownVersion || (task.version === knownVersion && (shown || place === "window")))) {
     return null;
   }
+  forgotten.delete(task.id);
   const redraw = [task.id];
   if (!known || known.stage !== task.stage) redraw.push(...(dependents.get(task.id) || []));
   if (shown) removeFromOrder(shown);
@@ -546,9 +557,40 @@ function land(task, place) {
   return redraw;
 }
 
+/** How many cards the socket added to `stage`'s column since its last load. */
+export function columnGrowth(stage) {
+  return order.get(stage).length - (loadedSize.get(stage) || 0);
+}
+
+/** Let go of the cards the socket added to `stage`'s column since its last load (a column a busy
+ * board kept adding to while its top was watched), from its end: it holds as many cards as
+ * then, the newest first. Its window ends at the last one kept, and its next page starts after
+ * it (the card's page_cursor, the server's), and `atLeast` cards stay. The versions of those let
+ * go are remembered (an older state coming late is not shown). Only without a filter (its
+ * matches are not a window). */
+export function removeColumnTail(stage, atLeast) {
+  const ids = order.get(stage);
+  const keep = Math.max(loadedSize.get(stage) || 0, atLeast, 1);
+  if (ids.length <= keep) return;
+  const last = tasks.get(ids[keep - 1]);
+  if (!last.page_cursor) return;
+  const gone = ids.splice(keep);
+  for (const id of gone) {
+    const task = tasks.get(id);
+    tasks.delete(id);
+    olderTerminal.delete(id);
+    forgotten.set(id, task.version);
+    for (const dep of task.deps || []) dependents.get(dep)?.delete(id);
+  }
+  edges.set(stage, edgeOf(last));
+  moreCursors.set(stage, last.page_cursor);
+  loadedSize.set(stage, keep);
+  changed(gone, true);
+}
+
 /** A move the socket's events tell (from_stage -> to_stage, once per event after the snapshot,
  * socket.js): the columns' counts follow it, whether or not the page shows the task. */
-export function countMove(event) {
+export function applyMove(event) {
   if (event.from_stage === event.to_stage) return;
   if (event.from_stage) counts[event.from_stage] = Math.max(0, (counts[event.from_stage] || 0) - 1);
   counts[event.to_stage] = (counts[event.to_stage] || 0) + 1;
@@ -568,6 +610,7 @@ export function applyMatches(key, answer, { page = false } = {}) {
     const ids = answer.ids ? new Set(Object.values(answer.ids).flat()) : null;
     matched = { key, counts: answer.counts, more: new Map(), ids };
   }
+  for (const task of answer.tasks) loadedSize.set(task.stage, order.get(task.stage).length);
   if (matched && matched.key === key) {
     for (const [stage, cursor] of Object.entries(answer.more)) matched.more.set(stage, cursor);
     if (matched.ids) for (const task of answer.tasks) matched.ids.add(task.id);
