@@ -29,7 +29,7 @@ from board.engine.transitions import TaskSpec
 from board.live.consumers import NOT_ALLOWED, TOO_SLOW
 from tests.live_server import BoardServer, wait_until
 from tests.support import database_url, sqlite_db_mark
-from tests.test_live_board import WAIT, BoardSocket, staff_session, wait_for_versions
+from tests.test_live_board import WAIT, BoardSocket, staff_session, wait_for_a_current_snapshot, wait_for_versions
 
 pytestmark = sqlite_db_mark()
 RECHECK_SECONDS = 0.5
@@ -187,7 +187,7 @@ def test_a_client_that_never_reads_is_dropped_and_the_others_stay_live(server):
     assert code == TOO_SLOW, code
     assert changes < batches * per_batch, "the stuck client was sent every change"
     again = BoardSocket(server, key)  # it reconnects: a snapshot brings it up to date
-    wait_for_versions(again, "default")
+    wait_for_a_current_snapshot(again, "default")  # each column's first page, every count
     assert again.snapshots == 1 and again.close_code is None
     again.close()
     reader.close()

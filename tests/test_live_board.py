@@ -26,6 +26,7 @@ from django.contrib.auth.models import Permission
 from django.contrib.sessions.backends.db import SessionStore
 from django.contrib.sessions.models import Session
 from django.db import connections
+from django.db.models import Count
 from django.utils import timezone
 from django.utils.crypto import get_random_string
 from websockets.exceptions import ConnectionClosed
@@ -36,6 +37,7 @@ from board.engine import transitions
 from board.engine.stores import store
 from board.engine.limits import MAX_BATCH_TASKS
 from board.engine.transitions import TaskSpec
+from board.live.reads import COLUMN_PAGE
 from board.models import Task, TaskEvent
 from tests.live_server import BoardServer, server_for_sessions, wait_until
 from tests.support import postgres_db_mark
@@ -75,6 +77,7 @@ class BoardSocket:
         self.snapshot_removal_id = 0
         self.removed: set[str] = set()  # tasks dropped by "removed" frames
         self.snapshots = 0
+        self.counts: dict[str, int] = {}  # the last snapshot's counts per stage
         self.changes = 0
         self.closed = threading.Event()
         self.thread = threading.Thread(target=self._read, daemon=True)
@@ -85,7 +88,9 @@ class BoardSocket:
     def close_code(self) -> int | None:
         return self.ws.close_code if self.closed.is_set() else None
 
-    def _apply(self, task: dict) -> None:
+    def _apply(self, task: dict | None) -> None:
+        if task is None:  # an event of a task deleted since: nothing to show
+            return
         if task["version"] >= self.versions.get(task["id"], -1):
             self.versions[task["id"]] = task["version"]
 
@@ -97,6 +102,7 @@ class BoardSocket:
                     self.snapshots += 1
                     self.max_event_id = max(self.max_event_id, message["last_event_id"] or 0)
                     self.snapshot_removal_id = message["last_removal_id"]
+                    self.counts = message["counts"]
                 if message["type"] in ("snapshot", "snapshot_more"):
                     for task in message["tasks"]:
                         self._apply(task)
@@ -138,6 +144,21 @@ def wait_for_versions(socket: BoardSocket, using: str, timeout: float = WAIT) ->
         stale = [t for t in want if t in got and got[t] != want[t]]
         raise AssertionError(f"the socket never caught up: {len(missing)} of {len(want)} tasks missing "
                              f"(e.g. {missing[:3]}), {len(stale)} at an old version (e.g. {stale[:3]})") from None
+
+
+def wait_for_a_current_snapshot(socket: BoardSocket, using: str, timeout: float = WAIT) -> None:
+    """Wait until the socket holds a snapshot of the board as it is: each column's first page
+    (board.live.reads.COLUMN_PAGE) at the database's versions and every column's count, for a
+    board that does not change meanwhile (a socket holds a window of each column, not every task)."""
+    def current():
+        want = db_versions(using)
+        counts = dict(Task.objects.using(using).values_list("stage").annotate(n=Count("id")).order_by())
+        pages = sum(min(n, COLUMN_PAGE) for n in counts.values())
+        got = dict(socket.versions)
+        return (len(got) == pages and all(want.get(t) == v for t, v in got.items())
+                and {s: n for s, n in socket.counts.items() if n} == counts)
+
+    wait_until(current, timeout, "a snapshot of the board as it is")
 
 
 @pytest.fixture(scope="module")
