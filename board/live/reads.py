@@ -84,8 +84,10 @@ def board_parts(*, page_size: int | None = None, part_size: int = 1000, using: s
         next_pages: dict[str, str | None] = {}
         for stage in Stage:
             column = by_stage.get(stage.value, [])
-            next_pages[stage.value] = _cursor_after(column[page_size - 1]) if len(column) > page_size else None
-            rows += [_card_row(row) for row in column[:page_size]]
+            cards = [_card_row(row) for row in column[:page_size]]
+            # The next page resumes after the last card sent (its page_cursor), when there is one.
+            next_pages[stage.value] = cards[-1]["page_cursor"] if len(column) > page_size else None
+            rows += cards
         yield {"counts": counts, "last_event_id": last_event_id, "next_pages": next_pages}
         for start in range(0, len(rows), part_size):
             yield _with_deps(_with_last_runs(rows[start:start + part_size], using), using)
@@ -102,12 +104,6 @@ def page_cursor(task) -> str:
         updated_at = updated_at.replace(tzinfo=UTC)
     return cursor_of(SimpleNamespace(pk=task.pk, claim_rank=task.claim_rank, updated_at=updated_at),
                      column_order(task.stage))
-
-
-def _cursor_after(values: tuple) -> str:
-    """page_cursor of the row `values` (a tuple of _ROW_COLUMNS as the driver returned it)."""
-    row = dict(zip(_ROW_COLUMNS, values, strict=True))
-    return page_cursor(SimpleNamespace(pk=row["id"], **row))
 
 
 def _values_of(queries: list, batch: int, using: str) -> Iterator[tuple]:
