@@ -181,6 +181,23 @@ def scroll_to_end(page, stage: str) -> None:
     expect(page.locator(f'.column[data-stage="{stage}"] .show-more')).to_be_hidden()
 
 
+def press_show_more(column) -> bool:
+    """Press the column's "show more" once it is free and say whether it was there to press.
+    The page may load a page by itself (its column's end came into view): the button is
+    disabled while that load runs, and hidden once the last page came. Checked and pressed in
+    one step in the page, so the button cannot hide between the look and the press."""
+    return column.locator(".show-more").evaluate("""(button, timeout) => new Promise((resolve, reject) => {
+        const deadline = Date.now() + timeout;
+        const press = () => {
+            if (button.hidden) return resolve(false);
+            if (!button.disabled) { button.click(); return resolve(true); }
+            if (Date.now() > deadline) return reject(new Error('"show more" stayed disabled'));
+            setTimeout(press, 50);
+        };
+        press();
+    })""", SLOW)
+
+
 def csrf(page) -> str:
     return next(c["value"] for c in page.context.cookies() if c["name"] == "csrftoken")
 

@@ -30,6 +30,7 @@ from tests.test_browser import (  # noqa: F401  (fixtures, found by pytest by na
     expected_order,
     open_page,
     orm,
+    press_show_more,
     server,
 )
 
@@ -268,9 +269,10 @@ def test_the_filter_counts_every_task_and_loads_the_matching_finished_cards_the_
     page.fill("#filter-text", "")
     expect(completed).to_have_text("441")
     expect(more).to_have_text(re.compile(r"^show more \(\d+ older\)$"))
-    while more.is_visible():
+    while True:
         loaded = column.locator(".card").count()
-        more.click()
+        if not press_show_more(column):
+            break
         expect(column.locator(".card")).not_to_have_count(loaded)
     expect(column.locator(".card")).to_have_count(441)
     ids = column.locator(".card").evaluate_all("cs => cs.map(c => c.dataset.id)")
