@@ -3,10 +3,13 @@
 order claim_next then takes them, and `selectors.latest_events` the N most recent history rows,
 oldest first. SQLite and
 PostgreSQL here; MongoDB in tests/mongodb/test_list_orders_mongodb.py."""
+import base64
+import json
+
 import pytest
 
 from board.api import reads
-from board.engine import selectors, transitions
+from board.engine import listing, selectors, transitions
 from board.models import TaskEvent
 from tests.support import sql_stores
 
@@ -123,3 +126,16 @@ def test_a_cursor_is_good_only_for_its_own_order():
         for other in set(listing.LIST_ORDERS) - {order}:
             with pytest.raises(errors.InvalidRequest):
                 listing.cursor_after(cursor, other)
+
+
+@pytest.mark.parametrize("parts", [
+    ("claim", 1733456789.123456, "task-1"),
+    ("updated", "2026-12-06T03:58:00.123456+00:00", "ünïcode \"quoted\" \\ back\tslash\n\u2028"),
+    (12345678901234567890, -0.0, 1e-300, 2.5e300, 0),
+    ("", "<script>&</script>"),
+    (True, None, 1),  # not a cursor's: json.dumps writes these
+    (float("nan"), "x"),
+])
+def test_a_cursor_is_the_base64_of_the_json_that_json_dumps_writes(parts):
+    assert listing.encode_cursor(*parts) == base64.urlsafe_b64encode(
+        json.dumps(list(parts)).encode()).decode().rstrip("=")

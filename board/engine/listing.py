@@ -16,6 +16,7 @@ import binascii
 import json
 import math
 from dataclasses import dataclass
+from json.encoder import encode_basestring_ascii
 from datetime import datetime
 
 from django.db.models import Count, Q
@@ -195,7 +196,24 @@ def _after(fields: tuple[str, ...], key: tuple) -> Q:
 
 
 def encode_cursor(*parts) -> str:
-    return base64.urlsafe_b64encode(json.dumps(parts).encode()).decode().rstrip("=")
+    return base64.urlsafe_b64encode(_json_list(parts).encode()).decode().rstrip("=")
+
+
+def _json_list(parts: tuple) -> str:
+    """json.dumps(list(parts)), written directly for a cursor's few strings and numbers: every
+    card of a live snapshot carries a cursor, and json.dumps builds its encoder on each call
+    (a third of a 700-card snapshot's cursor time). Anything else goes to json.dumps."""
+    out = []
+    for part in parts:
+        if isinstance(part, str):
+            out.append(encode_basestring_ascii(part))
+        elif type(part) is int:
+            out.append(int.__repr__(part))
+        elif type(part) is float and math.isfinite(part):
+            out.append(float.__repr__(part))
+        else:
+            return json.dumps(list(parts))
+    return "[" + ", ".join(out) + "]"
 
 
 def decode_cursor(cursor: str, *checks) -> list:

@@ -15,7 +15,7 @@ from types import SimpleNamespace
 from django.core.serializers.json import DjangoJSONEncoder
 
 from board.engine import resources, selectors
-from board.live import outbox, reads
+from board.live import reads
 from board.models import RemovedTask, Task, TaskEvent
 from board.public import FORMER_NAMES, public_event, public_task
 
@@ -211,18 +211,16 @@ def snapshot_frames(problems: list | None = None, using: str = "default") -> lis
     next part is read (its "more" depends on it)."""
     parts = reads.board_parts(part_size=SNAPSHOT_PART, using=using)
     head = next(parts)
-    # Inside the board's read (the generator holds it open), as the problems below: the ids at
-    # or below last_event_id that this read does not see. Every other event up to last_event_id
-    # is in the snapshot (its counts and its cards), so the page counts and applies only the
-    # changes after it; a change of one of these ids committed after the read, and the page
-    # applies it (board.live.outbox: PostgreSQL).
-    unseen = outbox.unseen_below(head["last_event_id"], using)
-    last_removal_id = outbox.latest_removal_id(using)  # the deletions this read already shows
+    # The head says, from inside the board's read, the ids at or below last_event_id that this
+    # read does not see. Every other event up to last_event_id is in the snapshot (its counts
+    # and its cards), so the page counts and applies only the changes after it; a change of one
+    # of these ids committed after the read, and the page applies it (board.live.outbox:
+    # PostgreSQL). last_removal_id: the deletions this read already shows.
     if problems is None:
         problems = problem_dicts(using)  # inside the board's read: the problems of the same board
     frames: list[str] = []
-    frame = {"type": "snapshot", "last_event_id": head["last_event_id"], "unseen_event_ids": unseen,
-             "last_removal_id": last_removal_id, "counts": head["counts"], "next_pages": head["next_pages"],
+    frame = {"type": "snapshot", "last_event_id": head["last_event_id"], "unseen_event_ids": head["unseen_event_ids"],
+             "last_removal_id": head["last_removal_id"], "counts": head["counts"], "next_pages": head["next_pages"],
              "tasks": [], "problems": problems}
     for part in parts:
         if frame["tasks"]:

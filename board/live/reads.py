@@ -20,6 +20,7 @@ from board.engine.lifecycle import TERMINAL, Stage, Verb
 from board.engine.listing import LIST_ORDERS, cursor_of
 from board.engine.selectors import claimable_tasks
 from board.engine.stores import store
+from board.live import column_counts
 from board.models import Dependency, Task, TaskEvent
 
 
@@ -59,7 +60,9 @@ def column_order(stage: str) -> str:
 
 def board_parts(*, page_size: int | None = None, part_size: int = 1000, using: str = "default") -> Iterator:
     """The live board as one consistent read (read_transaction: no write lock): first a head
-    {"counts" (per stage), "last_event_id" (the last event the read includes), "next_pages"
+    {"counts" (per stage: board.live.column_counts), "last_event_id" (the last event the read
+    includes), "unseen_event_ids" (those at or below it it does not: they may yet commit),
+    "last_removal_id" (the last prune record it accounts for), "next_pages"
     (per stage, the cursor of the column's next page after the `page_size` first, or None when
     they are all of it)}, then lists of up to `part_size` (row, deps) pairs: each column's
     first `page_size` tasks in its order (column_order). A row is a dict of CARD_COLUMNS as
@@ -68,16 +71,10 @@ def board_parts(*, page_size: int | None = None, part_size: int = 1000, using: s
     end the read: what it yields is bounded (7 pages) however many tasks the board holds."""
     page_size = page_size or COLUMN_PAGE
     with store(using).read_transaction():
-        tasks = Task.objects.using(using)
-        last_event_id = TaskEvent.objects.using(using).order_by("-id").values_list("id", flat=True).first() or 0
-        counts = {stage.value: 0 for stage in Stage}
-        for stage, n in tasks.values_list("stage").annotate(n=Count("id")).order_by():
-            counts[stage] = n
-        queries = [tasks.filter(stage=stage).order_by(*LIST_ORDERS[column_order(stage)])[:page_size + 1]
-                   for stage in Stage]
+        mark = column_counts.read_mark(using)  # counted, or followed from the history since
         by_stage: dict[str, list[tuple]] = defaultdict(list)
         # closing(): the cursor is closed inside the read even when the caller stops early.
-        with closing(_values_of(queries, page_size + 1, using)) as values:
+        with closing(_values_of(_column_pages(page_size, using), page_size + 1, using)) as values:
             for row in values:
                 by_stage[row[_STAGE]].append(row)
         rows: list[dict] = []
@@ -88,7 +85,9 @@ def board_parts(*, page_size: int | None = None, part_size: int = 1000, using: s
             # The next page resumes after the last card sent (its page_cursor), when there is one.
             next_pages[stage.value] = cards[-1]["page_cursor"] if len(column) > page_size else None
             rows += cards
-        yield {"counts": counts, "last_event_id": last_event_id, "next_pages": next_pages}
+        yield {"counts": mark.counts, "last_event_id": mark.last_event_id,
+               "unseen_event_ids": sorted(mark.unseen), "last_removal_id": mark.last_removal_id,
+               "next_pages": next_pages}
         for start in range(0, len(rows), part_size):
             yield _with_deps(_with_last_runs(rows[start:start + part_size], using), using)
 
@@ -106,18 +105,36 @@ def page_cursor(task) -> str:
                      column_order(task.stage))
 
 
+def _column_pages(page_size: int, using: str) -> list:
+    """Each column's first `page_size` + 1 tasks (+ 1: whether a next page exists), in its
+    order: the ORM's queries of their _ROW_COLUMNS, or on a SQL store their SQL and parameters,
+    compiled once per process (compiling the seven took 8 ms of every snapshot)."""
+    key = (using, page_size)
+    if key not in _COMPILED_PAGES:
+        queries = [Task.objects.using(using).filter(stage=stage).order_by(*LIST_ORDERS[column_order(stage)])
+                   .values_list(*_ROW_COLUMNS)[:page_size + 1] for stage in Stage]
+        if not store(using).speaks_sql:
+            return queries  # MongoDB: run by the ORM
+        _COMPILED_PAGES[key] = [query.query.sql_with_params() for query in queries]
+    return _COMPILED_PAGES[key]
+
+
+_COMPILED_PAGES: dict[tuple[str, int], list[tuple[str, tuple]]] = {}
+
+
 def _values_of(queries: list, batch: int, using: str) -> Iterator[tuple]:
-    """The _ROW_COLUMNS of every row of `queries`, in order, fetched `batch` rows at a time."""
+    """The _ROW_COLUMNS of every row of `queries` (values_list querysets, or SQL and parameters
+    on a SQL store: _column_pages), in order, fetched `batch` rows at a time."""
     if not store(using).speaks_sql:  # MongoDB: the ORM's values, streamed in batches
         for query in queries:
-            yield from query.values_list(*_ROW_COLUMNS).iterator(batch)
+            yield from query.iterator(batch)
         return
     # A server-side cursor on PostgreSQL (psycopg's default one fetches every row at once).
     with connections[using].chunked_cursor() as cursor:
-        for query in queries:
+        for sql, params in queries:
             # The ORM's SQL, fetched by the driver: no ORM converter per value (with them a
             # 100,000-task snapshot took 2.8 s on SQLite, most of it converting values).
-            cursor.execute(*query.values_list(*_ROW_COLUMNS).query.sql_with_params())
+            cursor.execute(sql, params)
             while rows := cursor.fetchmany(batch):
                 yield from rows
 
