@@ -6,6 +6,7 @@ reaper would make them; what must arrive is what the outbox tailer reads back fr
 database."""
 import asyncio
 import json
+import threading
 import time
 
 import pytest
@@ -275,6 +276,50 @@ def test_problems_are_recomputed_at_most_twice_a_second(monkeypatch):
     gaps = [b - a for a, b in zip(computed, computed[1:])]
     assert all(gap >= tailer.PROBLEMS_MIN_INTERVAL_SECONDS * 0.95 for gap in gaps), gaps
     assert len(computed) <= elapsed / tailer.PROBLEMS_MIN_INTERVAL_SECONDS + 2
+
+
+def test_a_slow_check_holds_up_no_change_and_runs_at_most_its_share_of_the_time(monkeypatch):
+    """check() reads every task: at 1,000,000 tasks it takes seconds. It runs beside the loop
+    that fans out changes (a change committed while it runs arrives before it ends), and the
+    next one waits PROBLEMS_DUTY's share: here a check that took t starts again t / 0.5 after it."""
+    monkeypatch.setattr(tailer, "PROBLEMS_DUTY", 0.5)
+    computing, release = threading.Event(), threading.Event()
+    starts: list[float] = []
+    ends: list[float] = []
+    real = live_frames.problems_message
+
+    def slow():  # a check() that lasts until the test has seen the change arrive, and 1 s at least
+        started = time.monotonic()
+        starts.append(started)
+        computing.set()
+        try:
+            assert release.wait(timeout=30)
+            time.sleep(max(0.0, started + 1.0 - time.monotonic()))  # the cost of a big board's check()
+            return real()
+        finally:
+            ends.append(time.monotonic())
+
+    monkeypatch.setattr(live_frames, "problems_message", slow)
+    cookie = login_cookie()
+
+    async def scenario():
+        socket, connected, _ = await open_socket(cookie)
+        assert connected
+        frames: list = []
+        await receive_until(socket, lambda m: m["type"] == "snapshot", frames)
+        assert await sync_to_async(computing.wait, thread_sensitive=False)(30)
+        await sync_to_async(transitions.create)(TaskSpec(id="during", title="made while check() runs"))
+        await receive_until(socket, lambda m: m["type"] == "task" and m["event"]["task"] == "during", frames)
+        assert not ends, "the change waited for check() to end"
+        computing.clear()
+        release.set()
+        # The next run (the change made the problems due) starts no sooner than the gap.
+        assert await sync_to_async(computing.wait, thread_sensitive=False)(30)
+        await socket.disconnect()
+
+    run(scenario())
+    took = ends[0] - starts[0]
+    assert took >= 1.0 and starts[1] - starts[0] >= took / 0.5 * 0.95  # 2 s apart, where 0.5 s was the rule
 
 
 def test_a_large_board_arrives_in_parts_each_under_daphnes_frame_limit(monkeypatch):

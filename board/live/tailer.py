@@ -33,7 +33,8 @@ Every REMOVALS_POLL_SECONDS it also reads the prune's records of deleted tasks
 
 Besides the changes, the tailer keeps two panels current for its sockets, each computed once
 per process however many sockets watch: the invariant problems (debounced: at most every
-PROBLEMS_MIN_INTERVAL_SECONDS, and on a timer, since a lease expires without any event) and the
+PROBLEMS_MIN_INTERVAL_SECONDS, or PROBLEMS_DUTY of the time where check() is slow, and on a
+timer, since a lease expires without any event; in a task of its own) and the
 agents and throughput panel (board.live.insights: at most every INSIGHTS_MIN_INTERVAL_SECONDS,
 in a task of its own). And the queues strip (issue 29: each queue's limit, running count, depth
 and pause): a queue's settings change with no task event (board.engine.flow.change_queue only
@@ -84,6 +85,9 @@ def pass_gap(sockets: int) -> float:
 WAITERS_ONLY_PASS_SECONDS = POLL_SECONDS
 PROBLEMS_MIN_INTERVAL_SECONDS = 0.5  # the problems panel is recomputed at most twice a second
 PROBLEMS_REFRESH_SECONDS = 2.0  # and also on a timer: a lease expires without any event
+# check() runs at most this fraction of the time (board.live.tailer._problems_gap): at 1,000,000
+# tasks one takes 6 s, and every 2 s it would never stop.
+PROBLEMS_DUTY = 0.1
 # The agents and throughput panel (board.live.insights) reads an hour of history: at most once every
 # few seconds however busy the board, and on a timer too, as its minutes roll on.
 INSIGHTS_MIN_INTERVAL_SECONDS = 3.0
@@ -119,6 +123,9 @@ class Tailer:
         self.problems_sent: list = []  # snapshots carry the problems; push only changes
         self.problems_at = 0.0
         self.problems_dirty = True
+        self.problems_took = 0.0  # how long the last check() took (seconds)
+        self.problems_failing = False
+        self.problems_task: asyncio.Task | None = None
         # board.live.insights: computed here once for every socket of this process.
         self.insights = insights.Insights()
         self.insights_frame: str | None = None  # the last one computed (a new socket gets it)
@@ -209,8 +216,9 @@ class Tailer:
         finally:
             if doorbell_task is not None:
                 doorbell_task.cancel()
-            if self.insights_task is not None:
-                self.insights_task.cancel()
+            for task in (self.insights_task, self.problems_task):
+                if task is not None:
+                    task.cancel()
 
     async def _pass(self, cursor: outbox.Cursor) -> None:
         while True:  # page after page until caught up: a big commit is never left half read
@@ -243,20 +251,7 @@ class Tailer:
         if not self.subscribers:
             return  # nobody to tell: check() and the prune's removals wait for a socket
         await self._pass_removals()
-        now = time.monotonic()
-        due = self.problems_dirty or now - self.problems_at >= PROBLEMS_REFRESH_SECONDS
-        if due and now - self.problems_at >= PROBLEMS_MIN_INTERVAL_SECONDS:
-            def compute():
-                # The start of the computation is what the interval is measured from (the sync
-                # thread may have kept us waiting since `now`).
-                self.problems_at = time.monotonic()
-                return frames.problems_message()
-
-            self.problems_dirty = False
-            message = await sync_to_async(compute)()
-            if message["problems"] != self.problems_sent:
-                self.problems_sent = message["problems"]
-                await self._broadcast(frames.problems_frame(message))
+        self._start_problems()
         await self._pass_queues()
         await self._pass_bulk()
         self._start_insights()
@@ -331,6 +326,45 @@ class Tailer:
                 self.removals.advance(records)
             if len(records) < outbox.EVENTS_PER_READ:
                 return
+
+    def _problems_gap(self) -> float:
+        """The least time between two check() runs: PROBLEMS_MIN_INTERVAL_SECONDS, or longer on
+        a board where check() is slow, so that it runs at most PROBLEMS_DUTY of the time."""
+        return max(PROBLEMS_MIN_INTERVAL_SECONDS, self.problems_took / PROBLEMS_DUTY)
+
+    def _start_problems(self) -> None:
+        """Recompute the problems panel when something changed (and on the refresh timer), at
+        most every _problems_gap(), in a task of its own: check() reads every task (6 s at
+        1,000,000 tasks, bench/big_board.py), and this loop must go on fanning out changes."""
+        if self.problems_task is not None and not self.problems_task.done():
+            return
+        now, gap = time.monotonic(), self._problems_gap()
+        due = self.problems_dirty or now - self.problems_at >= max(PROBLEMS_REFRESH_SECONDS, gap)
+        if not due or now - self.problems_at < gap:
+            return
+        self.problems_dirty = False
+        self.problems_task = asyncio.get_running_loop().create_task(self._push_problems())
+
+    async def _push_problems(self) -> None:
+        """check(), pushed when its problems differ from the last push. A failure is logged once
+        per run of failures; the next pass tries again."""
+        def compute():
+            # Its start is what the gap is measured from (a thread may have kept us waiting).
+            started = self.problems_at = time.monotonic()
+            try:
+                return frames.problems_message()
+            finally:
+                self.problems_took = time.monotonic() - started
+
+        # Not in the thread-sensitive thread that this loop's reads share (as the insights).
+        message = await self._logged_once("problems_failing", "compute the problems panel", compute,
+                                          thread_sensitive=False)
+        if message is None:
+            self.problems_dirty = True
+            return
+        if message["problems"] != self.problems_sent:
+            self.problems_sent = message["problems"]
+            await self._broadcast(frames.problems_frame(message))
 
     def _start_insights(self) -> None:
         """Recompute the insights when something changed (or, once sent, on the refresh timer),
