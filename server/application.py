@@ -15,12 +15,13 @@ def build():
     http = http_app()
 
     # Imported after Django is set up.
-    from channels.auth import AuthMiddlewareStack
     from channels.routing import ProtocolTypeRouter, URLRouter
+    from channels.sessions import CookieMiddleware
     from django.urls import path
 
     from board.live.consumers import BoardConsumer
     from server.ws_origin import SameOriginOnly
 
-    websocket_app = SameOriginOnly(AuthMiddlewareStack(URLRouter([path("ws/board/", BoardConsumer.as_asgi())])))
+    # Cookies only: the socket reads its session itself (board.live.consumers.session_verdict).
+    websocket_app = SameOriginOnly(CookieMiddleware(URLRouter([path("ws/board/", BoardConsumer.as_asgi())])))
     return ProtocolTypeRouter({"http": http, "websocket": websocket_app})

@@ -22,6 +22,7 @@ from django.test import Client
 from board.engine import errors, flow, transitions
 from board.engine.stores import store
 from board.engine.transitions import TaskSpec
+from board.live import consumers
 from board.live import frames as live_frames
 from board.live.reads import COLUMN_PAGE
 from board.live import tailer
@@ -276,6 +277,42 @@ def test_problems_are_recomputed_at_most_twice_a_second(monkeypatch):
     gaps = [b - a for a, b in zip(computed, computed[1:])]
     assert all(gap >= tailer.PROBLEMS_MIN_INTERVAL_SECONDS * 0.95 for gap in gaps), gaps
     assert len(computed) <= elapsed / tailer.PROBLEMS_MIN_INTERVAL_SECONDS + 2
+
+
+def test_the_sockets_of_one_session_share_its_access_checks_and_all_close_when_it_ends(monkeypatch, settings):
+    """Ten tabs of one session, re-checked every 0.1 s: its session is read from the database
+    about once per VERDICT_SHARED_SECONDS, not ten times per period (one by one, a thousand
+    sockets' re-checks took a fifth of a server's CPU); deactivating the user closes all ten."""
+    settings.TASKFLOW = {**settings.TASKFLOW, "SOCKET_RECHECK_SECONDS": 0.1}
+    reads: list[float] = []
+    real = consumers.session_may_watch
+
+    def counted(key):
+        reads.append(time.monotonic())
+        return real(key)
+
+    monkeypatch.setattr(consumers, "session_may_watch", counted)
+    cookie = login_cookie()
+
+    async def scenario():
+        sockets = []
+        for _ in range(10):
+            socket, connected, _ = await open_socket(cookie)
+            assert connected
+            await receive_until(socket, lambda m: m["type"] == "snapshot", [])
+            sockets.append(socket)
+        # Watch the re-checks for a while (every socket re-checks 20 times in it).
+        started, before = time.monotonic(), len(reads)
+        await asyncio.sleep(2.0)
+        watched, checks = time.monotonic() - started, len(reads) - before
+        assert checks <= watched / consumers.VERDICT_SHARED_SECONDS + 2, checks  # not 10 x 20
+        await sync_to_async(get_user_model().objects.filter(username__startswith="user-").update)(is_active=False)
+        for socket in sockets:
+            while (message := await socket.receive_output(timeout=WAIT))["type"] != "websocket.close":
+                pass
+            assert message["code"] == consumers.NOT_ALLOWED
+
+    run(scenario())
 
 
 def test_a_slow_check_holds_up_no_change_and_runs_at_most_its_share_of_the_time(monkeypatch):

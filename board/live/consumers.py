@@ -15,6 +15,7 @@ import asyncio
 import json
 import logging
 import threading
+import weakref
 from collections import deque
 from importlib import import_module
 from types import SimpleNamespace
@@ -42,6 +43,33 @@ def may_watch(user) -> bool:
     """The same rule as the API's GETs and the board page (board/access.py). Runs in a sync
     thread (has_perm reads the database)."""
     return access.may_read(user)
+
+
+# A session's verdict (may it watch?) is shared by its sockets for this long: the tabs of one
+# session re-checked every SOCKET_RECHECK_SECONDS, or reconnecting together after a restart, read
+# the database once, not once each (1,000 sockets re-checked one by one took a fifth of a
+# server process's CPU, bench/board.py). A socket still learns within this of its period.
+VERDICT_SHARED_SECONDS = 1.0
+VERDICTS_KEPT = 1000  # past this many sessions' verdicts, the stale ones go (each a few bytes)
+_verdicts: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # event loop -> {key: (at, future)}
+
+
+async def session_verdict(session_key: str | None) -> bool:
+    """session_may_watch(session_key), read from the database by one of the session's sockets
+    at a time and shared for VERDICT_SHARED_SECONDS (per event loop: a future is its loop's)."""
+    if not session_key:
+        return False
+    loop = asyncio.get_running_loop()
+    verdicts = _verdicts.setdefault(loop, {})
+    entry = verdicts.get(session_key)
+    if entry is None or loop.time() - entry[0] > VERDICT_SHARED_SECONDS:
+        if len(verdicts) >= VERDICTS_KEPT:  # sessions with no socket (refused ones) do not pile up
+            for key in [k for k, (at, _) in verdicts.items() if loop.time() - at > VERDICT_SHARED_SECONDS]:
+                del verdicts[key]
+        future = asyncio.ensure_future(database_sync_to_async(session_may_watch)(session_key))
+        entry = verdicts[session_key] = (loop.time(), future)
+    # shield: a socket that closes while it waits does not cancel the others' answer.
+    return await asyncio.shield(entry[1])
 
 
 def session_may_watch(session_key: str | None) -> bool:
@@ -80,8 +108,10 @@ class BoardConsumer(AsyncWebsocketConsumer):
             self._leave()
 
     async def connect(self):
-        user = self.scope.get("user")
-        if not await database_sync_to_async(may_watch)(user):
+        # The session cookie only (server/application.py: no session or auth middleware, whose
+        # wrapper of `send` read the session for every frame sent).
+        self.session_key = self.scope["cookies"].get(settings.SESSION_COOKIE_NAME)
+        if not await session_verdict(self.session_key):
             # Accepted first, then closed: a close before the handshake reaches the browser as
             # 1006 (no code), and the page could not tell "log in again" from "server away".
             await self.accept()
@@ -89,7 +119,6 @@ class BoardConsumer(AsyncWebsocketConsumer):
             return
         conf = settings.TASKFLOW
         self.loop = asyncio.get_running_loop()
-        self.session_key = self.scope["session"].session_key
         self.max_unsent = conf["SOCKET_MAX_UNSENT_BYTES"]
         self.send_timeout = conf["SOCKET_SEND_TIMEOUT_SECONDS"]
         self.outbox: deque[str] = deque()
@@ -204,7 +233,7 @@ class BoardConsumer(AsyncWebsocketConsumer):
         while not self.dropped:
             await asyncio.sleep(period)
             try:
-                allowed = await database_sync_to_async(session_may_watch)(self.session_key)
+                allowed = await session_verdict(self.session_key)
             except Exception:  # the database is away: check again next period
                 log.exception("could not re-check a board socket's session")
                 continue
