@@ -272,6 +272,9 @@ async def run_client(client: BoardClient, url: str, origin: str, cookie: str, st
                 client.snapshot_requests += 1
                 await ws.send(json.dumps({"type": "snapshot"}))
 
+        if client.light:
+            await light_loop(client, ws, stop)
+            return
         while not stop.is_set():
             try:
                 raw = await asyncio.wait_for(ws.recv(decode=False), timeout=0.5)
@@ -280,15 +283,6 @@ async def run_client(client: BoardClient, url: str, origin: str, cookie: str, st
                     await ask()
                 continue
             now = time.time()
-            if client.light and raw.startswith(b'{"type": "tasks"'):
-                found = LIGHT_EVENT.findall(raw)
-                for _, task_id, version in found:
-                    # The id as JSON wrote it (escapes undone, only where there are some).
-                    task = json.loads(b'"' + task_id + b'"') if b"\\" in task_id else task_id.decode()
-                    client.received.setdefault(task + "@" + version.decode(), now)
-                if found:
-                    client.max_event_id = max(client.max_event_id, *(int(eid) for eid, _, _ in found))
-                continue
             message = json.loads(raw)
             kind = message.get("type")
             if kind == "tasks":  # a batch, as the server sends every change (board/live/frames.py)
@@ -299,6 +293,38 @@ async def run_client(client: BoardClient, url: str, origin: str, cookie: str, st
                     await ask()
             elif kind == "snapshot":
                 client.on_snapshot(message)
+
+
+async def light_loop(client: BoardClient, ws, stop: asyncio.Event) -> None:
+    """A light client's loop: each frame as it comes (no timeout per receive: a light client
+    asks for no snapshot, and wait_for's task per frame cost more than the parse), until `stop`
+    closes the socket."""
+    from websockets.exceptions import ConnectionClosed
+
+    async def close_on_stop():
+        await stop.wait()
+        await ws.close()
+
+    closer = asyncio.create_task(close_on_stop())
+    try:
+        while True:
+            try:
+                raw = await ws.recv(decode=False)
+            except ConnectionClosed:
+                return
+            now = time.time()
+            if raw.startswith(b'{"type": "snapshot"'):
+                client.on_snapshot(json.loads(raw))
+            elif raw.startswith(b'{"type": "tasks"'):
+                found = LIGHT_EVENT.findall(raw)
+                for _, task_id, version in found:
+                    # The id as JSON wrote it (escapes undone, only where there are some).
+                    task = json.loads(b'"' + task_id + b'"') if b"\\" in task_id else task_id.decode()
+                    client.received.setdefault(task + "@" + version.decode(), now)
+                if found:
+                    client.max_event_id = max(client.max_event_id, *(int(eid) for eid, _, _ in found))
+    finally:
+        closer.cancel()
 
 
 async def clients_main_async(args: argparse.Namespace) -> None:
