@@ -108,7 +108,8 @@ def _follow(before: BoardMark, last_event: tuple | None, unseen: frozenset[int],
     """`before`'s counts moved by the history since it, or None where they must be counted."""
     last_event_id = last_event[0] if last_event else 0
     # No history to tell whether it is the same board (one filled without events, say): counted.
-    if (not before.last_event_id or sum(before.counts.values()) < FOLLOW_FROM or time.monotonic() - before.counted_at > RECOUNT_AFTER
+    if (not before.last_event_id or sum(before.counts.values()) < FOLLOW_FROM
+            or time.monotonic() - before.counted_at > RECOUNT_AFTER
             or last_event_id < before.last_event_id or last_removal_id < before.last_removal_id):
         return None
     # The same history: its last event is still there, and the same one.
