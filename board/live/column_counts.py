@@ -27,11 +27,9 @@ import threading
 import time
 from dataclasses import dataclass
 
-from django.db.models import Count
-
-from board.engine.lifecycle import Stage
+from board.engine import listing
 from board.live import outbox
-from board.models import RemovedTask, Task, TaskEvent
+from board.models import RemovedTask, TaskEvent
 
 FOLLOW_FROM = 50_000  # tasks: below this many, a count is cheaper than anything to trust
 RECOUNT_AFTER = 60.0  # seconds (monotonic): well under the prune's shortest window (1 h), so no
@@ -83,10 +81,7 @@ def read_mark(using: str = "default") -> BoardMark:
 
 def counted(using: str = "default") -> dict[str, int]:
     """The count per column, counted (one grouped scan of the task table)."""
-    counts = {stage.value: 0 for stage in Stage}
-    for stage, n in Task.objects.using(using).values_list("stage").annotate(n=Count("id")).order_by():
-        counts[stage] = n
-    return counts
+    return listing.stage_counts(listing.Filters(), using=using)
 
 
 def forget(using: str | None = None) -> None:
