@@ -315,6 +315,27 @@ def test_the_sockets_of_one_session_share_its_access_checks_and_all_close_when_i
     run(scenario())
 
 
+def test_a_socket_opened_just_after_its_session_logged_out_is_refused():
+    """The sockets of a session share its verdict for a second (session_verdict): a logout must
+    not leave an "allowed" one behind for the next socket of that session to reuse."""
+    cookie = login_cookie()
+    client = Client()
+    client.cookies["sessionid"] = cookie
+
+    async def scenario():
+        socket, connected, _ = await open_socket(cookie)
+        assert connected
+        await receive_until(socket, lambda m: m["type"] == "snapshot", [])
+        await sync_to_async(client.logout)()  # user_logged_out: this process closes the open one
+        closed = await socket.receive_output(timeout=WAIT)
+        assert closed == {"type": "websocket.close", "code": consumers.NOT_ALLOWED}
+        again, connected, _ = await open_socket(cookie)  # at once: within the shared second
+        assert connected
+        assert await again.receive_output(timeout=WAIT) == {"type": "websocket.close", "code": 4403}
+
+    run(scenario())
+
+
 def test_a_slow_check_holds_up_no_change_and_runs_at_most_its_share_of_the_time(monkeypatch):
     """check() reads every task: at 1,000,000 tasks it takes seconds. It runs beside the loop
     that fans out changes (a change committed while it runs arrives before it ends), and the

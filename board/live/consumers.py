@@ -64,12 +64,22 @@ async def session_verdict(session_key: str | None) -> bool:
     entry = verdicts.get(session_key)
     if entry is None or loop.time() - entry[0] > VERDICT_SHARED_SECONDS:
         if len(verdicts) >= VERDICTS_KEPT:  # sessions with no socket (refused ones) do not pile up
-            for key in [k for k, (at, _) in verdicts.items() if loop.time() - at > VERDICT_SHARED_SECONDS]:
-                del verdicts[key]
+            # (list(): one C-level copy, so a logout's pop from a request thread cannot change
+            # the dict while it is read.)
+            for key, (at, _) in list(verdicts.items()):
+                if loop.time() - at > VERDICT_SHARED_SECONDS:
+                    verdicts.pop(key, None)
         future = asyncio.ensure_future(database_sync_to_async(session_may_watch)(session_key))
         entry = verdicts[session_key] = (loop.time(), future)
     # shield: a socket that closes while it waits does not cancel the others' answer.
     return await asyncio.shield(entry[1])
+
+
+def forget_verdict(session_key: str | None) -> None:
+    """Read the session again at its next socket's check (a logout: its shared "allowed" must
+    not let a new socket in). Called from a request thread: each loop's dict is copied first."""
+    for verdicts in list(_verdicts.values()):
+        verdicts.pop(session_key, None)
 
 
 def session_may_watch(session_key: str | None) -> bool:
@@ -92,6 +102,7 @@ def close_logged_out_sockets(sender, request=None, **kwargs) -> None:
     key = getattr(getattr(request, "session", None), "session_key", None)
     with _by_session_lock:
         sockets = list(_by_session.get(key, ())) if key else []
+    forget_verdict(key)
     for socket in sockets:
         socket.loop.call_soon_threadsafe(socket.drop, NOT_ALLOWED)
 
