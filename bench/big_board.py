@@ -11,8 +11,10 @@ board of that many tasks in a realistic mix of stages is written once per backen
   and its tracemalloc peak (measured in a separate run, since tracing slows Python down).
 - **snapshot**: `board.live.frames.snapshot_frames()`, everything the server does before a new
   websocket's first frame (the read, the cards, the encoded frames: all are built before the
-  first is sent), with the problems it carries computed by the same call, and again without
-  them ("cards": the server reuses its tailer's last check(), `Tailer.recent_problems`):
+  first is sent), with the problems it carries computed by the same call (what the server's
+  sockets never wait for: a process's first snapshot says "not checked yet" and the tailer's
+  result follows), and again without them ("cards": the server reuses its tailer's last
+  check(), `Tailer.recent_problems`):
   seconds and tracemalloc peak, the first frame's size and all frames' size in bytes, and the
   cards they hold. The snapshot holds every column's count and its first page
   (`board.live.reads.COLUMN_PAGE`, 100 cards, in the column's order), so none of these should
@@ -403,7 +405,8 @@ def measure(backend: str, database_url: str, tasks: int, repeat: int) -> dict:
     row("snapshot", snap_times, snap_base, snap_peak, BOUNDS["snapshot_seconds"])
     row("  cards", cards_times, snap_base, snap_peak, BOUNDS["snapshot_seconds"])
     row("  counted", counted_times, snap_base, snap_peak, BOUNDS["snapshot_seconds"])
-    print("  (snapshot: with its check(), as for a first socket; cards: reusing the tailer's recent"
+    print("  (snapshot: with its check() computed in the same call, which no socket waits for (a"
+          " process's first snapshot carries none and the tailer's result follows); cards: reusing the tailer's recent"
           " problems, as the server does for the sockets after it, with the counts followed from"
           " the history since the last snapshot (board.live.column_counts; 15 moves between two);"
           " counted: the same with the counts counted, as a process's first snapshot or one a"

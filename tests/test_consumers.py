@@ -172,7 +172,8 @@ def test_snapshot_on_connect_then_one_message_per_committed_transition_and_no_to
         frames: list = []
         snapshot = await receive_until(socket, lambda m: m["type"] == "snapshot", frames)
         assert {t["id"]: t["stage"] for t in snapshot["tasks"]} == {"base": "QUEUED", "child": "PENDING"}
-        assert snapshot["counts"]["QUEUED"] == 1 and snapshot["problems"] == []
+        # None: this process's tailer had not run check() yet (its result follows as a frame).
+        assert snapshot["counts"]["QUEUED"] == 1 and snapshot["problems"] in (None, [])
         await sync_to_async(work)()
         await receive_until(socket, lambda m: m["type"] == "task" and m["event"]["verb"] == "admit", frames)
         frames += await drain(socket, 1.0)  # and then nothing more: one message per transition
@@ -379,6 +380,42 @@ def test_a_slow_check_holds_up_no_change_and_runs_at_most_its_share_of_the_time(
     run(scenario())
     took = ends[0] - starts[0]
     assert took >= 1.0 and starts[1] - starts[0] >= took / 0.5 * 0.95  # 2 s apart, where 0.5 s was the rule
+
+
+def test_the_first_snapshot_of_a_process_waits_for_no_check_and_its_result_follows(monkeypatch):
+    """The first socket of a process: its tailer has no check() result yet (at 1,000,000 tasks
+    check() takes seconds). The snapshot goes out with problems null while check() runs, and the
+    result follows as a problems frame, empty as it is; the next socket's snapshot carries it."""
+    computing, release = threading.Event(), threading.Event()
+    real = live_frames.problems_message
+
+    def held():  # a check() that lasts until the test has its snapshot
+        computing.set()
+        assert release.wait(timeout=30)
+        return real()
+
+    monkeypatch.setattr(live_frames, "problems_message", held)
+    transitions.create(TaskSpec(id="t", title="t"))
+    cookie = login_cookie()
+
+    async def scenario():
+        socket, connected, _ = await open_socket(cookie)
+        assert connected
+        frames: list = []
+        snapshot = await receive_until(socket, lambda m: m["type"] == "snapshot", frames)
+        assert snapshot["problems"] is None and snapshot["counts"]["QUEUED"] == 1
+        assert await sync_to_async(computing.wait, thread_sensitive=False)(30)
+        release.set()
+        pushed = await receive_until(socket, lambda m: m["type"] == "problems", frames)
+        assert pushed["problems"] == []
+        second, connected, _ = await open_socket(cookie)
+        assert connected
+        later = await receive_until(second, lambda m: m["type"] == "snapshot", [])
+        assert later["problems"] == []
+        await second.disconnect()
+        await socket.disconnect()
+
+    run(scenario())
 
 
 def test_a_large_board_arrives_in_parts_each_under_daphnes_frame_limit(monkeypatch):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from types import SimpleNamespace
+from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
 
@@ -196,7 +197,12 @@ def insights_frame(data: dict) -> str:
     return encode(data)
 
 
-def snapshot_frames(problems: list | None = None, using: str = "default") -> list[str]:
+# snapshot_frames' `problems` when the caller has no check() result of its own: computed in the
+# board's read.
+CHECK_HERE: Any = object()
+
+
+def snapshot_frames(problems: list | None = CHECK_HERE, using: str = "default") -> list[str]:
     """What a browser needs to draw the board: every column's count and first page of cards
     (reads.COLUMN_PAGE, in the column's order) with the cursor of its next page (`next_pages`,
     null when the page is the whole column; the page asks GET /board/filter?stage=&cursor= for
@@ -205,7 +211,8 @@ def snapshot_frames(problems: list | None = None, using: str = "default") -> lis
     (`last_removal_id`), as encoded frames: {"type": "snapshot", ..., "more": bool} then
     {"type": "snapshot_more", "tasks", "more"} until "more" is false. Its size does not grow
     with the board (docs/live-protocol.md, "A bounded snapshot"). `problems`: a recent check()
-    result to reuse.
+    result to reuse, None for "not checked yet" (the tailer's first result follows as a problems
+    frame), or CHECK_HERE.
 
     Read by reads.board_parts (one read that takes no write lock). A frame is encoded once the
     next part is read (its "more" depends on it)."""
@@ -216,7 +223,7 @@ def snapshot_frames(problems: list | None = None, using: str = "default") -> lis
     # and its cards), so the page counts and applies only the changes after it; a change of one
     # of these ids committed after the read, and the page applies it (board.live.outbox:
     # PostgreSQL). last_removal_id: the deletions this read already shows.
-    if problems is None:
+    if problems is CHECK_HERE:
         problems = problem_dicts(using)  # inside the board's read: the problems of the same board
     frames: list[str] = []
     frame = {"type": "snapshot", "last_event_id": head["last_event_id"], "unseen_event_ids": head["unseen_event_ids"],

@@ -9,7 +9,7 @@ import {
   TERMINAL,
 } from "./page.js";
 import {
-  allTasks, columnGrowth, countIn, depDead, depDone, getProblems, getTask, idsIn, moreCursor, positionOf, queueClosed,
+  allTasks, columnGrowth, countIn, depDead, depDone, getProblems, getTask, problemsChecked, idsIn, moreCursor, positionOf, queueClosed,
   keyFull,
   rateKeyHeld, fairnessKeySpent, resourceWait, strandedWhy, subscribe, unclaimableWhy, waitingApprovalOf,
 } from "./store.js";
@@ -510,7 +510,10 @@ function tickLeases() {
 function renderProblems() {
   const problems = getProblems();
   const panel = document.getElementById("problems");
-  panel.querySelector("h2 .count").textContent = problems.length;
+  const checked = problemsChecked();
+  panel.querySelector("h2 .count").textContent = checked ? problems.length : "…";
+  panel.querySelector("h2 .count").title = checked ? "" : "the server is running its first check of the board";
+  panel.classList.toggle("checking", !checked);
   panel.classList.toggle("has-problems", problems.length > 0);
   const fragment = document.createDocumentFragment();
   for (const p of problems) {

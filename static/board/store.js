@@ -45,6 +45,8 @@ const loadedSize = new Map();
 const depInfo = new Map(); // id -> {stage} of dependencies not on the board (fetched)
 const depAsked = new Set(); // dependencies not on the board already asked for
 let problems = [];
+// False while the server has not run check() yet (a snapshot's problems: null): the panel says so.
+let problemsKnown = false;
 const bulkJobs = new Map(); // bulk job id -> its latest report (setBulkJob)
 let insights = null;
 let queues = null; // the latest "queues" frame, or null before the first
@@ -140,6 +142,11 @@ export function knownTask(id) {
 
 export function getProblems() {
   return problems;
+}
+
+/** Whether the problems are check()'s (false before the server process's first check()). */
+export function problemsChecked() {
+  return problemsKnown;
 }
 
 /** What check() says strands `id` (its dead_dep problem: a dependency, or one down the chain,
@@ -285,6 +292,7 @@ export function setApprovals(list) {
 
 export function setProblems(list) {
   problems = list;
+  problemsKnown = true;
   tell({ what: "problems" });
 }
 
@@ -515,6 +523,7 @@ export function applySnapshot(snap) {
     }
   }
   problems = snap.problems || [];
+  problemsKnown = snap.problems != null;
   tell({ what: "snapshot" });
 }
 
