@@ -45,19 +45,22 @@ run: $(VENV)/.run-deps
 # 4; TEST_WORKERS=0 runs in this process): most tests spend their time waiting on real servers,
 # so workers overlap well even on two cores. Every worker has its own test databases.
 TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -gt 4 ] && n=4; echo $$n)
+# worksteal: a worker that has run out of tests takes pending ones from the other, so a session
+# does not end with one worker idle while the other still holds a queue of long races.
+DIST ?= --dist worksteal
 # The tests marked `timing` assert a latency: they run after the first session, one at a time
 # with nothing else running (another worker's load decided them in CI). Exit code 5 is "none of
 # PYTEST_ARGS's tests is marked timing".
 test: $(VENV)/.test-deps
-	$(PY) -m pytest -n $(TEST_WORKERS) -m "not timing" $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) $(DIST) -m "not timing" $(PYTEST_ARGS)
 	$(PY) -m pytest -p no:xdist -m timing $(PYTEST_ARGS) || [ $$? -eq 5 ]
-	$(PY) -m pytest -n $(TEST_WORKERS) --ds=tests.mongodb_settings tests/mongodb $(MONGODB_PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) $(DIST) --ds=tests.mongodb_settings tests/mongodb $(MONGODB_PYTEST_ARGS)
 
 # The developers' lane (a few minutes): the first session without the tests pytest.ini marks
 # `browser`, `server` (a real `manage.py serve`, set by tests/conftest.py) and `slow`; SQLite and
 # PostgreSQL still run, MongoDB's session does not. `make test` stays the whole suite (CI).
 test-fast: $(VENV)/.test-deps
-	$(PY) -m pytest -n $(TEST_WORKERS) -m "not browser and not server and not slow" $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) $(DIST) -m "not browser and not server and not slow" $(PYTEST_ARGS)
 
 bench: $(VENV)/.test-deps
 	$(PY) bench/claims.py

@@ -74,6 +74,7 @@ from tests.support import (
 ROUNDS = 200
 RACERS = 16
 TTL = 60
+OBSERVER_PAUSES = 4  # FlowObserver: after a read, a pause of this many times the read's length
 
 
 class FlowObserver:
@@ -101,13 +102,17 @@ class FlowObserver:
     def _observe(self) -> None:
         try:
             while not self._stop.is_set():
+                started = time.monotonic()
                 with stores.store(self.alias).read_transaction():
                     self.seen["problems"] += self._read()
                 self.seen["reads"] += 1
                 # Paced, never a condition: a read every 20 ms still reads each round a few
                 # times (a round takes 40 ms or more); every 5 ms, the reads took the racers' CPU
                 # (MongoDB's rate race: 72 s, now 42 s; SQLite's plans race: 33 s, now 16 s).
-                self._stop.wait(0.02)
+                # A read that takes longer (a board that grew, SecantusDB's one Python process)
+                # waits OBSERVER_PAUSES times its own length: the observer takes at most a fifth
+                # of the store's time whatever its read costs.
+                self._stop.wait(max(0.02, OBSERVER_PAUSES * (time.monotonic() - started)))
         except BaseException as exc:  # a fault of the observer fails the test, never passes it
             self.seen["problems"].append(exc)
         finally:
