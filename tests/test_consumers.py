@@ -509,6 +509,32 @@ def queue_frames(frames: list) -> list[dict]:
     return [m for raw in frames for m in messages(raw) if m["type"] == "queues"]
 
 
+def test_a_queue_change_that_rings_while_the_tailer_waits_its_tick_is_not_lost(monkeypatch):
+    """A queue's settings write no task event: only the commit's wake tells the tailer to read the
+    strip again. A wake that rang while the tailer slept its tick between two passes (here the
+    tick is most of its time) was cleared unread, and the change waited for the refresh timer
+    (here out of reach): one pause in five went unseen in the test above."""
+    monkeypatch.setattr(tailer, "QUEUES_REFRESH_SECONDS", 3600.0)
+    monkeypatch.setattr(tailer, "POLL_SECONDS", 0.01)
+    monkeypatch.setattr(tailer, "pass_gap", lambda sockets: 0.3)
+    transitions.create(TaskSpec(id="c1", title="c1", queue="ci"))
+    cookie = login_cookie()
+
+    async def scenario():
+        socket, connected, _ = await open_socket(cookie)
+        assert connected
+        frames: list = []
+        await receive_until(socket, lambda m: m["type"] == "snapshot", frames)
+        await receive_until(socket, queue_in("ci", paused=False), frames)
+        for n in range(8):
+            paused = n % 2 == 0
+            await sync_to_async(flow.change_queue)("ci", actor="op", reason=f"step {n}", paused=paused)
+            await receive_until(socket, queue_in("ci", paused=paused), frames)
+        await socket.disconnect()
+
+    run(scenario())
+
+
 def test_a_queues_pause_resume_and_counts_are_pushed_to_every_socket_when_they_change(monkeypatch):
     # Issue 29: the queues strip. A pause writes no task event: the commit's wake alone must
     # bring it (the refresh timer is put out of reach until the last step), and a socket that

@@ -202,13 +202,16 @@ class Tailer:
                     raise asyncio.CancelledError
                 try:
                     await asyncio.wait_for(self.wake.wait(), timeout=POLL_SECONDS)
-                    # A commit (or a socket's request): a queue's settings may have changed,
-                    # which writes no event for the outbox to read.
-                    self.queues_dirty = True
                 except TimeoutError:
                     pass
                 # Under load every commit rings: gather what committed meanwhile into one pass.
                 await asyncio.sleep(pass_gap(len(self.subscribers)) if self.subscribers else WAITERS_ONLY_PASS_SECONDS)
+                if self.wake.is_set():
+                    # A commit (or a socket's request) rang, before this tick or during it: a
+                    # queue's settings may have changed, which writes no event for the outbox
+                    # to read. (Read here, as the wake is cleared: one that rang during the
+                    # tick was cleared unread, and the change waited for the refresh timer.)
+                    self.queues_dirty = True
                 self.wake.clear()
                 try:
                     await self._pass(cursor)
