@@ -316,6 +316,10 @@ TASKFLOW = {
     "SOCKET_RECHECK_SECONDS": float(os.environ.get("TASKFLOW_SOCKET_RECHECK", "5")),
     "SOCKET_MAX_UNSENT_BYTES": int(os.environ.get("TASKFLOW_SOCKET_MAX_UNSENT", str(8 * 1024 * 1024))),
     "SOCKET_SEND_TIMEOUT_SECONDS": float(os.environ.get("TASKFLOW_SOCKET_SEND_TIMEOUT", "30")),
+    # The board page keeps the newest state of each changed task it does not show (below a
+    # column's loaded window). Past this many it takes a fresh snapshot, which starts it over:
+    # a tab left open on a busy board of a million tasks does not grow without end.
+    "BOARD_OFF_WINDOW_MAX": int(os.environ.get("TASKFLOW_BOARD_OFF_WINDOW_MAX", "10000")),
     # The Prometheus scraper's bearer token for /metrics (board/metrics.py); empty: only an
     # operator key or a staff session may scrape.
     "METRICS_TOKEN": os.environ.get("TASKFLOW_METRICS_TOKEN", ""),

@@ -50,6 +50,7 @@ def board_page(request):
         "approver": access.approver(request.user),  # the answer buttons: board.access.approver
         # The time control's oldest moment: the history's horizon, or its first row (two index reads).
         "history_from": _history_from(),
+        "off_window_max": settings.TASKFLOW["BOARD_OFF_WINDOW_MAX"],
     })
 
 

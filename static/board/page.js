@@ -19,6 +19,9 @@ export const CAN_INTERVENE = document.body.dataset.canIntervene === "true";
 /** board.change_queue (board/access.py may_change_queues): the queues strip offers Pause/Resume. */
 export const CAN_CHANGE_QUEUES = document.body.dataset.canChangeQueues === "true";
 export const LOGIN_URL = document.body.dataset.loginUrl;
+// How many changed tasks the page keeps below its columns' windows before it takes a fresh
+// snapshot instead (TASKFLOW_BOARD_OFF_WINDOW_MAX; socket.js).
+export const OFF_WINDOW_MAX = Number(document.body.dataset.offWindowMax) || 10000;
 // Who this user is as an approver (board.access.approver: username, group names,
 // board.intervene, superuser), or null on a page that does not say.
 const APPROVER_EL = document.getElementById("approver");

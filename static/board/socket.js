@@ -13,9 +13,9 @@
 // It feeds the model (store.js) and nothing else: what the page shows follows from the model's
 // changes (render.js, details.js, view.js and insights.js subscribe to it).
 
-import { columnsEl, LOGIN_URL } from "./page.js";
+import { columnsEl, LOGIN_URL, OFF_WINDOW_MAX } from "./page.js";
 import {
-  applyMove, applySnapshot, applyTask, knownTask, removeTask, setBulkJob, setInsights, setProblems, setQueues,
+  applyMove, applySnapshot, applyTask, knownTask, offWindowSize, removeTask, setBulkJob, setInsights, setProblems, setQueues,
   snapshotCount,
 } from "./store.js";
 
@@ -208,6 +208,8 @@ function applyChange(event, task) {
   if (!known && !after) return;
   if (known && event.version > known.version + 1) requestSnapshot(); // a lost frame
   applyTask(task);
+  // Too many changes kept for tasks no column shows: a snapshot starts the page over with none.
+  if (offWindowSize() > OFF_WINDOW_MAX) requestSnapshot();
 }
 
 // Event ids arrive in increasing order, but for late commits (see MISSING_EVENT_PATIENCE_MS).

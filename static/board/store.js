@@ -135,6 +135,11 @@ export function moreCursor(stage) {
   return moreCursors.get(stage);
 }
 
+/** How many tasks the page keeps off its windows (socket.js takes a snapshot past OFF_WINDOW_MAX). */
+export function offWindowSize() {
+  return offWindow.size;
+}
+
 /** The newest state the page knows of task `id`, shown or not (undefined: none). */
 export function knownTask(id) {
   return tasks.get(id) || offWindow.get(id);
