@@ -112,6 +112,9 @@ Run (from the project folder)
     .venv/bin/python bench/http_claims.py --backends postgres --agents 8 --compare-workers 1,2
     .venv/bin/python bench/http_claims.py --workers 1 --no-ceiling --no-inprocess --no-bare
     .venv/bin/python bench/http_claims.py --pg-url postgres://user@host:5432/name
+    .venv/bin/python bench/http_claims.py --server granian --agents 8 --rounds 3 --no-daphne --no-ceiling --no-inprocess
+                                                                  # the same ASGI application under granian (after
+                                                                  # .venv/bin/pip install granian==2.8.9)
     .venv/bin/python bench/http_claims.py --py-spy /tmp/prof      # also sample the server (all its
                                                                   # processes) with py-spy in each run
 
@@ -121,6 +124,7 @@ from __future__ import annotations
 
 import argparse
 import http.client
+import importlib.util
 import math
 import multiprocessing
 import os
@@ -199,18 +203,44 @@ def warm_up_bare(port: int, rounds: int = 20) -> None:
             raise RuntimeError(f"warm-up GET {http_agent.BARE_PATH}: {status} {data[:300]!r}")
 
 
+# --server granian: the same ASGI application (taskflow_site/asgi.py, which picks the settings
+# from DJANGO_SETTINGS_MODULE) under granian (a Rust HTTP server; issue 34 asks for it to be
+# measured against uvicorn): its workers, uvloop and no lifespan (asginl) as serve's, no access
+# log, websockets on.
+GRANIAN_APP = "taskflow_site.asgi:application"
+GRANIAN_PIN = "granian==2.8.9"  # the version measured (docs/running.md, "Why uvicorn, not granian")
+SERVER_NAMES = {"serve": "manage.py serve", "granian": f"granian (ASGI, {GRANIAN_APP})"}
+
+
+def granian_command(workers: int) -> list[str]:
+    return [sys.executable, "-m", "granian", "--interface", "asginl", "--host", "127.0.0.1", "--port", "{port}",
+            "--workers", str(workers), "--loop", "uvloop", "--log-level", "warning", "--no-access-log",
+            GRANIAN_APP]
+
+
 class Server(BoardServer):
     """The board's server as in production (`manage.py serve`, via harness.board_server), with
     `workers` worker processes; `settings_module` replaces taskflow_site.settings (the bare
-    view's baseline runs bench.bare_settings)."""
+    view's baseline runs bench.bare_settings). `kind` "granian": the same application under
+    granian instead (granian_command), with a metrics directory of its own as serve makes."""
 
-    def __init__(self, database_url: str, workers: int, settings_module: str | None = None):
+    def __init__(self, database_url: str, workers: int, settings_module: str | None = None, kind: str = "serve"):
         env = dict(SERVER_ENV)
         if settings_module:
             env["DJANGO_SETTINGS_MODULE"] = settings_module
-        super().__init__(database_url, env=env, args=["--workers", str(workers)])
+        self.metrics_dir = None
+        if kind == "granian":
+            self.metrics_dir = tempfile.mkdtemp(prefix="taskflow-granian-metrics-")
+            env["PROMETHEUS_MULTIPROC_DIR"] = self.metrics_dir
+        super().__init__(database_url, env=env, args=["--workers", str(workers)],
+                         command=granian_command(workers) if kind == "granian" else None)
         self.workers = workers
         self.start(timeout=SERVER_START_TIMEOUT)
+
+    def close(self) -> None:
+        super().close()
+        if self.metrics_dir:
+            shutil.rmtree(self.metrics_dir, ignore_errors=True)
 
     def request(self, method: str, path: str, key: str | None = None, body: bytes | None = None
                 ) -> tuple[int, bytes]:
@@ -668,14 +698,14 @@ def run_backend(backend: str, database_url: str, args: argparse.Namespace, worke
     interleaved: list[Interleaved] = []
     server = bare_server = None
     try:
-        server = Server(database_url, workers)
+        server = Server(database_url, workers, kind=args.server)
         server.warm_up(keys[0])
-        print(f"{backend}: manage.py serve ({workers} worker process{'es' if workers != 1 else ''}) "
+        print(f"{backend}: {SERVER_NAMES[args.server]} ({workers} worker process{'es' if workers != 1 else ''}) "
               f"pid {server.process.pid} on 127.0.0.1:{server.port} ({database_url})", flush=True)
         if bare_url is not None:
-            bare_server = Server(bare_url, workers, settings_module=BARE_SETTINGS)
+            bare_server = Server(bare_url, workers, settings_module=BARE_SETTINGS, kind=args.server)
             warm_up_bare(bare_server.port, rounds=10 * workers)
-            print(f"  bare view beside it: manage.py serve ({workers} worker process"
+            print(f"  bare view beside it: {SERVER_NAMES[args.server]} ({workers} worker process"
                   f"{'es' if workers != 1 else ''}, {BARE_SETTINGS}) pid {bare_server.process.pid} "
                   f"on 127.0.0.1:{bare_server.port}", flush=True)
         for agents in args.agents:
@@ -1056,6 +1086,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--workers", type=int, default=None,
                         help="server worker processes (manage.py serve --workers; default: the serve "
                              "default, TASKFLOW_WORKERS or one per core)")
+    parser.add_argument("--server", choices=sorted(SERVER_NAMES), default="serve",
+                        help="the board's server and the bare view's beside it: manage.py serve (uvicorn, "
+                             "as in production; default) or the same ASGI application under granian")
     parser.add_argument("--compare-workers", default=None, metavar="N,M",
                         help="measure the board (and the bare view) with each of these worker counts in "
                              "turn and print the ratios (e.g. 1,2); replaces --workers")
@@ -1119,6 +1152,10 @@ def serve_default_workers() -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.server == "granian" and importlib.util.find_spec("granian") is None:
+        print(f"NOT RUN: --server granian needs granian, which the project does not pin: "
+              f"{sys.executable} -m pip install {GRANIAN_PIN}")
+        return 1
     rows: list[Row] = []
     probes: list[Probe] = []
     bare: list[BareRun] = []
