@@ -67,6 +67,15 @@ async def open_socket(cookie: str | None, origin: bytes = b"http://localhost"):
     return socket, connected, code
 
 
+async def open_with_snapshot(cookie: str) -> tuple:
+    """A socket opened with `cookie`, read up to its snapshot: (socket, frames read, snapshot)."""
+    socket, connected, _ = await open_socket(cookie)
+    assert connected
+    frames: list = []
+    snapshot = await receive_until(socket, lambda m: m["type"] == "snapshot", frames)
+    return socket, frames, snapshot
+
+
 def messages(raw: str) -> list[dict]:
     """A frame as messages: a batch {"type": "tasks", "items"} becomes one {"type": "task"} each."""
     frame = json.loads(raw)
@@ -399,18 +408,13 @@ def test_the_first_snapshot_of_a_process_waits_for_no_check_and_its_result_follo
     cookie = login_cookie()
 
     async def scenario():
-        socket, connected, _ = await open_socket(cookie)
-        assert connected
-        frames: list = []
-        snapshot = await receive_until(socket, lambda m: m["type"] == "snapshot", frames)
+        socket, frames, snapshot = await open_with_snapshot(cookie)
         assert snapshot["problems"] is None and snapshot["counts"]["QUEUED"] == 1
         assert await sync_to_async(computing.wait, thread_sensitive=False)(30)
         release.set()
         pushed = await receive_until(socket, lambda m: m["type"] == "problems", frames)
         assert pushed["problems"] == []
-        second, connected, _ = await open_socket(cookie)
-        assert connected
-        later = await receive_until(second, lambda m: m["type"] == "snapshot", [])
+        second, _, later = await open_with_snapshot(cookie)
         assert later["problems"] == []
         await second.disconnect()
         await socket.disconnect()
@@ -521,10 +525,7 @@ def test_a_queue_change_that_rings_while_the_tailer_waits_its_tick_is_not_lost(m
     cookie = login_cookie()
 
     async def scenario():
-        socket, connected, _ = await open_socket(cookie)
-        assert connected
-        frames: list = []
-        await receive_until(socket, lambda m: m["type"] == "snapshot", frames)
+        socket, frames, _ = await open_with_snapshot(cookie)
         await receive_until(socket, queue_in("ci", paused=False), frames)
         for n in range(8):
             paused = n % 2 == 0
