@@ -511,8 +511,9 @@ function renderProblems() {
   const problems = getProblems();
   const panel = document.getElementById("problems");
   const checked = problemsChecked();
-  panel.querySelector("h2 .count").textContent = checked ? problems.length : "…";
-  panel.querySelector("h2 .count").title = checked ? "" : "the server is running its first check of the board";
+  const count = panel.querySelector("h2 .count");
+  count.textContent = checked ? problems.length : "…";
+  count.title = checked ? "" : "the server is running its first check of the board";
   panel.classList.toggle("checking", !checked);
   panel.classList.toggle("has-problems", problems.length > 0);
   const fragment = document.createDocumentFragment();

@@ -44,9 +44,9 @@ const forgotten = new Map();
 const loadedSize = new Map();
 const depInfo = new Map(); // id -> {stage} of dependencies not on the board (fetched)
 const depAsked = new Set(); // dependencies not on the board already asked for
-let problems = [];
-// False while the server has not run check() yet (a snapshot's problems: null): the panel says so.
-let problemsKnown = false;
+// check()'s findings as the server last sent them; null while it has run none yet (a snapshot's
+// problems: null), which the panel says.
+let problems = null;
 const bulkJobs = new Map(); // bulk job id -> its latest report (setBulkJob)
 let insights = null;
 let queues = null; // the latest "queues" frame, or null before the first
@@ -146,25 +146,25 @@ export function knownTask(id) {
 }
 
 export function getProblems() {
-  return problems;
+  return problems || [];
 }
 
 /** Whether the problems are check()'s (false before the server process's first check()). */
 export function problemsChecked() {
-  return problemsKnown;
+  return problems !== null;
 }
 
 /** What check() says strands `id` (its dead_dep problem: a dependency, or one down the chain,
  * was CANCELLED or FAILED, so it can never run), or undefined. */
 export function strandedWhy(id) {
-  const problem = problems.find((p) => p.task === id && p.code === "dead_dep");
+  const problem = getProblems().find((p) => p.task === id && p.code === "dead_dep");
   return problem && problem.text;
 }
 
 /** What check() says keeps `id` from every claimer (its unclaimable_requirements problem: no
  * live agent key used in the last hour holds all the capabilities it requires), or undefined. */
 export function unclaimableWhy(id) {
-  const problem = problems.find((p) => p.task === id && p.code === "unclaimable_requirements");
+  const problem = getProblems().find((p) => p.task === id && p.code === "unclaimable_requirements");
   return problem && problem.text;
 }
 
@@ -297,7 +297,6 @@ export function setApprovals(list) {
 
 export function setProblems(list) {
   problems = list;
-  problemsKnown = true;
   tell({ what: "problems" });
 }
 
@@ -527,8 +526,7 @@ export function applySnapshot(snap) {
       linkDeps(task);
     }
   }
-  problems = snap.problems || [];
-  problemsKnown = snap.problems != null;
+  problems = snap.problems ?? null;
   tell({ what: "snapshot" });
 }
 
