@@ -77,9 +77,10 @@ def test_a_card_shows_its_time_in_stage_from_stage_changed_at_and_it_ticks(open_
     expect(running).to_be_visible(timeout=ARRIVAL)
     changed = orm(lambda: Task.objects.get(pk="waiting").stage_changed_at)
     assert abs(changed - timezone.now()) < timedelta(seconds=30)
-    expect(in_stage(page, "waiting")).to_have_text(re.compile(r"^\ds in RUNNING$"))
+    # Seconds, not the 7 minutes of QUEUED (a loaded CI machine may show it 10 s or more late).
+    expect(in_stage(page, "waiting")).to_have_text(re.compile(r"^\d+s in RUNNING$"))
     first = in_stage(page, "waiting").text_content()
-    expect(in_stage(page, "waiting")).not_to_have_text(first, timeout=3000)  # ticks each second
+    expect(in_stage(page, "waiting")).not_to_have_text(first, timeout=SLOW)  # ticks each second
     # A renew keeps the stage: the time in it keeps counting from the claim.
     orm(transitions.renew, "waiting", claim.lease.token, 120)
     assert orm(lambda: Task.objects.get(pk="waiting").stage_changed_at) == changed
