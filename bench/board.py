@@ -28,8 +28,8 @@ What is measured
    mark (the page sets no marks: the bench injects its own, ``PAGE_TIMING_MARKS``). One warm-up
    load, then ``--loads`` measured loads (default 3); every card is counted each time.
 
-Goals: p99 latency <= 250 ms, 0 divergent clients, the 10,000-task board rendered in < 2 s
-(median of the measured loads). Figures are printed from this run only; missing a goal is
+Goals: p99 latency <= 250 ms, 0 divergent clients, the first cards on screen within 1 s of
+navigation start (issue 31, at 100,000 tasks; median of the measured loads). Figures are printed from this run only; missing a goal is
 reported (exit status 1), not hidden.
 
 Run (from the project folder)
@@ -63,7 +63,7 @@ from bench.http_claims import process_cpu_seconds
 from bench.stats import percentile  # nearest-rank: the benchmarks' one percentile
 
 GOAL_P99_MS = 250.0
-GOAL_PAGE_MS = 2000.0
+GOAL_PAGE_MS = 1000.0  # issue 31: first cards on screen <= 1 s (it was 2 s at 10,000 tasks)
 MISSING_EVENT_PATIENCE = 3.0  # seconds, as static/board/socket.js
 CONVERGE_SECONDS = 120.0  # how long clients may take to reach the last event after the writer stops
 WRITER_TASKS = 400  # tasks the writer cycles through
@@ -567,8 +567,13 @@ def page_phase(args, server, cookie: str) -> dict:
                     const nav = performance.getEntriesByType('navigation')[0];
                     return {rendered: at('board-rendered'), dom_content_loaded: nav.domContentLoadedEventEnd,
                             socket_open: at('board-socket-open'), snapshot_in: at('board-message'),
-                            dom_built: at('board-dom-built'),
-                            cards: document.querySelectorAll('.card').length};
+                            dom_built: at('board-dom-built'), document: nav.responseEnd,
+                            cards: document.querySelectorAll('.card').length,
+                            // what the page fetched before its socket opened, slowest first
+                            before_socket: performance.getEntriesByType('resource')
+                              .filter(r => r.startTime < at('board-socket-open'))
+                              .map(r => [r.name.replace(location.origin, ''), r.startTime, r.duration])
+                              .sort((a, b) => b[2] - a[2])};
                 }""")
                 # Interactive: a click on a card opens its details at once.
                 t0 = time.perf_counter()
@@ -690,12 +695,16 @@ def main(argv=None) -> int:
                           f"+ page builds the cards {load['dom_built'] - load['snapshot_in']:.0f} ms "
                           f"+ first frame (style, layout, paint) {load['rendered'] - load['dom_built']:.0f} ms; "
                           f"click -> details {load['click_to_details_ms']:.0f} ms")
+                    slowest = ", ".join(f"{name} {duration:.0f} ms (from {start:.0f})"
+                                        for name, start, duration in load["before_socket"][:3])
+                    print(f"    the page's own HTML in {load['document']:.0f} ms; {len(load['before_socket'])} "
+                          f"requests before the socket opened, slowest: {slowest}")
                 median = statistics.median(load["rendered"] for load in p["loads"])
                 all_cards = all(load["cards"] == shown for load in p["loads"])
                 print(f"  median {median:.0f} ms; every card rendered: {all_cards}")
                 if args.screenshot:
                     print(f"  screenshot: {args.screenshot}")
-                goals.append((f"{total:,}-task board rendered in < {GOAL_PAGE_MS / 1000:g} s", median < GOAL_PAGE_MS and all_cards,
+                goals.append((f"{total:,}-task board's first cards on screen <= {GOAL_PAGE_MS / 1000:g} s", median <= GOAL_PAGE_MS and all_cards,
                               f"{median:.0f} ms"))
         finally:
             server.close()

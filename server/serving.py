@@ -8,7 +8,7 @@ both: `/ws/` goes to Channels (server/application.py) and every HTTP request com
 it is handed ONCE to a small pool of threads that run the whole Django request as WSGI.
 
 The connection itself (head size, slow clients, the lingering close after an early answer) is
-server/http_protocol.py's. Four things happen here, before Django sees the request:
+server/http_protocol.py's. Five things happen here, before Django sees the request:
 
 - **Oversize bodies are refused unread.** A Content-Length over `DATA_UPLOAD_MAX_MEMORY_SIZE`
   (`MAX_CLAIM_BODY_BYTES` for the claim endpoints) is answered 413 at once, before
@@ -25,6 +25,8 @@ server/http_protocol.py's. Four things happen here, before Django sees the reque
   `Retry-After`, so idle agents (or one agent) can never starve the others.
 - **Threads are bounded** (`TASKFLOW_HTTP_THREADS` per process): the database pool per process
   is sized from it, so no request ever waits for a connection.
+- **Static files (DEBUG only) never enter the pool**: server/static_files.py answers them on
+  the event loop (in production nginx serves them).
 - **Dropped database connections are replaced together.** When PostgreSQL drops the server's
   connections (a restart, `pg_terminate_backend`), the pool's check (CONN_HEALTH_CHECKS) finds
   them dead one at a time as they are handed out, pausing longer after each (psycopg_pool's
@@ -47,6 +49,7 @@ from django.conf import settings
 from django.db import connections
 
 from board.live import parked
+from server.static_files import StaticFiles
 # The claim endpoints, whose bodies have a smaller cap (spelt here: this module is imported
 # before Django is set up, and the API's URLs are the API's).
 CLAIM_PATH = "/api/claim"
@@ -76,8 +79,9 @@ class HttpApp:
     """ASGI app for the `http` scope: Django's WSGI handler run in a bounded thread pool."""
 
     def __init__(self, wsgi_app, *, threads: int, max_body: int, max_claim_body: int, max_waiters: int,
-                 max_waiters_per_key: int):
+                 max_waiters_per_key: int, static_files: StaticFiles | None = None):
         self.wsgi_app = wsgi_app
+        self.static_files = static_files  # DEBUG: answered on the event loop (server/static_files.py)
         self.max_body = max_body
         self.max_claim_body = max_claim_body
         self.max_waiters = max_waiters
@@ -98,6 +102,11 @@ class HttpApp:
             return
         if body is None:
             return  # the client left (or was cut) before its body was whole: nothing runs
+        if self.static_files is not None:
+            answer = self.static_files.answer(scope)
+            if answer is not None:
+                await self._send(send, *answer)
+                return
         loop = asyncio.get_running_loop()
         # The environ is built in the pool thread too: nothing per request on the event loop
         # beyond reading the body.
@@ -298,12 +307,14 @@ def http_app() -> HttpApp:
     from django.core.wsgi import get_wsgi_application
 
     wsgi = get_wsgi_application()
+    static_files = None
     if settings.DEBUG:  # production puts static files behind the proxy (collectstatic)
         from django.contrib.staticfiles.handlers import StaticFilesHandler
 
-        wsgi = StaticFilesHandler(wsgi)
+        wsgi = StaticFilesHandler(wsgi)  # what StaticFiles leaves (a file over its size bound)
+        static_files = StaticFiles(settings.STATIC_URL)
     conf = settings.TASKFLOW
     watch_connection_pool()
     return HttpApp(wsgi, threads=conf["HTTP_THREADS"], max_body=settings.DATA_UPLOAD_MAX_MEMORY_SIZE,
                    max_claim_body=conf["MAX_CLAIM_BODY_BYTES"], max_waiters=conf["MAX_WAITERS"],
-                   max_waiters_per_key=conf["MAX_WAITERS_PER_KEY"])
+                   max_waiters_per_key=conf["MAX_WAITERS_PER_KEY"], static_files=static_files)

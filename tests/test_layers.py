@@ -59,6 +59,8 @@ LAYERS = {
     # kept beside the rest of MongoDB's code; the engine never imports them.
     "board.engine.stores.mongodb.apps": 5, "board.engine.stores.mongodb.migrations": 5,
     "board.api": 5, "board.admin": 5, "board.apps": 5,
+    # The pages' template tags (static files only): beside the views that render the templates.
+    "board.templatetags": 5,
     "server": 6,
     "board.management": 7,
     "taskflow_site": 8, "manage": 8,
