@@ -389,6 +389,46 @@ def test_a_slow_check_holds_up_no_change_and_runs_at_most_its_share_of_the_time(
     assert took >= 1.0 and starts[1] - starts[0] >= took / 0.5 * 0.95  # 2 s apart, where 0.5 s was the rule
 
 
+def test_slow_insights_run_at_most_their_share_of_the_time(monkeypatch):
+    """The agents and throughput panel reads an hour of history: 2.7 s at 120,000 rows. A change
+    makes it due, but the next computation waits INSIGHTS_DUTY's share of the last one's time
+    (here a computation of 1 s starts again 1 / 0.5 = 2 s after the last one started, where
+    INSIGHTS_MIN_INTERVAL_SECONDS alone would have allowed 0.1 s), and changes go on meanwhile."""
+    from board.live import insights
+
+    monkeypatch.setattr(tailer, "INSIGHTS_DUTY", 0.5)
+    monkeypatch.setattr(tailer, "INSIGHTS_MIN_INTERVAL_SECONDS", 0.1)
+    starts: list[float] = []
+    ends: list[float] = []
+    real = insights.Insights.compute
+
+    def slow(self, now=None):  # an hour of a busy board's history: 1 s
+        starts.append(time.monotonic())
+        try:
+            time.sleep(1.0)
+            return real(self, now)
+        finally:
+            ends.append(time.monotonic())
+
+    monkeypatch.setattr(insights.Insights, "compute", slow)
+    cookie = login_cookie()
+
+    async def scenario():
+        socket, connected, _ = await open_socket(cookie)
+        assert connected
+        frames: list = []
+        await receive_until(socket, lambda m: m["type"] == "insights", frames)  # the first computation
+        for n in range(3):  # changes while the gap runs: each makes the panel due again
+            await sync_to_async(transitions.create)(TaskSpec(id=f"t{n}", title="a change"))
+            await receive_until(socket, lambda m: m["type"] == "task" and m["event"]["task"] == f"t{n}", frames)
+        await receive_until(socket, lambda m: m["type"] == "insights", frames)  # the second, after the gap
+        await socket.disconnect()
+
+    run(scenario())
+    took = ends[0] - starts[0]
+    assert took >= 1.0 and starts[1] - starts[0] >= took / 0.5 * 0.95
+
+
 def test_the_first_snapshot_of_a_process_waits_for_no_check_and_its_result_follows(monkeypatch):
     """The first socket of a process: its tailer has no check() result yet (at 1,000,000 tasks
     check() takes seconds). The snapshot goes out with problems null while check() runs, and the

@@ -36,7 +36,7 @@ per process however many sockets watch: the invariant problems (debounced: at mo
 PROBLEMS_MIN_INTERVAL_SECONDS, or PROBLEMS_DUTY of the time where check() is slow, and on a
 timer, since a lease expires without any event; in a task of its own) and the
 agents and throughput panel (board.live.insights: at most every INSIGHTS_MIN_INTERVAL_SECONDS,
-in a task of its own). And the queues strip (issue 29: each queue's limit, running count, depth
+or INSIGHTS_DUTY of the time where reading the hour's history is slow, in a task of its own). And the queues strip (issue 29: each queue's limit, running count, depth
 and pause): a queue's settings change with no task event (board.engine.flow.change_queue only
 commits and announces), so every wake by a commit, not only a page of events, makes it due; it
 is read at most every QUEUES_MIN_INTERVAL_SECONDS, on a timer too (a change made in another
@@ -92,6 +92,10 @@ PROBLEMS_DUTY = 0.1
 # few seconds however busy the board, and on a timer too, as its minutes roll on.
 INSIGHTS_MIN_INTERVAL_SECONDS = 3.0
 INSIGHTS_REFRESH_SECONDS = 30.0
+# ... and at most this fraction of the time (_insights_gap): an hour of 120,000 history rows took
+# 2.7 s to read (2026-12-06), and every 3 s it would hold the process's GIL most of the time,
+# slowing every page, snapshot and change this process serves.
+INSIGHTS_DUTY = 0.1
 # Tasks the prune deleted (hourly, tasks untouched for weeks) are read this often: their cards
 # may go a little late, and a busy board's passes pay no extra query.
 REMOVALS_POLL_SECONDS = 2.0
@@ -132,6 +136,7 @@ class Tailer:
         self.insights = insights.Insights()
         self.insights_frame: str | None = None  # the last one computed (a new socket gets it)
         self.insights_at = 0.0
+        self.insights_took = 0.0  # the last computation's time (_insights_gap)
         # Nothing is computed before a socket asks (after its snapshot) or a change is read.
         self.insights_dirty = False
         self.insights_failing = False
@@ -377,13 +382,19 @@ class Tailer:
         history must not hold up the changes this loop fans out."""
         if self.insights_task is not None and not self.insights_task.done():
             return
-        now = time.monotonic()
-        timer = self.insights_frame is not None and now - self.insights_at >= INSIGHTS_REFRESH_SECONDS
-        if not (self.insights_dirty or timer) or now - self.insights_at < INSIGHTS_MIN_INTERVAL_SECONDS:
+        now, gap = time.monotonic(), self._insights_gap()
+        timer = self.insights_frame is not None and now - self.insights_at >= max(INSIGHTS_REFRESH_SECONDS, gap)
+        if not (self.insights_dirty or timer) or now - self.insights_at < gap:
             return
         self.insights_at = now
         self.insights_dirty = False
         self.insights_task = asyncio.get_running_loop().create_task(self._push_insights())
+
+    def _insights_gap(self) -> float:
+        """The least time between two computations of the insights: INSIGHTS_MIN_INTERVAL_SECONDS,
+        or longer where reading the hour's history is slow, so that it runs at most INSIGHTS_DUTY
+        of the time."""
+        return max(INSIGHTS_MIN_INTERVAL_SECONDS, self.insights_took / INSIGHTS_DUTY)
 
     async def _push_insights(self) -> None:
         """Compute the insights and push them when they differ from the last push. A failure is
@@ -391,7 +402,15 @@ class Tailer:
         # Not in the thread every socket's snapshot and this loop's reads share
         # (thread-sensitive): a slow computation must not delay them. A failure: the panel
         # waits for the next try; the board goes on.
-        data = await self._logged_once("insights_failing", "compute the insights panel", self.insights.compute,
+        def compute():
+            # Its start is what the gap is measured from (a thread may have kept us waiting).
+            started = self.insights_at = time.monotonic()
+            try:
+                return self.insights.compute()
+            finally:
+                self.insights_took = time.monotonic() - started
+
+        data = await self._logged_once("insights_failing", "compute the insights panel", compute,
                                        thread_sensitive=False)
         if data is None:
             return
