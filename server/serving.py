@@ -302,11 +302,29 @@ def watch_connection_pool(alias: str = "default") -> threading.Thread | None:
     return thread
 
 
+def warm_up() -> None:
+    """Import every view and build the pages' templates as the process starts. Django does it in
+    the first request that needs them: the URLconf alone (the API's django-ninja routers and
+    their pydantic schemas) took ~1 s, so the first page or API call to each server process
+    after a start waited that long (bench/board.py: the board's HTML in 819–848 ms, then 27–82)."""
+    from django.template.loader import get_template
+    from django.urls import get_resolver
+
+    get_resolver().url_patterns
+    for name in WARM_TEMPLATES:
+        get_template(name)
+
+
+# The pages a person opens first after a start (templates/board/).
+WARM_TEMPLATES = ("board/board.html", "board/task.html", "board/tasks.html")
+
+
 def http_app() -> HttpApp:
     """The HTTP side of the server's application (server/application.py), from the settings."""
     from django.core.wsgi import get_wsgi_application
 
     wsgi = get_wsgi_application()
+    warm_up()
     static_files = None
     if settings.DEBUG:  # production puts static files behind the proxy (collectstatic)
         from django.contrib.staticfiles.handlers import StaticFilesHandler

@@ -1,6 +1,6 @@
 """Static files answered on the server's event loop when it serves them itself (DEBUG, as `make
 run` starts it): server/static_files.py. In-process against the ASGI app, and through a real
-`manage.py serve`."""
+`manage.py serve`. And what a server process does before its first request (server.serving.warm_up)."""
 from __future__ import annotations
 
 import asyncio
@@ -128,3 +128,29 @@ def test_the_real_server_answers_the_pages_files(server, path):  # noqa: F811
     status, _, body = request(server, "GET", "/static/board/no-such-module.js")
     assert status == 404
 
+
+
+def test_a_server_process_imports_its_views_and_builds_its_pages_as_it_starts():
+    """server.serving.warm_up, run when a process builds its HTTP app: the first request after a
+    start no longer pays for importing the URLconf (~1 s: the API's routers and schemas)."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import os, sys, django\n"
+        "os.environ['DJANGO_SETTINGS_MODULE'] = 'taskflow_site.settings'\n"
+        "django.setup()\n"
+        "assert 'board.api.main' not in sys.modules\n"
+        "from server.serving import WARM_TEMPLATES, http_app\n"
+        "http_app()\n"
+        "assert 'board.api.main' in sys.modules\n"
+        "from django.template import engines\n"
+        "loader = engines['django'].engine.template_loaders[0]\n"
+        "cached = {key for key in loader.get_template_cache}\n"
+        "assert set(WARM_TEMPLATES) <= cached, cached\n"
+        "print('warm')\n"
+    )
+    env = {**os.environ, "DEBUG": "1", "DATABASE_URL": "sqlite:///:memory:"}
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).resolve().parent.parent, env=env)
+    assert done.returncode == 0 and done.stdout.strip() == "warm", done.stderr[-2000:]
