@@ -163,7 +163,7 @@ def test_every_readme_benchmark_starts_without_the_test_install(runtime_only_env
 
 def test_the_readme_names_the_benchmarks():
     assert readme_benchmarks() == ["bench/api_cost.py", "bench/big_board.py", "bench/board.py", "bench/board_at.py", "bench/bulk.py",
-                                   "bench/claims.py", "bench/fairness.py", "bench/http_claims.py", "bench/idle_agents.py",
+                                   "bench/claims.py", "bench/fairness.py", "bench/http_claims.py", "bench/idle_agents.py", "bench/insights.py",
                                    "bench/pg_jit.py", "bench/py_spy_summary.py", "bench/search.py"]
 
 
