@@ -30,11 +30,13 @@ today's count less the moves since: a number of tasks, never below 0. The transa
 reads only, not the work on the rows, and gives way (`give_way`) to a TRUNCATE of the tables
 on PostgreSQL instead of deadlocking with it. Names of agents only: nothing here carries a
 lease token or a key. The tailer (board.live.tailer) computes it once per server process, at most
-every INSIGHTS_MIN_INTERVAL_SECONDS when something changed, and pushes it to every socket.
+every INSIGHTS_MIN_INTERVAL_SECONDS when something changed, and at most INSIGHTS_DUTY of the
+time where it is slow, and pushes it to every socket.
 
-Reading the window: the history has no index on `at`, so the first computation scans it; the
-`Insights` object keeps the id of the oldest event it found in the window, and later
-computations (the window only moves forward) read ids from there on, by the primary key.
+Reading the window: the first computation finds its start by time; the `Insights` object keeps
+the id of the oldest event it found in the window, and later computations (the window only moves
+forward) read ids from there on, by the primary key. Each still reads the whole hour: at 120,520
+rows in it, 2.5–3.1 s, 13.7 times a plain driver read of the same rows (bench/insights.py).
 """
 from __future__ import annotations
 
