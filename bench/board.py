@@ -551,7 +551,7 @@ PAGE_TIMING_MARKS = """
 # scroll wheel would): the frames the page drew per slice of time, its longest frame, and how many
 # cards the column holds in the DOM as its next pages load on the way.
 SCROLL_COLUMN = """async ([seconds, speed, slice]) => {
-  const count = (stage) => +document.querySelector(`.column[data-stage=${stage}] h2 .count`).textContent.replace(/\D/g, '');
+  const count = (stage) => +document.querySelector(`.column[data-stage=${stage}] h2 .count`).textContent.replace(/\\D/g, '');
   const stage = ['QUEUED', 'PENDING', 'RUNNING'].reduce((a, b) => count(a) >= count(b) ? a : b);
   const list = document.querySelector(`.column[data-stage=${stage}] .cards`);
   const slices = [];
