@@ -41,15 +41,7 @@ PROJECT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(PROJECT))
 
 from bench.board import fill_board, migrate_and_login, setup_django  # noqa: E402
-
-
-def timed(call, repeat: int) -> list[float]:
-    seconds = []
-    for _ in range(repeat):
-        started = time.perf_counter()
-        call()
-        seconds.append(time.perf_counter() - started)
-    return seconds
+from bench.queues_strip import timed  # noqa: E402  (seconds of each of `repeat` calls)
 
 
 def main(argv: list[str] | None = None) -> int:
