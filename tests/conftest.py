@@ -14,6 +14,8 @@ import warnings
 
 import pytest
 from django.conf import settings
+from django.db import OperationalError
+from django.db.backends.postgresql.operations import DatabaseOperations as PostgresOperations
 
 from harness.board_server import BoardServer
 from harness.browser import browser_missing, launch_chromium, proxy_missing
@@ -230,6 +232,26 @@ def _start_if_marked(self, *args, **kwargs):
 
 
 BoardServer.start = _start_if_marked
+
+
+# The flush after a transactional test (one TRUNCATE of every table) can deadlock with a board
+# server still reading (a REPEATABLE READ transaction of several queries); PostgreSQL then ends
+# the TRUNCATE, and the next test would start on this one's rows. It is run again: the failed
+# attempt rolled back whole (execute_sql_flush is atomic). tests/test_flush_beside_readers.py.
+_execute_sql_flush = PostgresOperations.execute_sql_flush
+FLUSH_ATTEMPTS = 5
+
+
+def _execute_sql_flush_again_after_a_deadlock(self, sql_list):
+    for attempt in range(1, FLUSH_ATTEMPTS + 1):
+        try:
+            return _execute_sql_flush(self, sql_list)
+        except OperationalError as exc:
+            if attempt == FLUSH_ATTEMPTS or getattr(exc.__cause__, "sqlstate", None) != "40P01":
+                raise
+
+
+PostgresOperations.execute_sql_flush = _execute_sql_flush_again_after_a_deadlock
 
 
 def pytest_terminal_summary(terminalreporter) -> None:
