@@ -46,6 +46,7 @@ from prometheus_client import (
     generate_latest,
 )
 from prometheus_client.core import GaugeMetricFamily
+from prometheus_client import values as prometheus_values
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from board import access, agent_keys
@@ -55,6 +56,27 @@ from board.engine.limits import QUEUE_LABEL_LIMIT
 from board.models import Task, TaskEvent
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+
+# In multi-process mode every inc() and observe() asks os.getpid(), to notice a fork (whose
+# child must write files of its own): py-spy put that call at 6.6% of a busy server's CPU
+# (bench/http_claims.py, batches). The pid is read once here and again in a forked child.
+# Set before the metrics below are made: each takes its value class when it is made.
+_pid = os.getpid()
+
+
+def _this_process() -> int:
+    return _pid
+
+
+def _forked() -> None:
+    global _pid
+    _pid = os.getpid()
+
+
+if os.environ.get(MULTIPROC_ENV):
+    os.register_at_fork(after_in_child=_forked)
+    prometheus_values.ValueClass = prometheus_values.MultiProcessValue(process_identifier=_this_process)
 
 TRANSITIONS = Counter(
     "taskflow_transitions", "Moves made (won), compare-and-swaps lost to another writer (lost_race) "

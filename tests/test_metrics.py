@@ -19,6 +19,8 @@ import pytest
 from django.conf import settings
 from django.db import connections, transaction
 from django.utils import timezone
+from prometheus_client import CollectorRegistry
+from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.parser import text_string_to_metric_families
 
 from board import agent_keys
@@ -469,3 +471,35 @@ def test_the_latency_middleware_times_the_api_under_the_apis_own_prefix():
     from board.api.middleware import API_PREFIX
 
     assert metrics._API_PREFIX == API_PREFIX
+
+
+# ---------------------------------------------------------------------------------------------
+# The pid the multi-process values are filed under: read once, and again in a forked child
+
+FORKED_COUNTS = """
+import os, sys
+import django
+django.setup()
+from board import metrics
+metrics.CLAIMS.inc()
+child = os.fork()
+if child == 0:
+    metrics.CLAIMS.inc(2)  # into a file of its own: the parent's one is not overwritten
+    os._exit(0)
+os.waitpid(child, 0)
+metrics.CLAIMS.inc()
+print(os.getpid(), child)
+"""
+
+
+def test_a_forked_process_files_its_counts_under_its_own_pid(tmp_path):
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path), "DJANGO_SETTINGS_MODULE": "tests.settings"}
+    done = subprocess.run([sys.executable, "-c", FORKED_COUNTS], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    parent, child = done.stdout.split()[-2:]
+    assert sorted(p.name for p in tmp_path.glob("counter_*.db")) == sorted(
+        [f"counter_{parent}.db", f"counter_{child}.db"])
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry, path=str(tmp_path))
+    assert registry.get_sample_value("taskflow_claims_total") == 4  # 2 in the parent, 2 in the child
