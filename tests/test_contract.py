@@ -2488,6 +2488,41 @@ class BoardContract:
         assert db_state(a) == before
         assert transitions.complete_batch([one], agent="agent", using=a)[0].stage == Stage.COMPLETED
 
+    def test_8_workers_completing_batches_across_two_limited_queues_lose_no_task(self):
+        """Workers that claim a batch and complete it in one call, across two queues with limits,
+        each completing its items in the other queue's order than its neighbour: every task is
+        completed exactly once, every item is accepted, no call fails (on PostgreSQL a batch's
+        completions share one transaction, and two that give back the queues' slots in opposite
+        orders may deadlock: the one the database ends runs again), the queues' counts end at 0,
+        and an observer reading all along never sees a queue over its limit."""
+        a = self.alias
+        flow.change_queue("left", concurrency=4, actor="op", using=a)
+        flow.change_queue("right", concurrency=4, actor="op", using=a)
+        total = 80 if self.rounds == ROUNDS else 40
+        transitions.create([TaskSpec(id=f"y{i}", title="y", queue=("left", "right")[i % 2]) for i in range(total)],
+                           using=a)
+        done: list[list[str]] = [[] for _ in range(8)]
+
+        def worker(i):
+            def loop():
+                while held := transitions.claim_batch(f"worker-{i}", TTL, 2, using=a):
+                    held.sort(key=lambda c: c.task.queue, reverse=bool(i % 2))
+                    items = [transitions.CompleteItem(c.task.pk, c.lease.token, {"by": i}) for c in held]
+                    finished = transitions.complete_batch(items, agent=f"worker-{i}", using=a)
+                    assert [getattr(t, "stage", t) for t in finished] == [Stage.COMPLETED] * len(held), finished
+                    done[i].extend(t.pk for t in finished)
+            return loop
+
+        with FlowObserver(a) as seen:
+            results = race([worker(i) for i in range(8)], a)
+        assert not any(isinstance(r, BaseException) for r in results), results
+        assert seen["problems"] == [] and seen["reads"] > 0
+        every = [t for ids in done for t in ids]
+        assert len(every) == len(set(every)) == total
+        assert Task.objects.using(a).filter(stage=Stage.COMPLETED).count() == total
+        assert dict(Queue.objects.using(a).filter(name__in=["left", "right"]).values_list("name", "running")) == {
+            "left": 0, "right": 0}
+
     def _race_a_limit(self, *, queue_limit: int | None, key: str | None, batch: int | None = None,
                       rounds: int | None = None) -> None:
         """16 claimers released together each round take exactly the limit's worth of tasks,

@@ -556,3 +556,18 @@ def test_engine_verbs_make_no_span_while_tracing_is_off(engine_spans):
     transitions.claim("quiet", "a", 30)
     assert engine_spans.get_finished_spans() == ()
 
+
+
+@pytest.mark.django_db(transaction=True, databases=["default"])
+def test_a_batch_of_completions_on_sqlite_makes_one_span_and_a_span_per_item_it_did_not_make(engine_spans):
+    transitions.create([transitions.TaskSpec(id=f"b{i}", title="t", queue="q") for i in range(3)])
+    claims = transitions.claim_batch("a", 30, 3)
+    items = [transitions.CompleteItem(c.task.pk, c.lease.token, {}) for c in claims]
+    items[1] = transitions.CompleteItem(items[1].task_id, "stale", {})
+    done = transitions.complete_batch(items, agent="a")
+    assert [getattr(t, "stage", type(t).__name__) for t in done] == ["COMPLETED", "LeaseLost", "COMPLETED"]
+    assert named(engine_spans, "taskflow.complete_batch") == [
+        {"taskflow.verb": "complete", "taskflow.task.count": 3, "taskflow.outcome": "won"}]
+    assert named(engine_spans, "taskflow.complete") == [
+        {"taskflow.verb": "complete", "taskflow.task.id": claims[1].task.pk, "taskflow.error.code": "lease_lost",
+         "taskflow.queue": "q", "taskflow.fence": 1, "taskflow.outcome": "refused"}]

@@ -335,9 +335,9 @@ def _then_next(request, body: NextIn, move, reported: dict | None = None):
              summary="Complete several tasks: each item its own move; per-item outcomes in order")
 def complete_batch(request, body: CompleteBatchIn):
     """Each item ({id, token, result, usage?}) is completed as POST /api/tasks/{id}/complete would,
-    in its own transaction: the answer has one entry per item, in order, `{"id", "ok": true,
-    "task"}` or `{"id", "ok": false, "error": {"code", "message"}}`; one refused item undoes
-    nothing. A bad batch (empty, over 100 items, a task named twice, a null result) is refused
+    each its own compare-and-swap: the answer has one entry per item, in order, `{"id", "ok": true,
+    "task"}` or `{"id", "ok": false, "error": {"code", "message"}}`; one refused item writes and
+    undoes nothing. A bad batch (empty, over 100 items, a task named twice, a null result) is refused
     whole with 422 and nothing is written."""
     require_agent(request)
     auth = request.auth

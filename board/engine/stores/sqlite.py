@@ -353,6 +353,7 @@ class SQLiteStatements(Statements):
         "renew": (LEASE_EXPIRES_AT, UPDATED_AT),
         "complete": (LEASE_EXPIRES_AT, UPDATED_AT, STAGE_CHANGED_AT),
     }
+    completions_share_a_transaction = True
 
     def __init__(self, store):
         super().__init__(store)

@@ -17,7 +17,10 @@ control; what this module adds is how the moves share a transaction.
   own: the finishing move commits first; a claim that then fails leaves it committed and claims
   nothing (the call answers `next` null, and the failure is logged).
 
-A batch of completions runs each item as its own verb: one refused item does not undo another.
+A batch of completions: each item is its own compare-and-swap, and one refused item writes
+nothing, so it undoes nothing. On SQLite the items' statements share one transaction (one
+BEGIN IMMEDIATE and COMMIT for the batch); an item that matched nothing runs again as
+complete() alone. Elsewhere each item is complete(), its own transaction.
 """
 from __future__ import annotations
 
@@ -267,18 +270,33 @@ def check_complete_items(items: Sequence[CompleteItem]) -> None:
 
 def complete_batch(items: Sequence[CompleteItem], *, agent: str | None = None, key_hash: str | None = None,
                    using: str = "default") -> list[Task | errors.BoardError]:
-    """complete() each item, in order, each its own move (its own transaction): per item, the
-    completed task or the error that refused it (lease_lost, forbidden, not_found, ...). One
-    refused item undoes nothing. The batch as a whole is checked first (check_complete_items):
-    a bad batch is refused whole and nothing is written."""
+    """complete() each item, in order, each its own compare-and-swap: per item, the completed
+    task or the error that refused it (lease_lost, forbidden, not_found, ...). One refused item
+    undoes nothing: it wrote nothing. The batch as a whole is checked first
+    (check_complete_items): a bad batch is refused whole and nothing is written.
+
+    On SQLite the items' statements share one transaction (_StatementPath.complete_batch;
+    Statements.completions_share_a_transaction says why there only); an item whose statement
+    matched nothing is then run again as complete() alone, which makes the move if it has become
+    legal or says why not. Elsewhere each item is complete()."""
     check_complete_items(items)
-    # A key gone before the batch refuses the whole call (KeyRevoked: 401), as it would one
-    # completion; gone during it, the items after are refused one by one.
-    _require_live_key(using, key_hash, agent)
-    done: list[Task | errors.BoardError] = []
-    for item in items:
-        try:
-            done.append(complete(item.task_id, item.token, item.result, agent=agent, key_hash=key_hash, using=using))
-        except errors.BoardError as refused:
-            done.append(refused)
-    return done
+    hot = _statements_of(using)
+    if hot is None or not hot.hot.completions_share_a_transaction:
+        # A key gone before the batch refuses the whole call (KeyRevoked: 401), as it would one
+        # completion; gone during it, the items after are refused one by one.
+        _require_live_key(using, key_hash, agent)
+        return [_complete_one(item, agent, key_hash, using) for item in items]
+    made = hot.complete_batch([(item.task_id, item.token, item.result) for item in items], agent, key_hash,
+                              using=using)
+    if not any(made):
+        # The statements check the key too: nothing matched, so a gone key refuses the call whole.
+        _require_live_key(using, key_hash, agent)
+    return [task if task is not None else _complete_one(item, agent, key_hash, using)
+            for item, task in zip(items, made)]
+
+
+def _complete_one(item: CompleteItem, agent: str | None, key_hash: str | None, using: str) -> Task | errors.BoardError:
+    try:
+        return complete(item.task_id, item.token, item.result, agent=agent, key_hash=key_hash, using=using)
+    except errors.BoardError as refused:
+        return refused

@@ -673,6 +673,27 @@ class _StatementPath:
             _admit_dependents_after_commit(task.pk, using)
         return task
 
+    @tracing.traced(Verb.COMPLETE, names_task=False)
+    @retry_conflicts
+    def complete_batch(self, items, agent: str | None, key_hash: str | None, *, using: str) -> list[Task | None]:
+        """complete's statement for each item ((task_id, token, result)), all in one transaction
+        (hot.several(): one commit, where the batch's own transactions cost more than its moves).
+        Per item, the completed task, or None where the statement matched nothing, which wrote
+        nothing: the caller judges those items one by one (batches.complete_batch)."""
+        hot = self.hot
+        with hot.several():
+            rows = [hot.complete(task_id, _token_hash(token), agent, result, key_hash)
+                    for task_id, token, result in items]
+        made = [None if row is None else hot.task(row) for row in rows]  # out of the transaction
+        count = sum(task is not None for task in made)
+        if count:
+            commits.after_commit(using)
+            outcomes.record(using, Verb.COMPLETE, outcomes.WON, count=count)
+        for task in made:
+            if task is not None and task.has_dependents:
+                _admit_dependents_after_commit(task.pk, using)
+        return made
+
 
 def _preferred_first(ready, capabilities: Capabilities) -> str | None:
     """The ORM path's re-rank by preference (board.engine.capabilities): of the first
