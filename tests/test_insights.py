@@ -11,8 +11,8 @@ from django.db import connections
 
 from board.engine import transitions, usage
 from board.engine.transitions import TaskSpec
-from board.live import insights
-from board.models import TaskEvent, TaskUsage
+from board.live import insights, reads
+from board.models import Task, TaskEvent, TaskUsage
 from tests.support import sql_stores
 
 STORES = sql_stores()
@@ -105,6 +105,23 @@ def assert_exact(scripted: str) -> None:
     first_in_window = TaskEvent.objects.using(scripted).filter(at__gte=datetime(2026, 1, 1, 11, 31, tzinfo=UTC))
     assert first_id == min(first_in_window.values_list("id", flat=True))
     assert "token" not in repr(data).lower()
+
+
+@pytest.mark.parametrize("scripted", STORES, indirect=True)
+def test_the_depth_is_exact_when_the_moved_tasks_queues_are_read_by_their_last_change(scripted, monkeypatch):
+    # A busy hour's thousands of moved tasks: their queues are read by updated_at, not by id.
+    monkeypatch.setattr(reads, "MOVED_BY_ID_MAX", 0)
+    assert_exact(scripted)
+
+
+@pytest.mark.parametrize("using", STORES)
+def test_a_moved_task_whose_last_change_reads_older_is_still_found_by_id(using, monkeypatch):
+    monkeypatch.setattr(reads, "MOVED_BY_ID_MAX", 0)
+    transitions.create([TaskSpec(id=f"m{i}", title="m", queue=f"q{i % 3}") for i in range(6)], using=using)
+    # Rows written outside the engine (a bulk load) may carry an older updated_at than their history.
+    Task.objects.using(using).filter(pk__in=["m1", "m4"]).update(updated_at=ago(600))
+    ids = [f"m{i}" for i in range(6)] + ["absent"]
+    assert reads.queues_of_moved(ids, ago(60), using=using) == {f"m{i}": f"q{i % 3}" for i in range(6)}
 
 
 @pytest.mark.parametrize("using", STORES)

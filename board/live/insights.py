@@ -44,7 +44,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from board.engine import clock, selectors, timing, usage
+from board.engine import clock, timing, usage
 from board.engine.lifecycle import Stage, Verb
 from board.engine.limits import MAX_AGENTS, MAX_HELD_IDS, MAX_QUEUES
 from board.engine.stores import store
@@ -103,9 +103,9 @@ def compute(now: datetime | None = None, *, using: str = "default", since_id: in
         queued_now = reads.queued_per_queue(using=using)
         # What each agent reported it used in the window (board.engine.usage): two grouped reads.
         used = {group["agent"]: group for group in usage.by_agent_and_queue(start, using=using)["agent"]}
-        queue_of = selectors.queues_of(sorted({task_id for _, task_id, _, from_stage, to_stage, _, _ in moves
-                                               if (from_stage == Stage.QUEUED) != (to_stage == Stage.QUEUED)}),
-                                       using=using)
+        queue_of = reads.queues_of_moved(sorted({task_id for _, task_id, _, from_stage, to_stage, _, _ in moves
+                                                 if (from_stage == Stage.QUEUED) != (to_stage == Stage.QUEUED)}),
+                                         start, using=using)
 
     def bucket(at: datetime) -> int | None:
         i = int((at - start).total_seconds() // 60)
