@@ -36,7 +36,9 @@ time where it is slow, and pushes it to every socket.
 Reading the window: the first computation finds its start by time; the `Insights` object keeps
 the id of the oldest event it found in the window, and later computations (the window only moves
 forward) read ids from there on, by the primary key. Each still reads the whole hour: at 120,520
-rows in it, 2.5–3.1 s, 13.7 times a plain driver read of the same rows (bench/insights.py).
+rows in it, 5.0 times a plain driver read of the same rows (bench/insights.py, 2026-12-06; 7.0
+before the moved tasks' queues were read by their last change and `at` without Django's
+per-row conversion: reads.queues_of_moved, reads.history_window).
 """
 from __future__ import annotations
 
