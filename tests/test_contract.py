@@ -2434,38 +2434,44 @@ class BoardContract:
     def test_16_batch_claimers_never_run_more_than_the_queue_limit_over_200_rounds(self):
         self._race_a_limit(queue_limit=3, key=None, batch=4)
 
-    def test_8_workers_completing_and_claiming_across_two_limited_queues_lose_no_task(self):
-        """Workers that each make one call per task (complete, then claim the next) across two
-        queues with limits: every task is completed exactly once, no call fails (on PostgreSQL
-        two calls locking the queues in opposite orders may deadlock: the one the database ends
-        runs again), and an observer reading all along never sees a queue over its limit."""
+    def _race_workers_over_two_limited_queues(self, prefix: str, limit: int, work) -> None:
+        """8 workers, each running `work(i, done)` (which appends the ids it completed to
+        `done`), across two queues limited to `limit`: every task is completed exactly once and
+        claimed once, no call fails (on PostgreSQL two transactions locking the queues' rows in
+        opposite orders may deadlock: the one the database ends runs again), the queues' counts
+        end at 0, and an observer reading all along never sees a queue over its limit."""
         a = self.alias
-        flow.change_queue("left", concurrency=3, actor="op", using=a)
-        flow.change_queue("right", concurrency=3, actor="op", using=a)
+        flow.change_queue("left", concurrency=limit, actor="op", using=a)
+        flow.change_queue("right", concurrency=limit, actor="op", using=a)
         total = 80 if self.rounds == ROUNDS else 40
-        transitions.create([TaskSpec(id=f"x{i}", title="x", queue=("left", "right")[i % 2]) for i in range(total)],
-                           using=a)
+        transitions.create([TaskSpec(id=f"{prefix}{i}", title=prefix, queue=("left", "right")[i % 2])
+                            for i in range(total)], using=a)
         done: list[list[str]] = [[] for _ in range(8)]
-
-        def worker(i):
-            def loop():
-                held = transitions.claim_next(f"worker-{i}", TTL, using=a)
-                while held is not None:
-                    finished, held = transitions.complete_and_claim(
-                        held.task.pk, held.lease.token, {"by": i}, transitions.NextClaim(TTL), agent=f"worker-{i}",
-                        using=a)
-                    done[i].append(finished.pk)
-            return loop
-
         with FlowObserver(a) as seen:
-            results = race([worker(i) for i in range(8)], a)
+            results = race([lambda i=i: work(i, done[i]) for i in range(8)], a)
         assert not any(isinstance(r, BaseException) for r in results), results
         assert seen["problems"] == [] and seen["reads"] > 0
         every = [t for ids in done for t in ids]
         assert len(every) == len(set(every)) == total
         assert Task.objects.using(a).filter(stage=Stage.COMPLETED).count() == total
         assert Counter(TaskEvent.objects.using(a).filter(verb="claim").values_list("task_id", flat=True)) == {
-            f"x{i}": 1 for i in range(total)}
+            f"{prefix}{i}": 1 for i in range(total)}
+        assert dict(Queue.objects.using(a).filter(name__in=["left", "right"]).values_list("name", "running")) == {
+            "left": 0, "right": 0}
+
+    def test_8_workers_completing_and_claiming_across_two_limited_queues_lose_no_task(self):
+        """Workers that each make one call per task (complete, then claim the next)."""
+        a = self.alias
+
+        def work(i, done):
+            held = transitions.claim_next(f"worker-{i}", TTL, using=a)
+            while held is not None:
+                finished, held = transitions.complete_and_claim(
+                    held.task.pk, held.lease.token, {"by": i}, transitions.NextClaim(TTL), agent=f"worker-{i}",
+                    using=a)
+                done.append(finished.pk)
+
+        self._race_workers_over_two_limited_queues("x", 3, work)
 
     def test_a_batch_complete_reports_each_item_and_one_refusal_undoes_nothing(self):
         a = self.alias
@@ -2489,39 +2495,20 @@ class BoardContract:
         assert transitions.complete_batch([one], agent="agent", using=a)[0].stage == Stage.COMPLETED
 
     def test_8_workers_completing_batches_across_two_limited_queues_lose_no_task(self):
-        """Workers that claim a batch and complete it in one call, across two queues with limits,
-        each completing its items in the other queue's order than its neighbour: every task is
-        completed exactly once, every item is accepted, no call fails (on PostgreSQL a batch's
-        completions share one transaction, and two that give back the queues' slots in opposite
-        orders may deadlock: the one the database ends runs again), the queues' counts end at 0,
-        and an observer reading all along never sees a queue over its limit."""
+        """Workers that claim a batch and complete it in one call, each completing its items in
+        the other queue's order than its neighbour, every item accepted (on SQLite a batch's
+        completions share one transaction)."""
         a = self.alias
-        flow.change_queue("left", concurrency=4, actor="op", using=a)
-        flow.change_queue("right", concurrency=4, actor="op", using=a)
-        total = 80 if self.rounds == ROUNDS else 40
-        transitions.create([TaskSpec(id=f"y{i}", title="y", queue=("left", "right")[i % 2]) for i in range(total)],
-                           using=a)
-        done: list[list[str]] = [[] for _ in range(8)]
 
-        def worker(i):
-            def loop():
-                while held := transitions.claim_batch(f"worker-{i}", TTL, 2, using=a):
-                    held.sort(key=lambda c: c.task.queue, reverse=bool(i % 2))
-                    items = [transitions.CompleteItem(c.task.pk, c.lease.token, {"by": i}) for c in held]
-                    finished = transitions.complete_batch(items, agent=f"worker-{i}", using=a)
-                    assert [getattr(t, "stage", t) for t in finished] == [Stage.COMPLETED] * len(held), finished
-                    done[i].extend(t.pk for t in finished)
-            return loop
+        def work(i, done):
+            while held := transitions.claim_batch(f"worker-{i}", TTL, 2, using=a):
+                held.sort(key=lambda c: c.task.queue, reverse=bool(i % 2))
+                items = [transitions.CompleteItem(c.task.pk, c.lease.token, {"by": i}) for c in held]
+                finished = transitions.complete_batch(items, agent=f"worker-{i}", using=a)
+                assert [getattr(t, "stage", t) for t in finished] == [Stage.COMPLETED] * len(held), finished
+                done.extend(t.pk for t in finished)
 
-        with FlowObserver(a) as seen:
-            results = race([worker(i) for i in range(8)], a)
-        assert not any(isinstance(r, BaseException) for r in results), results
-        assert seen["problems"] == [] and seen["reads"] > 0
-        every = [t for ids in done for t in ids]
-        assert len(every) == len(set(every)) == total
-        assert Task.objects.using(a).filter(stage=Stage.COMPLETED).count() == total
-        assert dict(Queue.objects.using(a).filter(name__in=["left", "right"]).values_list("name", "running")) == {
-            "left": 0, "right": 0}
+        self._race_workers_over_two_limited_queues("y", 4, work)
 
     def _race_a_limit(self, *, queue_limit: int | None, key: str | None, batch: int | None = None,
                       rounds: int | None = None) -> None:
