@@ -6,7 +6,7 @@ other. The server's board read is one REPEATABLE READ transaction of several que
 keeping its table's ACCESS SHARE lock to the end. When the read holds a table the TRUNCATE has
 yet to lock and then asks for one it already holds, they wait on each other; PostgreSQL's
 deadlock detector ends the one that waited first, the TRUNCATE, and the flush fails. The next
-test then starts on the last one's rows (CI, stop 47: `couldn't be flushed`, then "5800 of 6001
+test then starts on the last one's rows (CI, stop 45: `couldn't be flushed`, then "5800 of 6001
 tasks missing" in the test after it). tests/conftest.py runs a flush that lost a deadlock again."""
 from __future__ import annotations
 
