@@ -108,6 +108,26 @@ def waiting_on_a_row_lock(alias: str) -> bool:
         return cursor.fetchone()[0] > 0
 
 
+def test_a_server_of_one_process_counts_what_it_does(django_db_setup, django_db_blocker, tmp_path):
+    # `serve --workers 1` (the default on a one-core machine): the process that serves must
+    # write its counts where the scrape adds them up, as every worker of several does. It did
+    # not: serve named the metrics directory after Django (and so prometheus_client) was loaded,
+    # and ran its one worker in that process, whose counts stayed in memory, never scraped.
+    with django_db_blocker.unblock():
+        server = server_for_sessions("default", env={"PROMETHEUS_MULTIPROC_DIR": str(tmp_path),
+                                                     "TASKFLOW_METRICS_TOKEN": TOKEN},
+                                     args=["--workers", "1"])
+        try:
+            _, key = agent_keys.create_key("one-process")
+            assert call(server, "POST", "/api/tasks", key, {"id": "one", "title": "one"})[0] == 201
+            samples = scrape(server)
+        finally:
+            server.close()
+    created = {tuple(sorted(labels)): v for labels, v in labelled(samples, "taskflow_transitions_total").items()}
+    assert created == {(("code", ""), ("outcome", "won"), ("verb", "create")): 1}, created
+    assert value(samples, "taskflow_api_request_duration_seconds_count", method="POST", route="/api/tasks") == 1
+
+
 # ---------------------------------------------------------------------------------------------
 # The scripted run: exact counts, summed over the workers and the reaper
 

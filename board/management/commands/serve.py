@@ -27,6 +27,21 @@ from server import metrics_dir
 
 
 
+def run_in_workers(app: str, **options) -> None:
+    """uvicorn.run, except that one worker is a process of its own too, as each of several is.
+    This process loaded Django, and so board.metrics, before `handle` named the metrics
+    directory: a worker served here would keep its counts in memory, which no scrape adds up
+    (board/metrics.py, multi-process mode). And uvicorn's supervisor then restarts that one
+    worker if it dies, as it does each of several."""
+    from uvicorn.supervisors import Multiprocess
+
+    config = uvicorn.Config(app, **options)
+    try:
+        Multiprocess(config, sockets=[config.bind_socket()]).run()
+    except KeyboardInterrupt:
+        pass
+
+
 def asgi_app() -> str:
     """uvicorn's "module:attribute" of the project's ASGI application (ASGI_APPLICATION)."""
     module, _, attribute = settings.ASGI_APPLICATION.rpartition(".")
@@ -199,7 +214,7 @@ class Command(BaseCommand):
 
         threading.Thread(target=announce, name="banner", daemon=True).start()
         try:
-            uvicorn.run(
+            run_in_workers(
                 asgi_app(), host=host, port=port, workers=workers,
                 # httptools with the caps and clocks of server/http_protocol.py (head size,
                 # slow clients, lingering close), which also keeps idle connections 5 s by default.
