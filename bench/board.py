@@ -38,6 +38,14 @@ Run (from the project folder)
     .venv/bin/python bench/board.py --clients 50 --rate 100 --seconds 5 --tasks 2000
     .venv/bin/python bench/board.py --redis redis://127.0.0.1:6379/0   # Redis as the tailer's doorbell
     .venv/bin/python bench/board.py --skip-page                       # no browser needed
+    .venv/bin/python bench/board.py --clients 5000 --rate 50 --postgres --redis redis://127.0.0.1:6379/0 \
+        --workers 2 --skip-page        # several server processes, one board (issue 31, part 3)
+
+With ``--postgres`` the board is a fresh PostgreSQL database (dropped and created again at the
+start; default ``postgres://postgres@127.0.0.1:5432/taskflow_bench_board``) instead of the SQLite file; ``--workers`` is the server's
+process count (``manage.py serve --workers``; default: its own, one per core). With more than one
+process the figures are also printed per process: the sockets it serves (read from the kernel's
+socket table), its CPU, and the latency of the clients it serves.
 
 Needs: ``websockets`` (the clients) and, for the page, ``playwright`` with /usr/bin/chromium.
 """
@@ -55,14 +63,16 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from urllib.parse import urlparse, urlunparse
 
 PROJECT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(PROJECT))
 
-from bench.http_claims import process_cpu_seconds
+from bench.http_claims import process_cpu_seconds, process_tree
 from bench.stats import percentile  # nearest-rank: the benchmarks' one percentile
 
 GOAL_P99_MS = 250.0
+GOAL_P99_MANY_MS = 1000.0  # issue 31: above 1,000 clients (5,000 at 50 changes/s on two processes)
 GOAL_SCROLL_FPS = 50.0  # issue 31: scrolling a long column
 GOAL_TAB_MB = 150.0  # issue 31: the tab's memory
 SCROLL_SLICE_SECONDS = 2.0
@@ -71,10 +81,28 @@ MISSING_EVENT_PATIENCE = 3.0  # seconds, as static/board/socket.js
 CONVERGE_SECONDS = 120.0  # how long clients may take to reach the last event after the writer stops
 WRITER_TASKS = 400  # tasks the writer cycles through
 DAPHNE_DEFAULT_WS_LIMIT = 1024 * 1024  # daphne's default; autobahn applies it to sent messages too
+DEFAULT_PG_URL = "postgres://postgres@127.0.0.1:5432/taskflow_bench_board"  # --postgres
 
 
 # ---------------------------------------------------------------------------------------------
 # Django in this process (setup, seeding, the final comparison) and in the writer
+
+
+def fresh_postgres_database(url: str) -> str | None:
+    """Drop the database of `url` (ending its sessions) and create it empty. Returns why
+    PostgreSQL cannot be used, or None."""
+    import psycopg
+    from psycopg import sql
+
+    parts = urlparse(url)
+    name = parts.path.lstrip("/")
+    try:
+        with psycopg.connect(urlunparse(parts._replace(path="/postgres")), autocommit=True, connect_timeout=3) as conn:
+            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    except psycopg.Error as exc:
+        return f"{type(exc).__name__}: {str(exc).strip().splitlines()[0]}"
+    return None
 
 
 def setup_django(database_url: str, secret_key: str) -> None:
@@ -202,10 +230,12 @@ class BoardClient:
         self.max_event_id = 0
         self.missing: dict[int, float] = {}
         self.received: dict[str, float] = {}  # "task@version" -> receive time (first receipt)
+        self.light_frames: list[tuple[float, list]] = []  # a light client's, until count_light_frames
         self.snapshots = 0
         self.snapshot_requests = 0
         self.requested = False
         self.ready = asyncio.Event()
+        self.local_port = 0
 
     def on_snapshot(self, message: dict) -> None:
         self.requested = False
@@ -245,6 +275,30 @@ class BoardClient:
             self.tasks[task["id"]] = (task["stage"], task["version"])
         return want_snapshot
 
+    def on_light_frame(self, raw: bytes, now: float) -> None:
+        """A light client's frame: the snapshot parsed (to be ready); a tasks frame's changes
+        found by LIGHT_EVENT and kept with the receipt time, to be counted after the run
+        (`count_light_frames`): per change, Python's own work here took 40% of a client
+        process beside 5,000 sockets. A frame's events are in id order (the outbox's)."""
+        if raw.startswith(b'{"type": "tasks"'):
+            found = LIGHT_EVENT.findall(raw)
+            if found:
+                self.light_frames.append((now, found))
+                last = int(found[-1][0])
+                if last > self.max_event_id:
+                    self.max_event_id = last
+        elif raw.startswith(b'{"type": "snapshot"'):
+            self.on_snapshot(json.loads(raw))
+
+    def count_light_frames(self) -> None:
+        """After the run: each change of the frames kept by on_light_frame into `received`."""
+        for now, found in self.light_frames:
+            for _, task_id, version in found:
+                # The id as JSON wrote it (escapes undone, only where there are some).
+                task = json.loads(b'"' + task_id + b'"') if b"\\" in task_id else task_id.decode()
+                self.received.setdefault(task + "@" + version.decode(), now)
+        self.light_frames.clear()
+
     def stale_gap(self, now: float) -> bool:
         for eid, at in list(self.missing.items()):
             if eid <= self.snapshot_event_id:
@@ -257,7 +311,6 @@ class BoardClient:
 async def run_client(client: BoardClient, url: str, origin: str, cookie: str, stop: asyncio.Event) -> None:
     from websockets.asyncio.client import connect
 
-    cookie = cookie or os.environ["TASKFLOW_BENCH_COOKIE"]
     for attempt in range(5):  # a busy server may drop a handshake; a real page retries too
         try:
             ws = await connect(url, origin=origin, additional_headers={"Cookie": f"sessionid={cookie}"},
@@ -267,6 +320,7 @@ async def run_client(client: BoardClient, url: str, origin: str, cookie: str, st
             if attempt == 4:
                 raise
             await asyncio.sleep(0.5 * (attempt + 1))
+    client.local_port = ws.local_address[1]  # which server process serves it (socket_owners)
     async with ws:
 
         async def ask():
@@ -275,14 +329,11 @@ async def run_client(client: BoardClient, url: str, origin: str, cookie: str, st
                 client.snapshot_requests += 1
                 await ws.send(json.dumps({"type": "snapshot"}))
 
-        if client.light:
-            await light_loop(client, ws, stop)
-            return
         while not stop.is_set():
             try:
                 raw = await asyncio.wait_for(ws.recv(decode=False), timeout=0.5)
             except asyncio.TimeoutError:
-                if not client.light and client.stale_gap(time.time()):
+                if client.stale_gap(time.time()):
                     await ask()
                 continue
             now = time.time()
@@ -298,36 +349,111 @@ async def run_client(client: BoardClient, url: str, origin: str, cookie: str, st
                 client.on_snapshot(message)
 
 
-async def light_loop(client: BoardClient, ws, stop: asyncio.Event) -> None:
-    """A light client's loop: each frame as it comes (no timeout per receive: a light client
-    asks for no snapshot, and wait_for's task per frame cost more than the parse), until `stop`
-    closes the socket."""
-    from websockets.exceptions import ConnectionClosed
+class LightSocket(asyncio.Protocol):
+    """A light client's websocket, spoken directly over asyncio's transport: the upgrade, then
+    each server frame's header read by hand (server frames are unmasked), pings answered, and
+    the frame's bytes given to `client.on_light_frame`. With thousands of watchers on two cores
+    beside the server, the websockets library's per-message work (a parser coroutine, a queue,
+    a future per recv) took more of the cores than the server did (issue 31: 5,000 clients);
+    a data_received call here takes every frame the kernel has gathered in one go."""
 
-    async def close_on_stop():
-        await stop.wait()
-        await ws.close()
+    def __init__(self, client: BoardClient, request: bytes) -> None:
+        self.client = client
+        self.request = request
+        self.buffer = bytearray()
+        self.upgraded = False
+        self.fragments: list[bytes] = []
+        self.transport: asyncio.Transport | None = None
+        self.opened = asyncio.get_running_loop().create_future()
 
-    closer = asyncio.create_task(close_on_stop())
-    try:
-        while True:
-            try:
-                raw = await ws.recv(decode=False)
-            except ConnectionClosed:
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        self.client.local_port = transport.get_extra_info("sockname")[1]
+        transport.write(self.request)
+
+    def connection_lost(self, exc) -> None:
+        if not self.opened.done():  # closed before the upgrade: run_light_client retries
+            self.opened.set_exception(exc or ConnectionError("closed before the upgrade"))
+
+    def send(self, opcode: int, payload: bytes) -> None:
+        """A client frame: masked, as RFC 6455 requires of clients (control frames are short)."""
+        mask = os.urandom(4)
+        masked = bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+        self.transport.write(bytes([0x80 | opcode, 0x80 | len(payload)]) + mask + masked)
+
+    def data_received(self, data: bytes) -> None:
+        now = time.time()
+        buffer = self.buffer
+        buffer += data
+        if not self.upgraded:
+            end = buffer.find(b"\r\n\r\n")
+            if end < 0:
                 return
-            now = time.time()
-            if raw.startswith(b'{"type": "snapshot"'):
-                client.on_snapshot(json.loads(raw))
-            elif raw.startswith(b'{"type": "tasks"'):
-                found = LIGHT_EVENT.findall(raw)
-                for _, task_id, version in found:
-                    # The id as JSON wrote it (escapes undone, only where there are some).
-                    task = json.loads(b'"' + task_id + b'"') if b"\\" in task_id else task_id.decode()
-                    client.received.setdefault(task + "@" + version.decode(), now)
-                if found:
-                    client.max_event_id = max(client.max_event_id, *(int(eid) for eid, _, _ in found))
-    finally:
-        closer.cancel()
+            head = bytes(buffer[:end])
+            del buffer[:end + 4]
+            if not head.startswith(b"HTTP/1.1 101"):
+                self.opened.set_exception(ConnectionError(head.split(b"\r\n", 1)[0].decode()))
+                self.transport.close()
+                return
+            self.upgraded = True
+            self.opened.set_result(None)
+        start = 0
+        size = len(buffer)
+        while size - start >= 2:
+            first, second = buffer[start], buffer[start + 1] & 0x7F
+            at = start + 2
+            if second == 126:
+                if size - at < 2:
+                    break
+                second = int.from_bytes(buffer[at:at + 2], "big")
+                at += 2
+            elif second == 127:
+                if size - at < 8:
+                    break
+                second = int.from_bytes(buffer[at:at + 8], "big")
+                at += 8
+            if size - at < second:
+                break
+            payload = bytes(buffer[at:at + second])
+            start = at + second
+            opcode = first & 0x0F
+            if opcode == 0x9:  # ping
+                self.send(0xA, payload)
+            elif opcode == 0x8:  # close
+                self.transport.close()
+            elif opcode in (0x0, 0x1, 0x2):
+                self.fragments.append(payload)
+                if first & 0x80:  # FIN: the message is whole
+                    message = b"".join(self.fragments) if len(self.fragments) > 1 else payload
+                    self.fragments.clear()
+                    self.client.on_light_frame(message, now)
+        del buffer[:start]
+
+
+async def run_light_client(client: BoardClient, port: int, cookie: str, stop: asyncio.Event) -> None:
+    """Connect a light client (LightSocket), retrying a refused handshake as a page does, and
+    keep it until `stop`."""
+    import base64
+
+    loop = asyncio.get_running_loop()
+    for attempt in range(5):
+        request = (f"GET /ws/board/ HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\n"
+                   f"Connection: Upgrade\r\nSec-WebSocket-Key: {base64.b64encode(os.urandom(16)).decode()}\r\n"
+                   f"Sec-WebSocket-Version: 13\r\nOrigin: http://127.0.0.1:{port}\r\n"
+                   f"Cookie: sessionid={cookie}\r\n\r\n").encode()
+        try:
+            transport, protocol = await loop.create_connection(
+                lambda: LightSocket(client, request), "127.0.0.1", port)
+            await asyncio.wait_for(protocol.opened, timeout=60)
+            break
+        except (OSError, asyncio.TimeoutError, ConnectionError):
+            if attempt == 4:
+                raise
+            await asyncio.sleep(0.5 * (attempt + 1))
+    await stop.wait()
+    if not transport.is_closing():
+        protocol.send(0x8, (1000).to_bytes(2, "big"))
+        transport.close()
 
 
 async def clients_main_async(args: argparse.Namespace) -> None:
@@ -336,11 +462,15 @@ async def clients_main_async(args: argparse.Namespace) -> None:
     clients = [BoardClient(light=n >= args.full) for n in range(args.count)]
     stop = asyncio.Event()
     runners = []
+    cookie = os.environ["TASKFLOW_BENCH_COOKIE"]
     for client in clients:  # connect gradually: the server builds one snapshot per socket
-        runners.append(asyncio.create_task(run_client(client, url, origin, None, stop)))
+        runner = run_light_client(client, args.port, cookie, stop) if client.light else run_client(
+            client, url, origin, cookie, stop)
+        runners.append(asyncio.create_task(runner))
         await asyncio.sleep(0.01)
     await asyncio.wait_for(asyncio.gather(*(c.ready.wait() for c in clients)), timeout=120)
     print("ready", flush=True)
+    cpu_ready = time.process_time()
     loop = asyncio.get_running_loop()
     line = await loop.run_in_executor(None, sys.stdin.readline)  # "stop <last event id>"
     target = int(line.split()[1])
@@ -352,15 +482,25 @@ async def clients_main_async(args: argparse.Namespace) -> None:
     cpu = time.process_time()
     stop.set()
     await asyncio.gather(*runners, return_exceptions=True)
+    for client in clients:
+        client.count_light_frames()
     result = [{"light": c.light, "tasks": c.tasks, "counts": c.counts, "received": c.received,
-               "max_event_id": c.max_event_id,
+               "max_event_id": c.max_event_id, "local_port": c.local_port,
                "snapshots": c.snapshots, "snapshot_requests": c.snapshot_requests, "caught_up": caught_up,
-               "process_cpu": cpu / len(clients)}
+               "process_cpu": cpu / len(clients), "process_cpu_run": (cpu - cpu_ready) / len(clients)}
               for c in clients]
     Path(args.out).write_text(json.dumps(result))
 
 
 def clients_main(args: argparse.Namespace) -> None:
+    import gc
+
+    import uvloop  # the server's loop (manage.py serve): its transports cost the clients less too
+
+    # The kept frames are millions of small objects that live to the end: the collector's
+    # passes over them took a good part of a client process (a benchmark's clients exit soon).
+    gc.disable()
+    uvloop.install()
     asyncio.run(clients_main_async(args))
 
 
@@ -396,12 +536,47 @@ def latency_phase(args, database_url: str, cookie: str, server, workdir: Path) -
                 proc.wait()
 
 
+def socket_owners(server_pid: int, port: int) -> dict[int, int]:
+    """{client's port: pid of the server process holding its connection}, for the established
+    TCP connections to `port` on 127.0.0.1: the kernel's table (/proc/net/tcp) gives each
+    connection's socket inode, and each server process's open files (/proc/PID/fd) the inodes
+    it holds."""
+    by_inode: dict[str, int] = {}
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            local, remote, state, inode = fields[1], fields[2], fields[3], fields[9]
+            if state == "01" and int(local.rsplit(":", 1)[1], 16) == port:  # 01: ESTABLISHED
+                by_inode[inode] = int(remote.rsplit(":", 1)[1], 16)
+    owners: dict[int, int] = {}
+    for pid in process_tree(server_pid):
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith("socket:[") and target[8:-1] in by_inode:
+                owners[by_inode[target[8:-1]]] = pid
+    return owners
+
+
 def _run_latency(args, database_url: str, server, workdir: Path, procs: list) -> dict:
     for proc, _ in procs:
         line = proc.stdout.readline()
         if line.strip() != "ready":
             raise RuntimeError(f"a client process did not get its snapshots: {line!r}\n{server.log_tail()}")
     print(f"{args.clients} clients connected and holding a snapshot")
+    owners = socket_owners(server.process.pid, server.port)
+    serving = sorted(set(owners.values()))
+    process_cpu_before = {pid: process_cpu_seconds(pid) for pid in serving}
 
     writer_out = workdir / "writer.json"
     cpu_before = process_cpu_seconds(server.process.pid)
@@ -426,18 +601,23 @@ def _run_latency(args, database_url: str, server, workdir: Path, procs: list) ->
         proc.wait(timeout=CONVERGE_SECONDS + 60)
         results.extend(json.loads(out.read_text()))
     server_cpu = process_cpu_seconds(server.process.pid) - cpu_before
+    per_process = {pid: {"cpu": process_cpu_seconds(pid) - before, "sockets": 0, "latencies": []}
+                   for pid, before in process_cpu_before.items()}
 
     commit_at = {f"{tid}@{version}": at for tid, version, at in written["commits"]}
     latencies = []
     missing_receipts = 0
     divergent = []
     for n, client in enumerate(results):
+        mine = per_process.get(owners.get(client["local_port"]), {"sockets": 0, "latencies": []})
+        mine["sockets"] += 1
         for key, at in commit_at.items():
             got = client["received"].get(key)
             if got is None:
                 missing_receipts += 1
             else:
                 latencies.append((got - at) * 1000)
+                mine["latencies"].append((got - at) * 1000)
         if client["light"]:
             continue
         shown = {tid: tuple(v) for tid, v in client["tasks"].items()}
@@ -449,10 +629,12 @@ def _run_latency(args, database_url: str, server, workdir: Path, procs: list) ->
         "transitions": len(written["commits"]), "writer_seconds": written["seconds"], "writer_errors": written["errors"],
         "latencies": latencies, "missing_receipts": missing_receipts, "divergent": divergent,
         "clients": len(results), "full_clients": sum(not c["light"] for c in results),
-        "server_cpu": server_cpu, "clients_cpu": sum(c["process_cpu"] for c in results), "snapshots_asked": sum(c["snapshot_requests"] for c in results),
+        "server_cpu": server_cpu, "clients_cpu": sum(c["process_cpu"] for c in results),
+        "clients_cpu_run": sum(c["process_cpu_run"] for c in results), "snapshots_asked": sum(c["snapshot_requests"] for c in results),
         "last_event": last_event,
         "catch_up_seconds": max(c["caught_up"] for c in results),
         "behind": sum(c["max_event_id"] < last_event for c in results),
+        "per_process": per_process, "unowned": sum(c["local_port"] not in owners for c in results),
     }
 
 
@@ -704,6 +886,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--tasks", type=int, default=10_000, help="tasks on the board for the page load")
     parser.add_argument("--loads", type=int, default=5, help="measured page loads (after one warm-up)")
     parser.add_argument("--redis", default="", help="REDIS_URL for the server and writer (the doorbell)")
+    parser.add_argument("--postgres", nargs="?", const=DEFAULT_PG_URL, default="",
+                        help=f"the board on PostgreSQL, this database dropped and created again (default {DEFAULT_PG_URL})")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="server processes (manage.py serve --workers; default: serve's own, one per core)")
     parser.add_argument("--skip-page", action="store_true")
     parser.add_argument("--skip-latency", action="store_true")
     parser.add_argument("--scroll-seconds", type=float, default=10.0,
@@ -739,18 +925,27 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="taskflow-bench-board-", dir=args.dir) as tmp:
         workdir = Path(tmp)
         database_url = f"sqlite:///{workdir / 'board.sqlite3'}"
+        if args.postgres:
+            why = fresh_postgres_database(args.postgres)
+            if why:
+                print(f"NOT RUN: PostgreSQL ({args.postgres} unreachable: {why})")
+                return 2
+            database_url = args.postgres
         secret_key = secrets.token_urlsafe(50)
         setup_django(database_url, secret_key)
         cookie = migrate_and_login()
         seed_writer_tasks()
         # snapshots come in parts of under 1 MiB each (board/live/frames.py SNAPSHOT_PART)
         server = BoardServer(database_url, secret_key=secret_key,
-                             env={"REDIS_URL": args.redis} if args.redis else None).start()
+                             env={"REDIS_URL": args.redis} if args.redis else None,
+                             args=["--workers", str(args.workers)] if args.workers else None).start()
         goals = []
         try:
             print(f"machine: {os.cpu_count()} cores, load average {' '.join(f'{x:.1f}' for x in os.getloadavg())} "
                   "(other processes share these cores: compare figures within one run)")
-            print(f"manage.py serve on {server.url}, SQLite {workdir / 'board.sqlite3'}"
+            print(f"manage.py serve on {server.url}"
+                  f"{' --workers ' + str(args.workers) if args.workers else ' (its default process count)'}, "
+                  f"{'PostgreSQL ' + args.postgres if args.postgres else 'SQLite ' + str(workdir / 'board.sqlite3')}"
                   f"{', Redis doorbell ' + args.redis if args.redis else ' (no Redis: the tailer polls)'}")
             if not args.skip_latency:
                 r = latency_phase(args, database_url, cookie, server, workdir)
@@ -773,12 +968,22 @@ def main(argv=None) -> int:
                 print(f"server CPU over the writer's run and the catch-up: {r['server_cpu']:.1f} s, "
                       f"{r['server_cpu'] * 1000 / max(1, r['transitions']):.2f} ms per change, "
                       f"{r['server_cpu'] * 1e6 / max(1, len(lat)):.1f} us per change delivered to a client; "
-                      f"the client processes' CPU from their start: {r['clients_cpu']:.1f} s")
+                      f"the client processes' CPU from their start: {r['clients_cpu']:.1f} s, of which over the writer's run "
+                      f"and the catch-up: {r['clients_cpu_run']:.1f} s")
                 print(f"divergent clients at the end (of the full ones): {len(r['divergent'])}")
+                if len(r["per_process"]) > 1 or r["unowned"]:
+                    print(f"per server process (its sockets from the kernel's table; {r['unowned']} clients' "
+                          "sockets not found there):")
+                    for pid, mine in sorted(r["per_process"].items()):
+                        own = mine["latencies"]
+                        print(f"  pid {pid}: {mine['sockets']} sockets, CPU {mine['cpu']:.1f} s, latency p50 "
+                              f"{percentile(own, 50) if own else float('nan'):.1f} ms, p99 "
+                              f"{percentile(own, 99) if own else float('nan'):.1f} ms")
                 for n, wrong, miscounted, max_id in r["divergent"][:3]:
                     print(f"  client {n}: {wrong} tasks differ, counts differ in {miscounted or 'no column'}, "
                           f"last event seen {max_id}/{r['last_event']}")
-                goals.append((f"p99 latency <= {GOAL_P99_MS:.0f} ms", p99 <= GOAL_P99_MS, f"{p99:.1f} ms"))
+                goal_p99 = GOAL_P99_MS if args.clients <= 1000 else GOAL_P99_MANY_MS
+                goals.append((f"p99 latency <= {goal_p99:.0f} ms", p99 <= goal_p99, f"{p99:.1f} ms"))
                 goals.append(("0 divergent clients", not r["divergent"], str(len(r["divergent"]))))
             if not args.skip_page:
                 shown, snapshot_bytes = fill_board(args.tasks)
