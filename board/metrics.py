@@ -113,6 +113,9 @@ SQLITE_WRITE_HOLD = Histogram(
     "commit included.", buckets=_LOCK_BUCKETS)
 WEBSOCKETS = Gauge("taskflow_websocket_clients", "Board sockets connected and watching.",
                    multiprocess_mode="livesum")
+BOARD_FRAMES = Counter("taskflow_board_frames", "Frames handed to board sockets: written at once as bytes built "
+                       "once for every socket (direct), or queued behind the socket's earlier frames (queued).",
+                       ["path"])
 # Labelled by the database alias the tailer reads, so that only a process that runs a tailer
 # has a sample (an unlabelled gauge starts at 0 in every process, the reaper's too).
 TAILER_DELIVERED = Gauge("taskflow_tailer_delivered_event_id",
@@ -181,6 +184,14 @@ def websocket_opened() -> None:
 
 def websocket_closed() -> None:
     WEBSOCKETS.dec()
+
+
+def board_frames(direct: int, queued: int) -> None:
+    """One broadcast's count (board.live.tailer), not one call per socket."""
+    if direct:
+        BOARD_FRAMES.labels("direct").inc(direct)
+    if queued:
+        BOARD_FRAMES.labels("queued").inc(queued)
 
 
 def tailer_delivered(event_id: int, using: str = "default") -> None:

@@ -24,6 +24,7 @@ from board.engine.limits import MAX_BATCH_TASKS
 from board.engine.transitions import TaskSpec
 from tests.live_server import api_call, server_for_sessions, wait_until
 from tests.test_live_board import WAIT, BoardSocket, staff_session
+from tests.test_metrics import TOKEN, labelled, scrape
 
 pytestmark = pytest.mark.django_db(transaction=True, databases=["default"])
 
@@ -35,12 +36,14 @@ TRANSPORT_HIGH_WATER = 64 * 1024  # asyncio's (and uvloop's) default for a trans
 
 
 @pytest.fixture(scope="module")
-def big_board_server(django_db_setup, django_db_blocker):
+def big_board_server(django_db_setup, django_db_blocker, tmp_path_factory):
     """One worker process (the sockets, the changes made through its API and its tailer all meet
-    in it)."""
+    in it), with its metrics (which way frames went)."""
     with django_db_blocker.unblock():
         server = server_for_sessions("default", args=["--workers", "1"],
-                                     env={"TASKFLOW_SOCKET_SEND_TIMEOUT": str(SEND_TIMEOUT)})
+                                     env={"TASKFLOW_SOCKET_SEND_TIMEOUT": str(SEND_TIMEOUT),
+                                          "PROMETHEUS_MULTIPROC_DIR": str(tmp_path_factory.mktemp("metrics")),
+                                          "TASKFLOW_METRICS_TOKEN": TOKEN})
     try:
         yield server
     finally:
@@ -242,3 +245,83 @@ def test_sockets_asking_for_snapshots_back_to_back_do_not_delay_another_sockets_
         for thread in loopers:
             thread.join(timeout=WAIT)
         watcher.close()
+
+
+def read_frame(sock: net.socket) -> bytes:
+    """One whole server frame's payload (unmasked, unfragmented: what the board sends)."""
+
+    def exactly(n: int) -> bytes:
+        data = b""
+        while len(data) < n:
+            chunk = sock.recv(n - len(data))
+            assert chunk, "the server closed the socket"
+            data += chunk
+        return data
+
+    first, second = exactly(2)
+    assert first == 0x81, f"not a final text frame: {first:#x}"
+    size = second & 0x7F
+    if size == 126:
+        size = int.from_bytes(exactly(2), "big")
+    elif size == 127:
+        size = int.from_bytes(exactly(8), "big")
+    return exactly(size)
+
+
+MAX_PAUSED_TASKS = 20_000  # cards of 300-character titles: ~1.4 KB of frames each
+
+
+def frames_by_path(server) -> dict[str, float]:
+    """taskflow_board_frames_total by path ("direct", "queued") in the server's metrics."""
+    return {dict(labels)["path"]: count for labels, count in labelled(scrape(server), "taskflow_board_frames_total").items()}
+
+
+def test_a_socket_that_stops_reading_then_reads_gets_every_change_in_order(big_board_server):
+    """Frames reach a socket two ways (board/live/consumers.py `deliver`): written at once as the
+    bytes built once for every socket, or queued behind the socket's earlier frames when its
+    connection's buffer is full. A socket that stops reading while changes pour in, then reads
+    again, must get every change once and in the order of the history, across both ways."""
+    from board.models import TaskEvent
+
+    _, key = staff_session("default")
+    sock = stuck_socket(big_board_server.port, key)
+    try:
+        sock.settimeout(WAIT)
+        before = frames_by_path(big_board_server)
+        last_in_snapshot = None
+        while last_in_snapshot is None:  # the snapshot's parts, then whatever follows them
+            message = json.loads(read_frame(sock))
+            if message["type"] == "snapshot":
+                last_in_snapshot = message["last_event_id"]
+        # Not reading now: the changes fill the kernel's buffers (a few MB on loopback), then
+        # the server's transport (past its high water the socket's frames queue): changes are
+        # made until a frame was queued, then everything is read back in one go.
+        made = 0
+        while frames_by_path(big_board_server).get("queued", 0) <= before.get("queued", 0):
+            assert made < MAX_PAUSED_TASKS, f"{made} changes and no frame queued: the buffers never filled"
+            handed = sum(frames_by_path(big_board_server).values())
+            transitions.create([TaskSpec(id=f"paused-{n}", title="p" * 300) for n in range(made, made + MAX_BATCH_TASKS)])
+            made += MAX_BATCH_TASKS
+            wait_until(lambda handed=handed: sum(frames_by_path(big_board_server).values()) > handed, WAIT,
+                       "the tailer handed the change out")
+        newest = TaskEvent.objects.order_by("-id").values_list("id", flat=True).first()
+        seen: list[int] = []
+        while not seen or seen[-1] < newest:
+            message = json.loads(read_frame(sock))
+            if message["type"] == "tasks":
+                seen += [item["event"]["id"] for item in message["items"]]
+        expected = list(TaskEvent.objects.filter(id__gt=last_in_snapshot, id__lte=newest)
+                        .order_by("id").values_list("id", flat=True))
+        assert seen == expected, f"{len(seen)} events received, {len(expected)} in the history after the snapshot"
+        after = frames_by_path(big_board_server)
+        # Both ways were taken: the first frames at once, then (the buffer full) the queue.
+        assert after.get("direct", 0) > before.get("direct", 0), (before, after)
+        assert after.get("queued", 0) > before.get("queued", 0), (before, after)
+        # And reading again, a new change arrives as usual.
+        transitions.create(TaskSpec(id="after-the-pause", title="after"))
+        while True:
+            message = json.loads(read_frame(sock))
+            if message["type"] == "tasks" and any(i["event"]["task"] == "after-the-pause" for i in message["items"]):
+                break
+    finally:
+        sock.close()

@@ -195,3 +195,17 @@ def test_the_doc_and_the_schema_name_the_consumers_figures():
     for kind in ("snapshot", "snapshot_more", "tasks", "removed", "problems", "insights", "queues", "bulk"):
         assert f'"type": "{kind}"' in DOC
 
+
+
+@pytest.mark.parametrize("size", [0, 1, 125, 126, 127, 65_535, 65_536, 1_048_576])
+def test_a_frame_built_once_for_every_socket_is_the_text_frame_websockets_would_send(size):
+    # The server writes these bytes to every socket as they are (server/websocket_protocol.py):
+    # they must be what uvicorn's websockets would have framed for each, at every length
+    # encoding (7-bit, 16-bit from 126, 64-bit from 65,536).
+    from websockets.frames import Frame, Opcode
+
+    text = json.dumps({"type": "tasks", "items": ["x" * max(0, size - 30)]})[:size] if size else ""
+    expected = Frame(Opcode.TEXT, text.encode()).serialize(mask=False)
+    assert live_frames.text_frame(text) == expected
+    non_ascii = "é" * size  # json.dumps writes ASCII, but a frame's length is its bytes'
+    assert live_frames.text_frame(non_ascii) == Frame(Opcode.TEXT, non_ascii.encode()).serialize(mask=False)

@@ -264,10 +264,15 @@ def test_websocket_clients_and_the_tailer_lag(pg_metrics_server):
     socket = BoardSocket(server, session)
     try:
         wait_until(lambda: value(scrape(server), "taskflow_websocket_clients") == 1, WAIT, "one socket counted")
+        wait_until(lambda: socket.snapshots >= 1, WAIT, "the socket's snapshot")
         _, key = agent_keys.create_key("lag-agent", using=PG)
         assert call(server, "POST", "/api/tasks", key, {"id": "w1", "title": "w"})[0] == 201
         newest = TaskEvent.objects.using(PG).order_by("-id").first().id
         wait_until(lambda: socket.max_event_id >= newest, WAIT, "the socket saw the creation")
+        # It came as bytes built once for every socket, written at once (the socket was idle:
+        # its snapshot was out), not through the socket's queue.
+        frames = labelled(scrape(server), "taskflow_board_frames_total")
+        assert frames.get(frozenset({("path", "direct")}), 0) >= 1, frames
         # The socket's process has a tailer, caught up: lag 0 (per process: a pid label).
         lags = wait_until(lambda: labelled(scrape(server), "taskflow_tailer_lag_events"), WAIT, "a tailer lag")
         assert len(lags) == 1 and list(lags.values()) == [0], lags

@@ -45,7 +45,7 @@ def test_a_commit_in_another_process_wakes_this_processs_tailer_through_redis(re
         def __init__(self):
             self.frames = asyncio.Queue()
 
-        async def deliver(self, frame):
+        async def deliver(self, frame, wire=None):
             await self.frames.put(json.loads(frame))
 
     async def scenario():

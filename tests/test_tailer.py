@@ -37,7 +37,7 @@ class Socket:
     def __init__(self):
         self.frames: asyncio.Queue = asyncio.Queue()
 
-    async def deliver(self, frame):
+    async def deliver(self, frame, wire=None):
         await self.frames.put(json.loads(frame))
 
 

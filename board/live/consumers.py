@@ -30,6 +30,7 @@ from django.dispatch import receiver
 from board import access, metrics
 from board.engine.limits import MAX_CLIENT_MESSAGE_CHARS
 from board.live import snapshots, tailer
+from board.live.frames import SEND_FRAME
 
 log = logging.getLogger("board.live.consumers")
 
@@ -136,6 +137,10 @@ class BoardConsumer(AsyncWebsocketConsumer):
         self.unsent = 0  # characters of the frames in the outbox (= bytes: json.dumps writes ASCII)
         self.dropped = False
         self.snapshot_wanted = True
+        self.busy = True  # until the sender task finds nothing left to send
+        # The server's direct write of a frame built once for every socket (None under another
+        # server: then every frame goes through the sender task).
+        self.send_frame = self.scope.get("extensions", {}).get(SEND_FRAME)
         self.work = asyncio.Event()
         # Subscribe before the snapshot is read: a change committed in between is queued behind
         # the snapshot and applied (or ignored, by version), never lost, never overtaken by it.
@@ -163,18 +168,26 @@ class BoardConsumer(AsyncWebsocketConsumer):
             self.snapshot_wanted = True
             self.work.set()
 
-    async def deliver(self, frame: str) -> None:
-        """Called by the tailer with an encoded frame (the same text for every socket). Never
-        waits for the client."""
+    async def deliver(self, frame: str, wire: bytes | None = None) -> bool | None:
+        """Called by the tailer with an encoded frame (the same text for every socket) and, when
+        the server offers it, that frame as websocket bytes built once for every socket (`wire`,
+        server/websocket_protocol.py). Never waits for the client. True: written at once;
+        False: queued for the sender task; None: not taken (this socket is closing)."""
         if self.dropped:
-            return
+            return None
+        # Straight out when nothing of this socket is queued or on its way (order is kept) and
+        # the connection takes it now; else behind the rest, by the sender task.
+        if (wire is not None and self.send_frame is not None and not self.busy
+                and not self.outbox and not self.snapshot_wanted and self.send_frame(wire)):
+            return True
         self.outbox.append(frame)
         self.unsent += len(frame)
         if self.unsent > self.max_unsent:
             log.warning("dropping a board socket %d characters behind (limit %d)", self.unsent, self.max_unsent)
             self.drop(TOO_SLOW)
-            return
+            return None
         self.work.set()
+        return False
 
     def drop(self, code: int) -> None:
         """Close this socket now (from its event loop): it leaves the tailer at once; the close
@@ -187,6 +200,7 @@ class BoardConsumer(AsyncWebsocketConsumer):
     async def _send_frames(self) -> None:
         try:
             while not self.dropped:
+                self.busy = True  # deliver() must not write past what this loop is sending
                 if self.snapshot_wanted:
                     self.snapshot_wanted = False
                     # What is queued is older than the snapshot about to be read: it covers it.
@@ -198,6 +212,7 @@ class BoardConsumer(AsyncWebsocketConsumer):
                     self.unsent -= len(frame)
                     await self._send_in_time(frame)
                 else:
+                    self.busy = False
                     self.work.clear()
                     await self.work.wait()
         except asyncio.CancelledError:

@@ -32,6 +32,25 @@ def encode(frame: dict) -> str:
     return json.dumps(frame, cls=DjangoJSONEncoder)
 
 
+# The ASGI scope extension by which the board's server (server/websocket_protocol.py) takes a
+# frame's websocket bytes, built once for every socket by `text_frame`, and writes them as they are.
+SEND_FRAME = "taskflow.send_frame"
+
+
+def text_frame(text: str) -> bytes:
+    """A whole, final, unmasked websocket text frame (RFC 6455, 5.2) holding `text`: what a
+    server sends, the same bytes for every socket (no extension such as compression is used)."""
+    payload = text.encode()
+    size = len(payload)
+    if size < 126:
+        head = bytes((0x81, size))
+    elif size < 1 << 16:
+        head = bytes((0x81, 126)) + size.to_bytes(2, "big")
+    else:
+        head = bytes((0x81, 127)) + size.to_bytes(8, "big")
+    return head + payload
+
+
 def card_task(task: Task, deps: list[str]) -> dict:
     """What a card shows: the public task without its bulky fields (reads.NOT_ON_CARDS:
     description, payload, checkpoint, result), which the details panel fetches from the API when

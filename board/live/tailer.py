@@ -70,8 +70,8 @@ MIN_PASS_SECONDS = 0.02  # at most 50 passes a second, however often commits rin
 # parse), so with many watchers a pass waits longer and gathers more changes into one frame:
 # 0.02 s with a few sockets, 0.05 s at 300, MAX_PASS_SECONDS (0.1 s) from 800 on
 # (bench/board.py --clients 1000: docs/live-protocol.md, "How the server produces them").
-TICK_SECONDS_PER_SOCKET = 0.0001
-MAX_PASS_SECONDS = 0.1
+TICK_SECONDS_PER_SOCKET = 0.00005
+MAX_PASS_SECONDS = 0.25
 
 
 def pass_gap(sockets: int) -> float:
@@ -111,9 +111,13 @@ BULK_POLL_SECONDS = 0.25
 
 
 class Subscriber(Protocol):
-    """What the tailer needs of a socket (board.live.consumers.BoardConsumer implements it)."""
+    """What the tailer needs of a socket (board.live.consumers.BoardConsumer implements it):
+    `deliver` takes each frame's text and, when the socket has a `send_frame` (the server's
+    direct write), the frame's websocket bytes too (`wire`, built once for every socket); it
+    answers True when the frame was written at once, False when queued, None when not taken
+    (the socket is closing)."""
 
-    async def deliver(self, frame: str) -> None: ...
+    async def deliver(self, frame: str, wire: bytes | None = None) -> bool | None: ...
 
 
 class Tailer:
@@ -447,12 +451,22 @@ class Tailer:
         return self.problems_sent
 
     async def _broadcast(self, frame: str) -> None:
-        for subscriber in list(self.subscribers):
+        # The frame's websocket bytes, built once for every socket whose server writes them as
+        # they are (board.live.frames.SEND_FRAME); None under a server that does not.
+        subscribers = list(self.subscribers)
+        direct = any(getattr(s, "send_frame", None) is not None for s in subscribers)
+        wire = frames.text_frame(frame) if direct else None
+        written = queued = 0
+        for subscriber in subscribers:
             try:
-                await subscriber.deliver(frame)
+                taken = await subscriber.deliver(frame, wire)
             except Exception:  # one broken socket must not starve the others
                 log.exception("could not deliver to a socket; dropping it")
                 self.subscribers.discard(subscriber)
+                continue
+            written += taken is True
+            queued += taken is False
+        metrics.board_frames(written, queued)
 
 
 _local_tailer: Tailer | None = None

@@ -219,7 +219,9 @@ class Command(BaseCommand):
                 # httptools with the caps and clocks of server/http_protocol.py (head size,
                 # slow clients, lingering close), which also keeps idle connections 5 s by default.
                 loop="uvloop", http="server.http_protocol:BoundedHttpToolsProtocol",
-                ws="websockets-sansio", lifespan="off",
+                # websockets-sansio, plus the board's direct write of a frame built once for every
+                # socket (server/websocket_protocol.py).
+                ws="server.websocket_protocol:BoardWebSocketProtocol", lifespan="off",
                 timeout_keep_alive=settings.TASKFLOW["KEEPALIVE_TIMEOUT_SECONDS"],
                 access_log=access_log, log_level="info" if access_log else "warning",
                 # The board's socket sends big snapshots in 1 MiB frames; the page sends little.
