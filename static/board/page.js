@@ -47,6 +47,18 @@ export function el(tag, cls, text) {
   return e;
 }
 
+/** An element's text set in place: its one Text node's data changed (textContent would replace
+ *  the node, and a label ticking every second on every card left the browser that many nodes
+ *  and their layout objects to collect). */
+export function setText(element, text) {
+  const node = element.firstChild;
+  if (node && node.nodeType === Node.TEXT_NODE && !node.nextSibling) {
+    if (node.data !== text) node.data = text;
+  } else {
+    element.textContent = text;
+  }
+}
+
 let messageTimer = null;
 
 /** A note in the top bar (an action's outcome, a failed load), hidden after a while. */

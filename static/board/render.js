@@ -5,7 +5,7 @@
 // client's clock. It follows the model's changes (store.js) and the view's filters (view.js).
 
 import {
-  adminUrl, CAN_INTERVENE, COLUMN_ELS, el, frameBatcher, mayAnswer, requiresText, resourcesText, showMessage, STAGES,
+  adminUrl, CAN_INTERVENE, COLUMN_ELS, el, frameBatcher, mayAnswer, requiresText, resourcesText, setText, showMessage, STAGES,
   TERMINAL,
 } from "./page.js";
 import {
@@ -471,7 +471,7 @@ function updateInStage(card, task, now) {
   const text = `${formatAge(now - task.inStageSinceMs)} in ${task.stage}`;
   if (text === card.inStageText) return;
   card.inStageText = text;
-  card.inStageEl.textContent = text;
+  setText(card.inStageEl, text);
 }
 
 function tickStages() {
@@ -489,7 +489,7 @@ function updateLease(card, task, now) {
   if (!lease) return;
   const left = task.leaseExpiresMs - now;
   const expired = left <= 0;
-  lease.textContent = expired ? `lease expired ${formatDuration(-left)} ago` : `lease ${formatDuration(left)}`;
+  setText(lease, expired ? `lease expired ${formatDuration(-left)} ago` : `lease ${formatDuration(left)}`);
   if (expired !== card.classList.contains("lease-expired")) {
     lease.className = expired ? "lease badge bad" : "lease";
     card.classList.toggle("lease-expired", expired);
