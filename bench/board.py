@@ -236,6 +236,7 @@ class BoardClient:
         self.requested = False
         self.ready = asyncio.Event()
         self.local_port = 0
+        self.frames = 0  # "tasks" frames received
 
     def on_snapshot(self, message: dict) -> None:
         self.requested = False
@@ -281,6 +282,7 @@ class BoardClient:
         (`count_light_frames`): per change, Python's own work here took 40% of a client
         process beside 5,000 sockets. A frame's events are in id order (the outbox's)."""
         if raw.startswith(b'{"type": "tasks"'):
+            self.frames += 1
             found = LIGHT_EVENT.findall(raw)
             if found:
                 self.light_frames.append((now, found))
@@ -340,6 +342,7 @@ async def run_client(client: BoardClient, url: str, origin: str, cookie: str, st
             message = json.loads(raw)
             kind = message.get("type")
             if kind == "tasks":  # a batch, as the server sends every change (board/live/frames.py)
+                client.frames += 1
                 gap = False
                 for item in message["items"]:
                     gap = client.on_task(item["event"], item["task"], now) or gap
@@ -485,7 +488,7 @@ async def clients_main_async(args: argparse.Namespace) -> None:
     for client in clients:
         client.count_light_frames()
     result = [{"light": c.light, "tasks": c.tasks, "counts": c.counts, "received": c.received,
-               "max_event_id": c.max_event_id, "local_port": c.local_port,
+               "max_event_id": c.max_event_id, "local_port": c.local_port, "frames": c.frames,
                "snapshots": c.snapshots, "snapshot_requests": c.snapshot_requests, "caught_up": caught_up,
                "process_cpu": cpu / len(clients), "process_cpu_run": (cpu - cpu_ready) / len(clients)}
               for c in clients]
@@ -630,7 +633,8 @@ def _run_latency(args, database_url: str, server, workdir: Path, procs: list) ->
         "latencies": latencies, "missing_receipts": missing_receipts, "divergent": divergent,
         "clients": len(results), "full_clients": sum(not c["light"] for c in results),
         "server_cpu": server_cpu, "clients_cpu": sum(c["process_cpu"] for c in results),
-        "clients_cpu_run": sum(c["process_cpu_run"] for c in results), "snapshots_asked": sum(c["snapshot_requests"] for c in results),
+        "clients_cpu_run": sum(c["process_cpu_run"] for c in results),
+        "frames": sum(c["frames"] for c in results), "snapshots_asked": sum(c["snapshot_requests"] for c in results),
         "last_event": last_event,
         "catch_up_seconds": max(c["caught_up"] for c in results),
         "behind": sum(c["max_event_id"] < last_event for c in results),
@@ -973,7 +977,9 @@ def main(argv=None) -> int:
                       f"event ({r['last_event']}); still behind after {CONVERGE_SECONDS:.0f} s: {r['behind']}")
                 print(f"server CPU over the writer's run and the catch-up: {r['server_cpu']:.1f} s, "
                       f"{r['server_cpu'] * 1000 / max(1, r['transitions']):.2f} ms per change, "
-                      f"{r['server_cpu'] * 1e6 / max(1, len(lat)):.1f} us per change delivered to a client; "
+                      f"{r['server_cpu'] * 1e6 / max(1, len(lat)):.1f} us per change delivered to a client, "
+                      f"{r['server_cpu'] * 1e6 / max(1, r['frames']):.1f} us per frame ({r['frames']:,} frames of changes "
+                      f"received, {len(lat) / max(1, r['frames']):.1f} changes each); "
                       f"the client processes' CPU from their start: {r['clients_cpu']:.1f} s, of which over the writer's run "
                       f"and the catch-up: {r['clients_cpu_run']:.1f} s")
                 print(f"divergent clients at the end (of the full ones): {len(r['divergent'])}")
