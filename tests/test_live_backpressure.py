@@ -247,6 +247,34 @@ def test_sockets_asking_for_snapshots_back_to_back_do_not_delay_another_sockets_
         watcher.close()
 
 
+@pytest.mark.timing
+def test_sockets_that_stopped_reading_do_not_delay_another_sockets_changes(big_board):
+    big_board_server, agent_key = big_board
+    _, key = staff_session("default")
+    watcher = CountingSocket(big_board_server, key)
+    stuck: list[net.socket] = []
+    try:
+        full_snapshot(watcher, 0)
+        quiet = change_latencies(big_board_server, agent_key, watcher, f"quiet-{time.monotonic_ns()}")
+        dropped_before = big_board_server.log_tail(10**7).count(STALLED)
+        stuck = [stuck_socket(big_board_server.port, key) for _ in range(STUCK_SOCKETS)]
+        # A flood the stuck sockets cannot take: their buffers fill and their frames queue,
+        # while the watcher reads it all.
+        for start in range(0, FLOOD_TASKS, MAX_BATCH_TASKS):
+            transitions.create([TaskSpec(id=f"flood-{n}", title="f" * 300) for n in range(start, start + MAX_BATCH_TASKS)])
+        wait_until(lambda: f"flood-{FLOOD_TASKS - 1}" in watcher.first_seen, WAIT, "the watcher read the flood")
+        busy = change_latencies(big_board_server, agent_key, watcher, f"busy-{time.monotonic_ns()}")
+        print(f"change latency, median / max: quiet {statistics.median(quiet):.3f} / {max(quiet):.3f} s; "
+              f"beside {STUCK_SOCKETS} sockets that stopped reading {statistics.median(busy):.3f} / {max(busy):.3f} s")
+        assert statistics.median(busy) < LATENCY_BOUND, f"median change latency {statistics.median(busy):.3f} s"
+        # They were still there, holding frames (dropped only after SEND_TIMEOUT without taking one).
+        assert big_board_server.log_tail(10**7).count(STALLED) == dropped_before
+    finally:
+        for sock in stuck:
+            sock.close()
+        watcher.close()
+
+
 def read_frame(sock: net.socket) -> bytes:
     """One whole server frame's payload (unmasked, unfragmented: what the board sends)."""
 
