@@ -95,6 +95,12 @@ def stuck_socket(port: int, session_key: str) -> net.socket:
 STALLED = "dropping a board socket that took no frame"
 
 
+def flood() -> None:
+    """FLOOD_TASKS cards of 300-character titles (about 2 MB of frames), in batches."""
+    for start in range(0, FLOOD_TASKS, MAX_BATCH_TASKS):
+        transitions.create([TaskSpec(id=f"flood-{n}", title="f" * 300) for n in range(start, start + MAX_BATCH_TASKS)])
+
+
 def full_snapshot(socket: BoardSocket, before: int) -> None:
     wait_until(lambda: socket.snapshots > before and socket.snapshot_done, WAIT, "a snapshot arrived whole")
 
@@ -168,8 +174,7 @@ def test_sockets_that_never_read_do_not_grow_the_servers_memory_past_a_bound(big
         # holds: the next stuck socket to come does not add one more. A snapshot is each column's
         # first page (tens of KB here), which the kernel's buffers take whole: changes fill them
         # (FLOOD_TASKS cards of 300-character titles, about 2 MB of frames, shared by the sockets).
-        for start in range(0, FLOOD_TASKS, MAX_BATCH_TASKS):
-            transitions.create([TaskSpec(id=f"flood-{n}", title="f" * 300) for n in range(start, start + MAX_BATCH_TASKS)])
+        flood()
         wait_until(lambda: big_board_server.log_tail(10**7).count(STALLED) == STUCK_SOCKETS, SEND_TIMEOUT + WAIT,
                    "every stuck socket was dropped")
         # And the server still serves: a change reaches the probe.
@@ -260,8 +265,7 @@ def test_sockets_that_stopped_reading_do_not_delay_another_sockets_changes(big_b
         stuck = [stuck_socket(big_board_server.port, key) for _ in range(STUCK_SOCKETS)]
         # A flood the stuck sockets cannot take: their buffers fill and their frames queue,
         # while the watcher reads it all.
-        for start in range(0, FLOOD_TASKS, MAX_BATCH_TASKS):
-            transitions.create([TaskSpec(id=f"flood-{n}", title="f" * 300) for n in range(start, start + MAX_BATCH_TASKS)])
+        flood()
         wait_until(lambda: f"flood-{FLOOD_TASKS - 1}" in watcher.first_seen, WAIT, "the watcher read the flood")
         busy = change_latencies(big_board_server, agent_key, watcher, f"busy-{time.monotonic_ns()}")
         print(f"change latency, median / max: quiet {statistics.median(quiet):.3f} / {max(quiet):.3f} s; "
