@@ -9,8 +9,9 @@ process, that was most of its CPU (bench/board.py --clients 5000). So a socket's
 for all sockets (board.live.frames.text_frame) straight to this connection, and answers False,
 writing nothing, whenever uvicorn's own path must be used instead: the handshake not done, a
 close sent or received, the connection gone, or its write buffer over the high-water mark (then
-the consumer's queue waits for it, as before, with its send timeout). Server frames are not masked, and this
-server negotiates no extension (no compression), so the same bytes are right for every socket.
+the consumer's queue waits for it, as before, with its send timeout). Server frames are not
+masked, and this server negotiates no extension (no compression), so the same bytes are right
+for every socket.
 """
 from __future__ import annotations
 

@@ -262,11 +262,15 @@ def test_sockets_that_stopped_reading_do_not_delay_another_sockets_changes(big_b
         full_snapshot(watcher, 0)
         quiet = change_latencies(big_board_server, agent_key, watcher, f"quiet-{time.monotonic_ns()}")
         dropped_before = big_board_server.log_tail(10**7).count(STALLED)
+        queued_before = frames_by_path(big_board_server).get("queued", 0)
         stuck = [stuck_socket(big_board_server.port, key) for _ in range(STUCK_SOCKETS)]
         # A flood the stuck sockets cannot take: their buffers fill and their frames queue,
         # while the watcher reads it all.
         flood()
         wait_until(lambda: f"flood-{FLOOD_TASKS - 1}" in watcher.first_seen, WAIT, "the watcher read the flood")
+        # The stuck sockets' buffers did fill: their frames went to their queues (else this test
+        # would measure nothing).
+        assert frames_by_path(big_board_server).get("queued", 0) > queued_before
         busy = change_latencies(big_board_server, agent_key, watcher, f"busy-{time.monotonic_ns()}")
         print(f"change latency, median / max: quiet {statistics.median(quiet):.3f} / {max(quiet):.3f} s; "
               f"beside {STUCK_SOCKETS} sockets that stopped reading {statistics.median(busy):.3f} / {max(busy):.3f} s")

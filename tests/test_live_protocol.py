@@ -207,5 +207,12 @@ def test_a_frame_built_once_for_every_socket_is_the_text_frame_websockets_would_
     text = json.dumps({"type": "tasks", "items": ["x" * max(0, size - 30)]})[:size] if size else ""
     expected = Frame(Opcode.TEXT, text.encode()).serialize(mask=False)
     assert live_frames.text_frame(text) == expected
+    # And read by hand (RFC 6455, 5.2), not only by the library that framed it: FIN and the text
+    # opcode, no mask bit, the length in 7, 7+16 or 7+64 bits, then the payload as it is.
+    framed = live_frames.text_frame(text)
+    assert framed[0] == 0x81 and framed[1] & 0x80 == 0
+    head = 2 if size < 126 else 4 if size < 65_536 else 10
+    length = framed[1] if head == 2 else int.from_bytes(framed[2:head], "big")
+    assert length == len(text.encode()) == len(framed) - head and framed[head:] == text.encode()
     non_ascii = "é" * size  # json.dumps writes ASCII, but a frame's length is its bytes'
     assert live_frames.text_frame(non_ascii) == Frame(Opcode.TEXT, non_ascii.encode()).serialize(mask=False)

@@ -14,6 +14,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
+from websockets.frames import Frame, Opcode
 
 from board.engine import resources, selectors
 from board.live import reads
@@ -39,16 +40,9 @@ SEND_FRAME = "taskflow.send_frame"
 
 def text_frame(text: str) -> bytes:
     """A whole, final, unmasked websocket text frame (RFC 6455, 5.2) holding `text`: what a
-    server sends, the same bytes for every socket (no extension such as compression is used)."""
-    payload = text.encode()
-    size = len(payload)
-    if size < 126:
-        head = bytes((0x81, size))
-    elif size < 1 << 16:
-        head = bytes((0x81, 126)) + size.to_bytes(2, "big")
-    else:
-        head = bytes((0x81, 127)) + size.to_bytes(8, "big")
-    return head + payload
+    server sends, the same bytes for every socket (no extension such as compression is used).
+    Framed by the websockets library, as uvicorn's own send frames it."""
+    return Frame(Opcode.TEXT, text.encode()).serialize(mask=False)
 
 
 def card_task(task: Task, deps: list[str]) -> dict:

@@ -68,8 +68,9 @@ POLL_SECONDS = 0.1  # one indexed "id > last" query: cheap enough to ask ten tim
 MIN_PASS_SECONDS = 0.02  # at most 50 passes a second, however often commits ring
 # The tick grows with the sockets: every frame costs each socket a send (and each watcher a
 # parse), so with many watchers a pass waits longer and gathers more changes into one frame:
-# 0.02 s with a few sockets, 0.05 s at 300, MAX_PASS_SECONDS (0.1 s) from 800 on
-# (bench/board.py --clients 1000: docs/live-protocol.md, "How the server produces them").
+# 0.02 s with a few sockets, 0.035 s at 300, 0.07 s at 1,000, MAX_PASS_SECONDS (0.25 s) from
+# 4,600 on (bench/board.py --clients 1000 and 5000: docs/live-protocol.md, "How the server
+# produces them").
 TICK_SECONDS_PER_SOCKET = 0.00005
 MAX_PASS_SECONDS = 0.25
 
@@ -112,8 +113,8 @@ BULK_POLL_SECONDS = 0.25
 
 class Subscriber(Protocol):
     """What the tailer needs of a socket (board.live.consumers.BoardConsumer implements it):
-    `deliver` takes each frame's text and, when the socket has a `send_frame` (the server's
-    direct write), the frame's websocket bytes too (`wire`, built once for every socket); it
+    `deliver` takes each frame's text and its websocket bytes (`wire`, built once for every
+    socket, for a server that writes them as they are: board.live.frames.SEND_FRAME); it
     answers True when the frame was written at once, False when queued, None when not taken
     (the socket is closing)."""
 
@@ -452,12 +453,10 @@ class Tailer:
 
     async def _broadcast(self, frame: str) -> None:
         # The frame's websocket bytes, built once for every socket whose server writes them as
-        # they are (board.live.frames.SEND_FRAME); None under a server that does not.
-        subscribers = list(self.subscribers)
-        direct = any(getattr(s, "send_frame", None) is not None for s in subscribers)
-        wire = frames.text_frame(frame) if direct else None
+        # they are (board.live.frames.SEND_FRAME; a socket under another server ignores them).
+        wire = frames.text_frame(frame)
         written = queued = 0
-        for subscriber in subscribers:
+        for subscriber in list(self.subscribers):
             try:
                 taken = await subscriber.deliver(frame, wire)
             except Exception:  # one broken socket must not starve the others
