@@ -31,6 +31,7 @@ pytestmark = pytest.mark.django_db(transaction=True, databases=["default"])
 BOARD_TASKS = 6000  # titles of 300 characters: a snapshot of 2.5 MB before it held a page per column (issue 31)
 STUCK_SOCKETS = 40
 FLOOD_TASKS = 3000
+MAX_FLOOD_TASKS = 8000  # ~1.4 KB of frames each: past a loopback socket's kernel buffers (4 MB at most)
 SEND_TIMEOUT = 8  # TASKFLOW_SOCKET_SEND_TIMEOUT of this module's server (default 30 s)
 TRANSPORT_HIGH_WATER = 64 * 1024  # asyncio's (and uvloop's) default for a transport's write buffer
 
@@ -262,18 +263,28 @@ def test_sockets_that_stopped_reading_do_not_delay_another_sockets_changes(big_b
         full_snapshot(watcher, 0)
         quiet = change_latencies(big_board_server, agent_key, watcher, f"quiet-{time.monotonic_ns()}")
         dropped_before = big_board_server.log_tail(10**7).count(STALLED)
-        queued_before = frames_by_path(big_board_server).get("queued", 0)
         stuck = [stuck_socket(big_board_server.port, key) for _ in range(STUCK_SOCKETS)]
-        # A flood the stuck sockets cannot take: their buffers fill and their frames queue,
-        # while the watcher reads it all.
-        flood()
-        wait_until(lambda: f"flood-{FLOOD_TASKS - 1}" in watcher.first_seen, WAIT, "the watcher read the flood")
-        # The stuck sockets' buffers did fill: their frames went to their queues (else this test
-        # would measure nothing).
-        assert frames_by_path(big_board_server).get("queued", 0) > queued_before
+        # Frames that reach a socket while its snapshot is on its way queue behind it: counted
+        # from a change made after the stuck sockets came.
+        settled = f"settled-{time.monotonic_ns()}"
+        transitions.create(TaskSpec(id=settled, title="settled"))
+        wait_until(lambda: settled in watcher.first_seen, WAIT, "the watcher read a change")
+        queued_before = frames_by_path(big_board_server).get("queued", 0)
+        # A flood the stuck sockets cannot take, while the watcher reads it all: batch after
+        # batch until their buffers are full and their frames queue, a frame per stuck socket at
+        # least (else this test would measure nothing). Each batch is read by the watcher before
+        # the next, so it is a frame of its own: one frame of the whole flood could go to the
+        # kernel's buffers at once, which on loopback grow to a few MB per socket.
+        flooded = 0
+        while frames_by_path(big_board_server).get("queued", 0) - queued_before < STUCK_SOCKETS:
+            assert flooded < MAX_FLOOD_TASKS, f"{flooded} cards written and no stuck socket's frame queued"
+            transitions.create([TaskSpec(id=f"flood-{n}", title="f" * 300)
+                                for n in range(flooded, flooded + MAX_BATCH_TASKS)])
+            flooded += MAX_BATCH_TASKS
+            wait_until(lambda: f"flood-{flooded - 1}" in watcher.first_seen, WAIT, "the watcher read the flood")
         busy = change_latencies(big_board_server, agent_key, watcher, f"busy-{time.monotonic_ns()}")
         print(f"change latency, median / max: quiet {statistics.median(quiet):.3f} / {max(quiet):.3f} s; "
-              f"beside {STUCK_SOCKETS} sockets that stopped reading {statistics.median(busy):.3f} / {max(busy):.3f} s")
+              f"beside {STUCK_SOCKETS} sockets that stopped reading ({flooded} cards flooded) {statistics.median(busy):.3f} / {max(busy):.3f} s")
         assert statistics.median(busy) < LATENCY_BOUND, f"median change latency {statistics.median(busy):.3f} s"
         # They were still there, holding frames (dropped only after SEND_TIMEOUT without taking one).
         assert big_board_server.log_tail(10**7).count(STALLED) == dropped_before
