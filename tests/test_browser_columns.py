@@ -15,7 +15,7 @@ from board.live.reads import COLUMN_PAGE
 from board.models import Task
 from tests.support import sqlite_db_mark
 from tests.test_browser import (  # noqa: F401  (fixtures)
-    SLOW, browser, card, count, expected_order, open_board, orm, scroll_to_end, server,
+    COLUMN_HOLDS, SLOW, browser, card, count, expected_order, open_board, orm, scroll_to_end, server,
 )
 
 try:
@@ -29,7 +29,9 @@ QUEUED = '.column[data-stage="QUEUED"]'
 
 
 def shown_ids(page, stage: str) -> list[str]:
-    return page.locator(f'.column[data-stage="{stage}"] .card').evaluate_all("cs => cs.map(c => c.dataset.id)")
+    """The ids the column holds, in order: its cards', and those a chunk far from the column's
+    view keeps in place of its cards (static/board/render.js, virtualized columns)."""
+    return page.locator(f'.column[data-stage="{stage}"] .cards').evaluate(COLUMN_HOLDS)
 
 
 def db_column(stage: str) -> list[str]:
@@ -139,3 +141,42 @@ def test_a_column_watched_at_its_top_lets_go_of_its_tail_and_scrolling_loads_it_
     assert completed.locator(".card").count() <= 400
     scroll_to_end(page, "COMPLETED")
     assert shown_ids(page, "COMPLETED") == orm(expected_order, ["COMPLETED", "QUEUED"])["COMPLETED"]
+
+
+def test_a_long_column_draws_only_the_cards_near_its_view_and_keeps_the_others_in_order(open_board, orm):
+    """Virtualized columns (issue 31): scrolled to the end of 1,000 cards, the column holds every
+    id in the server's order but draws only the chunks near its view (static/board/render.js,
+    chunks of 100); changes to the tasks it does not draw land in their place, and scrolled back,
+    their cards are drawn as the model has them now."""
+    total = 1000
+    orm(transitions.create, [TaskSpec(id=f"v{i:04d}", title=f"far {i}") for i in range(total)])
+    page = open_board()
+    expect(count(page, "QUEUED")).to_have_text(str(total))
+    scroll_to_end(page, "QUEUED")
+    assert shown_ids(page, "QUEUED") == orm(db_column, "QUEUED")
+    drawn = page.locator(f"{QUEUED} .card")
+    expect(card(page, f"v{total - 1:04d}", "QUEUED")).to_be_visible()
+    assert drawn.count() <= 3 * COLUMN_PAGE, f"{drawn.count()} cards drawn of {total}"
+    expect(card(page, "v0005")).to_have_count(0)  # far above: not drawn
+
+    def change_far_above():
+        transitions.edit("v0005", actor="op", version=0, title="edited while far")
+        transitions.create(TaskSpec(id="urgent", title="to the front", priority=10))  # before v0000
+        transitions.claim("v0010", "agent-1", 60)
+        transitions.create(TaskSpec(id="v0500a", title="in the middle"))  # same rank: by id, after v0500
+
+    orm(change_far_above)
+    expect(count(page, "QUEUED")).to_have_text(str(total + 1))
+    expect(card(page, "v0010", "RUNNING")).to_be_visible()
+    page.wait_for_function("([list, n]) => list.querySelectorAll('.card').length <= n",
+                           arg=[page.locator(f"{QUEUED} .cards").element_handle(), 3 * COLUMN_PAGE])
+    assert shown_ids(page, "QUEUED") == orm(db_column, "QUEUED")
+    expect(card(page, "urgent")).to_have_count(0)
+
+    page.locator(f"{QUEUED} .cards").evaluate("list => { list.scrollTop = 0; }")
+    expect(card(page, "urgent", "QUEUED")).to_be_visible()
+    expect(card(page, "v0005", "QUEUED").locator(".card-title")).to_have_text("edited while far")
+    expect(card(page, f"v{total - 1:04d}")).to_have_count(0)  # the end, far below now: not drawn
+    assert drawn.count() <= 3 * COLUMN_PAGE
+    assert shown_ids(page, "QUEUED") == orm(db_column, "QUEUED")
+    assert page.locator(f"{QUEUED} .card").first.get_attribute("data-id") == "urgent"

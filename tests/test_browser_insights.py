@@ -42,7 +42,8 @@ def fail_retry_complete():
 def test_the_attempt_timeline_shows_three_attempts_with_their_own_errors(open_board, orm):
     page = open_board()
     orm(fail_retry_complete)
-    page.locator('.card[data-id="flaky"]').click()
+    # Clicked where it ends (a card clicked while the changes still move it may be missed).
+    page.locator('.column[data-stage="COMPLETED"] .card[data-id="flaky"]').click()
     attempts = page.locator("#details .attempts .attempt")
     expect(attempts).to_have_count(3, timeout=SLOW)
     expect(page.locator("#details .attempts h3")).to_have_text("Attempts (3)")

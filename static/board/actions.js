@@ -152,7 +152,8 @@ export async function act(id, action) {
     if (action.to !== task.stage) { // shown where it is going until the server answers
       detach(card);
       const container = cardsOf(action.to);
-      if (!container.firstElementChild) container.append(newChunk(1));
+      // (not into a chunk that holds ids in place of its cards: render.js, virtualized columns)
+      if (!container.firstElementChild || container.firstElementChild.hollowIds) container.prepend(newChunk(1));
       container.firstElementChild.prepend(card);
     }
   }

@@ -1,7 +1,8 @@
 // Drawing the board from the model (store.js): the cards in their columns, each column's count
 // and "show more", the problems panel. A snapshot builds every column once (DocumentFragment);
 // after that a change redraws only its cards (and those of the tasks that wait for it), batched
-// per animation frame. Leases count down and "3m in RUNNING" ages tick once a second on the
+// per animation frame. Columns are virtualized by chunks of cards: a chunk far from its
+// column's view holds its cards' ids, not their elements. Leases count down and "3m in RUNNING" ages tick once a second on the
 // client's clock. It follows the model's changes (store.js) and the view's filters (view.js).
 
 import {
@@ -71,6 +72,105 @@ export function detach(card) {
   if (chunk && chunk.classList.contains("chunk") && !chunk.firstChild) chunk.remove();
 }
 
+// ------------------------------------------------------------------------------------------
+// Virtualized columns (issue 31): a chunk more than a screen away from its column's view lets go
+// of its cards and keeps, in their place, their ids in order and their height (a "hollow" chunk);
+// scrolled near again, it draws them from the model. So the DOM holds what is on screen plus a
+// margin, whatever the column's length. A change to a task of a hollow chunk takes its id out;
+// a card whose place is among a hollow chunk's ids goes in as an id.
+const hollowOf = new Map(); // id -> the hollow chunk that holds its place
+const NEAR = "100% 0px"; // the margin, above and below a column's view, in which chunks hold cards
+
+function watchChunks(list) {
+  const near = new IntersectionObserver((entries) => {
+    for (const entry of entries) {
+      const chunk = entry.target;
+      // A column not drawn (a stage filter, the board at a past moment) measures nothing: kept.
+      if (chunk.parentNode !== list || (!entry.isIntersecting && !list.offsetParent)) continue;
+      if (entry.isIntersecting) fillChunk(chunk);
+      else hollowChunk(chunk);
+    }
+  }, { root: list, rootMargin: NEAR });
+  for (const chunk of list.children) near.observe(chunk);
+  new MutationObserver((records) => {
+    for (const record of records) {
+      for (const node of record.addedNodes) near.observe(node);
+      for (const node of record.removedNodes) near.unobserve(node);
+    }
+  }).observe(list, { childList: true });
+}
+
+/** A chunk's cards out, their ids and height kept; not a chunk whose card a person is on (the
+ * highlighted one, one with keyboard focus, one whose action is in flight). */
+function hollowChunk(chunk) {
+  if (chunk.hollowIds || !chunk.firstChild) return;
+  if ((highlighted && chunk.contains(cards.get(highlighted) || null)) || chunk.contains(document.activeElement)
+      || chunk.querySelector(".pending")) return;
+  const ids = [];
+  let shown = 0;
+  for (const card of chunk.children) {
+    ids.push(card.dataset.id);
+    if (!card.hidden) shown += 1;
+  }
+  // offsetHeight of a chunk the browser skips is its remembered size (contain-intrinsic-size: auto).
+  chunk.cardHeight = shown ? chunk.offsetHeight / shown : CARD_HEIGHT_GUESS;
+  chunk.hollowIds = ids;
+  for (const id of ids) {
+    cards.delete(id);
+    hollowOf.set(id, chunk);
+  }
+  chunk.replaceChildren();
+  sizeHollow(chunk);
+}
+
+/** A hollow chunk's cards drawn again from the model. */
+function fillChunk(chunk) {
+  const ids = chunk.hollowIds;
+  if (!ids) return;
+  chunk.hollowIds = null;
+  chunk.style.height = "";
+  const filter = currentFilter();
+  const built = [];
+  for (const id of ids) {
+    hollowOf.delete(id);
+    const task = getTask(id);
+    if (!task) continue; // (a change to it takes it out of the chunk: only a safeguard)
+    const card = buildCard(task, filter);
+    if (id === highlighted) card.classList.add("highlight");
+    cards.set(id, card);
+    built.push(card);
+  }
+  if (!built.length) {
+    chunk.remove();
+    return;
+  }
+  chunk.replaceChildren(...built);
+  while (chunk.childElementCount >= 2 * CHUNK) { // ids went in while it was hollow
+    const second = newChunk(CHUNK);
+    while (second.childElementCount < CHUNK) second.prepend(chunk.lastElementChild);
+    chunk.after(second);
+    guessHeight(second);
+  }
+  guessHeight(chunk);
+}
+
+/** A hollow chunk is as tall as its cards that the filter shows. */
+function sizeHollow(chunk) {
+  const filter = currentFilter();
+  const shown = filter ? chunk.hollowIds.filter((id) => getTask(id) && matches(getTask(id), filter)).length : chunk.hollowIds.length;
+  chunk.style.height = `${Math.round(shown * chunk.cardHeight)}px`;
+}
+
+/** Task `id` leaves the hollow chunk that held its place, if one did. */
+function unhollow(id) {
+  const chunk = hollowOf.get(id);
+  if (!chunk) return;
+  hollowOf.delete(id);
+  chunk.hollowIds.splice(chunk.hollowIds.indexOf(id), 1);
+  if (chunk.hollowIds.length) sizeHollow(chunk);
+  else chunk.remove();
+}
+
 /** Put `card` right before `next` (a card in `container`), or at the end when null. */
 function place(container, card, next) {
   if (next) {
@@ -85,7 +185,7 @@ function place(container, card, next) {
     return;
   }
   let last = container.lastElementChild;
-  if (!last || last.childElementCount >= CHUNK) container.append((last = newChunk(1)));
+  if (!last || last.hollowIds || last.childElementCount >= CHUNK) container.append((last = newChunk(1)));
   last.append(card);
   guessHeight(last);
 }
@@ -96,24 +196,37 @@ function guessHeight(chunk) {
   chunk.style.containIntrinsicHeight = `auto ${chunk.childElementCount * CARD_HEIGHT_GUESS}px`;
 }
 
-/** Every column from scratch (after a snapshot, or when too many cards changed at once). */
+/** Every column from scratch (after a snapshot, or when too many cards changed at once): the
+ * chunks near the column's view drawn, the others hollow. */
 function renderAll() {
   dirty.clear();
   cards.clear();
+  hollowOf.clear();
   const filter = currentFilter();
   for (const stage of STAGES) {
     const fragment = document.createDocumentFragment();
     const ids = idsIn(stage);
+    const list = cardsOf(stage);
+    const top = list.scrollTop - list.clientHeight;
+    const bottom = list.scrollTop + 2 * list.clientHeight;
     for (let start = 0; start < ids.length; start += CHUNK) {
       const chunk = newChunk(Math.min(CHUNK, ids.length - start));
-      for (const id of ids.slice(start, start + CHUNK)) {
-        const card = buildCard(getTask(id), filter);
-        cards.set(id, card);
-        chunk.appendChild(card);
+      const part = ids.slice(start, start + CHUNK);
+      if (start > 0 && (start * CARD_HEIGHT_GUESS > bottom || (start + part.length) * CARD_HEIGHT_GUESS < top)) {
+        chunk.hollowIds = part;
+        chunk.cardHeight = CARD_HEIGHT_GUESS;
+        for (const id of part) hollowOf.set(id, chunk);
+        sizeHollow(chunk);
+      } else {
+        for (const id of part) {
+          const card = buildCard(getTask(id), filter);
+          cards.set(id, card);
+          chunk.appendChild(card);
+        }
       }
       fragment.appendChild(chunk);
     }
-    cardsOf(stage).replaceChildren(fragment);
+    list.replaceChildren(fragment);
   }
   refreshFilterChoices();
   renderCounts();
@@ -133,6 +246,7 @@ function flush() {
   // Create or refill every dirty card, then place each.
   const placed = [];
   for (const id of ids) {
+    unhollow(id);
     const task = getTask(id);
     if (!task) { // no longer on the board (the prune deleted it): its card goes
       const gone = cards.get(id);
@@ -155,14 +269,33 @@ function flush() {
     let i = positionOf(column, task);
     if (column[i] !== task.id) i = column.indexOf(task.id);
     let next = null;
+    let hollow = null;
     for (i += 1; i < column.length; i++) {
       const candidate = cards.get(column[i]);
       if (candidate && candidate.parentNode && candidate.parentNode.parentNode === container) {
         next = candidate;
         break;
       }
+      hollow = hollowOf.get(column[i]);
+      if (hollow && hollow.parentNode === container) break;
+      hollow = null;
     }
-    place(container, card, next);
+    if (hollow) { // its place is among a hollow chunk's ids: it goes in as one
+      cards.delete(task.id);
+      hollow.hollowIds.splice(hollow.hollowIds.indexOf(column[i]), 0, task.id);
+      hollowOf.set(task.id, hollow);
+      if (hollow.hollowIds.length >= 2 * CHUNK) { // split, as a chunk of cards is
+        const second = newChunk(CHUNK);
+        second.hollowIds = hollow.hollowIds.splice(hollow.hollowIds.length - CHUNK);
+        second.cardHeight = hollow.cardHeight;
+        for (const id of second.hollowIds) hollowOf.set(id, second);
+        hollow.after(second);
+        sizeHollow(second);
+      }
+      sizeHollow(hollow);
+    } else {
+      place(container, card, next);
+    }
   }
   if (countsDirty) {
     countsDirty = false;
@@ -532,6 +665,7 @@ function renderProblems() {
 function highlight(id) {
   if (highlighted) cards.get(highlighted)?.classList.remove("highlight");
   highlighted = id;
+  if (hollowOf.has(id)) fillChunk(hollowOf.get(id));
   const card = cards.get(id);
   if (!card) {
     showMessage(`task ${id} is not on the board (finished long ago, or unknown)`, "error");
@@ -548,6 +682,7 @@ function highlight(id) {
 function applyFilter() {
   const f = currentFilter();
   for (const [id, card] of cards) card.hidden = f ? !matches(getTask(id), f) : false;
+  for (const chunk of new Set(hollowOf.values())) sizeHollow(chunk);
   renderCounts();
 }
 
@@ -595,6 +730,7 @@ export function startRendering() {
     if (li && (e.key === "Enter" || e.key === " ")) { e.preventDefault(); highlight(li.dataset.task); }
   });
 
+  for (const stage of STAGES) watchChunks(cardsOf(stage));
   for (const stage of STAGES) {
     const button = COLUMN_ELS.get(stage)?.querySelector(".show-more");
     if (!button) continue;
