@@ -207,8 +207,10 @@ function renderAll() {
     const fragment = document.createDocumentFragment();
     const ids = idsIn(stage);
     const list = cardsOf(stage);
-    const top = list.scrollTop - list.clientHeight;
-    const bottom = list.scrollTop + 2 * list.clientHeight;
+    // Read only for a column of several chunks: reading them lays the page out (a snapshot's
+    // columns hold one chunk each: its first frame is not held up).
+    const top = ids.length > CHUNK ? list.scrollTop - list.clientHeight : 0;
+    const bottom = ids.length > CHUNK ? list.scrollTop + 2 * list.clientHeight : 0;
     for (let start = 0; start < ids.length; start += CHUNK) {
       const chunk = newChunk(Math.min(CHUNK, ids.length - start));
       const part = ids.slice(start, start + CHUNK);
