@@ -2,8 +2,9 @@
 // and "show more", the problems panel. A snapshot builds every column once (DocumentFragment);
 // after that a change redraws only its cards (and those of the tasks that wait for it), batched
 // per animation frame. Columns are virtualized by chunks of cards: a chunk far from its
-// column's view holds its cards' ids, not their elements. Leases count down and "3m in RUNNING" ages tick once a second on the
-// client's clock. It follows the model's changes (store.js) and the view's filters (view.js).
+// column's view holds its cards' ids, not their elements. Leases count down and "3m in RUNNING"
+// ages tick once a second on the client's clock. It follows the model's changes (store.js) and
+// the view's filters (view.js).
 
 import {
   adminUrl, CAN_INTERVENE, COLUMN_ELS, el, frameBatcher, mayAnswer, requiresText, resourcesText, setText, showMessage, STAGES,
