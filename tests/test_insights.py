@@ -7,13 +7,13 @@ import threading
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from django.db import connections
+from django.db import connections, transaction
 
 from board.engine import transitions, usage
 from board.engine.transitions import TaskSpec
 from board.live import insights, reads
 from board.models import Task, TaskEvent, TaskUsage
-from tests.support import sql_stores
+from tests.support import postgres_db_mark, sql_stores
 
 STORES = sql_stores()
 QUEUES = ("ingest", "ux", "mail")
@@ -319,6 +319,51 @@ def test_the_timing_figures_are_read_again_after_fifteen_seconds(scripted, monke
     assert len(reads) == 2
     state.compute(NOW)  # a clock that went back: read again
     assert len(reads) == 3
+
+
+@pytest.mark.parametrize("using", [pytest.param("postgres", marks=postgres_db_mark(), id="postgres")])
+def test_a_move_committed_after_a_computation_with_a_lower_id_than_it_saw_is_counted_by_the_next(using, monkeypatch):
+    """History ids are given at insert, not at commit: a create still in its transaction holds a
+    lower id than one committed after it. A computation that saw only the later one must not
+    start the next one's read past the earlier (the queue level replayed to the window's start
+    came out 2 under the churn above, once in CI). Two writers at once: PostgreSQL."""
+    levels: list[int] = []
+    peaks = insights._peaks
+
+    def spy(now, changes, minutes):
+        levels.append(now - sum(delta for _, delta in changes))
+        return peaks(now, changes, minutes)
+
+    monkeypatch.setattr(insights, "_peaks", spy)
+    inserted, commit = threading.Event(), threading.Event()
+    errors: list[BaseException] = []
+
+    def slow_create():  # inserts its history row, then waits before committing
+        try:
+            with transaction.atomic(using=using):
+                transitions.create(TaskSpec(id="slow", title="slow", queue="q"), using=using)
+                inserted.set()
+                assert commit.wait(timeout=30)
+        except BaseException as error:  # noqa: BLE001 (reported by the test)
+            errors.append(error)
+        finally:
+            connections.close_all()
+
+    writer = threading.Thread(target=slow_create)
+    writer.start()
+    try:
+        assert inserted.wait(timeout=30)
+        transitions.create(TaskSpec(id="quick", title="quick", queue="q"), using=using)  # a higher id, committed
+        state = insights.Insights(using=using)
+        assert state.compute()["queued_now"] == {"q": 1}
+    finally:
+        commit.set()
+        writer.join(timeout=30)
+    assert errors == []
+    assert TaskEvent.objects.using(using).get(task_id="slow").id < TaskEvent.objects.using(using).get(task_id="quick").id
+    levels.clear()
+    assert state.compute()["queued_now"] == {"q": 2}
+    assert levels == [0]  # both creates counted: the level at the window's start is 0
 
 
 def churn(agents: int, rounds: int, using: str = "default") -> list[BaseException]:

@@ -35,7 +35,8 @@ time where it is slow, and pushes it to every socket.
 
 Reading the window: the first computation finds its start by time; the `Insights` object keeps
 the id of the oldest event it found in the window, and later computations (the window only moves
-forward) read ids from there on, by the primary key. Each still reads the whole hour: at 120,520
+forward) read ids from there on, by the primary key; that cursor stays below any id a transaction
+still open may have been given (ids come at insert, commits in any order: compute says how). Each still reads the whole hour: at 120,520
 rows in it, 5.0 times a plain driver read of the same rows (bench/insights.py, 2026-12-06; 7.0
 before the moved tasks' queues were read by their last change and `at` without Django's
 per-row conversion: reads.queues_of_moved, reads.history_window).
@@ -88,12 +89,15 @@ class Insights:
 
 
 TIMING_MAX_AGE = timedelta(seconds=15)
+# Twice the longest a write transaction stays open, as far as the window's cursor cares
+# (compute: ids are given at insert, not at commit).
+SETTLED_SECONDS = 60
 
 
 def compute(now: datetime | None = None, *, using: str = "default", since_id: int = 0,
             minutes: int = WINDOW_MINUTES, timed: dict | None = None) -> tuple[dict, int]:
-    """The panel's data at `now` (default: the store's clock), and the id of the oldest event
-    of the window (where the next computation may start reading; `since_id` if none). `timed`:
+    """The panel's data at `now` (default: the store's clock), and where the next computation
+    may start reading: the id of the oldest event of the window, or lower (`since_id` if none). `timed`:
     timing.queue_timings' figures when the caller has them (else read here)."""
     now = now or clock.now(using)
     start = window_start(now, minutes)
@@ -168,6 +172,14 @@ def compute(now: datetime | None = None, *, using: str = "default", since_id: in
     first_ids = [moves[0][0]] if moves else []
     if first_renew is not None:
         first_ids.append(first_renew)
+    # History ids are given at insert, not at commit: a move still in its transaction may hold a
+    # lower id than every one seen, and the next computation must read it. So the cursor passes
+    # no id above the last move stamped SETTLED_SECONDS ago (stamped at its transaction's start;
+    # a transaction ends within half of that: that move's id was given before any transaction
+    # still open began); with no such move, it stays.
+    settled = now - timedelta(seconds=SETTLED_SECONDS)
+    last_settled = next((row[0] for row in reversed(moves) if row[6] < settled), None)
+    cursor = since_id if last_settled is None else max(since_id, min(first_ids + [last_settled + 1]))
     data = {
         "type": "insights",
         "now": json_time(now),
@@ -181,7 +193,7 @@ def compute(now: datetime | None = None, *, using: str = "default", since_id: in
         "more_queues": len(queues) - len(depth),
         "timing": {queue: timed[queue] for queue in sorted(timed_queues[:MAX_QUEUES])},
     }
-    return data, min(first_ids) if first_ids else since_id
+    return data, cursor
 
 
 def _is_agent(actor: str) -> bool:
