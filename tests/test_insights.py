@@ -267,12 +267,9 @@ def test_a_claim_committed_between_the_panels_reads_leaves_the_depth_exact(using
     assert data["queued_now"]["q"] in (0, 1)  # the claim may or may not be in the reads' snapshot
 
 
-@pytest.mark.parametrize("using", STORES)
-def test_under_a_churn_every_computation_starts_the_window_at_the_true_level(using, monkeypatch):
-    """Six agents create, claim and complete (threads released by a barrier) while an observer
-    computes the panel over and over: every task was made inside the window, so every queue's
-    level at the window's start must be exactly 0 in every computation (read one query after
-    another it came out between -2 and +4)."""
+def levels_at_window_start(monkeypatch) -> list[int]:
+    """Each queue's level at the window's start, as every later computation replays it (appended
+    to the list returned)."""
     levels: list[int] = []
     peaks = insights._peaks
 
@@ -281,6 +278,16 @@ def test_under_a_churn_every_computation_starts_the_window_at_the_true_level(usi
         return peaks(now, changes, minutes)
 
     monkeypatch.setattr(insights, "_peaks", spy)
+    return levels
+
+
+@pytest.mark.parametrize("using", STORES)
+def test_under_a_churn_every_computation_starts_the_window_at_the_true_level(using, monkeypatch):
+    """Six agents create, claim and complete (threads released by a barrier) while an observer
+    computes the panel over and over: every task was made inside the window, so every queue's
+    level at the window's start must be exactly 0 in every computation (read one query after
+    another it came out between -2 and +4)."""
+    levels = levels_at_window_start(monkeypatch)
     stop = threading.Event()
     computed = []
 
@@ -327,14 +334,7 @@ def test_a_move_committed_after_a_computation_with_a_lower_id_than_it_saw_is_cou
     lower id than one committed after it. A computation that saw only the later one must not
     start the next one's read past the earlier (the queue level replayed to the window's start
     came out 2 under the churn above, once in CI). Two writers at once: PostgreSQL."""
-    levels: list[int] = []
-    peaks = insights._peaks
-
-    def spy(now, changes, minutes):
-        levels.append(now - sum(delta for _, delta in changes))
-        return peaks(now, changes, minutes)
-
-    monkeypatch.setattr(insights, "_peaks", spy)
+    levels = levels_at_window_start(monkeypatch)
     inserted, commit = threading.Event(), threading.Event()
     errors: list[BaseException] = []
 
