@@ -29,6 +29,24 @@ def sql_stores() -> list:
             pytest.param("postgres", marks=postgres_db_mark(), id="postgres")]
 
 
+def terminate_backends(cursor, pids: list[int], wait: float = 10.0) -> int:
+    """pg_terminate_backend on each of `pids` (from `cursor`, a DB-API cursor of a connection
+    that is not one of them), then wait until none of them is in pg_stat_activity; how many were
+    signalled. Not PostgreSQL's own wait, pg_terminate_backend(pid, timeout): it polls with
+    kill(pid, 0), and a pid an exited backend freed may already be another user's process, when
+    the wait fails with "Operation not permitted" (seen in CI, 2026-12-06)."""
+    cursor.execute("SELECT count(*) FROM unnest(%s::int[]) AS pid WHERE pg_terminate_backend(pid)", [pids])
+    signalled = cursor.fetchone()[0]
+    deadline = time.monotonic() + wait
+    while True:
+        cursor.execute("SELECT pg_stat_clear_snapshot()")  # read the activity afresh
+        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s::int[])", [pids])
+        if cursor.fetchone()[0] == 0:
+            return signalled
+        assert time.monotonic() < deadline, f"the backends {pids} were still there after {wait} s"
+        time.sleep(0.02)  # polled: a backend exits a moment after its signal
+
+
 def database_file(using: str = "default") -> str:
     """The SQLite database file of `using` (the test database's, inside a test)."""
     return str(connections[using].settings_dict["NAME"])

@@ -40,7 +40,7 @@ from board.engine.transitions import TaskSpec
 from board.live.reads import COLUMN_PAGE
 from board.models import Task, TaskEvent
 from tests.live_server import BoardServer, server_for_sessions, wait_until
-from tests.support import postgres_db_mark
+from tests.support import postgres_db_mark, terminate_backends
 
 WAIT = 60  # seconds: a generous bound for something to arrive on a loaded 2-core machine
 
@@ -266,12 +266,11 @@ def api_get(server: BoardServer, path: str, key: str) -> int:
 
 def terminate_other_backends(alias: str) -> int:
     """pg_terminate_backend on every connection to this test database but ours (the server's),
-    waiting (up to 10 s each) until each backend has gone: a terminated backend exits a moment
+    waiting (up to 10 s) until every one has gone: a terminated backend exits a moment
     after the signal, and a request in that moment would fail whatever the server did."""
     with connections[alias].cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM (SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity "
-                       "WHERE datname = current_database() AND pid <> pg_backend_pid()) AS t")
-        terminated = cursor.fetchone()[0]
+        cursor.execute("SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()")
+        terminated = terminate_backends(cursor, [pid for pid, in cursor.fetchall()])
     # That also killed the idle connections of this test process's own pool (its other threads'):
     # start it afresh, so that the tests after this one do not meet them.
     connections[alias].close()

@@ -10,7 +10,7 @@ from django.db import connections
 from psycopg_pool import ConnectionPool
 
 from board.engine.stores.pg_pool import check_quiet_connection
-from tests.support import postgres_db_mark
+from tests.support import postgres_db_mark, terminate_backends
 
 pytestmark = postgres_db_mark()
 ALIAS = "postgres"
@@ -41,7 +41,7 @@ def terminate(pid: int) -> None:
     settings_dict = connections[ALIAS].settings_dict
     with psycopg.connect(host=settings_dict["HOST"], port=settings_dict["PORT"] or 5432,
                          user=settings_dict["USER"], dbname=settings_dict["NAME"], autocommit=True) as other:
-        assert other.execute("SELECT pg_terminate_backend(%s, 10000)", [pid]).fetchone()[0] is True
+        assert terminate_backends(other.cursor(), [pid]) == 1
 
 
 def test_the_pool_checks_with_the_quiet_check_once_a_connection_was_taken():
