@@ -35,11 +35,12 @@ time where it is slow, and pushes it to every socket.
 
 Reading the window: the first computation finds its start by time; the `Insights` object keeps
 the id of the oldest event it found in the window, and later computations (the window only moves
-forward) read ids from there on, by the primary key; that cursor stays below any id a transaction
-still open may have been given (ids come at insert, commits in any order: compute says how). Each still reads the whole hour: at 120,520
-rows in it, 5.0 times a plain driver read of the same rows (bench/insights.py, 2026-12-06; 7.0
-before the moved tasks' queues were read by their last change and `at` without Django's
-per-row conversion: reads.queues_of_moved, reads.history_window).
+forward) read ids from there on, by the primary key; that cursor stays below any id a
+transaction still open may have been given (ids come at insert, commits in any order: compute
+says how). Each still reads the whole hour: at 120,520 rows in it, 5.0 times a plain driver
+read of the same rows (bench/insights.py, 2026-12-06; 7.0 before the moved tasks' queues were
+read by their last change and `at` without Django's per-row conversion: reads.queues_of_moved,
+reads.history_window).
 """
 from __future__ import annotations
 
@@ -97,8 +98,8 @@ SETTLED_SECONDS = 60
 def compute(now: datetime | None = None, *, using: str = "default", since_id: int = 0,
             minutes: int = WINDOW_MINUTES, timed: dict | None = None) -> tuple[dict, int]:
     """The panel's data at `now` (default: the store's clock), and where the next computation
-    may start reading: the id of the oldest event of the window, or lower (`since_id` if none). `timed`:
-    timing.queue_timings' figures when the caller has them (else read here)."""
+    may start reading: the id of the oldest event of the window, or lower (`since_id` if none).
+    `timed`: timing.queue_timings' figures when the caller has them (else read here)."""
     now = now or clock.now(using)
     start = window_start(now, minutes)
     # One snapshot for every read: see the module's docstring.
