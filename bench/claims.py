@@ -266,7 +266,7 @@ def migrate(alias: str) -> None:
 
 
 BOARD_TABLES = ("board_taskevent", "board_dependency", "board_taskresource", "board_task", "board_queue",
-                "board_concurrencykey", "board_queuechange", "board_resource")
+                "board_queueshard", "board_concurrencykey", "board_queuechange", "board_resource")
 
 
 def clear(alias: str) -> None:
@@ -413,7 +413,7 @@ class RunningObserver:
         from board.engine.stores import store
 
         with store(self.alias).read_transaction():
-            self.problems += [f"{p.task} {p.code}" for p in selectors.flow_problems(using=self.alias)]
+            self.problems += [f"{p.task} {p.code} ({p.text})" for p in selectors.flow_problems(using=self.alias)]
 
     def _observe(self) -> None:
         from django.db import connections

@@ -70,8 +70,9 @@ def fill(count: int, queues: int) -> dict:
     """Write the board (see the module docstring), in bulk, with consistent running counts."""
     from django.db import connections, transaction
 
-    from board.engine import fairness
-    from board.models import ConcurrencyKey, Queue, Task
+    from board.engine import fairness, flow
+    from board.engine.stores import store
+    from board.models import ConcurrencyKey, Queue, QueueShard, Task
 
     now = datetime.now(timezone.utc)
     running_by_queue: dict[str, int] = {}
@@ -97,19 +98,26 @@ def fill(count: int, queues: int) -> dict:
                                  claim_rank=fairness.rank(when.timestamp(), i % 4)))
             Task.objects.bulk_create(rows)
         names = [f"queue-{n:02d}" for n in range(queues)]
-        Queue.objects.bulk_create([Queue(
+        queue_rows = [Queue(
             name=name, concurrency=(running_by_queue.get(name, 0) + n % 3) or 1 if n < 10 else None,
-            running=running_by_queue.get(name, 0) if n < 10 else 0,
             rate_count=60 if 10 <= n < 15 else None, rate_per_seconds=60 if 10 <= n < 15 else None,
-            rate_interval=1.0 if 10 <= n < 15 else None, rate_open_at=now.timestamp() if 10 <= n < 15 else None,
             paused=15 <= n < 18, paused_by="op" if 15 <= n < 18 else "", paused_at=now if 15 <= n < 18 else None,
-            updated_at=now) for n, name in enumerate(names)])
+            updated_at=now) for n, name in enumerate(names)]
+        Queue.objects.bulk_create(queue_rows)
+        shards = store("default").queue_shards
+        QueueShard.objects.bulk_create([
+            *(shard for q in queue_rows for shard in flow.limit_shards(
+                q.name, q.concurrency, running_by_queue.get(q.name, 0), shards)),
+            *(shard for q in queue_rows if q.rate_count
+              for shard in flow.rate_shards(q.name, (q.rate_count, q.rate_per_seconds), shards))])
+        # Each rated queue as if a claim had just moved its rate.
+        QueueShard.objects.filter(kind=QueueShard.RATE).update(open_at=now.timestamp())
         ConcurrencyKey.objects.bulk_create([ConcurrencyKey(
             name=f"repo:org/r{k:03d}", concurrency=2, running=running_by_key.get(f"repo:org/r{k:03d}", 0),
             updated_at=now) for k in range(KEYS)])
     if connections["default"].vendor == "postgresql":
         with connections["default"].cursor() as cursor:  # as autovacuum leaves a board that stood a while
-            cursor.execute("VACUUM ANALYZE board_task, board_queue, board_concurrencykey")
+            cursor.execute("VACUUM ANALYZE board_task, board_queue, board_queueshard, board_concurrencykey")
     return counts
 
 

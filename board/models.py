@@ -77,6 +77,10 @@ class Task(models.Model):
     lease_token_hash = models.CharField(max_length=64, null=True, blank=True)
     fence = models.BigIntegerField(default=0, help_text="Rises by one on every new holder.")
     lease_expires_at = models.DateTimeField(null=True, blank=True)
+    # Flow control (board.engine.flow): the number of its queue's shard (QueueShard) whose slot
+    # its latest claim took, given back to that shard when it leaves RUNNING; None: its queue was
+    # not counted, or it runs over a lowered limit (the queue's debt). Kept after, unread.
+    slot = models.PositiveSmallIntegerField(null=True, blank=True, editable=False)
     # A lease claimed with a request id (board.engine.claim_requests): SHA-256 of (agent, request id)
     # and the seed its token was derived from, so that a retried claim gets the same lease.
     # Cleared with the lease.
@@ -290,12 +294,11 @@ class Budgeted(models.Model):
 
 
 class Queue(Budgeted):
-    """A queue's flow control (issue 29) and the count the claim enforces it with.
-
-    `running` is the number of RUNNING tasks of the queue, changed only by the engine, in the
-    transaction of the move that enters or leaves RUNNING: a claim takes a slot with a
-    conditional update (`running < concurrency`, not paused), every way out gives it back
-    (../shared/DESIGN.md section 7). `check()` compares it with the tasks (`running_count_drift`).
+    """A queue's flow control (issue 29): its settings. The counts a claim enforces them with
+    live in the queue's shards (QueueShard), changed only by the engine, in the transaction of
+    the move that enters or leaves RUNNING: a claim takes a shard's slot with a conditional
+    update (`running < capacity`), every way out gives one back (../shared/DESIGN.md section 7).
+    `check()` compares them with the tasks (`running_count_drift`).
     A row is made by the first create of a task in the queue (or by a change of its settings);
     a queue without a row has no limit and is not paused."""
 
@@ -306,23 +309,52 @@ class Queue(Budgeted):
     paused_by = models.CharField(max_length=200, blank=True, default="")
     paused_reason = models.CharField(max_length=500, blank=True, default="")
     paused_at = models.DateTimeField(null=True, blank=True)
-    running = models.IntegerField(default=0, editable=False, help_text="RUNNING tasks now (kept by the engine).")
-    # A rate limit: at most rate_count claims start in any rate_per_seconds, spaced evenly: each
-    # claim moves rate_open_at (Unix seconds, a float so that every store's SQL can add to it)
-    # rate_interval (= per_seconds / count) past its own time, and no claim starts before it.
+    # A rate limit: at most rate_count claims start in any rate_per_seconds (its shards space them).
     rate_count = models.PositiveIntegerField(null=True, blank=True, help_text="Claims per window; empty: no rate limit.")
     rate_per_seconds = models.PositiveIntegerField(null=True, blank=True, help_text="The window, in seconds.")
-    rate_interval = models.FloatField(null=True, blank=True, editable=False,
-                                      help_text="Seconds between two claims (per_seconds / count).")
-    rate_open_at = models.FloatField(null=True, blank=True, editable=False,
-                                     help_text="No claim starts before this Unix time (kept by the engine).")
     updated_at = models.DateTimeField(null=True, blank=True)
+
+    # `running` (RUNNING tasks counted against the limit) and `rate_open_at` (when the rate lets
+    # the next claim start, Unix seconds; None: no rate, or a claim may start now) are read from
+    # the shards onto a queue by board.engine.flow.with_counts: not stored on the row, and
+    # missing (AttributeError) where nobody read them, rather than a wrong 0.
 
     class Meta:
         ordering = ["name"]  # its settings are changed with Django's own `board.change_queue`
 
     def __str__(self) -> str:
         return self.name
+
+
+class QueueShard(models.Model):
+    """A share of a queue's concurrency limit or of its rate (issue 29; board.engine.flow): the
+    counts a claim takes and a move out of RUNNING gives back, split over a few rows per queue
+    (the store's queue_shards) so that on PostgreSQL the claims and completions of one limited
+    queue do not take turns on one row's lock. The shares add up to the queue's setting, so no
+    claim goes over it; a claim takes any shard with room.
+
+    kind "run": `capacity` of the limit, `running` of it taken (never above `capacity`).
+    kind "debt": `running` tasks over a limit lowered while they ran; a move out of RUNNING pays
+    it back first, so no claim starts until the queue is under its new limit.
+    kind "rate": `capacity` claims per the queue's window, spaced `spacing` seconds apart: a
+    claim moves `open_at` (Unix seconds) one spacing past its own time.
+    Made again from the settings and the RUNNING tasks by each change of a limit (or a rate)."""
+
+    RUN, DEBT, RATE = "run", "debt", "rate"
+
+    queue = models.CharField(max_length=100)
+    kind = models.CharField(max_length=4, choices=[(RUN, "run"), (DEBT, "debt"), (RATE, "rate")])
+    number = models.PositiveSmallIntegerField()
+    capacity = models.IntegerField(default=0)
+    running = models.IntegerField(default=0)
+    spacing = models.FloatField(null=True, blank=True)
+    open_at = models.FloatField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["queue", "kind", "number"], name="queue_shard_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.queue} {self.kind} {self.number}"
 
 
 class ConcurrencyKey(models.Model):

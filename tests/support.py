@@ -9,7 +9,7 @@ from django.conf import settings
 from django.db import connections
 from django.utils import timezone
 
-from board.models import Approval, Dependency, Task, TaskEvent, TaskNote
+from board.models import Approval, Dependency, QueueShard, Task, TaskEvent, TaskNote
 
 
 def postgres_db_mark():
@@ -70,7 +70,14 @@ def db_state(using: str = "default") -> tuple:
     events = list(TaskEvent.objects.using(using).order_by("pk").values())
     notes = list(TaskNote.objects.using(using).order_by("pk").values())
     approvals = list(Approval.objects.using(using).order_by("pk").values())
-    return tasks, deps, events, notes, approvals
+    shards = list(QueueShard.objects.using(using).order_by("queue", "kind", "number").values())
+    return tasks, deps, events, notes, approvals, shards
+
+
+def queue_shards(queue: str, kind: str, using: str = "default"):
+    """A queue's shards of one kind ("run", "debt", "rate": board.models.QueueShard), for a test
+    that ages a rate or writes a count behind the engine's back."""
+    return QueueShard.objects.using(using).filter(queue=queue, kind=kind)
 
 
 def expire_lease(task_id: str, using: str = "default", ago: timedelta = timedelta(seconds=5)) -> None:

@@ -11,7 +11,7 @@ import pytest
 from board.engine import transitions
 from board.engine.transitions import TaskSpec
 from board.models import Queue, QueueChange
-from tests.support import db_state, sqlite_db_mark
+from tests.support import db_state, queue_shards, sqlite_db_mark
 from tests.test_api import assert_error, get, http, operator, post, used_key  # noqa: F401
 from tests.test_api_queues import put
 
@@ -32,7 +32,7 @@ def test_a_rate_is_set_shown_and_spaces_the_claims(http, operator):
     assert listed["llm"]["next_claim_at"] is not None and listed["llm"]["depth"]["QUEUED"] == 2
     history = get(http, "/queues/llm/history", agent).json()["items"]
     assert history[0]["changes"] == {"rate": [None, {"count": 2, "per_seconds": 60}]}
-    Queue.objects.filter(name="llm").update(rate_open_at=time.time() - 1)  # as if 30 s had passed
+    queue_shards("llm", "rate").update(open_at=time.time() - 1)  # as if 30 s had passed
     assert post(http, "/claim", {"ttl_seconds": 60}, agent).status_code == 200
     assert put(http, "/queues/llm", {"rate": None}, operator).json()["rate"] is None
     assert post(http, "/claim", {"ttl_seconds": 60}, agent).status_code == 200

@@ -18,7 +18,7 @@ from board import agent_keys
 from board.engine import flow, transitions
 from board.engine.transitions import TaskSpec
 from board.models import Queue, QueueChange, RateKey
-from tests.support import sqlite_db_mark
+from tests.support import queue_shards, sqlite_db_mark
 from tests.test_browser import (  # noqa: F401  (fixtures, found by pytest by name)
     browser,
     card,
@@ -234,14 +234,14 @@ def test_a_queued_card_of_a_rated_queue_says_when_the_next_claim_may_start(open_
     expect(strip_item(page, "slow")).to_contain_text("rate 6/min", timeout=STRIP)
     expect(waiting.locator(".badge.waiting")).to_have_count(0)
     orm(transitions.claim, "call-1", "agent-1", 60)
-    opens = orm(lambda: Queue.objects.get(name="slow").rate_open_at)
+    opens = orm(lambda: flow.counts(["slow"])[1]["slow"])
     shown = page.evaluate("(s) => new Date(s * 1000).toLocaleTimeString()", opens)
     expect(waiting.locator(".badge.waiting")).to_have_text(f"waiting: rate 6/min, next at {shown}", timeout=STRIP)
     page.screenshot(path="/tmp/boardq-rate.png")
-    # The window opens 4 s from now (the row written, as a claim writes it; a change that rang no
+    # The window opens 4 s from now (its shard written, as a claim writes it; a change that rang no
     # doorbell is read within 2 s): the badge goes when that time passes, without another frame.
     soon = time.time() + 4
-    orm(lambda: Queue.objects.filter(name="slow").update(rate_open_at=soon))
+    orm(lambda: queue_shards("slow", "rate").update(open_at=soon))
     shown = page.evaluate("(s) => new Date(s * 1000).toLocaleTimeString()", soon)
     expect(waiting.locator(".badge.waiting")).to_have_text(f"waiting: rate 6/min, next at {shown}", timeout=STRIP)
     updates = page.locator("#queues").get_attribute("data-updates")

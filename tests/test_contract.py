@@ -50,6 +50,7 @@ from board.models import (
     FairnessKeyChange,
     Queue,
     QueueChange,
+    QueueShard,
     RateKey,
     RateKeyChange,
     Resource,
@@ -64,6 +65,7 @@ from tests.support import (
     end_backoff,
     expire_lease,
     postgres_db_mark,
+    queue_shards,
     race,
     rename_table,
     row,
@@ -763,9 +765,9 @@ class BoardContract:
     # -- flow control: queue limits, concurrency keys, the brake (board.engine.flow) -------------
 
     def running_in(self, queue: str) -> tuple[int, int]:
-        """(RUNNING tasks of the queue, the queue row's count)."""
+        """(RUNNING tasks of the queue, the engine's count: its shards')."""
         return (Task.objects.using(self.alias).filter(queue=queue, stage=Stage.RUNNING).count(),
-                Queue.objects.using(self.alias).get(name=queue).running)
+                flow.counts([queue], using=self.alias)[0].get(queue, 0))
 
     def claim_next(self, agent: str = "agent", queue: str | None = None):
         return transitions.claim_next(agent, TTL, queue=queue, using=self.alias)
@@ -872,21 +874,84 @@ class BoardContract:
         self.new("w-0", queue="watched")
         self.new("w-1", queue="watched")
         first = self.claim_next()
-        queues = Queue.objects.using(self.alias).filter(name="watched")
-        queues.update(running=0)  # a count written behind the engine's back
+        queue_shards("watched", "run", self.alias).update(running=0)  # a count written behind the engine's back
         assert [(p.task, p.code) for p in selectors.problems(using=self.alias)] == [
             ("queue:watched", "running_count_drift")]
         second = self.claim_next()  # the count let it through: two run under a limit of one
         assert second is not None
         assert [(p.task, p.code) for p in selectors.problems(using=self.alias)] == [
             ("queue:watched", "over_concurrency"), ("queue:watched", "running_count_drift")]
-        queues.update(running=2, concurrency=1, updated_at=timezone.now())  # lowered while two run: no breach
+        # Lowered while two run (counted again from the tasks: one slot and a debt of one): no breach.
+        flow.change_queue("watched", concurrency=2, actor="op", using=self.alias)
+        flow.change_queue("watched", concurrency=1, actor="op", using=self.alias)
+        assert [(s.kind, s.capacity, s.running) for s in QueueShard.objects.using(self.alias).filter(
+            queue="watched").order_by("kind")] == [("debt", 0, 1), ("run", 1, 1)]
         assert selectors.problems(using=self.alias) == []
         for claim in (first, second):
             transitions.complete(claim.task.pk, claim.lease.token, {}, using=self.alias)
 
     def test_16_claimers_never_run_more_than_the_queue_limit_over_200_rounds(self):
         self._race_a_limit(queue_limit=3, key=None)
+
+    def test_claims_racing_completions_on_a_limited_queue_keep_its_shards_exact_over_100_rounds(self):
+        """Each round the 3 tasks running under a limit of 3 complete while 6 claimers race for
+        their slots, all released together: each completion gives its slot back to the shard it
+        was taken from (Task.slot), so every round ends with 3 running, check() finding nothing,
+        and each shard counting exactly the RUNNING tasks that name it."""
+        a = self.alias
+        flow.change_queue("raced", concurrency=3, actor="op", using=a)
+        rounds = self.rounds // 2  # 100 on the SQL stores
+        transitions.create([TaskSpec(id=f"rc-{n}", title="r", queue="raced") for n in range(3 * rounds + 3)],
+                           using=a)
+        held = [self.claim_next(queue="raced") for _ in range(3)]
+        for n in range(rounds):
+            calls = [lambda c=c: transitions.complete(c.task.pk, c.lease.token, {}, using=a) for c in held]
+            calls += [lambda i=i: transitions.claim_next(f"agent-{i}", TTL, queue="raced", using=a) for i in range(6)]
+            results = race(calls, a)
+            faults = [r for r in results if isinstance(r, BaseException)]
+            assert not faults, f"round {n}: {faults[:3]}"
+            claimed = [r for r in results[3:] if r is not None]
+            # Completions that committed before a claimer's pick made room for it: never more than 3.
+            assert len(claimed) <= 3, f"round {n}: {len(claimed)} claims under a limit of 3"
+            held = claimed + [self.claim_next(queue="raced") for _ in range(3 - len(claimed))]
+            assert all(held), f"round {n}: a slot stayed taken after its task completed"
+            with stores.store(a).read_transaction():
+                assert selectors.limit_problems(using=a) == [], f"round {n}"
+                slots = Counter(Task.objects.using(a).filter(stage=Stage.RUNNING).values_list("slot", flat=True))
+                shards = {s.number: s.running for s in queue_shards("raced", "run", a)}
+            assert slots == {number: taken for number, taken in shards.items() if taken}, f"round {n}"
+        for claim in held:
+            transitions.complete(claim.task.pk, claim.lease.token, {}, using=a)
+        assert flow.counts(["raced"], using=a)[0] == {"raced": 0}
+
+    def test_a_lowered_limit_holds_claims_back_until_the_tasks_over_it_have_left(self):
+        """Lowered from 3 to 1 while 3 run: the first claimed keeps the one slot, the two others
+        are the queue's debt. No claim starts until both the debt and the slot are given back,
+        whichever leaves first; check() finds nothing at each step."""
+        a = self.alias
+        flow.change_queue("lowered", concurrency=3, actor="op", using=a)
+        for n in range(6):
+            self.new(f"low-{n}", queue="lowered")
+        first, second, third = (self.claim_next(queue="lowered") for _ in range(3))
+        flow.change_queue("lowered", concurrency=1, actor="op", using=a)
+        assert [(s.kind, s.capacity, s.running) for s in QueueShard.objects.using(a).filter(
+            queue="lowered").order_by("kind")] == [("debt", 0, 2), ("run", 1, 1)]
+        assert [Task.objects.using(a).get(pk=c.task.pk).slot for c in (first, second, third)] == [0, None, None]
+        assert flow.counts(["lowered"], using=a)[0] == {"lowered": 3}
+        transitions.complete(second.task.pk, second.lease.token, {}, using=a)  # pays one debt back
+        assert self.claim_next(queue="lowered") is None
+        transitions.complete(first.task.pk, first.lease.token, {}, using=a)  # frees the slot; a debt is left
+        assert self.claim_next(queue="lowered") is None
+        with pytest.raises(errors.Blocked):
+            self.claim("low-3")
+        assert selectors.limit_problems(using=a) == []
+        transitions.complete(third.task.pk, third.lease.token, {}, using=a)
+        fourth = self.claim_next(queue="lowered")
+        assert fourth is not None and self.claim_next(queue="lowered") is None
+        assert Task.objects.using(a).get(pk=fourth.task.pk).slot == 0
+        assert selectors.limit_problems(using=a) == []
+        transitions.complete(fourth.task.pk, fourth.lease.token, {}, using=a)
+        assert flow.counts(["lowered"], using=a)[0] == {"lowered": 0}
 
     def test_16_claimers_never_run_two_tasks_of_one_concurrency_key_over_200_rounds(self):
         self._race_a_limit(queue_limit=None, key="branch:main")
@@ -911,7 +976,12 @@ class BoardContract:
             results = race(calls, self.alias)
             faults = [r for r in results if isinstance(r, BaseException)]
             assert not faults, f"round {n}: {faults[:3]}"
-            assert selectors.problems(using=self.alias) == [], f"round {n}"
+            found = selectors.problems(using=self.alias)
+            # What a failure needs to be understood: the shards, the slots, what the race answered.
+            shards = list(QueueShard.objects.using(self.alias).filter(queue="late").values_list(
+                "kind", "number", "capacity", "running"))
+            slots = sorted(Task.objects.using(self.alias).filter(stage=Stage.RUNNING).values_list("pk", "slot"))
+            assert found == [], f"round {n}: {[p.text for p in found]}; shards {shards}; slots {slots}; {results}"
             running, counted = self.running_in("late")
             assert running == counted
             held += [r for r in results[:12] if r is not None]
@@ -984,11 +1054,11 @@ class BoardContract:
             ("queue:stopped", "claimable_while_paused")]
         transitions.complete("slipped", claim.lease.token, {}, using=self.alias)
 
-    # -- rate limits (board.engine.flow: a queue's rate_open_at, moved by each claim) -----------
+    # -- rate limits (board.engine.flow: a queue's rate shard's open_at, moved by each claim) ----
 
     def open_rate(self, queue: str) -> None:
-        """Age a queue's rate window by writing its row: the next claim may start now."""
-        assert Queue.objects.using(self.alias).filter(name=queue).update(rate_open_at=time.time() - 1) == 1
+        """Age a queue's rate window by writing its shard: the next claim may start now."""
+        assert queue_shards(queue, "rate", self.alias).update(open_at=time.time() - 1) == 1
 
     def test_a_rate_spaces_claims_and_a_claim_by_id_waits_for_the_next_opening(self):
         flow.change_queue("rated", rate={"count": 2, "per_seconds": 3600}, actor="op", using=self.alias)
@@ -997,7 +1067,7 @@ class BoardContract:
         self.new("other")
         first = transitions.claim_next("a", TTL, queue="rated", using=self.alias)
         assert first.task.pk == "r0"
-        opens = Queue.objects.using(self.alias).get(name="rated").rate_open_at
+        opens = flow.counts(["rated"], using=self.alias)[1]["rated"]
         assert 1799 < opens - first.task.stage_changed_at.timestamp() <= 1800.001  # 3600 s / 2 claims
         assert transitions.claim_next("a", TTL, queue="rated", using=self.alias) is None
         assert transitions.claim_next("a", TTL, using=self.alias).task.pk == "other"  # other queues go on
@@ -1008,7 +1078,8 @@ class BoardContract:
         assert transitions.claim_next("a", TTL, using=self.alias).task.pk == "r1"
         transitions.complete("r0", first.lease.token, {}, using=self.alias)  # a finished task frees no opening
         assert transitions.claim_next("a", TTL, using=self.alias) is None
-        overview = flow.describe(Queue.objects.using(self.alias).get(name="rated"))
+        overview = flow.describe(flow.with_counts([Queue.objects.using(self.alias).get(name="rated")],
+                                                  using=self.alias)[0])
         assert overview["rate"] == {"count": 2, "per_seconds": 3600} and overview["next_claim_at"] is not None
         flow.change_queue("rated", rate=None, actor="op", using=self.alias)  # no rate: open at once
         assert transitions.claim_next("a", TTL, using=self.alias).task.pk == "r2"
@@ -1275,7 +1346,7 @@ class BoardContract:
         self.open_rate("slow")
         assert self.claim_next() is None  # the queue is open, the key is not
         self.open_rate_key("shared")
-        Queue.objects.using(self.alias).filter(name="slow").update(rate_open_at=time.time() + 3600)
+        queue_shards("slow", "rate", self.alias).update(open_at=time.time() + 3600)
         assert self.claim_next() is None  # the key is open, the queue is not
         self.open_rate("slow")
         assert self.claim_next().task.pk == "s1"
@@ -1787,7 +1858,7 @@ class BoardContract:
         second = self.claim_next(queue="llm")
         self.report(second, 50)  # 110 of 100: spent
         queue = Queue.objects.using(a).get(name="llm")
-        described = flow.describe(queue)
+        described = flow.describe(flow.with_counts([queue], using=a)[0])
         assert (described["budget_exhausted"], described["spent"]) == (True, {"tokens": 110, "cost_usd": 0.0})
         with pytest.raises(errors.BudgetExhausted):
             self.claim_next(queue="llm")
@@ -2456,8 +2527,7 @@ class BoardContract:
         assert Task.objects.using(a).filter(stage=Stage.COMPLETED).count() == total
         assert Counter(TaskEvent.objects.using(a).filter(verb="claim").values_list("task_id", flat=True)) == {
             f"{prefix}{i}": 1 for i in range(total)}
-        assert dict(Queue.objects.using(a).filter(name__in=["left", "right"]).values_list("name", "running")) == {
-            "left": 0, "right": 0}
+        assert flow.counts(["left", "right"], using=a)[0] == {"left": 0, "right": 0}
 
     def test_8_workers_completing_and_claiming_across_two_limited_queues_lose_no_task(self):
         """Workers that each make one call per task (complete, then claim the next)."""

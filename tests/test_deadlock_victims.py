@@ -65,17 +65,19 @@ def test_a_lone_claim_ended_by_the_deadlock_detector_runs_again():
     url = database_url(connections[ALIAS].settings_dict)
     with psycopg.connect(url) as locker, psycopg.connect(url, autocommit=True) as watcher:
         locker.execute("SET deadlock_timeout = '30s'")  # the claim's session detects the circle first
-        locker.execute("UPDATE board_queue SET running = running WHERE name = 'left'")
+        # Every shard of the queue's limit held: the claim skips none it could take, so it waits
+        # for the first (board.engine.flow; PG_CLAIM_NEXT's `run_shard`).
+        locker.execute("SELECT 1 FROM board_queueshard WHERE queue = 'left' AND kind = 'run' FOR UPDATE")
         claimer = threading.Thread(target=claim)
         claimer.start()
         try:
             first = until(lambda: claim_waiting(watcher), time.monotonic() + 10)
-            assert first, "the claim never waited on the queue's row"
+            assert first, "the claim never waited on the queue's shard"
             locker.execute("SET lock_timeout = '20s'")
             # The circle: this session now waits for the task row the claim picked (x, first in
             # line); the detector ends the claim's transaction, which frees it.
             locker.execute("SELECT 1 FROM board_task WHERE id = 'x' FOR UPDATE")
-            # The claim ran again (waits for the queue's row in a new transaction), or it ended.
+            # The claim ran again (waits for the shard in a new transaction), or it ended.
             assert until(lambda: not claimer.is_alive() or claim_waiting(watcher, first[1]), time.monotonic() + 10)
             locker.rollback()
         finally:

@@ -11,8 +11,8 @@ from django.db.models import F
 from board.engine import flow, resources, selectors, transitions
 from board.engine.transitions import TaskSpec
 from board.live import frames
-from board.models import Queue, RateKey
-from tests.support import sql_stores
+from board.models import RateKey
+from tests.support import queue_shards, sql_stores
 
 STORES = sql_stores()
 
@@ -64,12 +64,12 @@ def test_a_rate_time_is_sent_only_for_claims_at_least_ten_seconds_apart(using):
     api = {q["name"]: q for q in selectors.queue_overview(["slow", "fast"], using=using)}
     assert by_name["slow"]["next_claim_at"] == api["slow"]["next_claim_at"] is not None
     assert by_name["fast"]["next_claim_at"] is None and api["fast"]["next_claim_at"] is not None
-    # A claim moves the rate's opening (as a claim does: written on the row): a fast queue's frame
+    # A claim moves the rate's opening (as a claim does: written on its shard): a fast queue's frame
     # text stays as it was (the tailer pushes nothing), a slow one's changes.
     before = frames.queues_frame(frames.queues_message(using))
-    Queue.objects.using(using).filter(name="fast").update(rate_open_at=F("rate_open_at") + 1)
+    queue_shards("fast", "rate", using).update(open_at=F("open_at") + 1)
     assert frames.queues_frame(frames.queues_message(using)) == before
-    Queue.objects.using(using).filter(name="slow").update(rate_open_at=F("rate_open_at") + 10)
+    queue_shards("slow", "rate", using).update(open_at=F("open_at") + 10)
     assert frames.queues_frame(frames.queues_message(using)) != before
 
 

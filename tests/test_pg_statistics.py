@@ -47,7 +47,7 @@ def explained_claim(options: str) -> list:
     with connection.cursor() as cursor:
         cursor.execute("BEGIN")
         try:
-            cursor.execute(f"EXPLAIN ({options}) " + postgresql.PG_CLAIM_NEXT["any", False], CLAIM_PARAMS)
+            cursor.execute(f"EXPLAIN ({options}) " + postgresql.PG_CLAIM_NEXT["any", False, True], CLAIM_PARAMS)
             (plan,), = cursor.fetchall()
         finally:
             cursor.execute("ROLLBACK")

@@ -1,6 +1,6 @@
 """A usage report and a claim never wait for each other in a circle (PostgreSQL).
 
-A claim's statement locks a task row before its queue's row (the pick, then `queue_slot`); a
+A claim's statement locks a task row before its queue's row (the pick, then `queue_budget`); a
 row it locked while scanning past a task that was claimed and completed meanwhile stays locked
 until it commits (PostgreSQL keeps the lock of a row whose re-check failed). A usage report
 inserts its row, which references the task, and adds to its queue's budget. Django's foreign
@@ -66,8 +66,9 @@ def test_a_report_waiting_on_its_tasks_row_holds_no_queue_row():
         try:
             assert waiting_on_a_lock(locker, time.monotonic() + 10), "the report never waited on the task's row"
             locker.execute("SET lock_timeout = '5s'")
-            # The claim's next step: its queue's row. The report must not hold it.
-            locker.execute("UPDATE board_queue SET running = running WHERE name = 'llm'")
+            # The claim's next step: its queue's row (locked for a queue with a budget:
+            # `queue_budget`). The report must not hold it.
+            locker.execute("SELECT 1 FROM board_queue WHERE name = 'llm' FOR UPDATE")
             locker.commit()
         finally:
             reporter.join(30)

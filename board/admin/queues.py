@@ -42,6 +42,7 @@ def with_counts(queues) -> None:
     """Keep on each queue its QUEUED and RUNNING tasks (`tasks_now`), read in one grouped query,
     and its waits and runs of the last hour (`timing_now`: board.engine.timing, one read)."""
     counts = reads.waiting_and_running([queue.name for queue in queues])
+    flow.with_counts(list(queues))  # the engine's count of each limited queue (its shards)
     timings = timing.queue_timings()
     for queue in queues:
         queue.tasks_now = counts[queue.name]
@@ -168,9 +169,10 @@ class QueueAdmin(_EngineSavesAdmin):
     def running_of_limit(self, queue: Queue) -> str:
         # A limited queue shows the engine's count, the one its claims are held to; the row of a
         # queue without a limit counts nothing (board.engine.flow), so its tasks are counted.
+        tasks_now = self.tasks_now(queue)  # reads the counts too (with_counts)
         if queue.concurrency is not None:
             return running_of_limit(queue.running, queue.concurrency)
-        return running_of_limit(self.tasks_now(queue)[Stage.RUNNING], None)
+        return running_of_limit(tasks_now[Stage.RUNNING], None)
 
     @admin.display(description="rate")
     def rate(self, queue: Queue) -> str:

@@ -5,7 +5,7 @@ report that reaches a budget closes the queue to claims (`budget_closed_until`: 
 in that same transaction; a task's fairness key likewise, after its queue. A claim of the
 queue's (or the key's) tasks starts only while it is open, checked in the claim's own statement
 or transaction as a pause is (board.engine.flow.take_slot; the SQL stores' statements:
-open_for_claims, and PostgreSQL's queue_slot and fairness_slot, which lock the row of a queue or
+open_for_claims, and PostgreSQL's queue_budget and fairness_slot, which lock the row of a queue or
 key with a budget so that a claim and the closing report are serialised). Locks are taken queue
 then fairness key, by the claim and by the report alike.
 

@@ -31,6 +31,7 @@ from board.engine.invariants import (
     CLAIMED_AT_LEAST_ONCE,
     DEP_CYCLE,
     RANK_SLACK_SECONDS,
+    RUNNING_COUNT_DRIFT,
     WAITING,
     LimitSnapshot,
     Problem,
@@ -61,6 +62,7 @@ from board.models import (
     Dependency,
     FairnessKey,
     Queue,
+    QueueShard,
     RateKey,
     Resource,
     Schedule,
@@ -147,10 +149,11 @@ def closed_to_claims(now: datetime, *, using: str = "default") -> ClosedToClaims
     opening (board.engine.flow) and the fairness keys whose budget is spent
     (board.engine.budgets): what claim_next's ORM path leaves out of its pick (a read in its
     transaction; the slot decides) and what a waiting claim does not wait on."""
-    queues = list(Queue.objects.using(using).filter(
-        Q(paused=True) | Q(concurrency__isnull=False, running__gte=F("concurrency"))
-        | Q(rate_open_at__gt=now.timestamp()) | Q(budget_closed_until__gt=now.timestamp()))
-        .values_list("name", flat=True))
+    from board.engine import flow
+
+    full, rate_held = flow.closed_queues(now.timestamp(), using=using)
+    queues = sorted({*full, *rate_held, *Queue.objects.using(using).filter(
+        Q(paused=True) | Q(budget_closed_until__gt=now.timestamp())).values_list("name", flat=True)})
     keys = list(ConcurrencyKey.objects.using(using).filter(running__gte=F("concurrency"))
                 .values_list("name", flat=True))
     rate_keys = list(RateKey.objects.using(using).filter(rate_open_at__gt=now.timestamp())
@@ -194,13 +197,15 @@ def seconds_until_rate_opens(queue: str | None = None, *, scope: scopes.Scope = 
     queue's, not paused nor full, and/or its rate key's; its concurrency key not full) may be
     claimed, in seconds from now; None when no ready work waits for a rate (in `queue`, in
     `scope`). What a 204's Retry-After says."""
+    from board.engine import flow
+
     now = clock.now(using)
     at = now.timestamp()
-    held = Queue.objects.using(using).filter(
-        Q(concurrency__isnull=True) | Q(running__lt=F("concurrency")), rate_open_at__gt=at, paused=False)
-    if queue is not None:
-        held = held.filter(name=queue)
-    opens = dict(held.values_list("name", "rate_open_at"))
+    full, rate_held = flow.closed_queues(at, using=using)
+    paused = set(Queue.objects.using(using).filter(paused=True, name__in=list(rate_held))
+                 .values_list("name", flat=True))
+    opens = {name: open_at for name, open_at in rate_held.items()
+             if name not in full and name not in paused and queue in (None, name)}
     key_opens = dict(RateKey.objects.using(using).filter(rate_open_at__gt=at).values_list("name", "rate_open_at"))
     if not (opens or key_opens):
         return None
@@ -239,7 +244,7 @@ def queue_overview(names: Iterable[str] | None = None, *, now: datetime | None =
         if names is not None:
             names = list(names)
             rows, tasks = rows.filter(name__in=names), tasks.filter(queue__in=names)
-        settings = {queue.name: flow.describe(queue) for queue in rows}
+        settings = {queue.name: flow.describe(queue) for queue in flow.with_counts(list(rows), using=using)}
         depth: dict[str, dict[str, int]] = defaultdict(lambda: dict.fromkeys((s.value for s in Stage), 0))
         counted = tasks.filter(stage__in=LIVE_STAGES) if live_only else tasks
         for queue, stage, n in counted.values_list("queue", "stage").annotate(n=Count("pk")).order_by():
@@ -252,7 +257,7 @@ def queue_overview(names: Iterable[str] | None = None, *, now: datetime | None =
             if item["concurrency"] is None and item["rate"] is None and not item["paused"] and item["budget"] is None}
     out = []
     for name in sorted((settings.keys() - bare) | depth.keys() | set(names or ())):
-        described = settings.get(name) or flow.describe(Queue(name=name))
+        described = settings.get(name) or flow.describe(flow.without_row(name))
         since = oldest.get(name)
         stages = depth[name] if name in depth else dict.fromkeys((s.value for s in Stage), 0)
         # The tasks RUNNING now, from the same read: a queue without a limit is not counted on
@@ -540,15 +545,25 @@ def flow_problems(*, using: str = "default") -> list[Problem]:
 def limit_problems(*, using: str = "default") -> list[Problem]:
     """check_limits over the queues' and concurrency keys' rows and the RUNNING tasks, read in
     the caller's transaction (one snapshot: the counts and the tasks are written together)."""
-    limits = [LimitSnapshot("queue", name, concurrency, running, changed, paused_at if paused else None)
-              for name, concurrency, running, changed, paused, paused_at in Queue.objects.using(using).values_list(
-                  "name", "concurrency", "running", "updated_at", "paused", "paused_at")]
+    from board.engine import flow
+
+    counted, _ = flow.counts(using=using)
+    limits = [LimitSnapshot("queue", name, concurrency, counted.get(name, 0), changed, paused_at if paused else None)
+              for name, concurrency, changed, paused, paused_at in Queue.objects.using(using).values_list(
+                  "name", "concurrency", "updated_at", "paused", "paused_at")]
     limits += [LimitSnapshot("key", name, concurrency, running, changed)
                for name, concurrency, running, changed in ConcurrencyKey.objects.using(using).values_list(
                    "name", "concurrency", "running", "updated_at")]
     running = Task.objects.using(using).filter(stage=Stage.RUNNING).values_list(
         "queue", "concurrency_key", "stage_changed_at")
-    return check_limits(limits, running.iterator(_CHUNK))
+    # A shard counting more than its share (or less than none) would let the queue go over its
+    # limit (or hold its claims back) even while the sum is right.
+    broken = [Problem(f"queue:{queue}", RUNNING_COUNT_DRIFT,
+                      f"queue {queue}'s shard {number} counts {taken} running of its {capacity}")
+              for queue, number, taken, capacity in QueueShard.objects.using(using).filter(
+                  Q(running__gt=F("capacity")) | Q(running__lt=0), kind=QueueShard.RUN).values_list(
+                  "queue", "number", "running", "capacity")]
+    return sorted(check_limits(limits, running.iterator(_CHUNK)) + broken)
 
 
 def _approval_problems(using: str) -> list[Problem]:

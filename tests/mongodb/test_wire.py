@@ -210,17 +210,17 @@ class Wire:
     def queue_slot(self, transaction: Transaction, *, taken: bool) -> None:
         """Flow control (board.engine.flow), after a move into RUNNING (`taken`) or out of it: the
         task's queue is asked whether it is paused or limited (here it has no row: no limit), or
-        given its slot back only where it is counted (a limit set, a count above 0)."""
+        given its slot back only where it is counted: the task held no shard's slot (Task.slot
+        null), so its queue's debt, where there is one."""
         if taken:
             read = self.in_transaction(transaction, "aggregate", "board_queue")
             assert read["pipeline"][0] == {"$match": {"_id": "default"}}, read
             read.replies(cursor={"id": 0, "ns": f"{ALIAS}.board_queue", "firstBatch": []})
             return
-        update = self.in_transaction(transaction, "update", "board_queue")
+        update = self.in_transaction(transaction, "update", "board_queueshard")
         statement, = update["updates"]
         assert conjuncts(statement["q"]) == conjuncts({"$and": [
-            {"$and": [{"concurrency": {"$exists": True}}, {"concurrency": {"$ne": None}}]},
-            {"_id": "default"}, {"running": {"$gt": 0}}]}), statement
+            {"queue": "default"}, {"kind": "debt"}, {"running": {"$gt": 0}}]}), statement
         update.replies(n=0, nModified=0)
 
     def history(self, transaction: Transaction, *, last: int) -> dict:

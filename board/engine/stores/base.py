@@ -78,6 +78,13 @@ class Store:
     # back on its own (a savepoint), leaving the moves before it. False where a nested block has
     # no savepoint (MongoDB): each move then runs in a transaction of its own.
     moves_share_a_transaction = True
+    # How many rows a queue's concurrency limit and its rate are each split over (at most; never
+    # more than the limit or the count: board.engine.flow, QueueShard). One where writers take
+    # turns anyway (SQLite's one writer, MongoDB's history counter): more rows only cost reads.
+    queue_shards = 1
+    # Whether a claim may skip a shard another transaction holds locked (FOR UPDATE SKIP LOCKED)
+    # and take the next one, instead of waiting for it.
+    skips_locked_rows = False
 
     def __init__(self, using: str):
         self.using = using

@@ -29,6 +29,7 @@ from board.engine.stores.statements import (
     FAIRNESS_KEY,
     open_for_claims,
     QUEUE,
+    QUEUE_SHARD,
     RATE_KEY,
     RESOURCE,
     RESOURCE_FREE,
@@ -60,6 +61,10 @@ class PostgresStore(DirectCommitHooks, Store):
     # ids_follow_commit_order stays False: a sequence hands ids out at insert time, and
     # transactions commit in any order (board/live/outbox.py keeps holes for that).
     has_own_clock = True
+    # Claims and completions of a limited queue run side by side: each holds the shard it wrote
+    # until its commit (the WAL flush), so one row would make them take turns (docs/stores.md).
+    queue_shards = 8
+    skips_locked_rows = True
 
     def __init__(self, using: str):
         super().__init__(using)
@@ -146,7 +151,7 @@ class PostgresStore(DirectCommitHooks, Store):
 # statement_timestamp() (PostgresStore.now): one value for the whole statement, so the expiry is
 # exactly the write's time + the TTL and the history row's time is the task's updated_at.
 
-# The statement's time in Unix seconds: what a queue's rate_open_at is compared with and moved
+# The statement's time in Unix seconds: what a queue's rate shards' open_at is compared with and moved
 # from (board.engine.flow).
 PG_NOW_EPOCH = "extract(epoch from statement_timestamp())::double precision"
 
@@ -159,21 +164,26 @@ _KEY_IS_LIVE = (f"(%(key_hash)s::text IS NULL OR EXISTS (SELECT 1 FROM {KEY} AS 
 # its queue and concurrency key open as the rows read: open_for_claims; the line's order,
 # claim_rank then id: board.engine.fairness) with
 # FOR UPDATE SKIP LOCKED, so concurrent claimers take different tasks instead of queueing on one
-# row. Flow control (board.engine.flow): `queue_slot` and `key_slot` lock the task's queue (only
-# one with a limit or a rate: the others are not written, and a claim never waits on their row) and key rows
-# only while they still have room (a row another claimer holds is waited for, then its
-# WHERE is checked again on the row as that claimer left it: READ COMMITTED's re-check); the
-# task is `allowed` when both have room (or have no row: no limit), and only then are the slots
-# taken and the task moved. A pick refused by a limit that filled meanwhile writes nothing and
-# answers its row with `picks.n` = 1 and no task: the caller runs it again, and the pick then
-# leaves that queue out. Locks are always taken task, queue, key, as every other move takes them.
+# row. Flow control (board.engine.flow): `queue_open` reads the task's queue row (never locked:
+# a pause or a change of a limit holds the task writers off, so this statement's snapshot is
+# taken after it); `run_shard` and `rate_shard` lock one shard of its limit with room and one of
+# its rate open, skipping those other claimers and completions hold (SKIP LOCKED: a row changed
+# by a transaction that committed meanwhile is checked again as it now is), so that the claims
+# of one queue do not take turns on one row; `key_slot` locks the key row while it still has
+# room (a row another claimer holds is waited for, then its WHERE is checked again: READ
+# COMMITTED's re-check). The task is `allowed` when each has room (or the queue has no setting,
+# no row), and only then are the slots taken and the task moved. A pick refused by a limit that
+# filled meanwhile (or whose free shards others held) writes nothing and answers its row with
+# `picks.n` = 1 and no task: the caller runs it again, and the pick then leaves a full queue
+# out. Locks are always taken task, queue, key, as every other move takes them.
 # Rate keys: `rate_slot` locks the task's rate key row (after those) only when the key has a rate
 # and is open; a key without one is neither locked nor written. `allowed` needs it as it needs
 # the others, and `rate_taken` moves the key's next opening one interval past the statement's
-# time, as `queue_taken` does the queue's. A queue with a budget (board.engine.budgets) is
-# locked by `queue_slot` too, while its budget is open: a usage report that closes it writes
-# that row, so the two are serialised (a claim that waited re-reads it closed); a fairness key
-# with a budget likewise by `fairness_slot`, after the queue (the order a usage report takes them). Resources (board.engine.resources): `resource_slot`
+# time, as `queue_rate_taken` moves the queue's rate shard. A queue with a budget
+# (board.engine.budgets) is locked by `queue_budget`, while its budget is open: a usage report
+# that closes it writes that row, so the two are serialised (a claim that waited re-reads it
+# closed); a fairness key with a budget likewise by `fairness_slot`, after the queue (the order
+# a usage report takes them). Resources (board.engine.resources): `resource_slot`
 # locks, in name order, the rows of the task's `need`s that are free for them (RESOURCE_FREE,
 # checked again on a row another claimer changed); the task is allowed only when all are, and
 # `resource_taken` takes them. Name order everywhere (complete's `resource_locked`, the ORM
@@ -218,14 +228,33 @@ _PG_PICK_CAPABLE = f"""head AS MATERIALIZED (
     LIMIT 1
     FOR UPDATE OF t SKIP LOCKED
 )"""
+# A shard of the picked task's queue with room (`_RUN_SHARD`), or open by its rate
+# (`_RATE_SHARD`), locked: first one no other transaction holds (SKIP LOCKED), else (a claim that
+# holds no shard yet: `waits`) the first, waiting for its holder (READ COMMITTED then checks it
+# again as that holder left it, and goes on to the next when it is full). A claim of a batch
+# after its first holds a shard already: it never waits, so two batches never wait for each
+# other's shards in a circle (it answers LIMIT_FILLED, and the batch ends there).
+_RUN_SHARD = f"""(SELECT s.id FROM {QUEUE_SHARD} AS s JOIN queue_open AS o ON s.queue = o.name
+     WHERE o.concurrency IS NOT NULL AND s.kind = 'run' AND s.running < s.capacity
+     ORDER BY s.number LIMIT 1 FOR UPDATE OF s"""
+_RATE_SHARD = f"""(SELECT s.id FROM {QUEUE_SHARD} AS s JOIN queue_open AS o ON s.queue = o.name
+     WHERE o.rate_count IS NOT NULL AND s.kind = 'rate' AND (s.open_at IS NULL OR s.open_at <= {PG_NOW_EPOCH})
+     ORDER BY s.number LIMIT 1 FOR UPDATE OF s"""
 _PG_CLAIM_NEXT = f"""
-WITH {{pick}}, queue_slot AS MATERIALIZED (
-    SELECT q.name FROM {QUEUE} AS q JOIN picked ON q.name = picked.queue
-    WHERE NOT q.paused AND (q.concurrency IS NOT NULL OR q.rate_interval IS NOT NULL OR q.budget_per IS NOT NULL)
-      AND (q.concurrency IS NULL OR q.running < q.concurrency)
-      AND (q.rate_open_at IS NULL OR q.rate_open_at <= {PG_NOW_EPOCH})
+WITH {{pick}}, queue_open AS MATERIALIZED (
+    SELECT q.name, q.concurrency, q.rate_count, q.budget_per FROM {QUEUE} AS q JOIN picked ON q.name = picked.queue
+    WHERE NOT q.paused AND (q.concurrency IS NOT NULL OR q.rate_count IS NOT NULL OR q.budget_per IS NOT NULL)
+      AND (q.budget_closed_until IS NULL OR q.budget_closed_until <= {PG_NOW_EPOCH})
+      AND NOT EXISTS (SELECT 1 FROM {QUEUE_SHARD} AS d WHERE d.queue = q.name AND d.kind = 'debt' AND d.running > 0)
+), queue_budget AS MATERIALIZED (
+    SELECT q.name FROM {QUEUE} AS q JOIN queue_open AS o ON q.name = o.name
+    WHERE o.budget_per IS NOT NULL AND NOT q.paused
       AND (q.budget_closed_until IS NULL OR q.budget_closed_until <= {PG_NOW_EPOCH})
     FOR UPDATE OF q
+), run_shard AS MATERIALIZED (
+    SELECT s.id, s.number FROM {QUEUE_SHARD} AS s WHERE s.id = COALESCE({_RUN_SHARD} SKIP LOCKED){{wait_run}})
+), rate_shard AS MATERIALIZED (
+    SELECT COALESCE({_RATE_SHARD} SKIP LOCKED){{wait_rate}}) AS id
 ), fairness_slot AS MATERIALIZED (
     SELECT f.name FROM {FAIRNESS_KEY} AS f JOIN picked ON f.name = picked.fairness_key
     WHERE f.budget_per IS NOT NULL
@@ -249,9 +278,12 @@ WITH {{pick}}, queue_slot AS MATERIALIZED (
     FOR UPDATE OF r
 ), allowed AS MATERIALIZED (
     SELECT picked.* FROM picked
-    WHERE (EXISTS (SELECT 1 FROM queue_slot)
+    WHERE (EXISTS (SELECT 1 FROM queue_open AS o
+                   WHERE (o.budget_per IS NULL OR EXISTS (SELECT 1 FROM queue_budget))
+                     AND (o.concurrency IS NULL OR EXISTS (SELECT 1 FROM run_shard))
+                     AND (o.rate_count IS NULL OR EXISTS (SELECT 1 FROM rate_shard WHERE id IS NOT NULL)))
            OR NOT EXISTS (SELECT 1 FROM {QUEUE} AS q WHERE q.name = picked.queue
-                          AND (q.paused OR q.concurrency IS NOT NULL OR q.rate_interval IS NOT NULL
+                          AND (q.paused OR q.concurrency IS NOT NULL OR q.rate_count IS NOT NULL
                                OR q.budget_per IS NOT NULL)))
       AND (picked.fairness_key IS NULL OR EXISTS (SELECT 1 FROM fairness_slot)
            OR NOT EXISTS (SELECT 1 FROM {FAIRNESS_KEY} AS f WHERE f.name = picked.fairness_key
@@ -261,12 +293,12 @@ WITH {{pick}}, queue_slot AS MATERIALIZED (
       AND (picked.rate_key IS NULL OR EXISTS (SELECT 1 FROM rate_slot)
            OR NOT EXISTS (SELECT 1 FROM {RATE_KEY} AS r WHERE r.name = picked.rate_key AND r.rate_interval IS NOT NULL))
       AND (NOT picked.has_resources OR (SELECT count(*) FROM resource_slot) = (SELECT count(*) FROM need))
-), queue_taken AS (
-    UPDATE {QUEUE} AS q SET running = q.running + (q.concurrency IS NOT NULL)::int,
-        rate_open_at = CASE WHEN q.rate_interval IS NULL THEN q.rate_open_at
-                            ELSE {PG_NOW_EPOCH} + q.rate_interval END
-    FROM allowed
-    WHERE q.name = allowed.queue AND (q.concurrency IS NOT NULL OR q.rate_interval IS NOT NULL)
+), run_taken AS (
+    UPDATE {QUEUE_SHARD} AS s SET running = s.running + 1 FROM run_shard AS r
+    WHERE s.id = r.id AND EXISTS (SELECT 1 FROM allowed)
+), queue_rate_taken AS (
+    UPDATE {QUEUE_SHARD} AS s SET open_at = {PG_NOW_EPOCH} + s.spacing FROM rate_shard AS r
+    WHERE s.id = r.id AND EXISTS (SELECT 1 FROM allowed)
 ), key_taken AS (
     UPDATE {CONCURRENCY_KEY} AS k SET running = k.running + 1 FROM allowed WHERE k.name = allowed.concurrency_key
 ), rate_taken AS (
@@ -281,6 +313,7 @@ WITH {{pick}}, queue_slot AS MATERIALIZED (
         lease_token_hash = %(token_hash)s, fence = t.fence + 1,
         lease_expires_at = statement_timestamp() + %(ttl)s, claim_request_hash = %(request_hash)s,
         claim_token_seed = %(seed)s, not_before = NULL, attempts = t.attempts + 1,
+        slot = (SELECT number FROM run_shard),
         updated_at = statement_timestamp(), stage_changed_at = statement_timestamp()
     FROM allowed
     WHERE t.id = allowed.id AND t.stage = 'QUEUED' AND t.version = allowed.version
@@ -298,11 +331,14 @@ _PG_QUEUE_FILTERS = {
     "queue": " AND queue = %(queue)s",
     "scope": " AND queue LIKE ANY(%(scope)s::text[])",
 }
-# claim_next's statements by (queue filter, whether the claimer holds capabilities).
+# claim_next's statements by (queue filter, whether the claimer holds capabilities, whether it
+# waits for a shard others hold).
 PG_CLAIM_NEXT = {
-    (kind, capable): _PG_CLAIM_NEXT.format(pick=(_PG_PICK_CAPABLE if capable else _PG_PICK).format(queue=queue),
-                                           counted="head" if capable else "picked")
-    for kind, queue in _PG_QUEUE_FILTERS.items() for capable in (False, True)
+    (kind, capable, waits): _PG_CLAIM_NEXT.format(
+        pick=(_PG_PICK_CAPABLE if capable else _PG_PICK).format(queue=queue),
+        counted="head" if capable else "picked",
+        wait_run=f", {_RUN_SHARD})" if waits else "", wait_rate=f", {_RATE_SHARD})" if waits else "")
+    for kind, queue in _PG_QUEUE_FILTERS.items() for capable in (False, True) for waits in (False, True)
 }
 
 # renew: RUNNING -> RUNNING. The CAS: still RUNNING, the same lease (token hash), that lease
@@ -338,7 +374,8 @@ SELECT {COLUMNS} FROM moved
 # the UPDATE clears it. The UPDATE is the CAS on the same guard: stores the result, ends the
 # lease (owner, hash, expiry, claim request cleared; fence kept), version + 1. A lease that
 # expired but was not taken over still completes: the token proves nobody else holds the task.
-# The task's queue and concurrency key get their slots back (board.engine.flow), and its
+# The task's queue (the shard whose slot it holds, or its debt for a task over a lowered limit:
+# `slot_given`) and concurrency key get their slots back (board.engine.flow), and its
 # resources theirs (locked in name order first: `resource_locked`); its needs go
 # (`needs_forgotten`: every part of one statement reads the rows as they were before it).
 PG_COMPLETE = f"""
@@ -359,9 +396,10 @@ WITH held AS MATERIALIZED (
 ), history AS (
     INSERT INTO {EVENT} ({EVENT_COLUMNS})
     SELECT id, 'complete', 'RUNNING', 'COMPLETED', version, fence, held_by, updated_at, NULL FROM moved
-), queue_given AS (
-    UPDATE {QUEUE} AS q SET running = q.running - 1 FROM moved
-    WHERE q.name = moved.queue AND q.concurrency IS NOT NULL AND q.running > 0
+), slot_given AS (
+    UPDATE {QUEUE_SHARD} AS s SET running = s.running - 1 FROM moved
+    WHERE s.queue = moved.queue AND s.running > 0
+      AND (s.kind = 'run' AND s.number = moved.slot OR s.kind = 'debt' AND moved.slot IS NULL)
 ), key_given AS (
     UPDATE {CONCURRENCY_KEY} AS k SET running = k.running - 1 FROM moved
     WHERE k.name = moved.concurrency_key AND k.running > 0
@@ -486,7 +524,8 @@ class PostgresStatements(Statements):
 
     def claim_next(self, agent: str, token_hash: str, ttl: timedelta, queue: str | None,
                    request_hash: str | None, seed: str | None, key_hash: str | None = None,
-                   scope: tuple[str, ...] | None = None, capabilities: tuple[str, ...] = ()) -> Written | None:
+                   scope: tuple[str, ...] | None = None, capabilities: tuple[str, ...] = (),
+                   waits: bool = True) -> Written | None:
         params = {"agent": agent, "token_hash": token_hash, "ttl": ttl, "request_hash": request_hash,
                   "seed": seed, "key_hash": key_hash}
         if capabilities:
@@ -497,7 +536,7 @@ class PostgresStatements(Statements):
             kind, params["scope"] = "scope", [as_like(p) for p in scope]
         else:
             kind = "any"
-        row = self._one(PG_CLAIM_NEXT[kind, bool(capabilities)], params)
+        row = self._one(PG_CLAIM_NEXT[kind, bool(capabilities), waits], params)
         if row[0] is None:  # no task moved: none ready (picks 0), or a limit filled meanwhile
             return None if row[-1] == 0 else LIMIT_FILLED
         return Written(row[:-1], ((NOT_BEFORE, None),), self._converters["claim"])

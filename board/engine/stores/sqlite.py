@@ -45,8 +45,9 @@ from board.engine.stores.statements import (
     RESOURCES,
     TASK_RESOURCE,
     open_for_claims,
-    QUEUE,
     QUEUE_NAME,
+    QUEUE_SHARD,
+    SLOT,
     EVENT,
     EVENT_COLUMNS,
     FENCE,
@@ -304,24 +305,33 @@ WHERE id = %s AND stage = 'RUNNING' AND lease_token_hash = %s
 RETURNING {COLUMNS}
 """
 
-# Flow control (board.engine.flow): the claimed task takes a slot of its queue and key (the pick
-# saw room under the same write lock); the completed task gives them back. Params: queue,
-# concurrency_key (NULL: no key).
-# A queue is counted only while it has a limit (board.engine.flow).
-# A queue's rate (board.engine.flow): the claim moves its next opening one interval past its own
-# time (the claim's `now`, in Unix seconds: the first param). The pick saw it open
-# (open_for_claims) under the same write lock, so this matches whenever the queue has a rate.
-SQLITE_TAKE_SLOTS = (f"UPDATE {QUEUE} SET running = running + (concurrency IS NOT NULL),"
-                     " rate_open_at = CASE WHEN rate_interval IS NULL THEN rate_open_at ELSE %s + rate_interval END"
-                     " WHERE name = %s AND (concurrency IS NOT NULL OR rate_interval IS NOT NULL)",
-                     f"UPDATE {CONCURRENCY_KEY} SET running = running + 1 WHERE name = %s")
+# Flow control (board.engine.flow): the claimed task takes a slot of a shard of its queue's limit
+# with room (answering its number, which the task keeps: `slot`) and moves a shard of its rate
+# that is open (the pick saw both under the same write lock: open_for_claims), and a slot of its
+# concurrency key; the completed task gives back its shard's slot (or its share of the queue's
+# debt, holding none), and the key's. A queue without a limit (a rate) has no such shard:
+# nothing matches. Params: queue [, now (Unix seconds), the claim's time, twice, for the rate],
+# concurrency_key.
+SQLITE_TAKE_SLOTS = (
+    f"UPDATE {QUEUE_SHARD} SET running = running + (kind = 'run'),"
+    " open_at = CASE WHEN kind = 'rate' THEN %s + spacing ELSE open_at END"
+    f" WHERE id IN (SELECT id FROM {QUEUE_SHARD} WHERE queue = %s AND kind = 'run' AND running < capacity"
+    " ORDER BY number LIMIT 1)"
+    f" OR id IN (SELECT id FROM {QUEUE_SHARD} WHERE queue = %s AND kind = 'rate'"
+    " AND (open_at IS NULL OR open_at <= %s) ORDER BY number LIMIT 1)"
+    " RETURNING kind, number",
+    f"UPDATE {CONCURRENCY_KEY} SET running = running + 1 WHERE name = %s")
 # A rate key's rate (board.engine.flow), as the queue's: the claim moves the key's next opening one
 # interval past its own time; a key without a rate is not written. Params: now (Unix seconds), rate_key.
 SQLITE_TAKE_RATE_KEY = (f"UPDATE {RATE_KEY} SET rate_open_at = %s + rate_interval"
                         " WHERE name = %s AND rate_interval IS NOT NULL")
-SQLITE_GIVE_BACK_SLOTS = (f"UPDATE {QUEUE} SET running = running - 1"
-                          " WHERE name = %s AND concurrency IS NOT NULL AND running > 0",
-                          f"UPDATE {CONCURRENCY_KEY} SET running = running - 1 WHERE name = %s AND running > 0")
+SQLITE_GIVE_BACK_SLOTS = (
+    f"UPDATE {QUEUE_SHARD} SET running = running - 1 WHERE queue = %s AND kind = 'debt' AND running > 0",
+    f"UPDATE {QUEUE_SHARD} SET running = running - 1 WHERE queue = %s AND kind = 'run' AND number = %s"
+    " AND running > 0",
+    f"UPDATE {CONCURRENCY_KEY} SET running = running - 1 WHERE name = %s AND running > 0")
+# The claimed task keeps the number of its shard (NULL: its queue is not counted). Params: slot, id.
+SQLITE_SET_SLOT = f"UPDATE {TASK} SET slot = %s WHERE id = %s"
 
 # Resource leases (board.engine.resources): the claimed task takes every node it needs (the pick
 # saw each free for its need, under the same write lock), the completed one gives them back.
@@ -342,14 +352,14 @@ _QMARK = {
     statement: statement.replace("%s", "?")
     for statement in (*SQLITE_CLAIM_NEXT.values(), SQLITE_RENEW,
                       SQLITE_COMPLETE_HISTORY, SQLITE_COMPLETE, SQLITE_HISTORY,
-                      *SQLITE_TAKE_SLOTS, *SQLITE_GIVE_BACK_SLOTS, SQLITE_TAKE_RATE_KEY,
+                      *SQLITE_TAKE_SLOTS, *SQLITE_GIVE_BACK_SLOTS, SQLITE_SET_SLOT, SQLITE_TAKE_RATE_KEY,
                       SQLITE_TAKE_RESOURCES, SQLITE_GIVE_BACK_RESOURCES, SQLITE_FORGET_NEEDS)
 }
 
 
 class SQLiteStatements(Statements):
     known_columns = {
-        "claim": (LEASE_EXPIRES_AT, NOT_BEFORE, UPDATED_AT, STAGE_CHANGED_AT),
+        "claim": (LEASE_EXPIRES_AT, NOT_BEFORE, UPDATED_AT, STAGE_CHANGED_AT, SLOT),
         "renew": (LEASE_EXPIRES_AT, UPDATED_AT),
         "complete": (LEASE_EXPIRES_AT, UPDATED_AT, STAGE_CHANGED_AT),
     }
@@ -402,7 +412,8 @@ class SQLiteStatements(Statements):
 
     def claim_next(self, agent: str, token_hash: str, ttl: timedelta, queue: str | None,
                    request_hash: str | None, seed: str | None, key_hash: str | None = None,
-                   scope: tuple[str, ...] | None = None, capabilities: tuple[str, ...] = ()) -> Written | None:
+                   scope: tuple[str, ...] | None = None, capabilities: tuple[str, ...] = (),
+                   waits: bool = True) -> Written | None:
         connection = connections[self.using]
         now = timezone.now()
         until = now + ttl
@@ -425,13 +436,15 @@ class SQLiteStatements(Statements):
                 return None
             row = rows[0]
             execute(SQLITE_HISTORY, (row[ID], "claim", "QUEUED", "RUNNING", row[VERSION], row[FENCE], agent, at))
-            _move_slots(execute, SQLITE_TAKE_SLOTS, row, now.timestamp())
+            slot = _take_slots(execute, row, now.timestamp())
+            if slot != row[SLOT]:
+                execute(SQLITE_SET_SLOT, (slot, row[ID]))
             if row[RATE_KEY_NAME] is not None:
                 execute(SQLITE_TAKE_RATE_KEY, (now.timestamp(), row[RATE_KEY_NAME]))
             if row[RESOURCES] is not None:
                 execute(SQLITE_TAKE_RESOURCES, (row[ID],))
         return Written(row, ((LEASE_EXPIRES_AT, until), (NOT_BEFORE, None), (UPDATED_AT, now),
-                             (STAGE_CHANGED_AT, now)), self._converters["claim"])
+                             (STAGE_CHANGED_AT, now), (SLOT, slot)), self._converters["claim"])
 
     def renew(self, task_id: str, token_hash: str, agent: str | None, ttl: timedelta,
               checkpoint: Any, progress: float | None, key_hash: str | None = None) -> Written | None:
@@ -466,7 +479,7 @@ class SQLiteStatements(Statements):
             rows = execute(SQLITE_COMPLETE, (result, at, at, task_id, token_hash)).fetchall()
             if not rows:  # cannot happen under the write lock; never leave the history row alone
                 raise RuntimeError(f"complete of {task_id}: history written but the task did not match")
-            _move_slots(execute, SQLITE_GIVE_BACK_SLOTS, rows[0])
+            _give_back_slots(execute, rows[0])
             if rows[0][RESOURCES] is not None:
                 execute(SQLITE_GIVE_BACK_RESOURCES, (task_id,))
                 execute(SQLITE_FORGET_NEEDS, (task_id,))
@@ -474,13 +487,26 @@ class SQLiteStatements(Statements):
                        self._converters["complete"])
 
 
-def _move_slots(execute, statements: tuple[str, str], row: tuple, *claimed_at: float) -> None:
-    """Take (`claimed_at`: the claim's time, Unix seconds, for the queue's rate) or give back
-    the slots of a task's queue and concurrency key (flow control)."""
-    queue_statement, key_statement = statements
-    execute(queue_statement, (*claimed_at, row[QUEUE_NAME]))
+def _take_slots(execute, row: tuple, claimed_at: float) -> int | None:
+    """Take the slots of a claimed task's queue (its limit's and its rate's shards) and key;
+    answer the number of the limit's shard (None: the queue is not counted)."""
+    shards, key = SQLITE_TAKE_SLOTS
+    taken = dict(execute(shards, (claimed_at, row[QUEUE_NAME], row[QUEUE_NAME], claimed_at)).fetchall())
     if row[CONCURRENCY_KEY_NAME] is not None:
-        execute(key_statement, (row[CONCURRENCY_KEY_NAME],))
+        execute(key, (row[CONCURRENCY_KEY_NAME],))
+    return taken.get("run")
+
+
+def _give_back_slots(execute, row: tuple) -> None:
+    """Give back the slots of a task that left RUNNING: its shard's (its share of the queue's
+    debt, holding none) and its key's."""
+    debt, run, key = SQLITE_GIVE_BACK_SLOTS
+    if row[SLOT] is None:
+        execute(debt, (row[QUEUE_NAME],))
+    else:
+        execute(run, (row[QUEUE_NAME], row[SLOT]))
+    if row[CONCURRENCY_KEY_NAME] is not None:
+        execute(key, (row[CONCURRENCY_KEY_NAME],))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -23,12 +23,24 @@ from django.conf import settings
 from django.db import connections
 
 from board.engine.limits import RESOURCE_EXCLUSIVE_UNITS as EXCLUSIVE
-from board.models import AgentKey, ConcurrencyKey, FairnessKey, Queue, RateKey, Resource, Task, TaskEvent, TaskResource
+from board.models import (
+    AgentKey,
+    ConcurrencyKey,
+    FairnessKey,
+    Queue,
+    QueueShard,
+    RateKey,
+    Resource,
+    Task,
+    TaskEvent,
+    TaskResource,
+)
 
 TASK = Task._meta.db_table
 EVENT = TaskEvent._meta.db_table
 KEY = AgentKey._meta.db_table
 QUEUE = Queue._meta.db_table
+QUEUE_SHARD = QueueShard._meta.db_table
 CONCURRENCY_KEY = ConcurrencyKey._meta.db_table
 RATE_KEY = RateKey._meta.db_table
 FAIRNESS_KEY = FairnessKey._meta.db_table
@@ -40,8 +52,8 @@ _ATTNAMES = [f.attname for f in _FIELDS]
 COLUMNS = ", ".join(f.column for f in _FIELDS)
 T_COLUMNS = ", ".join(f"t.{f.column}" for f in _FIELDS)
 ID, VERSION, FENCE, OWNER = (_ATTNAMES.index(name) for name in ("id", "version", "fence", "owner"))
-QUEUE_NAME, CONCURRENCY_KEY_NAME, RATE_KEY_NAME, RESOURCES = (
-    _ATTNAMES.index(name) for name in ("queue", "concurrency_key", "rate_key", "resources"))
+QUEUE_NAME, CONCURRENCY_KEY_NAME, RATE_KEY_NAME, RESOURCES, SLOT = (
+    _ATTNAMES.index(name) for name in ("queue", "concurrency_key", "rate_key", "resources", "slot"))
 LEASE_EXPIRES_AT, NOT_BEFORE, UPDATED_AT, STAGE_CHANGED_AT = (
     _ATTNAMES.index(name) for name in ("lease_expires_at", "not_before", "updated_at", "stage_changed_at"))
 EVENT_COLUMNS = "task_id, verb, from_stage, to_stage, version, fence, actor, at, detail"
@@ -57,15 +69,21 @@ _LAST_USED = AgentKey._meta.get_field("last_used_at").get_col(KEY)
 
 def open_for_claims(now_epoch: str) -> str:
     """Flow control (board.engine.flow), in the pick of claim_next: a task is a candidate only
-    when its queue is not paused, below its limit, open by its rate and by its budget
+    when its queue is not paused, has room in a shard of its limit and no debt, a shard of its
+    rate open and its budget open
     (board.engine.budgets) (`now_epoch`: the store's
     SQL for the statement's time in Unix seconds), and its concurrency key (if any) below its
     limit, and its rate key (if any) open by its rate, and its fairness key (if any) open by its
     budget, and every resource it declares free for
     its need (RESOURCE_FREE), as the rows read. `t` is the task table's name in the pick."""
     return (f"NOT EXISTS (SELECT 1 FROM {QUEUE} AS q WHERE q.name = t.queue"
-            f" AND (q.paused OR q.running >= q.concurrency OR q.rate_open_at > {now_epoch}"
-            f" OR q.budget_closed_until > {now_epoch}))"
+            f" AND (q.paused OR q.budget_closed_until > {now_epoch}"
+            f" OR q.concurrency IS NOT NULL AND (NOT EXISTS (SELECT 1 FROM {QUEUE_SHARD} AS s"
+            " WHERE s.queue = q.name AND s.kind = 'run' AND s.running < s.capacity)"
+            f" OR EXISTS (SELECT 1 FROM {QUEUE_SHARD} AS s"
+            " WHERE s.queue = q.name AND s.kind = 'debt' AND s.running > 0))"
+            f" OR q.rate_count IS NOT NULL AND NOT EXISTS (SELECT 1 FROM {QUEUE_SHARD} AS s"
+            f" WHERE s.queue = q.name AND s.kind = 'rate' AND (s.open_at IS NULL OR s.open_at <= {now_epoch}))))"
             f" AND (t.concurrency_key IS NULL OR NOT EXISTS (SELECT 1 FROM {CONCURRENCY_KEY} AS k"
             " WHERE k.name = t.concurrency_key AND k.running >= k.concurrency))"
             f" AND (t.rate_key IS NULL OR NOT EXISTS (SELECT 1 FROM {RATE_KEY} AS r"

@@ -593,12 +593,17 @@ class _StatementPath:
     # --- several moves in one transaction of the store's statements (transitions.batches) ---
 
     def _claim_row(self, agent: str, ttl: timedelta, queue: str | None, key_hash: str | None,
-                   scope: scopes.Scope, capabilities: Capabilities = ()) -> tuple[Any, str] | None:
+                   scope: scopes.Scope, capabilities: Capabilities = (), first: bool = True) -> tuple[Any, str] | None:
         """Inside hot.several(): claim_next's statement, run again while a limit filled between
-        its pick and its slot (PostgreSQL; nothing was written then). (row, token), or None."""
+        its pick and its slot (PostgreSQL; nothing was written then). (row, token), or None.
+        Not `first` (a batch's later claims, holding a queue's shard already): it waits for no
+        shard another transaction holds, and a limit filled (or held) ends the batch: None."""
         for _ in range(RACE_RETRIES):
             token = _mint_token()
-            row = self.hot.claim_next(agent, hash_token(token), ttl, queue, None, None, key_hash, scope, capabilities)
+            row = self.hot.claim_next(agent, hash_token(token), ttl, queue, None, None, key_hash, scope, capabilities,
+                                      waits=first)
+            if row is LIMIT_FILLED and not first:
+                return None
             if row is not LIMIT_FILLED:
                 return None if row is None else (row, token)
         log.warning("claim_next by %s lost %d races for a slot in a row", agent, RACE_RETRIES)
@@ -640,7 +645,8 @@ class _StatementPath:
         at the first that finds nothing."""
         claimed = []
         with self.hot.several():
-            while len(claimed) < max_tasks and (got := self._claim_row(agent, ttl, queue, key_hash, scope, capabilities)):
+            while len(claimed) < max_tasks and (got := self._claim_row(agent, ttl, queue, key_hash, scope, capabilities,
+                                                                       first=not claimed)):
                 claimed.append(got)
         if not claimed:
             _require_live_key(using, key_hash, agent)  # as claim_next: a gone key is not "no work"
