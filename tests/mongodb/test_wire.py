@@ -210,13 +210,19 @@ class Wire:
     def queue_slot(self, transaction: Transaction, *, taken: bool) -> None:
         """Flow control (board.engine.flow), after a move into RUNNING (`taken`) or out of it: the
         task's queue is asked whether it is paused or limited (here it has no row: no limit), or
-        given its slot back only where it is counted: the task held no shard's slot (Task.slot
-        null), so its queue's debt, where there is one."""
+        given its slot back only where it is counted: the task holds no shard's slot (its slot,
+        read again, is null), so its queue's debt, where there is one."""
         if taken:
             read = self.in_transaction(transaction, "aggregate", "board_queue")
             assert read["pipeline"][0] == {"$match": {"_id": "default"}}, read
             read.replies(cursor={"id": 0, "ns": f"{ALIAS}.board_queue", "firstBatch": []})
             return
+        # The task's slot, read again in the transaction (a limit changed meanwhile may have
+        # given it another: flow.give_back_slot).
+        read = self.in_transaction(transaction, "aggregate", "board_task")
+        assert read["pipeline"][0] == {"$match": {"_id": TASK_ID}}, read
+        assert read["pipeline"][1] == {"$project": {"slot": 1, "_id": 1}}, read
+        read.replies(cursor={"id": 0, "ns": f"{ALIAS}.board_task", "firstBatch": [{"_id": TASK_ID, "slot": None}]})
         update = self.in_transaction(transaction, "update", "board_queueshard")
         statement, = update["updates"]
         assert conjuncts(statement["q"]) == conjuncts({"$and": [
