@@ -175,8 +175,7 @@ def take_slot(using: str, task: Task, now: datetime) -> None:
         if concurrency is not None:
             # A lowered limit's debt holds every claim back until it is paid (see give_back_slot).
             if shards.filter(kind=QueueShard.DEBT, running__gt=0).exists() or (slot := _write_a_shard(
-                    using, shards.filter(kind=QueueShard.RUN, running__lt=F("capacity")), running=F("running") + 1,
-                    wait=True)) is None:
+                    using, shards.filter(kind=QueueShard.RUN, running__lt=F("capacity")), running=F("running") + 1)) is None:
                 raise AtLimit(task, _queue_refusal(_counted(using, task.queue)))
         if slot != task.slot:  # the slot it holds, given back to the same shard
             Task.objects.using(using).filter(pk=task.pk).update(slot=slot)
@@ -187,7 +186,7 @@ def take_slot(using: str, task: Task, now: datetime) -> None:
             # both run it, one matches).
             at = now.timestamp()  # the move's own time: what its history row says
             if _write_a_shard(using, shards.filter(Q(open_at__isnull=True) | Q(open_at__lte=at),
-                                                   kind=QueueShard.RATE), open_at=at + F("spacing"), wait=True) is None:
+                                                   kind=QueueShard.RATE), open_at=at + F("spacing")) is None:
                 raise AtLimit(task, _queue_refusal(_counted(using, task.queue), at))
     if task.fairness_key is not None:
         # Its fairness key's budget, as the queue's (after it: the order a usage report locks
@@ -230,19 +229,17 @@ def give_back_slot(using: str, task: Task) -> None:
             running=F("running") - 1)
 
 
-def _write_a_shard(using: str, shards, *, wait: bool = False, **values) -> int | None:
+def _write_a_shard(using: str, shards, **values) -> int | None:
     """Update one of `shards` (the condition re-checked by the update itself) and answer its
     number (None: none matched): the first not locked by another transaction where the store
-    can skip those, the first that matches otherwise. `wait`: when every candidate is locked,
-    wait for each in turn (a claim refused only because others held the shards would be
+    can skip those; else, every candidate locked (or a store that cannot skip), each in turn,
+    waiting for its holder (a claim refused only because others held the shards would be
     refused wrongly: READ COMMITTED checks each again as its holder left it)."""
     candidates = shards.order_by("number")
     if store(using).skips_locked_rows:
         picked = list(candidates.select_for_update(skip_locked=True).values_list("pk", "number")[:1])
         if picked and shards.filter(pk=picked[0][0]).update(**values):
             return picked[0][1]
-        if not wait:
-            return None
     for pk, number in candidates.values_list("pk", "number"):
         if shards.filter(pk=pk).update(**values):
             return number
