@@ -12,6 +12,7 @@ from django.db import connections
 
 from board.engine import timing, transitions
 from board.engine.transitions import TaskSpec
+from board.live import insights
 from board.models import Task, TaskEvent
 from tests.support import end_backoff, expire_lease, plan_node_names, postgres_db_mark, sql_stores
 from tests.test_insights import NOW, Script, ago
@@ -88,6 +89,9 @@ def test_a_tasks_waits_and_runs_from_its_rows():
         ("wait", 60),  # snoozed until 13, claimed at 14
         ("run", 360)]
     assert not missing
+    # A detail as the driver gives it (JSON text: the insights panel's read leaves it undecoded).
+    as_text = [(*r[:6], json.dumps(r[6])) for r in rows]
+    assert timing.task_samples(as_text) == (samples, False)
     # A run's start not among the rows read: said, for the caller to read older rows.
     assert timing.task_samples(rows[3:4]) == ([], True)
 
@@ -121,6 +125,9 @@ def assert_exact(using: str) -> None:
         "alpha": {"wait": {"count": 7, "p50": 300, "p95": 11400}, "run": {"count": 5, "p50": 300, "p95": 4200}},
         "beta": {"wait": {"count": 1, "p50": 60, "p95": 60}, "run": {"count": 1, "p50": 60, "p95": 60}},
     }
+    # The insights panel computes them from the read of the history it makes for the rest (one
+    # read for both; details left as JSON text): the same figures.
+    assert insights.compute(NOW, using=using)[0]["timing"] == timing.queue_timings(NOW, using=using)
     # Forty minutes later the hour starts after t1's and t2's ends: alpha keeps t6, t7, t3, t4.
     later = timing.samples_by_queue(NOW + timedelta(minutes=40), using=using)
     assert sorted(later["alpha"]["wait"]) == [480, 600, 11400] and sorted(later["alpha"]["run"]) == [300, 4200]

@@ -27,9 +27,10 @@ looked up in the task's own older rows, by the (task, id) index `event_task_hist
 tasks only."""
 from __future__ import annotations
 
+import json
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -67,15 +68,17 @@ def task_samples(rows: Iterable[Sequence]) -> tuple[list[Sample], bool]:
     started: datetime | None = None  # the start of the current lease
     missing = False
     for _, _, verb, from_stage, to_stage, at, detail in rows:
-        detail = detail if isinstance(detail, dict) else {}
-        if verb == Verb.CREATE and detail.get("run_at"):
-            run_at = datetime.fromisoformat(detail["run_at"])
-        if to_stage == Stage.QUEUED and from_stage != Stage.QUEUED:
-            delay = detail.get("backoff_seconds") or detail.get("retry_after_seconds")
-            ready_at = at + timedelta(seconds=delay) if delay else at
-            if run_at is not None:
-                ready_at = max(ready_at, run_at)
-                run_at = None
+        entered_queue = to_stage == Stage.QUEUED and from_stage != Stage.QUEUED
+        if verb == Verb.CREATE or entered_queue:  # only these rows' details matter here
+            detail = _as_dict(detail)
+            if verb == Verb.CREATE and detail.get("run_at"):
+                run_at = datetime.fromisoformat(detail["run_at"])
+            if entered_queue:
+                delay = detail.get("backoff_seconds") or detail.get("retry_after_seconds")
+                ready_at = at + timedelta(seconds=delay) if delay else at
+                if run_at is not None:
+                    ready_at = max(ready_at, run_at)
+                    run_at = None
         if verb in _RUN_STARTS and to_stage == Stage.RUNNING:
             if from_stage == Stage.QUEUED:
                 if ready_at is None:
@@ -95,6 +98,15 @@ def task_samples(rows: Iterable[Sequence]) -> tuple[list[Sample], bool]:
         elif from_stage == Stage.RUNNING and to_stage != Stage.RUNNING:
             started = None  # released, paused, reclaimed, cancelled: no run's figure
     return samples, missing
+
+
+def _as_dict(detail) -> dict:
+    """A history row's detail as a dict: decoded here when it was read as the driver gives it (a
+    JSON text on SQLite and PostgreSQL: board.live.reads.history_window leaves most rows'
+    undecoded), {} for none."""
+    if isinstance(detail, str):
+        detail = json.loads(detail)
+    return detail if isinstance(detail, dict) else {}
 
 
 def quantile(values: Sequence[float], q: float) -> float:
@@ -134,12 +146,28 @@ def samples_by_queue(now: datetime | None = None, *, using: str = "default",
     """{queue: {WAIT: [seconds], RUN: [seconds]}} of the waits and runs that ended in the
     `window` before `now` (default: the store's clock). Queues with none are left out."""
     now = now or clock.now(using)
-    start = now - window
-    since = first_id_since(start - SLACK, using=using)
+    since = first_window_id(now, using=using, window=window)
     if since is None:
         return {}
     rows = (TaskEvent.objects.using(using).filter(id__gte=since).exclude(verb=Verb.RENEW)
             .order_by("id").values_list(*_COLUMNS))
+    return samples_of_rows(rows, since, now, using=using, window=window)
+
+
+def first_window_id(now: datetime, *, using: str = "default", window: timedelta = WINDOW) -> int | None:
+    """Where the window's read starts: the first history row stamped at or after SLACK before
+    the `window` before `now` (None: there is none)."""
+    return first_id_since(now - window - SLACK, using=using)
+
+
+def samples_of_rows(rows: Iterable[Sequence], since: int, now: datetime, *, using: str = "default",
+                    window: timedelta = WINDOW,
+                    queues_of: Callable[[list[str]], dict[str, str]] | None = None) -> dict[str, dict[str, list[float]]]:
+    """samples_by_queue's figures from the window's rows as read from `since` (first_window_id)
+    on, renews left out, in id order, as _COLUMNS (a detail may still be its JSON text). The
+    tasks' queues come from `queues_of(ids)` when given (the insights panel's one read of them,
+    board.live.insights), else by id here."""
+    start = now - window
     by_task: dict[str, list] = defaultdict(list)
     for row in rows:
         by_task[row[1]].append(row)
@@ -164,10 +192,13 @@ def samples_by_queue(now: datetime | None = None, *, using: str = "default",
             found[task_id], _ = task_samples(before[task_id] + by_task[task_id])
 
     kept = {task_id: in_window for task_id, samples in found.items() if (in_window := ends_in_window(samples))}
-    queue_of: dict[str, str] = {}
     ids = sorted(kept)
-    for begin in range(0, len(ids), _CHUNK):
-        queue_of.update(Task.objects.using(using).filter(pk__in=ids[begin:begin + _CHUNK]).values_list("pk", "queue"))
+    if queues_of is not None:
+        queue_of = queues_of(ids)
+    else:
+        queue_of = {}
+        for begin in range(0, len(ids), _CHUNK):
+            queue_of.update(Task.objects.using(using).filter(pk__in=ids[begin:begin + _CHUNK]).values_list("pk", "queue"))
     result: dict[str, dict[str, list[float]]] = {}
     for task_id, samples in kept.items():
         queue = queue_of.get(task_id)
@@ -182,8 +213,13 @@ def samples_by_queue(now: datetime | None = None, *, using: str = "default",
 def queue_timings(now: datetime | None = None, *, using: str = "default",
                   window: timedelta = WINDOW) -> dict[str, dict[str, dict]]:
     """{queue: {"wait": summary, "run": summary}} over the `window` before `now` (summary())."""
+    return timings_of(samples_by_queue(now, using=using, window=window))
+
+
+def timings_of(samples: dict[str, dict[str, list[float]]]) -> dict[str, dict[str, dict]]:
+    """queue_timings' figures from samples_by_queue's (or samples_of_rows') samples."""
     return {queue: {kind: summary(values) for kind, values in figures.items()}
-            for queue, figures in sorted(samples_by_queue(now, using=using, window=window).items())}
+            for queue, figures in sorted(samples.items())}
 
 
 def last_runs(task_ids: Sequence[str], *, using: str = "default") -> dict[str, dict]:

@@ -16,8 +16,9 @@ history of the last WINDOW_MINUTES minutes and the tasks RUNNING and QUEUED now,
   stage and are not read for this.
 - `queued_now`: QUEUED tasks per queue now (the queues of `queue_depth`).
 - `timing`: per queue, the waits and runs that ended in the last hour, their count, p50 and p95
-  (board.engine.timing, its own bounded reads of the history; the MAX_QUEUES queues with the
-  most samples); a process's `Insights` reads them again after TIMING_MAX_AGE (15 s).
+  (board.engine.timing, from the same read of the history as the rest: reads.history_window's
+  `timing_from`; the MAX_QUEUES queues with the most samples); a process's `Insights` computes
+  them again after TIMING_MAX_AGE (15 s), and the computations between read only the window.
 
 Bucket i of each series covers [start + i min, start + (i + 1) min); the last bucket is the
 current, partial minute (its depth is today's).
@@ -31,7 +32,8 @@ reads only, not the work on the rows, and gives way (`give_way`) to a TRUNCATE o
 on PostgreSQL instead of deadlocking with it. Names of agents only: nothing here carries a
 lease token or a key. The tailer (board.live.tailer) computes it once per server process, at most
 every INSIGHTS_MIN_INTERVAL_SECONDS when something changed, and at most INSIGHTS_DUTY of the
-time where it is slow, and pushes it to every socket.
+time where it is slow, on the process's background thread (board.live.background: a lower CPU
+priority, so that it never takes the CPU a page load needs), and pushes it to every socket.
 
 Reading the window: the first computation finds its start by time; the `Insights` object keeps
 the id of the oldest event it found in the window, and later computations (the window only moves
@@ -82,9 +84,11 @@ class Insights:
 
     def compute(self, now: datetime | None = None) -> dict:
         now = now or clock.now(self.using)
-        if self.timed is None or self.timed_at is None or not timedelta(0) <= now - self.timed_at < TIMING_MAX_AGE:
-            self.timed, self.timed_at = timing.queue_timings(now, using=self.using), now
-        data, first_id = compute(now, using=self.using, since_id=self.first_id, timed=self.timed)
+        due = self.timed is None or self.timed_at is None or not timedelta(0) <= now - self.timed_at < TIMING_MAX_AGE
+        data, first_id, timed = _compute(now, using=self.using, since_id=self.first_id,
+                                         timed=None if due else self.timed)
+        if due:
+            self.timed, self.timed_at = timed, now
         self.first_id = max(self.first_id, first_id)
         return data
 
@@ -99,20 +103,42 @@ def compute(now: datetime | None = None, *, using: str = "default", since_id: in
             minutes: int = WINDOW_MINUTES, timed: dict | None = None) -> tuple[dict, int]:
     """The panel's data at `now` (default: the store's clock), and where the next computation
     may start reading: the id of the oldest event of the window, or lower (`since_id` if none).
-    `timed`: timing.queue_timings' figures when the caller has them (else read here)."""
+    `timed`: timing.queue_timings' figures when the caller has them (else computed here, from
+    the same read of the history as the rest: reads.history_window's `timing_from`)."""
+    data, cursor, _ = _compute(now, using=using, since_id=since_id, minutes=minutes, timed=timed)
+    return data, cursor
+
+
+def _compute(now: datetime | None = None, *, using: str = "default", since_id: int = 0,
+             minutes: int = WINDOW_MINUTES, timed: dict | None = None) -> tuple[dict, int, dict]:
+    """compute(), and the timing figures it used (all queues'; the panel shows MAX_QUEUES)."""
     now = now or clock.now(using)
     start = window_start(now, minutes)
     # One snapshot for every read: see the module's docstring.
     with store(using).read_transaction(give_way=True):
-        # Every move but renews (the bulk of a busy history), oldest first.
-        moves, heartbeats, first_renew = reads.history_window(start, since_id=since_id, using=using)
+        timing_from = timing.first_window_id(now, using=using) if timed is None else None
+        if timed is None and timing_from is None:
+            timed = {}  # no history in the timing window: no wait or run ended in it
+        # Every move but renews (the bulk of a busy history), oldest first; with `timing_from`,
+        # also the rows the timing figures are computed from (one read for both).
+        moves, heartbeats, first_renew, timing_rows = reads.history_window(
+            start, since_id=since_id, using=using, timing_from=timing_from)
         held = reads.held_tasks(using=using)
         queued_now = reads.queued_per_queue(using=using)
         # What each agent reported it used in the window (board.engine.usage): two grouped reads.
         used = {group["agent"]: group for group in usage.by_agent_and_queue(start, using=using)["agent"]}
-        queue_of = reads.queues_of_moved(sorted({task_id for _, task_id, _, from_stage, to_stage, _, _ in moves
-                                                 if (from_stage == Stage.QUEUED) != (to_stage == Stage.QUEUED)}),
-                                         start, using=using)
+        moved = {task_id for _, task_id, _, from_stage, to_stage, _, _ in moves
+                 if (from_stage == Stage.QUEUED) != (to_stage == Stage.QUEUED)}
+        if timing_rows is None:
+            queue_of = reads.queues_of_moved(sorted(moved), start, using=using)
+        else:
+            # One read of the queues for both: the tasks that moved in or out of QUEUED and
+            # those with a row in the timing window (every task whose wait or run ended in it).
+            timing_start = now - timing.WINDOW - timing.SLACK
+            queue_of = reads.queues_of_moved(sorted(moved | {row[1] for row in timing_rows}), timing_start,
+                                             using=using)
+            timed = timing.timings_of(timing.samples_of_rows(
+                timing_rows, timing_from, now, using=using, queues_of=lambda ids: queue_of))
 
     def bucket(at: datetime) -> int | None:
         i = int((at - start).total_seconds() // 60)
@@ -167,8 +193,6 @@ def compute(now: datetime | None = None, *, using: str = "default", since_id: in
             # None when it reported nothing in the window: missing, never shown as zero.
             "usage": {key: used[name][key] for key in USAGE_FIELDS} if name in used else None,
         })
-    if timed is None:
-        timed = timing.queue_timings(now, using=using)
     timed_queues = sorted(timed, key=lambda q: (-(timed[q]["wait"]["count"] + timed[q]["run"]["count"]), q))
     first_ids = [moves[0][0]] if moves else []
     if first_renew is not None:
@@ -194,7 +218,7 @@ def compute(now: datetime | None = None, *, using: str = "default", since_id: in
         "more_queues": len(queues) - len(depth),
         "timing": {queue: timed[queue] for queue in sorted(timed_queues[:MAX_QUEUES])},
     }
-    return data, cursor
+    return data, cursor, timed
 
 
 def _is_agent(actor: str) -> bool:

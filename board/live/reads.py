@@ -262,24 +262,46 @@ def ready_counts(wanted: dict[tuple[str | None, tuple[str, ...]], int], *,
 HEARTBEAT_VERBS = (Verb.CLAIM, Verb.RESUME, Verb.RENEW)
 
 
-def history_window(start: datetime, *, since_id: int = 0, using: str = "default") -> tuple[list[tuple], dict, int | None]:
-    """The history from `start` on (ids from `since_id` on: the window only moves forward, and
-    the history has no index on `at`): (every move but renews, the bulk of a busy history, oldest
-    first, as (id, task_id, verb, from_stage, to_stage, actor, at) rows; each actor's latest
-    heartbeat; the id of the first renew, or None)."""
+def history_window(start: datetime, *, since_id: int = 0, using: str = "default",
+                   timing_from: int | None = None) -> tuple[list[tuple], dict, int | None, list[tuple] | None]:
+    """The history from `start` on (ids from `since_id` on: the window only moves forward):
+    (every move but renews, the bulk of a busy history, oldest first, as
+    (id, task_id, verb, from_stage, to_stage, actor, at) rows; each actor's latest heartbeat; the
+    id of the first renew, or None; None or, with `timing_from`, the rows
+    board.engine.timing.samples_of_rows reads).
+
+    `timing_from`: the id where the timing figures' window starts (timing.first_window_id,
+    SLACK before the hour, so at or below the first id of this window): the moves are then read
+    from there, each with its detail, in ONE read for both (the same 100,000 rows of a busy hour
+    were read twice: bench/insights.py); the moves are those of them at `start` and `since_id`
+    or later. The details stay as the driver gives them (JSON text on SQLite and PostgreSQL):
+    timing decodes only the few rows whose detail it reads."""
     in_window = TaskEvent.objects.using(using).filter(id__gte=since_id, at__gte=start)
     # `at` without Django's per-row conversion (on SQLite a parse, then making it aware through
     # the settings: a large part of this read's Python time at a busy hour's 100,000 rows):
     # the driver's datetime, made aware here where it came naive (SQLite's and MongoDB's are
     # UTC, as the board stores every time). bench/insights.py measures it.
-    rows = in_window.exclude(verb=Verb.RENEW).order_by("id").annotate(
-        at_as_read=ExpressionWrapper(F("at"), output_field=Field())).values_list(
-        "id", "task_id", "verb", "from_stage", "to_stage", "actor", "at_as_read")
-    moves = [row if row[6].tzinfo is not None else (*row[:6], row[6].replace(tzinfo=UTC)) for row in rows]
+    as_read = {"at_as_read": ExpressionWrapper(F("at"), output_field=Field())}
+    columns = ("id", "task_id", "verb", "from_stage", "to_stage", "actor", "at_as_read")
+    timing_rows = None
+    if timing_from is None:
+        rows = in_window.exclude(verb=Verb.RENEW).order_by("id").annotate(**as_read).values_list(*columns)
+        moves = [row if row[6].tzinfo is not None else (*row[:6], row[6].replace(tzinfo=UTC)) for row in rows]
+    else:
+        rows = (TaskEvent.objects.using(using).filter(id__gte=timing_from).exclude(verb=Verb.RENEW).order_by("id")
+                .annotate(**as_read, detail_as_read=ExpressionWrapper(F("detail"), output_field=Field()))
+                .values_list(*columns, "detail_as_read"))
+        moves, timing_rows = [], []
+        for id_, task_id, verb, from_stage, to_stage, actor, at, detail in rows:
+            if at.tzinfo is None:
+                at = at.replace(tzinfo=UTC)
+            timing_rows.append((id_, task_id, verb, from_stage, to_stage, at, detail))  # timing's columns
+            if id_ >= since_id and at >= start:
+                moves.append((id_, task_id, verb, from_stage, to_stage, actor, at))
     heartbeats = dict(in_window.filter(verb__in=HEARTBEAT_VERBS).order_by()
                       .values_list("actor").annotate(last=Max("at")).values_list("actor", "last"))
     first_renew = in_window.filter(verb=Verb.RENEW).order_by("id").values_list("id", flat=True).first()
-    return moves, heartbeats, first_renew
+    return moves, heartbeats, first_renew, timing_rows
 
 
 # Above this many ids, queues_of_moved reads the tasks by their last change instead of by id.

@@ -60,7 +60,7 @@ from django.conf import settings
 
 from board import metrics
 from board.bulk import jobs as bulk_jobs
-from board.live import doorbell, frames, insights, outbox, parked
+from board.live import background, doorbell, frames, insights, outbox, parked
 
 log = logging.getLogger("board.live.tailer")
 
@@ -371,7 +371,7 @@ class Tailer:
             finally:
                 self.problems_took = time.monotonic() - started
 
-        # Not in the thread-sensitive thread that this loop's reads share (as the insights).
+        # Not in the thread-sensitive thread that this loop's reads share.
         message = await self._logged_once("problems_failing", "compute the problems panel", compute,
                                           thread_sensitive=False)
         if message is None:
@@ -404,9 +404,9 @@ class Tailer:
     async def _push_insights(self) -> None:
         """Compute the insights and push them when they differ from the last push. A failure is
         logged once per run of failures and leaves the other updates alone."""
-        # Not in the thread every socket's snapshot and this loop's reads share
-        # (thread-sensitive): a slow computation must not delay them. A failure: the panel
-        # waits for the next try; the board goes on.
+        # On the background thread (board.live.background: a lower CPU priority), not in the
+        # thread this loop's reads share: a slow computation must not delay them, nor take the
+        # CPU a page load needs. A failure: the panel waits for the next try; the board goes on.
         def compute():
             # Its start is what the gap is measured from (a thread may have kept us waiting).
             started = self.insights_at = time.monotonic()
@@ -416,7 +416,7 @@ class Tailer:
                 self.insights_took = time.monotonic() - started
 
         data = await self._logged_once("insights_failing", "compute the insights panel", compute,
-                                       thread_sensitive=False)
+                                       in_background=True)
         if data is None:
             return
         previous = json.loads(self.insights_frame) if self.insights_frame else None
@@ -425,11 +425,15 @@ class Tailer:
         if previous is None or {**previous, "now": None} != {**data, "now": None}:
             await self._broadcast(self.insights_frame)
 
-    async def _logged_once(self, flag: str, what: str, call, **how):
-        """`call()` (which returns something other than None) in a sync thread, or None when it
-        failed: a failure is logged once per run of failures, counted by the attribute `flag`."""
+    async def _logged_once(self, flag: str, what: str, call, *, in_background: bool = False, **how):
+        """`call()` (which returns something other than None) in a sync thread (the background
+        one with `in_background`), or None when it failed: a failure is logged once per run of
+        failures, counted by the attribute `flag`."""
         try:
-            result = await database_sync_to_async(call, **how)()
+            if in_background:
+                result = await background.run(call)
+            else:
+                result = await database_sync_to_async(call, **how)()
         except Exception:
             if not getattr(self, flag):
                 log.exception("could not %s; retrying", what)
