@@ -12,6 +12,10 @@ import pytest
 
 from board.live import background
 
+# The background thread keeps its database connection between calls (as every server thread
+# does) and checks it before each one: an earlier test's work on it may have opened one.
+pytestmark = pytest.mark.django_db
+
 
 def niceness() -> int:
     return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
