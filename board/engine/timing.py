@@ -30,13 +30,13 @@ from __future__ import annotations
 import json
 import math
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from board.engine import clock
+from board.engine import clock, selectors
 from board.engine.lifecycle import Stage, Verb
-from board.models import Task, TaskEvent
+from board.models import TaskEvent
 
 WINDOW = timedelta(hours=1)
 SLACK = timedelta(minutes=5)
@@ -162,11 +162,11 @@ def first_window_id(now: datetime, *, using: str = "default", window: timedelta 
 
 def samples_of_rows(rows: Iterable[Sequence], since: int, now: datetime, *, using: str = "default",
                     window: timedelta = WINDOW,
-                    queues_of: Callable[[list[str]], dict[str, str]] | None = None) -> dict[str, dict[str, list[float]]]:
+                    queue_of: dict[str, str] | None = None) -> dict[str, dict[str, list[float]]]:
     """samples_by_queue's figures from the window's rows as read from `since` (first_window_id)
     on, renews left out, in id order, as _COLUMNS (a detail may still be its JSON text). The
-    tasks' queues come from `queues_of(ids)` when given (the insights panel's one read of them,
-    board.live.insights), else by id here."""
+    tasks' queues: `queue_of` when the caller read them (the insights panel's one read,
+    board.live.insights), else read here by id."""
     start = now - window
     by_task: dict[str, list] = defaultdict(list)
     for row in rows:
@@ -192,13 +192,8 @@ def samples_of_rows(rows: Iterable[Sequence], since: int, now: datetime, *, usin
             found[task_id], _ = task_samples(before[task_id] + by_task[task_id])
 
     kept = {task_id: in_window for task_id, samples in found.items() if (in_window := ends_in_window(samples))}
-    ids = sorted(kept)
-    if queues_of is not None:
-        queue_of = queues_of(ids)
-    else:
-        queue_of = {}
-        for begin in range(0, len(ids), _CHUNK):
-            queue_of.update(Task.objects.using(using).filter(pk__in=ids[begin:begin + _CHUNK]).values_list("pk", "queue"))
+    if queue_of is None:
+        queue_of = selectors.queues_of(sorted(kept), using=using)
     result: dict[str, dict[str, list[float]]] = {}
     for task_id, samples in kept.items():
         queue = queue_of.get(task_id)

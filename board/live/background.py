@@ -1,12 +1,12 @@
 """The board's background work, on one thread per server process that runs at a lower CPU
 priority: what may be late by a second but must not slow a page, a snapshot or a change (the
 agents and throughput panel, board.live.insights, whose first computation reads the whole last
-hour of history: 1.3 s of CPU at 120,000 rows, bench/insights.py).
+hour of history: 1.4 s at 120,520 rows, bench/insights.py).
 
 Why a lower priority: on a machine whose cores are all busy (a 2-core host serving its own
 browser tabs, bench/board.py), that computation took the CPU the page load needed. At 100,000
 tasks the first cards came in a median of 972-1,197 ms while it ran at the normal priority and
-772-846 ms with it niced (2026-12-07); without it at all, 669-740 ms. The kernel gives the
+643-799 ms with it niced by NICE (2026-12-07, four runs); without it at all, 669-740 ms. The kernel gives the
 thread what the others leave.
 
 The priority is the thread's own (Linux: setpriority on the thread id moves that thread only;

@@ -138,7 +138,7 @@ def _compute(now: datetime | None = None, *, using: str = "default", since_id: i
             queue_of = reads.queues_of_moved(sorted(moved | {row[1] for row in timing_rows}), timing_start,
                                              using=using)
             timed = timing.timings_of(timing.samples_of_rows(
-                timing_rows, timing_from, now, using=using, queues_of=lambda ids: queue_of))
+                timing_rows, timing_from, now, using=using, queue_of=queue_of))
 
     def bucket(at: datetime) -> int | None:
         i = int((at - start).total_seconds() // 60)
