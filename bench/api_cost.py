@@ -1,5 +1,6 @@
-"""What one API request costs, part by part: the claim→complete cycle through Django's WSGI
-handler in this process, beside a bare view and the plain-driver cycle, in CPU per request.
+"""What one API request costs, part by part: an agent's requests through Django's WSGI handler
+in this process (claim then complete; complete-and-claim-next; batches of 10), beside a bare
+view and the plain-driver cycle, in CPU per request and per task.
 
 Why this exists
 ---------------
@@ -17,32 +18,37 @@ What is measured (each backend in a child process of its own, one thread)
 - **bare view**: ``GET /api/bare`` of bench/bare_urls.py (a JSON answer, no database) behind the
   project's whole middleware stack, and again with no middleware at all: the floor that Django
   itself sets under any view.
-- **ours**: ``POST /api/claim {"ttl_seconds": 60}`` then ``POST /api/tasks/{id}/complete``
-  with a bearer key, on a database seeded with QUEUED tasks, the way bench/http_agent.py sends
-  them. Its CPU is split by timing, inside the same requests:
-  - *engine verb*: ``transitions.claim_next`` / ``transitions.complete`` (the transaction,
-    its statements, the commit);
+- **ours**, in three modes (``--modes``, as bench/http_claims.py's (a), (b) and (c)), with a
+  bearer key, on a database seeded with QUEUED tasks, the way bench/http_agent.py sends them:
+  *cycle*: ``POST /api/claim {"ttl_seconds": 60}`` then ``POST /api/tasks/{id}/complete``;
+  *next*: ``POST /api/tasks/{id}/complete`` with ``next`` (one request per task); *batch*:
+  ``POST /api/claim`` with ``max_tasks: 10`` then ``POST /api/complete`` with the ten.
+  Its CPU is split by timing, inside the same requests:
+  - *engine verb*: ``transitions.claim_next`` / ``complete`` / ``complete_and_claim`` /
+    ``claim_batch`` / ``complete_batch`` (the transaction, its statements, the commit);
   - *key check*: ``board.agent_keys.authenticate_deferred`` (what the hot verbs' requests
     call: a key verified in the last minute costs no query there, the move checks it) and
     ``authenticate`` (the lookup);
   - *input parsing*: django-ninja's ``Operation._get_values`` (body and path to the schema);
-  - *rendering*: django-ninja's ``NinjaAPI.create_response`` (the answer's JSON);
-  - *the rest*: Django's request cycle, the middleware, URL routing, django-ninja's own
-    dispatch and our endpoint code around the verb.
+  - *URL routing*: Django's ``URLResolver.resolve`` (the path to its view);
+  - *rendering*: the answer's JSON (``board.api.rendering.dumps``, and django-ninja's
+    ``NinjaAPI.create_response`` for the endpoints that return a schema);
+  - *the rest*: Django's request cycle, the middleware, django-ninja's own dispatch and our
+    endpoint code around the verb.
   The timers are wrappers put around those functions for the measured loop only; they cost a
   little themselves, so the loop is run once more without them and both totals are printed.
 - **raw**: bench/claims.py's plain-driver cycle (``RawDriver``: the same moves as one UPDATE +
   INSERT per transaction, no Django) on the same database: what the statements cost alone.
 
-It then prints, per request: ours / bare (how many bare requests one of ours costs), and what
+It then prints, per request (and per task, for the modes whose requests move several): ours / bare (how many bare requests one of ours costs), and what
 ours / bare could at best become if everything but the engine verb cost nothing more than the
 bare view does ("floor": bare + engine verb). bench/http_claims.py's "/bare" goal (issue 8:
 ours >= 0.25 of the bare view's req/s) is, in this process, ``bare / ours >= 0.25``.
 
 Run (from the project folder)
 -----------------------------
-    .venv/bin/python bench/api_cost.py                        # SQLite and PostgreSQL, 2,000 cycles each
-    .venv/bin/python bench/api_cost.py --backends sqlite --cycles 5000
+    .venv/bin/python bench/api_cost.py                        # SQLite and PostgreSQL, 2,000 tasks per mode
+    .venv/bin/python bench/api_cost.py --backends sqlite --cycles 5000 --modes next
     .venv/bin/python bench/api_cost.py --pg-url postgres://postgres@127.0.0.1:5432/taskflow_bench
 
 PostgreSQL: the database named by --pg-url (created when missing, board tables emptied); when
@@ -61,6 +67,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 PROJECT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(PROJECT))
@@ -72,17 +79,28 @@ WARMUP_CYCLES = 50
 PARTS = (
     ("engine verb", "board.engine.transitions", "claim_next"),
     ("engine verb", "board.engine.transitions", "complete"),
+    ("engine verb", "board.engine.transitions", "complete_and_claim"),
+    ("engine verb", "board.engine.transitions", "claim_batch"),
+    ("engine verb", "board.engine.transitions", "complete_batch"),
     ("key check", "board.agent_keys", "authenticate"),
     ("key check", "board.agent_keys", "authenticate_deferred"),  # the hot verbs' (it may call the above)
     ("input parsing", "ninja.operation", "Operation._get_values"),
+    ("URL routing", "django.urls.resolvers", "URLResolver.resolve"),
+    ("rendering", "board.api.rendering", "dumps"),
+    ("rendering", "ninja.renderers", "JSONRenderer.render"),  # (before board.api.rendering)
     ("rendering", "ninja.main", "NinjaAPI.create_response"),
 )
+MODES = ("cycle", "next", "batch")
+BATCH = 10  # tasks per batch in the batch mode (bench/http_claims.py's (c))
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--backends", default="sqlite,postgres", help="comma-separated: sqlite,postgres")
-    parser.add_argument("--cycles", type=int, default=2000, help="claim→complete cycles per loop (default 2000)")
+    parser.add_argument("--cycles", type=int, default=2000, help="tasks per loop and mode (default 2000)")
+    parser.add_argument("--modes", default=",".join(MODES),
+                        help="comma-separated: cycle (claim then complete), next (complete-and-claim-next), "
+                             "batch (batches of 10); default all three")
     parser.add_argument("--pg-url", default=claims.DEFAULT_PG_URL)
     parser.add_argument("--dir", default=None, help="folder for the SQLite file (default: the system's temp folder)")
     parser.add_argument("--child", choices=("sqlite", "postgres"), help=argparse.SUPPRESS)
@@ -124,23 +142,84 @@ class Caller:
         return started["status"], answer
 
 
-def cycle(call: Caller) -> None:
-    status, answer = call("POST", "/api/claim", {"ttl_seconds": claims.TTL_SECONDS})
+def _ok(what: str, status: int, answer: bytes) -> dict:
     if status != 200:
-        raise SystemExit(f"claim answered {status}: {answer[:200]!r}")
-    claimed = json.loads(answer)
+        raise SystemExit(f"{what} answered {status}: {answer[:200]!r}")
+    return json.loads(answer)
+
+
+def cycle(call: Caller) -> tuple[int, int]:
+    """(a) claim then complete: (tasks completed, requests)."""
+    claimed = _ok("claim", *call("POST", "/api/claim", {"ttl_seconds": claims.TTL_SECONDS}))
     task_id, token = claimed["task"]["id"], claimed["lease"]["token"]
-    status, answer = call("POST", f"/api/tasks/{task_id}/complete", {"token": token, "result": claims.RESULT})
-    if status != 200:
-        raise SystemExit(f"complete answered {status}: {answer[:200]!r}")
+    _ok("complete", *call("POST", f"/api/tasks/{task_id}/complete", {"token": token, "result": claims.RESULT}))
+    return 1, 2
 
 
-def bare(call: Caller) -> None:
+class NextLoop:
+    """(b) complete-and-claim-next: each call completes the lease held and gets the next one in
+    the same request (the first call claims first, uncounted)."""
+
+    def __init__(self, call: Caller):
+        self.call = call
+        self.held: tuple[str, str] | None = None
+
+    def __call__(self) -> tuple[int, int]:
+        if self.held is None:
+            claimed = _ok("claim", *self.call("POST", "/api/claim", {"ttl_seconds": claims.TTL_SECONDS}))
+            self.held = claimed["task"]["id"], claimed["lease"]["token"]
+        task_id, token = self.held
+        answer = _ok("complete with next", *self.call("POST", f"/api/tasks/{task_id}/complete", {
+            "token": token, "result": claims.RESULT, "next": {"ttl_seconds": claims.TTL_SECONDS}}))
+        following = answer["next"]
+        if following is None:
+            raise SystemExit("complete with next found no next task: the seed ran out")
+        self.held = following["task"]["id"], following["lease"]["token"]
+        return 1, 1
+
+
+def batch(call: Caller) -> tuple[int, int]:
+    """(c) claim BATCH, complete them in one request."""
+    leases = _ok("batch claim", *call("POST", "/api/claim", {"ttl_seconds": claims.TTL_SECONDS,
+                                                              "max_tasks": BATCH}))["leases"]
+    answer = _ok("batch complete", *call("POST", "/api/complete", {"items": [
+        {"id": lease["task"]["id"], "token": lease["lease"]["token"], "result": claims.RESULT} for lease in leases]}))
+    if not all(item["ok"] for item in answer["items"]):
+        raise SystemExit(f"a batch completion was refused: {answer['items'][:2]}")
+    return len(leases), 2
+
+
+def bare(call: Caller) -> tuple[int, int]:
     from bench.http_agent import BARE_PATH
 
     status, answer = call("GET", BARE_PATH)
     if status != 200:
         raise SystemExit(f"the bare view answered {status}: {answer[:200]!r}")
+    return 1, 1
+
+
+class Measured(NamedTuple):
+    cpu: float  # seconds of this process's CPU
+    wall: float
+    tasks: int
+    requests: int
+
+    def per_request(self) -> tuple[float, float]:
+        """(CPU ms, wall ms) per request."""
+        return self.cpu * 1000 / self.requests, self.wall * 1000 / self.requests
+
+    def per_task(self) -> float:
+        return self.cpu * 1000 / self.tasks
+
+
+def measure(loop, tasks: int) -> Measured:
+    """Call `loop` (which answers (tasks, requests)) until `tasks` tasks are done."""
+    done = requests = 0
+    cpu, wall = time.process_time(), time.perf_counter()
+    while done < tasks:
+        moved, sent = loop()
+        done, requests = done + moved, requests + sent
+    return Measured(time.process_time() - cpu, time.perf_counter() - wall, done, requests)
 
 
 def per_request(loop, count: int, requests_per_call: int) -> tuple[float, float]:
@@ -148,9 +227,7 @@ def per_request(loop, count: int, requests_per_call: int) -> tuple[float, float]
     cpu, wall = time.process_time(), time.perf_counter()
     for _ in range(count):
         loop()
-    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
-    requests = count * requests_per_call
-    return cpu * 1000 / requests, wall * 1000 / requests
+    return Measured(time.process_time() - cpu, time.perf_counter() - wall, count, count * requests_per_call).per_request()
 
 
 class PartTimers:
@@ -164,7 +241,10 @@ class PartTimers:
         self._depth = 0
         self._saved = []
         for label, module_name, attribute in PARTS:
-            owner = importlib.import_module(module_name)
+            try:  # a part this checkout does not have (an older one, for a comparison) stays at 0
+                owner = importlib.import_module(module_name)
+            except ImportError:
+                continue
             *path, name = attribute.split(".")
             for step in path:
                 owner = getattr(owner, step)
@@ -191,6 +271,7 @@ class PartTimers:
 
 def child(args: argparse.Namespace) -> int:
     backend = args.child
+    modes = [mode for mode in args.modes.split(",") if mode]
     with tempfile.TemporaryDirectory(dir=args.dir) as folder:
         sqlite_path = Path(folder) / "api_cost.sqlite3"
         if backend == "sqlite":
@@ -213,18 +294,29 @@ def child(args: argparse.Namespace) -> int:
         key_row, key = agent_keys.create_key(f"api-cost-{os.getpid()}")
         call = Caller(key)
         cycles = args.cycles
-        # Three loops of ours (untimed, timed parts, untimed again) and the warm-ups.
-        claims.seed_with_engine("default", 3 * cycles + 2 * WARMUP_CYCLES, tied=False)
-        ours = functools.partial(cycle, call)
-
-        per_request(ours, WARMUP_CYCLES, 2)
-        ours_cpu, ours_wall = per_request(ours, cycles, 2)
-        timers = PartTimers()
-        try:
-            timed_cpu, _ = per_request(ours, cycles, 2)
-        finally:
-            timers.remove()
-        again_cpu, again_wall = per_request(ours, cycles, 2)
+        results = []
+        for mode in modes:
+            claims.clear("default")
+            # Three loops (untimed, timed parts, untimed again) and the warm-up, a batch's worth spare.
+            claims.seed_with_engine("default", 3 * cycles + 2 * WARMUP_CYCLES + 2 * BATCH, tied=False)
+            ours = {"cycle": functools.partial(cycle, call), "next": NextLoop(call),
+                    "batch": functools.partial(batch, call)}[mode]
+            measure(ours, WARMUP_CYCLES)
+            plain = measure(ours, cycles)
+            timers = PartTimers()
+            try:
+                timed = measure(ours, cycles)
+            finally:
+                timers.remove()
+            again = measure(ours, cycles)
+            # The untimed loop with less CPU (the other was slowed by something else).
+            best = min(plain, again, key=lambda m: m.cpu / m.tasks)
+            parts = {label: cpu * 1000 / timed.requests for label, cpu in timers.cpu.items()}
+            # The split is of the timed loop; "the rest" is what the timed parts leave of its total.
+            parts["the rest"] = timed.cpu * 1000 / timed.requests - sum(parts.values())
+            results.append({"mode": mode, "ours_cpu": best.per_request()[0], "ours_wall": best.per_request()[1],
+                            "ours_task_cpu": best.per_task(), "tasks_per_request": best.tasks / best.requests,
+                            "timed_cpu": timed.per_request()[0], "parts": parts})
 
         with override_settings(ROOT_URLCONF="bench.bare_urls"):
             bare_loop = functools.partial(bare, call)
@@ -249,15 +341,8 @@ def child(args: argparse.Namespace) -> int:
             raw.close(conn)
         key_row.delete()  # the bench's own key only
 
-    # The untimed loop with less CPU (the other was slowed by something else), with its wall time.
-    ours_cpu, ours_wall = min((ours_cpu, ours_wall), (again_cpu, again_wall))
-    parts = {label: cpu * 1000 / (2 * cycles) for label, cpu in timers.cpu.items()}
-    # The split is of the timed loop; "the rest" is what the timed parts leave of its total.
-    parts["the rest"] = (
-        timed_cpu - sum(parts.values()))
     print(json.dumps({
-        "backend": backend, "cycles": cycles, "ours_cpu": ours_cpu, "ours_wall": ours_wall,
-        "timed_cpu": timed_cpu, "parts": parts, "bare_cpu": bare_cpu, "plain_cpu": plain_cpu,
+        "backend": backend, "cycles": cycles, "modes": results, "bare_cpu": bare_cpu, "plain_cpu": plain_cpu,
         "raw_cpu": raw_cpu, "raw_wall": raw_wall,
     }))
     return 0
@@ -267,36 +352,48 @@ def child(args: argparse.Namespace) -> int:
 # The parent: one child per backend, then the table.
 
 
+MODE_NAMES = {"cycle": "claim then complete (a)", "next": "complete-and-claim-next (b)",
+              "batch": f"batches of {BATCH} (c)"}
+
+
 def report(result: dict) -> None:
     b = result["backend"]
-    ours, bare_cpu = result["ours_cpu"], result["bare_cpu"]
-    engine = result["parts"]["engine verb"]
-    print(f"\n{b}: {result['cycles']:,} claim→complete cycles, one thread, CPU of this process per request"
+    bare_cpu = result["bare_cpu"]
+    print(f"\n{b}: {result['cycles']:,} tasks per mode, one thread, CPU of this process per request"
           + ("" if b == "sqlite" else " (PostgreSQL's own CPU not included)"))
     print(f"  bare view, whole middleware stack        {bare_cpu:7.3f} ms")
     print(f"  bare view, no middleware                 {result['plain_cpu']:7.3f} ms")
     print(f"  raw driver (no Django)                   {result['raw_cpu']:7.3f} ms   (wall {result['raw_wall']:.3f} ms)")
-    print(f"  ours                                     {ours:7.3f} ms   (wall {result['ours_wall']:.3f} ms)")
-    print(f"  ours, with the parts timed               {result['timed_cpu']:7.3f} ms, of which:")
-    for label, cpu in result["parts"].items():
-        print(f"    {label:<36} {cpu:7.3f} ms  {cpu / result['timed_cpu']:5.0%}")
-    print("    (the rest: Django's request cycle, the middleware, URL routing, django-ninja's dispatch, "
-          "our endpoint code)")
-    print(f"  bare / ours                              {bare_cpu / ours:7.2f}    (issue 8's /bare goal: >= 0.25)")
-    print(f"  bare / (bare + engine verb)              {bare_cpu / (bare_cpu + engine):7.2f}    "
-          "(the best bare / ours if all but the verb cost what the bare view costs)")
-    print(f"  engine verb / raw driver                 {engine / result['raw_cpu']:7.2f}")
+    for mode in result["modes"]:
+        ours = mode["ours_cpu"]
+        engine = mode["parts"]["engine verb"]
+        print(f"  {MODE_NAMES[mode['mode']]}:")
+        print(f"    ours                                   {ours:7.3f} ms   (wall {mode['ours_wall']:.3f} ms)"
+              f"; per task {mode['ours_task_cpu']:.3f} ms")
+        print(f"    ours, with the parts timed             {mode['timed_cpu']:7.3f} ms, of which:")
+        for label, cpu in mode["parts"].items():
+            print(f"      {label:<36} {cpu:7.3f} ms  {cpu / mode['timed_cpu']:5.0%}")
+        print(f"    bare / ours                            {bare_cpu / ours:7.2f}    (issue 8's /bare goal: >= 0.25)")
+        print(f"    bare / (bare + engine verb)            {bare_cpu / (bare_cpu + engine):7.2f}    "
+              "(the best bare / ours if all but the verb cost what the bare view costs)")
+        if mode["mode"] == "cycle":
+            print(f"    engine verb / raw driver               {engine / result['raw_cpu']:7.2f}")
+    print("  (the rest: Django's request cycle, the middleware, django-ninja's dispatch, our endpoint code)")
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    unknown = set(args.modes.split(",")) - set(MODES)
+    if unknown:
+        raise SystemExit(f"unknown mode(s) {', '.join(sorted(unknown))}: {', '.join(MODES)}")
     if args.child:
         return child(args)
     print(f"bench/api_cost.py, {time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} cores")
     for backend in [b.strip() for b in args.backends.split(",") if b.strip()]:
         if backend not in ("sqlite", "postgres"):
             raise SystemExit(f"unknown backend {backend!r}: sqlite or postgres")
-        command = [sys.executable, __file__, "--child", backend, "--cycles", str(args.cycles), "--pg-url", args.pg_url]
+        command = [sys.executable, __file__, "--child", backend, "--cycles", str(args.cycles), "--pg-url", args.pg_url,
+                   "--modes", args.modes]
         if args.dir:
             command += ["--dir", args.dir]
         # Production settings (DEBUG off: no query log), served on 127.0.0.1 over plain HTTP.
