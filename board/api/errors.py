@@ -13,9 +13,9 @@ from django.core.exceptions import (
 )
 from django.http import HttpResponse
 from ninja.errors import AuthenticationError, HttpError, ValidationError
-from ninja.renderers import JSONRenderer
 
 from board.api.auth import Principal
+from board.api.rendering import Renderer
 from board.api.schemas import ErrorOut
 from board.engine import errors, scopes, selectors
 from board.engine.limits import MAX_BATCH_TASKS
@@ -27,7 +27,7 @@ ERRORS = {401: ErrorOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut, 413: Error
 
 # The API's renderer (board/api/main.py gives it to the NinjaAPI), for the answers made here and
 # by the routers, which are defined before the NinjaAPI whose create_response they would call.
-RENDERER = JSONRenderer()
+RENDERER = Renderer()
 
 
 def respond(request, data, status: int) -> HttpResponse:
