@@ -18,6 +18,8 @@ admin.site.index_title = "TaskFlow board"
 admin.site.site_url = "/board/"
 
 urlpatterns = [
+    # The agents' API first: its requests are the many (a path's patterns are tried in order).
+    path("api/", api.urls),
     path("", RedirectView.as_view(url="/board/", permanent=False)),
     path("board/", board_page, name="board"),
     path("board/filter", board_filter, name="board-filter"),  # the board's filter, over every task
@@ -27,7 +29,6 @@ urlpatterns = [
     path("board/tasks/", tasks_page, name="tasks"),  # every task, paged, with its export
     path("board/tasks/export", tasks_export, name="tasks_export"),
     path("admin/", admin.site.urls),
-    path("api/", api.urls),
     path("healthz", healthz, name="healthz"),
     path("metrics", metrics_view, name="metrics"),
     path("favicon.ico", favicon, name="favicon"),

@@ -61,11 +61,27 @@ TAG_DESCRIPTIONS = {
 }
 
 
+# The routes a working agent calls for every task, in the order Django tries them: first.
+HOT_ROUTES = {route: rank for rank, route in enumerate((
+    "tasks/<task_id>/complete", "claim", "complete", "tasks/<task_id>/renew", "tasks/<task_id>/fail",
+    "tasks/<task_id>/release",
+))}
+
+
 class BoardAPI(NinjaAPI):
     def get_openapi_operation_id(self, operation) -> str:
         # The committed contract's ids (board/api/openapi.json): made from the module every
         # endpoint once lived in, board/api/endpoints.py; generated clients are named after them.
         return f"board_api_endpoints_{operation.view_func.__name__}"
+
+    def _get_urls(self):
+        # An agent's hot paths first: Django tries a path's patterns in order, and these came
+        # after ~25 others (bench/api_cost.py's "URL routing" of a complete-and-claim-next,
+        # SQLite: 0.038 ms before, 0.023 after, with the API first in the URLconf too).
+        # Safe because none of them matches a path another pattern matches
+        # (tests/test_request_path.py resolves a path of every pattern in both orders).
+        patterns = super()._get_urls()
+        return sorted(patterns, key=lambda pattern: HOT_ROUTES.get(str(pattern.pattern), len(HOT_ROUTES)))
 
     def get_openapi_schema(self, *args, **kwargs):
         from board.api.routers.leases import document_batch_claim
