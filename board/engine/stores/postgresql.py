@@ -419,6 +419,22 @@ SELECT {COLUMNS} FROM moved
 """
 
 
+def _cache_the_statements_conversion() -> None:
+    """psycopg rewrites a query's %(name)s placeholders into $1, $2... with a regex on every
+    execute, unless the query is at most MAX_CACHED_STATEMENT_LENGTH bytes (4096), which it then
+    converts once (an LRU of 128). The claim statements are ~10 KB: each claim paid that
+    rewrite, and the prepared-statement lookup then hashed a fresh copy of the result. Raised
+    past the longest of them (tests/test_hot_path.py checks that a claim's conversion is a
+    cache hit). Only the cache's length bound changes: what a query converts to does not."""
+    from psycopg import _queries
+
+    longest = max(len(statement.encode()) for statement in (*PG_CLAIM_NEXT.values(), PG_RENEW, PG_COMPLETE))
+    _queries.MAX_CACHED_STATEMENT_LENGTH = max(_queries.MAX_CACHED_STATEMENT_LENGTH, longest)
+
+
+_cache_the_statements_conversion()
+
+
 class PostgresStatements(Statements):
     # Times come from the database's clock: only what the statements write as constants.
     known_columns = {
