@@ -80,26 +80,35 @@ class _CycleTransport:
         return getattr(self._transport, name)
 
 
-class _Writes:
-    """A transport whose first write is caught (`head`, a cycle's answer head) or sent after
-    `head` in one write (the body's first part); everything else is the transport's."""
+class _Delegating:
+    """A transport whose write is this class's; everything else is the transport's."""
 
-    def __init__(self, transport, head: bytes | None = None):
+    def __init__(self, transport):
         self._transport = transport
-        self.head = head
-        self.caught = head is None
-
-    def write(self, data: bytes) -> None:
-        head, self.head = self.head, None
-        if self.caught:
-            self.head, self.caught = data, False  # held: the body writes it
-        elif head is None:
-            self._transport.write(data)
-        else:
-            self._transport.write(head + data)
 
     def __getattr__(self, name):
         return getattr(self._transport, name)
+
+
+class _HeadHeld(_Delegating):
+    """Keeps the one write uvicorn makes of an answer's head instead of sending it."""
+
+    head: bytes | None = None
+
+    def write(self, data: bytes) -> None:
+        self.head = data
+
+
+class _HeadFirst(_Delegating):
+    """Sends `head` in front of the first write (the body's first part), in one write."""
+
+    def __init__(self, transport, head: bytes):
+        super().__init__(transport)
+        self.head: bytes | None = head
+
+    def write(self, data: bytes) -> None:
+        head, self.head = self.head, None
+        self._transport.write(data if head is None else head + data)
 
 
 class OneWriteCycle(RequestResponseCycle):
@@ -111,24 +120,24 @@ class OneWriteCycle(RequestResponseCycle):
         transport = self.transport
         if not self.response_started:
             # Whatever uvicorn checks and decides about the head, it still does; only its write is held.
-            self.transport = writes = _Writes(transport)
+            self.transport = held = _HeadHeld(transport)
             try:
                 await super().send(message)
             finally:
                 self.transport = transport
-            self._head = writes.head
+            self._head = held.head
             return
         head, self._head = self._head, None
         if head is None:
             await super().send(message)
             return
-        self.transport = writes = _Writes(transport, head)
+        self.transport = first = _HeadFirst(transport, head)
         try:
             await super().send(message)
         finally:
             self.transport = transport
-            if writes.head is not None and not transport.is_closing():
-                transport.write(writes.head)  # a body uvicorn refused before writing: the head still goes
+            if first.head is not None and not transport.is_closing():
+                transport.write(first.head)  # a body uvicorn refused before writing: the head still goes
 
 
 class BoundedHttpToolsProtocol(HttpToolsProtocol):

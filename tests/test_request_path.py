@@ -188,7 +188,7 @@ def test_sqlite_connections_keep_temporary_files_in_memory(alias):
 def test_an_answer_leaves_in_one_write_and_reads_whole():
     """The server's protocol on a real socket: each answer (a keep-alive connection's two, a HEAD's
     head alone) is one transport write, and the client reads status, headers and body intact."""
-    uvicorn = pytest.importorskip("uvicorn")
+    import uvicorn
     from uvicorn.server import ServerState
 
     from server.http_protocol import BoundedHttpToolsProtocol
