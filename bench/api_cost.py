@@ -6,9 +6,9 @@ Why this exists
 ---------------
 bench/http_claims.py measures the board over HTTP, where the machine's noise (other processes,
 the hypervisor's steal, the GIL shared by a server's threads) moves the figures from run to
-run. This script takes the server out: one thread calls Django's WSGI handler (the one
-``manage.py serve`` runs every HTTP request through, server/serving.py) with the same
-request an agent sends, and reads this process's CPU clock (``time.process_time``) around it. On
+run. This script takes the server out: one thread calls the WSGI application ``manage.py
+serve`` runs every HTTP request through (server.serving.wsgi_application: Django's handler,
+an agent's hot requests through server/hot_requests.py) with the same request an agent sends, and reads this process's CPU clock (``time.process_time``) around it. On
 SQLite everything a request costs, the database included, is CPU of this process, so the split
 below adds up; on PostgreSQL the database server's own CPU is not in it (the wall time per
 request is printed beside).
@@ -29,12 +29,14 @@ What is measured (each backend in a child process of its own, one thread)
   - *key check*: ``board.agent_keys.authenticate_deferred`` (what the hot verbs' requests
     call: a key verified in the last minute costs no query there, the move checks it) and
     ``authenticate`` (the lookup);
-  - *input parsing*: django-ninja's ``Operation._get_values`` (body and path to the schema);
-  - *URL routing*: Django's ``URLResolver.resolve`` (the path to its view);
+  - *input parsing*: the body to its schema: ``HotRoute.body`` for an agent's hot requests,
+    django-ninja's ``Operation._get_values`` for the others (body and path to the schema);
+  - *URL routing*: Django's ``URLResolver.resolve`` (the path to its view; an agent's hot
+    requests are matched by server/hot_requests.py, counted in the rest);
   - *rendering*: the answer's JSON (``board.api.rendering.dumps``, and django-ninja's
     ``NinjaAPI.create_response`` for the endpoints that return a schema);
-  - *the rest*: Django's request cycle, the middleware, django-ninja's own dispatch and our
-    endpoint code around the verb.
+  - *the rest*: Django's request cycle, the middleware, django-ninja's own dispatch (for an
+    agent's hot requests, server/hot_requests.py's) and our endpoint code around the verb.
   The timers are wrappers put around those functions for the measured loop only; they cost a
   little themselves, so the loop is run once more without them and both totals are printed.
 - **raw**: bench/claims.py's plain-driver cycle (``RawDriver``: the same moves as one UPDATE +
@@ -85,6 +87,7 @@ PARTS = (
     ("key check", "board.agent_keys", "authenticate"),
     ("key check", "board.agent_keys", "authenticate_deferred"),  # the hot verbs' (it may call the above)
     ("input parsing", "ninja.operation", "Operation._get_values"),
+    ("input parsing", "server.hot_requests", "HotRoute.body"),  # an agent's hot requests
     ("URL routing", "django.urls.resolvers", "URLResolver.resolve"),
     ("rendering", "board.api.rendering", "dumps"),
     ("rendering", "ninja.renderers", "JSONRenderer.render"),  # (before board.api.rendering)
@@ -112,12 +115,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 class Caller:
-    """Requests straight into Django's WSGI handler, as server/serving.py hands them."""
+    """Requests straight into the server's WSGI application, as server/serving.py hands them."""
 
     def __init__(self, key: str):
-        from django.core.wsgi import get_wsgi_application
+        from server.serving import wsgi_application
 
-        self.app = get_wsgi_application()
+        self.app = wsgi_application()
         self.auth = f"Bearer {key}"
 
     def __call__(self, method: str, path: str, body: dict | None = None) -> tuple[int, bytes]:
@@ -378,7 +381,7 @@ def report(result: dict) -> None:
               "(the best bare / ours if all but the verb cost what the bare view costs)")
         if mode["mode"] == "cycle":
             print(f"    engine verb / raw driver               {engine / result['raw_cpu']:7.2f}")
-    print("  (the rest: Django's request cycle, the middleware, django-ninja's dispatch, our endpoint code)")
+    print("  (the rest: Django's request cycle, the middleware, the dispatch to the endpoint, our endpoint code)")
 
 
 def main(argv: list[str] | None = None) -> int:

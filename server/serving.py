@@ -319,11 +319,18 @@ def warm_up() -> None:
 WARM_TEMPLATES = ("board/board.html", "board/task.html", "board/tasks.html")
 
 
-def http_app() -> HttpApp:
-    """The HTTP side of the server's application (server/application.py), from the settings."""
+def wsgi_application():
+    """Django's WSGI handler with an agent's hot requests in front of it (server/hot_requests.py)."""
     from django.core.wsgi import get_wsgi_application
 
-    wsgi = get_wsgi_application()
+    from server.hot_requests import HotRequests
+
+    return HotRequests(get_wsgi_application())
+
+
+def http_app() -> HttpApp:
+    """The HTTP side of the server's application (server/application.py), from the settings."""
+    wsgi = wsgi_application()
     warm_up()
     static_files = None
     if settings.DEBUG:  # production puts static files behind the proxy (collectstatic)
