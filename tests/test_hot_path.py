@@ -523,6 +523,10 @@ def test_a_hot_verb_given_a_revoked_key_is_refused_and_writes_nothing(alias, set
         transitions.renew("held", held.lease.token, TTL, agent="trusted", key_hash=key_hash, using=alias)
     with pytest.raises(errors.KeyRevoked):
         transitions.complete("held", held.lease.token, {"ok": 1}, agent="trusted", key_hash=key_hash, using=alias)
+    with pytest.raises(errors.KeyRevoked):  # a batch: refused whole
+        transitions.complete_batch([transitions.CompleteItem("held", held.lease.token, {"ok": 1}),
+                                    transitions.CompleteItem("ready", "not-held", {})],
+                                   agent="trusted", key_hash=key_hash, using=alias)
     assert _board(alias) == before
     # The same moves without a key to check (the caller looked the key up itself) still work.
     assert transitions.complete("held", held.lease.token, {"ok": 1}, agent="trusted", using=alias).stage == "COMPLETED"
