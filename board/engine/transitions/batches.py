@@ -275,13 +275,14 @@ def complete_batch(items: Sequence[CompleteItem], *, agent: str | None = None, k
     undoes nothing: it wrote nothing. The batch as a whole is checked first
     (check_complete_items): a bad batch is refused whole and nothing is written.
 
-    On SQLite the items' statements share one transaction (_StatementPath.complete_batch;
-    Statements.completions_share_a_transaction says why there only); an item whose statement
-    matched nothing is then run again as complete() alone, which makes the move if it has become
-    legal or says why not. Elsewhere each item is complete()."""
+    On SQLite and PostgreSQL the store's statement runs for each item (_StatementPath.complete_batch:
+    one transaction for them all on SQLite, each its own on PostgreSQL; the
+    Statements.completions_share_a_transaction comment says why); an item whose statement matched
+    nothing is then run again as complete() alone, which makes the move if it has become legal
+    or says why not. On MongoDB each item is complete()."""
     check_complete_items(items)
     hot = _statements_of(using)
-    if hot is None or not hot.hot.completions_share_a_transaction:
+    if hot is None:
         # A key gone before the batch refuses the whole call (KeyRevoked: 401), as it would one
         # completion; gone during it, the items after are refused one by one. Each completion
         # checks the key before its lease, so the first item's KeyRevoked is the call's (it wrote

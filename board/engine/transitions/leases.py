@@ -680,16 +680,17 @@ class _StatementPath:
         return task
 
     @tracing.traced(Verb.COMPLETE, names_task=False)
-    @retry_conflicts
     def complete_batch(self, items, agent: str | None, key_hash: str | None, *, using: str) -> list[Task | None]:
-        """complete's statement for each item ((task_id, token, result)), all in one transaction
-        (hot.several(): one commit, where the batch's own transactions cost more than its moves).
-        Per item, the completed task, or None where the statement matched nothing, which wrote
-        nothing: the caller judges those items one by one (batches.complete_batch)."""
+        """complete's statement for each item ((task_id, token, result)). Where a transaction
+        costs more than the statement (hot.completions_share_a_transaction: SQLite), all in one
+        (one commit); elsewhere each in its own, as complete's (on PostgreSQL it commits by
+        itself). Per item, the completed task, or None where the statement matched nothing,
+        which wrote nothing: the caller judges those items one by one (batches.complete_batch)."""
         hot = self.hot
-        with hot.several():
-            rows = [hot.complete(task_id, _token_hash(token), agent, result, key_hash)
-                    for task_id, token, result in items]
+        if hot.completions_share_a_transaction:
+            rows = self._complete_rows(items, agent, key_hash, using=using)
+        else:  # (a conflict runs its own item again, never one that has committed)
+            rows = [row for item in items for row in self._complete_rows([item], agent, key_hash, using=using)]
         made = [None if row is None else hot.task(row) for row in rows]  # out of the transaction
         count = sum(task is not None for task in made)
         if count:
@@ -699,6 +700,14 @@ class _StatementPath:
             if task is not None and task.has_dependents:
                 _admit_dependents_after_commit(task.pk, using)
         return made
+
+    @retry_conflicts
+    def _complete_rows(self, items, agent: str | None, key_hash: str | None, *, using: str) -> list:
+        """complete's statement for each item, in one transaction: what each wrote, or None."""
+        hot = self.hot
+        with hot.several() if len(items) > 1 else hot.transaction():
+            return [hot.complete(task_id, _token_hash(token), agent, result, key_hash)
+                    for task_id, token, result in items]
 
 
 def _preferred_first(ready, capabilities: Capabilities) -> str | None:
