@@ -1,28 +1,31 @@
 """An agent's hot requests, served by Django's own handler without the parts they never use.
 
 A working agent sends the same few requests over and over (board.api.main.HOT_ROUTES: complete,
-claim, renew, fail, release). Through Django's full path each also paid for what only a
-browser's request uses (the session, CSRF, authentication and messages middleware), for the
-URL resolver's walk, and for django-ninja's per-request machinery around the endpoint: about
-a tenth of a complete-and-claim-next's CPU (docs/benchmarks.md). `HotRequests` is the WSGI
-application the server runs (server/serving.py), in front of Django's handler. A request that is
+claim, complete a batch, renew, fail, release). Through Django's full path each also paid for
+the URL resolver's walk, for middleware that never acts on an agent's request (CSRF, messages)
+and for django-ninja's per-request machinery around the endpoint (docs/benchmarks.md has what
+that came to). `HotRequests` is the WSGI application the server runs (server/serving.py), in
+front of Django's handler. A request that is
 
 - `POST` to one of the hot routes' paths, with no query string,
-- sent with `Authorization: Bearer …` and without a `Cookie` header (an agent, not a browser),
+- sent with `Authorization: Bearer …` and without a `Cookie` header (an agent, not a browser:
+  a session's CSRF check needs the CSRF middleware),
 
-goes through `HotHandler`: Django's WSGI handler (the same WSGIRequest, request_started and
-request_finished signals, so the log's request context and the database connections' closing
-or return to their pool, and the same log line for a 4xx/5xx) around the settings' own
-middleware minus two that never act on such a request (SKIPPED_MIDDLEWARE). Inside the middleware, instead of resolving the URL and dispatching through django-ninja's
-view, it calls the route's endpoint with the key django-ninja's authentication accepted and
-the body its schema validated (`HotRoute.call`); anything else (a key refused, a body refused)
+goes through `HotHandler`: Django's WSGI handler (the same WSGIRequest; the same
+request_started and request_finished signals, so the log's request context and the database
+connections closed or given back to their pool; the same log line for a 4xx or 5xx) around the
+settings' middleware minus SKIPPED_MIDDLEWARE. Inside the middleware, where Django would resolve
+the URL and dispatch through django-ninja's view, it runs the view middleware (tracing's, when
+on) and calls the route's endpoint with the caller django-ninja's authentication accepted and
+the body its schema validated (`HotRoute.call`). Anything else (a key refused, a body refused)
 is handed to the route's django-ninja `Operation.run`, so every refusal is django-ninja's own
-answer. Nothing has been written when it hands over. Every other request goes to Django's
+answer; nothing has been written when it hands over. Every other request goes to Django's
 handler unchanged.
 
-tests/test_hot_requests.py sends the same requests (accepted, refused, malformed, unauthenticated,
-from a disallowed Host, over plain HTTP under SECURE_SSL_REDIRECT, over HTTPS with HSTS)
-through both handlers and compares status, headers, body, log lines and metrics.
+tests/test_hot_requests.py sends the same requests (accepted, refused, malformed,
+unauthenticated, from a disallowed Host, over plain HTTP under SECURE_SSL_REDIRECT, over HTTPS
+with HSTS, a crash) through both and compares status, headers, body, rows, log lines and the
+latency metric.
 """
 from __future__ import annotations
 
@@ -64,8 +67,8 @@ class HotRoute:
 
     def resolver_match(self, kwargs: dict) -> ResolverMatch:
         """What Django's resolver answers for a path of this route."""
-        return ResolverMatch(self.callback, (), kwargs, self.url_name, self.app_names, self.namespaces, route=self.route,
-                             captured_kwargs=kwargs, extra_kwargs={})
+        return ResolverMatch(self.callback, (), kwargs, self.url_name, self.app_names, self.namespaces,
+                             route=self.route, captured_kwargs=kwargs, extra_kwargs={})
 
     def call(self, request, path_kwargs: dict) -> HttpResponseBase:
         """What `operation.run(request, **path_kwargs)` answers. An accepted key and a body its

@@ -54,7 +54,8 @@ def call(app, path: str, body=b"", *, key: str | None = None, method: str = "POS
         "REQUEST_METHOD": method, "PATH_INFO": path, "SCRIPT_NAME": "", "QUERY_STRING": query,
         "SERVER_NAME": "testserver", "SERVER_PORT": "443" if https else "80", "SERVER_PROTOCOL": "HTTP/1.1",
         "HTTP_HOST": host, "CONTENT_TYPE": "application/json", "CONTENT_LENGTH": str(len(data)),
-        "HTTP_X_REQUEST_ID": REQUEST_ID, "wsgi.input": io.BytesIO(data), "wsgi.url_scheme": "https" if https else "http",
+        "HTTP_X_REQUEST_ID": REQUEST_ID, "wsgi.input": io.BytesIO(data),
+        "wsgi.url_scheme": "https" if https else "http",
         "wsgi.errors": sys.stderr, "wsgi.multithread": True, "wsgi.multiprocess": True, "wsgi.run_once": False,
         **({"HTTP_AUTHORIZATION": f"Bearer {key}"} if key else {}), **environ,
     }
@@ -191,8 +192,8 @@ def test_which_requests_are_hot(apps, method, path, extra, hot):
 
 
 def test_complete_with_next(apps, key):
-    answers = both(apps, lambda w, ids, token: (f"/api/tasks/{ids[0]}/complete",
-                                                {"token": token, "result": {"n": 1}, "next": {"ttl_seconds": 30}}), key=key)
+    answers = both(apps, lambda w, ids, token: (f"/api/tasks/{ids[0]}/complete", {
+        "token": token, "result": {"n": 1}, "next": {"ttl_seconds": 30, "queue": w}}), key=key)
     status, headers, text = answers[1]
     assert status == 200 and text["next"]["task"]["id"] == "<w>-1"
     # Django's security headers, the request's id, the answer's type: as on Django's path.
@@ -202,27 +203,27 @@ def test_complete_with_next(apps, key):
 
 
 def test_complete_with_next_when_nothing_is_ready(apps, key):
-    answers = both(apps, lambda w, ids, token: (f"/api/tasks/{ids[0]}/complete",
-                                                {"token": token, "result": {}, "next": {"ttl_seconds": 30}}),
-                   key=key, seed_count=1)
+    answers = both(apps, lambda w, ids, token: (f"/api/tasks/{ids[0]}/complete", {
+        "token": token, "result": {}, "next": {"ttl_seconds": 30, "queue": w}}), key=key, seed_count=1)
     assert answers[1][2]["next"] is None
 
 
 @pytest.mark.parametrize("name,request_of", [
     ("complete", lambda w, ids, token: (f"/api/tasks/{ids[0]}/complete", {"token": token, "result": [1, "two"]})),
-    ("complete with usage", lambda w, ids, token: (f"/api/tasks/{ids[0]}/complete",
-                                                   {"token": token, "result": None, "usage": {"tokens_in": 5}})),
+    ("complete with usage", lambda w, ids, token: (f"/api/tasks/{ids[0]}/complete", {
+        "token": token, "result": {}, "usage": {"input_tokens": 5, "output_tokens": 7}})),
     ("renew", lambda w, ids, token: (f"/api/tasks/{ids[0]}/renew", {"token": token, "ttl_seconds": 90,
                                                                     "progress": 0.5})),
     ("fail", lambda w, ids, token: (f"/api/tasks/{ids[0]}/fail", {"token": token, "error": "boom"})),
     ("fail with next", lambda w, ids, token: (f"/api/tasks/{ids[0]}/fail", {"token": token, "error": "boom",
-                                                                            "next": {"ttl_seconds": 30}})),
+                                                                            "next": {"ttl_seconds": 30, "queue": w}})),
     ("release", lambda w, ids, token: (f"/api/tasks/{ids[0]}/release", {"token": token})),
     ("complete a batch", lambda w, ids, token: ("/api/complete", {"items": [
         {"id": ids[0], "token": token, "result": 1}, {"id": ids[1], "token": "not-held", "result": 2}]})),
 ])
 def test_the_holders_verbs(apps, key, name, request_of):
-    both(apps, request_of, key=key)
+    answers = both(apps, request_of, key=key)
+    assert answers[0][0] == 200, answers[0]
 
 
 @pytest.mark.parametrize("body", [
