@@ -8,10 +8,11 @@ bench/http_claims.py measures the board over HTTP, where the machine's noise (ot
 the hypervisor's steal, the GIL shared by a server's threads) moves the figures from run to
 run. This script takes the server out: one thread calls the WSGI application ``manage.py
 serve`` runs every HTTP request through (server.serving.wsgi_application: Django's handler,
-an agent's hot requests through server/hot_requests.py) with the same request an agent sends, and reads this process's CPU clock (``time.process_time``) around it. On
-SQLite everything a request costs, the database included, is CPU of this process, so the split
-below adds up; on PostgreSQL the database server's own CPU is not in it (the wall time per
-request is printed beside).
+an agent's hot requests through server/hot_requests.py) with the same request an agent
+sends, and reads this process's CPU clock (``time.process_time``) around it. On SQLite
+everything a request costs, the database included, is CPU of this process, so the split below
+adds up; on PostgreSQL the database server's own CPU is not in it (the wall time per request
+is printed beside).
 
 What is measured (each backend in a child process of its own, one thread)
 ---------------------------------------------------------------------------

@@ -192,7 +192,8 @@ class HotRequests:
         return self.handler(environ, start_response)
 
     def match(self, environ) -> tuple[HotRoute, dict] | None:
-        """(route, path parameters) of a hot request; None for any other."""
+        """(route, path parameters) of a hot request; None for any other. (The hot routes take
+        no query: a request with one goes to Django's path, which judges it as it always has.)"""
         if (environ.get("REQUEST_METHOD") != "POST" or environ.get("QUERY_STRING") or "HTTP_COOKIE" in environ
                 or not environ.get("HTTP_AUTHORIZATION", "").startswith("Bearer ")):
             return None

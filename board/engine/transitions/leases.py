@@ -690,7 +690,7 @@ class _StatementPath:
         if hot.completions_share_a_transaction:
             rows = self._complete_rows(items, agent, key_hash, using=using)
         else:  # (a conflict runs its own item again, never one that has committed)
-            rows = [row for item in items for row in self._complete_rows([item], agent, key_hash, using=using)]
+            rows = [self._complete_rows([item], agent, key_hash, using=using)[0] for item in items]
         made = [None if row is None else hot.task(row) for row in rows]  # out of the transaction
         count = sum(task is not None for task in made)
         if count:
