@@ -399,3 +399,24 @@ def test_with_atomic_requests_every_request_takes_djangos_path():
     finally:
         settings_dict["ATOMIC_REQUESTS"] = False
     assert hot_requests.HotRequests(WSGIHandler()).routes
+
+
+def test_an_accepted_request_skips_django_ninjas_dispatch_and_a_refused_one_takes_it(apps, key, monkeypatch):
+    """The point of the path: django-ninja's Operation.run only for what it must judge."""
+    from ninja.operation import Operation
+
+    runs = []
+    run = Operation.run
+
+    def counted(self, request, **kwargs):
+        runs.append(request.path)
+        return run(self, request, **kwargs)
+
+    monkeypatch.setattr(Operation, "run", counted)
+    ids = seed(WORLDS[1])
+    token = held(WORLDS[1], key, ids[0], apps)  # (through Django's path: one run)
+    runs.clear()
+    assert call(apps[1], f"/api/tasks/{ids[0]}/renew", {"token": token, "ttl_seconds": 60}, key=key).status == 200
+    assert runs == []
+    assert call(apps[1], f"/api/tasks/{ids[0]}/renew", {"token": token, "ttl_seconds": "soon"}, key=key).status == 422
+    assert runs == [f"/api/tasks/{ids[0]}/renew"]
