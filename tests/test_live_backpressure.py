@@ -294,8 +294,13 @@ def test_sockets_that_stopped_reading_do_not_delay_another_sockets_changes(big_b
         watcher.close()
 
 
+PING, PONG = 0x89, 0x8A  # final control frames: the server's keepalive ping, a pong
+
+
 def read_frame(sock: net.socket) -> bytes:
-    """One whole server frame's payload (unmasked, unfragmented: what the board sends)."""
+    """One whole server text frame's payload (unmasked, unfragmented: what the board sends).
+    The server's keepalive pings (uvicorn sends one every 20 s; a socket that paused reading
+    finds one among its frames) are answered with a pong, as a client must, and passed over."""
 
     def exactly(n: int) -> bytes:
         data = b""
@@ -305,14 +310,20 @@ def read_frame(sock: net.socket) -> bytes:
             data += chunk
         return data
 
-    first, second = exactly(2)
-    assert first == 0x81, f"not a final text frame: {first:#x}"
-    size = second & 0x7F
-    if size == 126:
-        size = int.from_bytes(exactly(2), "big")
-    elif size == 127:
-        size = int.from_bytes(exactly(8), "big")
-    return exactly(size)
+    while True:
+        first, second = exactly(2)
+        size = second & 0x7F
+        if size == 126:
+            size = int.from_bytes(exactly(2), "big")
+        elif size == 127:
+            size = int.from_bytes(exactly(8), "big")
+        payload = exactly(size)
+        if first == PING:  # a control frame's payload is at most 125 bytes; a client's frame is masked
+            mask = os.urandom(4)
+            sock.sendall(bytes([PONG, 0x80 | size]) + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload)))
+            continue
+        assert first == 0x81, f"not a final text frame: {first:#x}"
+        return payload
 
 
 MAX_PAUSED_TASKS = 20_000  # cards of 300-character titles: ~1.4 KB of frames each
