@@ -527,12 +527,23 @@ class RawLease:
     version: int
     fence: int
     token_hash: str
+    token: str = ""  # the token whose hash the row holds (bench/bare_urls.py's plain views hand it out)
+
+
+def mint_token() -> tuple[str, str]:
+    """A fresh lease token and its SHA-256 (hex): 32 random bytes in URL-safe base64, as the
+    engine mints them (transitions._mint_token, hash_token)."""
+    token = secrets.token_urlsafe(32)
+    return token, hash_token(token)
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
 
 
 def mint_token_hash() -> str:
-    """The SHA-256 (hex) of a fresh lease token: 32 random bytes in URL-safe base64, as the
-    engine mints them (transitions._mint_token, hash_token)."""
-    return hashlib.sha256(secrets.token_urlsafe(32).encode()).hexdigest()
+    """The SHA-256 (hex) of a fresh lease token (mint_token)."""
+    return mint_token()[1]
 
 
 class RawDriver:
@@ -577,53 +588,132 @@ class RawDriver:
         conn.close()
 
     def cycle(self, conn: Any, agent: str) -> str | None:
-        lease = self._claim_next(conn, agent)
+        lease = self.claim_next(conn, agent)
         if lease is None:
             return None
-        self._complete(conn, agent, lease)
+        self.complete(conn, agent, lease)
         return lease.task_id
 
     def _begin(self, cursor: Any) -> None:
         if self.d.begin:
             cursor.execute(self.d.begin)
 
-    def _claim_next(self, conn: Any, agent: str) -> RawLease | None:
+    def claim_next(self, conn: Any, agent: str) -> RawLease | None:
+        """The best ready task, claimed in a transaction of its own; None when none is ready."""
         while True:
             cursor = conn.cursor()
             self._begin(cursor)
-            now = datetime.now(UTC)
-            cursor.execute(self.pick, [self.d.when(now)])
-            row = cursor.fetchone()
-            if row is None:
+            lease = self._claim_in(cursor, agent)
+            if lease is None or lease is RACED:
                 conn.rollback()
-                return None
-            task_id, version, fence, attempts = row
-            lease = RawLease(task_id, version + 1, fence + 1, mint_token_hash())
-            at, until = self.d.when(now), self.d.when(now + timedelta(seconds=TTL_SECONDS))
-            cursor.execute(self.claim_sql, [lease.version, agent, lease.token_hash, lease.fence, until,
-                                            attempts + 1, at, task_id, version])
-            if cursor.rowcount != 1:  # another writer moved it first: pick again
-                conn.rollback()
-                continue
-            cursor.execute(self.event_sql, [task_id, "claim", "QUEUED", "RUNNING", lease.version,
-                                            lease.fence, agent, at])
-            conn.commit()
-            self.d.committed()
+                if lease is None:
+                    return None
+                continue  # another writer moved it first: pick again
+            self._commit(conn)
             return lease
 
-    def _complete(self, conn: Any, agent: str, lease: RawLease) -> None:
+    def complete(self, conn: Any, agent: str, lease: RawLease) -> None:
+        """The lease's task completed, in a transaction of its own."""
         cursor = conn.cursor()
         self._begin(cursor)
+        try:
+            self._complete_in(cursor, agent, lease)
+        except BaseException:
+            conn.rollback()
+            raise
+        self._commit(conn)
+
+    def complete_and_claim(self, conn: Any, agent: str, lease: RawLease) -> RawLease | None:
+        """The lease's task completed and the best ready task claimed, in one transaction (as the
+        engine's complete-and-claim-next does); the new lease, or None when none was ready."""
+        while True:
+            cursor = conn.cursor()
+            self._begin(cursor)
+            try:
+                self._complete_in(cursor, agent, lease)
+                claimed = self._claim_in(cursor, agent)
+            except BaseException:
+                conn.rollback()
+                raise
+            if claimed is RACED:  # the completion is rolled back with it: both again
+                conn.rollback()
+                continue
+            self._commit(conn)
+            return claimed
+
+    def claim_batch(self, conn: Any, agent: str, most: int) -> list[RawLease]:
+        """Up to `most` of the best ready tasks claimed in one transaction, in claim order."""
+        while True:
+            cursor = conn.cursor()
+            self._begin(cursor)
+            leases, raced = [], False
+            try:
+                while len(leases) < most:
+                    lease = self._claim_in(cursor, agent)
+                    if lease is None:
+                        break
+                    if lease is RACED:
+                        raced = True
+                        break
+                    leases.append(lease)
+            except BaseException:
+                conn.rollback()
+                raise
+            if raced:  # another writer moved a picked task first (PostgreSQL; rare with SKIP LOCKED): all again
+                conn.rollback()
+                continue
+            self._commit(conn)
+            return leases
+
+    def complete_batch(self, conn: Any, agent: str, leases: list[RawLease]) -> None:
+        """Every lease's task completed, in one transaction."""
+        cursor = conn.cursor()
+        self._begin(cursor)
+        try:
+            for lease in leases:
+                self._complete_in(cursor, agent, lease)
+        except BaseException:
+            conn.rollback()
+            raise
+        self._commit(conn)
+
+    def _commit(self, conn: Any) -> None:
+        conn.commit()
+        self.d.committed()
+
+    def _claim_in(self, cursor: Any, agent: str) -> RawLease | None | object:
+        """The pick, then the claim's UPDATE + INSERT, in the open transaction: the lease; None
+        when no task is ready; RACED when another writer moved the picked task first."""
+        now = datetime.now(UTC)
+        cursor.execute(self.pick, [self.d.when(now)])
+        row = cursor.fetchone()
+        if row is None:
+            return None
+        task_id, version, fence, attempts = row
+        token, token_hash = mint_token()
+        lease = RawLease(task_id, version + 1, fence + 1, token_hash, token)
+        at, until = self.d.when(now), self.d.when(now + timedelta(seconds=TTL_SECONDS))
+        cursor.execute(self.claim_sql, [lease.version, agent, lease.token_hash, lease.fence, until,
+                                        attempts + 1, at, task_id, version])
+        if cursor.rowcount != 1:
+            return RACED
+        cursor.execute(self.event_sql, [task_id, "claim", "QUEUED", "RUNNING", lease.version,
+                                        lease.fence, agent, at])
+        return lease
+
+    def _complete_in(self, cursor: Any, agent: str, lease: RawLease) -> None:
+        """The completion's UPDATE + INSERT in the open transaction; RuntimeError when the
+        lease's task is not RUNNING under it."""
         at = self.d.when(datetime.now(UTC))
         cursor.execute(self.complete_sql, [lease.version + 1, self.d.as_json(RESULT), at,
                                            lease.task_id, lease.version, lease.token_hash])
         if cursor.rowcount != 1:
-            conn.rollback()
             raise RuntimeError(f"raw complete of {lease.task_id} matched {cursor.rowcount} rows")
         cursor.execute(self.event_sql, [lease.task_id, "complete", "RUNNING", "COMPLETED",
                                         lease.version + 1, lease.fence, agent, at])
-        conn.commit()
-        self.d.committed()
+
+
+RACED = object()  # RawDriver._claim_in: the picked task was moved by another writer first
 
 
 class MongoRawDriver:

@@ -168,6 +168,9 @@ MODES = {"cycle": "(a) claim, then complete", "next": "(b) complete-and-claim-ne
 # Issue 34's goals at 8 agents, SQLite and PostgreSQL: server CPU ms per completed task at most,
 # tasks/s at least.
 GOALS_34 = {"next": (1.0, 400.0), "batch": (0.4, 1_000.0)}
+# The modes whose moves the bare view's server also runs as plain SQL (bench/bare_urls.py), beside
+# the bare view: what the same moves cost behind the same server without the engine.
+PLAIN_MODES = ("next", "batch")
 SERVER_START_TIMEOUT = 60.0
 BARE_SETTINGS = "bench.bare_settings"
 BARE_ASGI = "bench.bare_asgi:application"
@@ -663,9 +666,11 @@ class Interleaved:
     agents: int
     runs: dict[str, list[HttpOutcome]]
     bare: list[HttpOutcome]
+    # The plain SQL of (b) and (c) (bench/bare_urls.py), on the bare view's server: per mode, with the mode.
+    plain: dict[str, list[HttpOutcome]]
 
     def outcomes(self) -> list[HttpOutcome]:
-        return [o for runs in self.runs.values() for o in runs] + self.bare
+        return [o for runs in [*self.runs.values(), *self.plain.values()] for o in runs] + self.bare
 
 
 def median_run(runs: list[HttpOutcome]) -> HttpOutcome:
@@ -712,6 +717,7 @@ def run_backend(backend: str, database_url: str, args: argparse.Namespace, worke
             runs: dict[str, list[HttpOutcome]] = {mode: [] for mode in args.modes}
             locks: list[LockFigures | None] = []
             bare_runs: list[HttpOutcome] = []
+            plain_runs: dict[str, list[HttpOutcome]] = {mode: [] for mode in PLAIN_MODES if mode in args.modes}
             for round_no in range(1, args.rounds + 1):
                 for mode in args.modes:
                     seed_http_run(alias, args.seconds, args.seed_scale, mode)
@@ -736,11 +742,21 @@ def run_backend(backend: str, database_url: str, args: argparse.Namespace, worke
                     bare_runs.append(run_agents(bare_server.port, ["-"] * agents, "probe-bare", args.bare_seconds,
                                                 bare_server.process.pid))
                     sampler.wait()
+                    for mode in plain_runs:  # (b)'s and (c)'s moves as plain SQL, on the same database
+                        seed_http_run(alias, args.seconds, args.seed_scale, mode)
+                        outcome = run_agents(bare_server.port, ["-"] * agents, mode, args.seconds,
+                                             bare_server.process.pid)
+                        if not outcome.errors:
+                            outcome.errors.extend(verify_database(alias, outcome))
+                        claims.clear(alias)
+                        plain_runs[mode].append(outcome)
                 print(f"  {agents} agent(s), round {round_no}/{args.rounds}: "
                       + ", ".join(f"{mode} {runs[mode][-1].rate:,.0f} tasks/s "
                                   f"({fmt_ms(runs[mode][-1].server_ms_per_task)} ms CPU/task)" for mode in args.modes)
-                      + (f", bare {bare_runs[-1].rate:,.0f} req/s" if bare_runs else ""), flush=True)
-            interleaved.append(Interleaved(backend, workers, agents, runs, bare_runs))
+                      + (f", bare {bare_runs[-1].rate:,.0f} req/s" if bare_runs else "")
+                      + "".join(f", plain {mode} {runs[-1].rate:,.0f} tasks/s ({fmt_ms(runs[-1].server_ms_per_task)} "
+                                "ms CPU/task)" for mode, runs in plain_runs.items()), flush=True)
+            interleaved.append(Interleaved(backend, workers, agents, runs, bare_runs, plain_runs))
             if "cycle" not in runs:
                 continue
             middle = median_run(runs["cycle"])
@@ -863,6 +879,18 @@ def print_interleaved(interleaved: list[Interleaved], args: argparse.Namespace) 
                        len(block.bare), spread([o.rate for o in block.bare], count), fmt_ms(percentile(pooled, 99)),
                        spread([o.server_ms_per_request for o in block.bare], ms),
                        fmt_cpu(statistics.median([o.server_cpu for o in block.bare])), "1.00", "-"))
+        for mode, plain in block.plain.items():
+            if not plain:
+                continue
+            pooled = [t for o in plain for t in o.claim_ms + o.complete_ms]
+            ours_cpu = statistics.median([o.server_ms_per_task for o in block.runs[mode]])
+            plain_cpu = statistics.median([o.server_ms_per_task for o in plain])
+            print(line(block.backend, block.workers, block.agents, f"plain SQL {MODES[mode][:3]}, bare server",
+                       len(plain), spread([o.rate for o in plain], count), fmt_ms(percentile(pooled, 99)),
+                       spread([o.server_ms_per_task for o in plain], ms),
+                       fmt_cpu(statistics.median([o.server_cpu for o in plain])),
+                       fmt_ratio(divide(statistics.median([o.requests_per_second for o in plain]), bare_median)),
+                       f"ours' CPU / plain's: {fmt_ratio(divide(ours_cpu, plain_cpu))}"))
     print("tasks/s = tasks completed per second (bare view: its req/s); p99 = of every request of the rounds "
           "(claims, completes, batch requests);")
     print("server CPU ms/task = the server's process tree's user+system CPU (/proc/<pid>/stat, its supervisor and "
@@ -871,9 +899,14 @@ def print_interleaved(interleaved: list[Interleaved], args: argparse.Namespace) 
           "the bare view's req/s (medians);")
     print(f"(a) = POST /api/claim + POST /api/tasks/{{id}}/complete; (b) = POST /api/tasks/{{id}}/complete with "
           f"next (one request per task); (c) = POST /api/claim max_tasks={http_agent.BATCH} + POST /api/complete")
+    if any(block.plain for block in interleaved):
+        print("plain SQL = the same requests answered on the bare view's server by bench/claims.py's RawDriver (the pick, "
+              "UPDATE + INSERT per move; (b)'s two moves in one transaction, (c)'s claims in one and its completions in "
+              "one: bench/bare_urls.py): no engine, no django-ninja, no key")
     for block in interleaved:
         where = f"{block.backend} w{block.workers} x{block.agents}"
-        for mode, runs in [*block.runs.items(), ("bare", block.bare)]:
+        for mode, runs in [*block.runs.items(), ("bare", block.bare),
+                           *((f"plain {mode}", runs) for mode, runs in block.plain.items())]:
             for round_no, outcome in enumerate(runs, 1):
                 if outcome.ran_dry and mode != "bare":
                     print(f"note: {where} {mode} round {round_no} ran out of seeded tasks after "
@@ -1195,7 +1228,7 @@ def main(argv: list[str] | None = None) -> int:
                     more_rows, more_probes, more_interleaved = run_backend(
                         backend, urls[backend], args, workers,
                         probe_401=backend == backends[0], inprocess=n == 0 and not args.no_inprocess,
-                        bare_url=None if args.no_bare else urls["sqlite"])
+                        bare_url=None if args.no_bare else urls[backend])
                 except RuntimeError as exc:  # the server did not start, or died
                     failures.append(f"{backend} w{workers}: {exc}")
                     print(f"ERROR: {backend} w{workers}: {exc}")

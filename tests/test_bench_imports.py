@@ -171,7 +171,8 @@ def test_http_claims_runs_a_real_server_without_the_test_install(runtime_only_en
     """The command the issue found failing (`No module named 'pytest'`), at its smallest: the
     board's server (harness.board_server.BoardServer) on SQLite, one agent process for 1 s, one
     round of each mode ((a) claim then complete, (b) complete-and-claim-next, (c) batches) and
-    the bare view beside it. The benchmark exits 1 on a double claim, a fault or a database that
+    the bare view beside it, with (b)'s and (c)'s moves as plain SQL on the bare view's server
+    (bench/bare_urls.py). The benchmark exits 1 on a double claim, a fault or a database that
     does not hold what the agents counted, and prints its rows."""
     done = run_bench(runtime_only_env, "bench/http_claims.py", "--backends", "sqlite", "--agents", "1",
                      "--seconds", "1", "--rounds", "1", "--bare-seconds", "1", "--no-daphne", "--no-ceiling",
@@ -184,7 +185,7 @@ def test_http_claims_runs_a_real_server_without_the_test_install(runtime_only_en
     assert int(row.group(1).replace(",", "")) > 0  # cycles/s: claims were completed through the server
     # issue 34's table: each mode's tasks/s and server CPU ms per completed task (from /proc)
     for run in ("(a) claim, then complete", "(b) complete-and-claim-next", "(c) batches of 10",
-                "bare view (GET /api/bare)"):
+                "bare view (GET /api/bare)", "plain SQL (b), bare server", "plain SQL (c), bare server"):
         row = re.search(rf"^sqlite +\d+ +1  {re.escape(run)} +1 +([\d,]+) \[[\d,]+-[\d,]+\] +[\d.]+ +([\d.]+) \[",
                         done.stdout, flags=re.MULTILINE)
         assert row, (run, done.stdout)
