@@ -45,7 +45,12 @@ each round the ``--modes`` in turn, then the bare view, each on a freshly seeded
   ten items (two requests per ten tasks);
 - the bare view (``GET /api/bare``) under a second ``manage.py serve`` with the same workers and
   ``bench.bare_settings``, started beside the board's server for the whole interleaving (idle while
-  the board runs);
+  the board runs), on the same database;
+- with (b) and (c), the same agents' requests answered by that second server as **plain SQL**
+  (bench/bare_urls.py: bench/claims.py's RawDriver, the pick then UPDATE + INSERT per move; (b)'s
+  completion and next claim in one transaction, (c)'s claims in one and its completions in one;
+  no engine, no django-ninja, no key), on a freshly seeded board: what the same moves cost behind
+  the same server without the engine. Its rows print ours' CPU per task over plain's;
 
 so that the host's load swings touch every mode alike. For each mode it prints tasks/s (median
 [min-max] over the rounds), the p99 of all the rounds' requests, and the **server CPU ms per
