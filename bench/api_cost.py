@@ -41,7 +41,8 @@ What is measured (each backend in a child process of its own, one thread)
   The timers are wrappers put around those functions for the measured loop only; they cost a
   little themselves, so the loop is run once more without them and both totals are printed.
 - **raw**: bench/claims.py's plain-driver cycle (``RawDriver``: the same moves as one UPDATE +
-  INSERT per transaction, no Django) on the same database: what the statements cost alone.
+  INSERT per transaction, no Django) on the same database: what the statements cost alone; and
+  (b)'s two moves in one transaction (``RawDriver.complete_and_claim``), beside (b)'s engine verb.
 
 It then prints, per request (and per task, for the modes whose requests move several): ours / bare (how many bare requests one of ours costs), and what
 ours / bare could at best become if everything but the engine verb cost nothing more than the
@@ -193,6 +194,22 @@ def batch(call: Caller) -> tuple[int, int]:
     return len(leases), 2
 
 
+class RawNextLoop:
+    """(b)'s moves with the raw driver: each call completes the lease held and claims the next
+    task in one transaction (RawDriver.complete_and_claim; the first call claims first)."""
+
+    def __init__(self, raw, conn):
+        self.raw, self.conn = raw, conn
+        self.held = None
+
+    def __call__(self) -> None:
+        if self.held is None:
+            self.held = self.raw.claim_next(self.conn, "api-cost-raw")
+        self.held = self.raw.complete_and_claim(self.conn, "api-cost-raw", self.held)
+        if self.held is None:
+            raise SystemExit("the raw (b) loop found no next task: the seed ran out")
+
+
 def bare(call: Caller) -> tuple[int, int]:
     from bench.http_agent import BARE_PATH
 
@@ -335,19 +352,22 @@ def child(args: argparse.Namespace) -> int:
         dialect = claims.sqlite_dialect(sqlite_path) if backend == "sqlite" else claims.postgres_dialect(url)
         raw = claims.RawDriver(dialect)
         claims.clear("default")
-        raw.seed(cycles + WARMUP_CYCLES, tied=False)
+        raw.seed(2 * (cycles + WARMUP_CYCLES) + 1, tied=False)
         conn = raw.open()
         try:
             raw_loop = functools.partial(raw.cycle, conn, "api-cost-raw")
             per_request(raw_loop, WARMUP_CYCLES, 2)
             raw_cpu, raw_wall = per_request(raw_loop, cycles, 2)
+            raw_next = RawNextLoop(raw, conn)
+            per_request(raw_next, WARMUP_CYCLES, 1)
+            raw_next_cpu, raw_next_wall = per_request(raw_next, cycles, 1)
         finally:
             raw.close(conn)
         key_row.delete()  # the bench's own key only
 
     print(json.dumps({
         "backend": backend, "cycles": cycles, "modes": results, "bare_cpu": bare_cpu, "plain_cpu": plain_cpu,
-        "raw_cpu": raw_cpu, "raw_wall": raw_wall,
+        "raw_cpu": raw_cpu, "raw_wall": raw_wall, "raw_next_cpu": raw_next_cpu, "raw_next_wall": raw_next_wall,
     }))
     return 0
 
@@ -368,6 +388,8 @@ def report(result: dict) -> None:
     print(f"  bare view, whole middleware stack        {bare_cpu:7.3f} ms")
     print(f"  bare view, no middleware                 {result['plain_cpu']:7.3f} ms")
     print(f"  raw driver (no Django)                   {result['raw_cpu']:7.3f} ms   (wall {result['raw_wall']:.3f} ms)")
+    print(f"  raw driver, (b)'s two moves in one       {result['raw_next_cpu']:7.3f} ms   (wall "
+          f"{result['raw_next_wall']:.3f} ms)")
     for mode in result["modes"]:
         ours = mode["ours_cpu"]
         engine = mode["parts"]["engine verb"]
@@ -382,6 +404,8 @@ def report(result: dict) -> None:
               "(the best bare / ours if all but the verb cost what the bare view costs)")
         if mode["mode"] == "cycle":
             print(f"    engine verb / raw driver               {engine / result['raw_cpu']:7.2f}")
+        if mode["mode"] == "next":
+            print(f"    engine verb / raw driver's (b)         {engine / result['raw_next_cpu']:7.2f}")
     print("  (the rest: Django's request cycle, the middleware, the dispatch to the endpoint, our endpoint code)")
 
 
