@@ -723,7 +723,8 @@ def run_backend(backend: str, database_url: str, args: argparse.Namespace, worke
             runs: dict[str, list[HttpOutcome]] = {mode: [] for mode in args.modes}
             locks: list[LockFigures | None] = []
             bare_runs: list[HttpOutcome] = []
-            plain_runs: dict[str, list[HttpOutcome]] = {mode: [] for mode in PLAIN_MODES if mode in args.modes}
+            plain_runs: dict[str, list[HttpOutcome]] = {mode: [] for mode in PLAIN_MODES
+                                                         if mode in args.modes and bare_server is not None}
             for round_no in range(1, args.rounds + 1):
                 for mode in args.modes:
                     seed_http_run(alias, args.seconds, args.seed_scale, mode)
