@@ -996,6 +996,46 @@ class BoardContract:
         for claim in held:
             transitions.complete(claim.task.pk, claim.lease.token, {}, using=self.alias)
 
+    def test_a_limit_set_and_removed_while_batches_of_completions_run_keeps_an_exact_count_over_100_rounds(self):
+        """Batches of completions (on PostgreSQL, those of tasks that hold nothing share one
+        transaction, the others one each) race 12 claimers and a limit being set on their queue,
+        which was removed before the round (so the tasks held then hold no slot): every
+        completion is made, the count the limit starts is exact (check() finds no drift) and no
+        claim goes over it."""
+        rounds = self.rounds // 2  # 100 on the SQL stores
+        for start in range(0, 12 * rounds, 600):
+            transitions.create([TaskSpec(id=f"bat-{n}", title="b", queue="batched") for n in range(start, start + 600)],
+                               using=self.alias)
+        held: list = []
+        for n in range(rounds):
+            flow.change_queue("batched", concurrency=None, actor="op", using=self.alias)
+            finishing, held = held[:9], held[9:]
+            batches = [finishing[i::3] for i in range(3) if finishing[i::3]]
+            calls = [lambda i=i: transitions.claim_next(f"a{i}", 600, queue="batched", using=self.alias)
+                     for i in range(12)]
+            calls += [lambda b=b: transitions.complete_batch(
+                [transitions.CompleteItem(c.task.pk, c.lease.token, {}) for c in b],
+                using=self.alias) for b in batches]
+            calls.append(lambda: flow.change_queue("batched", concurrency=4, actor="op", using=self.alias))
+            results = race(calls, self.alias)
+            faults = [r for r in results if isinstance(r, BaseException)]
+            assert not faults, f"round {n}: {faults[:3]}"
+            for batch, done in zip(batches, results[12:-1]):
+                assert [getattr(t, "stage", t) for t in done] == [Stage.COMPLETED] * len(batch), f"round {n}: {done}"
+            found = selectors.problems(using=self.alias)
+            shards = list(QueueShard.objects.using(self.alias).filter(queue="batched").values_list(
+                "kind", "number", "capacity", "running"))
+            assert found == [], f"round {n}: {[p.text for p in found]}; shards {shards}; {results}"
+            running, counted = self.running_in("batched")
+            assert running == counted
+            held += [r for r in results[:12] if r is not None]
+            probe = transitions.claim_next("probe", 600, queue="batched", using=self.alias)
+            assert probe is None or running < 4, f"round {n}: a claim over the limit"
+            held += [probe] if probe is not None else []
+        for claim in held:
+            transitions.complete(claim.task.pk, claim.lease.token, {}, using=self.alias)
+        assert self.running_in("batched") == (0, 0)
+
     def test_a_pause_racing_claims_lets_none_start_after_it_over_100_rounds(self):
         """The brake stops claims at once: each round 12 claimers race a pause of their queue,
         and every claim that got through started before the pause's time (check()'s

@@ -23,7 +23,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from board import agent_keys
-from board.engine import errors, selectors, stores, transitions
+from board.engine import errors, flow, selectors, stores, transitions
 from board.engine.stores.statements import Statements
 from board.engine.lifecycle import Stage
 from board.engine.transitions import TaskSpec
@@ -185,6 +185,35 @@ def test_the_hot_verbs_send_one_statement_each_and_read_nothing_first(alias):
     for sql in claim_sql + renew_sql + complete_sql:
         assert "RETURNING" in sql or sql.startswith(("BEGIN", "COMMIT", "INSERT", "UPDATE board_queue"))
         assert "board_dependency" not in sql  # no dependents: nobody looks for them
+
+
+@pytest.mark.parametrize("alias", [BACKENDS[1]])
+def test_on_postgresql_a_batch_commits_the_completions_holding_nothing_together_and_each_other_alone(alias):
+    """A batch of completions on PostgreSQL: the tasks holding nothing a completion gives back
+    (an unlimited queue, no key) are completed in one transaction (their rows' xmin, the id of the
+    transaction that wrote them, is one); a task holding a queue's slot or a key's is completed in
+    a transaction of its own, as complete() alone (it gives back its slot there); a refused item
+    writes nothing; the counts end exact."""
+    flow.change_queue("capped", concurrency=5, actor="op", using=alias)
+    specs = [TaskSpec(id=f"f{n}", title="f", queue="free") for n in (1, 2, 3)]
+    specs += [TaskSpec(id=f"c{n}", title="c", queue="capped") for n in (1, 2)]
+    specs += [TaskSpec(id="k1", title="k", queue="free", concurrency_key="k", concurrency_limit=2)]
+    transitions.create(specs, using=alias)
+    claims = [transitions.claim_next("a", TTL, queue=queue, using=alias) for queue in ["free"] * 4 + ["capped"] * 2]
+    token = {claim.task.pk: claim.lease.token for claim in claims}
+    order = ["f1", "c1", "k1", "f2", "c2", "f3"]
+    items = [transitions.CompleteItem(pk, "not-the-token" if pk == "f2" else token[pk], {"n": pk}) for pk in order]
+    done = transitions.complete_batch(items, agent="a", using=alias)
+    assert [getattr(d, "stage", getattr(d, "code", d)) for d in done] == [
+        Stage.COMPLETED, Stage.COMPLETED, Stage.COMPLETED, "lease_lost", Stage.COMPLETED, Stage.COMPLETED]
+    with connections[alias].cursor() as cursor:
+        cursor.execute("SELECT id, xmin::text FROM board_task WHERE id = ANY(%s)", [order])
+        xmin = dict(cursor.fetchall())
+    assert xmin["f1"] == xmin["f3"]  # together
+    assert len({xmin["f1"], xmin["c1"], xmin["c2"], xmin["k1"], xmin["f2"]}) == 5  # each other alone
+    assert Task.objects.using(alias).get(pk="f2").stage == Stage.RUNNING
+    assert flow.counts(["capped"], using=alias)[0] == {"capped": 0}
+    assert selectors.problems(using=alias) == []
 
 
 def _prepared_here(alias: str) -> list[tuple[str, str, object, int]]:

@@ -378,11 +378,11 @@ SELECT {COLUMNS} FROM moved
 # `slot_given`) and concurrency key get their slots back (board.engine.flow), and its
 # resources theirs (locked in name order first: `resource_locked`); its needs go
 # (`needs_forgotten`: every part of one statement reads the rows as they were before it).
-PG_COMPLETE = f"""
+_PG_COMPLETE = f"""
 WITH held AS MATERIALIZED (
     SELECT id, owner FROM {TASK}
     WHERE id = %(id)s AND stage = 'RUNNING' AND lease_token_hash = %(token_hash)s
-      AND owner = COALESCE(%(agent)s, owner) AND {_KEY_IS_LIVE}
+      AND owner = COALESCE(%(agent)s, owner) AND {_KEY_IS_LIVE}{{holding_nothing}}
     FOR UPDATE
 ), moved AS (
     UPDATE {TASK} AS t
@@ -417,6 +417,16 @@ WITH held AS MATERIALIZED (
 )
 SELECT {COLUMNS} FROM moved
 """
+PG_COMPLETE = _PG_COMPLETE.format(holding_nothing="")
+# The same, only for a task that holds nothing a completion gives back: no slot (nor a share of a
+# debt: its queue has no shard at all, i.e. no limit and no rate), no concurrency key, no
+# resource. It writes the task and its history row only, so several of them can share one
+# transaction without holding what other transactions wait for (a batch of completions:
+# transitions.leases._StatementPath.complete_batch). Judged under the row's lock; a limit set
+# meanwhile (flow.change_queue holds off every task writer while it counts) is seen by it.
+PG_COMPLETE_HOLDING_NOTHING = _PG_COMPLETE.format(holding_nothing=(
+    f"\n      AND slot IS NULL AND concurrency_key IS NULL AND resources IS NULL"
+    f"\n      AND NOT EXISTS (SELECT 1 FROM {QUEUE_SHARD} AS s WHERE s.queue = {TASK}.queue)"))
 
 
 def _cache_the_statements_conversion() -> None:
@@ -428,7 +438,8 @@ def _cache_the_statements_conversion() -> None:
     cache hit). Only the cache's length bound changes: what a query converts to does not."""
     from psycopg import _queries
 
-    longest = max(len(statement.encode()) for statement in (*PG_CLAIM_NEXT.values(), PG_RENEW, PG_COMPLETE))
+    longest = max(len(statement.encode())
+                  for statement in (*PG_CLAIM_NEXT.values(), PG_RENEW, PG_COMPLETE, PG_COMPLETE_HOLDING_NOTHING))
     _queries.MAX_CACHED_STATEMENT_LENGTH = max(_queries.MAX_CACHED_STATEMENT_LENGTH, longest)
 
 
@@ -570,9 +581,9 @@ class PostgresStatements(Statements):
         return Written(row, (), self._converters["renew"])
 
     def complete(self, task_id: str, token_hash: str, agent: str | None, result: Any,
-                 key_hash: str | None = None) -> Written | None:
+                 key_hash: str | None = None, holding_nothing: bool = False) -> Written | None:
         connection = connections[self.using]
-        row = self._one(PG_COMPLETE, {
+        row = self._one(PG_COMPLETE_HOLDING_NOTHING if holding_nothing else PG_COMPLETE, {
             "id": task_id, "token_hash": token_hash, "agent": agent, "key_hash": key_hash,
             "result": self._json(self._result_field, result, connection),
         })

@@ -147,11 +147,13 @@ class Statements:
 
     # Whether a batch of completions runs its statements in one transaction (several()): where a
     # transaction of its own costs each statement more than the statement (SQLite's BEGIN
-    # IMMEDIATE and COMMIT under the writers' locks). Not where a statement commits by itself at
-    # no cost here (PostgreSQL's autocommit): one transaction would only hold the slots of
-    # limited queues given back by its first items while its later ones wait for other
-    # batches' (deadlocks: tests/test_contract.py's race of 8 batch workers over two limited queues
-    # ran 52.6 s so, 12.8 s with a transaction per statement).
+    # IMMEDIATE and COMMIT under the writers' locks). Not where a statement commits by itself
+    # (PostgreSQL's autocommit): one transaction would hold the slots of limited queues given
+    # back by its first items while its later ones wait for other batches' (deadlocks:
+    # tests/test_contract.py's race of 8 batch workers over two limited queues ran 52.6 s so,
+    # 12.8 s with a transaction per statement). There, the items whose task holds nothing to give
+    # back share one transaction (complete(..., holding_nothing=True), which matches only those:
+    # it writes nothing others wait for), and each other item has its own.
     completions_share_a_transaction = False
 
     def __init__(self, store):

@@ -19,8 +19,10 @@ control; what this module adds is how the moves share a transaction.
 
 A batch of completions: each item is its own compare-and-swap, and one refused item writes
 nothing, so it undoes nothing. On SQLite the items' statements share one transaction (one
-BEGIN IMMEDIATE and COMMIT for the batch); an item that matched nothing runs again as
-complete() alone. Elsewhere each item is complete(), its own transaction.
+BEGIN IMMEDIATE and COMMIT for the batch); on PostgreSQL the statements of the items whose task
+holds nothing to give back (slot, key, resource) share one, and each other item has its own
+(`Statements.completions_share_a_transaction`); an item that matched nothing runs again as
+complete() alone. On MongoDB each item is complete(), its own transaction.
 """
 from __future__ import annotations
 
@@ -276,8 +278,9 @@ def complete_batch(items: Sequence[CompleteItem], *, agent: str | None = None, k
     (check_complete_items): a bad batch is refused whole and nothing is written.
 
     On SQLite and PostgreSQL the store's statement runs for each item (_StatementPath.complete_batch:
-    one transaction for them all on SQLite, each its own on PostgreSQL; the
-    Statements.completions_share_a_transaction comment says why); an item whose statement matched
+    one transaction for them all on SQLite; on PostgreSQL one for the items holding nothing to give
+    back, one each for the others; the Statements.completions_share_a_transaction comment says
+    why); an item whose statement matched
     nothing is then run again as complete() alone, which makes the move if it has become legal
     or says why not. On MongoDB each item is complete()."""
     check_complete_items(items)

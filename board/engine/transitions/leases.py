@@ -683,14 +683,19 @@ class _StatementPath:
     def complete_batch(self, items, agent: str | None, key_hash: str | None, *, using: str) -> list[Task | None]:
         """complete's statement for each item ((task_id, token, result)). Where a transaction
         costs more than the statement (hot.completions_share_a_transaction: SQLite), all in one
-        (one commit); elsewhere each in its own, as complete's (on PostgreSQL it commits by
-        itself). Per item, the completed task, or None where the statement matched nothing,
-        which wrote nothing: the caller judges those items one by one (batches.complete_batch)."""
+        (one commit). Elsewhere (PostgreSQL) the items whose task holds nothing a completion
+        gives back (no queue slot, key or resource) in one, the others each in its own, as
+        complete's: a transaction holding several slots deadlocked (the attribute's comment).
+        Per item, the completed task, or None where the statement matched nothing, which wrote
+        nothing: the caller judges those items one by one (batches.complete_batch)."""
         hot = self.hot
         if hot.completions_share_a_transaction:
             rows = self._complete_rows(items, agent, key_hash, using=using)
-        else:  # (a conflict runs its own item again, never one that has committed)
-            rows = [self._complete_rows([item], agent, key_hash, using=using)[0] for item in items]
+        else:
+            rows = self._complete_rows(items, agent, key_hash, using=using, holding_nothing=True)
+            # (a conflict runs its own item again, never one that has committed)
+            rows = [row if row is not None else self._complete_rows([item], agent, key_hash, using=using)[0]
+                    for item, row in zip(items, rows)]
         made = [None if row is None else hot.task(row) for row in rows]  # out of the transaction
         count = sum(task is not None for task in made)
         if count:
@@ -702,11 +707,15 @@ class _StatementPath:
         return made
 
     @retry_conflicts
-    def _complete_rows(self, items, agent: str | None, key_hash: str | None, *, using: str) -> list:
-        """complete's statement for each item, in one transaction: what each wrote, or None."""
+    def _complete_rows(self, items, agent: str | None, key_hash: str | None, *, using: str,
+                       holding_nothing: bool = False) -> list:
+        """complete's statement for each item, in one transaction: what each wrote, or None.
+        `holding_nothing`: the statement that moves only a task holding no slot, key or resource
+        (PostgreSQL's; the others match nothing there)."""
         hot = self.hot
+        extra = {"holding_nothing": True} if holding_nothing else {}
         with hot.several() if len(items) > 1 else hot.transaction():
-            return [hot.complete(task_id, _token_hash(token), agent, result, key_hash)
+            return [hot.complete(task_id, _token_hash(token), agent, result, key_hash, **extra)
                     for task_id, token, result in items]
 
 
