@@ -189,11 +189,11 @@ def test_the_hot_verbs_send_one_statement_each_and_read_nothing_first(alias):
 
 @pytest.mark.parametrize("alias", [BACKENDS[1]])
 def test_on_postgresql_a_batch_commits_the_completions_holding_nothing_together_and_each_other_alone(alias):
-    """A batch of completions on PostgreSQL: the tasks holding nothing a completion gives back
-    (an unlimited queue, no key) are completed in one transaction (their rows' xmin, the id of the
-    transaction that wrote them, is one); a task holding a queue's slot or a key's is completed in
-    a transaction of its own, as complete() alone (it gives back its slot there); a refused item
-    writes nothing; the counts end exact."""
+    """A batch of completions on PostgreSQL: its first tasks holding nothing a completion gives
+    back (an unlimited queue, no key) are completed in one transaction (their rows' xmin, the id
+    of the transaction that wrote them, is one); from the first that holds a queue's slot or a
+    key's, each item is completed in a transaction of its own, as complete() alone (it gives
+    back its slot there); a refused item writes nothing; the counts end exact."""
     flow.change_queue("capped", concurrency=5, actor="op", using=alias)
     specs = [TaskSpec(id=f"f{n}", title="f", queue="free") for n in (1, 2, 3)]
     specs += [TaskSpec(id=f"c{n}", title="c", queue="capped") for n in (1, 2)]
@@ -201,11 +201,11 @@ def test_on_postgresql_a_batch_commits_the_completions_holding_nothing_together_
     transitions.create(specs, using=alias)
     claims = [transitions.claim_next("a", TTL, queue=queue, using=alias) for queue in ["free"] * 4 + ["capped"] * 2]
     token = {claim.task.pk: claim.lease.token for claim in claims}
-    order = ["f1", "c1", "k1", "f2", "c2", "f3"]
+    order = ["f1", "f3", "c1", "k1", "f2", "c2"]
     items = [transitions.CompleteItem(pk, "not-the-token" if pk == "f2" else token[pk], {"n": pk}) for pk in order]
     done = transitions.complete_batch(items, agent="a", using=alias)
     assert [getattr(d, "stage", getattr(d, "code", d)) for d in done] == [
-        Stage.COMPLETED, Stage.COMPLETED, Stage.COMPLETED, "lease_lost", Stage.COMPLETED, Stage.COMPLETED]
+        Stage.COMPLETED, Stage.COMPLETED, Stage.COMPLETED, Stage.COMPLETED, "lease_lost", Stage.COMPLETED]
     with connections[alias].cursor() as cursor:
         cursor.execute("SELECT id, xmin::text FROM board_task WHERE id = ANY(%s)", [order])
         xmin = dict(cursor.fetchall())
@@ -214,6 +214,25 @@ def test_on_postgresql_a_batch_commits_the_completions_holding_nothing_together_
     assert Task.objects.using(alias).get(pk="f2").stage == Stage.RUNNING
     assert flow.counts(["capped"], using=alias)[0] == {"capped": 0}
     assert selectors.problems(using=alias) == []
+
+
+@pytest.mark.parametrize("alias", [BACKENDS[1]])
+def test_on_postgresql_a_batch_in_a_limited_queue_tries_the_shared_transaction_once(alias):
+    """Once an item of a batch holds a slot, the items after it are not tried in the shared
+    transaction: a batch of a limited queue costs one statement more than its items, not twice
+    as many. A batch of one is complete()'s statement alone."""
+    flow.change_queue("capped", concurrency=5, actor="op", using=alias)
+    transitions.create([TaskSpec(id=f"c{n}", title="c", queue="capped") for n in range(4)], using=alias)
+    claims = [transitions.claim_next("a", TTL, queue="capped", using=alias) for _ in range(4)]
+    items = [transitions.CompleteItem(c.task.pk, c.lease.token, {}) for c in claims]
+    done, sql = _statements(alias, lambda: transitions.complete_batch(items[:3], agent="a", using=alias))
+    assert [d.stage for d in done] == [Stage.COMPLETED] * 3
+    moves = [s for s in sql if s.startswith("WITH held")]
+    assert ["AND resources IS NULL AND NOT EXISTS" in s for s in moves] == [True, False, False, False], sql
+    done, sql = _statements(alias, lambda: transitions.complete_batch(items[3:], agent="a", using=alias))
+    assert done[0].stage == Stage.COMPLETED and len(sql) == 1
+    assert "AND resources IS NULL AND NOT EXISTS" not in sql[0]
+    assert flow.counts(["capped"], using=alias)[0] == {"capped": 0}
 
 
 def _prepared_here(alias: str) -> list[tuple[str, str, object, int]]:

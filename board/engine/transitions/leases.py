@@ -683,16 +683,18 @@ class _StatementPath:
     def complete_batch(self, items, agent: str | None, key_hash: str | None, *, using: str) -> list[Task | None]:
         """complete's statement for each item ((task_id, token, result)). Where a transaction
         costs more than the statement (hot.completions_share_a_transaction: SQLite), all in one
-        (one commit). Elsewhere (PostgreSQL) the items whose task holds nothing a completion
-        gives back (no queue slot, key or resource) in one, the others each in its own, as
-        complete's: a transaction holding several slots deadlocked (the attribute's comment).
-        Per item, the completed task, or None where the statement matched nothing, which wrote
-        nothing: the caller judges those items one by one (batches.complete_batch)."""
+        (one commit). Elsewhere (PostgreSQL) the first items whose tasks hold nothing a
+        completion gives back (no queue slot, key or resource) in one, then each other item in
+        its own, as complete's: a transaction holding several slots deadlocked (the attribute's
+        comment). Per item, the completed task, or None where the statement matched nothing,
+        which wrote nothing: the caller judges those items one by one (batches.complete_batch)."""
         hot = self.hot
         if hot.completions_share_a_transaction:
             rows = self._complete_rows(items, agent, key_hash, using=using)
         else:
-            rows = self._complete_rows(items, agent, key_hash, using=using, holding_nothing=True)
+            rows = [None] * len(items)
+            if len(items) > 1:
+                rows = self._complete_rows(items, agent, key_hash, using=using, holding_nothing=True)
             # (a conflict runs its own item again, never one that has committed)
             rows = [row if row is not None else self._complete_rows([item], agent, key_hash, using=using)[0]
                     for item, row in zip(items, rows)]
@@ -710,13 +712,22 @@ class _StatementPath:
     def _complete_rows(self, items, agent: str | None, key_hash: str | None, *, using: str,
                        holding_nothing: bool = False) -> list:
         """complete's statement for each item, in one transaction: what each wrote, or None.
-        `holding_nothing`: the statement that moves only a task holding no slot, key or resource
-        (PostgreSQL's; the others match nothing there)."""
+        `holding_nothing` (PostgreSQL's batch): the statement that moves only a task holding no
+        slot, key or resource, up to the first item it does not move; that item and the ones
+        after it are left None. (A batch's tasks are mostly of one queue: once one holds a slot,
+        the others likely do too, and trying each would cost a statement for nothing.)"""
         hot = self.hot
-        extra = {"holding_nothing": True} if holding_nothing else {}
         with hot.several() if len(items) > 1 else hot.transaction():
-            return [hot.complete(task_id, _token_hash(token), agent, result, key_hash, **extra)
-                    for task_id, token, result in items]
+            if not holding_nothing:
+                return [hot.complete(task_id, _token_hash(token), agent, result, key_hash)
+                        for task_id, token, result in items]
+            rows = []
+            for task_id, token, result in items:
+                row = hot.complete(task_id, _token_hash(token), agent, result, key_hash, holding_nothing=True)
+                if row is None:
+                    break
+                rows.append(row)
+            return rows + [None] * (len(items) - len(rows))
 
 
 def _preferred_first(ready, capabilities: Capabilities) -> str | None:
