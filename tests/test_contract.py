@@ -996,13 +996,14 @@ class BoardContract:
         for claim in held:
             transitions.complete(claim.task.pk, claim.lease.token, {}, using=self.alias)
 
-    def test_a_limit_set_and_removed_while_batches_of_completions_run_keeps_an_exact_count_over_100_rounds(self):
+    def test_a_limit_set_and_removed_while_batches_of_completions_run_keeps_an_exact_count_over_50_rounds(self):
         """Batches of completions (on PostgreSQL, those of tasks that hold nothing share one
         transaction, the others one each) race 12 claimers and a limit being set on their queue,
         which was removed before the round (so the tasks held then hold no slot): every
         completion is made, the count the limit starts is exact (check() finds no drift) and no
-        claim goes over it."""
-        rounds = self.rounds // 2  # 100 on the SQL stores
+        claim goes over it. (Half the rounds of the race above, which runs the same change against
+        single completions: the suite's time is kept under CI's budget.)"""
+        rounds = self.rounds // 4  # 50 on the SQL stores
         for start in range(0, 12 * rounds, 600):
             transitions.create([TaskSpec(id=f"bat-{n}", title="b", queue="batched") for n in range(start, start + 600)],
                                using=self.alias)
