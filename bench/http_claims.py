@@ -761,8 +761,8 @@ def run_backend(backend: str, database_url: str, args: argparse.Namespace, worke
                       + ", ".join(f"{mode} {runs[mode][-1].rate:,.0f} tasks/s "
                                   f"({fmt_ms(runs[mode][-1].server_ms_per_task)} ms CPU/task)" for mode in args.modes)
                       + (f", bare {bare_runs[-1].rate:,.0f} req/s" if bare_runs else "")
-                      + "".join(f", plain {mode} {runs[-1].rate:,.0f} tasks/s ({fmt_ms(runs[-1].server_ms_per_task)} "
-                                "ms CPU/task)" for mode, runs in plain_runs.items()), flush=True)
+                      + "".join(f", plain {mode} {plain[-1].rate:,.0f} tasks/s ({fmt_ms(plain[-1].server_ms_per_task)} "
+                                "ms CPU/task)" for mode, plain in plain_runs.items()), flush=True)
             interleaved.append(Interleaved(backend, workers, agents, runs, bare_runs, plain_runs))
             if "cycle" not in runs:
                 continue
@@ -913,7 +913,7 @@ def print_interleaved(interleaved: list[Interleaved], args: argparse.Namespace) 
     for block in interleaved:
         where = f"{block.backend} w{block.workers} x{block.agents}"
         for mode, runs in [*block.runs.items(), ("bare", block.bare),
-                           *((f"plain {mode}", runs) for mode, runs in block.plain.items())]:
+                           *((f"plain {plain_mode}", plain) for plain_mode, plain in block.plain.items())]:
             for round_no, outcome in enumerate(runs, 1):
                 if outcome.ran_dry and mode != "bare":
                     print(f"note: {where} {mode} round {round_no} ran out of seeded tasks after "
