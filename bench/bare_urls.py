@@ -21,12 +21,14 @@ import os
 import threading
 from pathlib import Path
 
+from django.conf import settings
 from django.http import HttpResponse, JsonResponse
 from django.urls import path
 from django.views.decorators.csrf import csrf_exempt
 
 from bench import claims
 from bench.http_agent import BARE_PATH
+from board.engine.tokens import hash_token
 
 PLAIN_AGENT = "plain-agent"
 
@@ -36,13 +38,14 @@ def bare(request):
 
 
 class _PlainDriver(threading.local):
-    """This thread's RawDriver and connection, on the server's database (DATABASE_URL)."""
+    """This thread's RawDriver and connection, on the server's database (settings.DATABASES's,
+    from DATABASE_URL)."""
 
     def get(self) -> tuple[claims.RawDriver, object]:
         if not hasattr(self, "driver"):
-            url = os.environ["DATABASE_URL"]
-            dialect = (claims.sqlite_dialect(Path(url.removeprefix("sqlite:///"))) if url.startswith("sqlite:")
-                       else claims.postgres_dialect(url))
+            database = settings.DATABASES["default"]
+            dialect = (claims.sqlite_dialect(Path(database["NAME"])) if database["ENGINE"].endswith("sqlite3")
+                       else claims.postgres_dialect(os.environ["DATABASE_URL"]))
             self.driver = claims.RawDriver(dialect)
             self.conn = self.driver.open()
         return self.driver, self.conn
@@ -59,7 +62,7 @@ def _held(lease: claims.RawLease | None) -> dict | None:
 
 def _lease(task_id: str, token: str) -> claims.RawLease:
     version, fence, secret = token.split(".", 2)
-    return claims.RawLease(task_id, int(version), int(fence), claims.hash_token(secret))
+    return claims.RawLease(task_id, int(version), int(fence), hash_token(secret))
 
 
 @csrf_exempt

@@ -125,7 +125,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import cProfile
-import hashlib
 import io
 import json
 import os
@@ -531,18 +530,16 @@ class RawLease:
 
 
 def mint_token() -> tuple[str, str]:
-    """A fresh lease token and its SHA-256 (hex): 32 random bytes in URL-safe base64, as the
-    engine mints them (transitions._mint_token, hash_token)."""
-    token = secrets.token_urlsafe(32)
+    """A fresh lease token and what the row keeps of it, as the engine mints and hashes them:
+    32 random bytes as board.engine.tokens writes them, and its hash_token."""
+    from board.engine.tokens import hash_token, token_text
+
+    token = token_text(secrets.token_bytes(32))
     return token, hash_token(token)
 
 
-def hash_token(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
-
-
 def mint_token_hash() -> str:
-    """The SHA-256 (hex) of a fresh lease token (mint_token)."""
+    """What the row keeps of a fresh lease token (mint_token)."""
     return mint_token()[1]
 
 
@@ -600,86 +597,52 @@ class RawDriver:
 
     def claim_next(self, conn: Any, agent: str) -> RawLease | None:
         """The best ready task, claimed in a transaction of its own; None when none is ready."""
-        while True:
-            cursor = conn.cursor()
-            self._begin(cursor)
-            lease = self._claim_in(cursor, agent)
-            if lease is None or lease is RACED:
-                conn.rollback()
-                if lease is None:
-                    return None
-                continue  # another writer moved it first: pick again
-            self._commit(conn)
-            return lease
+        return self._transaction(conn, lambda cursor: self._claim_in(cursor, agent))
 
     def complete(self, conn: Any, agent: str, lease: RawLease) -> None:
         """The lease's task completed, in a transaction of its own."""
-        cursor = conn.cursor()
-        self._begin(cursor)
-        try:
-            self._complete_in(cursor, agent, lease)
-        except BaseException:
-            conn.rollback()
-            raise
-        self._commit(conn)
+        self._transaction(conn, lambda cursor: self._complete_in(cursor, agent, lease))
 
     def complete_and_claim(self, conn: Any, agent: str, lease: RawLease) -> RawLease | None:
         """The lease's task completed and the best ready task claimed, in one transaction (as the
         engine's complete-and-claim-next does); the new lease, or None when none was ready."""
-        while True:
-            cursor = conn.cursor()
-            self._begin(cursor)
-            try:
-                self._complete_in(cursor, agent, lease)
-                claimed = self._claim_in(cursor, agent)
-            except BaseException:
-                conn.rollback()
-                raise
-            if claimed is RACED:  # the completion is rolled back with it: both again
-                conn.rollback()
-                continue
-            self._commit(conn)
-            return claimed
+        def both(cursor):
+            self._complete_in(cursor, agent, lease)
+            return self._claim_in(cursor, agent)  # RACED: the completion is run again with it
+        return self._transaction(conn, both)
 
     def claim_batch(self, conn: Any, agent: str, most: int) -> list[RawLease]:
         """Up to `most` of the best ready tasks claimed in one transaction, in claim order."""
-        while True:
-            cursor = conn.cursor()
-            self._begin(cursor)
-            leases, raced = [], False
-            try:
-                while len(leases) < most:
-                    lease = self._claim_in(cursor, agent)
-                    if lease is None:
-                        break
-                    if lease is RACED:
-                        raced = True
-                        break
-                    leases.append(lease)
-            except BaseException:
-                conn.rollback()
-                raise
-            if raced:  # another writer moved a picked task first (PostgreSQL; rare with SKIP LOCKED): all again
-                conn.rollback()
-                continue
-            self._commit(conn)
+        def claimed(cursor):
+            leases = []
+            while len(leases) < most and (lease := self._claim_in(cursor, agent)) is not None:
+                if lease is RACED:
+                    return RACED  # (PostgreSQL; rare with SKIP LOCKED): all again
+                leases.append(lease)
             return leases
+        return self._transaction(conn, claimed)
 
     def complete_batch(self, conn: Any, agent: str, leases: list[RawLease]) -> None:
         """Every lease's task completed, in one transaction."""
-        cursor = conn.cursor()
-        self._begin(cursor)
-        try:
-            for lease in leases:
-                self._complete_in(cursor, agent, lease)
-        except BaseException:
-            conn.rollback()
-            raise
-        self._commit(conn)
+        self._transaction(conn, lambda cursor: [self._complete_in(cursor, agent, lease) for lease in leases])
 
-    def _commit(self, conn: Any) -> None:
-        conn.commit()
-        self.d.committed()
+    def _transaction(self, conn: Any, work: Callable[[Any], Any]) -> Any:
+        """`work(cursor)` in a transaction, committed; rolled back if it raises, and run again
+        from the start when it answers RACED (another writer moved a picked task first)."""
+        while True:
+            cursor = conn.cursor()
+            self._begin(cursor)
+            try:
+                done = work(cursor)
+            except BaseException:
+                conn.rollback()
+                raise
+            if done is RACED:
+                conn.rollback()
+                continue
+            conn.commit()
+            self.d.committed()
+            return done
 
     def _claim_in(self, cursor: Any, agent: str) -> RawLease | None | object:
         """The pick, then the claim's UPDATE + INSERT, in the open transaction: the lease; None
@@ -713,7 +676,7 @@ class RawDriver:
                                         lease.version + 1, lease.fence, agent, at])
 
 
-RACED = object()  # RawDriver._claim_in: the picked task was moved by another writer first
+RACED = object()  # RawDriver._claim_in: the picked task was moved by another writer first (run again)
 
 
 class MongoRawDriver:
