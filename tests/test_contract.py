@@ -956,6 +956,31 @@ class BoardContract:
     def test_16_claimers_never_run_two_tasks_of_one_concurrency_key_over_200_rounds(self):
         self._race_a_limit(queue_limit=None, key="branch:main")
 
+    def _race_claims_and_a_limit_being_set(self, queue: str, n: int, finishing: list) -> tuple[list, list]:
+        """One round of the two races below: the queue's limit removed, then 12 claimers, the
+        `finishing` calls and the limit being set to 4 released together. No call faults, check()
+        finds no drift, the count is the queue's RUNNING tasks, and a claim after it obeys the
+        limit. Answers (the claims made, the probe's included; what the finishing calls answered)."""
+        flow.change_queue(queue, concurrency=None, actor="op", using=self.alias)
+        calls = [lambda i=i: transitions.claim_next(f"a{i}", 600, queue=queue, using=self.alias) for i in range(12)]
+        calls += finishing
+        calls.append(lambda: flow.change_queue(queue, concurrency=4, actor="op", using=self.alias))
+        results = race(calls, self.alias)
+        faults = [r for r in results if isinstance(r, BaseException)]
+        assert not faults, f"round {n}: {faults[:3]}"
+        found = selectors.problems(using=self.alias)
+        # What a failure needs to be understood: the shards, the slots, what the race answered.
+        shards = list(QueueShard.objects.using(self.alias).filter(queue=queue).values_list(
+            "kind", "number", "capacity", "running"))
+        slots = sorted(Task.objects.using(self.alias).filter(stage=Stage.RUNNING).values_list("pk", "slot"))
+        assert found == [], f"round {n}: {[p.text for p in found]}; shards {shards}; slots {slots}; {results}"
+        running, counted = self.running_in(queue)
+        assert running == counted
+        claimed = [r for r in results[:12] if r is not None]
+        probe = transitions.claim_next("probe", 600, queue=queue, using=self.alias)
+        assert probe is None or running < 4, f"round {n}: a claim over the limit"
+        return claimed + ([probe] if probe is not None else []), results[12:-1]
+
     def test_a_limit_set_while_claims_and_completes_run_starts_an_exact_count_over_100_rounds(self):
         """A queue without a limit is not counted; setting one counts its RUNNING tasks with the
         task writers held off. Racing 12 claimers and 3 completers each round, the count it
@@ -966,28 +991,10 @@ class BoardContract:
                                using=self.alias)
         held: list = []
         for n in range(rounds):
-            flow.change_queue("late", concurrency=None, actor="op", using=self.alias)
             finishing, held = held[:3], held[3:]
-            calls = [lambda i=i: transitions.claim_next(f"a{i}", 600, queue="late", using=self.alias)
-                     for i in range(12)]
-            calls += [lambda c=c: transitions.complete(c.task.pk, c.lease.token, {}, using=self.alias)
-                      for c in finishing]
-            calls.append(lambda: flow.change_queue("late", concurrency=4, actor="op", using=self.alias))
-            results = race(calls, self.alias)
-            faults = [r for r in results if isinstance(r, BaseException)]
-            assert not faults, f"round {n}: {faults[:3]}"
-            found = selectors.problems(using=self.alias)
-            # What a failure needs to be understood: the shards, the slots, what the race answered.
-            shards = list(QueueShard.objects.using(self.alias).filter(queue="late").values_list(
-                "kind", "number", "capacity", "running"))
-            slots = sorted(Task.objects.using(self.alias).filter(stage=Stage.RUNNING).values_list("pk", "slot"))
-            assert found == [], f"round {n}: {[p.text for p in found]}; shards {shards}; slots {slots}; {results}"
-            running, counted = self.running_in("late")
-            assert running == counted
-            held += [r for r in results[:12] if r is not None]
-            probe = transitions.claim_next("probe", 600, queue="late", using=self.alias)
-            assert probe is None or running < 4, f"round {n}: a claim over the limit"
-            held += [probe] if probe is not None else []
+            claimed, _ = self._race_claims_and_a_limit_being_set("late", n, [
+                lambda c=c: transitions.complete(c.task.pk, c.lease.token, {}, using=self.alias) for c in finishing])
+            held += claimed
             for claim in list(held):  # back under the limit for the next round
                 if self.running_in("late")[0] <= 4:
                     break
@@ -1009,30 +1016,15 @@ class BoardContract:
                                using=self.alias)
         held: list = []
         for n in range(rounds):
-            flow.change_queue("batched", concurrency=None, actor="op", using=self.alias)
             finishing, held = held[:9], held[9:]
             batches = [finishing[i::3] for i in range(3) if finishing[i::3]]
-            calls = [lambda i=i: transitions.claim_next(f"a{i}", 600, queue="batched", using=self.alias)
-                     for i in range(12)]
-            calls += [lambda b=b: transitions.complete_batch(
-                [transitions.CompleteItem(c.task.pk, c.lease.token, {}) for c in b],
-                using=self.alias) for b in batches]
-            calls.append(lambda: flow.change_queue("batched", concurrency=4, actor="op", using=self.alias))
-            results = race(calls, self.alias)
-            faults = [r for r in results if isinstance(r, BaseException)]
-            assert not faults, f"round {n}: {faults[:3]}"
-            for batch, done in zip(batches, results[12:-1]):
+            claimed, answers = self._race_claims_and_a_limit_being_set("batched", n, [
+                lambda b=b: transitions.complete_batch(
+                    [transitions.CompleteItem(c.task.pk, c.lease.token, {}) for c in b], using=self.alias)
+                for b in batches])
+            for batch, done in zip(batches, answers):
                 assert [getattr(t, "stage", t) for t in done] == [Stage.COMPLETED] * len(batch), f"round {n}: {done}"
-            found = selectors.problems(using=self.alias)
-            shards = list(QueueShard.objects.using(self.alias).filter(queue="batched").values_list(
-                "kind", "number", "capacity", "running"))
-            assert found == [], f"round {n}: {[p.text for p in found]}; shards {shards}; {results}"
-            running, counted = self.running_in("batched")
-            assert running == counted
-            held += [r for r in results[:12] if r is not None]
-            probe = transitions.claim_next("probe", 600, queue="batched", using=self.alias)
-            assert probe is None or running < 4, f"round {n}: a claim over the limit"
-            held += [probe] if probe is not None else []
+            held += claimed
         for claim in held:
             transitions.complete(claim.task.pk, claim.lease.token, {}, using=self.alias)
         assert self.running_in("batched") == (0, 0)
